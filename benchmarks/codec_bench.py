@@ -1,0 +1,169 @@
+"""Codec benchmark: encode and decode N records of the v1 format on one core.
+
+Records: 100-byte values (``--value-size``), keys like ``key-123456``, one
+header ``("trace-id", 16 bytes)``, CreateTime timestamps, consecutive offsets.
+
+Reported, each as records/s and MB/s of encoded v1 bytes:
+
+- ``raw join``: the baseline, measured in the same run on the same records:
+  concatenating each record's key, value and header bytes with no framing.
+  It bounds what any pure-Python per-record codec can do here.
+- ``encode``: :func:`append_record` into one buffer.
+- ``decode``: :func:`decode_records` over that buffer, building Record tuples.
+- ``write``: :class:`PartitionWriter` appending to real files (fsync at close).
+- ``read``: :class:`PartitionReader` streaming them back through the indexes.
+
+Ratios are against the raw baseline. ``write`` and ``read`` run in a fresh
+process that generates records on the fly, once with N and once with N/10
+records: its peak RSS is printed for both and should be the same, since the
+file paths stream in bounded chunks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from kbackup.format.record import Record, append_record, decode_records
+from kbackup.partition.reader import PartitionReader
+from kbackup.partition.writer import PartitionWriter
+
+
+def make_records(count: int, value_size: int) -> list[Record]:
+    value = (b"0123456789abcdef" * (value_size // 16 + 1))[:value_size]
+    header_value = b"0123456789abcdef"
+    return [
+        Record(i, 0, 1_700_000_000_000 + i, b"key-%06d" % (i % 1_000_000), value, (("trace-id", header_value),))
+        for i in range(count)
+    ]
+
+
+def timed(label: str, seconds: float, count: int, nbytes: int, baseline: float | None) -> str:
+    rate = count / seconds
+    ratio = "" if baseline is None else f"  ({rate / baseline:5.2f}x raw)"
+    return f"{label:<8} {rate:>12,.0f} records/s  {nbytes / seconds / 1e6:8.1f} MB/s  {seconds:6.2f} s{ratio}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--value-size", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=3, help="best of N runs for the in-memory figures")
+    parser.add_argument("--files-only", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.files_only:
+        files_only(args.records, args.value_size)
+        return
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+
+    records = make_records(args.records, args.value_size)
+    gc.collect()
+    gc.disable()  # the codec allocates no cycles; keep collector pauses out of the figures
+
+    best_raw = best_encode = best_decode = float("inf")
+    buffer = bytearray()
+    for _ in range(args.repeat):
+        start = time.perf_counter()
+        parts = []
+        for record in records:
+            parts.append(record.key or b"")
+            parts.append(record.value or b"")
+            for _key, value in record.headers:
+                parts.append(value or b"")
+        raw = b"".join(parts)
+        best_raw = min(best_raw, time.perf_counter() - start)
+        del parts, raw
+
+        buffer = bytearray(b"\x01")
+        start = time.perf_counter()
+        for record in records:
+            append_record(buffer, record)
+        best_encode = min(best_encode, time.perf_counter() - start)
+
+        data = bytes(buffer)
+        start = time.perf_counter()
+        count = 0
+        for _ in decode_records(data, 1, len(data)):
+            count += 1
+        best_decode = min(best_decode, time.perf_counter() - start)
+        assert count == len(records)
+    nbytes = len(buffer) - 1
+    raw_rate = len(records) / best_raw
+
+    gc.enable()
+    del records
+    files_full = run_files_child(args.records, args.value_size)
+    files_tenth = run_files_child(args.records // 10, args.value_size)
+    count = args.records
+
+    print(f"{count:,} records, {args.value_size}-byte values, {nbytes / 1e6:.1f} MB encoded, one core")
+    print(timed("raw join", best_raw, count, nbytes, None))
+    print(timed("encode", best_encode, count, nbytes, raw_rate))
+    print(timed("decode", best_decode, count, nbytes, raw_rate))
+    print(timed("write", files_full["write"], count, nbytes, raw_rate))
+    print(timed("read", files_full["read"], count, nbytes, raw_rate))
+    print(
+        f"peak RSS of the file write+read process: {files_full['rss_mib']:,.0f} MiB for {count:,} records, "
+        f"{files_tenth['rss_mib']:,.0f} MiB for {count // 10:,}"
+    )
+
+
+def run_files_child(count: int, value_size: int) -> dict[str, float]:
+    """Time writer and reader in a fresh process that generates records on the fly."""
+    output = subprocess.run(
+        [sys.executable, __file__, "--files-only", "--records", str(count), "--value-size", str(value_size)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    result: dict[str, float] = json.loads(output)
+    return result
+
+
+def files_only(count: int, value_size: int) -> None:
+    """Child mode: write and read ``count`` records through the files; print JSON figures."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    value = (b"0123456789abcdef" * (value_size // 16 + 1))[:value_size]
+    header = (("trace-id", b"0123456789abcdef"),)
+    with tempfile.TemporaryDirectory() as tmp:
+        topic_dir = Path(tmp) / "bench"
+        start = time.perf_counter()
+        with PartitionWriter(topic_dir, "bench", 0) as writer:
+            for i in range(count):
+                writer.append(Record(i, 0, 1_700_000_000_000 + i, b"key-%06d" % (i % 1_000_000), value, header))
+        write_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        seen = sum(1 for _ in PartitionReader(topic_dir, 0).records())
+        read_seconds = time.perf_counter() - start
+        assert seen == count
+    print(json.dumps({"write": write_seconds, "read": read_seconds, "rss_mib": peak_rss_mib()}))
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory.
+
+    ``VmHWM`` belongs to the current address space; ``ru_maxrss`` would also
+    count the forked parent's memory before ``exec`` on Linux.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+if __name__ == "__main__":
+    main()

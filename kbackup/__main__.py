@@ -1,0 +1,7 @@
+"""``python -m kbackup``: the same as the ``kbackup`` command."""
+
+import sys
+
+from kbackup.cli import main
+
+sys.exit(main())

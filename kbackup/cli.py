@@ -1,0 +1,288 @@
+"""The ``kbackup`` command: look inside v1 backups and repair their indexes.
+
+Every user mistake or damaged file ends as one line on stderr and exit code 1
+(argument errors: argparse's usage message and exit code 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from kbackup import __version__
+from kbackup.errors import BackupNotFoundError, KbackupError, UsageError
+from kbackup.format.naming import INDEX_SUFFIX, parse_partition_index_file_name
+from kbackup.format.partition_index import decode_partition_index
+from kbackup.format.record import Record, TimestampType
+from kbackup.fsutil import read_limited
+from kbackup.partition.layout import list_partitions, list_segment_files, list_topics
+from kbackup.partition.offsets_file import read_consumer_offsets
+from kbackup.partition.reader import MAX_PARTITION_INDEX_SIZE, PartitionReader
+from kbackup.partition.rebuild import rebuild_partition_index, rebuild_segment_index
+from kbackup.partition.segment_reader import SegmentIndexFile
+
+_TIMESTAMP_TYPE_NAMES = {
+    TimestampType.NO_TIMESTAMP: "NoTimestampType",
+    TimestampType.CREATE_TIME: "CreateTime",
+    TimestampType.LOG_APPEND_TIME: "LogAppendTime",
+    TimestampType.CREATE_TIME_NULL: "CreateTime",
+}
+
+
+def record_to_json(topic: str, partition: int, record: Record) -> dict[str, object]:
+    """The ``kbackup cat`` view of a record: exactly these keys, bytes as base64."""
+    return {
+        "topic": topic,
+        "partition": partition,
+        "offset": record.offset,
+        "timestampType": _TIMESTAMP_TYPE_NAMES[TimestampType(record.timestamp_type)],
+        "timestamp": record.timestamp,
+        "key": _b64(record.key),
+        "value": _b64(record.value),
+        "headers": [[key, _b64(value)] for key, value in record.headers],
+    }
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+# -- backup root navigation ------------------------------------------------
+
+
+def _topics(root: Path, only: str | None) -> list[str]:
+    topics = list_topics(root)
+    if not topics and list_partitions(root):
+        raise UsageError(f"{root} is a topic directory; pass the backup root {root.parent} and --topic {root.name}")
+    if only is None:
+        return topics
+    if only not in topics:
+        shown = ", ".join(topics) or "none"
+        raise BackupNotFoundError(f"topic {only!r} is not in backup {root} (topics: {shown})")
+    return [only]
+
+
+def _partitions(topic_dir: Path, only: int | None) -> list[int]:
+    partitions = list_partitions(topic_dir)
+    if only is None:
+        return partitions
+    if only not in partitions:
+        raise BackupNotFoundError(
+            f"partition {only} of topic {topic_dir.name!r} is not in the backup "
+            f"(partitions: {', '.join(map(str, partitions)) or 'none'})"
+        )
+    return [only]
+
+
+# -- commands -----------------------------------------------------------------
+
+
+def cmd_cat(args: argparse.Namespace, out: TextIO) -> None:
+    root = Path(args.dir)
+    for topic in _topics(root, args.topic):
+        topic_dir = root / topic
+        for partition in _partitions(topic_dir, args.partition):
+            reader = PartitionReader(topic_dir, partition, legacy=args.legacy_no_magic)
+            for record in reader.records(args.from_offset, args.to_offset):
+                out.write(json.dumps(record_to_json(topic, partition, record), separators=(",", ":")))
+                out.write("\n")
+
+
+def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
+    root = Path(args.dir)
+    listing: list[dict[str, Any]] = []
+    for topic in _topics(root, args.topic):
+        topic_dir = root / topic
+        partitions: list[dict[str, Any]] = []
+        for partition in _partitions(topic_dir, args.partition):
+            reader = PartitionReader(topic_dir, partition, legacy=args.legacy_no_magic)
+            segments = reader.summaries()
+            firsts = [s.first_offset for s in segments if s.first_offset is not None]
+            lasts = [s.last_offset for s in segments if s.last_offset is not None]
+            partitions.append(
+                {
+                    "partition": partition,
+                    "records": sum(s.record_count for s in segments),
+                    "firstOffset": min(firsts) if firsts else None,
+                    "lastOffset": max(lasts) if lasts else None,
+                    "bytes": sum(s.records_bytes for s in segments),
+                    "segments": [
+                        {
+                            "name": s.name,
+                            "startOffset": s.start_offset,
+                            "records": s.record_count,
+                            "firstOffset": s.first_offset,
+                            "lastOffset": s.last_offset,
+                            "recordsBytes": s.records_bytes,
+                            "indexBytes": s.index_bytes,
+                        }
+                        for s in segments
+                    ],
+                }
+            )
+        listing.append({"topic": topic, "partitions": partitions})
+    if args.json:
+        json.dump(listing, out, indent=2)
+        out.write("\n")
+        return
+    for topic_entry in listing:
+        out.write(f"{topic_entry['topic']}\n")
+        for p in topic_entry["partitions"]:
+            span = "empty" if p["records"] == 0 else f"offsets {p['firstOffset']}..{p['lastOffset']}"
+            out.write(
+                f"  partition {p['partition']}: {p['records']} records, {span}, "
+                f"{p['bytes']} bytes in {len(p['segments'])} segment(s)\n"
+            )
+            for s in p["segments"]:
+                span = "empty" if s["records"] == 0 else f"offsets {s['firstOffset']}..{s['lastOffset']}"
+                out.write(f"    {s['name']}: {s['records']} records, {span}, {s['recordsBytes']} bytes\n")
+
+
+def cmd_index_show(args: argparse.Namespace, out: TextIO) -> None:
+    path = Path(args.file)
+    if not path.is_file():
+        raise BackupNotFoundError(f"{path}: file does not exist")
+    if parse_partition_index_file_name(path.name) is not None or args.kind == "partition":
+        entries, _ = decode_partition_index(
+            read_limited(path, MAX_PARTITION_INDEX_SIZE), file=str(path), legacy=args.legacy_no_magic
+        )
+        for entry in entries:
+            out.write(f"{entry.start_offset}\t{entry.name}\n")
+        return
+    if not path.name.endswith(INDEX_SUFFIX) and args.kind != "segment":
+        raise UsageError(f"{path.name}: not an index file name; say --kind segment or --kind partition")
+    with SegmentIndexFile(path, legacy=args.legacy_no_magic) as index:
+        out.write("offset\tposition\tlength\n")
+        for offset, position, length in index.iter_entries():
+            out.write(f"{offset}\t{position}\t{length}\n")
+
+
+def cmd_index_rebuild(args: argparse.Namespace, out: TextIO) -> None:
+    topic_dir = Path(args.topic_dir)
+    if not topic_dir.is_dir():
+        raise BackupNotFoundError(f"{topic_dir}: topic directory does not exist")
+    problems = 0
+    for partition in _partitions(topic_dir, args.partition):
+        if not args.partition_index_only:
+            for files in list_segment_files(topic_dir, partition):
+                if not files.records.exists():
+                    out.write(f"skipped {files.index.name}: its records file is missing\n")
+                    problems += 1
+                    continue
+                result = rebuild_segment_index(files.records, files.index, legacy=args.legacy_no_magic)
+                out.write(f"rebuilt {files.index.name}: {result.record_count} records\n")
+                if result.bad_tail_position is not None:
+                    problems += 1
+                    position, reason = result.bad_tail_position, result.bad_tail_reason
+                    out.write(f"  warning: bytes from {position} on are not indexed: {reason}\n")
+        entries = rebuild_partition_index(topic_dir, partition)
+        out.write(f"rebuilt index_partition_{partition:03d}: {len(entries)} segments\n")
+    if problems:
+        raise KbackupError(f"index rebuild finished with {problems} problem(s); see above")
+
+
+def cmd_offsets(args: argparse.Namespace, out: TextIO) -> None:
+    root = Path(args.dir)
+    result: dict[str, dict[str, dict[str, int]]] = {}
+    for topic in _topics(root, args.topic):
+        for partition in _partitions(root / topic, args.partition):
+            offsets = read_consumer_offsets(root / topic, partition)
+            if offsets:
+                result.setdefault(topic, {})[str(partition)] = offsets
+    if args.json:
+        json.dump(result, out, indent=2, sort_keys=True)
+        out.write("\n")
+        return
+    for topic, by_partition in result.items():
+        for partition_key, groups in by_partition.items():
+            for group, offset in sorted(groups.items()):
+                out.write(f"{topic}\t{partition_key}\t{group}\t{offset}\n")
+
+
+# -- parser ----------------------------------------------------------------------
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kbackup", description="Inspect and repair kbackup / kafka-backup v1 backups."
+    )
+    parser.add_argument("--version", action="version", version=f"kbackup {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    legacy = argparse.ArgumentParser(add_help=False)
+    legacy.add_argument(
+        "--legacy-no-magic",
+        action="store_true",
+        help="read files written before the v1 magic byte existed (mid 2019)",
+    )
+    select = argparse.ArgumentParser(add_help=False)
+    select.add_argument("dir", metavar="DIR", help="backup root (one directory per topic)")
+    select.add_argument("--topic", help="only this topic")
+    select.add_argument("--partition", type=_non_negative, help="only this partition")
+
+    cat = sub.add_parser("cat", parents=[select, legacy], help="print records as JSON lines")
+    cat.add_argument("--from-offset", type=_non_negative, help="first offset to print")
+    cat.add_argument("--to-offset", type=_non_negative, help="last offset to print (inclusive)")
+    cat.set_defaults(func=cmd_cat)
+
+    ls = sub.add_parser("ls", parents=[select, legacy], help="list topics, partitions, segments and offset ranges")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    ls.set_defaults(func=cmd_ls)
+
+    offsets = sub.add_parser("offsets", parents=[select], help="show stored consumer group offsets")
+    offsets.add_argument("--json", action="store_true", help="print JSON")
+    offsets.set_defaults(func=cmd_offsets)
+
+    index = sub.add_parser("index", help="list or rebuild segment and partition indexes")
+    index_sub = index.add_subparsers(dest="index_command", required=True, metavar="ACTION")
+    show = index_sub.add_parser("show", parents=[legacy], help="list the entries of an index file")
+    show.add_argument("file", metavar="FILE", help="a segment index (*_index) or partition index (index_partition_*)")
+    show.add_argument("--kind", choices=["segment", "partition"], help="the file's kind when its name does not say")
+    show.set_defaults(func=cmd_index_show)
+    rebuild = index_sub.add_parser(
+        "rebuild", parents=[legacy], help="rebuild segment indexes and partition indexes from the records files"
+    )
+    rebuild.add_argument("topic_dir", metavar="TOPIC_DIR", help="a topic directory of a backup")
+    rebuild.add_argument("--partition", type=_non_negative, help="only this partition")
+    rebuild.add_argument(
+        "--partition-index-only", action="store_true", help="rebuild only the partition index, not the segment indexes"
+    )
+    rebuild.set_defaults(func=cmd_index_rebuild)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args, sys.stdout)
+        sys.stdout.flush()
+    except KbackupError as exc:
+        print(f"kbackup: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader went away (``kbackup cat ... | head``): not an error.
+        sys.stderr.close()
+        return 0
+    except OSError as exc:
+        print(f"kbackup: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""File names of a v1 backup.
+
+A backup root holds one directory per topic, named like the topic. Inside it,
+per partition ``P`` and segment start offset ``N``::
+
+    segment_partition_PPP_from_offset_NNNNNNNNNN_records
+    segment_partition_PPP_from_offset_NNNNNNNNNN_index
+    index_partition_PPP
+    consumer_offsets_partition_PPP
+
+``PPP`` is the partition zero-padded to at least 3 digits and ``NNNNNNNNNN``
+the offset zero-padded to at least 10: partition 1234 is written ``1234`` and
+offset 12345678901 is written in full. Names are parsed leniently (any
+number of digits), as the original's reader does.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+RECORDS_SUFFIX = "_records"
+INDEX_SUFFIX = "_index"
+
+_SEGMENT = re.compile(r"^segment_partition_([0-9]+)_from_offset_([0-9]+)_(records|index)$")
+_PARTITION_INDEX = re.compile(r"^index_partition_([0-9]+)$")
+_CONSUMER_OFFSETS = re.compile(r"^consumer_offsets_partition_([0-9]+)$")
+
+
+def segment_prefix(partition: int, start_offset: int) -> str:
+    """The name shared by a segment's two files, as stored in the partition index."""
+    return f"segment_partition_{partition:03d}_from_offset_{start_offset:010d}"
+
+
+def records_file_name(partition: int, start_offset: int) -> str:
+    return segment_prefix(partition, start_offset) + RECORDS_SUFFIX
+
+
+def segment_index_file_name(partition: int, start_offset: int) -> str:
+    return segment_prefix(partition, start_offset) + INDEX_SUFFIX
+
+
+def partition_index_file_name(partition: int) -> str:
+    return f"index_partition_{partition:03d}"
+
+
+def consumer_offsets_file_name(partition: int) -> str:
+    return f"consumer_offsets_partition_{partition:03d}"
+
+
+class SegmentFileName(NamedTuple):
+    """A parsed segment file name."""
+
+    partition: int
+    start_offset: int
+    kind: str  # "records" or "index"
+
+
+def parse_segment_file_name(name: str) -> SegmentFileName | None:
+    """Parse a segment file name; ``None`` if ``name`` is not one."""
+    match = _SEGMENT.match(name)
+    if match is None:
+        return None
+    return SegmentFileName(int(match[1]), int(match[2]), match[3])
+
+
+def parse_partition_index_file_name(name: str) -> int | None:
+    """The partition of a partition index file name; ``None`` if it is not one."""
+    match = _PARTITION_INDEX.match(name)
+    return int(match[1]) if match else None
+
+
+def parse_consumer_offsets_file_name(name: str) -> int | None:
+    """The partition of a consumer offsets file name; ``None`` if it is not one."""
+    match = _CONSUMER_OFFSETS.match(name)
+    return int(match[1]) if match else None

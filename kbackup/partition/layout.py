@@ -1,0 +1,111 @@
+"""Where a partition's files are in a backup root, found by listing directories.
+
+A backup root holds one directory per topic; see :mod:`kbackup.format.naming`
+for the file names inside. Listing never reads file contents.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbackup.errors import BackupNotFoundError
+from kbackup.format.naming import (
+    consumer_offsets_file_name,
+    parse_consumer_offsets_file_name,
+    parse_partition_index_file_name,
+    parse_segment_file_name,
+    partition_index_file_name,
+    records_file_name,
+    segment_index_file_name,
+)
+
+
+@dataclass(frozen=True)
+class SegmentFiles:
+    """The two files of one segment; either may be absent on disk."""
+
+    partition: int
+    start_offset: int
+    records: Path
+    index: Path
+
+
+def segment_files(topic_dir: Path, partition: int, start_offset: int) -> SegmentFiles:
+    """The canonical paths of a segment (kbackup's own naming)."""
+    return SegmentFiles(
+        partition,
+        start_offset,
+        topic_dir / records_file_name(partition, start_offset),
+        topic_dir / segment_index_file_name(partition, start_offset),
+    )
+
+
+def partition_index_path(topic_dir: Path, partition: int) -> Path:
+    return topic_dir / partition_index_file_name(partition)
+
+
+def consumer_offsets_path(topic_dir: Path, partition: int) -> Path:
+    return topic_dir / consumer_offsets_file_name(partition)
+
+
+def list_segment_files(topic_dir: Path, partition: int) -> list[SegmentFiles]:
+    """Every segment of ``partition`` that has at least one file, by start offset.
+
+    Paths are the names as found on disk (so unusual padding is kept).
+    """
+    found: dict[int, dict[str, Path]] = {}
+    for entry in _scan(topic_dir):
+        parsed = parse_segment_file_name(entry)
+        if parsed is None or parsed.partition != partition:
+            continue
+        found.setdefault(parsed.start_offset, {})[parsed.kind] = topic_dir / entry
+    result = []
+    for start in sorted(found):
+        canonical = segment_files(topic_dir, partition, start)
+        kinds = found[start]
+        result.append(
+            SegmentFiles(
+                partition,
+                start,
+                kinds.get("records", canonical.records),
+                kinds.get("index", canonical.index),
+            )
+        )
+    return result
+
+
+def list_partitions(topic_dir: Path) -> list[int]:
+    """Partitions that have any v1 file in ``topic_dir``."""
+    partitions: set[int] = set()
+    for entry in _scan(topic_dir):
+        segment = parse_segment_file_name(entry)
+        if segment is not None:
+            partitions.add(segment.partition)
+            continue
+        for parse in (parse_partition_index_file_name, parse_consumer_offsets_file_name):
+            number = parse(entry)
+            if number is not None:
+                partitions.add(number)
+    return sorted(partitions)
+
+
+def list_topics(root: Path) -> list[str]:
+    """Topic directories directly under a backup root (those holding v1 files)."""
+    if not root.is_dir():
+        raise BackupNotFoundError(f"{root}: backup root is not a directory")
+    return sorted(
+        entry.name
+        for entry in os.scandir(root)
+        if entry.is_dir() and not entry.name.startswith(".") and list_partitions(Path(entry.path))
+    )
+
+
+def _scan(directory: Path) -> list[str]:
+    try:
+        return [entry.name for entry in os.scandir(directory) if entry.is_file()]
+    except FileNotFoundError:
+        raise BackupNotFoundError(f"{directory}: topic directory does not exist") from None
+    except NotADirectoryError:
+        raise BackupNotFoundError(f"{directory}: is not a directory") from None

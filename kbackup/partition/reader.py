@@ -1,0 +1,128 @@
+"""Reading one partition of a v1 backup: sequentially, from an offset, or summarised.
+
+The partition index names the segments in order; each segment is read
+through its index (see :mod:`kbackup.partition.segment_reader`). A segment's
+start offset may be lower than its first record's offset (the original names
+a partition's first segment ``from_offset_0000000000`` whatever it holds), so
+a seek picks the last segment starting at or before the target and then
+searches that segment's index.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbackup.errors import BackupNotFoundError, FormatError
+from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
+from kbackup.format.partition_index import PartitionIndexEntry, decode_partition_index
+from kbackup.format.record import Record
+from kbackup.fsutil import read_limited
+from kbackup.partition.layout import partition_index_path
+from kbackup.partition.segment_reader import SegmentIndexFile, iter_segment
+
+#: A partition index larger than this is refused before it is read.
+MAX_PARTITION_INDEX_SIZE = 1 << 30
+
+
+@dataclass(frozen=True)
+class SegmentSummary:
+    """What one segment holds, read from its index alone."""
+
+    name: str
+    start_offset: int
+    record_count: int
+    first_offset: int | None
+    last_offset: int | None
+    records_bytes: int
+    index_bytes: int
+
+
+class PartitionReader:
+    """Reads the records of one partition directory.
+
+    ``legacy`` accepts files written before the v1 magic byte existed.
+    """
+
+    def __init__(self, topic_dir: Path, partition: int, *, legacy: bool = False) -> None:
+        self.topic_dir = topic_dir
+        self.partition = partition
+        self.legacy = legacy
+        path = partition_index_path(topic_dir, partition)
+        if not path.exists():
+            raise BackupNotFoundError(
+                f"{path}: partition index does not exist "
+                f"(rebuild it with: kbackup index rebuild {topic_dir} --partition {partition})"
+            )
+        data = read_limited(path, MAX_PARTITION_INDEX_SIZE)
+        self.segments: list[PartitionIndexEntry] = decode_partition_index(data, file=str(path), legacy=legacy)[0]
+
+    def segment_paths(self, segment: PartitionIndexEntry) -> tuple[Path, Path]:
+        """The records and index file of a segment named in the partition index."""
+        return (
+            self.topic_dir / (segment.name + RECORDS_SUFFIX),
+            self.topic_dir / (segment.name + INDEX_SUFFIX),
+        )
+
+    def records(self, from_offset: int | None = None, to_offset: int | None = None) -> Iterator[Record]:
+        """Yield records with ``from_offset <= offset <= to_offset``, in offset order."""
+        first = 0
+        if from_offset is not None:
+            starts = [segment.start_offset for segment in self.segments]
+            first = max(bisect.bisect_right(starts, from_offset) - 1, 0)
+        previous = -1
+        for segment in self.segments[first:]:
+            if to_offset is not None and segment.start_offset > to_offset:
+                return
+            records_path, index_path = self.segment_paths(segment)
+            for record in iter_segment(records_path, index_path, from_offset=from_offset, legacy=self.legacy):
+                if record.offset <= previous:
+                    raise FormatError(
+                        f"segment {segment.name} repeats or goes back in offsets",
+                        file=str(records_path),
+                        expected=f"offsets > {previous} (the previous segment's last)",
+                        found=str(record.offset),
+                    )
+                if record.offset < segment.start_offset:
+                    raise FormatError(
+                        f"record offset below its segment's start offset {segment.start_offset}",
+                        file=str(records_path),
+                        expected=f"offsets >= {segment.start_offset}",
+                        found=str(record.offset),
+                    )
+                if to_offset is not None and record.offset > to_offset:
+                    return
+                previous = record.offset
+                yield record
+
+    def summaries(self) -> list[SegmentSummary]:
+        """Per segment: record count, first and last offset and sizes, from indexes only."""
+        result = []
+        for segment in self.segments:
+            records_path, index_path = self.segment_paths(segment)
+            with SegmentIndexFile(index_path, legacy=self.legacy) as index:
+                first = index.entry(0).offset if index.count else None
+                last = index.entry(index.count - 1).offset if index.count else None
+                count = index.count
+            result.append(
+                SegmentSummary(
+                    name=segment.name,
+                    start_offset=segment.start_offset,
+                    record_count=count,
+                    first_offset=first,
+                    last_offset=last,
+                    records_bytes=_size(records_path),
+                    index_bytes=_size(index_path),
+                )
+            )
+        return result
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        raise BackupNotFoundError(f"{path}: file does not exist") from None

@@ -1,0 +1,30 @@
+"""Shared fixtures: where the upstream golden files are, and small builders."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def upstream_golden_dir() -> Path:
+    """The original project's v1 golden files (``../shared/compat/upstream-v1``).
+
+    ``KBACKUP_UPSTREAM_GOLDEN`` overrides the location. A missing directory is
+    an error, not a skip: these files are the compatibility bar.
+    """
+    configured = os.environ.get("KBACKUP_UPSTREAM_GOLDEN")
+    path = Path(configured) if configured else REPO.parent / "shared" / "compat" / "upstream-v1"
+    if not (path / "README.md").is_file():
+        raise RuntimeError(
+            f"upstream golden files not found at {path}; set KBACKUP_UPSTREAM_GOLDEN to the upstream-v1 directory"
+        )
+    return path
+
+
+@pytest.fixture(scope="session")
+def upstream() -> Path:
+    return upstream_golden_dir()
