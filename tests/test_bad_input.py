@@ -242,3 +242,18 @@ def encode_record_bytes() -> bytes:
     from kbackup.format.record import Record
 
     return encode_record(Record(1, -1, None, b"key", b"value", (("h", b"v"),)))
+
+
+@pytest.mark.parametrize("name", ["../../etc/passwd", "a/b", "..", ""])
+def test_partition_index_names_cannot_leave_the_topic_directory(tmp_path: Path, name: str) -> None:
+    from kbackup.format.partition_index import PartitionIndexEntry, encode_partition_index
+    from kbackup.partition.reader import PartitionReader
+    from kbackup.partition.writer import PartitionWriter
+
+    topic_dir = tmp_path / "t"
+    topic_dir.mkdir()
+    (topic_dir / "index_partition_000").write_bytes(encode_partition_index([PartitionIndexEntry(name, 0)]))
+    with pytest.raises(FormatError, match="names no file in the topic directory"):
+        PartitionReader(topic_dir, 0)
+    with pytest.raises(FormatError, match="names no file in the topic directory"):
+        PartitionWriter(topic_dir, "t", 0, fsync=False)

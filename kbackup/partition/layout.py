@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbackup.errors import BackupNotFoundError
+from kbackup.errors import BackupNotFoundError, FormatError
 from kbackup.format.naming import (
     consumer_offsets_file_name,
     parse_consumer_offsets_file_name,
@@ -20,6 +20,7 @@ from kbackup.format.naming import (
     records_file_name,
     segment_index_file_name,
 )
+from kbackup.format.partition_index import PartitionIndexEntry
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,23 @@ def segment_files(topic_dir: Path, partition: int, start_offset: int) -> Segment
         topic_dir / records_file_name(partition, start_offset),
         topic_dir / segment_index_file_name(partition, start_offset),
     )
+
+
+def check_segment_names(entries: list[PartitionIndexEntry], *, file: str) -> None:
+    """Refuse partition index names that are not plain file names in the topic directory.
+
+    The format allows any name (the original's test index uses ``s0``), but a
+    name with a path separator would make a reader open files elsewhere.
+    """
+    for number, entry in enumerate(entries):
+        name = entry.name
+        if not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name:
+            raise FormatError(
+                f"partition index entry {number} names no file in the topic directory",
+                file=file,
+                expected="a plain segment file prefix",
+                found=repr(name),
+            )
 
 
 def partition_index_path(topic_dir: Path, partition: int) -> Path:

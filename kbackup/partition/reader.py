@@ -21,7 +21,7 @@ from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from kbackup.format.partition_index import PartitionIndexEntry, decode_partition_index
 from kbackup.format.record import Record
 from kbackup.fsutil import read_limited
-from kbackup.partition.layout import partition_index_path
+from kbackup.partition.layout import check_segment_names, partition_index_path
 from kbackup.partition.segment_reader import SegmentIndexFile, iter_segment
 
 #: A partition index larger than this is refused before it is read.
@@ -59,6 +59,7 @@ class PartitionReader:
             )
         data = read_limited(path, MAX_PARTITION_INDEX_SIZE)
         self.segments: list[PartitionIndexEntry] = decode_partition_index(data, file=str(path), legacy=legacy)[0]
+        check_segment_names(self.segments, file=str(path))
 
     def segment_paths(self, segment: PartitionIndexEntry) -> tuple[Path, Path]:
         """The records and index file of a segment named in the partition index."""

@@ -56,7 +56,13 @@ from kbackup.format.partition_index import PartitionIndexEntry, decode_partition
 from kbackup.format.record import Record, append_record, decode_record, encode_record
 from kbackup.format.segment_index import ENTRY, ENTRY_SIZE, SegmentIndexEntry
 from kbackup.fsutil import atomic_write, fsync_dir
-from kbackup.partition.layout import SegmentFiles, list_segment_files, partition_index_path, segment_files
+from kbackup.partition.layout import (
+    SegmentFiles,
+    check_segment_names,
+    list_segment_files,
+    partition_index_path,
+    segment_files,
+)
 from kbackup.partition.segment_reader import SegmentIndexFile
 
 #: kbackup's default segment size. The original documents 1 GiB but its code
@@ -226,6 +232,7 @@ class PartitionWriter:
             self._fsync_fd(self._pi_fd)
             return []
         entries, valid = decode_partition_index(data, file=str(self._pi_path), allow_torn_tail=True)
+        check_segment_names(entries, file=str(self._pi_path))
         if valid < size:
             os.ftruncate(self._pi_fd, valid)
             self._fsync_fd(self._pi_fd)
