@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.broker import BrokerUnderTest, broker_under_test
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -28,3 +31,10 @@ def upstream_golden_dir() -> Path:
 @pytest.fixture(scope="session")
 def upstream() -> Path:
     return upstream_golden_dir()
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[BrokerUnderTest]:
+    """The suite's broker (see tests/broker.py); started once per session."""
+    with broker_under_test() as broker:
+        yield broker

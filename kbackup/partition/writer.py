@@ -46,6 +46,7 @@ from __future__ import annotations
 import bisect
 import fcntl
 import os
+import time
 from pathlib import Path
 from types import TracebackType
 
@@ -79,7 +80,8 @@ class PartitionWriter:
     ``max_segment_size`` works like the original's ``max.segment.size.bytes``:
     before each append, if the current records file (magic byte included) is
     larger than it, a new segment starts with this record. ``fsync=False``
-    skips fsync calls (tests and throwaway output only).
+    skips fsync calls (tests and throwaway output only). ``lock_timeout``
+    is how long to wait for another writer of the partition to finish.
     """
 
     def __init__(
@@ -91,6 +93,7 @@ class PartitionWriter:
         max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE,
         fsync: bool = True,
         buffer_size: int = DEFAULT_BUFFER_SIZE,
+        lock_timeout: float = 0,
     ) -> None:
         if max_segment_size <= 0:
             raise ValueError("max_segment_size must be positive")
@@ -106,6 +109,8 @@ class PartitionWriter:
         self._index_fd: int | None = None
         self._records_size = 0  # logical: on disk plus buffered
         self._last_offset: int | None = None
+        #: Bytes of records appended (not skipped) since opening.
+        self.appended_bytes = 0
         self._lookup: tuple[str, SegmentIndexFile, int] | None = None
         self._closed = False
 
@@ -117,16 +122,22 @@ class PartitionWriter:
         if not self._pi_path.exists():
             atomic_write(self._pi_path, MAGIC_V1, sync=fsync)
         self._pi_fd = os.open(self._pi_path, os.O_RDWR)
-        try:
-            fcntl.flock(self._pi_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._pi_fd)
-            raise PlacementError(
-                "partition is already open for writing by another writer",
-                topic=topic,
-                partition=partition,
-                offset=-1,
-            ) from None
+        deadline = time.monotonic() + lock_timeout
+        while True:
+            try:
+                fcntl.flock(self._pi_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                os.close(self._pi_fd)
+                raise PlacementError(
+                    "partition is already open for writing by another writer",
+                    topic=topic,
+                    partition=partition,
+                    offset=-1,
+                ) from None
         try:
             self.segments = self._load_partition_index()
             self._reconcile_segment_files()
@@ -162,6 +173,7 @@ class PartitionWriter:
         length = append_record(self._records_buffer, record)
         self._index_buffer += ENTRY.pack(record.offset, self._records_size, length)
         self._records_size += length
+        self.appended_bytes += length
         self._last_offset = record.offset
         if len(self._records_buffer) >= self._buffer_size:
             self.flush()

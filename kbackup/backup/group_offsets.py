@@ -1,0 +1,105 @@
+"""Recording consumer group offsets beside the backed-up data.
+
+A **round** reads, in this order, (1) every consumer group's committed offsets
+and (2) the end offset of every backed-up partition. Since a group can only
+have committed what existed, each committed offset of (1) is at most the end
+offset of (2). The round's offsets are **stored only once the backup holds
+every partition up to the round's end offsets**, so a stored group offset
+never points past data that is in the backup, even after a crash.
+
+Stored offsets are merged into each partition's ``consumer_offsets_partition_PPP``
+(replaced atomically): groups that disappear from the cluster stay in the file
+unless pruning is asked for, as in the original tool.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kbackup.errors import PlacementError
+from kbackup.kafka.cluster import TopicPartitionKey, committed_group_offsets, list_offsets, partition_counts
+from kbackup.kafka.topics import TopicSelection
+from kbackup.partition.layout import partition_index_path
+from kbackup.partition.offsets_file import read_consumer_offsets, write_consumer_offsets
+from kbackup.partition.writer import PartitionWriter
+
+log = logging.getLogger("kbackup.offsets")
+
+
+@dataclass(frozen=True)
+class OffsetRound:
+    """One consistent reading of group offsets (see module docstring)."""
+
+    groups: dict[str, dict[TopicPartitionKey, int]]
+    ends: dict[TopicPartitionKey, int]
+    taken_at: float
+
+    def reached_by(self, backed_up: Mapping[TopicPartitionKey, int]) -> bool:
+        """Whether a backup that holds offsets below ``backed_up`` covers this round."""
+        return all(backed_up.get(key, 0) >= end for key, end in self.ends.items() if end > 0)
+
+
+def selected_partitions(admin: Any, selection: TopicSelection) -> list[TopicPartitionKey]:
+    counts = partition_counts(admin)
+    return [(topic, partition) for topic in selection.select(counts) for partition in range(counts[topic])]
+
+
+def take_round(admin: Any, selection: TopicSelection, *, read_committed: bool = True) -> OffsetRound:
+    groups = committed_group_offsets(admin)
+    keys = selected_partitions(admin, selection)
+    ends = list_offsets(admin, keys, latest=True, read_committed=read_committed)
+    kept = {group: {key: offset for key, offset in offsets.items() if key in ends} for group, offsets in groups.items()}
+    return OffsetRound({group: offsets for group, offsets in kept.items() if offsets}, ends, time.time())
+
+
+def store_round(target: Path, round_: OffsetRound, *, prune: bool, live_groups: set[str] | None = None) -> int:
+    """Merge the round into the partitions' offset files; return how many files changed."""
+    changed = 0
+    for topic, partition in sorted(round_.ends):
+        topic_dir = target / topic
+        if not topic_dir.is_dir():
+            continue
+        fresh = {
+            group: offsets[(topic, partition)]
+            for group, offsets in round_.groups.items()
+            if (topic, partition) in offsets
+        }
+        stored = read_consumer_offsets(topic_dir, partition)
+        merged = {**stored, **fresh}
+        if prune:
+            alive = live_groups if live_groups is not None else set(round_.groups)
+            merged = {group: offset for group, offset in merged.items() if group in alive}
+        if merged != stored:
+            write_consumer_offsets(topic_dir, partition, merged)
+            changed += 1
+    return changed
+
+
+def ensure_partitions(target: Path, admin: Any, selection: TopicSelection, *, max_segment_size: int) -> int:
+    """Give every selected partition that has no files yet its partition index and an empty segment.
+
+    The empty segment is named after the partition's log-start offset, so the
+    original tool can read the partition too. Returns how many were created.
+    """
+    keys = [
+        key
+        for key in selected_partitions(admin, selection)
+        if not partition_index_path(target / key[0], key[1]).exists()
+    ]
+    if not keys:
+        return 0
+    earliest = list_offsets(admin, keys, latest=False)
+    created = 0
+    for topic, partition in keys:
+        try:
+            with PartitionWriter(target / topic, topic, partition, max_segment_size=max_segment_size) as writer:
+                writer.ensure_segment(earliest[(topic, partition)])
+            created += 1
+        except PlacementError:
+            continue  # the backup is writing it right now
+    return created

@@ -1,0 +1,263 @@
+"""The backup job: ``spark-submit jobs/backup.py [options]``.
+
+Lifecycle:
+
+1. Parse and check the settings; check the cluster answers and explicitly
+   named topics exist. Nothing starts if any of this fails.
+2. Give every selected partition that has no files yet an empty segment.
+3. Take the first consumer group offset round (groups, then end offsets).
+4. Start the Structured Streaming query ``kbackup_kafka`` -> ``kbackup_v1``
+   with its checkpoint in ``TARGET/.kbackup/spark-checkpoint`` by default:
+   ``Trigger.AvailableNow`` in snapshot mode (back up what exists at the
+   start, then stop), a processing-time trigger otherwise.
+5. While it runs: log each micro-batch (records read, remaining lag per
+   topic), take an offset round every ``--offsets-interval`` seconds, and
+   store each round once the backup has caught up with it.
+6. On SIGTERM or SIGINT, stop the query: the batch in flight is abandoned
+   (its unsynced writes are repaired on the next start and its records read
+   again). Exit 0 on a clean stop or a finished snapshot, 1 on a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from kbackup.backup.group_offsets import OffsetRound, ensure_partitions, store_round, take_round
+from kbackup.backup.settings import BackupSettings, parse_backup_args
+from kbackup.errors import KbackupError
+from kbackup.kafka.client_settings import redact
+from kbackup.kafka.cluster import ClusterError, TopicPartitionKey, admin_client, partition_counts
+from kbackup.logsetup import ensure_console_logging
+from kbackup.partition.layout import list_partitions
+from kbackup.partition.reader import PartitionReader
+from kbackup.spark.kafka_source import SOURCE_NAME, KafkaSource, decode_offsets
+from kbackup.spark.v1_sink import SINK_NAME, V1Sink
+
+log = logging.getLogger("kbackup.backup")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``jobs/backup.py``; returns the exit code."""
+    ensure_console_logging()
+    try:
+        settings = parse_backup_args(list(sys.argv[1:] if argv is None else argv))
+    except KbackupError as exc:
+        print(f"kbackup backup: error: {exc}", file=sys.stderr)
+        return 2
+    ensure_console_logging(debug=settings.debug)
+    try:
+        return BackupJob(settings).run()
+    except KbackupError as exc:
+        print(f"kbackup backup: error: {exc}", file=sys.stderr)
+        return 1
+
+
+@dataclass
+class BackupJob:
+    settings: BackupSettings
+    _stop_signal: int | None = None
+    _pending: list[OffsetRound] = field(default_factory=list)
+    _logged_batch: int = -1
+    _rows: int = 0
+
+    def run(self) -> int:
+        settings = self.settings
+        safe = redact(settings.client)
+        log.info(
+            "backing up %s from %s into %s (%s)",
+            settings.selection.describe(),
+            safe["bootstrap.servers"],
+            settings.target,
+            "snapshot" if settings.snapshot else "continuous",
+        )
+        admin = admin_client({**settings.client, "socket.timeout.ms": "10000"})
+        self._preflight(admin)
+        settings.target.mkdir(parents=True, exist_ok=True)
+        created = ensure_partitions(
+            settings.target, admin, settings.selection, max_segment_size=settings.max_segment_size
+        )
+        if created:
+            log.info("%d new partition(s) prepared in the backup", created)
+        self._pending.append(take_round(admin, settings.selection))
+
+        spark = self._session()
+        query = self._start(spark)
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        started = time.monotonic()
+        next_round = time.monotonic() + settings.offsets_interval
+        try:
+            while query.isActive:
+                if self._stop_signal is not None:
+                    log.info("signal %d: stopping after abandoning the batch in flight", self._stop_signal)
+                    query.stop()
+                    break
+                query.awaitTermination(1)
+                self._report_progress(query)
+                if not settings.snapshot and time.monotonic() >= next_round:
+                    self._pending.append(take_round(admin, settings.selection))
+                    next_round = time.monotonic() + settings.offsets_interval
+                self._store_reached_rounds(query)
+            self._report_progress(query)
+            failure = query.exception()
+            if failure is not None:
+                raise KbackupError(f"the backup query failed: {_cause(failure)}")
+            self._store_reached_rounds(query)
+            if settings.snapshot and self._stop_signal is None:
+                self._summary(time.monotonic() - started)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            spark.stop()
+        return 0
+
+    # -- steps ---------------------------------------------------------------
+
+    def _preflight(self, admin: Any) -> None:
+        try:
+            counts = partition_counts(admin, timeout=15)
+        except ClusterError as exc:
+            raise ClusterError(f"cannot reach Kafka at {self.settings.client['bootstrap.servers']}: {exc}") from None
+        selection = self.settings.selection
+        if selection.topics is not None:
+            missing = [topic for topic in selection.topics if topic not in counts]
+            if missing:
+                raise KbackupError(
+                    f"topic(s) {', '.join(missing)} do not exist on {self.settings.client['bootstrap.servers']}"
+                )
+        elif not selection.select(counts):
+            log.warning("no topic matches %r yet; the backup picks topics up as they appear", selection.pattern)
+
+    def _session(self) -> Any:
+        from pyspark.sql import SparkSession
+
+        builder = SparkSession.builder.appName("kbackup-backup")
+        for key, value in self.settings.spark_conf.items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel("WARN")
+        spark.dataSource.register(KafkaSource)
+        spark.dataSource.register(V1Sink)
+        return spark
+
+    def _start(self, spark: Any) -> Any:
+        settings = self.settings
+        reader = spark.readStream.format(SOURCE_NAME)
+        for key, value in settings.client.items():
+            reader = reader.option(f"kafka.{key}", value)
+        if settings.selection.topics is not None:
+            reader = reader.option("subscribe", ",".join(settings.selection.topics))
+        else:
+            reader = reader.option("subscribePattern", settings.selection.pattern)
+        reader = reader.option("startingOffsets", "earliest").option("includeHeaders", "true")
+        reader = reader.option("failOnDataLoss", "false")
+        if settings.max_offsets_per_trigger:
+            reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+        writer = (
+            reader.load()
+            .writeStream.format(SINK_NAME)
+            .queryName("kbackup-backup")
+            .option("checkpointLocation", str(settings.checkpoint))
+            .option("maxSegmentSize", str(settings.max_segment_size))
+        )
+        if settings.snapshot:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{settings.trigger_interval} seconds")
+        return writer.start(str(settings.target))
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._stop_signal = signum
+
+    def _report_progress(self, query: Any) -> None:
+        for progress in query.recentProgress:
+            batch = progress.get("batchId", -1)
+            if batch <= self._logged_batch:
+                continue
+            self._logged_batch = batch
+            rows = int(progress.get("numInputRows", 0))
+            self._rows += rows
+            lag = _lag_by_topic(progress)
+            lag_text = ", ".join(f"{topic} {count}" for topic, count in sorted(lag.items())) or "none"
+            log.info("batch %d: %d records read; remaining lag: %s", batch, rows, lag_text)
+
+    def _store_reached_rounds(self, query: Any) -> None:
+        if not self._pending:
+            return
+        backed_up = _backed_up_offsets(query)
+        while self._pending and self._pending[0].reached_by(backed_up):
+            round_ = self._pending.pop(0)
+            changed = store_round(self.settings.target, round_, prune=self.settings.prune_groups)
+            groups = len(round_.groups)
+            log.info("consumer offsets of %d group(s) stored (%d file(s) changed)", groups, changed)
+
+    def _summary(self, seconds: float) -> None:
+        target = self.settings.target
+        for topic_dir in sorted(p for p in target.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            if not self.settings.selection.matches(topic_dir.name):
+                continue
+            records = size = 0
+            partitions = list_partitions(topic_dir)
+            for partition in partitions:
+                for segment in PartitionReader(topic_dir, partition).summaries():
+                    records += segment.record_count
+                    size += segment.records_bytes
+            log.info(
+                "snapshot: %s: %d partitions, %d records, %d bytes in the backup",
+                topic_dir.name,
+                len(partitions),
+                records,
+                size,
+            )
+        rate = self._rows / seconds if seconds > 0 else 0.0
+        log.info("snapshot finished: %d records read in %.1f s (%.0f records/s)", self._rows, seconds, rate)
+
+
+def _offsets_field(progress: dict[str, Any], name: str) -> dict[TopicPartitionKey, int]:
+    sources = progress.get("sources") or []
+    if not sources:
+        return {}
+    value = sources[0].get(name)
+    if isinstance(value, str):
+        value = json.loads(value) if value.strip() else None
+    if not isinstance(value, dict) or "v" not in value:
+        return {}
+    return decode_offsets(value)
+
+
+def _lag_by_topic(progress: dict[str, Any]) -> dict[str, int]:
+    end = _offsets_field(progress, "endOffset")
+    latest = _offsets_field(progress, "latestOffset")
+    lag: dict[str, int] = {}
+    for (topic, partition), offset in latest.items():
+        lag[topic] = lag.get(topic, 0) + max(0, offset - end.get((topic, partition), 0))
+    return lag
+
+
+def _backed_up_offsets(query: Any) -> dict[TopicPartitionKey, int]:
+    """The end offsets of the last committed micro-batch: everything below is in the backup."""
+    progress = query.lastProgress
+    return _offsets_field(progress, "endOffset") if progress else {}
+
+
+_KBACKUP_ERROR = re.compile(r"(kbackup\.[\w.]+Error): (.+)")
+
+
+def _cause(failure: Any) -> str:
+    """The most useful line of a query failure: kbackup's own error when there is one."""
+    text = str(failure)
+    match = _KBACKUP_ERROR.search(text)
+    if match:
+        return f"{match[1].rsplit('.', 1)[-1]}: {match[2].strip()}"
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:500]
+    return type(failure).__name__

@@ -1,0 +1,1 @@
+"""Kafka access on confluent-kafka: topic selection, offsets, consumer groups, client settings."""

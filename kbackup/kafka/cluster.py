@@ -1,0 +1,94 @@
+"""Questions kbackup asks a Kafka cluster: partitions, watermarks, committed group offsets.
+
+Every function takes client settings (a plain dict) and builds its client;
+errors from the cluster become :class:`ClusterError` with what was asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kbackup.errors import KbackupError
+
+TopicPartitionKey = tuple[str, int]
+
+
+class ClusterError(KbackupError):
+    """The Kafka cluster could not be reached or refused a request."""
+
+
+def admin_client(settings: Mapping[str, str]) -> Any:
+    """An admin client whose log goes to the ``kbackup.librdkafka`` logger, not to stderr."""
+    import logging
+
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(dict(settings), logger=logging.getLogger("kbackup.librdkafka"))
+
+
+def partition_counts(admin: Any, *, timeout: float = 30) -> dict[str, int]:
+    """Every topic the cluster reports, with its partition count."""
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except Exception as exc:
+        raise ClusterError(f"cannot list topics: {_reason(exc)}") from None
+    return {name: len(topic.partitions) for name, topic in metadata.topics.items() if topic.error is None}
+
+
+def list_offsets(
+    admin: Any,
+    partitions: Iterable[TopicPartitionKey],
+    *,
+    latest: bool,
+    read_committed: bool = True,
+    timeout: float = 30,
+) -> dict[TopicPartitionKey, int]:
+    """The earliest (log-start) or latest offset of each partition.
+
+    With ``read_committed`` the latest offset is the last stable offset: the
+    end of committed data, before any open transaction.
+    """
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    wanted = list(partitions)
+    if not wanted:
+        return {}
+    spec = OffsetSpec.latest() if latest else OffsetSpec.earliest()
+    isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
+    request = {TopicPartition(topic, partition): spec for topic, partition in wanted}
+    try:
+        futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=timeout)
+        return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
+    except Exception as exc:
+        which = "latest" if latest else "earliest"
+        raise ClusterError(f"cannot list {which} offsets of {len(wanted)} partitions: {_reason(exc)}") from None
+
+
+def committed_group_offsets(admin: Any, *, timeout: float = 30) -> dict[str, dict[TopicPartitionKey, int]]:
+    """For every consumer group, its committed offset on each partition it has one for."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    try:
+        listing = admin.list_consumer_groups(request_timeout=timeout).result()
+        groups = sorted(group.group_id for group in listing.valid)
+        result: dict[str, dict[TopicPartitionKey, int]] = {}
+        for group in groups:
+            futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=timeout)
+            for future in futures.values():
+                offsets = {
+                    (tp.topic, tp.partition): tp.offset
+                    for tp in future.result().topic_partitions
+                    if tp.error is None and tp.offset >= 0
+                }
+                if offsets:
+                    result[group] = offsets
+        return result
+    except Exception as exc:
+        raise ClusterError(f"cannot read consumer group offsets: {_reason(exc)}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc.args[0]) if exc.args else str(exc)
+    return text or type(exc).__name__

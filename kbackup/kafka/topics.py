@@ -1,0 +1,52 @@
+"""Which topics a backup covers: an explicit list or a regular expression.
+
+A regular expression must match the **whole** topic name (like the original,
+which used Java's ``Pattern.matcher(topic).matches()``). Internal topics
+(``__consumer_offsets``, ``__transaction_state`` and any name starting with
+``__``) are never selected by a pattern; they can still be listed explicitly.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kbackup.errors import UsageError
+
+
+@dataclass(frozen=True)
+class TopicSelection:
+    """Exactly one of ``topics`` and ``pattern`` is set."""
+
+    topics: tuple[str, ...] | None = None
+    pattern: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.topics is None) == (self.pattern is None):
+            raise UsageError("give either a topic list or a topic regex, not both and not neither")
+        if self.topics is not None and not self.topics:
+            raise UsageError("the topic list is empty")
+        if self.pattern is not None:
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                raise UsageError(f"invalid topic regex {self.pattern!r}: {exc}") from None
+
+    @classmethod
+    def from_list(cls, text: str) -> TopicSelection:
+        topics = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+        return cls(topics=topics)
+
+    def matches(self, topic: str) -> bool:
+        if self.topics is not None:
+            return topic in self.topics
+        assert self.pattern is not None
+        return not topic.startswith("__") and re.fullmatch(self.pattern, topic) is not None
+
+    def select(self, available: Iterable[str]) -> list[str]:
+        """The selected topics among ``available``, sorted."""
+        return sorted(topic for topic in available if self.matches(topic))
+
+    def describe(self) -> str:
+        return f"topics {','.join(self.topics)}" if self.topics is not None else f"topics matching {self.pattern!r}"

@@ -1,0 +1,214 @@
+"""The backup sink: a Spark streaming writer into kafka-backup v1 files.
+
+::
+
+    df.writeStream.format("kbackup_v1").option("checkpointLocation", ...).start("/backups/prod")
+
+It takes the Kafka source schema (``key``, ``value``, ``topic``, ``partition``,
+``offset``, ``timestamp``, ``timestampType``, ``headers``), from this
+project's source or Spark's own (with ``includeHeaders=true``), and writes
+each record to ``<path>/<topic>/`` with one :class:`PartitionWriter` per Kafka
+partition.
+
+Exactly once in the files: every record is placed by its offset, so a
+micro-batch replayed after a crash finds its records already stored and skips
+them (an error names topic, partition and offset if the bytes differ). A task
+syncs its partitions (fsync) before it returns its commit message, so when
+Spark records the batch as committed, its records are durable. A failed or
+killed attempt leaves at most an unsynced tail, which the next writer of the
+partition repairs when it opens it: there is nothing for ``abort`` to delete.
+Two attempts of the same task cannot write a partition at once: the second
+waits for the first's lock.
+
+Options: ``path`` (the backup root, required), ``maxSegmentSize`` (bytes,
+default 1 GiB), ``lockTimeoutSeconds`` (default 600), ``fsync`` (default true).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from kbackup.errors import UsageError
+from kbackup.format.record import Header, Record
+from kbackup.logsetup import ensure_console_logging
+from kbackup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE, PartitionWriter
+
+log = logging.getLogger("kbackup.sink")
+
+SINK_NAME = "kbackup_v1"
+REQUIRED_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    target: Path
+    max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE
+    lock_timeout: float = 600
+    fsync: bool = True
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+        known = {"path", "maxsegmentsize", "locktimeoutseconds", "fsync", "checkpointlocation", "queryname"}
+        lowered = {key.lower(): value for key, value in options.items()}
+        for key in options:
+            if key.lower() not in known:
+                raise UsageError(f"unknown option {key!r} for the {SINK_NAME} sink")
+        if not lowered.get("path"):
+            raise UsageError(f"the {SINK_NAME} sink needs a path: writeStream...start(PATH)")
+        try:
+            return cls(
+                target=Path(lowered["path"]),
+                max_segment_size=int(lowered.get("maxsegmentsize", DEFAULT_MAX_SEGMENT_SIZE)),
+                lock_timeout=float(lowered.get("locktimeoutseconds", 600)),
+                fsync=lowered.get("fsync", "true").lower() != "false",
+            )
+        except ValueError as exc:
+            raise UsageError(f"invalid option for the {SINK_NAME} sink: {exc}") from None
+
+
+@dataclass
+class PartitionWrite:
+    """What one task did to one partition."""
+
+    topic: str
+    partition: int
+    first_offset: int
+    last_offset: int
+    written: int = 0
+    skipped: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class BackupCommitMessage(WriterCommitMessage):
+    partitions: list[PartitionWrite] = field(default_factory=list)
+
+
+class V1Sink(DataSource):
+    """``format("kbackup_v1")``: see the module docstring."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SINK_NAME
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> V1StreamWriter:
+        missing = [name for name in REQUIRED_COLUMNS if name not in schema.fieldNames()]
+        if missing:
+            hint = " (set includeHeaders=true on the Kafka source)" if missing == ["headers"] else ""
+            raise UsageError(f"the {SINK_NAME} sink needs the Kafka columns {', '.join(missing)}{hint}")
+        return V1StreamWriter(SinkOptions.parse(self.options))
+
+
+class V1StreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> BackupCommitMessage:
+        """Executor side: append every record, then sync each partition it touched."""
+        writers: dict[tuple[str, int], PartitionWriter] = {}
+        stats: dict[tuple[str, int], PartitionWrite] = {}
+        try:
+            for batch in iterator:
+                self._write_batch(batch, writers, stats)
+            for key, writer in writers.items():
+                writer.close()
+                stats[key].bytes = writer.appended_bytes
+        except BaseException:
+            for writer in writers.values():
+                writer.abandon()
+            raise
+        return BackupCommitMessage(sorted(stats.values(), key=lambda s: (s.topic, s.partition)))
+
+    def _write_batch(
+        self,
+        batch: pa.RecordBatch,
+        writers: dict[tuple[str, int], PartitionWriter],
+        stats: dict[tuple[str, int], PartitionWrite],
+    ) -> None:
+        n = batch.num_rows
+        if not n:
+            return
+        topics = batch.column("topic").to_pylist()
+        partitions = batch.column("partition").to_pylist()
+        offsets = batch.column("offset").to_pylist()
+        keys = batch.column("key").to_pylist()
+        values = batch.column("value").to_pylist()
+        times = batch.column("timestamp").cast(pa.int64()).to_pylist()
+        types = batch.column("timestampType").to_pylist()
+        headers = batch.column("headers")
+        bounds = headers.offsets.to_pylist()
+        header_keys = headers.values.field("key").to_pylist()
+        header_values = headers.values.field("value").to_pylist()
+        current: tuple[str, int] | None = None
+        writer: PartitionWriter | None = None
+        stat: PartitionWrite | None = None
+        for i in range(n):
+            key = (topics[i], partitions[i])
+            if key != current:
+                current = key
+                writer = writers.get(key)
+                if writer is None:
+                    writer = writers[key] = PartitionWriter(
+                        self.options.target / key[0],
+                        key[0],
+                        key[1],
+                        max_segment_size=self.options.max_segment_size,
+                        fsync=self.options.fsync,
+                        lock_timeout=self.options.lock_timeout,
+                    )
+                    stats[key] = PartitionWrite(key[0], key[1], offsets[i], offsets[i])
+                stat = stats[key]
+            assert writer is not None
+            assert stat is not None
+            start, stop = bounds[i], bounds[i + 1]
+            record_headers: tuple[Header, ...] = (
+                tuple(zip(header_keys[start:stop], header_values[start:stop], strict=True)) if stop > start else ()
+            )
+            ts_type, timestamp = v1_timestamp(types[i], times[i])
+            if writer.append(Record(offsets[i], ts_type, timestamp, keys[i], values[i], record_headers)):
+                stat.written += 1
+            else:
+                stat.skipped += 1
+            stat.last_offset = offsets[i]
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver side: report what the batch wrote."""
+        ensure_console_logging()
+        per_topic: dict[str, list[int]] = {}
+        for message in messages:
+            for write in message.partitions if isinstance(message, BackupCommitMessage) else ():
+                totals = per_topic.setdefault(write.topic, [0, 0, 0])
+                totals[0] += write.written
+                totals[1] += write.bytes
+                totals[2] += write.skipped
+        for topic, (written, size, skipped) in sorted(per_topic.items()):
+            extra = f", {skipped} already in the backup" if skipped else ""
+            log.info("batch %d: %s: %d records, %d bytes written%s", batchId, topic, written, size, extra)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        log.warning(
+            "batch %d failed; what its tasks wrote but did not sync is repaired when the partition is next opened",
+            batchId,
+        )
+
+
+def v1_timestamp(kafka_type: int, micros: int | None) -> tuple[int, int | None]:
+    """Kafka's timestamp type and Spark's timestamp (microseconds) -> v1 type and milliseconds.
+
+    A CreateTime record without a timestamp (Kafka's -1) becomes type -2, as
+    the original tool writes it.
+    """
+    if kafka_type == 0:
+        if micros is None or micros == -1000:
+            return -2, None
+        return 0, micros // 1000
+    if kafka_type == 1 and micros is not None:
+        return 1, micros // 1000
+    return -1, None

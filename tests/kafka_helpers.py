@@ -1,0 +1,143 @@
+"""Helpers for integration tests: run the Spark jobs, make topics, read them back plainly."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tests.broker import BrokerUnderTest
+from tests.conftest import REPO
+
+SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
+
+
+def job_env() -> dict[str, str]:
+    """Environment for spark-submit: this interpreter on driver and executors, this checkout importable."""
+    return {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+
+
+def backup_command(*args: str | Path) -> list[str]:
+    return [
+        str(SPARK_SUBMIT),
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        str(REPO / "jobs" / "backup.py"),
+        *map(str, args),
+    ]
+
+
+def run_backup(*args: str | Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        backup_command(*args), capture_output=True, text=True, env=job_env(), cwd=REPO, timeout=timeout
+    )
+
+
+def start_backup(*args: str | Path, log: Path) -> subprocess.Popen[bytes]:
+    """Start a backup in its own process group, output to ``log``."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            backup_command(*args), stdout=out, stderr=subprocess.STDOUT, env=job_env(), cwd=REPO, start_new_session=True
+        )
+
+
+def kbackup_lines(*args: str | Path) -> list[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "kbackup", *map(str, args)], capture_output=True, text=True, env=job_env(), check=True
+    )
+    return result.stdout.splitlines()
+
+
+def create_topics(
+    broker: BrokerUnderTest, specs: dict[str, int], configs: dict[str, dict[str, str]] | None = None
+) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(broker.client_settings())
+    topics = [NewTopic(name, count, 1, config=(configs or {}).get(name, {})) for name, count in specs.items()]
+    for future in admin.create_topics(topics).values():
+        future.result(30)
+
+
+def record_json(message: Any) -> dict[str, Any]:
+    """A consumed message in ``kbackup cat``'s JSON shape."""
+    kind, timestamp = message.timestamp()
+    names = {0: "NoTimestampType", 1: "CreateTime", 2: "LogAppendTime"}
+    if kind == 0 or (kind == 1 and timestamp == -1):
+        timestamp = None
+
+    def b64(data: bytes | None) -> str | None:
+        return None if data is None else base64.b64encode(data).decode()
+
+    return {
+        "topic": message.topic(),
+        "partition": message.partition(),
+        "offset": message.offset(),
+        "timestampType": names[kind],
+        "timestamp": timestamp,
+        "key": b64(message.key()),
+        "value": b64(message.value()),
+        "headers": [[key, b64(value)] for key, value in (message.headers() or [])],
+    }
+
+
+def consume_all(broker: BrokerUnderTest, topics: Iterable[str], *, timeout: float = 60) -> list[dict[str, Any]]:
+    """Every committed record of ``topics`` as a plain read_committed consumer sees it.
+
+    Sorted by topic, partition and offset.
+    """
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(broker.client_settings())
+    metadata = admin.list_topics(timeout=30)
+    assignments = [TopicPartition(t, p, 0) for t in topics for p in metadata.topics[t].partitions]
+    consumer = Consumer(
+        broker.client_settings(
+            **{
+                "group.id": "kbackup-test-reader",
+                "enable.auto.commit": "false",
+                "isolation.level": "read_committed",
+                "enable.partition.eof": "true",
+                "auto.offset.reset": "earliest",
+            }
+        )
+    )
+    consumer.assign(assignments)
+    remaining = {(tp.topic, tp.partition) for tp in assignments}
+    records: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while remaining and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is None:
+            continue
+        if message.error():
+            if message.error().code() == KafkaError._PARTITION_EOF:
+                remaining.discard((message.topic(), message.partition()))
+                continue
+            raise RuntimeError(message.error().str())
+        records.append(record_json(message))
+    consumer.close()
+    assert not remaining, f"did not reach the end of {sorted(remaining)}"
+    return sorted(records, key=lambda r: (r["topic"], r["partition"], r["offset"]))
+
+
+def backed_up(target: Path, topics: Sequence[str]) -> list[dict[str, Any]]:
+    """``kbackup cat`` of the backup, for ``topics``, in (topic, partition, offset) order."""
+    records = []
+    for topic in topics:
+        records += [json.loads(line) for line in kbackup_lines("cat", target, "--topic", topic)]
+    return sorted(records, key=lambda r: (r["topic"], r["partition"], r["offset"]))

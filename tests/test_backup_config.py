@@ -1,0 +1,160 @@
+"""Pure logic of the backup job: configuration, topic selection, offsets, admission, timestamps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from kbackup.backup.settings import parse_backup_args
+from kbackup.errors import UsageError
+from kbackup.kafka.client_settings import redact
+from kbackup.kafka.java_client_settings import librdkafka_settings
+from kbackup.kafka.topics import TopicSelection
+from kbackup.properties import parse_properties
+from kbackup.spark.kafka_source import SourceOptions, _admit, decode_offsets, encode_offsets
+from kbackup.spark.v1_sink import SinkOptions, v1_timestamp
+
+
+def test_properties_syntax() -> None:
+    text = (
+        "# comment\n! also\ntopics:orders\ntarget.dir = /data/backup\n"
+        "key value with spaces\nlong=a\\\n    b\nesc=x\\=y\\tz\n"
+    )
+    assert parse_properties(text) == {
+        "topics": "orders",
+        "target.dir": "/data/backup",
+        "key": "value with spaces",
+        "long": "ab",
+        "esc": "x=y\tz",
+    }
+
+
+def test_settings_from_the_originals_properties_and_flags(tmp_path: Path) -> None:
+    properties = tmp_path / "sink.properties"
+    properties.write_text(
+        "name=backup-sink\nconnector.class=de.azapps.kafkabackup.sink.BackupSinkConnector\ntasks.max=1\n"
+        "key.converter=x\nvalue.converter=x\nheader.converter=x\n"
+        "target.dir=/data/b\ntopics.regex=orders-.*\nmax.segment.size.bytes=1000\nsnapshot=true\n"
+        "cluster.bootstrap.servers=k1:9092\ncluster.security.protocol=SSL\n"
+    )
+    settings = parse_backup_args(["--properties", str(properties), "--offsets-interval", "5"])
+    assert settings.target == Path("/data/b")
+    assert settings.selection == TopicSelection(pattern="orders-.*")
+    assert settings.max_segment_size == 1000
+    assert settings.snapshot is True
+    assert settings.client == {"bootstrap.servers": "k1:9092", "security.protocol": "SSL"}
+    assert settings.checkpoint == Path("/data/b/.kbackup/spark-checkpoint")
+    assert settings.offsets_interval == 5
+
+
+def test_flags_of_backup_standalone(tmp_path: Path) -> None:
+    config = tmp_path / "command.properties"
+    config.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="bob" password="s3=cr:t";\n'
+    )
+    settings = parse_backup_args(
+        [
+            "--bootstrap-server",
+            "k:9092",
+            "--target-dir",
+            "/b",
+            "--topics",
+            "a, b,a",
+            "--max-segment-size",
+            "64",
+            "--command-config",
+            str(config),
+            "--snapshot",
+        ]
+    )
+    assert settings.selection.topics == ("a", "b")
+    assert settings.client == {
+        "bootstrap.servers": "k:9092",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "bob",
+        "sasl.password": "s3=cr:t",
+    }
+    assert redact(settings.client)["sasl.password"] == "***"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--target-dir", "/b", "--topics", "a"], "needs --bootstrap-server"),
+        (["--bootstrap-server", "k:1", "--topics", "a"], "needs a target directory"),
+        (["--bootstrap-server", "k:1", "--target-dir", "/b"], "say what to back up"),
+        (["--bootstrap-server", "k:1", "--target-dir", "/b", "--topics-regex", "("], "invalid topic regex"),
+        (["--bootstrap-server", "k:1", "--target-dir", "/b", "--topics", "a", "--spark-conf", "x"], "KEY=VALUE"),
+    ],
+)
+def test_settings_errors(args: list[str], message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        parse_backup_args(args)
+
+
+def test_java_keystores_are_refused_with_the_librdkafka_equivalent() -> None:
+    with pytest.raises(UsageError, match=r"ssl.truststore.location .* use ssl.ca.location"):
+        librdkafka_settings({"ssl.truststore.location": "/x.jks"}, source="cc")
+    with pytest.raises(UsageError, match="GssapiLoginModule"):
+        librdkafka_settings({"sasl.jaas.config": "com.sun.GssapiLoginModule required;"}, source="cc")
+
+
+def test_topic_selection() -> None:
+    regex = TopicSelection(pattern="orders.*")
+    assert regex.select(["orders", "orders-eu", "my-orders", "__consumer_offsets"]) == ["orders", "orders-eu"]
+    assert not TopicSelection(pattern=".*").matches("__transaction_state")
+    assert TopicSelection.from_list("b,a").select(["a", "c"]) == ["a"]
+    with pytest.raises(UsageError):
+        TopicSelection(topics=("a",), pattern="b")
+
+
+def test_offsets_are_canonical() -> None:
+    offsets = {("b", 10): 5, ("a", 2): 1, ("b", 9): 7, ("a", 0): 3}
+    encoded = encode_offsets(offsets)
+    assert json.dumps(encoded) == '{"v": 1, "topics": {"a": {"0": 3, "2": 1}, "b": {"9": 7, "10": 5}}}'
+    assert decode_offsets(json.loads(json.dumps(encoded))) == offsets
+    assert json.dumps(encode_offsets(dict(reversed(list(offsets.items()))))) == json.dumps(encoded)
+
+
+def test_admission_shares_the_limit_in_proportion() -> None:
+    begin = {("t", 0): 100, ("t", 1): 0}
+    available = {("t", 0): 300, ("t", 1): 100}
+    assert _admit(begin, {}, available, ReadAllAvailable()) == {("t", 0): 400, ("t", 1): 100}
+    assert _admit(begin, {}, available, ReadMaxRows(40)) == {("t", 0): 130, ("t", 1): 10}
+    # A limit too small to share still makes progress.
+    assert _admit(begin, {}, available, ReadMaxRows(1)) == {("t", 0): 101, ("t", 1): 0}
+
+
+def test_source_and_sink_options_are_checked() -> None:
+    with pytest.raises(UsageError, match="unknown option 'subscribed'"):
+        SourceOptions.parse({"kafka.bootstrap.servers": "k:1", "subscribed": "a"})
+    with pytest.raises(UsageError, match="exactly one of the options subscribe and subscribePattern"):
+        SourceOptions.parse({"kafka.bootstrap.servers": "k:1"})
+    options = SourceOptions.parse(
+        {"kafka.bootstrap.servers": "k:1", "subscribe": "a", "startingOffsets": '{"a": {"0": 5}}'}
+    )
+    assert options.starting == {("a", 0): 5}
+    assert options.client["isolation.level"] == "read_committed"
+    with pytest.raises(UsageError, match="unknown option 'maxsegment'"):
+        SinkOptions.parse({"path": "/b", "maxsegment": "1"})
+
+
+@pytest.mark.parametrize(
+    ("kafka_type", "micros", "expected"),
+    [
+        (0, 1_700_000_000_123_000, (0, 1_700_000_000_123)),
+        (0, -1000, (-2, None)),  # CreateTime without a timestamp: the original's -2
+        (0, None, (-2, None)),
+        (1, 1_700_000_000_456_000, (1, 1_700_000_000_456)),
+        (-1, -1000, (-1, None)),
+        (0, -86_400_000_000, (0, -86_400_000)),  # before 1970
+    ],
+)
+def test_timestamp_mapping(kafka_type: int, micros: int | None, expected: tuple[int, int | None]) -> None:
+    assert v1_timestamp(kafka_type, micros) == expected

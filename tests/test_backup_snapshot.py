@@ -1,0 +1,248 @@
+"""Snapshot backup on a real broker and real Spark: what `kbackup cat` shows equals what a consumer reads."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kbackup.format.naming import parse_segment_file_name
+from kbackup.partition.offsets_file import read_consumer_offsets
+from kbackup.partition.reader import PartitionReader
+from tests.broker import BrokerUnderTest
+from tests.conftest import REPO
+from tests.kafka_helpers import backed_up, consume_all, create_topics, job_env, run_backup
+
+TOPICS = ["snap-mixed", "snap-appendtime", "snap-tx", "snap-empty"]
+
+
+def _produce(kafka: BrokerUnderTest) -> dict[tuple[str, int], int]:
+    """Fill the topics; return each partition's end offset."""
+    from confluent_kafka import Producer
+
+    create_topics(
+        kafka,
+        {"snap-mixed": 3, "snap-appendtime": 2, "snap-tx": 1, "snap-empty": 2},
+        {"snap-appendtime": {"message.timestamp.type": "LogAppendTime"}},
+    )
+    producer = Producer(kafka.client_settings(**{"enable.idempotence": "true", "linger.ms": "5"}))
+    # Recent explicit timestamps: old ones would fall to the topic's time-based retention.
+    base_time = int(time.time() * 1000) - 60_000
+    for i in range(300):
+        key = None if i % 5 == 0 else f"key-{i}".encode()
+        value = None if i % 7 == 0 else b"" if i % 11 == 0 else f"value-{i}".encode() * (1 + i % 4)
+        headers = [("dup", b"1"), ("dup", None), ("ключ", b""), ("dup", b"3")] if i % 3 == 0 else None
+        producer.produce("snap-mixed", key=key, value=value, headers=headers, partition=i % 3, timestamp=base_time + i)
+        producer.produce("snap-appendtime", key=key, value=value, partition=i % 2)
+    producer.flush(30)
+
+    tx = Producer(kafka.client_settings(**{"transactional.id": "snap-tx-producer"}))
+    tx.init_transactions(30)
+    for batch, commit in ((range(0, 5), True), (range(5, 8), False), (range(8, 10), True)):
+        tx.begin_transaction()
+        for i in batch:
+            tx.produce("snap-tx", key=f"k{i}".encode(), value=f"{'committed' if commit else 'aborted'}-{i}".encode())
+        if commit:
+            tx.commit_transaction(30)
+        else:
+            tx.abort_transaction(30)
+
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(kafka.client_settings())
+    from confluent_kafka.admin import OffsetSpec
+
+    keys = [TopicPartition("snap-mixed", p) for p in range(3)] + [TopicPartition("snap-tx", 0)]
+    result = admin.list_offsets({tp: OffsetSpec.latest() for tp in keys})
+    return {(tp.topic, tp.partition): future.result().offset for tp, future in result.items()}
+
+
+def _commit(kafka: BrokerUnderTest, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(kafka.client_settings(**{"group.id": group, "enable.auto.commit": "false"}))
+    consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
+    consumer.close()
+
+
+@dataclass
+class Snapshot:
+    target: Path
+    args: list[str | Path]
+    result: subprocess.CompletedProcess[str]
+    ends: dict[tuple[str, int], int]
+
+
+@pytest.fixture(scope="module")
+def snapshot(kafka: BrokerUnderTest, tmp_path_factory: pytest.TempPathFactory) -> Snapshot:
+    ends = _produce(kafka)
+    _commit(kafka, "group-at-zero", {("snap-mixed", 0): 0})
+    _commit(kafka, "group-mid", {("snap-mixed", 1): 37, ("snap-tx", 0): 3})
+    _commit(kafka, "group-at-end", {("snap-mixed", 2): ends[("snap-mixed", 2)], ("snap-tx", 0): ends[("snap-tx", 0)]})
+    target = tmp_path_factory.mktemp("snapshot") / "backup"
+    settings = tmp_path_factory.mktemp("config") / "client.properties"
+    settings.write_text("".join(f"{k}={v}\n" for k, v in kafka.extra_settings.items()))
+    args: list[str | Path] = [
+        "--bootstrap-server", kafka.bootstrap_servers,
+        "--target-dir", target,
+        "--topics", ",".join(TOPICS),
+        "--command-config", settings,
+        "--max-segment-size", "4096",
+        "--snapshot",
+    ]  # fmt: skip
+    result = run_backup(*args)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return Snapshot(target, args, result, ends)
+
+
+def test_backup_equals_what_a_consumer_reads(kafka: BrokerUnderTest, snapshot: Snapshot) -> None:
+    target = snapshot.target
+    expected = consume_all(kafka, TOPICS)
+    got = backed_up(target, TOPICS)
+    assert len(got) == len(expected) > 600
+    for mine, theirs in zip(got, expected, strict=True):
+        assert mine == theirs
+    kinds = {(r["topic"], r["timestampType"]) for r in got}
+    assert ("snap-mixed", "CreateTime") in kinds and ("snap-appendtime", "LogAppendTime") in kinds
+    tx_values = [r["value"] for r in got if r["topic"] == "snap-tx"]
+    assert len(tx_values) == 7  # the aborted transaction's 3 records are not backed up
+
+
+def test_gaps_from_transaction_markers_are_kept(snapshot: Snapshot) -> None:
+    target, ends = snapshot.target, snapshot.ends
+    offsets = [record.offset for record in PartitionReader(target / "snap-tx", 0).records()]
+    assert offsets == sorted(offsets) and len(offsets) == 7
+    assert offsets[-1] < ends[("snap-tx", 0)] - 1  # the last offset is a commit marker, not a record
+    assert offsets[5] - offsets[4] > 1  # a marker (and, on Apache Kafka, aborted records) between commits
+
+
+def test_consumer_groups_stored_exactly(snapshot: Snapshot) -> None:
+    target, ends = snapshot.target, snapshot.ends
+    assert read_consumer_offsets(target / "snap-mixed", 0) == {"group-at-zero": 0}
+    assert read_consumer_offsets(target / "snap-mixed", 1) == {"group-mid": 37}
+    assert read_consumer_offsets(target / "snap-mixed", 2) == {"group-at-end": ends[("snap-mixed", 2)]}
+    assert read_consumer_offsets(target / "snap-tx", 0) == {"group-mid": 3, "group-at-end": ends[("snap-tx", 0)]}
+
+
+def test_layout_matches_the_original(snapshot: Snapshot) -> None:
+    target = snapshot.target
+    for topic, count in (("snap-mixed", 3), ("snap-appendtime", 2), ("snap-tx", 1), ("snap-empty", 2)):
+        names = sorted(p.name for p in (target / topic).iterdir())
+        for partition in range(count):
+            assert f"index_partition_{partition:03d}" in names
+        for name in names:
+            data = (target / topic / name).read_bytes()
+            if name.startswith(("segment_", "index_")):
+                assert data[:1] == b"\x01", name
+            else:
+                assert name.startswith("consumer_offsets_partition_"), name
+        segments = [parse_segment_file_name(n) for n in names if n.startswith("segment_")]
+        assert all(s is not None for s in segments)
+        assert {s.kind for s in segments if s} == {"records", "index"}
+    # 4 KiB segments roll: the mixed topic has several segments per partition.
+    assert len(PartitionReader(target / "snap-mixed", 0).segments) > 2
+    empty = PartitionReader(target / "snap-empty", 1)
+    assert [(s.name, s.record_count) for s in empty.summaries()] == [
+        ("segment_partition_001_from_offset_0000000000", 0)
+    ]
+
+
+def test_progress_and_summary_are_printed(snapshot: Snapshot) -> None:
+    result = snapshot.result
+    output = result.stdout + result.stderr
+    assert "batch 0:" in output and "remaining lag:" in output
+    assert "snapshot: snap-mixed: 3 partitions, 300 records" in output
+    assert "snapshot finished:" in output
+
+
+def test_second_snapshot_changes_nothing(kafka: BrokerUnderTest, snapshot: Snapshot) -> None:
+    target = snapshot.target
+    before = {p: p.read_bytes() for p in target.rglob("*") if p.is_file() and ".kbackup" not in p.parts}
+    result = run_backup(*snapshot.args)
+    assert result.returncode == 0, result.stdout[-3000:]
+    after = {p: p.read_bytes() for p in target.rglob("*") if p.is_file() and ".kbackup" not in p.parts}
+    assert after == before
+
+
+# -- errors before Spark starts ------------------------------------------------------
+
+
+def _job(*args: str) -> subprocess.CompletedProcess[str]:
+    """The job run by plain Python: errors must come before any Spark session exists."""
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, str(REPO / "jobs" / "backup.py"), *args],
+        capture_output=True,
+        text=True,
+        env=job_env(),
+        timeout=60,
+    )
+    assert time.monotonic() - started < 30
+    assert "Traceback" not in result.stderr
+    assert "SparkContext" not in result.stdout + result.stderr
+    return result
+
+
+def test_unknown_flag_is_a_usage_error() -> None:
+    result = _job("--target-dir", "/tmp/x", "--topics", "a", "--bootstrap-server", "h:1", "--snapshott")
+    assert result.returncode == 2
+    assert "unrecognized arguments: --snapshott" in result.stderr
+
+
+def test_unknown_property_and_conflicts(tmp_path: Path) -> None:
+    properties = tmp_path / "sink.properties"
+    properties.write_text("target.dir=/tmp/a\ntopics:orders\ncluster.bootstrap.servers=h:1\nmax.segment.size=5\n")
+    result = _job("--properties", str(properties))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"kbackup backup: error: {properties}: unknown property 'max.segment.size'"
+    properties.write_text("target.dir=/tmp/a\ntopics:orders\ncluster.bootstrap.servers=h:1\n")
+    result = _job("--properties", str(properties), "--topics", "payments")
+    assert result.returncode == 2
+    assert "--topics 'payments' disagrees with topics='orders'" in result.stderr
+    result = _job("--target-dir", "/tmp/a", "--topics", "a", "--topics-regex", "b.*", "--bootstrap-server", "h:1")
+    assert result.returncode == 2 and "not both" in result.stderr
+
+
+def test_unreachable_broker(tmp_path: Path) -> None:
+    from kbackup.embedded_broker import free_port
+
+    result = _job(
+        "--bootstrap-server", f"127.0.0.1:{free_port()}", "--target-dir", str(tmp_path), "--topics", "a", "--snapshot"
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith("kbackup backup: error: cannot reach Kafka at 127.0.0.1:")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_missing_topic(kafka: BrokerUnderTest, tmp_path: Path) -> None:
+    result = _job(
+        "--bootstrap-server",
+        kafka.bootstrap_servers,
+        "--target-dir",
+        str(tmp_path),
+        "--topics",
+        "no-such-topic",
+        "--snapshot",
+    )
+    assert result.returncode == 1
+    assert (
+        result.stderr.strip()
+        == f"kbackup backup: error: topic(s) no-such-topic do not exist on {kafka.bootstrap_servers}"
+    )
+
+
+def test_command_config_secrets_stay_out_of_the_output(tmp_path: Path) -> None:
+    config = tmp_path / "client.properties"
+    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="hunter2-secret";'
+    config.write_text(f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config={jaas}\n")
+    from kbackup.embedded_broker import free_port
+
+    result = _job("--bootstrap-server", f"127.0.0.1:{free_port()}", "--target-dir", str(tmp_path), "--topics", "a",
+                  "--command-config", str(config), "--snapshot")  # fmt: skip
+    assert result.returncode == 1
+    assert "hunter2-secret" not in result.stdout + result.stderr
