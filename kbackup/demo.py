@@ -1,62 +1,114 @@
-"""``./dev demo``: write a sample backup with the format library and look inside it.
+"""``./dev demo``: the backup job end to end on an embedded broker, local Spark and local files.
 
-Until the Spark backup job lands (issue 3), the demo cannot back up a broker;
-it writes a small backup the way the job will (a crash-safe writer per
-partition, consumer offsets beside it), then runs ``kbackup ls``,
-``kbackup offsets`` and the first records of ``kbackup cat``.
+1. Starts the embedded Kafka-protocol broker on a free loopback port.
+2. Creates sample topics: ``orders`` (3 partitions, keys, headers, a null
+   value now and then), ``payments`` (LogAppendTime, written by a
+   transactional producer with one aborted transaction) and an empty
+   ``audit``; commits offsets for two consumer groups.
+3. Runs ``spark-submit jobs/backup.py --snapshot`` into ``demo-backup/``.
+4. Shows ``kbackup ls`` and ``kbackup offsets`` of the result.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from kbackup.format.record import Record, TimestampType
-from kbackup.partition.offsets_file import write_consumer_offsets
-from kbackup.partition.writer import PartitionWriter
+from kbackup.embedded_broker import CLIENT_SETTINGS, EmbeddedBroker
+
+REPO = Path(__file__).resolve().parent.parent
 
 
-def write_sample_backup(root: Path) -> None:
-    """Two topics: 'orders' (3 partitions, headers, both timestamp types) and an empty 'audit'."""
-    for partition in range(3):
-        with PartitionWriter(root / "orders", "orders", partition, max_segment_size=4096) as writer:
-            for i in range(100):
-                offset = i * 2 if partition == 1 else i  # partition 1 has transaction-marker-like gaps
-                writer.append(
-                    Record(
-                        offset=offset,
-                        timestamp_type=TimestampType.LOG_APPEND_TIME if partition == 2 else TimestampType.CREATE_TIME,
-                        timestamp=1_767_225_600_000 + i * 1000,
-                        key=None if i % 10 == 0 else f"customer-{i % 7}".encode(),
-                        value=f'{{"order": {i}, "partition": {partition}}}'.encode(),
-                        headers=(("source", b"demo"), ("retry", None)) if i % 3 == 0 else (),
-                    )
-                )
-        write_consumer_offsets(root / "orders", partition, {"billing": 100, "shipping": 40 + partition})
-    with PartitionWriter(root / "audit", "audit", 0) as writer:
-        writer.ensure_segment(0)
+def fill(settings: dict[str, str]) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(settings)
+    topics = [
+        NewTopic("orders", 3, 1),
+        NewTopic("payments", 1, 1, config={"message.timestamp.type": "LogAppendTime"}),
+        NewTopic("audit", 2, 1),
+    ]
+    for future in admin.create_topics(topics).values():
+        future.result(30)
+    producer = Producer(settings)
+    now = int(time.time() * 1000)
+    for i in range(3000):
+        producer.produce(
+            "orders",
+            key=f"customer-{i % 17}".encode(),
+            value=None if i % 50 == 0 else f'{{"order": {i}}}'.encode(),
+            headers=[("source", b"demo"), ("trace", None)] if i % 3 == 0 else None,
+            partition=i % 3,
+            timestamp=now - 3000 + i,
+        )
+    producer.flush(30)
+    transactional = Producer({**settings, "transactional.id": "demo-payments"})
+    transactional.init_transactions(30)
+    for batch, commit in ((range(0, 40), True), (range(40, 50), False), (range(50, 90), True)):
+        transactional.begin_transaction()
+        for i in batch:
+            transactional.produce("payments", key=f"payment-{i}".encode(), value=f"{i * 10} EUR".encode())
+        if commit:
+            transactional.commit_transaction(30)
+        else:
+            transactional.abort_transaction(30)
+    for group, offsets in (("billing", {0: 1000, 1: 1000, 2: 1000}), ("shipping", {0: 250, 1: 0, 2: 999})):
+        consumer = Consumer({**settings, "group.id": group, "enable.auto.commit": "false"})
+        consumer.commit(offsets=[TopicPartition("orders", p, o) for p, o in offsets.items()], asynchronous=False)
+        consumer.close()
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", default="demo-backup", help="where to write the sample backup")
+    parser.add_argument("--target", default="demo-backup", help="where to write the backup (replaced)")
     args = parser.parse_args()
-    root = Path(args.target)
-    shutil.rmtree(root, ignore_errors=True)
-    write_sample_backup(root)
-    print(f"wrote a sample backup to {root}/ (the Spark backup job arrives with issue 3)\n")
-    for command in (
-        ["ls", str(root)],
-        ["offsets", str(root)],
-        ["cat", str(root), "--topic", "orders", "--to-offset", "1"],
-    ):
-        print(f"$ kbackup {' '.join(command)}", flush=True)
-        subprocess.run([sys.executable, "-m", "kbackup", *command], check=True)
-        print()
+    target = Path(args.target).resolve()
+    shutil.rmtree(target, ignore_errors=True)
+    python = sys.executable
+    env = {**os.environ, "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
+    with EmbeddedBroker() as broker:
+        settings = {"bootstrap.servers": broker.bootstrap_servers, **CLIENT_SETTINGS}
+        print(f"embedded broker on {broker.bootstrap_servers}; creating topics orders, payments, audit", flush=True)
+        fill(settings)
+        client_config = broker.data_dir / "client.properties"
+        client_config.write_text("".join(f"{k}={v}\n" for k, v in CLIENT_SETTINGS.items()))
+        command = [
+            str(Path(python).parent / "spark-submit"),
+            "--master",
+            "local[2]",
+            "--conf",
+            "spark.ui.enabled=false",
+            str(REPO / "jobs" / "backup.py"),
+            "--bootstrap-server",
+            broker.bootstrap_servers,
+            "--command-config",
+            str(client_config),
+            "--target-dir",
+            str(target),
+            "--topics",
+            "orders,payments,audit",
+            "--snapshot",
+        ]
+        print("$ spark-submit jobs/backup.py --snapshot ...", flush=True)
+        result = subprocess.run(command, env=env, capture_output=True, text=True)
+        for line in result.stdout.splitlines():
+            if " kbackup " in line:
+                print(line)
+        if result.returncode != 0:
+            print(result.stdout[-5000:] + result.stderr[-5000:], file=sys.stderr)
+            return result.returncode
+    for view in (["ls", str(target)], ["offsets", str(target)]):
+        print(f"\n$ kbackup {' '.join(view)}", flush=True)
+        subprocess.run([python, "-m", "kbackup", *view], check=True)
+    print(f"\nthe backup is in {target}/; try: kbackup cat {target} --topic payments")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

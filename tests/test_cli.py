@@ -199,19 +199,3 @@ def test_console_script_is_installed() -> None:
         script = Path(found)
     result = subprocess.run([str(script), "--version"], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.startswith("kbackup ")
-
-
-def test_readme_demo_runs(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    result = subprocess.run(
-        [sys.executable, "-m", "kbackup.demo", "--target", str(tmp_path / "demo")],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-    )
-    assert "orders\n  partition 0: 100 records, offsets 0..99" in result.stdout
-    assert "  partition 1: 100 records, offsets 0..198" in result.stdout
-    assert "orders\t2\tshipping\t42" in result.stdout
-    cat_lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-    assert [json.loads(line)["offset"] for line in cat_lines] == [0, 1, 0, 0, 1]

@@ -13,15 +13,18 @@ Lifecycle:
 5. While it runs: log each micro-batch (records read, remaining lag per
    topic), take an offset round every ``--offsets-interval`` seconds, and
    store each round once the backup has caught up with it.
-6. On SIGTERM or SIGINT, stop the query: the batch in flight is abandoned
-   (its unsynced writes are repaired on the next start and its records read
-   again). Exit 0 on a clean stop or a finished snapshot, 1 on a failure.
+6. On SIGTERM or SIGINT to the Python driver (its pid is logged at start),
+   stop the query: the batch in flight is abandoned (its unsynced writes are
+   repaired on the next start and its records read again), then exit 0.
+   SIGTERM to the ``spark-submit`` JVM instead makes Spark's shutdown hook
+   abandon the batch the same way, exiting 143. Exit 1 on a failure.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import signal
 import sys
@@ -91,6 +94,7 @@ class BackupJob:
 
         spark = self._session()
         query = self._start(spark)
+        log.info("running; stop with SIGTERM to the driver process %d (a snapshot stops by itself)", os.getpid())
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         started = time.monotonic()
         next_round = time.monotonic() + settings.offsets_interval
@@ -184,10 +188,11 @@ class BackupJob:
                 continue
             self._logged_batch = batch
             rows = int(progress.get("numInputRows", 0))
+            seconds = (progress.get("durationMs") or {}).get("triggerExecution", 0) / 1000
             self._rows += rows
             lag = _lag_by_topic(progress)
             lag_text = ", ".join(f"{topic} {count}" for topic, count in sorted(lag.items())) or "none"
-            log.info("batch %d: %d records read; remaining lag: %s", batch, rows, lag_text)
+            log.info("batch %d: %d records read in %.1f s; remaining lag: %s", batch, rows, seconds, lag_text)
 
     def _store_reached_rounds(self, query: Any) -> None:
         if not self._pending:

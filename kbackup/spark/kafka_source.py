@@ -410,25 +410,7 @@ def read_range(task: KafkaRange, *, batch_rows: int = 10_000) -> Iterator[pa.Rec
                     )
                 continue
             last_progress = time.monotonic()
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        # The end of (committed) data: done once it reaches our end,
-                        # also when the last offsets are transaction markers.
-                        if message.offset() >= task.end:
-                            done = True
-                            break
-                        continue
-                    raise ClusterError(f"topic {task.topic!r} partition {task.partition}: {error.str()}")
-                offset = message.offset()
-                if offset >= task.end:
-                    done = True
-                    break
-                columns.add(message)
-                if offset >= task.end - 1:
-                    done = True
-                    break
+            done = columns.add_all(messages, task.end, KafkaError._PARTITION_EOF)
             if columns.rows >= batch_rows:
                 yield columns.batch()
         if columns.rows:
@@ -457,21 +439,52 @@ class _Columns:
         self.header_keys: list[str] = []
         self.header_values: list[bytes | None] = []
 
-    def add(self, message: Any) -> None:
-        self.keys.append(message.key())
-        self.values.append(message.value())
-        self.offsets.append(message.offset())
-        kind, timestamp = message.timestamp()
-        self.timestamp_types.append(_TIMESTAMP_TYPES.get(kind, -1))
-        self.timestamps.append(timestamp * 1000)
-        if self._headers_type is not None:
-            headers = message.headers()
-            if headers:
-                for key, value in headers:
-                    self.header_keys.append(key)
-                    self.header_values.append(value)
-            self.header_offsets.append(len(self.header_keys))
-        self.rows += 1
+    def add_all(self, messages: list[Any], end: int, eof_code: int) -> bool:
+        """Add the messages below ``end``; return whether the range is complete.
+
+        The range is complete at offset ``end - 1``, at the first offset
+        ``>= end``, or at a partition-EOF event at or past ``end`` (committed
+        data ends there; the last offsets were transaction markers).
+        """
+        keys, values, offsets = self.keys, self.values, self.offsets
+        timestamps, timestamp_types = self.timestamps, self.timestamp_types
+        kinds = _TIMESTAMP_TYPES
+        with_headers = self._headers_type is not None
+        header_offsets, header_keys, header_values = self.header_offsets, self.header_keys, self.header_values
+        added = 0
+        complete = False
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() == eof_code:
+                    if message.offset() >= end:
+                        complete = True
+                        break
+                    continue
+                raise ClusterError(f"topic {self.task.topic!r} partition {self.task.partition}: {error.str()}")
+            offset = message.offset()
+            if offset >= end:
+                complete = True
+                break
+            keys.append(message.key())
+            values.append(message.value())
+            offsets.append(offset)
+            kind, timestamp = message.timestamp()
+            timestamp_types.append(kinds.get(kind, -1))
+            timestamps.append(timestamp * 1000)
+            if with_headers:
+                headers = message.headers()
+                if headers:
+                    for key, value in headers:
+                        header_keys.append(key)
+                        header_values.append(value)
+                header_offsets.append(len(header_keys))
+            added += 1
+            if offset >= end - 1:
+                complete = True
+                break
+        self.rows += added
+        return complete
 
     def batch(self) -> pa.RecordBatch:
         n = self.rows

@@ -1,0 +1,222 @@
+"""Backup benchmark: a snapshot backup of N records beside a raw consume-and-encode loop.
+
+Both run in the same invocation on the same data, produced first into an
+embedded broker (or ``--bootstrap`` for an external cluster): N records
+(default 1,000,000) with 100-byte values, small keys and one header, spread
+over 4 partitions.
+
+- ``raw``: one Python process, a confluent-kafka consumer reading all
+  partitions and encoding every message as a v1 record into memory. The
+  least work any Python backup must do per record; no files, no Spark.
+- ``backup``: ``spark-submit jobs/backup.py --snapshot`` with ``local[2]``,
+  end to end (Spark and Python worker start-up included), and its batch time
+  alone (from the job's per-batch log lines).
+
+Printed: records/s and MB/s of value bytes, the ratio backup / raw, and the
+peak resident memory of each (for the backup: the whole process tree, the
+JVM and its Python workers, sampled every 0.2 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from kbackup.embedded_broker import CLIENT_SETTINGS, EmbeddedBroker
+from kbackup.format.record import Record, append_record
+
+REPO = Path(__file__).resolve().parent.parent
+TOPIC = "bench"
+
+
+def produce(settings: dict[str, str], count: int, partitions: int, value_size: int) -> float:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(settings)
+    for future in admin.create_topics([NewTopic(TOPIC, partitions, 1)]).values():
+        future.result(30)
+    producer = Producer({**settings, "linger.ms": "50", "batch.num.messages": "10000", "compression.type": "none"})
+    value = (b"0123456789abcdef" * (value_size // 16 + 1))[:value_size]
+    header = [("trace-id", b"0123456789abcdef")]
+    started = time.perf_counter()
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(TOPIC, key=b"key-%07d" % i, value=value, headers=header, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    producer.flush(300)
+    return time.perf_counter() - started
+
+
+def raw_consume_and_encode(settings: dict[str, str], count: int, partitions: int) -> tuple[float, float]:
+    """Seconds to read and encode every record, and the peak RSS (MiB) of a fresh process doing it."""
+    code = f"""
+import json, time, sys
+from confluent_kafka import Consumer, TopicPartition
+from kbackup.format.record import Record, append_record
+from benchmarks.backup_bench import peak_rss_mib
+settings = json.loads(sys.argv[1])
+consumer = Consumer({{**settings, "group.id": "bench-raw", "enable.auto.commit": "false",
+                     "isolation.level": "read_committed", "enable.partition.eof": "true"}})
+consumer.assign([TopicPartition("{TOPIC}", p, 0) for p in range({partitions})])
+done, seen, out = 0, 0, bytearray()
+started = time.perf_counter()
+while done < {partitions}:
+    for m in consumer.consume(5000, 1.0):
+        if m.error():
+            done += 1
+            continue
+        kind, ts = m.timestamp()
+        append_record(out, Record(m.offset(), 0, ts, m.key(), m.value(), tuple(m.headers() or ())))
+        seen += 1
+        if len(out) > 1 << 24:
+            out.clear()
+seconds = time.perf_counter() - started
+assert seen == {count}, seen
+print(json.dumps([seconds, peak_rss_mib()]))
+"""
+    import json
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    output = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(settings)], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    seconds, rss = json.loads(output.strip().splitlines()[-1])
+    return float(seconds), float(rss)
+
+
+def run_backup(settings: dict[str, str], target: Path) -> tuple[float, float, float, str]:
+    """Wall seconds, summed batch seconds and peak tree RSS (MiB) of a snapshot backup."""
+    config = target.parent / "client.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in settings.items() if k != "bootstrap.servers"))
+    command = [
+        str(Path(sys.executable).parent / "spark-submit"),
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        str(REPO / "jobs" / "backup.py"),
+        "--bootstrap-server",
+        settings["bootstrap.servers"],
+        "--command-config",
+        str(config),
+        "--target-dir",
+        str(target),
+        "--topics",
+        TOPIC,
+        "--snapshot",
+    ]
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "PYTHONPATH": str(REPO),
+    }
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    peak = [0.0]
+    sampler = threading.Thread(target=_sample_tree, args=(process.pid, peak), daemon=True)
+    sampler.start()
+    output, _ = process.communicate()
+    wall = time.perf_counter() - started
+    if process.returncode != 0:
+        raise SystemExit(f"backup failed:\n{output[-3000:]}")
+    batch_seconds = sum(float(s) for s in re.findall(r"batch \d+: \d+ records read in ([\d.]+) s", output))
+    return wall, batch_seconds, peak[0], output
+
+
+def _sample_tree(root: int, peak: list[float]) -> None:
+    while True:
+        try:
+            os.kill(root, 0)
+        except ProcessLookupError:
+            return
+        peak[0] = max(peak[0], _tree_rss_mib(root))
+        time.sleep(0.2)
+
+
+def _tree_rss_mib(root: int) -> float:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(parent, []).append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    total, stack = 0.0, [root]
+    while stack:
+        pid = stack.pop()
+        stack.extend(children.get(pid, []))
+        try:
+            with open(f"/proc/{pid}/status") as status:
+                for line in status:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) / 1024
+        except OSError:
+            continue
+    return total
+
+
+def peak_rss_mib() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--value-size", type=int, default=100)
+    parser.add_argument("--bootstrap", help="an external cluster instead of the embedded broker")
+    args = parser.parse_args()
+    # Touch the codec once so the raw loop's import cost is not in its figures.
+    append_record(bytearray(), Record(0, -1, None, None, None))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = None if args.bootstrap else EmbeddedBroker().start()
+        try:
+            settings = (
+                {"bootstrap.servers": args.bootstrap}
+                if args.bootstrap
+                else {"bootstrap.servers": broker.bootstrap_servers, **CLIENT_SETTINGS}  # type: ignore[union-attr]
+            )
+            produce_seconds = produce(settings, args.records, args.partitions, args.value_size)
+            raw_seconds, raw_rss = raw_consume_and_encode(settings, args.records, args.partitions)
+            wall, batch_seconds, backup_rss, _ = run_backup(settings, Path(tmp) / "backup")
+        finally:
+            if broker is not None:
+                broker.stop()
+    n, mb = args.records, args.records * args.value_size / 1e6
+    shape = f"{args.value_size}-byte values, {args.partitions} partitions"
+    print(f"{n:,} records, {shape} (produced in {produce_seconds:.1f} s)")
+    raw_rate = f"{n / raw_seconds:>10,.0f} records/s {mb / raw_seconds:7.1f} MB/s"
+    print(f"raw consume+encode   {raw_rate}  peak {raw_rss:6.0f} MiB")
+    print(
+        f"backup, batch time   {n / batch_seconds:>10,.0f} records/s {mb / batch_seconds:7.1f} MB/s  "
+        f"ratio {raw_seconds / batch_seconds:5.2f}"
+    )
+    print(
+        f"backup, end to end   {n / wall:>10,.0f} records/s {mb / wall:7.1f} MB/s  ratio {raw_seconds / wall:5.2f}  "
+        f"peak {backup_rss:6.0f} MiB (JVM + Python workers)"
+    )
+
+
+if __name__ == "__main__":
+    main()
