@@ -65,6 +65,7 @@ from kbackup.errors import KbackupError, UsageError
 from kbackup.kafka.client_settings import consumer_settings, redact
 from kbackup.kafka.cluster import ClusterError, TopicPartitionKey, admin_client, list_offsets, partition_counts
 from kbackup.kafka.topics import TopicSelection
+from kbackup.logsetup import ensure_console_logging
 
 log = logging.getLogger("kbackup.source")
 
@@ -278,7 +279,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return earliest, latest
 
     def initialOffset(self) -> dict[str, Any]:
+        ensure_console_logging()
         earliest, latest = self._current()
+        for (topic, partition), low in sorted(earliest.items()):
+            if low > 0:
+                log.warning(
+                    "topic %r partition %d: offsets 0..%d no longer exist on the cluster "
+                    "(deleted by retention before this backup started)",
+                    topic,
+                    partition,
+                    low - 1,
+                )
         starting = self.options.starting
         if starting == "earliest":
             start = earliest
@@ -302,6 +313,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.info("snapshot target: %d partitions, %d offsets", len(self._target), sum(self._target.values()))
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        ensure_console_logging()
         begin = decode_offsets(start)
         earliest, latest = self._current()
         self._latest = latest
