@@ -160,13 +160,19 @@ def test_progress_and_summary_are_printed(snapshot: Snapshot) -> None:
     assert "snapshot finished:" in output
 
 
-def test_second_snapshot_changes_nothing(kafka: BrokerUnderTest, snapshot: Snapshot) -> None:
+def test_second_snapshot_stores_new_group_offsets_and_changes_no_data(
+    kafka: BrokerUnderTest, snapshot: Snapshot
+) -> None:
     target = snapshot.target
+    _commit(kafka, "group-mid", {("snap-mixed", 1): 50})  # a group moves on; no new records
     before = {p: p.read_bytes() for p in target.rglob("*") if p.is_file() and ".kbackup" not in p.parts}
     result = run_backup(*snapshot.args)
     assert result.returncode == 0, result.stdout[-3000:]
     after = {p: p.read_bytes() for p in target.rglob("*") if p.is_file() and ".kbackup" not in p.parts}
-    assert after == before
+    changed = sorted(str(p.relative_to(target)) for p in after if after[p] != before.get(p))
+    assert changed == ["snap-mixed/consumer_offsets_partition_001"]
+    assert read_consumer_offsets(target / "snap-mixed", 1) == {"group-mid": 50}
+    assert read_consumer_offsets(target / "snap-tx", 0)["group-mid"] == 3
 
 
 # -- errors before Spark starts ------------------------------------------------------

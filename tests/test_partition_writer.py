@@ -159,3 +159,24 @@ def test_encoded_bytes_on_disk_are_the_codec_bytes(tmp_path: Path) -> None:
             writer.append(record)
     data = (tmp_path / "t" / "segment_partition_000_from_offset_0000000000_records").read_bytes()
     assert data == b"\x01" + b"".join(encode_record(r) for r in records)
+
+
+def test_a_retried_attempt_waits_for_the_earlier_one_then_replays_harmlessly(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    records = [sample_record(i) for i in range(20)]
+    first = PartitionWriter(tmp_path / "t", "t", 0, fsync=False)
+    for record in records[:15]:
+        first.append(record)
+
+    def finish_later() -> None:
+        time.sleep(0.5)
+        first.close()
+
+    threading.Thread(target=finish_later).start()
+    started = time.monotonic()
+    with PartitionWriter(tmp_path / "t", "t", 0, fsync=False, lock_timeout=10) as second:
+        assert time.monotonic() - started >= 0.4
+        assert [second.append(record) for record in records] == [False] * 15 + [True] * 5
+    assert list(PartitionReader(tmp_path / "t", 0).records()) == records

@@ -9,36 +9,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from kbackup.errors import BackupNotFoundError, FormatError
-from kbackup.format.magic import MAGIC_V1
-from kbackup.format.partition_index import PartitionIndexEntry, encode_partition_index
 from kbackup.format.record import Record, encode_record
-from kbackup.format.segment_index import SegmentIndexEntry, encode_segment_index
 from kbackup.partition.reader import PartitionReader
 from kbackup.partition.rebuild import rebuild_partition_index, rebuild_segment_index
 from kbackup.partition.writer import PartitionWriter
+from tests.backup_builders import write_original_style
 from tests.recordgen import sample_record
 from tests.strategies import record_runs
-
-
-def write_original_style(topic_dir: Path, partition: int, segments: list[list[Record]]) -> None:
-    """Write files the way the original tool does: the first segment is named
-    ``from_offset_0000000000`` (start 0 in the partition index) whatever its
-    first record; later segments after their first record."""
-    topic_dir.mkdir(parents=True, exist_ok=True)
-    entries = []
-    for number, records in enumerate(segments):
-        start = 0 if number == 0 else records[0].offset
-        prefix = f"segment_partition_{partition:03d}_from_offset_{start:010d}"
-        data = bytearray(MAGIC_V1)
-        index = []
-        for record in records:
-            encoded = encode_record(record)
-            index.append(SegmentIndexEntry(record.offset, len(data), len(encoded)))
-            data += encoded
-        (topic_dir / f"{prefix}_records").write_bytes(bytes(data))
-        (topic_dir / f"{prefix}_index").write_bytes(encode_segment_index(index))
-        entries.append(PartitionIndexEntry(prefix, start))
-    (topic_dir / f"index_partition_{partition:03d}").write_bytes(encode_partition_index(entries))
 
 
 def test_first_segment_named_zero_holding_offset_1000(tmp_path: Path) -> None:
@@ -163,3 +140,18 @@ def test_reader_refuses_offsets_going_back_across_segments(tmp_path: Path) -> No
     )
     with pytest.raises(FormatError, match=r"start offsets must increase|goes back"):
         list(PartitionReader(tmp_path / "t", 0).records())
+
+
+def test_reader_leaves_out_entries_being_written(tmp_path: Path) -> None:
+    """A live backup: a partial index entry or partition index entry is not yet committed."""
+    from kbackup.format.segment_index import ENTRY
+
+    with PartitionWriter(tmp_path / "t", "t", 0, fsync=False) as writer:
+        for i in range(3):
+            writer.append(sample_record(i))
+    index = tmp_path / "t" / "segment_partition_000_from_offset_0000000000_index"
+    with open(index, "ab") as handle:
+        handle.write(ENTRY.pack(9, 999, 50)[:13])
+    with open(tmp_path / "t" / "index_partition_000", "ab") as handle:
+        handle.write(b"\x00\x00\x00\x2dsegment_partition_0")
+    assert list(PartitionReader(tmp_path / "t", 0).records()) == [sample_record(i) for i in range(3)]

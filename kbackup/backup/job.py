@@ -114,9 +114,13 @@ class BackupJob:
             failure = query.exception()
             if failure is not None:
                 raise KbackupError(f"the backup query failed: {_cause(failure)}")
-            self._store_reached_rounds(query)
             if settings.snapshot and self._stop_signal is None:
+                # A finished snapshot holds everything up to the end offsets it
+                # captured at its start, and every round was taken before that.
+                self._store_reached_rounds(query, finished_snapshot=True)
                 self._summary(time.monotonic() - started)
+            else:
+                self._store_reached_rounds(query)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -194,11 +198,11 @@ class BackupJob:
             lag_text = ", ".join(f"{topic} {count}" for topic, count in sorted(lag.items())) or "none"
             log.info("batch %d: %d records read in %.1f s; remaining lag: %s", batch, rows, seconds, lag_text)
 
-    def _store_reached_rounds(self, query: Any) -> None:
+    def _store_reached_rounds(self, query: Any, *, finished_snapshot: bool = False) -> None:
         if not self._pending:
             return
         backed_up = _backed_up_offsets(query)
-        while self._pending and self._pending[0].reached_by(backed_up):
+        while self._pending and (finished_snapshot or self._pending[0].reached_by(backed_up)):
             round_ = self._pending.pop(0)
             changed = store_round(self.settings.target, round_, prune=self.settings.prune_groups)
             groups = len(round_.groups)

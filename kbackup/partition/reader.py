@@ -58,7 +58,10 @@ class PartitionReader:
                 f"(rebuild it with: kbackup index rebuild {topic_dir} --partition {partition})"
             )
         data = read_limited(path, MAX_PARTITION_INDEX_SIZE)
-        self.segments: list[PartitionIndexEntry] = decode_partition_index(data, file=str(path), legacy=legacy)[0]
+        # A partial last entry is a segment being created right now: not yet part of the backup.
+        self.segments: list[PartitionIndexEntry] = decode_partition_index(
+            data, file=str(path), legacy=legacy, allow_torn_tail=True
+        )[0]
         check_segment_names(self.segments, file=str(path))
 
     def segment_paths(self, segment: PartitionIndexEntry) -> tuple[Path, Path]:

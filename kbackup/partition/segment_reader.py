@@ -39,7 +39,9 @@ class SegmentIndexFile:
     """Random access to the entries of a segment index file.
 
     Entries are validated as they are read: a scan checks that offsets
-    increase and that records are contiguous.
+    increase and that records are contiguous. A partial last entry (a writer
+    appending right now, or a crash the next writer will repair) is not yet
+    committed and is left out, like record bytes past the last entry.
     """
 
     def __init__(self, path: Path, *, legacy: bool = False) -> None:
@@ -49,14 +51,8 @@ class SegmentIndexFile:
         size = os.fstat(self._fd).st_size
         self.data_start = check_magic(os.pread(self._fd, 1, 0), file=str(path), legacy=legacy)
         body = size - self.data_start
-        if body % ENTRY_SIZE:
-            raise TruncatedError(
-                "segment index ends inside an entry",
-                file=str(path),
-                position=size - body % ENTRY_SIZE,
-                expected=f"{ENTRY_SIZE}-byte entries",
-                found=f"{body % ENTRY_SIZE} trailing bytes",
-            )
+        #: Bytes of a partial last entry, left out of ``count``.
+        self.torn_tail = body % ENTRY_SIZE
         self.count = body // ENTRY_SIZE
 
     def __enter__(self) -> SegmentIndexFile:
