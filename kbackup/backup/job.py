@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import signal
 import sys
 import time
@@ -42,6 +41,7 @@ from kbackup.kafka.cluster import ClusterError, TopicPartitionKey, admin_client,
 from kbackup.logsetup import ensure_console_logging
 from kbackup.partition.layout import list_partitions
 from kbackup.partition.reader import PartitionReader
+from kbackup.spark.failures import failure_cause
 from kbackup.spark.kafka_source import SOURCE_NAME, KafkaSource, decode_offsets
 from kbackup.spark.v1_sink import SINK_NAME, V1Sink
 
@@ -113,7 +113,7 @@ class BackupJob:
             self._report_progress(query)
             failure = query.exception()
             if failure is not None:
-                raise KbackupError(f"the backup query failed: {_cause(failure)}")
+                raise KbackupError(f"the backup query failed: {failure_cause(failure)}")
             if settings.snapshot and self._stop_signal is None:
                 # A finished snapshot holds everything up to the end offsets it
                 # captured at its start, and every round was taken before that.
@@ -255,18 +255,3 @@ def _backed_up_offsets(query: Any) -> dict[TopicPartitionKey, int]:
     """The end offsets of the last committed micro-batch: everything below is in the backup."""
     progress = query.lastProgress
     return _offsets_field(progress, "endOffset") if progress else {}
-
-
-_KBACKUP_ERROR = re.compile(r"(kbackup\.[\w.]+Error): (.+)")
-
-
-def _cause(failure: Any) -> str:
-    """The most useful line of a query failure: kbackup's own error when there is one."""
-    text = str(failure)
-    match = _KBACKUP_ERROR.search(text)
-    if match:
-        return f"{match[1].rsplit('.', 1)[-1]}: {match[2].strip()}"
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()[:500]
-    return type(failure).__name__

@@ -92,3 +92,65 @@ def committed_group_offsets(admin: Any, *, timeout: float = 30) -> dict[str, dic
 def _reason(exc: BaseException) -> str:
     text = str(exc.args[0]) if exc.args else str(exc)
     return text or type(exc).__name__
+
+
+def message_record(message: Any) -> Any:
+    """A consumed message as a v1 :class:`~kbackup.format.record.Record`."""
+    from kbackup.format.record import Record
+
+    kind, timestamp = message.timestamp()
+    ts_type = {1: 0, 2: 1}.get(kind, -1)
+    return Record(
+        message.offset(),
+        ts_type,
+        timestamp if ts_type >= 0 else None,
+        message.key(),
+        message.value(),
+        tuple(message.headers() or ()),
+    )
+
+
+def read_record_at(settings: Mapping[str, str], topic: str, partition: int, offset: int, *, timeout: float = 30) -> Any:
+    """The record at ``offset`` of a partition, or ``None`` if there is none there."""
+    import time
+
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    from kbackup.kafka.client_settings import consumer_settings
+
+    consumer = Consumer(consumer_settings(settings, isolation_level="read_uncommitted"))
+    try:
+        consumer.assign([TopicPartition(topic, partition, offset)])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    return None
+                raise ClusterError(f"topic {topic!r} partition {partition}: {error.str()}")
+            if message.offset() == offset:
+                return message_record(message)
+            if message.offset() > offset:
+                return None
+        raise ClusterError(
+            f"topic {topic!r} partition {partition}: no answer reading offset {offset} in {timeout:.0f} s"
+        )
+    finally:
+        consumer.close()
+
+
+def create_topics(admin: Any, topics: Mapping[str, int], *, replication_factor: int = -1, timeout: float = 60) -> None:
+    """Create topics with the given partition counts."""
+    from confluent_kafka.admin import NewTopic
+
+    if not topics:
+        return
+    requests = [NewTopic(name, count, replication_factor) for name, count in topics.items()]
+    try:
+        for future in admin.create_topics(requests, request_timeout=timeout).values():
+            future.result()
+    except Exception as exc:
+        raise ClusterError(f"cannot create topic(s) {', '.join(topics)}: {_reason(exc)}") from None

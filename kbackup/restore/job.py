@@ -1,0 +1,171 @@
+"""The restore job: ``spark-submit jobs/restore.py [options]``.
+
+1. Parse and check the settings; build the plan (:mod:`kbackup.restore.plan`):
+   every error (missing topics, too few target partitions, non-empty targets)
+   comes before anything is produced. ``--dry-run`` prints the plan and stops.
+2. Create missing target topics with the backup's partition count.
+3. Run one Spark task per backed-up partition (:mod:`kbackup.restore.task`),
+   in parallel across executors.
+4. Once every task has succeeded (all data acknowledged), commit each
+   consumer group's remapped offsets (:mod:`kbackup.restore.group_offsets`).
+5. Print a summary per topic and exit 0; exit 1 on a failure.
+
+Killed at any moment and run again with the same arguments, the restore goes
+on where the target log says it stopped (see the plan module).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from kbackup.errors import KbackupError
+from kbackup.kafka.client_settings import redact
+from kbackup.kafka.cluster import ClusterError, TopicPartitionKey, admin_client, create_topics, partition_counts
+from kbackup.logsetup import ensure_console_logging
+from kbackup.partition.reader import PartitionReader
+from kbackup.restore.group_offsets import commit_group_offsets
+from kbackup.restore.plan import PartitionPlan, RestorePlan, build_plan
+from kbackup.restore.selection import count_selected
+from kbackup.restore.settings import RestoreSettings, parse_restore_args
+from kbackup.restore.task import PartitionResult, PartitionTask, restore_partition
+from kbackup.spark.failures import failure_cause
+
+log = logging.getLogger("kbackup.restore")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ensure_console_logging()
+    try:
+        settings = parse_restore_args(list(sys.argv[1:] if argv is None else argv))
+    except KbackupError as exc:
+        print(f"kbackup restore: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return run(settings)
+    except KbackupError as exc:
+        print(f"kbackup restore: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def run(settings: RestoreSettings) -> int:
+    safe = redact(settings.client)
+    log.info("restoring %s into %s", settings.source, safe["bootstrap.servers"])
+    admin = admin_client({**settings.client, "socket.timeout.ms": "10000"})
+    try:
+        partition_counts(admin, timeout=15)
+    except ClusterError as exc:
+        raise ClusterError(f"cannot reach Kafka at {settings.client['bootstrap.servers']}: {exc}") from None
+    plan = build_plan(settings, admin)
+    if settings.dry_run:
+        for line in describe(plan, settings):
+            print(line)
+        return 0
+    to_create = {t.target_topic: t.create_partitions for t in plan.topics if t.create_partitions is not None}
+    if to_create:
+        create_topics(admin, to_create, replication_factor=settings.replication_factor)
+        log.info("created topic(s): %s", ", ".join(f"{t} ({n} partitions)" for t, n in to_create.items()))
+    tasks = [_task(part, settings) for part in plan.partitions if part.to_produce > 0 or part.groups]
+    started = time.monotonic()
+    results = _run_tasks(tasks, settings) if tasks else []
+    seconds = time.monotonic() - started
+    _summary(plan, results, seconds)
+    planned: dict[str, dict[TopicPartitionKey, int]] = {}
+    for result in results:
+        for group, offset in result.group_offsets.items():
+            planned.setdefault(group, {})[(result.target_topic, result.target_partition)] = offset
+    for decision in commit_group_offsets(admin, planned, force=settings.force_offsets):
+        for (topic, partition), offset in sorted(decision.committed.items()):
+            log.info("group %s: %s/%d committed at %d", decision.group, topic, partition, offset)
+        for (topic, partition), reason in sorted(decision.left_alone.items()):
+            log.info("group %s: %s/%d left alone: %s", decision.group, topic, partition, reason)
+    return 0
+
+
+def _task(part: PartitionPlan, settings: RestoreSettings) -> PartitionTask:
+    return PartitionTask(
+        source_dir=str(settings.source / part.source_topic),
+        source_topic=part.source_topic,
+        source_partition=part.source_partition,
+        target_topic=part.target_topic,
+        target_partition=part.target_partition,
+        window=part.window,
+        skip=part.skip,
+        baseline=part.baseline,
+        groups=part.groups,
+        client=settings.client,
+        batch_size=settings.batch_size,
+        legacy=settings.legacy,
+    )
+
+
+def _run_tasks(tasks: list[PartitionTask], settings: RestoreSettings) -> list[PartitionResult]:
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName("kbackup-restore")
+    for key, value in settings.spark_conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    try:
+        rdd = spark.sparkContext.parallelize(tasks, len(tasks))
+        results: list[PartitionResult] = rdd.map(restore_partition).collect()
+        return results
+    except Exception as exc:
+        raise KbackupError(f"the restore failed: {failure_cause(exc)}") from None
+    finally:
+        spark.stop()
+
+
+def _summary(plan: RestorePlan, results: list[PartitionResult], seconds: float) -> None:
+    by_topic: dict[str, list[PartitionResult]] = {}
+    for result in results:
+        by_topic.setdefault(result.target_topic, []).append(result)
+    for topic, items in sorted(by_topic.items()):
+        records = sum(r.produced for r in items)
+        size = sum(r.produced_bytes for r in items)
+        busy = max((r.seconds for r in items), default=0.0)
+        rate = records / busy if busy > 0 else 0.0
+        log.info(
+            "restored %s: %d records, %d bytes of keys and values in %.1f s (%.0f records/s)",
+            topic,
+            records,
+            size,
+            busy,
+            rate,
+        )
+    skipped = sum(p.skip for p in plan.partitions)
+    if skipped:
+        log.info("%d records were already in the target from an earlier run and were not produced again", skipped)
+    log.info("restore finished in %.1f s", seconds)
+
+
+def describe(plan: RestorePlan, settings: RestoreSettings) -> list[str]:
+    """The dry-run report: topics, partitions, records and bytes in the window, planned group offsets."""
+    lines = ["dry run: nothing was changed"]
+    for topic in plan.topics:
+        if topic.create_partitions:
+            lines.append(f"create topic {topic.target_topic} with {topic.create_partitions} partitions")
+        else:
+            lines.append(f"topic {topic.target_topic} exists with {topic.existing_partitions} partitions")
+    for part in plan.partitions:
+        reader = PartitionReader(settings.source / part.source_topic, part.source_partition, legacy=settings.legacy)
+        size = sum(len(r.key or b"") + len(r.value or b"") for r in _selected(reader, part))
+        lines.append(
+            f"{part.source_topic}/{part.source_partition} -> {part.target_topic}/{part.target_partition}: "
+            f"{part.selected} records ({size} bytes of keys and values) selected, "
+            f"{part.to_produce} to produce; target {part.status}, offsets from {part.baseline}"
+        )
+        for group, offset in sorted(part.groups.items()):
+            new = part.baseline + count_selected(reader, part.window, below=offset)
+            lines.append(f"  group {group}: source offset {offset} -> target offset {new}")
+    return lines
+
+
+def _selected(reader: PartitionReader, part: PartitionPlan) -> Any:
+    from kbackup.restore.selection import selected_records
+
+    return selected_records(reader, part.window)

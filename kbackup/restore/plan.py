@@ -1,0 +1,213 @@
+"""What a restore will do, decided on the driver before anything is produced.
+
+For every backed-up partition the plan knows its target topic and partition,
+its selected records (see :mod:`kbackup.restore.selection`), and how the target
+partition stands:
+
+- **empty**: restore everything; the selected records get offsets from the
+  partition's current end on;
+- **a prefix of this restore** (an earlier run of the same restore stopped,
+  or finished): the target's first and last records equal the first and last
+  of that many selected records, so the restore skips them and goes on.
+  A second run of a finished restore produces nothing;
+- **something else**: an error, unless ``--allow-non-empty``, which restores
+  after the records already there and notes that starting point in the restore
+  state directory first (so a rerun finds it again).
+
+Errors (a topic missing from the backup, a target topic with fewer partitions
+than the backup, a non-empty target) are raised here, before any record is
+produced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kbackup.errors import BackupNotFoundError, KbackupError, UsageError
+from kbackup.format.record import Record
+from kbackup.fsutil import atomic_write
+from kbackup.kafka.cluster import list_offsets, partition_counts
+from kbackup.partition.layout import list_partitions, list_topics
+from kbackup.partition.offsets_file import read_consumer_offsets
+from kbackup.partition.reader import PartitionReader
+from kbackup.restore.selection import Window, count_selected, nth_selected
+from kbackup.restore.settings import RestoreSettings
+
+
+class TargetNotEmptyError(KbackupError):
+    """A target partition holds records that are not an earlier run of this restore."""
+
+
+@dataclass
+class TopicPlan:
+    source_topic: str
+    target_topic: str
+    backup_partitions: int
+    existing_partitions: int | None  # None: the topic will be created
+    create_partitions: int | None
+
+
+@dataclass
+class PartitionPlan:
+    source_topic: str
+    source_partition: int
+    target_topic: str
+    target_partition: int
+    window: Window
+    selected: int
+    groups: dict[str, int]
+    target_start: int = 0
+    target_end: int = 0
+    skip: int = 0
+    baseline: int = 0
+    status: str = "empty"
+
+    @property
+    def to_produce(self) -> int:
+        return self.selected - self.skip
+
+
+@dataclass
+class RestorePlan:
+    topics: list[TopicPlan] = field(default_factory=list)
+    partitions: list[PartitionPlan] = field(default_factory=list)
+
+
+def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
+    """Check the backup and the target; decide each partition's starting point."""
+    plan = RestorePlan()
+    available = list_topics(settings.source)
+    if settings.selection is None:
+        chosen = available
+    else:
+        chosen = settings.selection.select(available)
+        if settings.selection.topics is not None:
+            missing = [t for t in settings.selection.topics if t not in available]
+            if missing:
+                raise BackupNotFoundError(
+                    f"topic(s) {', '.join(missing)} are not in the backup {settings.source} "
+                    f"(it holds: {', '.join(available) or 'nothing'})"
+                )
+    unknown = [topic for topic in settings.topic_map if topic not in chosen]
+    if unknown:
+        raise UsageError(f"--topic-map names topic(s) not being restored: {', '.join(unknown)}")
+    if not chosen:
+        raise BackupNotFoundError(f"no topic of the backup {settings.source} is selected")
+    existing = partition_counts(admin)
+    for topic in chosen:
+        topic_dir = settings.source / topic
+        partitions = list_partitions(topic_dir)
+        count = max(partitions) + 1
+        target = settings.target_topic(topic)
+        wanted = settings.partitions.get(target)
+        if wanted is not None and wanted < count:
+            raise UsageError(f"--partitions {target}={wanted} is below the backup's {count} partitions")
+        if target in existing:
+            if existing[target] < count:
+                raise KbackupError(
+                    f"target topic {target!r} has {existing[target]} partitions, the backup of {topic!r} has {count}: "
+                    "records would not keep their partition"
+                )
+            plan.topics.append(TopicPlan(topic, target, count, existing[target], None))
+        else:
+            plan.topics.append(TopicPlan(topic, target, count, None, wanted or count))
+        for partition in partitions:
+            reader = PartitionReader(topic_dir, partition, legacy=settings.legacy)
+            window = settings.window(topic, partition)
+            plan.partitions.append(
+                PartitionPlan(
+                    topic,
+                    partition,
+                    target,
+                    partition,
+                    window,
+                    count_selected(reader, window),
+                    read_consumer_offsets(topic_dir, partition),
+                )
+            )
+    _place(plan, settings, admin, existing)
+    return plan
+
+
+def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: dict[str, int]) -> None:
+    """Decide skip and baseline for every partition from the target's current state."""
+    on_target = [(p.target_topic, p.target_partition) for p in plan.partitions if p.target_topic in existing]
+    earliest = list_offsets(admin, on_target, latest=False)
+    latest = list_offsets(admin, on_target, latest=True, read_committed=False)
+    state = _State(settings)
+    problems = []
+    for part in plan.partitions:
+        key = (part.target_topic, part.target_partition)
+        part.target_start, part.target_end = earliest.get(key, 0), latest.get(key, 0)
+        held = part.target_end - part.target_start
+        noted = state.baseline(key)
+        if held == 0:
+            part.baseline, part.skip, part.status = part.target_end, 0, "empty"
+        elif noted is not None and settings.allow_non_empty:
+            part.baseline, part.skip, part.status = noted, part.target_end - noted, "resume after existing records"
+        elif held <= part.selected and _holds_prefix(settings, part, held):
+            part.baseline, part.skip = part.target_start, held
+            part.status = "already restored" if held == part.selected else "resume"
+        elif settings.allow_non_empty:
+            part.baseline, part.skip, part.status = part.target_end, 0, "after existing records"
+        else:
+            problems.append(f"{part.target_topic}/{part.target_partition} ({held} records)")
+    if problems:
+        raise TargetNotEmptyError(
+            "target partition(s) already hold records that are not an earlier run of this restore: "
+            + ", ".join(problems)
+            + "; restore into empty partitions, or add --allow-non-empty to restore after those records "
+            "(consumer offsets are then remapped onto the new positions)"
+        )
+    if settings.allow_non_empty and not settings.dry_run:
+        state.record({(p.target_topic, p.target_partition): p.baseline for p in plan.partitions})
+
+
+def _holds_prefix(settings: RestoreSettings, part: PartitionPlan, held: int) -> bool:
+    """Whether the target's first and last records are the first and ``held``-th selected records."""
+    from kbackup.kafka.cluster import read_record_at
+
+    reader = PartitionReader(settings.source / part.source_topic, part.source_partition, legacy=settings.legacy)
+    for target_offset, nth in ((part.target_start, 0), (part.target_end - 1, held - 1)):
+        expected = nth_selected(reader, part.window, nth)
+        found = read_record_at(settings.client, part.target_topic, part.target_partition, target_offset)
+        if expected is None or found is None or not same_record(expected, found):
+            return False
+    return True
+
+
+def same_record(stored: Record, produced: Record) -> bool:
+    """Whether a record read from the target is the restored form of a stored one."""
+    if (stored.key, stored.value, stored.headers) != (produced.key, produced.value, produced.headers):
+        return False
+    if stored.timestamp_type == 0 and produced.timestamp_type == 0:
+        return stored.timestamp == produced.timestamp
+    return True
+
+
+class _State:
+    """Starting points of ``--allow-non-empty`` restores, per target cluster."""
+
+    def __init__(self, settings: RestoreSettings) -> None:
+        cluster = hashlib.sha256(settings.client["bootstrap.servers"].encode()).hexdigest()[:16]
+        self.path: Path = settings.restore_state_dir / f"baselines-{cluster}.json"
+        self.data: dict[str, int] = {}
+        if self.path.exists():
+            try:
+                self.data = {str(k): int(v) for k, v in json.loads(self.path.read_text()).items()}
+            except (ValueError, AttributeError) as exc:
+                raise KbackupError(f"{self.path}: unreadable restore state ({exc})") from None
+
+    def baseline(self, key: tuple[str, int]) -> int | None:
+        return self.data.get(f"{key[0]}/{key[1]}")
+
+    def record(self, baselines: dict[tuple[str, int], int]) -> None:
+        updated = {**self.data, **{f"{t}/{p}": b for (t, p), b in baselines.items()}}
+        if updated != self.data:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(self.path, json.dumps(updated, sort_keys=True, indent=1).encode())
+            self.data = updated

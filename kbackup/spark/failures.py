@@ -1,0 +1,21 @@
+"""Turning a Spark job failure into the one line a user needs."""
+
+from __future__ import annotations
+
+import re
+
+_KBACKUP_ERROR = re.compile(r"(kbackup\.[\w.]+Error): (.+)")
+_PYTHON_ERROR = re.compile(r"^(\w*(?:Error|Exception)): (.+)$", re.M)
+
+
+def failure_cause(failure: BaseException | object) -> str:
+    """kbackup's own error if the failure carries one, else the Python worker's last error line, else the first line."""
+    text = str(failure)
+    match = _KBACKUP_ERROR.search(text)
+    if match:
+        return f"{match[1].rsplit('.', 1)[-1]}: {match[2].strip()}"
+    errors = _PYTHON_ERROR.findall(text)
+    if errors:
+        name, message = errors[-1]
+        return f"{name}: {message.strip()}"[:500]
+    return next((line.strip() for line in text.splitlines() if line.strip()), type(failure).__name__)[:500]

@@ -1,0 +1,379 @@
+"""The restore job on a real broker and real Spark.
+
+The target is a second embedded broker (an empty cluster) when the suite uses
+the embedded broker, otherwise the suite's cluster with topics renamed.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kbackup.format.record import Record
+from kbackup.partition.offsets_file import write_consumer_offsets
+from kbackup.partition.writer import PartitionWriter
+from kbackup.restore.selection import BelowCounter
+from tests.backup_builders import write_original_style
+from tests.broker import BrokerUnderTest
+from tests.conftest import REPO
+from tests.kafka_helpers import SPARK_SUBMIT, consume_all, create_topics, job_env, run_backup
+
+# Recent timestamps: older ones would fall to the target topics' time-based retention.
+BASE = (int(time.time()) // 60 - 60) * 60_000
+
+
+def iso(ms: int) -> str:
+    from datetime import datetime
+
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Target:
+    """Where restores go: a cluster and a prefix for topic names."""
+
+    broker: BrokerUnderTest
+    prefix: str = ""
+    counter: list[int] = field(default_factory=lambda: [0])
+
+    def name(self, topic: str) -> str:
+        return self.prefix + topic
+
+    def args(self, tmp_path: Path) -> list[str]:
+        config = tmp_path / "target.properties"
+        config.write_text("".join(f"{k}={v}\n" for k, v in self.broker.extra_settings.items()))
+        return ["--bootstrap-server", self.broker.bootstrap_servers, "--command-config", str(config)]
+
+
+@pytest.fixture(scope="module")
+def target(kafka: BrokerUnderTest) -> Iterator[Target]:
+    if kafka.kind == "embedded":
+        from kbackup.embedded_broker import CLIENT_SETTINGS, EmbeddedBroker
+
+        with EmbeddedBroker() as broker:
+            yield Target(BrokerUnderTest("embedded", broker.bootstrap_servers, dict(CLIENT_SETTINGS)))
+    else:
+        yield Target(kafka, prefix="restored-")
+
+
+def restore_command(*args: str | Path) -> list[str]:
+    return [str(SPARK_SUBMIT), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+            str(REPO / "jobs" / "restore.py"), *map(str, args)]  # fmt: skip
+
+
+def run_restore(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(restore_command(*args), capture_output=True, text=True, env=job_env(), cwd=REPO, timeout=600)
+
+
+def restore_python(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The restore run by plain Python: for dry runs and errors, which never start Spark."""
+    return subprocess.run(
+        [sys.executable, str(REPO / "jobs" / "restore.py"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=job_env(),
+        timeout=120,
+    )
+
+
+def group_offsets(broker: BrokerUnderTest, group: str) -> dict[tuple[str, int], int]:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(broker.client_settings())
+    result = {}
+    for future in admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values():
+        for tp in future.result().topic_partitions:
+            if tp.offset >= 0:
+                result[(tp.topic, tp.partition)] = tp.offset
+    return result
+
+
+def b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+def comparable(records: list[dict[str, Any]], *, topic: str | None = None) -> list[tuple[Any, ...]]:
+    """What must survive a restore: partition, order, key, value, headers, timestamp and its type."""
+    return [
+        (r["partition"], r["key"], r["value"], r["headers"], r["timestampType"], r["timestamp"])
+        for r in records
+        if topic is None or r["topic"] == topic
+    ]
+
+
+# -- backup -> restore ---------------------------------------------------------------
+
+
+def test_backup_then_restore_round_trip(kafka: BrokerUnderTest, target: Target, tmp_path: Path) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    create_topics(kafka, {"rt-orders": 3, "rt-tx": 1})
+    producer = Producer(kafka.client_settings(**{"enable.idempotence": "true"}))
+    now = int(time.time() * 1000) - 100_000
+    for i in range(600):
+        producer.produce(
+            "rt-orders",
+            key=None if i % 6 == 0 else f"k{i}".encode(),
+            value=None if i % 13 == 0 else b"" if i % 17 == 0 else f"v{i}".encode() * (1 + i % 3),
+            headers=[("h", b"1"), ("h", None), ("é", b"")] if i % 4 == 0 else None,
+            partition=i % 3,
+            timestamp=now + i,
+        )
+    producer.flush(30)
+    tx = Producer(kafka.client_settings(**{"transactional.id": "rt-tx"}))
+    tx.init_transactions(30)
+    for batch, commit in ((range(5), True), (range(5, 9), False), (range(9, 12), True)):
+        tx.begin_transaction()
+        for i in batch:
+            tx.produce("rt-tx", key=b"t%d" % i, value=b"x%d" % i, timestamp=now + i)
+        tx.commit_transaction(30) if commit else tx.abort_transaction(30)
+    consumer = Consumer(kafka.client_settings(**{"group.id": "rt-readers", "enable.auto.commit": "false"}))
+    consumer.commit(offsets=[TopicPartition("rt-orders", 0, 50), TopicPartition("rt-tx", 0, 6)], asynchronous=False)
+    consumer.close()
+
+    backup = tmp_path / "backup"
+    config = tmp_path / "source.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in kafka.extra_settings.items()))
+    done = run_backup("--bootstrap-server", kafka.bootstrap_servers, "--command-config", config,
+                      "--target-dir", backup, "--topics", "rt-orders,rt-tx", "--snapshot")  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]
+
+    maps = [a for t in ("rt-orders", "rt-tx") if target.prefix for a in ("--topic-map", f"{t}={target.name(t)}")]
+    result = run_restore(*target.args(tmp_path), "--source-dir", backup, *maps)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert f"restored {target.name('rt-orders')}: 600 records" in result.stdout
+
+    source = consume_all(kafka, ["rt-orders", "rt-tx"])
+    restored = consume_all(target.broker, [target.name("rt-orders"), target.name("rt-tx")])
+    for topic in ("rt-orders", "rt-tx"):
+        assert comparable(restored, topic=target.name(topic)) == comparable(source, topic=topic)
+    assert len(comparable(restored, topic=target.name("rt-tx"))) == 8
+    # Group offsets, remapped: rt-orders/0 keeps its offset (no gaps); on rt-tx, source offset 6 (after the
+    # first commit marker and the aborted records) is the 6th record on the target: offset 5.
+    offsets = group_offsets(target.broker, "rt-readers")
+    assert offsets[(target.name("rt-orders"), 0)] == 50
+    assert offsets[(target.name("rt-tx"), 0)] == 5
+
+    again = run_restore(*target.args(tmp_path), "--source-dir", backup, *maps)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert "608 records were already in the target" in again.stdout
+    assert consume_all(target.broker, [target.name("rt-orders"), target.name("rt-tx")]) == restored
+
+
+# -- a backup written by the original tool ------------------------------------------------
+
+
+def test_restore_of_an_original_tool_backup_and_offset_remapping(target: Target, tmp_path: Path) -> None:
+    """First segment named 0 holding offset 1000 (retention), -2 timestamps, gaps, an empty partition."""
+    from confluent_kafka import Consumer
+
+    backup = tmp_path / "backup"
+    topic = "orig-legacy"
+    offsets = [1000, 1001, 1002, 1005, 1006, 1010, 1011, 1012]  # gaps: 1003-1004, 1007-1009
+    records = [
+        Record(o, -2 if i % 3 == 0 else 0, None if i % 3 == 0 else BASE + i, f"k{o}".encode(),
+               f"v{o}".encode(), (("h", b"x"),) if i % 2 else ())
+        for i, o in enumerate(offsets)
+    ]  # fmt: skip
+    write_original_style(backup / topic, 0, [records[:4], records[4:]])
+    write_original_style(backup / topic, 1, [[]])  # an empty partition: one empty segment named 0
+    groups = {
+        "at-zero": 0,  # before everything backed up: first restored record
+        "at-first": 1000,  # at the first offset after retention
+        "in-gap": 1008,  # inside a gap: the next record, 1010
+        "at-record": 1006,
+        "at-end": 1013,  # just past the last record
+        "past-end": 5000,
+        "active": 1005,
+    }
+    write_consumer_offsets(backup / topic, 0, groups)
+    name = target.name(topic)
+    # "active" has a running member on the target: it must be left alone.
+    create_topics(target.broker, {name: 2})
+    member = Consumer(target.broker.client_settings(**{"group.id": "active", "session.timeout.ms": "30000"}))
+    member.subscribe([name])
+    deadline = time.monotonic() + 30
+    while not member.assignment() and time.monotonic() < deadline:
+        member.poll(0.2)
+    assert member.assignment(), "the embedded broker did not let the test consumer join its group"
+    try:
+        maps = ["--topic-map", f"{topic}={name}"] if target.prefix else []
+        result = run_restore(*target.args(tmp_path), "--source-dir", backup, "--topics", topic, *maps)
+    finally:
+        member.close()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    restored = consume_all(target.broker, [name])
+    assert [(r["partition"], r["offset"]) for r in restored] == [(0, i) for i in range(8)]
+    assert [r["key"] for r in restored] == [b64(r.key) for r in records]
+    assert [r["timestamp"] is not None for r in restored] == [True] * 8  # -2 records get the produce time
+    expected = {"at-zero": 0, "at-first": 0, "in-gap": 5, "at-record": 4, "at-end": 8, "past-end": 8}
+    for group, offset in expected.items():
+        assert group_offsets(target.broker, group) == {(name, 0): offset}, group
+    assert group_offsets(target.broker, "active") == {}
+    assert "group active: " in result.stdout and "active member" in result.stdout
+
+
+def test_below_counter_table() -> None:
+    counter = BelowCounter([0, 1000, 1008, 1006, 1013, 5000])
+    for offset in (1000, 1001, 1002, 1005, 1006, 1010, 1011, 1012):
+        counter.add(offset)
+    assert counter.below() == {0: 0, 1000: 0, 1006: 4, 1008: 5, 1013: 8, 5000: 8}
+
+
+# -- kill and rerun ---------------------------------------------------------------------
+
+
+def test_sigkill_and_rerun_restores_exactly_once(target: Target, tmp_path: Path) -> None:
+    backup = tmp_path / "backup"
+    topic = "kill-restore"
+    expected = []
+    for partition in range(2):
+        with PartitionWriter(backup / topic, topic, partition, fsync=False) as writer:
+            for i in range(100_000):
+                record = Record(i * 2, 0, BASE + i, b"key-%d" % i, b"value-%d-" % i * 8,
+                                (("p", str(partition).encode()),) if i % 5 == 0 else ())  # fmt: skip
+                writer.append(record)
+                expected.append((partition, record))
+    name = target.name(topic)
+    maps = ["--topic-map", f"{topic}={name}"] if target.prefix else []
+    args = [*target.args(tmp_path), "--source-dir", str(backup), "--batch-size", "512", *maps]
+    rng = random.Random(3)
+    kills = 0
+    previous = 0
+    for attempt in range(3):
+        log = tmp_path / f"restore-{attempt}.log"
+        with open(log, "wb") as out:
+            process = subprocess.Popen(restore_command(*args), stdout=out, stderr=subprocess.STDOUT, env=job_env(),
+                                       cwd=REPO, start_new_session=True)  # fmt: skip
+        # Wait until this run is producing (the target grows), then kill at a random moment.
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and process.poll() is None:
+            if _target_count(target, name) > previous:
+                break
+            time.sleep(0.1)
+        time.sleep(rng.uniform(0.0, 0.3))
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            kills += 1
+        process.wait(60)
+        count = _target_count(target, name)
+        assert count >= previous  # a prefix only grows
+        previous = count
+    assert kills >= 2
+    assert 0 < previous < 200_000
+    final = run_restore(*args)
+    assert final.returncode == 0, final.stdout[-3000:]
+    restored = consume_all(target.broker, [name])
+    assert [(r["partition"], r["key"], r["value"]) for r in restored] == [
+        (p, b64(rec.key), b64(rec.value)) for p, rec in expected
+    ]
+    again = run_restore(*args)
+    assert again.returncode == 0
+    assert "200000 records were already in the target" in again.stdout
+    assert _target_count(target, name) == 200_000
+
+
+def _target_count(target: Target, topic: str) -> int:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient(target.broker.client_settings())
+    if topic not in admin.list_topics(timeout=10).topics:
+        return 0
+    request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(2)}
+    return sum(f.result().offset for f in admin.list_offsets(request).values())
+
+
+# -- selection: rename, time window, offset window, dry run ---------------------------------
+
+
+@pytest.fixture
+def small_backup(tmp_path: Path) -> Path:
+    backup = tmp_path / "backup"
+    with PartitionWriter(backup / "sel", "sel", 0, fsync=False) as writer:
+        for i in range(10):
+            writer.append(Record(i, 0, BASE + i * 1000, b"k%d" % i, b"v%d" % i))
+    write_consumer_offsets(backup / "sel", 0, {"readers": 4})
+    return backup
+
+
+def test_dry_run_prints_the_plan_and_touches_nothing(target: Target, tmp_path: Path, small_backup: Path) -> None:
+    renamed = target.name("sel-dry")
+    result = restore_python(*target.args(tmp_path), "--source-dir", small_backup, "--topic-map", f"sel={renamed}",
+                            "--from-time", iso(BASE + 2000), "--dry-run")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert [line for line in result.stdout.splitlines() if " kbackup INFO " not in line] == [
+        "dry run: nothing was changed",
+        f"create topic {renamed} with 1 partitions",
+        f"sel/0 -> {renamed}/0: 8 records (32 bytes of keys and values) selected, 8 to produce; "
+        "target empty, offsets from 0",
+        "  group readers: source offset 4 -> target offset 2",
+    ]
+    from confluent_kafka.admin import AdminClient
+
+    assert renamed not in AdminClient(target.broker.client_settings()).list_topics(timeout=10).topics
+
+
+def test_rename_with_time_and_offset_windows(target: Target, tmp_path: Path, small_backup: Path) -> None:
+    renamed = target.name("sel-window")
+    result = run_restore(*target.args(tmp_path), "--source-dir", small_backup, "--topic-map", f"sel={renamed}",
+                         "--from-time", str(BASE + 2000), "--to-time", iso(BASE + 8000),
+                         "--offset-window", "sel=..6")  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:]
+    restored = consume_all(target.broker, [renamed])
+    assert [r["key"] for r in restored] == [base64.b64encode(b"k%d" % i).decode() for i in (2, 3, 4, 5, 6)]
+    assert [r["timestamp"] for r in restored] == [BASE + i * 1000 for i in (2, 3, 4, 5, 6)]
+    assert group_offsets(target.broker, "readers").get((renamed, 0)) == 2
+
+
+# -- errors before anything is produced ---------------------------------------------------
+
+
+def test_non_empty_target_is_refused(target: Target, tmp_path: Path, small_backup: Path) -> None:
+    from confluent_kafka import Producer
+
+    name = target.name("sel-busy")
+    create_topics(target.broker, {name: 1})
+    producer = Producer(target.broker.client_settings())
+    producer.produce(name, b"someone else's record")
+    producer.flush(10)
+    result = restore_python(*target.args(tmp_path), "--source-dir", small_backup, "--topic-map", f"sel={name}")
+    assert result.returncode == 1
+    assert "already hold records that are not an earlier run of this restore" in result.stderr
+    assert f"{name}/0 (1 records)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_target_with_fewer_partitions_is_refused(target: Target, tmp_path: Path) -> None:
+    backup = tmp_path / "backup"
+    for partition in range(3):
+        with PartitionWriter(backup / "wide", "wide", partition, fsync=False) as writer:
+            writer.append(Record(0, -1, None, b"k", b"v"))
+    name = target.name("wide-narrow")
+    create_topics(target.broker, {name: 2})
+    result = restore_python(*target.args(tmp_path), "--source-dir", backup, "--topic-map", f"wide={name}")
+    assert result.returncode == 1
+    assert f"target topic {name!r} has 2 partitions, the backup of 'wide' has 3" in result.stderr
+
+
+def test_missing_topic_and_bad_flags(target: Target, tmp_path: Path, small_backup: Path) -> None:
+    result = restore_python(*target.args(tmp_path), "--source-dir", small_backup, "--topics", "nope")
+    assert result.returncode == 1
+    assert "topic(s) nope are not in the backup" in result.stderr
+    result = restore_python(*target.args(tmp_path), "--source-dir", small_backup, "--from-time", "yesterday")
+    assert result.returncode == 2
+    assert "--from-time takes ISO 8601" in result.stderr
