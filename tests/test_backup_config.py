@@ -86,7 +86,7 @@ def test_flags_of_backup_standalone(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--target-dir", "/b", "--topics", "a"], "needs --bootstrap-server"),
+        (["--target-dir", "/b", "--topics", "a"], "give the cluster: --bootstrap-server"),
         (["--bootstrap-server", "k:1", "--topics", "a"], "needs a target directory"),
         (["--bootstrap-server", "k:1", "--target-dir", "/b"], "say what to back up"),
         (["--bootstrap-server", "k:1", "--target-dir", "/b", "--topics-regex", "("], "invalid topic regex"),

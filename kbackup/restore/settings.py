@@ -20,15 +20,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kbackup.errors import UsageError
-from kbackup.kafka.java_client_settings import librdkafka_settings
+from kbackup.job_options import ConnectorProperties, client_settings, positive_int, spark_conf
 from kbackup.kafka.topics import TopicSelection
-from kbackup.properties import read_properties
 from kbackup.restore.selection import Window
 
 DEFAULT_BATCH_SIZE = 1 << 20
 
-_CONNECT_BOILERPLATE = {"name", "connector.class", "tasks.max", "key.converter", "value.converter", "header.converter"}
-_PROPERTY_KEYS = {"source.dir", "topics", "batch.size"} | _CONNECT_BOILERPLATE
+_PROPERTY_KEYS = {"source.dir", "topics", "batch.size"}
 _OFFSET_WINDOW = re.compile(r"^(?P<topic>[^:=]+)(?::(?P<partition>\d+))?=(?P<low>\d*)\.\.(?P<high>\d*)$")
 
 
@@ -72,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     original.add_argument("--bootstrap-server", help="the target cluster's bootstrap servers")
     original.add_argument("--source-dir", help="the backup root (one directory per topic)")
     original.add_argument("--topics", help="comma-separated topics to restore (default: every topic in the backup)")
-    original.add_argument("--batch-size", type=_positive_int, help="producer batch size in bytes (default 1 MiB)")
+    original.add_argument("--batch-size", type=positive_int, help="producer batch size in bytes (default 1 MiB)")
     original.add_argument("--command-config", type=Path, help="Kafka client settings file (SSL/SASL)")
     original.add_argument("--debug", action="store_true", help="log more")
     own = parser.add_argument_group("kbackup options")
@@ -107,25 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_restore_args(argv: Sequence[str]) -> RestoreSettings:
     args = build_parser().parse_args(argv)
-    properties: dict[str, str] = {}
-    source_name = ""
-    if args.properties is not None:
-        source_name = str(args.properties)
-        properties = read_properties(args.properties, what="properties file")
-        for key in properties:
-            if key not in _PROPERTY_KEYS and not key.startswith("cluster."):
-                raise UsageError(f"{source_name}: unknown property {key!r}")
-
-    def merged(flag: str, value: str | None, key: str) -> str | None:
-        from_file = properties.get(key)
-        if value is not None and from_file is not None and value != from_file:
-            raise UsageError(f"{flag} {value!r} disagrees with {key}={from_file!r} in {source_name}")
-        return value if value is not None else from_file
-
-    source = merged("--source-dir", args.source_dir, "source.dir")
+    properties = ConnectorProperties.load(args.properties, _PROPERTY_KEYS)
+    source = properties.merge("--source-dir", args.source_dir, "source.dir")
     if not source:
         raise UsageError("the restore needs a backup: --source-dir DIR (or source.dir in --properties)")
-    topics = merged("--topics", args.topics, "topics")
+    topics = properties.merge("--topics", args.topics, "topics")
     if topics and args.topics_regex:
         raise UsageError("give topics or a topics regex, not both")
     selection = (
@@ -135,28 +119,19 @@ def parse_restore_args(argv: Sequence[str]) -> RestoreSettings:
         if args.topics_regex
         else None
     )
-    batch_text = merged("--batch-size", None if args.batch_size is None else str(args.batch_size), "batch.size")
+    batch_flag = None if args.batch_size is None else str(args.batch_size)
+    batch_text = properties.merge("--batch-size", batch_flag, "batch.size")
     try:
-        batch_size = _positive_int(batch_text) if batch_text else DEFAULT_BATCH_SIZE
+        batch_size = positive_int(batch_text) if batch_text else DEFAULT_BATCH_SIZE
     except argparse.ArgumentTypeError as exc:
         raise UsageError(f"batch size: {exc}") from None
-
-    client = {key[len("cluster.") :]: value for key, value in properties.items() if key.startswith("cluster.")}
-    if args.command_config is not None:
-        java = read_properties(args.command_config, what="command config")
-        client.update(librdkafka_settings(java, source=str(args.command_config)))
-    bootstrap = args.bootstrap_server or client.get("bootstrap.servers")
-    if args.bootstrap_server and client.get("bootstrap.servers") not in (None, args.bootstrap_server):
-        raise UsageError(f"--bootstrap-server disagrees with cluster.bootstrap.servers in {source_name}")
-    if not bootstrap:
-        raise UsageError("the restore needs --bootstrap-server (or cluster.bootstrap.servers in --properties)")
-    client["bootstrap.servers"] = bootstrap
+    client = client_settings(properties, args.command_config, args.bootstrap_server)
 
     topic_map = _pairs(args.topic_map, "--topic-map", "OLD=NEW")
     if len(set(topic_map.values())) != len(topic_map):
         raise UsageError("--topic-map maps two topics to the same target")
     partitions = {
-        topic: _positive_int(count) for topic, count in _pairs(args.partitions, "--partitions", "TOPIC=N").items()
+        topic: positive_int(count) for topic, count in _pairs(args.partitions, "--partitions", "TOPIC=N").items()
     }
     from_time = parse_time(args.from_time, "--from-time") if args.from_time else None
     to_time = parse_time(args.to_time, "--to-time") if args.to_time else None
@@ -173,12 +148,6 @@ def parse_restore_args(argv: Sequence[str]) -> RestoreSettings:
             raise UsageError(f"--offset-window {item!r}: FROM is above TO")
         part = int(match["partition"]) if match["partition"] is not None else None
         windows[(match["topic"], part)] = (low, high)
-    spark_conf = {}
-    for item in args.spark_conf:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--spark-conf takes KEY=VALUE, not {item!r}")
-        spark_conf[key] = value
     return RestoreSettings(
         source=Path(source),
         client=client,
@@ -195,7 +164,7 @@ def parse_restore_args(argv: Sequence[str]) -> RestoreSettings:
         legacy=args.legacy_no_magic,
         replication_factor=args.replication_factor,
         state_dir=args.state_dir,
-        spark_conf=spark_conf,
+        spark_conf=spark_conf(args.spark_conf),
     )
 
 
@@ -223,13 +192,3 @@ def _pairs(items: Sequence[str], flag: str, shape: str) -> dict[str, str]:
             raise UsageError(f"{flag} gives {key!r} twice")
         result[key] = value
     return result
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number > 0, got {text!r}")
-    return value

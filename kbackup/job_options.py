@@ -1,0 +1,101 @@
+"""What the backup and restore jobs share in reading their configuration.
+
+Both accept the original tool's connector ``.properties`` (``--properties``),
+its script flags, a Java client settings file (``--command-config``) and
+``--spark-conf KEY=VALUE``. A flag and a property that set the same thing
+must agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbackup.errors import UsageError
+from kbackup.kafka.java_client_settings import librdkafka_settings
+from kbackup.properties import read_properties
+
+#: Kafka Connect settings every connector file has; meaningless here, accepted and ignored.
+CONNECT_BOILERPLATE = frozenset(
+    {"name", "connector.class", "tasks.max", "key.converter", "value.converter", "header.converter"}
+)
+
+
+@dataclass(frozen=True)
+class ConnectorProperties:
+    """A connector properties file, checked against the keys a job knows."""
+
+    values: Mapping[str, str]
+    source: str
+
+    @classmethod
+    def load(cls, path: Path | None, known: Collection[str]) -> ConnectorProperties:
+        if path is None:
+            return cls({}, "")
+        values = read_properties(path, what="properties file")
+        for key in values:
+            if key not in known and key not in CONNECT_BOILERPLATE and not key.startswith("cluster."):
+                raise UsageError(f"{path}: unknown property {key!r}")
+        return cls(values, str(path))
+
+    def merge(self, flag: str, value: str | None, key: str) -> str | None:
+        """The flag's value or the property's; an error when both are given and differ."""
+        from_file = self.values.get(key)
+        if value is not None and from_file is not None and value != from_file:
+            raise UsageError(f"{flag} {value!r} disagrees with {key}={from_file!r} in {self.source}")
+        return value if value is not None else from_file
+
+
+def client_settings(
+    properties: ConnectorProperties, command_config: Path | None, bootstrap: str | None
+) -> dict[str, str]:
+    """Kafka client settings from ``cluster.*`` properties, the command config and ``--bootstrap-server``."""
+    client = {key[len("cluster.") :]: value for key, value in properties.values.items() if key.startswith("cluster.")}
+    if command_config is not None:
+        java = read_properties(command_config, what="command config")
+        for key, value in librdkafka_settings(java, source=str(command_config)).items():
+            if key in client and client[key] != value:
+                raise UsageError(f"{command_config}: {key} disagrees with cluster.{key} in {properties.source}")
+            client[key] = value
+    if bootstrap and client.get("bootstrap.servers") not in (None, bootstrap):
+        raise UsageError(f"--bootstrap-server disagrees with cluster.bootstrap.servers in {properties.source}")
+    servers = bootstrap or client.get("bootstrap.servers")
+    if not servers:
+        raise UsageError("give the cluster: --bootstrap-server (or cluster.bootstrap.servers in --properties)")
+    client["bootstrap.servers"] = servers
+    return client
+
+
+def spark_conf(items: Sequence[str]) -> dict[str, str]:
+    """``--spark-conf KEY=VALUE`` items as a dict."""
+    result = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--spark-conf takes KEY=VALUE, not {item!r}")
+        result[key] = value
+    return result
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number above 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number > 0, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
