@@ -127,7 +127,8 @@ def _summary(plan: RestorePlan, results: list[PartitionResult], seconds: float) 
     for topic, items in sorted(by_topic.items()):
         records = sum(r.produced for r in items)
         size = sum(r.produced_bytes for r in items)
-        busy = max((r.seconds for r in items), default=0.0)
+        # From the first task's start to the last one's end: the topic's producing time.
+        busy = max(r.ended_at for r in items) - min(r.started_at for r in items)
         rate = records / busy if busy > 0 else 0.0
         log.info(
             "restored %s: %d records, %d bytes of keys and values in %.1f s (%.0f records/s)",

@@ -55,7 +55,8 @@ class PartitionResult:
     selected: int = 0
     produced: int = 0
     produced_bytes: int = 0
-    seconds: float = 0.0
+    started_at: float = 0.0  # wall clock, seconds since the epoch
+    ended_at: float = 0.0
     end_offset: int = 0
     group_offsets: dict[str, int] = field(default_factory=dict)
 
@@ -81,8 +82,8 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
     """Produce the task's records; return what was done and the groups' new offsets."""
     from confluent_kafka import Producer
 
-    started = time.monotonic()
     result = PartitionResult(task.source_topic, task.source_partition, task.target_topic, task.target_partition)
+    result.started_at = time.time()
     failures: list[str] = []
 
     def on_delivery(error: object, message: object) -> None:
@@ -121,5 +122,5 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
     result.end_offset = task.baseline + index
     below = counter.below()
     result.group_offsets = {group: task.baseline + below[offset] for group, offset in task.groups.items()}
-    result.seconds = time.monotonic() - started
+    result.ended_at = time.time()
     return result

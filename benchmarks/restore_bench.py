@@ -1,0 +1,163 @@
+"""Restore benchmark: the restore job beside a raw produce loop over the same records.
+
+A backup of N records (default 1,000,000; 100-byte values, small keys, one
+header; 4 partitions) is written with the format library; then, in the same
+invocation, against fresh topics on an embedded broker (or ``--bootstrap``):
+
+- ``raw``: one Python process producing the same records, read from the same
+  backup files, with an idempotent confluent-kafka producer and the same
+  batch settings. The least work a Python restore must do per record.
+- ``restore``: ``spark-submit jobs/restore.py`` with ``local[2]``, end to end
+  (Spark and Python worker start-up included), and the tasks' own producing
+  time (the longest task, from the job's summary).
+
+Printed: records/s and MB/s of value bytes, the ratio restore / raw, and the
+peak resident memory of each (the restore: JVM plus Python workers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from benchmarks.backup_bench import _sample_tree
+from kbackup.embedded_broker import CLIENT_SETTINGS, EmbeddedBroker
+from kbackup.format.record import Record
+from kbackup.partition.writer import PartitionWriter
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def write_backup(root: Path, count: int, partitions: int, value_size: int) -> None:
+    value = (b"0123456789abcdef" * (value_size // 16 + 1))[:value_size]
+    header = (("trace-id", b"0123456789abcdef"),)
+    now = int(time.time() * 1000)
+    writers = [PartitionWriter(root / "bench", "bench", p, fsync=False) for p in range(partitions)]
+    for i in range(count):
+        writers[i % partitions].append(Record(i // partitions, 0, now + i // 1000, b"key-%07d" % i, value, header))
+    for writer in writers:
+        writer.close()
+
+
+RAW = """
+import json, sys, time
+from pathlib import Path
+from confluent_kafka import Producer
+from kbackup.partition.reader import PartitionReader
+from kbackup.restore.task import producer_settings
+from benchmarks.backup_bench import peak_rss_mib
+settings, root, partitions, topic = json.loads(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+producer = Producer(producer_settings(settings, 1 << 20))
+started = time.perf_counter()
+n = 0
+for p in range(partitions):
+    for r in PartitionReader(root / "bench", p).records():
+        while True:
+            try:
+                producer.produce(topic, r.value, r.key, p, timestamp=r.timestamp, headers=list(r.headers))
+                break
+            except BufferError:
+                producer.poll(0.1)
+        n += 1
+assert producer.flush(300) == 0
+print(json.dumps([time.perf_counter() - started, n, peak_rss_mib()]))
+"""
+
+
+def raw_produce(settings: dict[str, str], root: Path, partitions: int) -> tuple[float, float]:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(settings)  # kept alive until the topic exists
+    for future in admin.create_topics([NewTopic("raw-target", partitions, 1)]).values():
+        future.result(30)
+    output = subprocess.run(
+        [sys.executable, "-c", RAW, json.dumps(settings), str(root), str(partitions), "raw-target"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=True,
+    ).stdout
+    seconds, _, rss = json.loads(output.strip().splitlines()[-1])
+    return float(seconds), float(rss)
+
+
+def run_restore(settings: dict[str, str], root: Path) -> tuple[float, float, float]:
+    config = root.parent / "target.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in settings.items() if k != "bootstrap.servers"))
+    command = [
+        str(Path(sys.executable).parent / "spark-submit"),
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        str(REPO / "jobs" / "restore.py"),
+        "--bootstrap-server",
+        settings["bootstrap.servers"],
+        "--command-config",
+        str(config),
+        "--source-dir",
+        str(root),
+    ]
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "PYTHONPATH": str(REPO),
+    }
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    peak = [0.0]
+    threading.Thread(target=_sample_tree, args=(process.pid, peak), daemon=True).start()
+    output, _ = process.communicate()
+    wall = time.perf_counter() - started
+    if process.returncode != 0:
+        raise SystemExit(f"restore failed:\n{output[-3000:]}")
+    busy = [
+        float(s) for s in re.findall(r"restored \S+: \d+ records, \d+ bytes of keys and values in ([\d.]+) s", output)
+    ]
+    return wall, max(busy), peak[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--value-size", type=int, default=100)
+    parser.add_argument("--bootstrap", help="an external cluster instead of the embedded broker")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "backup"
+        write_backup(root, args.records, args.partitions, args.value_size)
+        broker = None if args.bootstrap else EmbeddedBroker().start()
+        try:
+            settings = (
+                {"bootstrap.servers": args.bootstrap}
+                if args.bootstrap
+                else {"bootstrap.servers": broker.bootstrap_servers, **CLIENT_SETTINGS}  # type: ignore[union-attr]
+            )
+            raw_seconds, raw_rss = raw_produce(settings, root, args.partitions)
+            wall, busy, restore_rss = run_restore(settings, root)
+        finally:
+            if broker is not None:
+                broker.stop()
+    n, mb = args.records, args.records * args.value_size / 1e6
+    print(f"{n:,} records, {args.value_size}-byte values, {args.partitions} partitions")
+    raw_rate = f"{n / raw_seconds:>10,.0f} records/s {mb / raw_seconds:7.1f} MB/s"
+    print(f"raw produce          {raw_rate}  peak {raw_rss:6.0f} MiB")
+    print(f"restore, task time   {n / busy:>10,.0f} records/s {mb / busy:7.1f} MB/s  ratio {raw_seconds / busy:5.2f}")
+    print(
+        f"restore, end to end  {n / wall:>10,.0f} records/s {mb / wall:7.1f} MB/s  ratio {raw_seconds / wall:5.2f}  "
+        f"peak {restore_rss:6.0f} MiB (JVM + Python workers)"
+    )
+
+
+if __name__ == "__main__":
+    main()
