@@ -14,6 +14,7 @@ from kbackup.kafka.client_settings import redact
 from kbackup.kafka.java_client_settings import librdkafka_settings
 from kbackup.kafka.topics import TopicSelection
 from kbackup.properties import parse_properties
+from kbackup.restore.selection import Window
 from kbackup.spark.kafka_source import SourceOptions, _admit, decode_offsets, encode_offsets
 from kbackup.spark.v1_sink import SinkOptions, v1_timestamp
 
@@ -176,3 +177,52 @@ def test_data_lost_to_retention_is_reported(caplog: pytest.LogCaptureFixture) ->
     strict = KafkaStreamReader(SourceOptions.parse({"kafka.bootstrap.servers": "k:1", "subscribe": "t"}))
     with pytest.raises(KbackupError, match=r"offsets 40..99 were deleted .* failOnDataLoss=false"):
         strict._check_data_loss({("t", 0): 40}, {("t", 0): 100})
+
+
+def test_restore_accepts_the_originals_source_properties(tmp_path: Path) -> None:
+    from kbackup.restore.settings import parse_restore_args
+
+    properties = tmp_path / "source.properties"
+    properties.write_text(
+        "name=backup-source\nconnector.class=de.azapps.kafkabackup.source.BackupSourceConnector\ntasks.max=1\n"
+        "source.dir=/backups/prod\ntopics=orders,payments\nbatch.size=65536\ncluster.bootstrap.servers=new:9092\n"
+    )
+    settings = parse_restore_args(["--properties", str(properties), "--topic-map", "orders=orders-copy"])
+    assert settings.source == Path("/backups/prod")
+    assert settings.selection == TopicSelection(topics=("orders", "payments"))
+    assert settings.batch_size == 65536
+    assert settings.client == {"bootstrap.servers": "new:9092"}
+    assert settings.target_topic("orders") == "orders-copy"
+    assert settings.target_topic("payments") == "payments"
+    with pytest.raises(UsageError, match=r"--source-dir '/x' disagrees with source\.dir='/backups/prod'"):
+        parse_restore_args(["--properties", str(properties), "--source-dir", "/x"])
+    properties.write_text("target.dir=/b\n")
+    with pytest.raises(UsageError, match=r"unknown property 'target\.dir'"):
+        parse_restore_args(["--properties", str(properties)])
+
+
+def test_restore_windows_and_times() -> None:
+    from kbackup.restore.settings import parse_restore_args, parse_time
+
+    assert parse_time("2026-11-22T08:00:00Z", "--from-time") == 1_795_334_400_000
+    assert parse_time("2026-11-22T09:00:00+01:00", "--from-time") == 1_795_334_400_000
+    assert parse_time("1795334400000", "--from-time") == 1_795_334_400_000
+    settings = parse_restore_args(
+        [
+            "--bootstrap-server",
+            "k:1",
+            "--source-dir",
+            "/b",
+            "--offset-window",
+            "orders=10..20",
+            "--offset-window",
+            "orders:3=..5",
+            "--to-time",
+            "1795334400000",
+        ]
+    )
+    assert settings.window("orders", 0) == Window(10, 20, None, 1_795_334_400_000)
+    assert settings.window("orders", 3) == Window(None, 5, None, 1_795_334_400_000)
+    assert settings.window("other", 0) == Window(None, None, None, 1_795_334_400_000)
+    with pytest.raises(UsageError, match="FROM is above TO"):
+        parse_restore_args(["--bootstrap-server", "k:1", "--source-dir", "/b", "--offset-window", "t=9..2"])

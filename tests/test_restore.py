@@ -178,7 +178,7 @@ def test_backup_then_restore_round_trip(kafka: BrokerUnderTest, target: Target, 
 
 def test_restore_of_an_original_tool_backup_and_offset_remapping(target: Target, tmp_path: Path) -> None:
     """First segment named 0 holding offset 1000 (retention), -2 timestamps, gaps, an empty partition."""
-    from confluent_kafka import Consumer
+    from confluent_kafka import Consumer, TopicPartition
 
     backup = tmp_path / "backup"
     topic = "orig-legacy"
@@ -198,11 +198,15 @@ def test_restore_of_an_original_tool_backup_and_offset_remapping(target: Target,
         "at-end": 1013,  # just past the last record
         "past-end": 5000,
         "active": 1005,
+        "ahead": 1006,  # already further ahead on the target: never moved back
     }
     write_consumer_offsets(backup / topic, 0, groups)
     name = target.name(topic)
-    # "active" has a running member on the target: it must be left alone.
     create_topics(target.broker, {name: 2})
+    ahead = Consumer(target.broker.client_settings(**{"group.id": "ahead", "enable.auto.commit": "false"}))
+    ahead.commit(offsets=[TopicPartition(name, 0, 7)], asynchronous=False)
+    ahead.close()
+    # "active" has a running member on the target: it must be left alone.
     member = Consumer(target.broker.client_settings(**{"group.id": "active", "session.timeout.ms": "30000"}))
     member.subscribe([name])
     deadline = time.monotonic() + 30
@@ -225,6 +229,8 @@ def test_restore_of_an_original_tool_backup_and_offset_remapping(target: Target,
         assert group_offsets(target.broker, group) == {(name, 0): offset}, group
     assert group_offsets(target.broker, "active") == {}
     assert "group active: " in result.stdout and "active member" in result.stdout
+    assert group_offsets(target.broker, "ahead") == {(name, 0): 7}
+    assert f"group ahead: {name}/0 left alone: would move back from 7 to 4" in result.stdout
 
 
 def test_below_counter_table() -> None:
