@@ -204,6 +204,37 @@ def cmd_offsets(args: argparse.Namespace, out: TextIO) -> None:
                 out.write(f"{topic}\t{partition_key}\t{group}\t{offset}\n")
 
 
+def cmd_verify(args: argparse.Namespace, out: TextIO) -> None:
+    from kbackup.catalog.verify import verify_backup
+
+    root = Path(args.dir)
+    reports = verify_backup(root, _topics(root, args.topic), deep=args.deep, legacy=args.legacy_no_magic)
+    damaged = 0
+    for report in reports:
+        state = "ok" if report.ok else "DAMAGED"
+        out.write(
+            f"{report.topic}/{report.partition}: {state} ({report.segments} segments, {report.records} records)\n"
+        )
+        for error in report.errors:
+            out.write(f"  error: {error}\n")
+        for note in report.notes:
+            out.write(f"  note: {note}\n")
+        damaged += not report.ok
+    if damaged:
+        raise KbackupError(f"{damaged} of {len(reports)} partition(s) failed verification")
+
+
+def cmd_catalog_rebuild(args: argparse.Namespace, out: TextIO) -> None:
+    from kbackup.catalog.build import rebuild_catalog
+
+    root = Path(args.dir)
+    for catalog in rebuild_catalog(root, _topics(root, args.topic), legacy=args.legacy_no_magic):
+        records = sum(entry.records for entry in catalog.segments)
+        out.write(
+            f"{catalog.topic}/{catalog.partition}: {len(catalog.segments)} finished segment(s), {records} records\n"
+        )
+
+
 # -- parser ----------------------------------------------------------------------
 
 
@@ -247,6 +278,21 @@ def build_parser() -> argparse.ArgumentParser:
     offsets = sub.add_parser("offsets", parents=[select], help="show stored consumer group offsets")
     offsets.add_argument("--json", action="store_true", help="print JSON")
     offsets.set_defaults(func=cmd_offsets)
+
+    verify = sub.add_parser("verify", parents=[legacy], help="check files, indexes and the catalog; exit 1 on damage")
+    verify.add_argument("dir", metavar="DIR", help="backup root (one directory per topic)")
+    verify.add_argument("--topic", help="only this topic")
+    verify.add_argument("--deep", action="store_true", help="also decode every record against its index")
+    verify.set_defaults(func=cmd_verify)
+
+    catalog = sub.add_parser("catalog", help="the catalog of what a backup holds")
+    catalog_sub = catalog.add_subparsers(dest="catalog_command", required=True, metavar="ACTION")
+    rebuild_catalog = catalog_sub.add_parser(
+        "rebuild", parents=[legacy], help="describe every finished segment anew (also for backups by the original)"
+    )
+    rebuild_catalog.add_argument("dir", metavar="DIR", help="backup root")
+    rebuild_catalog.add_argument("--topic", help="only this topic")
+    rebuild_catalog.set_defaults(func=cmd_catalog_rebuild)
 
     index = sub.add_parser("index", help="list or rebuild segment and partition indexes")
     index_sub = index.add_subparsers(dest="index_command", required=True, metavar="ACTION")

@@ -1,0 +1,89 @@
+"""The catalog document of one partition, and its JSON codec (version 1)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kbackup.errors import FormatError
+
+CATALOG_VERSION = 1
+
+
+@dataclass(frozen=True)
+class SegmentEntry:
+    """A finished segment: what it holds and how to check it."""
+
+    name: str
+    start_offset: int
+    first_offset: int | None
+    last_offset: int | None
+    records: int
+    min_timestamp: int | None
+    max_timestamp: int | None
+    records_bytes: int
+    index_bytes: int
+    records_crc32c: int
+    index_crc32c: int
+
+
+@dataclass(frozen=True)
+class PartitionCatalog:
+    topic: str
+    partition: int
+    segments: tuple[SegmentEntry, ...] = field(default_factory=tuple)
+
+    def encode(self) -> bytes:
+        document = {
+            "version": CATALOG_VERSION,
+            "topic": self.topic,
+            "partition": self.partition,
+            "segments": [_camel(asdict(entry)) for entry in self.segments],
+        }
+        return json.dumps(document, indent=1, sort_keys=False).encode() + b"\n"
+
+    @classmethod
+    def decode(cls, data: bytes, *, file: str) -> PartitionCatalog:
+        try:
+            document = json.loads(data)
+            if document.get("version") != CATALOG_VERSION:
+                raise FormatError(
+                    "unsupported catalog version",
+                    file=file,
+                    expected=str(CATALOG_VERSION),
+                    found=repr(document.get("version")),
+                )
+            segments = tuple(SegmentEntry(**_snake(item)) for item in document["segments"])
+            return cls(str(document["topic"]), int(document["partition"]), segments)
+        except FormatError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise FormatError(f"catalog is not a valid partition catalog ({exc})", file=file) from None
+
+
+_FIELDS = {
+    "name": "name",
+    "start_offset": "startOffset",
+    "first_offset": "firstOffset",
+    "last_offset": "lastOffset",
+    "records": "records",
+    "min_timestamp": "minTimestamp",
+    "max_timestamp": "maxTimestamp",
+    "records_bytes": "recordsBytes",
+    "index_bytes": "indexBytes",
+    "records_crc32c": "recordsCrc32c",
+    "index_crc32c": "indexCrc32c",
+}
+_BACK = {value: key for key, value in _FIELDS.items()}
+
+
+def _camel(item: dict[str, Any]) -> dict[str, Any]:
+    return {_FIELDS[key]: value for key, value in item.items()}
+
+
+def _snake(item: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(item) - set(_BACK)
+    if unknown:
+        raise KeyError(f"unknown segment field(s) {sorted(unknown)}")
+    return {_BACK[key]: value for key, value in item.items()}

@@ -1,0 +1,143 @@
+"""Checking a backup: its files against its indexes, and against its catalog.
+
+Always checked, per partition: the partition index decodes and every segment
+it names has both files; segment files it does not name are reported as
+extra; segments follow each other in increasing offsets. Against the catalog
+(when the partition has one): every cataloged segment is present with the
+same sizes and CRC32C checksums, and the catalog's offsets increase. With
+``deep``: every record of every segment is decoded and checked against its
+index entry.
+
+Findings are **errors** (the backup is damaged or incomplete) or **notes**
+(worth knowing, not damage: no catalog yet, a finished segment the catalog
+does not name yet).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kbackup.catalog.build import file_crc32c, file_size
+from kbackup.catalog.store import catalog_path, read_catalog
+from kbackup.errors import KbackupError
+from kbackup.format.naming import RECORDS_SUFFIX
+from kbackup.partition.layout import list_partitions, list_segment_files
+from kbackup.partition.reader import PartitionReader
+from kbackup.partition.segment_reader import SegmentIndexFile, iter_segment
+
+
+@dataclass
+class PartitionReport:
+    topic: str
+    partition: int
+    segments: int = 0
+    records: int = 0
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def verify_partition(
+    root: Path, topic: str, partition: int, *, deep: bool = False, legacy: bool = False
+) -> PartitionReport:
+    report = PartitionReport(topic, partition)
+    topic_dir = root / topic
+    try:
+        reader = PartitionReader(topic_dir, partition, legacy=legacy)
+    except KbackupError as exc:
+        report.errors.append(str(exc))
+        return report
+    report.segments = len(reader.segments)
+    listed = {segment.name for segment in reader.segments}
+    for files in list_segment_files(topic_dir, partition):
+        name = files.records.name[: -len(RECORDS_SUFFIX)]
+        if name not in listed:
+            report.errors.append(f"extra segment {name}: not in the partition index")
+    previous_last = -1
+    for number, segment in enumerate(reader.segments):
+        records_path, index_path = reader.segment_paths(segment)
+        missing = [path.name for path in (records_path, index_path) if not path.exists()]
+        if missing:
+            report.errors.append(f"missing segment file(s): {', '.join(missing)}")
+            continue
+        try:
+            with SegmentIndexFile(index_path, legacy=legacy) as index:
+                count = index.count
+                first = index.entry(0).offset if count else None
+                last = index.entry(count - 1).offset if count else None
+                end = index.entry(count - 1).end if count else 1
+                tail = index.torn_tail
+            report.records += count
+            if tail and number < len(reader.segments) - 1:
+                report.errors.append(f"{index_path.name}: ends in a partial entry ({tail} bytes)")
+            size = file_size(records_path) or 0
+            if size < end:
+                report.errors.append(f"{records_path.name}: truncated: {size} bytes, its index needs {end}")
+            elif size > end and number < len(reader.segments) - 1:
+                report.errors.append(f"{records_path.name}: {size - end} bytes after the last indexed record")
+            if first is not None and first <= previous_last:
+                report.errors.append(f"{segment.name}: offsets go back ({first} after {previous_last})")
+            if last is not None:
+                previous_last = last
+            if deep:
+                for _ in iter_segment(records_path, index_path, legacy=legacy):
+                    pass
+        except KbackupError as exc:
+            report.errors.append(str(exc))
+    _check_catalog(root, reader, report)
+    return report
+
+
+def _check_catalog(root: Path, reader: PartitionReader, report: PartitionReport) -> None:
+    try:
+        catalog = read_catalog(root, report.topic, report.partition)
+    except KbackupError as exc:
+        report.errors.append(str(exc))
+        return
+    if catalog is None:
+        report.notes.append(
+            f"no catalog ({catalog_path(root, report.topic, report.partition)}): "
+            f"build one with: kbackup catalog rebuild {root}"
+        )
+        return
+    names = [segment.name for segment in reader.segments]
+    previous_last = -1
+    for entry in catalog.segments:
+        if entry.name not in names:
+            report.errors.append(f"missing segment {entry.name}: named in the catalog, not in the partition index")
+            continue
+        segment = reader.segments[names.index(entry.name)]
+        for path, expected_size, expected_crc in (
+            (reader.segment_paths(segment)[0], entry.records_bytes, entry.records_crc32c),
+            (reader.segment_paths(segment)[1], entry.index_bytes, entry.index_crc32c),
+        ):
+            if not path.exists():
+                continue  # reported above
+            crc, size = file_crc32c(path)
+            if size != expected_size:
+                report.errors.append(f"{path.name}: {size} bytes, the catalog says {expected_size}")
+            elif crc != expected_crc:
+                report.errors.append(
+                    f"{path.name}: checksum mismatch: CRC32C {crc:#010x}, the catalog says {expected_crc:#010x}"
+                )
+        if entry.first_offset is not None and entry.first_offset <= previous_last:
+            report.errors.append(f"catalog: {entry.name} starts at {entry.first_offset}, not after {previous_last}")
+        if entry.last_offset is not None:
+            previous_last = entry.last_offset
+    cataloged = {entry.name for entry in catalog.segments}
+    finished = names[:-1]
+    pending = [name for name in finished if name not in cataloged]
+    if pending:
+        report.notes.append(f"{len(pending)} finished segment(s) not in the catalog yet: {', '.join(pending)}")
+
+
+def verify_backup(root: Path, topics: list[str], *, deep: bool = False, legacy: bool = False) -> list[PartitionReport]:
+    return [
+        verify_partition(root, topic, partition, deep=deep, legacy=legacy)
+        for topic in topics
+        for partition in list_partitions(root / topic)
+    ]
