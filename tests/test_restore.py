@@ -293,14 +293,14 @@ def test_sigkill_and_rerun_restores_exactly_once(target: Target, tmp_path: Path)
     assert _target_count(target, name) == 200_000
 
 
-def _target_count(target: Target, topic: str) -> int:
+def _target_count(target: Target, topic: str, partitions: int = 2) -> int:
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
     admin = AdminClient(target.broker.client_settings())
     if topic not in admin.list_topics(timeout=10).topics:
         return 0
-    request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(2)}
+    request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
     return sum(f.result().offset for f in admin.list_offsets(request).values())
 
 
@@ -383,3 +383,47 @@ def test_missing_topic_and_bad_flags(target: Target, tmp_path: Path, small_backu
     result = restore_python(*target.args(tmp_path), "--source-dir", small_backup, "--from-time", "yesterday")
     assert result.returncode == 2
     assert "--from-time takes ISO 8601" in result.stderr
+
+
+# -- integrity: checksums from the catalog ----------------------------------------------------
+
+
+def test_restore_refuses_a_damaged_segment_and_skips_it_on_request(target: Target, tmp_path: Path) -> None:
+    from kbackup.catalog.build import rebuild_catalog
+    from kbackup.catalog.store import read_catalog
+
+    backup = tmp_path / "backup"
+    with PartitionWriter(backup / "crc", "crc", 0, max_segment_size=600, fsync=False) as writer:
+        for i in range(30):
+            writer.append(Record(i, 0, BASE + i, b"k%d" % i, b"value-%d" % i * 5))
+    write_consumer_offsets(backup / "crc", 0, {"readers": 20})
+    rebuild_catalog(backup, ["crc"])
+    catalog = read_catalog(backup, "crc", 0)
+    assert catalog is not None and len(catalog.segments) >= 3
+    damaged = catalog.segments[1]
+    path = backup / "crc" / f"{damaged.name}_records"
+    data = bytearray(path.read_bytes())
+    data[30] ^= 0x01
+    path.write_bytes(bytes(data))
+    name = target.name("crc-restored")
+    args = [*target.args(tmp_path), "--source-dir", str(backup), "--topic-map", f"crc={name}"]
+
+    refused = run_restore(*args)
+    assert refused.returncode == 1
+    assert f"segment {damaged.name} (offsets {damaged.first_offset}..{damaged.last_offset}) is damaged" in (
+        refused.stderr
+    )
+    assert "CRC32C" in refused.stderr and "--skip-bad-segments" in refused.stderr
+    assert _target_count(target, name, partitions=1) == 0
+
+    skipped = run_restore(*args, "--skip-bad-segments")
+    assert skipped.returncode == 0, skipped.stdout[-3000:]
+    assert (
+        f"not restored: crc/0 offsets {damaged.first_offset}..{damaged.last_offset} (segment {damaged.name}:"
+        in skipped.stdout
+    )
+    lost = set(range(damaged.first_offset or 0, (damaged.last_offset or 0) + 1))
+    restored = consume_all(target.broker, [name])
+    assert [r["key"] for r in restored] == [b64(b"k%d" % i) for i in range(30) if i not in lost]
+    # The group's offset 20 lands on record 20, shifted down by the records left out before it.
+    assert group_offsets(target.broker, "readers")[(name, 0)] == 20 - len([o for o in lost if o < 20])

@@ -71,8 +71,18 @@ class PartitionReader:
             self.topic_dir / (segment.name + INDEX_SUFFIX),
         )
 
-    def records(self, from_offset: int | None = None, to_offset: int | None = None) -> Iterator[Record]:
-        """Yield records with ``from_offset <= offset <= to_offset``, in offset order."""
+    def records(
+        self,
+        from_offset: int | None = None,
+        to_offset: int | None = None,
+        *,
+        skip_segments: frozenset[str] = frozenset(),
+    ) -> Iterator[Record]:
+        """Yield records with ``from_offset <= offset <= to_offset``, in offset order.
+
+        Segments named in ``skip_segments`` are passed over (a restore told to
+        leave out damaged segments).
+        """
         first = 0
         if from_offset is not None:
             starts = [segment.start_offset for segment in self.segments]
@@ -81,6 +91,8 @@ class PartitionReader:
         for segment in self.segments[first:]:
             if to_offset is not None and segment.start_offset > to_offset:
                 return
+            if segment.name in skip_segments:
+                continue
             records_path, index_path = self.segment_paths(segment)
             for record in iter_segment(records_path, index_path, from_offset=from_offset, legacy=self.legacy):
                 if record.offset <= previous:

@@ -73,6 +73,17 @@ def run(settings: RestoreSettings) -> int:
     results = _run_tasks(tasks, settings) if tasks else []
     seconds = time.monotonic() - started
     _summary(plan, results, seconds)
+    for part in plan.partitions:
+        for bad in part.bad_segments:
+            log.warning(
+                "not restored: %s/%d offsets %s..%s (segment %s: %s)",
+                part.source_topic,
+                part.source_partition,
+                bad.first_offset,
+                bad.last_offset,
+                bad.name,
+                bad.reason,
+            )
     planned: dict[str, dict[TopicPartitionKey, int]] = {}
     for result in results:
         for group, offset in result.group_offsets.items():
@@ -160,6 +171,10 @@ def describe(plan: RestorePlan, settings: RestoreSettings) -> list[str]:
             f"{part.selected} records ({size} bytes of keys and values) selected, "
             f"{part.to_produce} to produce; target {part.status}, offsets from {part.baseline}"
         )
+        for bad in part.bad_segments:
+            lines.append(
+                f"  left out: offsets {bad.first_offset}..{bad.last_offset} (segment {bad.name}: {bad.reason})"
+            )
         for group, offset in sorted(part.groups.items()):
             new = part.baseline + count_selected(reader, part.window, below=offset)
             lines.append(f"  group {group}: source offset {offset} -> target offset {new}")

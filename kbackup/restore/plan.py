@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kbackup.catalog.integrity import BadSegment, bad_segments
 from kbackup.errors import BackupNotFoundError, KbackupError, UsageError
 from kbackup.format.record import Record
 from kbackup.fsutil import atomic_write
@@ -65,6 +66,7 @@ class PartitionPlan:
     skip: int = 0
     baseline: int = 0
     status: str = "empty"
+    bad_segments: list[BadSegment] = field(default_factory=list)
 
     @property
     def to_produce(self) -> int:
@@ -118,6 +120,9 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
         for partition in partitions:
             reader = PartitionReader(topic_dir, partition, legacy=settings.legacy)
             window = settings.window(topic, partition)
+            bad = bad_segments(settings.source, topic, partition) if settings.skip_bad_segments else []
+            if bad:
+                window = replace(window, skip_segments=frozenset(segment.name for segment in bad))
             plan.partitions.append(
                 PartitionPlan(
                     topic,
@@ -127,6 +132,7 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
                     window,
                     count_selected(reader, window),
                     read_consumer_offsets(topic_dir, partition),
+                    bad_segments=bad,
                 )
             )
     _place(plan, settings, admin, existing)

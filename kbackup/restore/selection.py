@@ -28,6 +28,8 @@ class Window:
     to_offset: int | None = None
     from_time: int | None = None
     to_time: int | None = None
+    #: Segments left out whole (damaged ones, with ``--skip-bad-segments``).
+    skip_segments: frozenset[str] = frozenset()
 
     @property
     def by_time(self) -> bool:
@@ -50,7 +52,7 @@ class Window:
 
 def selected_records(reader: PartitionReader, window: Window) -> Iterator[Record]:
     """The selected records, in offset order."""
-    for record in reader.records(window.from_offset, window.to_offset):
+    for record in reader.records(window.from_offset, window.to_offset, skip_segments=window.skip_segments):
         if not window.by_time or window.selects(record):
             yield record
 
@@ -65,6 +67,8 @@ def count_selected(reader: PartitionReader, window: Window, *, below: int | None
         high = below if high is None else min(high, below)
     total = 0
     for segment in reader.segments:
+        if segment.name in window.skip_segments:
+            continue
         _, index_path = reader.segment_paths(segment)
         with SegmentIndexFile(index_path, legacy=reader.legacy) as index:
             first = index.bisect(low) if low is not None else 0
@@ -82,6 +86,8 @@ def nth_selected(reader: PartitionReader, window: Window, n: int) -> Record | No
         return None
     remaining = n
     for segment in reader.segments:
+        if segment.name in window.skip_segments:
+            continue
         records_path, index_path = reader.segment_paths(segment)
         with SegmentIndexFile(index_path, legacy=reader.legacy) as index:
             first = index.bisect(window.from_offset) if window.from_offset is not None else 0

@@ -42,6 +42,7 @@ class RestoreSettings:
     offset_windows: dict[tuple[str, int | None], tuple[int | None, int | None]] = field(default_factory=dict)
     batch_size: int = DEFAULT_BATCH_SIZE
     allow_non_empty: bool = False
+    skip_bad_segments: bool = False
     force_offsets: bool = False
     dry_run: bool = False
     legacy: bool = False
@@ -95,6 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="restore into partitions that already hold records, after them (offsets then differ from an empty target)",
     )
     own.add_argument("--force-offsets", action="store_true", help="also move group offsets backwards")
+    own.add_argument(
+        "--skip-bad-segments",
+        action="store_true",
+        help="leave out segments whose checksums differ from the catalog, and report their offsets",
+    )
     own.add_argument("--dry-run", action="store_true", help="print the plan and touch nothing")
     own.add_argument("--legacy-no-magic", action="store_true", help="read files from before the v1 magic byte")
     own.add_argument("--replication-factor", type=int, default=-1, help="for created topics (default: broker's)")
@@ -159,6 +165,7 @@ def parse_restore_args(argv: Sequence[str]) -> RestoreSettings:
         offset_windows=windows,
         batch_size=batch_size,
         allow_non_empty=args.allow_non_empty,
+        skip_bad_segments=args.skip_bad_segments,
         force_offsets=args.force_offsets,
         dry_run=args.dry_run,
         legacy=args.legacy_no_magic,

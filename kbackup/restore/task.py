@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kbackup.catalog.integrity import ChecksumError, segment_problem
+from kbackup.catalog.store import read_catalog
 from kbackup.errors import KbackupError
 from kbackup.partition.reader import PartitionReader
 from kbackup.restore.selection import BelowCounter, Window, selected_records
@@ -90,9 +92,10 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
         if error is not None and len(failures) < 5:
             failures.append(str(error))
 
+    reader = PartitionReader(Path(task.source_dir), task.source_partition, legacy=task.legacy)
+    _check_segments(task)
     producer = Producer({**producer_settings(task.client, task.batch_size), "on_delivery": on_delivery})
     counter = BelowCounter(list(task.groups.values()))
-    reader = PartitionReader(Path(task.source_dir), task.source_partition, legacy=task.legacy)
     produce = producer.produce
     topic, partition = task.target_topic, task.target_partition
     index = 0
@@ -124,3 +127,24 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
     result.group_offsets = {group: task.baseline + below[offset] for group, offset in task.groups.items()}
     result.ended_at = time.time()
     return result
+
+
+def _check_segments(task: PartitionTask) -> None:
+    """Refuse to produce from a partition whose cataloged segments fail their checksums.
+
+    Segments the plan chose to leave out (``--skip-bad-segments``) are not checked.
+    """
+    topic_dir = Path(task.source_dir)
+    catalog = read_catalog(topic_dir.parent, task.source_topic, task.source_partition)
+    if catalog is None:
+        return
+    for entry in catalog.segments:
+        if entry.name in task.window.skip_segments:
+            continue
+        problem = segment_problem(topic_dir, entry)
+        if problem is not None:
+            raise ChecksumError(
+                f"topic {task.source_topic!r} partition {task.source_partition}: segment {entry.name} "
+                f"(offsets {entry.first_offset}..{entry.last_offset}) is damaged: {problem}; nothing was produced "
+                "from this partition (--skip-bad-segments restores the rest and reports what was left out)"
+            )

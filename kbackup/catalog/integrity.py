@@ -1,0 +1,54 @@
+"""Checking segments against the catalog before their records are used (restore)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbackup.catalog.build import file_crc32c
+from kbackup.catalog.model import SegmentEntry
+from kbackup.catalog.store import read_catalog
+from kbackup.errors import KbackupError
+from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
+
+
+class ChecksumError(KbackupError):
+    """A segment's files differ from what the catalog recorded."""
+
+
+@dataclass(frozen=True)
+class BadSegment:
+    name: str
+    first_offset: int | None
+    last_offset: int | None
+    reason: str
+
+
+def segment_problem(topic_dir: Path, entry: SegmentEntry) -> str | None:
+    """Why a cataloged segment's files are not what the catalog says, or ``None`` when they are."""
+    for suffix, size, crc in (
+        (RECORDS_SUFFIX, entry.records_bytes, entry.records_crc32c),
+        (INDEX_SUFFIX, entry.index_bytes, entry.index_crc32c),
+    ):
+        path = topic_dir / f"{entry.name}{suffix}"
+        if not path.exists():
+            return f"{path.name} is missing"
+        found_crc, found_size = file_crc32c(path)
+        if found_size != size:
+            return f"{path.name} has {found_size} bytes, the catalog says {size}"
+        if found_crc != crc:
+            return f"{path.name} has CRC32C {found_crc:#010x}, the catalog says {crc:#010x}"
+    return None
+
+
+def bad_segments(root: Path, topic: str, partition: int) -> list[BadSegment]:
+    """Every cataloged segment of a partition whose files fail the check (none without a catalog)."""
+    catalog = read_catalog(root, topic, partition)
+    if catalog is None:
+        return []
+    found = []
+    for entry in catalog.segments:
+        problem = segment_problem(root / topic, entry)
+        if problem is not None:
+            found.append(BadSegment(entry.name, entry.first_offset, entry.last_offset, problem))
+    return found
