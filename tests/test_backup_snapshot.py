@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from kbackup.catalog.topics import read_topic_record
 from kbackup.format.naming import parse_segment_file_name
 from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import PartitionReader
@@ -146,6 +147,12 @@ def test_layout_matches_the_original(snapshot: Snapshot) -> None:
         assert {s.kind for s in segments if s} == {"records", "index"}
     # 4 KiB segments roll: the mixed topic has several segments per partition.
     assert len(PartitionReader(target / "snap-mixed", 0).segments) > 2
+    # The catalog records each topic's partition count and its own configuration.
+    appendtime = read_topic_record(target, "snap-appendtime")
+    assert appendtime is not None
+    assert (appendtime.partitions, appendtime.config) == (2, {"message.timestamp.type": "LogAppendTime"})
+    mixed = read_topic_record(target, "snap-mixed")
+    assert mixed is not None and (mixed.partitions, mixed.config) == (3, {})
     empty = PartitionReader(target / "snap-empty", 1)
     assert [(s.name, s.record_count) for s in empty.summaries()] == [
         ("segment_partition_001_from_offset_0000000000", 0)

@@ -427,3 +427,32 @@ def test_restore_refuses_a_damaged_segment_and_skips_it_on_request(target: Targe
     assert [r["key"] for r in restored] == [b64(b"k%d" % i) for i in range(30) if i not in lost]
     # The group's offset 20 lands on record 20, shifted down by the records left out before it.
     assert group_offsets(target.broker, "readers")[(name, 0)] == 20 - len([o for o in lost if o < 20])
+
+
+# -- topic configuration ----------------------------------------------------------------------
+
+
+def test_created_topics_get_the_backed_up_configuration(target: Target, tmp_path: Path) -> None:
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    from kbackup.catalog.topics import record_topic
+
+    backup = tmp_path / "backup"
+    for partition in range(3):  # empty partitions: nothing to produce, no Spark needed
+        with PartitionWriter(backup / "cfg", "cfg", partition, fsync=False) as writer:
+            writer.ensure_segment(0)
+    record_topic(backup, "cfg", 3, {"cleanup.policy": "compact", "retention.ms": "3600000", "segment.ms": "60000"})
+    name = target.name("cfg-restored")
+    args: list[str | Path] = [*target.args(tmp_path), "--source-dir", backup, "--topic-map", f"cfg={name}",
+            "--drop-topic-config", "segment.ms", "--topic-config", "retention.ms=7200000"]  # fmt: skip
+    dry = restore_python(*args, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert f"create topic {name} with 3 partitions, config cleanup.policy=compact, retention.ms=7200000" in dry.stdout
+    result = restore_python(*args)
+    assert result.returncode == 0, result.stderr
+    admin = AdminClient(target.broker.client_settings())
+    assert len(admin.list_topics(timeout=10).topics[name].partitions) == 3
+    entries = next(iter(admin.describe_configs([ConfigResource(ResourceType.TOPIC, name)]).values())).result()
+    assert entries["cleanup.policy"].value == "compact"
+    assert entries["retention.ms"].value == "7200000"
+    assert entries["segment.ms"].is_default or entries["segment.ms"].value != "60000"

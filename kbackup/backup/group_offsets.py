@@ -21,8 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kbackup.catalog.topics import record_topic
 from kbackup.errors import PlacementError
-from kbackup.kafka.cluster import TopicPartitionKey, committed_group_offsets, list_offsets, partition_counts
+from kbackup.kafka.cluster import (
+    TopicPartitionKey,
+    committed_group_offsets,
+    list_offsets,
+    partition_counts,
+    topic_configs,
+)
 from kbackup.kafka.topics import TopicSelection
 from kbackup.partition.layout import partition_index_path
 from kbackup.partition.offsets_file import read_consumer_offsets, write_consumer_offsets
@@ -78,6 +85,14 @@ def store_round(target: Path, round_: OffsetRound, *, prune: bool, live_groups: 
             write_consumer_offsets(topic_dir, partition, merged)
             changed += 1
     return changed
+
+
+def record_topics(target: Path, admin: Any, selection: TopicSelection) -> int:
+    """Keep the catalog's record of each selected topic (partition count, configuration); return how many changed."""
+    counts = partition_counts(admin)
+    topics = selection.select(counts)
+    configs = topic_configs(admin, topics)
+    return sum(record_topic(target, topic, counts[topic], configs.get(topic, {})) for topic in topics)
 
 
 def ensure_partitions(target: Path, admin: Any, selection: TopicSelection, *, max_segment_size: int) -> int:

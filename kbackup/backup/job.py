@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from kbackup.backup.group_offsets import OffsetRound, ensure_partitions, store_round, take_round
+from kbackup.backup.group_offsets import OffsetRound, ensure_partitions, record_topics, store_round, take_round
 from kbackup.backup.settings import BackupSettings, parse_backup_args
 from kbackup.errors import KbackupError
 from kbackup.kafka.client_settings import redact
@@ -90,6 +90,7 @@ class BackupJob:
         )
         if created:
             log.info("%d new partition(s) prepared in the backup", created)
+        self._record_topics(admin)
         self._pending.append(take_round(admin, settings.selection))
 
         spark = self._session()
@@ -107,6 +108,7 @@ class BackupJob:
                 query.awaitTermination(1)
                 self._report_progress(query)
                 if not settings.snapshot and time.monotonic() >= next_round:
+                    self._record_topics(admin)
                     self._pending.append(take_round(admin, settings.selection))
                     next_round = time.monotonic() + settings.offsets_interval
                 self._store_reached_rounds(query)
@@ -143,6 +145,11 @@ class BackupJob:
                 )
         elif not selection.select(counts):
             log.warning("no topic matches %r yet; the backup picks topics up as they appear", selection.pattern)
+
+    def _record_topics(self, admin: Any) -> None:
+        changed = record_topics(self.settings.target, admin, self.settings.selection)
+        if changed:
+            log.info("topic configuration recorded for %d topic(s)", changed)
 
     def _session(self) -> Any:
         from pyspark.sql import SparkSession

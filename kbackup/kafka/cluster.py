@@ -142,15 +142,49 @@ def read_record_at(settings: Mapping[str, str], topic: str, partition: int, offs
         consumer.close()
 
 
-def create_topics(admin: Any, topics: Mapping[str, int], *, replication_factor: int = -1, timeout: float = 60) -> None:
-    """Create topics with the given partition counts."""
+def create_topics(
+    admin: Any,
+    topics: Mapping[str, int],
+    *,
+    configs: Mapping[str, Mapping[str, str]] | None = None,
+    replication_factor: int = -1,
+    timeout: float = 60,
+) -> None:
+    """Create topics with the given partition counts (and topic configurations)."""
     from confluent_kafka.admin import NewTopic
 
     if not topics:
         return
-    requests = [NewTopic(name, count, replication_factor) for name, count in topics.items()]
+    requests = [
+        NewTopic(name, count, replication_factor, config=dict((configs or {}).get(name, {})))
+        for name, count in topics.items()
+    ]
     try:
         for future in admin.create_topics(requests, request_timeout=timeout).values():
             future.result()
     except Exception as exc:
         raise ClusterError(f"cannot create topic(s) {', '.join(topics)}: {_reason(exc)}") from None
+
+
+def topic_configs(admin: Any, topics: Iterable[str], *, timeout: float = 30) -> dict[str, dict[str, str]]:
+    """Each topic's configuration set on the topic itself (not broker or built-in defaults, no secrets)."""
+    from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
+
+    names = list(topics)
+    if not names:
+        return {}
+    try:
+        futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, name) for name in names])
+        result: dict[str, dict[str, str]] = {}
+        for resource, future in futures.items():
+            entries = future.result(timeout)
+            result[resource.name] = {
+                key: entry.value
+                for key, entry in sorted(entries.items())
+                if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+                and not entry.is_sensitive
+                and entry.value is not None
+            }
+        return result
+    except Exception as exc:
+        raise ClusterError(f"cannot read the configuration of topic(s) {', '.join(names)}: {_reason(exc)}") from None

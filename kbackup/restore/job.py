@@ -66,7 +66,8 @@ def run(settings: RestoreSettings) -> int:
         return 0
     to_create = {t.target_topic: t.create_partitions for t in plan.topics if t.create_partitions is not None}
     if to_create:
-        create_topics(admin, to_create, replication_factor=settings.replication_factor)
+        configs = {t.target_topic: t.config for t in plan.topics if t.create_partitions is not None}
+        create_topics(admin, to_create, configs=configs, replication_factor=settings.replication_factor)
         log.info("created topic(s): %s", ", ".join(f"{t} ({n} partitions)" for t, n in to_create.items()))
     tasks = [_task(part, settings) for part in plan.partitions if part.to_produce > 0 or part.groups]
     started = time.monotonic()
@@ -160,7 +161,9 @@ def describe(plan: RestorePlan, settings: RestoreSettings) -> list[str]:
     lines = ["dry run: nothing was changed"]
     for topic in plan.topics:
         if topic.create_partitions:
-            lines.append(f"create topic {topic.target_topic} with {topic.create_partitions} partitions")
+            config = ", ".join(f"{key}={value}" for key, value in sorted(topic.config.items()))
+            with_config = f", config {config}" if config else ""
+            lines.append(f"create topic {topic.target_topic} with {topic.create_partitions} partitions{with_config}")
         else:
             lines.append(f"topic {topic.target_topic} exists with {topic.existing_partitions} partitions")
     for part in plan.partitions:

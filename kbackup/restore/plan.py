@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from kbackup.catalog.integrity import BadSegment, bad_segments
+from kbackup.catalog.topics import read_topic_record
 from kbackup.errors import BackupNotFoundError, KbackupError, UsageError
 from kbackup.format.record import Record
 from kbackup.fsutil import atomic_write
@@ -50,6 +51,7 @@ class TopicPlan:
     backup_partitions: int
     existing_partitions: int | None  # None: the topic will be created
     create_partitions: int | None
+    config: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -116,7 +118,12 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
                 )
             plan.topics.append(TopicPlan(topic, target, count, existing[target], None))
         else:
-            plan.topics.append(TopicPlan(topic, target, count, None, wanted or count))
+            recorded = read_topic_record(settings.source, topic)
+            config = {
+                k: v for k, v in (recorded.config if recorded else {}).items() if k not in settings.drop_topic_config
+            }
+            config.update(settings.topic_config)
+            plan.topics.append(TopicPlan(topic, target, count, None, wanted or count, config))
         for partition in partitions:
             reader = PartitionReader(topic_dir, partition, legacy=settings.legacy)
             window = settings.window(topic, partition)

@@ -47,6 +47,8 @@ class RestoreSettings:
     dry_run: bool = False
     legacy: bool = False
     replication_factor: int = -1
+    topic_config: dict[str, str] = field(default_factory=dict)
+    drop_topic_config: frozenset[str] = frozenset()
     state_dir: Path | None = None
     spark_conf: dict[str, str] = field(default_factory=dict)
 
@@ -104,6 +106,20 @@ def build_parser() -> argparse.ArgumentParser:
     own.add_argument("--dry-run", action="store_true", help="print the plan and touch nothing")
     own.add_argument("--legacy-no-magic", action="store_true", help="read files from before the v1 magic byte")
     own.add_argument("--replication-factor", type=int, default=-1, help="for created topics (default: broker's)")
+    own.add_argument(
+        "--topic-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set this configuration on created topics, over the backed-up one (repeatable)",
+    )
+    own.add_argument(
+        "--drop-topic-config",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="do not copy this backed-up configuration key to created topics (repeatable)",
+    )
     own.add_argument("--state-dir", type=Path, help="where --allow-non-empty records its starting points")
     own.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting")
     return parser
@@ -170,6 +186,8 @@ def parse_restore_args(argv: Sequence[str]) -> RestoreSettings:
         dry_run=args.dry_run,
         legacy=args.legacy_no_magic,
         replication_factor=args.replication_factor,
+        topic_config=_pairs(args.topic_config, "--topic-config", "KEY=VALUE"),
+        drop_topic_config=frozenset(args.drop_topic_config),
         state_dir=args.state_dir,
         spark_conf=spark_conf(args.spark_conf),
     )

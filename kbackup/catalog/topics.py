@@ -1,0 +1,73 @@
+"""The catalog's record of each backed-up topic: partition count and topic configuration.
+
+``ROOT/.kbackup/catalog/<topic>/topic.json``, replaced atomically, written by
+the backup when it starts and at every consumer offset round (only when
+something changed). The restore creates missing topics from it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kbackup.catalog.store import CATALOG_DIR
+from kbackup.errors import FormatError
+from kbackup.fsutil import atomic_write, read_limited
+
+TOPIC_RECORD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TopicRecord:
+    topic: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+    captured_at: int = 0  # epoch ms
+
+    def encode(self) -> bytes:
+        document = {
+            "version": TOPIC_RECORD_VERSION,
+            "topic": self.topic,
+            "partitions": self.partitions,
+            "config": dict(sorted(self.config.items())),
+            "capturedAt": self.captured_at,
+        }
+        return json.dumps(document, indent=1).encode() + b"\n"
+
+    @classmethod
+    def decode(cls, data: bytes, *, file: str) -> TopicRecord:
+        try:
+            document = json.loads(data)
+            if document.get("version") != TOPIC_RECORD_VERSION:
+                raise FormatError("unsupported topic record version", file=file, found=repr(document.get("version")))
+            config = {str(k): str(v) for k, v in document["config"].items()}
+            return cls(str(document["topic"]), int(document["partitions"]), config, int(document["capturedAt"]))
+        except FormatError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise FormatError(f"not a valid topic record ({exc})", file=file) from None
+
+
+def topic_record_path(root: Path, topic: str) -> Path:
+    return root / CATALOG_DIR / topic / "topic.json"
+
+
+def read_topic_record(root: Path, topic: str) -> TopicRecord | None:
+    path = topic_record_path(root, topic)
+    if not path.exists():
+        return None
+    return TopicRecord.decode(read_limited(path, 1 << 24), file=str(path))
+
+
+def record_topic(root: Path, topic: str, partitions: int, config: dict[str, str]) -> bool:
+    """Store the topic's partition count and configuration if they changed; return whether they did."""
+    current = read_topic_record(root, topic)
+    if current is not None and (current.partitions, current.config) == (partitions, config):
+        return False
+    record = TopicRecord(topic, partitions, config, int(time.time() * 1000))
+    path = topic_record_path(root, topic)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, record.encode())
+    return True
