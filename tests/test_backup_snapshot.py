@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from kbackup.catalog.offset_history import read_history
 from kbackup.catalog.topics import read_topic_record
 from kbackup.format.naming import parse_segment_file_name
 from kbackup.partition.offsets_file import read_consumer_offsets
@@ -128,6 +129,10 @@ def test_consumer_groups_stored_exactly(snapshot: Snapshot) -> None:
     assert read_consumer_offsets(target / "snap-mixed", 1) == {"group-mid": 37}
     assert read_consumer_offsets(target / "snap-mixed", 2) == {"group-at-end": ends[("snap-mixed", 2)]}
     assert read_consumer_offsets(target / "snap-tx", 0) == {"group-mid": 3, "group-at-end": ends[("snap-tx", 0)]}
+    # The same round is kept in the offset history.
+    history = {(e.group, e.topic, e.partition): e.offset for e in read_history(target)}
+    assert history[("group-mid", "snap-mixed", 1)] == 37
+    assert history[("group-at-end", "snap-tx", 0)] == ends[("snap-tx", 0)]
 
 
 def test_layout_matches_the_original(snapshot: Snapshot) -> None:

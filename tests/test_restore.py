@@ -456,3 +456,21 @@ def test_created_topics_get_the_backed_up_configuration(target: Target, tmp_path
     assert entries["cleanup.policy"].value == "compact"
     assert entries["retention.ms"].value == "7200000"
     assert entries["segment.ms"].is_default or entries["segment.ms"].value != "60000"
+
+
+def test_groups_as_of_a_time_come_from_the_offset_history(target: Target, tmp_path: Path, small_backup: Path) -> None:
+    from kbackup.catalog.offset_history import append_round
+
+    append_round(small_backup, BASE + 1000, {"readers": {("sel", 0): 2}})
+    append_round(small_backup, BASE + 5000, {"readers": {("sel", 0): 6}})
+    args = [*target.args(tmp_path), "--source-dir", str(small_backup), "--topic-map", f"sel={target.name('sel-hist')}"]
+    early = restore_python(*args, "--groups-as-of", str(BASE + 3000), "--dry-run")
+    assert early.returncode == 0, early.stderr
+    assert f"consumer group offsets as of the offset round at {BASE + 1000} (epoch ms)" in early.stdout
+    assert "  group readers: source offset 2 -> target offset 2" in early.stdout
+    # A point-in-time restore takes the groups as of its --to-time when the backup has history.
+    late = restore_python(*args, "--to-time", iso(BASE + 9000), "--dry-run")
+    assert "  group readers: source offset 6 -> target offset 6" in late.stdout
+    none = restore_python(*args, "--groups-as-of", str(BASE), "--dry-run")
+    assert none.returncode == 1
+    assert "has no consumer offset round at or before" in none.stderr

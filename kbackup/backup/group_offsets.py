@@ -9,7 +9,8 @@ never points past data that is in the backup, even after a crash.
 
 Stored offsets are merged into each partition's ``consumer_offsets_partition_PPP``
 (replaced atomically): groups that disappear from the cluster stay in the file
-unless pruning is asked for, as in the original tool.
+unless pruning is asked for, as in the original tool. Each stored round is also
+appended to the offset history (:mod:`kbackup.catalog.offset_history`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kbackup.catalog.offset_history import append_round
 from kbackup.catalog.topics import record_topic
 from kbackup.errors import PlacementError
 from kbackup.kafka.cluster import (
@@ -84,6 +86,7 @@ def store_round(target: Path, round_: OffsetRound, *, prune: bool, live_groups: 
         if merged != stored:
             write_consumer_offsets(topic_dir, partition, merged)
             changed += 1
+    append_round(target, int(round_.taken_at * 1000), round_.groups)
     return changed
 
 

@@ -60,6 +60,8 @@ def run(settings: RestoreSettings) -> int:
     except ClusterError as exc:
         raise ClusterError(f"cannot reach Kafka at {settings.client['bootstrap.servers']}: {exc}") from None
     plan = build_plan(settings, admin)
+    if plan.groups_round is not None:
+        log.info("consumer group offsets are taken from the offset round at %d (epoch ms)", plan.groups_round)
     if settings.dry_run:
         for line in describe(plan, settings):
             print(line)
@@ -159,6 +161,8 @@ def _summary(plan: RestorePlan, results: list[PartitionResult], seconds: float) 
 def describe(plan: RestorePlan, settings: RestoreSettings) -> list[str]:
     """The dry-run report: topics, partitions, records and bytes in the window, planned group offsets."""
     lines = ["dry run: nothing was changed"]
+    if plan.groups_round is not None:
+        lines.append(f"consumer group offsets as of the offset round at {plan.groups_round} (epoch ms)")
     for topic in plan.topics:
         if topic.create_partitions:
             config = ", ".join(f"{key}={value}" for key, value in sorted(topic.config.items()))

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from kbackup.catalog.integrity import BadSegment, bad_segments
+from kbackup.catalog.offset_history import HISTORY_DIR, offsets_as_of
 from kbackup.catalog.topics import read_topic_record
 from kbackup.errors import BackupNotFoundError, KbackupError, UsageError
 from kbackup.format.record import Record
@@ -79,6 +80,8 @@ class PartitionPlan:
 class RestorePlan:
     topics: list[TopicPlan] = field(default_factory=list)
     partitions: list[PartitionPlan] = field(default_factory=list)
+    #: When group offsets come from the offset history: the round's time (epoch ms).
+    groups_round: int | None = None
 
 
 def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
@@ -102,6 +105,9 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
     if not chosen:
         raise BackupNotFoundError(f"no topic of the backup {settings.source} is selected")
     existing = partition_counts(admin)
+    historic = _historic_groups(settings)
+    if historic is not None:
+        plan.groups_round = historic[0]
     for topic in chosen:
         topic_dir = settings.source / topic
         partitions = list_partitions(topic_dir)
@@ -138,12 +144,29 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
                     partition,
                     window,
                     count_selected(reader, window),
-                    read_consumer_offsets(topic_dir, partition),
+                    read_consumer_offsets(topic_dir, partition)
+                    if historic is None
+                    else {g: o[(topic, partition)] for g, o in historic[1].items() if (topic, partition) in o},
                     bad_segments=bad,
                 )
             )
     _place(plan, settings, admin, existing)
     return plan
+
+
+def _historic_groups(settings: RestoreSettings) -> tuple[int, dict[str, dict[tuple[str, int], int]]] | None:
+    """Group offsets from the offset history, when asked for (or implied by ``--to-time``)."""
+    as_of = settings.groups_as_of
+    if as_of is None and settings.to_time is not None and (settings.source / HISTORY_DIR).is_dir():
+        as_of = settings.to_time
+    if as_of is None:
+        return None
+    found = offsets_as_of(settings.source, as_of)
+    if found is None:
+        raise BackupNotFoundError(
+            f"the backup {settings.source} has no consumer offset round at or before {as_of} (epoch ms)"
+        )
+    return found
 
 
 def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: dict[str, int]) -> None:

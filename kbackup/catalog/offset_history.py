@@ -1,0 +1,134 @@
+"""The history of consumer group offsets: every stored offset round, kept.
+
+The ``consumer_offsets_partition_PPP`` files hold only the latest offsets (the
+original's format). Beside them, each round the backup stores is appended to
+an Avro object container file per UTC day::
+
+    ROOT/.kbackup/offsets-history/offsets-YYYY-MM-DD.avro
+
+with one record per group and partition (schema :data:`SCHEMA`). A round is
+appended only once the backup holds the data it points to (see
+:mod:`kbackup.backup.group_offsets`), so history never runs ahead of the data.
+
+Crash safety: an append that dies half-way leaves a torn last block; readers
+stop at it, and the next append first rewrites the file (atomically) with the
+blocks before it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fastavro
+
+from kbackup.fsutil import atomic_write, fsync_dir
+
+HISTORY_DIR = Path(".kbackup") / "offsets-history"
+
+SCHEMA = fastavro.parse_schema(
+    {
+        "type": "record",
+        "name": "GroupOffset",
+        "namespace": "kbackup",
+        "doc": "A consumer group's committed offset on one partition, as stored by one offset round.",
+        "fields": [
+            {"name": "roundTimeMs", "type": "long", "doc": "when the round read the group offsets (epoch ms)"},
+            {"name": "group", "type": "string"},
+            {"name": "topic", "type": "string"},
+            {"name": "partition", "type": "int"},
+            {"name": "offset", "type": "long"},
+        ],
+    }
+)
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    round_time: int
+    group: str
+    topic: str
+    partition: int
+    offset: int
+
+
+def history_file(root: Path, round_time: int) -> Path:
+    day = dt.datetime.fromtimestamp(round_time / 1000, tz=dt.UTC).strftime("%Y-%m-%d")
+    return root / HISTORY_DIR / f"offsets-{day}.avro"
+
+
+def append_round(root: Path, round_time: int, groups: Mapping[str, Mapping[tuple[str, int], int]]) -> int:
+    """Append one round; return how many entries were written."""
+    records = [
+        {"roundTimeMs": round_time, "group": group, "topic": topic, "partition": partition, "offset": offset}
+        for group, offsets in sorted(groups.items())
+        for (topic, partition), offset in sorted(offsets.items())
+    ]
+    if not records:
+        return 0
+    path = history_file(root, round_time)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        valid, torn = _read_file(path)
+        if torn:
+            _rewrite(path, valid)
+        with open(path, "a+b") as handle:
+            fastavro.writer(handle, SCHEMA, records)
+            handle.flush()
+            os.fsync(handle.fileno())
+    else:
+        _rewrite(path, records)
+    return len(records)
+
+
+def _rewrite(path: Path, records: list[dict[str, Any]]) -> None:
+    import io
+
+    buffer = io.BytesIO()
+    fastavro.writer(buffer, SCHEMA, records)
+    atomic_write(path, buffer.getvalue())
+    fsync_dir(path.parent)
+
+
+def _read_file(path: Path) -> tuple[list[dict[str, Any]], bool]:
+    """The records of one history file up to any torn tail, and whether there was one."""
+    records: list[dict[str, Any]] = []
+    try:
+        with open(path, "rb") as handle:
+            # Block by block: a block is yielded only once its closing sync
+            # marker has been read, so a torn last block is never half-used.
+            for block in fastavro.block_reader(handle):
+                records.extend(block)  # type: ignore[arg-type]
+    except (ValueError, EOFError, StopIteration, OSError):
+        return records, True
+    return records, False
+
+
+def read_history(root: Path) -> Iterator[HistoryEntry]:
+    """Every entry of every history file, in round order."""
+    directory = root / HISTORY_DIR
+    if not directory.is_dir():
+        return
+    for path in sorted(directory.glob("offsets-*.avro")):
+        for record in _read_file(path)[0]:
+            yield HistoryEntry(
+                record["roundTimeMs"], record["group"], record["topic"], record["partition"], record["offset"]
+            )
+
+
+def offsets_as_of(root: Path, time_ms: int) -> tuple[int, dict[str, dict[tuple[str, int], int]]] | None:
+    """The latest round at or before ``time_ms``: its time and every group's offsets then; ``None`` if none."""
+    chosen: int | None = None
+    groups: dict[str, dict[tuple[str, int], int]] = {}
+    for entry in read_history(root):
+        if entry.round_time > time_ms:
+            continue
+        if chosen is None or entry.round_time > chosen:
+            chosen, groups = entry.round_time, {}
+        if entry.round_time == chosen:
+            groups.setdefault(entry.group, {})[(entry.topic, entry.partition)] = entry.offset
+    return None if chosen is None else (chosen, groups)
