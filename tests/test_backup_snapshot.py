@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from kbackup.catalog.offset_history import read_history
+from kbackup.catalog.store import read_catalog
 from kbackup.catalog.topics import read_topic_record
+from kbackup.catalog.verify import verify_backup
 from kbackup.format.naming import parse_segment_file_name
 from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import PartitionReader
@@ -152,6 +154,13 @@ def test_layout_matches_the_original(snapshot: Snapshot) -> None:
         assert {s.kind for s in segments if s} == {"records", "index"}
     # 4 KiB segments roll: the mixed topic has several segments per partition.
     assert len(PartitionReader(target / "snap-mixed", 0).segments) > 2
+    # The backup keeps a catalog of every segment it finished, and the whole backup verifies.
+    mixed_catalog = read_catalog(target, "snap-mixed", 0)
+    assert mixed_catalog is not None
+    assert len(mixed_catalog.segments) == len(PartitionReader(target / "snap-mixed", 0).segments) - 1
+    reports = verify_backup(target, TOPICS, deep=True)
+    assert all(report.ok for report in reports), [r.errors for r in reports if r.errors]
+    assert not any("not in the catalog yet" in note for report in reports for note in report.notes)
     # The catalog records each topic's partition count and its own configuration.
     appendtime = read_topic_record(target, "snap-appendtime")
     assert appendtime is not None

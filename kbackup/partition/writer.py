@@ -82,6 +82,8 @@ class PartitionWriter:
     larger than it, a new segment starts with this record. ``fsync=False``
     skips fsync calls (tests and throwaway output only). ``lock_timeout``
     is how long to wait for another writer of the partition to finish.
+    ``catalog_root`` (the backup root) makes the writer add each segment it
+    finishes to the catalog (see ``formats/catalog.md``).
     """
 
     def __init__(
@@ -94,6 +96,7 @@ class PartitionWriter:
         fsync: bool = True,
         buffer_size: int = DEFAULT_BUFFER_SIZE,
         lock_timeout: float = 0,
+        catalog_root: Path | None = None,
     ) -> None:
         if max_segment_size <= 0:
             raise ValueError("max_segment_size must be positive")
@@ -101,6 +104,7 @@ class PartitionWriter:
         self.topic = topic
         self.partition = partition
         self.max_segment_size = max_segment_size
+        self._catalog_root = catalog_root
         self._fsync = fsync
         self._buffer_size = buffer_size
         self._records_buffer = bytearray()
@@ -393,6 +397,12 @@ class PartitionWriter:
         self._records_fd = os.open(files.records, os.O_RDWR | os.O_APPEND)
         self._index_fd = os.open(files.index, os.O_RDWR | os.O_APPEND)
         self._records_size = 1
+        if self._catalog_root is not None and len(self.segments) > 1:
+            # The previous segment is synced and, now that a newer one exists,
+            # finished: the catalog may name it (and any it missed after a crash).
+            from kbackup.catalog.build import catch_up_catalog
+
+            catch_up_catalog(self._catalog_root, self.topic_dir, self.partition)
 
     def _check_stored(self, record: Record) -> None:
         """Raise unless ``record`` is stored with identical bytes."""

@@ -162,6 +162,7 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
                         max_segment_size=self.options.max_segment_size,
                         fsync=self.options.fsync,
                         lock_timeout=self.options.lock_timeout,
+                        catalog_root=self.options.target,
                     )
                     stats[key] = PartitionWrite(key[0], key[1], offsets[i], offsets[i])
                 stat = stats[key]
