@@ -10,6 +10,7 @@ import argparse
 import base64
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -235,6 +236,29 @@ def cmd_catalog_rebuild(args: argparse.Namespace, out: TextIO) -> None:
         )
 
 
+def cmd_checkpoint_create(args: argparse.Namespace, out: TextIO) -> None:
+    from kbackup.catalog.checkpoints import request
+
+    created = request(Path(args.dir))
+    out.write(f"checkpoint {created.id} requested; a running continuous backup takes its cut at once\n")
+
+
+def cmd_checkpoint_list(args: argparse.Namespace, out: TextIO) -> None:
+    from kbackup.catalog.checkpoints import list_checkpoints
+
+    for checkpoint in list_checkpoints(Path(args.dir)):
+        when = checkpoint.taken_at or checkpoint.requested_at
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when / 1000))
+        reason = f" ({checkpoint.reason})" if checkpoint.reason else ""
+        out.write(f"{checkpoint.id}\t{stamp}\t{checkpoint.status}{reason}\t{len(checkpoint.ends)} partitions\n")
+
+
+def cmd_checkpoint_describe(args: argparse.Namespace, out: TextIO) -> None:
+    from kbackup.catalog.checkpoints import read_checkpoint
+
+    out.write(read_checkpoint(Path(args.dir), args.id).encode().decode())
+
+
 # -- parser ----------------------------------------------------------------------
 
 
@@ -293,6 +317,19 @@ def build_parser() -> argparse.ArgumentParser:
     rebuild_catalog.add_argument("dir", metavar="DIR", help="backup root")
     rebuild_catalog.add_argument("--topic", help="only this topic")
     rebuild_catalog.set_defaults(func=cmd_catalog_rebuild)
+
+    checkpoint = sub.add_parser("checkpoint", help="consistent cuts of a backup: create, list, describe")
+    checkpoint_sub = checkpoint.add_subparsers(dest="checkpoint_command", required=True, metavar="ACTION")
+    create = checkpoint_sub.add_parser("create", help="ask the running continuous backup for a checkpoint")
+    create.add_argument("dir", metavar="DIR", help="backup root")
+    create.set_defaults(func=cmd_checkpoint_create)
+    listing = checkpoint_sub.add_parser("list", help="id, time, status of every checkpoint")
+    listing.add_argument("dir", metavar="DIR", help="backup root")
+    listing.set_defaults(func=cmd_checkpoint_list)
+    describe = checkpoint_sub.add_parser("describe", help="one checkpoint with its cut, as JSON")
+    describe.add_argument("dir", metavar="DIR", help="backup root")
+    describe.add_argument("id", type=_non_negative, metavar="ID")
+    describe.set_defaults(func=cmd_checkpoint_describe)
 
     index = sub.add_parser("index", help="list or rebuild segment and partition indexes")
     index_sub = index.add_subparsers(dest="index_command", required=True, metavar="ACTION")

@@ -10,10 +10,12 @@ import random
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
+from kbackup.catalog import checkpoints
 from kbackup.partition.layout import list_partitions
 from kbackup.partition.reader import PartitionReader
 from tests.broker import BrokerUnderTest
@@ -138,6 +140,14 @@ def test_new_topic_is_picked_up_and_sigterm_stops_cleanly(kafka: BrokerUnderTest
                 return False  # grow-second is not in the backup yet
 
         _wait_for(caught_up, 120, "the backup to hold both topics")
+        # A checkpoint asked of the running backup: its cut covers both topics, and it completes.
+        requested = subprocess.run(
+            [sys.executable, "-m", "kbackup", "checkpoint", "create", str(target)], capture_output=True, text=True
+        )
+        assert requested.stdout.startswith("checkpoint 1 requested"), requested.stderr
+        _wait_for(lambda: checkpoints.read_checkpoint(target, 1).status == "completed", 60, "checkpoint 1")
+        cut = checkpoints.read_checkpoint(target, 1).ends
+        assert sum(end for (topic, _), end in cut.items() if topic == "grow-second") == second.sent
         # The operator's clean stop: SIGTERM to the Python driver, whose pid the job logs.
         pid = int(re.findall(r"stop with SIGTERM to the driver process (\d+)", log.read_text())[-1])
         os.kill(pid, signal.SIGTERM)

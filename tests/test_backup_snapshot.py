@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from kbackup.catalog import checkpoints
 from kbackup.catalog.offset_history import read_history
 from kbackup.catalog.store import read_catalog
 from kbackup.catalog.topics import read_topic_record
@@ -131,6 +132,12 @@ def test_consumer_groups_stored_exactly(snapshot: Snapshot) -> None:
     assert read_consumer_offsets(target / "snap-mixed", 1) == {"group-mid": 37}
     assert read_consumer_offsets(target / "snap-mixed", 2) == {"group-at-end": ends[("snap-mixed", 2)]}
     assert read_consumer_offsets(target / "snap-tx", 0) == {"group-mid": 3, "group-at-end": ends[("snap-tx", 0)]}
+    # The snapshot recorded a completed checkpoint whose cut is that round.
+    first = checkpoints.list_checkpoints(target)[0]
+    assert (first.id, first.status) == (1, "completed")
+    assert first.groups["group-mid"] == {("snap-mixed", 1): 37, ("snap-tx", 0): 3}
+    assert first.ends[("snap-tx", 0)] == ends[("snap-tx", 0)]
+    assert first.ends[("snap-empty", 1)] == 0
     # The same round is kept in the offset history.
     history = {(e.group, e.topic, e.partition): e.offset for e in read_history(target)}
     assert history[("group-mid", "snap-mixed", 1)] == 37

@@ -8,7 +8,7 @@ import pytest
 
 from kbackup.catalog.offset_history import HISTORY_DIR, append_round, history_file, offsets_as_of, read_history
 
-DAY = 1_795_334_400_000  # 2026-11-22T00:00:00Z
+DAY = 1_795_334_400_000  # 2026-11-22T08:00:00Z
 
 
 def test_rounds_are_appended_and_read_back_in_order(tmp_path: Path) -> None:

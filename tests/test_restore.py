@@ -474,3 +474,21 @@ def test_groups_as_of_a_time_come_from_the_offset_history(target: Target, tmp_pa
     none = restore_python(*args, "--groups-as-of", str(BASE), "--dry-run")
     assert none.returncode == 1
     assert "has no consumer offset round at or before" in none.stderr
+
+
+def test_restore_to_a_checkpoint(target: Target, tmp_path: Path, small_backup: Path) -> None:
+    from kbackup.catalog import checkpoints
+
+    checkpoints.record_completed(small_backup, {"readers": {("sel", 0): 3}}, {("sel", 0): 6}, BASE + 7000)
+    pending = checkpoints.request(small_backup)
+    args = [*target.args(tmp_path), "--source-dir", str(small_backup), "--topic-map", f"sel={target.name('sel-cp')}"]
+    result = restore_python(*args, "--checkpoint", "1", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "6 records (24 bytes of keys and values) selected" in result.stdout  # offsets 0..5: below the cut's end 6
+    assert "  group readers: source offset 3 -> target offset 3" in result.stdout
+    refused = restore_python(*args, "--checkpoint", str(pending.id), "--dry-run")
+    assert refused.returncode == 1
+    assert f"checkpoint {pending.id} is requested, not completed" in refused.stderr
+    # --to-time takes the groups of the latest completed checkpoint at or before it.
+    later = restore_python(*args, "--to-time", str(BASE + 8000), "--dry-run")
+    assert "  group readers: source offset 3 -> target offset 3" in later.stdout

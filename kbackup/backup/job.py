@@ -35,6 +35,7 @@ from typing import Any
 
 from kbackup.backup.group_offsets import OffsetRound, ensure_partitions, record_topics, store_round, take_round
 from kbackup.backup.settings import BackupSettings, parse_backup_args
+from kbackup.catalog import checkpoints
 from kbackup.errors import KbackupError
 from kbackup.kafka.client_settings import redact
 from kbackup.kafka.cluster import ClusterError, TopicPartitionKey, admin_client, partition_counts
@@ -69,6 +70,7 @@ class BackupJob:
     settings: BackupSettings
     _stop_signal: int | None = None
     _pending: list[OffsetRound] = field(default_factory=list)
+    _checkpoints: list[checkpoints.Checkpoint] = field(default_factory=list)
     _logged_batch: int = -1
     _rows: int = 0
 
@@ -91,7 +93,9 @@ class BackupJob:
         if created:
             log.info("%d new partition(s) prepared in the backup", created)
         self._record_topics(admin)
-        self._pending.append(take_round(admin, settings.selection))
+        first_round = take_round(admin, settings.selection)
+        self._pending.append(first_round)
+        self._checkpoints = [c for c in checkpoints.list_checkpoints(settings.target) if c.status == "pending"]
 
         spark = self._session()
         query = self._start(spark)
@@ -111,6 +115,8 @@ class BackupJob:
                     self._record_topics(admin)
                     self._pending.append(take_round(admin, settings.selection))
                     next_round = time.monotonic() + settings.offsets_interval
+                if not settings.snapshot:
+                    self._serve_checkpoints(admin, query)
                 self._store_reached_rounds(query)
             self._report_progress(query)
             failure = query.exception()
@@ -120,9 +126,19 @@ class BackupJob:
                 # A finished snapshot holds everything up to the end offsets it
                 # captured at its start, and every round was taken before that.
                 self._store_reached_rounds(query, finished_snapshot=True)
+                done = checkpoints.record_completed(
+                    settings.target, first_round.groups, first_round.ends, int(first_round.taken_at * 1000)
+                )
+                log.info("checkpoint %d completed", done.id)
                 self._summary(time.monotonic() - started)
             else:
                 self._store_reached_rounds(query)
+                self._serve_checkpoints(admin, query)
+                for waiting in self._checkpoints:
+                    checkpoints.finish(
+                        settings.target, waiting, failed_reason="the backup stopped before it reached the cut"
+                    )
+                    log.info("checkpoint %d failed: the backup stopped before it reached the cut", waiting.id)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -204,6 +220,28 @@ class BackupJob:
             lag = _lag_by_topic(progress)
             lag_text = ", ".join(f"{topic} {count}" for topic, count in sorted(lag.items())) or "none"
             log.info("batch %d: %d records read in %.1f s; remaining lag: %s", batch, rows, seconds, lag_text)
+
+    def _serve_checkpoints(self, admin: Any, query: Any) -> None:
+        """Take the cut of requested checkpoints; complete the ones the backup has reached."""
+        for requested in checkpoints.list_checkpoints(self.settings.target):
+            if requested.status == "requested":
+                cut = take_round(admin, self.settings.selection)
+                taken = checkpoints.take(
+                    self.settings.target, requested, cut.groups, cut.ends, int(cut.taken_at * 1000)
+                )
+                self._checkpoints.append(taken)
+                log.info("checkpoint %d: cut taken over %d partitions", taken.id, len(taken.ends))
+        if not self._checkpoints:
+            return
+        backed_up = _backed_up_offsets(query)
+        still = []
+        for waiting in self._checkpoints:
+            if OffsetRound(waiting.groups, waiting.ends, 0).reached_by(backed_up):
+                checkpoints.finish(self.settings.target, waiting)
+                log.info("checkpoint %d completed", waiting.id)
+            else:
+                still.append(waiting)
+        self._checkpoints = still
 
     def _store_reached_rounds(self, query: Any, *, finished_snapshot: bool = False) -> None:
         if not self._pending:

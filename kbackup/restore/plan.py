@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kbackup.catalog import checkpoints
 from kbackup.catalog.integrity import BadSegment, bad_segments
 from kbackup.catalog.offset_history import HISTORY_DIR, offsets_as_of
 from kbackup.catalog.topics import read_topic_record
@@ -108,6 +109,7 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
     historic = _historic_groups(settings)
     if historic is not None:
         plan.groups_round = historic[0]
+    cut = checkpoints.read_checkpoint(settings.source, settings.checkpoint).ends if settings.checkpoint else None
     for topic in chosen:
         topic_dir = settings.source / topic
         partitions = list_partitions(topic_dir)
@@ -133,6 +135,10 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
         for partition in partitions:
             reader = PartitionReader(topic_dir, partition, legacy=settings.legacy)
             window = settings.window(topic, partition)
+            if cut is not None:
+                # Up to the checkpoint's cut: offsets below its end offset (none if the partition was not in it).
+                last = cut.get((topic, partition), 0) - 1
+                window = replace(window, to_offset=last if window.to_offset is None else min(last, window.to_offset))
             bad = bad_segments(settings.source, topic, partition) if settings.skip_bad_segments else []
             if bad:
                 window = replace(window, skip_segments=frozenset(segment.name for segment in bad))
@@ -155,7 +161,16 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
 
 
 def _historic_groups(settings: RestoreSettings) -> tuple[int, dict[str, dict[tuple[str, int], int]]] | None:
-    """Group offsets from the offset history, when asked for (or implied by ``--to-time``)."""
+    """Group offsets from a checkpoint or the offset history, when asked for (or implied by ``--to-time``)."""
+    if settings.checkpoint is not None:
+        chosen = checkpoints.read_checkpoint(settings.source, settings.checkpoint)
+        if chosen.status != "completed":
+            raise KbackupError(f"checkpoint {chosen.id} is {chosen.status}, not completed: it cannot be restored")
+        return chosen.taken_at or chosen.requested_at, chosen.groups
+    if settings.groups_as_of is None and settings.to_time is not None:
+        latest = checkpoints.latest_completed_before(settings.source, settings.to_time)
+        if latest is not None:
+            return latest.taken_at or latest.requested_at, latest.groups
     as_of = settings.groups_as_of
     if as_of is None and settings.to_time is not None and (settings.source / HISTORY_DIR).is_dir():
         as_of = settings.to_time

@@ -40,6 +40,7 @@ class RestoreSettings:
     from_time: int | None = None
     to_time: int | None = None
     groups_as_of: int | None = None
+    checkpoint: int | None = None
     offset_windows: dict[tuple[str, int | None], tuple[int | None, int | None]] = field(default_factory=dict)
     batch_size: int = DEFAULT_BATCH_SIZE
     allow_non_empty: bool = False
@@ -86,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     own.add_argument("--from-time", help="only records at or after this time (ISO 8601 or epoch ms)")
     own.add_argument("--to-time", help="only records at or before this time (ISO 8601 or epoch ms)")
+    own.add_argument(
+        "--checkpoint",
+        type=positive_int,
+        metavar="ID",
+        help="restore each partition up to this completed checkpoint's cut, and the groups as of the cut",
+    )
     own.add_argument(
         "--groups-as-of",
         help="take consumer group offsets from the offset history as of this time "
@@ -185,6 +192,7 @@ def parse_restore_args(argv: Sequence[str]) -> RestoreSettings:
         from_time=from_time,
         to_time=to_time,
         groups_as_of=parse_time(args.groups_as_of, "--groups-as-of") if args.groups_as_of else None,
+        checkpoint=args.checkpoint,
         offset_windows=windows,
         batch_size=batch_size,
         allow_non_empty=args.allow_non_empty,
