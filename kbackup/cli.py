@@ -259,6 +259,43 @@ def cmd_checkpoint_describe(args: argparse.Namespace, out: TextIO) -> None:
     out.write(read_checkpoint(Path(args.dir), args.id).encode().decode())
 
 
+def cmd_prune(args: argparse.Namespace, out: TextIO) -> None:
+    from kbackup.catalog.prune import finish_intent, plan_prune, prune
+
+    root = Path(args.dir)
+    if not args.dry_run and finish_intent(root):
+        out.write("finished an interrupted prune\n")
+    if args.older_than is None and args.keep_checkpoints is None:
+        raise UsageError("say what to prune: --older-than DURATION and/or --keep-checkpoints N")
+    cutoff = None if args.older_than is None else int(time.time() * 1000) - args.older_than
+    doomed, dropped = plan_prune(
+        root, _topics(root, args.topic), cutoff_ms=cutoff, keep_checkpoints=args.keep_checkpoints
+    )
+    verb = "would delete" if args.dry_run else "deleted"
+    for item in doomed:
+        entry = item.entry
+        out.write(
+            f"{verb} {item.topic}/{item.partition} {entry.name}: offsets {entry.first_offset}..{entry.last_offset}, "
+            f"{entry.records} records, {entry.records_bytes + entry.index_bytes} bytes\n"
+        )
+    for checkpoint in dropped:
+        out.write(f"{verb} checkpoint {checkpoint.id}\n")
+    if not args.dry_run:
+        prune(root, doomed, dropped)
+    freed = sum(item.entry.records_bytes + item.entry.index_bytes for item in doomed)
+    out.write(f"{len(doomed)} segment(s), {freed} bytes {'would be ' if args.dry_run else ''}freed\n")
+
+
+def _duration_ms(text: str) -> int:
+    import re
+
+    match = re.fullmatch(r"(\d+)\s*(ms|s|m|h|d|w)", text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"expected a duration like 7d, 12h, 30m, 90s, not {text!r}")
+    unit = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}[match[2]]
+    return int(match[1]) * unit
+
+
 # -- parser ----------------------------------------------------------------------
 
 
@@ -317,6 +354,16 @@ def build_parser() -> argparse.ArgumentParser:
     rebuild_catalog.add_argument("dir", metavar="DIR", help="backup root")
     rebuild_catalog.add_argument("--topic", help="only this topic")
     rebuild_catalog.set_defaults(func=cmd_catalog_rebuild)
+
+    prune = sub.add_parser("prune", help="delete old segments no retained checkpoint needs")
+    prune.add_argument("dir", metavar="DIR", help="backup root")
+    prune.add_argument("--topic", help="only this topic")
+    prune.add_argument("--older-than", type=_duration_ms, metavar="DURATION", help="e.g. 30d: segments older than this")
+    prune.add_argument(
+        "--keep-checkpoints", type=_non_negative, metavar="N", help="retain only the newest N checkpoints"
+    )
+    prune.add_argument("--dry-run", action="store_true", help="list what would go; delete nothing")
+    prune.set_defaults(func=cmd_prune)
 
     checkpoint = sub.add_parser("checkpoint", help="consistent cuts of a backup: create, list, describe")
     checkpoint_sub = checkpoint.add_subparsers(dest="checkpoint_command", required=True, metavar="ACTION")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kbackup.catalog.build import file_crc32c, file_size
+from kbackup.catalog.prune import pending_deletions
 from kbackup.catalog.store import catalog_path, read_catalog
 from kbackup.errors import KbackupError
 from kbackup.format.naming import RECORDS_SUFFIX
@@ -53,9 +54,12 @@ def verify_partition(
         return report
     report.segments = len(reader.segments)
     listed = {segment.name for segment in reader.segments}
+    pending = {name for t, p, name in pending_deletions(root) if (t, p) == (topic, partition)}
     for files in list_segment_files(topic_dir, partition):
         name = files.records.name[: -len(RECORDS_SUFFIX)]
-        if name not in listed:
+        if name in pending:
+            report.notes.append(f"segment {name} is being deleted by an unfinished prune (run kbackup prune again)")
+        elif name not in listed:
             report.errors.append(f"extra segment {name}: not in the partition index")
     previous_last = -1
     for number, segment in enumerate(reader.segments):
@@ -105,10 +109,12 @@ def _check_catalog(root: Path, reader: PartitionReader, report: PartitionReport)
         )
         return
     names = [segment.name for segment in reader.segments]
+    pending = {name for t, p, name in pending_deletions(root) if (t, p) == (report.topic, report.partition)}
     previous_last = -1
     for entry in catalog.segments:
         if entry.name not in names:
-            report.errors.append(f"missing segment {entry.name}: named in the catalog, not in the partition index")
+            if entry.name not in pending:
+                report.errors.append(f"missing segment {entry.name}: named in the catalog, not in the partition index")
             continue
         segment = reader.segments[names.index(entry.name)]
         for path, expected_size, expected_crc in (
@@ -130,9 +136,9 @@ def _check_catalog(root: Path, reader: PartitionReader, report: PartitionReport)
             previous_last = entry.last_offset
     cataloged = {entry.name for entry in catalog.segments}
     finished = names[:-1]
-    pending = [name for name in finished if name not in cataloged]
-    if pending:
-        report.notes.append(f"{len(pending)} finished segment(s) not in the catalog yet: {', '.join(pending)}")
+    uncataloged = [name for name in finished if name not in cataloged]
+    if uncataloged:
+        report.notes.append(f"{len(uncataloged)} finished segment(s) not in the catalog yet: {', '.join(uncataloged)}")
 
 
 def verify_backup(root: Path, topics: list[str], *, deep: bool = False, legacy: bool = False) -> list[PartitionReport]:

@@ -1,0 +1,132 @@
+"""Retention: deleting old segments no retained checkpoint needs.
+
+What may go, per partition: a **prefix** of its finished, cataloged segments
+(the oldest ones, contiguous, so what remains has no holes), each of which
+
+- is older than the cutoff (``--older-than``: its newest record timestamp is
+  before it; segments without timestamps are kept), and
+- is not needed by a retained checkpoint. A checkpoint needs the records its
+  consumer groups had not consumed yet: every segment holding an offset at or
+  above the lowest committed offset of any group in its cut (or, with no group
+  on the partition, at or above the cut's end offset) and below that end.
+
+Retained checkpoints: the newest N completed ones with ``--keep-checkpoints N``
+(older checkpoints are deleted), otherwise every completed one.
+
+Crash safety: the deletion is first written down as an intent
+(``.kbackup/prune-intent.json``), then the partition index and the catalog are
+replaced without the segments, then their files are deleted, then the intent.
+A later prune finishes a leftover intent first; ``verify`` reports the files
+of an unfinished intent as pending deletion, not as damage.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from kbackup.catalog import checkpoints
+from kbackup.catalog.model import SegmentEntry
+from kbackup.catalog.store import read_catalog, write_catalog
+from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
+from kbackup.format.partition_index import encode_partition_index
+from kbackup.fsutil import atomic_write, fsync_dir
+from kbackup.partition.layout import list_partitions, partition_index_path
+from kbackup.partition.reader import PartitionReader
+
+INTENT = Path(".kbackup") / "prune-intent.json"
+
+
+@dataclass(frozen=True)
+class PrunedSegment:
+    topic: str
+    partition: int
+    entry: SegmentEntry
+
+
+def plan_prune(
+    root: Path, topics: list[str], *, cutoff_ms: int | None, keep_checkpoints: int | None
+) -> tuple[list[PrunedSegment], list[checkpoints.Checkpoint]]:
+    """The segments that may go, and the checkpoints that go with ``keep_checkpoints``."""
+    completed = [c for c in checkpoints.list_checkpoints(root) if c.status == "completed"]
+    completed.sort(key=lambda c: c.id)
+    retained = completed[-keep_checkpoints:] if keep_checkpoints else completed
+    dropped = [c for c in completed if c not in retained] if keep_checkpoints else []
+    doomed: list[PrunedSegment] = []
+    for topic in topics:
+        for partition in list_partitions(root / topic):
+            catalog = read_catalog(root, topic, partition)
+            if catalog is None:
+                continue
+            needs = [_needed_from(c, topic, partition) for c in retained]
+            for entry in catalog.segments:
+                if not _may_go(entry, cutoff_ms, needs):
+                    break  # only a prefix goes
+                doomed.append(PrunedSegment(topic, partition, entry))
+    return doomed, dropped
+
+
+def _needed_from(checkpoint: checkpoints.Checkpoint, topic: str, partition: int) -> tuple[int, int]:
+    end = checkpoint.ends.get((topic, partition), 0)
+    committed = [offsets[(topic, partition)] for offsets in checkpoint.groups.values() if (topic, partition) in offsets]
+    return (min([*committed, end]), end)
+
+
+def _may_go(entry: SegmentEntry, cutoff_ms: int | None, needs: list[tuple[int, int]]) -> bool:
+    if cutoff_ms is not None and (entry.max_timestamp is None or entry.max_timestamp >= cutoff_ms):
+        return False
+    last = entry.last_offset if entry.last_offset is not None else entry.start_offset - 1
+    first = entry.first_offset if entry.first_offset is not None else entry.start_offset
+    return all(last < low or first >= end for low, end in needs)
+
+
+def prune(root: Path, doomed: list[PrunedSegment], dropped: list[checkpoints.Checkpoint]) -> None:
+    """Carry out a plan (see the module docstring for the order of steps)."""
+    if not doomed and not dropped:
+        return
+    intent = {
+        "segments": [[s.topic, s.partition, s.entry.name] for s in doomed],
+        "checkpoints": [c.id for c in dropped],
+    }
+    (root / INTENT).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(root / INTENT, json.dumps(intent).encode())
+    finish_intent(root)
+
+
+def finish_intent(root: Path) -> bool:
+    """Complete a recorded prune (idempotent); return whether there was one."""
+    path = root / INTENT
+    if not path.exists():
+        return False
+    intent = json.loads(path.read_text())
+    by_partition: dict[tuple[str, int], set[str]] = {}
+    for topic, partition, name in intent["segments"]:
+        by_partition.setdefault((topic, partition), set()).add(name)
+    for (topic, partition), names in by_partition.items():
+        topic_dir = root / topic
+        reader = PartitionReader(topic_dir, partition)
+        kept = [segment for segment in reader.segments if segment.name not in names]
+        if len(kept) != len(reader.segments):
+            atomic_write(partition_index_path(topic_dir, partition), encode_partition_index(kept))
+        catalog = read_catalog(root, topic, partition)
+        if catalog is not None and any(entry.name in names for entry in catalog.segments):
+            entries = tuple(entry for entry in catalog.segments if entry.name not in names)
+            write_catalog(root, replace(catalog, segments=entries))
+        for name in names:
+            for suffix in (RECORDS_SUFFIX, INDEX_SUFFIX):
+                (topic_dir / f"{name}{suffix}").unlink(missing_ok=True)
+        fsync_dir(topic_dir)
+    for checkpoint_id in intent["checkpoints"]:
+        checkpoints.checkpoint_path(root, checkpoint_id).unlink(missing_ok=True)
+    path.unlink()
+    fsync_dir(path.parent)
+    return True
+
+
+def pending_deletions(root: Path) -> set[tuple[str, int, str]]:
+    """Segments an unfinished prune is deleting."""
+    path = root / INTENT
+    if not path.exists():
+        return set()
+    return {(topic, partition, name) for topic, partition, name in json.loads(path.read_text())["segments"]}

@@ -1,0 +1,123 @@
+"""Retention: prune deletes old segments no retained checkpoint needs, and the backup still verifies and restores."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kbackup.catalog import checkpoints
+from kbackup.catalog.prune import INTENT, plan_prune
+from kbackup.catalog.store import read_catalog
+from kbackup.format.partition_index import encode_partition_index
+from kbackup.format.record import Record
+from kbackup.partition.reader import PartitionReader
+from kbackup.partition.writer import PartitionWriter
+from tests.broker import BrokerUnderTest
+from tests.conftest import REPO
+from tests.kafka_helpers import job_env
+
+NOW = int(time.time() * 1000)
+OLD = NOW - 10 * 86_400_000
+
+
+def kbackup(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kbackup", *map(str, args)], capture_output=True, text=True, cwd=REPO)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """Topic 't' partition 0: 40 records in ~8 segments; the first 20 records are 10 days old."""
+    root = tmp_path / "backup"
+    with PartitionWriter(root / "t", "t", 0, max_segment_size=300, fsync=False, catalog_root=root) as writer:
+        for i in range(40):
+            writer.append(Record(i, 0, (OLD if i < 20 else NOW) + i, b"k%d" % i, b"v" * 40))
+    return root
+
+
+def _segments(root: Path) -> list[tuple[int | None, int | None]]:
+    catalog = read_catalog(root, "t", 0)
+    assert catalog is not None
+    return [(e.first_offset, e.last_offset) for e in catalog.segments]
+
+
+def test_old_segments_go_and_the_rest_still_verifies(root: Path) -> None:
+    before = _segments(root)
+    old = [span for span in before if span[1] is not None and span[1] < 20]
+    assert len(old) >= 3
+    dry = kbackup("prune", root, "--older-than", "7d", "--dry-run")
+    assert dry.returncode == 0
+    assert dry.stdout.count("would delete t/0 ") == len(old)
+    assert _segments(root) == before  # a dry run deletes nothing
+    done = kbackup("prune", root, "--older-than", "7d")
+    assert done.returncode == 0, done.stderr
+    assert _segments(root) == before[len(old) :]
+    first_kept = before[len(old)][0]
+    assert [r.offset for r in PartitionReader(root / "t", 0).records()] == list(range(first_kept or 0, 40))
+    assert len(list((root / "t").glob("*_records"))) == len(before) - len(old) + 1
+    verified = kbackup("verify", root, "--deep")
+    assert verified.returncode == 0, verified.stdout
+
+
+def test_a_retained_checkpoint_keeps_what_its_groups_had_not_consumed(root: Path) -> None:
+    before = _segments(root)
+    # At this checkpoint a group had consumed up to offset 9: offsets 9.. were still needed.
+    checkpoints.record_completed(root, {"g": {("t", 0): 9}}, {("t", 0): 30}, NOW)
+    doomed, _ = plan_prune(root, ["t"], cutoff_ms=NOW - 7 * 86_400_000, keep_checkpoints=None)
+    assert [item.entry.last_offset for item in doomed] == [last for _, last in before if last is not None and last < 9]
+    assert all((item.entry.last_offset or 0) < 9 for item in doomed)
+
+
+def test_keep_checkpoints_drops_older_checkpoints_and_what_only_they_needed(root: Path) -> None:
+    old = checkpoints.record_completed(root, {"g": {("t", 0): 2}}, {("t", 0): 25}, NOW - 1000)
+    new = checkpoints.record_completed(root, {"g": {("t", 0): 15}}, {("t", 0): 38}, NOW)
+    result = kbackup("prune", root, "--keep-checkpoints", "1")
+    assert result.returncode == 0, result.stderr
+    assert f"deleted checkpoint {old.id}" in result.stdout
+    assert [c.id for c in checkpoints.list_checkpoints(root)] == [new.id]
+    remaining = _segments(root)
+    assert remaining[0][0] is not None and remaining[0][0] <= 15 <= (remaining[0][1] or 0)  # 15 is still there
+    assert kbackup("verify", root).returncode == 0
+
+
+def test_an_interrupted_prune_is_noted_and_finished_next_time(root: Path) -> None:
+    doomed, _ = plan_prune(root, ["t"], cutoff_ms=NOW - 7 * 86_400_000, keep_checkpoints=None)
+    names = {item.entry.name for item in doomed}
+    # Crash after the intent and the new partition index, before the catalog and the files.
+    (root / INTENT).write_text(json.dumps({"segments": [["t", 0, n] for n in sorted(names)], "checkpoints": []}))
+    reader = PartitionReader(root / "t", 0)
+    (root / "t" / "index_partition_000").write_bytes(
+        encode_partition_index([s for s in reader.segments if s.name not in names])
+    )
+    verified = kbackup("verify", root)
+    assert verified.returncode == 0, verified.stdout
+    assert "being deleted by an unfinished prune" in verified.stdout
+    finished = kbackup("prune", root, "--older-than", "30d")
+    assert finished.stdout.startswith("finished an interrupted prune")
+    assert not (root / INTENT).exists()
+    assert not any((root / "t" / f"{n}_records").exists() for n in names)
+    assert kbackup("verify", root, "--deep").stdout.count("error") == 0
+
+
+def test_a_pruned_backup_still_plans_a_restore(root: Path, kafka: BrokerUnderTest, tmp_path: Path) -> None:
+    assert kbackup("prune", root, "--older-than", "7d").returncode == 0
+    remaining = sum(1 for _ in PartitionReader(root / "t", 0).records())
+    config = tmp_path / "client.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in kafka.extra_settings.items()))
+    result = subprocess.run(
+        [sys.executable, str(REPO / "jobs" / "restore.py"), "--bootstrap-server", kafka.bootstrap_servers,
+         "--command-config", str(config), "--source-dir", str(root), "--topic-map", "t=pruned-t", "--dry-run"],
+        capture_output=True, text=True, cwd=REPO, env=job_env(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"t/0 -> pruned-t/0: {remaining} records" in result.stdout
+
+
+def test_prune_needs_a_rule(root: Path) -> None:
+    result = kbackup("prune", root)
+    assert result.returncode == 1
+    assert "say what to prune" in result.stderr
