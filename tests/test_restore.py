@@ -492,3 +492,97 @@ def test_restore_to_a_checkpoint(target: Target, tmp_path: Path, small_backup: P
     # --to-time takes the groups of the latest completed checkpoint at or before it.
     later = restore_python(*args, "--to-time", str(BASE + 8000), "--dry-run")
     assert "  group readers: source offset 3 -> target offset 3" in later.stdout
+
+
+# -- a checkpoint taken under load, restored ---------------------------------------------------
+
+
+def test_checkpoint_taken_while_producing_and_committing_restores_consistently(
+    kafka: BrokerUnderTest, target: Target, tmp_path: Path
+) -> None:
+    import re
+    import threading
+
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from kbackup.catalog import checkpoints
+    from tests.kafka_helpers import start_backup
+
+    topic = "cp-live"
+    create_topics(kafka, {topic: 2})
+    stop = threading.Event()
+    sent = [0]
+
+    def produce() -> None:
+        producer = Producer(kafka.client_settings(**{"enable.idempotence": "true", "linger.ms": "10"}))
+        while not stop.is_set():
+            for _ in range(20):
+                producer.produce(topic, key=b"k%d" % sent[0], value=b"v%d" % sent[0], partition=sent[0] % 2)
+                sent[0] += 1
+            producer.poll(0)
+            time.sleep(0.02)
+        producer.flush(30)
+
+    def commit() -> None:
+        # A consumer group trailing the producer, committing as it goes.
+        from confluent_kafka.admin import AdminClient, OffsetSpec
+
+        admin = AdminClient(kafka.client_settings())
+        consumer = Consumer(kafka.client_settings(**{"group.id": "cp-readers", "enable.auto.commit": "false"}))
+        while not stop.is_set():
+            request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(2)}
+            ends = {tp.partition: f.result().offset for tp, f in admin.list_offsets(request).items()}
+            consumer.commit(
+                offsets=[TopicPartition(topic, p, max(0, e - 15)) for p, e in ends.items()], asynchronous=False
+            )
+            time.sleep(0.1)
+        consumer.close()
+
+    workers = [threading.Thread(target=produce, daemon=True), threading.Thread(target=commit, daemon=True)]
+    for worker in workers:
+        worker.start()
+    backup = tmp_path / "backup"
+    log = tmp_path / "backup.log"
+    config = tmp_path / "source.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in kafka.extra_settings.items()))
+    process = start_backup("--bootstrap-server", kafka.bootstrap_servers, "--command-config", config,
+                           "--target-dir", backup, "--topics", topic, "--trigger-interval", "1",
+                           "--offsets-interval", "1", log=log)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not re.search(r"batch \d+: [1-9]\d* records read", log.read_text()):
+            time.sleep(0.3)
+        checkpoint = checkpoints.request(backup)
+        while time.monotonic() < deadline and checkpoints.read_checkpoint(backup, checkpoint.id).status != "completed":
+            time.sleep(0.3)
+        assert checkpoints.read_checkpoint(backup, checkpoint.id).status == "completed", log.read_text()[-3000:]
+        time.sleep(1)  # keep writing and committing past the cut
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join(60)
+        pid = re.findall(r"stop with SIGTERM to the driver process (\d+)", log.read_text())
+        if pid:
+            os.kill(int(pid[-1]), signal.SIGTERM)
+        process.wait(120)
+    cut = checkpoints.read_checkpoint(backup, checkpoint.id)
+    committed = cut.groups["cp-readers"]
+    for partition in range(2):
+        assert 0 < committed[(topic, partition)] <= cut.ends[(topic, partition)]
+
+    name = target.name("cp-live-restored")
+    result = run_restore(*target.args(tmp_path), "--source-dir", backup, "--topic-map", f"{topic}={name}",
+                         "--checkpoint", str(checkpoint.id))  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    source = consume_all(kafka, [topic])
+    restored = consume_all(target.broker, [name])
+    for partition in range(2):
+        end = cut.ends[(topic, partition)]
+        expected = [r for r in source if r["partition"] == partition and r["offset"] < end]
+        mine = [r for r in restored if r["partition"] == partition]
+        assert [(r["key"], r["value"]) for r in mine] == [(r["key"], r["value"]) for r in expected]
+        # The group resumes exactly at the first record it had not consumed at the cut.
+        position = group_offsets(target.broker, "cp-readers")[(name, partition)]
+        assert position <= len(mine)
+        unconsumed = [r for r in expected if r["offset"] >= committed[(topic, partition)]]
+        assert [(r["key"], r["value"]) for r in mine[position:]] == [(r["key"], r["value"]) for r in unconsumed]
