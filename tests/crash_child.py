@@ -7,7 +7,8 @@ records up to index ``i`` are synced, then ``done``.
 
 With ``KILL_AT = n`` the process SIGKILLs itself at its n-th file system call
 (write, pwrite, fsync, ftruncate, replace) after opening; a dying ``write``
-first writes half of its bytes, as a torn write would.
+first writes half of its bytes, as a torn write would. With the environment
+variable ``KBACKUP_TEST_CATALOG`` set, the writer also maintains the catalog.
 """
 
 from __future__ import annotations
@@ -45,7 +46,15 @@ def _arm(kill_at: int) -> None:
 
 def main() -> None:
     topic_dir, start, count, sync_every, max_segment, buffer = sys.argv[1:7]
-    writer = PartitionWriter(Path(topic_dir), "crash", 0, max_segment_size=int(max_segment), buffer_size=int(buffer))
+    catalog_root = Path(topic_dir).parent if os.environ.get("KBACKUP_TEST_CATALOG") else None
+    writer = PartitionWriter(
+        Path(topic_dir),
+        "crash",
+        0,
+        max_segment_size=int(max_segment),
+        buffer_size=int(buffer),
+        catalog_root=catalog_root,
+    )
     print(f"resumed {writer.last_offset}", flush=True)
     if len(sys.argv) > 7:
         _arm(int(sys.argv[7]))

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -174,7 +175,16 @@ def _lines(child: subprocess.Popen[str]) -> queue.Queue[str | None]:
     return lines
 
 
-def _run_until_done(directory: Path, rng: random.Random, *, total: int, step_kills: bool, attempts: int = 14) -> int:
+def _run_until_done(
+    directory: Path,
+    rng: random.Random,
+    *,
+    total: int,
+    step_kills: bool,
+    attempts: int = 14,
+    catalog: bool = False,
+    after_kill: Callable[[], None] | None = None,
+) -> int:
     """Run the child repeatedly, killing it, until it finishes; return the number of kills.
 
     Each restart replays from the record after the last acknowledged one, as a
@@ -182,6 +192,8 @@ def _run_until_done(directory: Path, rng: random.Random, *, total: int, step_kil
     """
     acked = -1
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    if catalog:
+        env["KBACKUP_TEST_CATALOG"] = "1"
     for attempt in range(attempts):
         last_attempt = attempt == attempts - 1
         command = [
@@ -231,6 +243,8 @@ def _run_until_done(directory: Path, rng: random.Random, *, total: int, step_kil
             assert acked == total - 1
             return attempt  # every earlier attempt was killed
         assert child.returncode == -signal.SIGKILL
+        if after_kill is not None:
+            after_kill()
     raise AssertionError("the writer never finished")
 
 
@@ -239,6 +253,23 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path) 
     kills = _run_until_done(directory, random.Random(20261122), total=20_000, step_kills=False)
     assert kills >= 3
     assert list(PartitionReader(directory, 0).records()) == [sample_record(i) for i in range(20_000)]
+
+
+def test_sigkill_with_catalog_leaves_a_backup_that_verifies_at_every_kill(tmp_path: Path) -> None:
+    """Kills at chosen calls while the writer also maintains the catalog: after every kill, unrepaired, it verifies."""
+    from kbackup.catalog.verify import verify_partition
+
+    directory = tmp_path / "crash"
+    findings: list[list[str]] = []
+
+    def check() -> None:
+        findings.append(verify_partition(tmp_path, "crash", 0).errors)
+
+    kills = _run_until_done(directory, random.Random(11), total=3_000, step_kills=True, catalog=True, after_kill=check)
+    assert kills >= 5
+    assert findings and all(errors == [] for errors in findings), findings
+    final = verify_partition(tmp_path, "crash", 0, deep=True)
+    assert final.ok and final.records == 3_000
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
