@@ -31,6 +31,7 @@ from pathlib import Path
 
 from kbackup.embedded_broker import CLIENT_SETTINGS, EmbeddedBroker
 from kbackup.format.record import Record, append_record
+from kbackup.spark.submit import client_config_file, job_environment, spark_submit_command
 
 REPO = Path(__file__).resolve().parent.parent
 TOPIC = "bench"
@@ -66,6 +67,7 @@ def raw_consume_and_encode(settings: dict[str, str], count: int, partitions: int
 import json, time, sys
 from confluent_kafka import Consumer, TopicPartition
 from kbackup.format.record import Record, append_record
+from kbackup.spark.submit import client_config_file, job_environment, spark_submit_command
 from benchmarks.backup_bench import peak_rss_mib
 settings = json.loads(sys.argv[1])
 consumer = Consumer({{**settings, "group.id": "bench-raw", "enable.auto.commit": "false",
@@ -99,31 +101,20 @@ print(json.dumps([seconds, peak_rss_mib()]))
 
 def run_backup(settings: dict[str, str], target: Path) -> tuple[float, float, float, str]:
     """Wall seconds, summed batch seconds and peak tree RSS (MiB) of a snapshot backup."""
-    config = target.parent / "client.properties"
-    config.write_text("".join(f"{k}={v}\n" for k, v in settings.items() if k != "bootstrap.servers"))
-    command = [
-        str(Path(sys.executable).parent / "spark-submit"),
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
-        str(REPO / "jobs" / "backup.py"),
+    config = client_config_file(target.parent / "client.properties", settings)
+    command = spark_submit_command(
+        "backup",
         "--bootstrap-server",
         settings["bootstrap.servers"],
         "--command-config",
-        str(config),
+        config,
         "--target-dir",
-        str(target),
+        target,
         "--topics",
         TOPIC,
         "--snapshot",
-    ]
-    env = {
-        **os.environ,
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "PYTHONPATH": str(REPO),
-    }
+    )
+    env = job_environment()
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     peak = [0.0]

@@ -32,6 +32,7 @@ from benchmarks.backup_bench import _sample_tree
 from kbackup.embedded_broker import CLIENT_SETTINGS, EmbeddedBroker
 from kbackup.format.record import Record
 from kbackup.partition.writer import PartitionWriter
+from kbackup.spark.submit import client_config_file, job_environment, spark_submit_command
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -90,28 +91,11 @@ def raw_produce(settings: dict[str, str], root: Path, partitions: int) -> tuple[
 
 
 def run_restore(settings: dict[str, str], root: Path) -> tuple[float, float, float]:
-    config = root.parent / "target.properties"
-    config.write_text("".join(f"{k}={v}\n" for k, v in settings.items() if k != "bootstrap.servers"))
-    command = [
-        str(Path(sys.executable).parent / "spark-submit"),
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
-        str(REPO / "jobs" / "restore.py"),
-        "--bootstrap-server",
-        settings["bootstrap.servers"],
-        "--command-config",
-        str(config),
-        "--source-dir",
-        str(root),
-    ]
-    env = {
-        **os.environ,
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "PYTHONPATH": str(REPO),
-    }
+    config = client_config_file(root.parent / "target.properties", settings)
+    command = spark_submit_command(
+        "restore", "--bootstrap-server", settings["bootstrap.servers"], "--command-config", config, "--source-dir", root
+    )
+    env = job_environment()
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     peak = [0.0]

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
@@ -20,8 +19,7 @@ import time
 from pathlib import Path
 
 from kbackup.embedded_broker import CLIENT_SETTINGS, EmbeddedBroker
-
-REPO = Path(__file__).resolve().parent.parent
+from kbackup.spark.submit import client_config_file, job_environment, spark_submit_command
 
 
 def fill(settings: dict[str, str]) -> None:
@@ -71,32 +69,25 @@ def main() -> int:
     target = Path(args.target).resolve()
     shutil.rmtree(target, ignore_errors=True)
     python = sys.executable
-    env = {**os.environ, "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
     with EmbeddedBroker() as broker:
         settings = {"bootstrap.servers": broker.bootstrap_servers, **CLIENT_SETTINGS}
         print(f"embedded broker on {broker.bootstrap_servers}; creating topics orders, payments, audit", flush=True)
         fill(settings)
-        client_config = broker.data_dir / "client.properties"
-        client_config.write_text("".join(f"{k}={v}\n" for k, v in CLIENT_SETTINGS.items()))
-        command = [
-            str(Path(python).parent / "spark-submit"),
-            "--master",
-            "local[2]",
-            "--conf",
-            "spark.ui.enabled=false",
-            str(REPO / "jobs" / "backup.py"),
+        client_config = client_config_file(broker.data_dir / "client.properties", settings)
+        command = spark_submit_command(
+            "backup",
             "--bootstrap-server",
             broker.bootstrap_servers,
             "--command-config",
-            str(client_config),
+            client_config,
             "--target-dir",
-            str(target),
+            target,
             "--topics",
             "orders,payments,audit",
             "--snapshot",
-        ]
+        )
         print("$ spark-submit jobs/backup.py --snapshot ...", flush=True)
-        result = subprocess.run(command, env=env, capture_output=True, text=True)
+        result = subprocess.run(command, env=job_environment(importable=None), capture_output=True, text=True)
         for line in result.stdout.splitlines():
             if " kbackup " in line:
                 print(line)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 import sys
 import time
@@ -12,32 +11,18 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kbackup.spark.submit import job_environment, spark_submit_command
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
-
-SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 
 
 def job_env() -> dict[str, str]:
     """Environment for spark-submit: this interpreter on driver and executors, this checkout importable."""
-    return {
-        **os.environ,
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-    }
+    return job_environment()
 
 
 def backup_command(*args: str | Path) -> list[str]:
-    return [
-        str(SPARK_SUBMIT),
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
-        str(REPO / "jobs" / "backup.py"),
-        *map(str, args),
-    ]
+    return spark_submit_command("backup", *args)
 
 
 def run_backup(*args: str | Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:

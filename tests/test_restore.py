@@ -25,10 +25,11 @@ from kbackup.format.record import Record
 from kbackup.partition.offsets_file import write_consumer_offsets
 from kbackup.partition.writer import PartitionWriter
 from kbackup.restore.selection import BelowCounter
+from kbackup.spark.submit import spark_submit_command
 from tests.backup_builders import write_original_style
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
-from tests.kafka_helpers import SPARK_SUBMIT, consume_all, create_topics, job_env, run_backup
+from tests.kafka_helpers import consume_all, create_topics, job_env, run_backup
 
 # Recent timestamps: older ones would fall to the target topics' time-based retention.
 BASE = (int(time.time()) // 60 - 60) * 60_000
@@ -69,8 +70,7 @@ def target(kafka: BrokerUnderTest) -> Iterator[Target]:
 
 
 def restore_command(*args: str | Path) -> list[str]:
-    return [str(SPARK_SUBMIT), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-            str(REPO / "jobs" / "restore.py"), *map(str, args)]  # fmt: skip
+    return spark_submit_command("restore", *args)
 
 
 def run_restore(*args: str | Path) -> subprocess.CompletedProcess[str]:
