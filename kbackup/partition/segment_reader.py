@@ -50,10 +50,17 @@ class SegmentIndexFile:
         self._fd = self._handle.fileno()
         size = os.fstat(self._fd).st_size
         self.data_start = check_magic(os.pread(self._fd, 1, 0), file=str(path), legacy=legacy)
-        body = size - self.data_start
+        self._measure(size)
+
+    def _measure(self, size: int) -> None:
+        body = max(0, size - self.data_start)
         #: Bytes of a partial last entry, left out of ``count``.
         self.torn_tail = body % ENTRY_SIZE
         self.count = body // ENTRY_SIZE
+
+    def refresh(self) -> None:
+        """Count the entries again: a writer may have appended since this file was opened."""
+        self._measure(os.fstat(self._fd).st_size)
 
     def __enter__(self) -> SegmentIndexFile:
         return self

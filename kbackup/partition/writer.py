@@ -116,6 +116,7 @@ class PartitionWriter:
         #: Bytes of records appended (not skipped) since opening.
         self.appended_bytes = 0
         self._lookup: tuple[str, SegmentIndexFile, int] | None = None
+        self._replay_hint = -2  # index position of the last replayed record in the cached segment
         self._closed = False
 
         created = not topic_dir.exists()
@@ -144,6 +145,7 @@ class PartitionWriter:
                 ) from None
         try:
             self.segments = self._load_partition_index()
+            self._starts = [segment.start_offset for segment in self.segments]
             self._reconcile_segment_files()
             if self.segments:
                 self._open_tail_segment()
@@ -394,6 +396,7 @@ class PartitionWriter:
         _write_all(self._pi_fd, encode_entry(entry))
         self._fsync_fd(self._pi_fd)
         self.segments.append(entry)
+        self._starts.append(start_offset)
         self._records_fd = os.open(files.records, os.O_RDWR | os.O_APPEND)
         self._index_fd = os.open(files.index, os.O_RDWR | os.O_APPEND)
         self._records_size = 1
@@ -407,15 +410,18 @@ class PartitionWriter:
     def _check_stored(self, record: Record) -> None:
         """Raise unless ``record`` is stored with identical bytes."""
         self.flush()
-        starts = [segment.start_offset for segment in self.segments]
-        at = bisect.bisect_right(starts, record.offset) - 1
+        at = bisect.bisect_right(self._starts, record.offset) - 1
         stored: bytes | None = None
         if at >= 0:
             index, records_fd = self._lookup_handles(self.segments[at])
-            position = index.bisect(record.offset)
+            # A replay is sequential: try the entry after the last one found before searching.
+            position = self._replay_hint + 1
+            if not (0 <= position < index.count and index.entry(position).offset == record.offset):
+                position = index.bisect(record.offset)
             if position < index.count:
                 entry = index.entry(position)
                 if entry.offset == record.offset:
+                    self._replay_hint = position
                     stored = os.pread(records_fd, entry.length, entry.position)
         if stored is None:
             raise PlacementError(
@@ -436,12 +442,15 @@ class PartitionWriter:
     def _lookup_handles(self, segment: PartitionIndexEntry) -> tuple[SegmentIndexFile, int]:
         """Open (or reuse) read handles on a segment for replay checks.
 
-        Re-opened for the tail segment every time, since it keeps growing.
+        The tail segment keeps growing, so its entry count is refreshed on reuse.
         """
         cached = self._lookup
-        if cached is not None and cached[0] == segment.name and segment is not self.segments[-1]:
+        if cached is not None and cached[0] == segment.name:
+            if segment is self.segments[-1]:
+                cached[1].refresh()
             return cached[1], cached[2]
         self._drop_lookup()
+        self._replay_hint = -2
         index = SegmentIndexFile(self.topic_dir / (segment.name + INDEX_SUFFIX))
         records_fd = os.open(self.topic_dir / (segment.name + RECORDS_SUFFIX), os.O_RDONLY)
         self._lookup = (segment.name, index, records_fd)
