@@ -1,5 +1,7 @@
 """Backup benchmark: a snapshot backup of N records beside a raw consume-and-encode loop.
 
+Run from the repository root: ``./dev bench backup`` (or ``python -m benchmarks.backup_bench``).
+
 Both run in the same invocation on the same data, produced first into an
 embedded broker (or ``--bootstrap`` for an external cluster): N records
 (default 1,000,000) with 100-byte values, small keys and one header, spread
@@ -29,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-from kbackup.embedded_broker import CLIENT_SETTINGS, EmbeddedBroker
+from benchmarks.cluster import add_arguments, cluster
 from kbackup.format.record import Record, append_record
 from kbackup.spark.submit import client_config_file, job_environment, spark_submit_command
 
@@ -172,28 +174,15 @@ def peak_rss_mib() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--value-size", type=int, default=100)
-    parser.add_argument("--bootstrap", help="an external cluster instead of the embedded broker")
+    add_arguments(parser)
     args = parser.parse_args()
     # Touch the codec once so the raw loop's import cost is not in its figures.
     append_record(bytearray(), Record(0, -1, None, None, None))
 
-    with tempfile.TemporaryDirectory() as tmp:
-        broker = None if args.bootstrap else EmbeddedBroker().start()
-        try:
-            settings = (
-                {"bootstrap.servers": args.bootstrap}
-                if args.bootstrap
-                else {"bootstrap.servers": broker.bootstrap_servers, **CLIENT_SETTINGS}  # type: ignore[union-attr]
-            )
-            produce_seconds = produce(settings, args.records, args.partitions, args.value_size)
-            raw_seconds, raw_rss = raw_consume_and_encode(settings, args.records, args.partitions)
-            wall, batch_seconds, backup_rss, _ = run_backup(settings, Path(tmp) / "backup")
-        finally:
-            if broker is not None:
-                broker.stop()
+    with tempfile.TemporaryDirectory() as tmp, cluster(args.bootstrap) as settings:
+        produce_seconds = produce(settings, args.records, args.partitions, args.value_size)
+        raw_seconds, raw_rss = raw_consume_and_encode(settings, args.records, args.partitions)
+        wall, batch_seconds, backup_rss, _ = run_backup(settings, Path(tmp) / "backup")
     n, mb = args.records, args.records * args.value_size / 1e6
     shape = f"{args.value_size}-byte values, {args.partitions} partitions"
     print(f"{n:,} records, {shape} (produced in {produce_seconds:.1f} s)")

@@ -1,5 +1,7 @@
 """Restore benchmark: the restore job beside a raw produce loop over the same records.
 
+Run from the repository root: ``./dev bench restore`` (or ``python -m benchmarks.restore_bench``).
+
 A backup of N records (default 1,000,000; 100-byte values, small keys, one
 header; 4 partitions) is written with the format library; then, in the same
 invocation, against fresh topics on an embedded broker (or ``--bootstrap``):
@@ -29,7 +31,7 @@ import time
 from pathlib import Path
 
 from benchmarks.backup_bench import _sample_tree
-from kbackup.embedded_broker import CLIENT_SETTINGS, EmbeddedBroker
+from benchmarks.cluster import add_arguments, cluster
 from kbackup.format.record import Record
 from kbackup.partition.writer import PartitionWriter
 from kbackup.spark.submit import client_config_file, job_environment, spark_submit_command
@@ -112,26 +114,14 @@ def run_restore(settings: dict[str, str], root: Path) -> tuple[float, float, flo
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--value-size", type=int, default=100)
-    parser.add_argument("--bootstrap", help="an external cluster instead of the embedded broker")
+    add_arguments(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "backup"
         write_backup(root, args.records, args.partitions, args.value_size)
-        broker = None if args.bootstrap else EmbeddedBroker().start()
-        try:
-            settings = (
-                {"bootstrap.servers": args.bootstrap}
-                if args.bootstrap
-                else {"bootstrap.servers": broker.bootstrap_servers, **CLIENT_SETTINGS}  # type: ignore[union-attr]
-            )
+        with cluster(args.bootstrap) as settings:
             raw_seconds, raw_rss = raw_produce(settings, root, args.partitions)
             wall, busy, restore_rss = run_restore(settings, root)
-        finally:
-            if broker is not None:
-                broker.stop()
     n, mb = args.records, args.records * args.value_size / 1e6
     print(f"{n:,} records, {args.value_size}-byte values, {args.partitions} partitions")
     raw_rate = f"{n / raw_seconds:>10,.0f} records/s {mb / raw_seconds:7.1f} MB/s"

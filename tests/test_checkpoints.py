@@ -68,3 +68,10 @@ def test_cli(tmp_path: Path) -> None:
     assert described["groups"] == {"g": {"t": {"0": 3}}} and described["ends"] == {"t": {"0": 10}}
     missing = run("checkpoint", "describe", str(tmp_path), "9")
     assert missing.returncode == 1 and "checkpoint 9 does not exist" in missing.stderr
+
+
+def test_listing_above_an_id_reads_only_newer_checkpoints(tmp_path: Path) -> None:
+    for _ in range(3):
+        checkpoints.request(tmp_path)
+    checkpoints.checkpoint_path(tmp_path, 1).write_text("not json")  # never read when listing above 1
+    assert [c.id for c in checkpoints.list_checkpoints(tmp_path, above=1)] == [2, 3]

@@ -71,6 +71,7 @@ class BackupJob:
     _stop_signal: int | None = None
     _pending: list[OffsetRound] = field(default_factory=list)
     _checkpoints: list[checkpoints.Checkpoint] = field(default_factory=list)
+    _seen_checkpoint: int = 0  # requests get increasing ids: only newer files can hold new ones
     _logged_batch: int = -1
     _rows: int = 0
 
@@ -95,7 +96,11 @@ class BackupJob:
         self._record_topics(admin)
         first_round = take_round(admin, settings.selection)
         self._pending.append(first_round)
-        self._checkpoints = [c for c in checkpoints.list_checkpoints(settings.target) if c.status == "pending"]
+        existing = checkpoints.list_checkpoints(settings.target)
+        self._checkpoints = [c for c in existing if c.status == "pending"]
+        # Read again from the oldest request still waiting (one may predate a snapshot's checkpoint).
+        outstanding = [c.id for c in existing if c.status == "requested"]
+        self._seen_checkpoint = min(outstanding) - 1 if outstanding else max((c.id for c in existing), default=0)
 
         spark = self._session()
         query = self._start(spark)
@@ -223,7 +228,8 @@ class BackupJob:
 
     def _serve_checkpoints(self, admin: Any, query: Any) -> None:
         """Take the cut of requested checkpoints; complete the ones the backup has reached."""
-        for requested in checkpoints.list_checkpoints(self.settings.target):
+        for requested in checkpoints.list_checkpoints(self.settings.target, above=self._seen_checkpoint):
+            self._seen_checkpoint = max(self._seen_checkpoint, requested.id)
             if requested.status == "requested":
                 cut = take_round(admin, self.settings.selection)
                 taken = checkpoints.take(

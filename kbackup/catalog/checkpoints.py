@@ -96,13 +96,15 @@ def checkpoint_path(root: Path, checkpoint_id: int) -> Path:
     return root / CHECKPOINT_DIR / f"checkpoint-{checkpoint_id:06d}.json"
 
 
-def list_checkpoints(root: Path) -> list[Checkpoint]:
+def list_checkpoints(root: Path, *, above: int = 0) -> list[Checkpoint]:
+    """Every checkpoint with an id greater than ``above``, by id (only those files are read)."""
     directory = root / CHECKPOINT_DIR
     if not directory.is_dir():
         return []
     return [
         Checkpoint.decode(read_limited(path, 1 << 30), file=str(path))
         for path in sorted(directory.glob("checkpoint-*.json"))
+        if int(path.stem.split("-")[1]) > above
     ]
 
 

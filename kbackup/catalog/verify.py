@@ -43,8 +43,15 @@ class PartitionReport:
 
 
 def verify_partition(
-    root: Path, topic: str, partition: int, *, deep: bool = False, legacy: bool = False
+    root: Path,
+    topic: str,
+    partition: int,
+    *,
+    deep: bool = False,
+    legacy: bool = False,
+    deleting: set[tuple[str, int, str]] | None = None,
 ) -> PartitionReport:
+    """Check one partition; ``deleting`` is what an unfinished prune is removing (read when not given)."""
     report = PartitionReport(topic, partition)
     topic_dir = root / topic
     try:
@@ -54,7 +61,9 @@ def verify_partition(
         return report
     report.segments = len(reader.segments)
     listed = {segment.name for segment in reader.segments}
-    pending = {name for t, p, name in pending_deletions(root) if (t, p) == (topic, partition)}
+    if deleting is None:
+        deleting = pending_deletions(root)
+    pending = {name for t, p, name in deleting if (t, p) == (topic, partition)}
     for files in list_segment_files(topic_dir, partition):
         name = files.records.name[: -len(RECORDS_SUFFIX)]
         if name in pending:
@@ -92,11 +101,11 @@ def verify_partition(
                     pass
         except KbackupError as exc:
             report.errors.append(str(exc))
-    _check_catalog(root, reader, report)
+    _check_catalog(root, reader, report, pending)
     return report
 
 
-def _check_catalog(root: Path, reader: PartitionReader, report: PartitionReport) -> None:
+def _check_catalog(root: Path, reader: PartitionReader, report: PartitionReport, pending: set[str]) -> None:
     try:
         catalog = read_catalog(root, report.topic, report.partition)
     except KbackupError as exc:
@@ -109,7 +118,6 @@ def _check_catalog(root: Path, reader: PartitionReader, report: PartitionReport)
         )
         return
     names = [segment.name for segment in reader.segments]
-    pending = {name for t, p, name in pending_deletions(root) if (t, p) == (report.topic, report.partition)}
     previous_last = -1
     for entry in catalog.segments:
         if entry.name not in names:
@@ -142,8 +150,9 @@ def _check_catalog(root: Path, reader: PartitionReader, report: PartitionReport)
 
 
 def verify_backup(root: Path, topics: list[str], *, deep: bool = False, legacy: bool = False) -> list[PartitionReport]:
+    deleting = pending_deletions(root)
     return [
-        verify_partition(root, topic, partition, deep=deep, legacy=legacy)
+        verify_partition(root, topic, partition, deep=deep, legacy=legacy, deleting=deleting)
         for topic in topics
         for partition in list_partitions(root / topic)
     ]

@@ -1,0 +1,27 @@
+"""The Kafka cluster a benchmark runs against: an external one, or the embedded broker."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from kbackup.embedded_broker import CLIENT_SETTINGS, EmbeddedBroker
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every Kafka benchmark takes: data shape and cluster."""
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--value-size", type=int, default=100)
+    parser.add_argument("--bootstrap", help="an external cluster instead of the embedded broker")
+
+
+@contextmanager
+def cluster(bootstrap: str | None) -> Iterator[dict[str, str]]:
+    """Client settings for ``bootstrap``, or for an embedded broker started (and stopped) here."""
+    if bootstrap:
+        yield {"bootstrap.servers": bootstrap}
+        return
+    with EmbeddedBroker() as broker:
+        yield {"bootstrap.servers": broker.bootstrap_servers, **CLIENT_SETTINGS}
