@@ -20,12 +20,12 @@ from kbackup.errors import BackupNotFoundError, KbackupError, UsageError
 from kbackup.format.naming import INDEX_SUFFIX, parse_partition_index_file_name
 from kbackup.format.partition_index import decode_partition_index
 from kbackup.format.record import Record, TimestampType
-from kbackup.fsutil import read_limited
 from kbackup.partition.layout import list_partitions, list_segment_files, list_topics
 from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import MAX_PARTITION_INDEX_SIZE, PartitionReader
 from kbackup.partition.rebuild import rebuild_partition_index, rebuild_segment_index
 from kbackup.partition.segment_reader import SegmentIndexFile
+from kbackup.storage import Location, as_local, exists, parse_location, read_limited
 
 _TIMESTAMP_TYPE_NAMES = {
     TimestampType.NO_TIMESTAMP: "NoTimestampType",
@@ -56,7 +56,7 @@ def _b64(data: bytes | None) -> str | None:
 # -- backup root navigation ------------------------------------------------
 
 
-def _topics(root: Path, only: str | None) -> list[str]:
+def _topics(root: Location, only: str | None) -> list[str]:
     topics = list_topics(root)
     if not topics and list_partitions(root):
         raise UsageError(f"{root} is a topic directory; pass the backup root {root.parent} and --topic {root.name}")
@@ -68,7 +68,7 @@ def _topics(root: Path, only: str | None) -> list[str]:
     return [only]
 
 
-def _partitions(topic_dir: Path, only: int | None) -> list[int]:
+def _partitions(topic_dir: Location, only: int | None) -> list[int]:
     partitions = list_partitions(topic_dir)
     if only is None:
         return partitions
@@ -84,7 +84,7 @@ def _partitions(topic_dir: Path, only: int | None) -> list[int]:
 
 
 def cmd_cat(args: argparse.Namespace, out: TextIO) -> None:
-    root = Path(args.dir)
+    root = parse_location(args.dir)
     for topic in _topics(root, args.topic):
         topic_dir = root / topic
         for partition in _partitions(topic_dir, args.partition):
@@ -95,7 +95,7 @@ def cmd_cat(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
-    root = Path(args.dir)
+    root = parse_location(args.dir)
     listing: list[dict[str, Any]] = []
     for topic in _topics(root, args.topic):
         topic_dir = root / topic
@@ -145,8 +145,8 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def cmd_index_show(args: argparse.Namespace, out: TextIO) -> None:
-    path = Path(args.file)
-    if not path.is_file():
+    path = parse_location(args.file)
+    if not exists(path):
         raise BackupNotFoundError(f"{path}: file does not exist")
     if parse_partition_index_file_name(path.name) is not None or args.kind == "partition":
         entries, _ = decode_partition_index(
@@ -164,18 +164,23 @@ def cmd_index_show(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def cmd_index_rebuild(args: argparse.Namespace, out: TextIO) -> None:
-    topic_dir = Path(args.topic_dir)
+    location = parse_location(args.topic_dir)
+    if not isinstance(location, Path):
+        raise UsageError(f"{location}: index rebuild works on a local directory (copy the topic down first)")
+    topic_dir = location
     if not topic_dir.is_dir():
         raise BackupNotFoundError(f"{topic_dir}: topic directory does not exist")
     problems = 0
     for partition in _partitions(topic_dir, args.partition):
         if not args.partition_index_only:
             for files in list_segment_files(topic_dir, partition):
-                if not files.records.exists():
+                if not as_local(files.records).exists():
                     out.write(f"skipped {files.index.name}: its records file is missing\n")
                     problems += 1
                     continue
-                result = rebuild_segment_index(files.records, files.index, legacy=args.legacy_no_magic)
+                result = rebuild_segment_index(
+                    as_local(files.records), as_local(files.index), legacy=args.legacy_no_magic
+                )
                 out.write(f"rebuilt {files.index.name}: {result.record_count} records\n")
                 if result.bad_tail_position is not None:
                     problems += 1
@@ -188,7 +193,7 @@ def cmd_index_rebuild(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def cmd_offsets(args: argparse.Namespace, out: TextIO) -> None:
-    root = Path(args.dir)
+    root = parse_location(args.dir)
     result: dict[str, dict[str, dict[str, int]]] = {}
     for topic in _topics(root, args.topic):
         for partition in _partitions(root / topic, args.partition):
@@ -208,7 +213,7 @@ def cmd_offsets(args: argparse.Namespace, out: TextIO) -> None:
 def cmd_verify(args: argparse.Namespace, out: TextIO) -> None:
     from kbackup.catalog.verify import verify_backup
 
-    root = Path(args.dir)
+    root = parse_location(args.dir)
     reports = verify_backup(root, _topics(root, args.topic), deep=args.deep, legacy=args.legacy_no_magic)
     damaged = 0
     for report in reports:
@@ -228,7 +233,7 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> None:
 def cmd_catalog_rebuild(args: argparse.Namespace, out: TextIO) -> None:
     from kbackup.catalog.build import rebuild_catalog
 
-    root = Path(args.dir)
+    root = parse_location(args.dir)
     for catalog in rebuild_catalog(root, _topics(root, args.topic), legacy=args.legacy_no_magic):
         records = sum(entry.records for entry in catalog.segments)
         out.write(
@@ -239,14 +244,14 @@ def cmd_catalog_rebuild(args: argparse.Namespace, out: TextIO) -> None:
 def cmd_checkpoint_create(args: argparse.Namespace, out: TextIO) -> None:
     from kbackup.catalog.checkpoints import request
 
-    created = request(Path(args.dir))
+    created = request(parse_location(args.dir))
     out.write(f"checkpoint {created.id} requested; a running continuous backup takes its cut at once\n")
 
 
 def cmd_checkpoint_list(args: argparse.Namespace, out: TextIO) -> None:
     from kbackup.catalog.checkpoints import list_checkpoints
 
-    for checkpoint in list_checkpoints(Path(args.dir)):
+    for checkpoint in list_checkpoints(parse_location(args.dir)):
         when = checkpoint.taken_at or checkpoint.requested_at
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when / 1000))
         reason = f" ({checkpoint.reason})" if checkpoint.reason else ""
@@ -256,13 +261,13 @@ def cmd_checkpoint_list(args: argparse.Namespace, out: TextIO) -> None:
 def cmd_checkpoint_describe(args: argparse.Namespace, out: TextIO) -> None:
     from kbackup.catalog.checkpoints import read_checkpoint
 
-    out.write(read_checkpoint(Path(args.dir), args.id).encode().decode())
+    out.write(read_checkpoint(parse_location(args.dir), args.id).encode().decode())
 
 
 def cmd_prune(args: argparse.Namespace, out: TextIO) -> None:
     from kbackup.catalog.prune import finish_intent, plan_prune, prune
 
-    root = Path(args.dir)
+    root = parse_location(args.dir)
     if not args.dry_run and finish_intent(root):
         out.write("finished an interrupted prune\n")
     if args.older_than is None and args.keep_checkpoints is None:

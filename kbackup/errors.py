@@ -14,6 +14,7 @@ The tree is shallow::
     │   └── OffsetConflictError  same offset already stored with other bytes
     ├── InvalidRecordError       a record value cannot be encoded (also ValueError)
     ├── BackupNotFoundError      a backup root, topic or partition is absent
+    ├── StorageError             the storage (an S3 endpoint, a bucket) failed or refused
     └── UsageError               a bad option or argument
 
 Each error carries the context that locates the problem (file, byte position,
@@ -95,6 +96,10 @@ class InvalidRecordError(KbackupError, ValueError):
 
 class BackupNotFoundError(KbackupError):
     """A backup root, topic directory, partition or file does not exist."""
+
+
+class StorageError(KbackupError):
+    """The storage behind a location failed: unreachable endpoint, missing bucket, denied access."""
 
 
 class UsageError(KbackupError):

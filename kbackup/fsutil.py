@@ -37,16 +37,7 @@ def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
 
 
 def read_limited(path: Path, limit: int) -> bytes:
-    """Read a small file whole, refusing one larger than ``limit`` bytes."""
-    with open(path, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        if size > limit:
-            from kbackup.errors import FormatError
+    """Read a small local file whole, refusing one larger than ``limit`` bytes."""
+    from kbackup.storage.local import LOCAL
 
-            raise FormatError(
-                "file is larger than this kind of file can be",
-                file=str(path),
-                expected=f"at most {limit} bytes",
-                found=f"{size} bytes",
-            )
-        return handle.read()
+    return LOCAL.read_limited(path, limit)

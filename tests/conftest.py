@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.broker import BrokerUnderTest, broker_under_test
+from tests.restore_helpers import Target
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -38,3 +39,14 @@ def kafka() -> Iterator[BrokerUnderTest]:
     """The suite's broker (see tests/broker.py); started once per session."""
     with broker_under_test() as broker:
         yield broker
+
+
+@pytest.fixture(scope="module")
+def target(kafka: BrokerUnderTest) -> Iterator[Target]:
+    if kafka.kind == "embedded":
+        from kbackup.embedded_broker import CLIENT_SETTINGS, EmbeddedBroker
+
+        with EmbeddedBroker() as broker:
+            yield Target(BrokerUnderTest("embedded", broker.bootstrap_servers, dict(CLIENT_SETTINGS)))
+    else:
+        yield Target(kafka, prefix="restored-")

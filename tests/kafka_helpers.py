@@ -11,9 +11,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kbackup.spark.submit import job_environment, spark_submit_command
+from kbackup.spark.submit import REPO, job_environment, spark_submit_command
 from tests.broker import BrokerUnderTest
-from tests.conftest import REPO
 
 
 def job_env() -> dict[str, str]:

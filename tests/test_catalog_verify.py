@@ -16,6 +16,7 @@ from kbackup.catalog.store import catalog_path, read_catalog
 from kbackup.catalog.verify import verify_backup
 from kbackup.format.record import Record
 from kbackup.partition.writer import PartitionWriter
+from kbackup.storage import as_local
 from tests.backup_builders import write_original_style
 from tests.conftest import REPO
 from tests.recordgen import sample_record
@@ -169,7 +170,7 @@ def test_the_writer_catalogs_each_segment_it_finishes_and_catches_up(tmp_path: P
     assert [e.name for e in catalog.segments] == [p.name[: -len("_records")] for p in segments[:-1]]
     assert catalog.segments == read_catalog_rebuilt(tmp_path, root)
     # A crash between starting a segment and updating the catalog loses the update; the next roll catches up.
-    catalog_path(root, "t", 0).unlink()
+    as_local(catalog_path(root, "t", 0)).unlink()
     with PartitionWriter(root / "t", "t", 0, max_segment_size=1000, fsync=False, catalog_root=root) as writer:
         for i in range(30, 45):
             writer.append(sample_record(i))

@@ -12,6 +12,7 @@ import pytest
 
 from kbackup.catalog import checkpoints
 from kbackup.errors import BackupNotFoundError
+from kbackup.storage import as_local
 from tests.conftest import REPO
 
 
@@ -73,5 +74,5 @@ def test_cli(tmp_path: Path) -> None:
 def test_listing_above_an_id_reads_only_newer_checkpoints(tmp_path: Path) -> None:
     for _ in range(3):
         checkpoints.request(tmp_path)
-    checkpoints.checkpoint_path(tmp_path, 1).write_text("not json")  # never read when listing above 1
+    as_local(checkpoints.checkpoint_path(tmp_path, 1)).write_text("not json")  # never read when listing above 1
     assert [c.id for c in checkpoints.list_checkpoints(tmp_path, above=1)] == [2, 3]

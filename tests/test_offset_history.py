@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from kbackup.catalog.offset_history import HISTORY_DIR, append_round, history_file, offsets_as_of, read_history
+from kbackup.storage import as_local
 
 DAY = 1_795_334_400_000  # 2026-11-22T08:00:00Z
 
@@ -36,7 +37,7 @@ def test_offsets_as_of_a_time(tmp_path: Path) -> None:
 @pytest.mark.parametrize("cut", [1, 7, 20])
 def test_a_torn_append_is_dropped_and_repaired(tmp_path: Path, cut: int) -> None:
     append_round(tmp_path, DAY + 1000, {"g": {("t", 0): 5}})
-    path = history_file(tmp_path, DAY)
+    path = as_local(history_file(tmp_path, DAY))
     whole_first = path.stat().st_size
     append_round(tmp_path, DAY + 2000, {"g": {("t", 0): 6}})
     path.write_bytes(path.read_bytes()[:-cut])  # the second append died half-way

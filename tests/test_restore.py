@@ -11,13 +11,9 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import UTC
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,11 +21,11 @@ from kbackup.format.record import Record
 from kbackup.partition.offsets_file import write_consumer_offsets
 from kbackup.partition.writer import PartitionWriter
 from kbackup.restore.selection import BelowCounter
-from kbackup.spark.submit import spark_submit_command
 from tests.backup_builders import write_original_style
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
 from tests.kafka_helpers import consume_all, create_topics, job_env, run_backup
+from tests.restore_helpers import Target, comparable, group_offsets, restore_command, restore_python, run_restore
 
 # Recent timestamps: older ones would fall to the target topics' time-based retention.
 BASE = (int(time.time()) // 60 - 60) * 60_000
@@ -41,77 +37,8 @@ def iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-@dataclass
-class Target:
-    """Where restores go: a cluster and a prefix for topic names."""
-
-    broker: BrokerUnderTest
-    prefix: str = ""
-    counter: list[int] = field(default_factory=lambda: [0])
-
-    def name(self, topic: str) -> str:
-        return self.prefix + topic
-
-    def args(self, tmp_path: Path) -> list[str]:
-        config = tmp_path / "target.properties"
-        config.write_text("".join(f"{k}={v}\n" for k, v in self.broker.extra_settings.items()))
-        return ["--bootstrap-server", self.broker.bootstrap_servers, "--command-config", str(config)]
-
-
-@pytest.fixture(scope="module")
-def target(kafka: BrokerUnderTest) -> Iterator[Target]:
-    if kafka.kind == "embedded":
-        from kbackup.embedded_broker import CLIENT_SETTINGS, EmbeddedBroker
-
-        with EmbeddedBroker() as broker:
-            yield Target(BrokerUnderTest("embedded", broker.bootstrap_servers, dict(CLIENT_SETTINGS)))
-    else:
-        yield Target(kafka, prefix="restored-")
-
-
-def restore_command(*args: str | Path) -> list[str]:
-    return spark_submit_command("restore", *args)
-
-
-def run_restore(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(restore_command(*args), capture_output=True, text=True, env=job_env(), cwd=REPO, timeout=600)
-
-
-def restore_python(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    """The restore run by plain Python: for dry runs and errors, which never start Spark."""
-    return subprocess.run(
-        [sys.executable, str(REPO / "jobs" / "restore.py"), *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=job_env(),
-        timeout=120,
-    )
-
-
-def group_offsets(broker: BrokerUnderTest, group: str) -> dict[tuple[str, int], int]:
-    from confluent_kafka import ConsumerGroupTopicPartitions
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(broker.client_settings())
-    result = {}
-    for future in admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values():
-        for tp in future.result().topic_partitions:
-            if tp.offset >= 0:
-                result[(tp.topic, tp.partition)] = tp.offset
-    return result
-
-
 def b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode()
-
-
-def comparable(records: list[dict[str, Any]], *, topic: str | None = None) -> list[tuple[Any, ...]]:
-    """What must survive a restore: partition, order, key, value, headers, timestamp and its type."""
-    return [
-        (r["partition"], r["key"], r["value"], r["headers"], r["timestampType"], r["timestamp"])
-        for r in records
-        if topic is None or r["topic"] == topic
-    ]
 
 
 # -- backup -> restore ---------------------------------------------------------------

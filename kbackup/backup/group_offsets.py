@@ -19,7 +19,6 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from kbackup.catalog.offset_history import append_round
@@ -34,8 +33,9 @@ from kbackup.kafka.cluster import (
 )
 from kbackup.kafka.topics import TopicSelection
 from kbackup.partition.layout import partition_index_path
+from kbackup.partition.object_writer import open_partition_writer
 from kbackup.partition.offsets_file import read_consumer_offsets, write_consumer_offsets
-from kbackup.partition.writer import PartitionWriter
+from kbackup.storage import Location, exists
 
 log = logging.getLogger("kbackup.offsets")
 
@@ -66,12 +66,12 @@ def take_round(admin: Any, selection: TopicSelection, *, read_committed: bool = 
     return OffsetRound({group: offsets for group, offsets in kept.items() if offsets}, ends, time.time())
 
 
-def store_round(target: Path, round_: OffsetRound, *, prune: bool, live_groups: set[str] | None = None) -> int:
+def store_round(target: Location, round_: OffsetRound, *, prune: bool, live_groups: set[str] | None = None) -> int:
     """Merge the round into the partitions' offset files; return how many files changed."""
     changed = 0
     for topic, partition in sorted(round_.ends):
         topic_dir = target / topic
-        if not topic_dir.is_dir():
+        if not exists(partition_index_path(topic_dir, partition)):
             continue
         fresh = {
             group: offsets[(topic, partition)]
@@ -90,7 +90,7 @@ def store_round(target: Path, round_: OffsetRound, *, prune: bool, live_groups: 
     return changed
 
 
-def record_topics(target: Path, admin: Any, selection: TopicSelection) -> int:
+def record_topics(target: Location, admin: Any, selection: TopicSelection) -> int:
     """Keep the catalog's record of each selected topic (partition count, configuration); return how many changed."""
     counts = partition_counts(admin)
     topics = selection.select(counts)
@@ -98,7 +98,7 @@ def record_topics(target: Path, admin: Any, selection: TopicSelection) -> int:
     return sum(record_topic(target, topic, counts[topic], configs.get(topic, {})) for topic in topics)
 
 
-def ensure_partitions(target: Path, admin: Any, selection: TopicSelection, *, max_segment_size: int) -> int:
+def ensure_partitions(target: Location, admin: Any, selection: TopicSelection, *, max_segment_size: int) -> int:
     """Give every selected partition that has no files yet its partition index and an empty segment.
 
     The empty segment is named after the partition's log-start offset, so the
@@ -107,7 +107,7 @@ def ensure_partitions(target: Path, admin: Any, selection: TopicSelection, *, ma
     keys = [
         key
         for key in selected_partitions(admin, selection)
-        if not partition_index_path(target / key[0], key[1]).exists()
+        if not exists(partition_index_path(target / key[0], key[1]))
     ]
     if not keys:
         return 0
@@ -115,7 +115,9 @@ def ensure_partitions(target: Path, admin: Any, selection: TopicSelection, *, ma
     created = 0
     for topic, partition in keys:
         try:
-            with PartitionWriter(target / topic, topic, partition, max_segment_size=max_segment_size) as writer:
+            with open_partition_writer(
+                target / topic, topic, partition, max_segment_size=max_segment_size, catalog_root=target
+            ) as writer:
                 writer.ensure_segment(earliest[(topic, partition)])
             created += 1
         except PlacementError:

@@ -40,11 +40,12 @@ from kbackup.errors import KbackupError
 from kbackup.kafka.client_settings import redact
 from kbackup.kafka.cluster import ClusterError, TopicPartitionKey, admin_client, partition_counts
 from kbackup.logsetup import ensure_console_logging
-from kbackup.partition.layout import list_partitions
+from kbackup.partition.layout import list_partitions, list_topics
 from kbackup.partition.reader import PartitionReader
 from kbackup.spark.failures import failure_cause
 from kbackup.spark.kafka_source import SOURCE_NAME, KafkaSource, decode_offsets
 from kbackup.spark.v1_sink import SINK_NAME, V1Sink
+from kbackup.storage import prepare_root
 
 log = logging.getLogger("kbackup.backup")
 
@@ -87,7 +88,7 @@ class BackupJob:
         )
         admin = admin_client({**settings.client, "socket.timeout.ms": "10000"})
         self._preflight(admin)
-        settings.target.mkdir(parents=True, exist_ok=True)
+        prepare_root(settings.target)
         created = ensure_partitions(
             settings.target, admin, settings.selection, max_segment_size=settings.max_segment_size
         )
@@ -261,9 +262,10 @@ class BackupJob:
 
     def _summary(self, seconds: float) -> None:
         target = self.settings.target
-        for topic_dir in sorted(p for p in target.iterdir() if p.is_dir() and not p.name.startswith(".")):
-            if not self.settings.selection.matches(topic_dir.name):
+        for topic in list_topics(target):
+            if not self.settings.selection.matches(topic):
                 continue
+            topic_dir = target / topic
             records = size = 0
             partitions = list_partitions(topic_dir)
             for partition in partitions:

@@ -28,6 +28,7 @@ from kbackup.errors import UsageError
 from kbackup.job_options import ConnectorProperties, client_settings, positive_float, positive_int, spark_conf
 from kbackup.kafka.topics import TopicSelection
 from kbackup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE
+from kbackup.storage import Location, parse_location
 
 #: Where the job keeps Spark's checkpoint and its own state inside the backup root.
 STATE_DIR_NAME = ".kbackup"
@@ -39,7 +40,7 @@ _PROPERTY_KEYS = {"target.dir", "topics", "topics.regex", "max.segment.size.byte
 class BackupSettings:
     """Everything the backup job needs, checked."""
 
-    target: Path
+    target: Location
     client: dict[str, str]
     selection: TopicSelection
     snapshot: bool = False
@@ -54,7 +55,11 @@ class BackupSettings:
 
     @property
     def checkpoint(self) -> Path:
-        return self.checkpoint_location or self.target / STATE_DIR_NAME / "spark-checkpoint"
+        if self.checkpoint_location is not None:
+            return self.checkpoint_location
+        if not isinstance(self.target, Path):
+            raise UsageError(f"a backup to {self.target} needs a local --checkpoint-location DIR for Spark's state")
+        return self.target / STATE_DIR_NAME / "spark-checkpoint"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     own.add_argument(
         "--checkpoint-location",
         type=Path,
-        help=f"Spark checkpoint directory (default: TARGET/{STATE_DIR_NAME}/spark-checkpoint)",
+        help=f"Spark checkpoint directory (default: TARGET/{STATE_DIR_NAME}/spark-checkpoint; "
+        "required when TARGET is s3://)",
     )
     own.add_argument(
         "--offsets-interval",
@@ -132,8 +138,11 @@ def parse_backup_args(argv: Sequence[str]) -> BackupSettings:
     if snapshot_property not in ("true", "false"):
         raise UsageError(f"{properties.source}: snapshot must be true or false, not {properties.values['snapshot']!r}")
 
+    location = parse_location(target)
+    if not isinstance(location, Path) and args.checkpoint_location is None:
+        raise UsageError(f"a backup to {location} needs a local --checkpoint-location DIR for Spark's state")
     return BackupSettings(
-        target=Path(target),
+        target=location,
         client=client_settings(properties, args.command_config, args.bootstrap_server),
         selection=selection,
         snapshot=args.snapshot or snapshot_property == "true",

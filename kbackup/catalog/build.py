@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import crc32c
@@ -12,33 +11,41 @@ from kbackup.catalog.model import PartitionCatalog, SegmentEntry
 from kbackup.catalog.store import read_catalog, write_catalog
 from kbackup.partition.layout import list_partitions
 from kbackup.partition.reader import PartitionReader
-from kbackup.partition.segment_reader import SegmentIndexFile
+from kbackup.partition.segment_reader import SegmentIndexFile, iter_segment
+from kbackup.storage import Location, storage_for
 
 CHUNK = 1 << 20
 
 
-def file_crc32c(path: Path) -> tuple[int, int]:
+def file_crc32c(path: Location) -> tuple[int, int]:
     """The CRC32C and size of a file, read in 1 MiB chunks."""
     value = 0
     size = 0
-    with open(path, "rb") as handle:
-        while chunk := handle.read(CHUNK):
+    handle = storage_for(path).open_read(path)
+    try:
+        while chunk := handle.stream.read(CHUNK):
             value = crc32c.crc32c(chunk, value)
             size += len(chunk)
+    finally:
+        handle.close()
     return value, size
 
 
-def segment_time_range(records_path: Path, index_path: Path, *, legacy: bool = False) -> tuple[int | None, int | None]:
-    """The smallest and largest record timestamp of a segment, read at fixed places, not by decoding.
+def segment_time_range(
+    records_path: Location, index_path: Location, *, legacy: bool = False
+) -> tuple[int | None, int | None]:
+    """The smallest and largest record timestamp of a segment.
 
-    Each index entry gives a record's position; its timestamp type is the
-    int32 at +8 and, for types 0 and 1, its timestamp the int64 at +12.
-    Gathered with numpy in chunks from a memory map: about a second per GiB.
+    On disk, read at fixed places rather than by decoding: each index entry
+    gives a record's position; its timestamp type is the int32 at +8 and,
+    for types 0 and 1, its timestamp the int64 at +12. Gathered with numpy
+    in chunks from a memory map: about a second per GiB. Objects are read
+    by streaming the segment's records.
     """
+    if not isinstance(records_path, Path) or not isinstance(index_path, Path):
+        return _streamed_time_range(records_path, index_path, legacy=legacy)
     start = 0 if legacy else 1
-    entries = (
-        np.memmap(index_path, dtype=">i8", mode="r", offset=start) if os.path.getsize(index_path) > start else None
-    )
+    entries = np.memmap(index_path, dtype=">i8", mode="r", offset=start) if index_path.stat().st_size > start else None
     if entries is None or len(entries) < 3:
         return None, None
     positions_all = entries[: len(entries) // 3 * 3].reshape(-1, 3)[:, 1]
@@ -56,6 +63,18 @@ def segment_time_range(records_path: Path, index_path: Path, *, legacy: bool = F
             chunk_low, chunk_high = int(stamped.min()), int(stamped.max())
             low = chunk_low if low is None else min(low, chunk_low)
             high = chunk_high if high is None else max(high, chunk_high)
+    return low, high
+
+
+def _streamed_time_range(
+    records_path: Location, index_path: Location, *, legacy: bool
+) -> tuple[int | None, int | None]:
+    low: int | None = None
+    high: int | None = None
+    for record in iter_segment(records_path, index_path, legacy=legacy):
+        if record.timestamp_type in (0, 1) and record.timestamp is not None:
+            low = record.timestamp if low is None else min(low, record.timestamp)
+            high = record.timestamp if high is None else max(high, record.timestamp)
     return low, high
 
 
@@ -85,7 +104,7 @@ def describe_segment(reader: PartitionReader, index: int) -> SegmentEntry:
     )
 
 
-def build_partition_catalog(topic_dir: Path, partition: int, *, legacy: bool = False) -> PartitionCatalog:
+def build_partition_catalog(topic_dir: Location, partition: int, *, legacy: bool = False) -> PartitionCatalog:
     """A catalog of the partition's finished segments: every segment but the last.
 
     The last segment is the one a backup still appends to; it joins the
@@ -96,7 +115,7 @@ def build_partition_catalog(topic_dir: Path, partition: int, *, legacy: bool = F
     return PartitionCatalog(topic_dir.name, partition, entries)
 
 
-def rebuild_catalog(root: Path, topics: list[str], *, legacy: bool = False) -> list[PartitionCatalog]:
+def rebuild_catalog(root: Location, topics: list[str], *, legacy: bool = False) -> list[PartitionCatalog]:
     """Write the catalog of every partition of ``topics`` anew from the files."""
     written = []
     for topic in topics:
@@ -107,14 +126,11 @@ def rebuild_catalog(root: Path, topics: list[str], *, legacy: bool = False) -> l
     return written
 
 
-def file_size(path: Path) -> int | None:
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        return None
+def file_size(path: Location) -> int | None:
+    return storage_for(path).size(path)
 
 
-def catch_up_catalog(root: Path, topic_dir: Path, partition: int) -> int:
+def catch_up_catalog(root: Location, topic_dir: Location, partition: int) -> int:
     """Add every finished segment the partition's catalog does not name yet; return how many.
 
     Called by the backup's writer after it starts a new segment, so the

@@ -14,23 +14,23 @@ Lifecycle, one JSON document per checkpoint, replaced atomically at each step::
     failed     (with a reason: the backup stopped before reaching the cut)
 
 A snapshot backup records a completed checkpoint when it finishes. Ids are
-claimed exclusively (a temporary file is hard-linked into place, which fails
-if the id exists), so two requests never share an id.
+claimed exclusively (on disk a synced temporary file is hard-linked into
+place, on S3 a conditional PUT; both fail if the id exists), so two requests
+never share an id.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import re
 import time
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from kbackup.errors import BackupNotFoundError, FormatError
-from kbackup.fsutil import TMP_SUFFIX, atomic_write, fsync_dir, read_limited
+from kbackup.storage import Location, ObjectPath, exists, read_limited, storage_for, write_whole
 
-CHECKPOINT_DIR = Path(".kbackup") / "checkpoints"
+_NAME = re.compile(r"^checkpoint-([0-9]+)\.json$")
 CHECKPOINT_VERSION = 1
 STATUSES = ("requested", "pending", "completed", "failed")
 
@@ -92,80 +92,79 @@ def _flat(nested: dict[str, Any]) -> Offsets:
     return {(topic, int(p)): int(o) for topic, partitions in nested.items() for p, o in partitions.items()}
 
 
-def checkpoint_path(root: Path, checkpoint_id: int) -> Path:
-    return root / CHECKPOINT_DIR / f"checkpoint-{checkpoint_id:06d}.json"
+def checkpoint_dir(root: Location) -> Location:
+    return root / ".kbackup" / "checkpoints"
 
 
-def list_checkpoints(root: Path, *, above: int = 0) -> list[Checkpoint]:
+def checkpoint_path(root: Location, checkpoint_id: int) -> Location:
+    return checkpoint_dir(root) / f"checkpoint-{checkpoint_id:06d}.json"
+
+
+def _ids(root: Location) -> list[int]:
+    directory = checkpoint_dir(root)
+    names = storage_for(directory).list_files(directory) or []
+    return sorted(int(match.group(1)) for name in names if (match := _NAME.match(name)))
+
+
+def list_checkpoints(root: Location, *, above: int = 0) -> list[Checkpoint]:
     """Every checkpoint with an id greater than ``above``, by id (only those files are read)."""
-    directory = root / CHECKPOINT_DIR
-    if not directory.is_dir():
-        return []
-    return [
-        Checkpoint.decode(read_limited(path, 1 << 30), file=str(path))
-        for path in sorted(directory.glob("checkpoint-*.json"))
-        if int(path.stem.split("-")[1]) > above
-    ]
+    result = []
+    for checkpoint_id in _ids(root):
+        if checkpoint_id > above:
+            path = checkpoint_path(root, checkpoint_id)
+            result.append(Checkpoint.decode(read_limited(path, 1 << 30), file=str(path)))
+    return result
 
 
-def read_checkpoint(root: Path, checkpoint_id: int) -> Checkpoint:
+def read_checkpoint(root: Location, checkpoint_id: int) -> Checkpoint:
     path = checkpoint_path(root, checkpoint_id)
-    if not path.exists():
+    if not exists(path):
         raise BackupNotFoundError(f"checkpoint {checkpoint_id} does not exist in {root}")
     return Checkpoint.decode(read_limited(path, 1 << 30), file=str(path))
 
 
-def save(root: Path, checkpoint: Checkpoint) -> None:
+def save(root: Location, checkpoint: Checkpoint) -> None:
     """Replace a checkpoint's document (its id already claimed)."""
-    atomic_write(checkpoint_path(root, checkpoint.id), checkpoint.encode())
+    write_whole(checkpoint_path(root, checkpoint.id), checkpoint.encode())
 
 
-def claim(root: Path, make: Any) -> Checkpoint:
+def claim(root: Location, make: Any) -> Checkpoint:
     """Create a checkpoint under the next free id; ``make(id)`` builds it."""
-    directory = root / CHECKPOINT_DIR
-    directory.mkdir(parents=True, exist_ok=True)
     while True:
-        existing = [int(p.stem.split("-")[1]) for p in directory.glob("checkpoint-*.json")]
-        checkpoint: Checkpoint = make(max(existing, default=0) + 1)
-        tmp = directory / f".claim-{os.getpid()}-{checkpoint.id}{TMP_SUFFIX}"
-        tmp.write_bytes(checkpoint.encode())
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        try:
-            os.link(tmp, checkpoint_path(root, checkpoint.id))
-        except FileExistsError:
-            continue  # someone else took this id
-        finally:
-            tmp.unlink(missing_ok=True)
-        fsync_dir(directory)
-        return checkpoint
+        checkpoint: Checkpoint = make(max(_ids(root), default=0) + 1)
+        path = checkpoint_path(root, checkpoint.id)
+        if storage_for(path).create_exclusive(path, checkpoint.encode()):
+            return checkpoint
+        # someone else took this id: try the next one
 
 
-def request(root: Path) -> Checkpoint:
+def request(root: Location) -> Checkpoint:
     """Ask a running backup for a checkpoint (``kbackup checkpoint create``)."""
-    if not root.is_dir():
+    if not isinstance(root, ObjectPath) and not root.is_dir():
         raise BackupNotFoundError(f"{root}: backup root is not a directory")
     return claim(root, lambda new_id: Checkpoint(new_id, "requested", _now()))
 
 
-def record_completed(root: Path, groups: dict[str, Offsets], ends: Offsets, taken_at: int) -> Checkpoint:
+def record_completed(root: Location, groups: dict[str, Offsets], ends: Offsets, taken_at: int) -> Checkpoint:
     """A checkpoint whose cut the backup already holds (a finished snapshot)."""
     return claim(root, lambda new_id: Checkpoint(new_id, "completed", taken_at, taken_at, None, groups, ends))
 
 
-def take(root: Path, checkpoint: Checkpoint, groups: dict[str, Offsets], ends: Offsets, taken_at: int) -> Checkpoint:
+def take(
+    root: Location, checkpoint: Checkpoint, groups: dict[str, Offsets], ends: Offsets, taken_at: int
+) -> Checkpoint:
     taken = replace(checkpoint, status="pending", taken_at=taken_at, groups=groups, ends=ends)
     save(root, taken)
     return taken
 
 
-def finish(root: Path, checkpoint: Checkpoint, *, failed_reason: str | None = None) -> Checkpoint:
+def finish(root: Location, checkpoint: Checkpoint, *, failed_reason: str | None = None) -> Checkpoint:
     done = replace(checkpoint, status="failed" if failed_reason else "completed", reason=failed_reason)
     save(root, done)
     return done
 
 
-def latest_completed_before(root: Path, time_ms: int) -> Checkpoint | None:
+def latest_completed_before(root: Location, time_ms: int) -> Checkpoint | None:
     candidates = [c for c in list_checkpoints(root) if c.status == "completed" and (c.taken_at or 0) <= time_ms]
     return max(candidates, key=lambda c: (c.taken_at or 0, c.id), default=None)
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from kbackup.catalog.build import file_crc32c
 from kbackup.catalog.model import SegmentEntry
 from kbackup.catalog.store import read_catalog
 from kbackup.errors import KbackupError
 from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
+from kbackup.storage import Location, exists
 
 
 class ChecksumError(KbackupError):
@@ -24,14 +24,14 @@ class BadSegment:
     reason: str
 
 
-def segment_problem(topic_dir: Path, entry: SegmentEntry) -> str | None:
+def segment_problem(topic_dir: Location, entry: SegmentEntry) -> str | None:
     """Why a cataloged segment's files are not what the catalog says, or ``None`` when they are."""
     for suffix, size, crc in (
         (RECORDS_SUFFIX, entry.records_bytes, entry.records_crc32c),
         (INDEX_SUFFIX, entry.index_bytes, entry.index_crc32c),
     ):
         path = topic_dir / f"{entry.name}{suffix}"
-        if not path.exists():
+        if not exists(path):
             return f"{path.name} is missing"
         found_crc, found_size = file_crc32c(path)
         if found_size != size:
@@ -41,7 +41,7 @@ def segment_problem(topic_dir: Path, entry: SegmentEntry) -> str | None:
     return None
 
 
-def bad_segments(root: Path, topic: str, partition: int) -> list[BadSegment]:
+def bad_segments(root: Location, topic: str, partition: int) -> list[BadSegment]:
     """Every cataloged segment of a partition whose files fail the check (none without a catalog)."""
     catalog = read_catalog(root, topic, partition)
     if catalog is None:

@@ -6,7 +6,9 @@ an Avro object container file per UTC day::
 
     ROOT/.kbackup/offsets-history/offsets-YYYY-MM-DD.avro
 
-with one record per group and partition (schema :data:`SCHEMA`). A round is
+(on an object store, which cannot append, one object per round:
+``offsets-YYYY-MM-DD-<round epoch ms, 15 digits>.avro``), with one record per
+group and partition (schema :data:`SCHEMA`). A round is
 appended only once the backup holds the data it points to (see
 :mod:`kbackup.backup.group_offsets`), so history never runs ahead of the data.
 
@@ -18,7 +20,9 @@ blocks before it.
 from __future__ import annotations
 
 import datetime as dt
+import io
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +31,9 @@ from typing import Any
 import fastavro
 
 from kbackup.fsutil import atomic_write, fsync_dir
+from kbackup.storage import Location, ObjectPath, storage_for, write_whole
+
+_FILE = re.compile(r"^offsets-[0-9T:_.-]+\.avro$")
 
 HISTORY_DIR = Path(".kbackup") / "offsets-history"
 
@@ -56,13 +63,21 @@ class HistoryEntry:
     offset: int
 
 
-def history_file(root: Path, round_time: int) -> Path:
+def history_file(root: Location, round_time: int) -> Location:
+    """The file a round goes into: one per day on disk, one per round on an object store."""
     day = dt.datetime.fromtimestamp(round_time / 1000, tz=dt.UTC).strftime("%Y-%m-%d")
+    if isinstance(root, ObjectPath):
+        return root / HISTORY_DIR / f"offsets-{day}-{round_time:015d}.avro"
     return root / HISTORY_DIR / f"offsets-{day}.avro"
 
 
-def append_round(root: Path, round_time: int, groups: Mapping[str, Mapping[tuple[str, int], int]]) -> int:
-    """Append one round; return how many entries were written."""
+def append_round(root: Location, round_time: int, groups: Mapping[str, Mapping[tuple[str, int], int]]) -> int:
+    """Append one round; return how many entries were written.
+
+    On disk the day's file is appended to (a torn tail from a crash is cut
+    first); objects cannot be appended to, so there each round is a new
+    object written whole.
+    """
     records = [
         {"roundTimeMs": round_time, "group": group, "topic": topic, "partition": partition, "offset": offset}
         for group, offsets in sorted(groups.items())
@@ -71,6 +86,11 @@ def append_round(root: Path, round_time: int, groups: Mapping[str, Mapping[tuple
     if not records:
         return 0
     path = history_file(root, round_time)
+    if isinstance(path, ObjectPath):
+        buffer = io.BytesIO()
+        fastavro.writer(buffer, SCHEMA, records)
+        write_whole(path, buffer.getvalue())
+        return len(records)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists():
         valid, torn = _read_file(path)
@@ -86,41 +106,48 @@ def append_round(root: Path, round_time: int, groups: Mapping[str, Mapping[tuple
 
 
 def _rewrite(path: Path, records: list[dict[str, Any]]) -> None:
-    import io
-
     buffer = io.BytesIO()
     fastavro.writer(buffer, SCHEMA, records)
     atomic_write(path, buffer.getvalue())
     fsync_dir(path.parent)
 
 
-def _read_file(path: Path) -> tuple[list[dict[str, Any]], bool]:
+def _read_file(path: Location) -> tuple[list[dict[str, Any]], bool]:
     """The records of one history file up to any torn tail, and whether there was one."""
     records: list[dict[str, Any]] = []
+    handle = storage_for(path).open_read(path)
     try:
-        with open(path, "rb") as handle:
-            # Block by block: a block is yielded only once its closing sync
-            # marker has been read, so a torn last block is never half-used.
-            for block in fastavro.block_reader(handle):
-                records.extend(block)  # type: ignore[arg-type]
+        # Block by block: a block is yielded only once its closing sync
+        # marker has been read, so a torn last block is never half-used.
+        for block in fastavro.block_reader(handle.stream):
+            records.extend(block)  # type: ignore[arg-type]
     except (ValueError, EOFError, StopIteration, OSError):
         return records, True
+    finally:
+        handle.close()
     return records, False
 
 
-def read_history(root: Path) -> Iterator[HistoryEntry]:
-    """Every entry of every history file, in round order."""
+def has_history(root: Location) -> bool:
+    return bool(_history_files(root))
+
+
+def _history_files(root: Location) -> list[Location]:
     directory = root / HISTORY_DIR
-    if not directory.is_dir():
-        return
-    for path in sorted(directory.glob("offsets-*.avro")):
+    names = storage_for(directory).list_files(directory) or []
+    return [directory / name for name in sorted(names) if _FILE.match(name)]
+
+
+def read_history(root: Location) -> Iterator[HistoryEntry]:
+    """Every entry of every history file, by file name (day, then round)."""
+    for path in _history_files(root):
         for record in _read_file(path)[0]:
             yield HistoryEntry(
                 record["roundTimeMs"], record["group"], record["topic"], record["partition"], record["offset"]
             )
 
 
-def offsets_as_of(root: Path, time_ms: int) -> tuple[int, dict[str, dict[tuple[str, int], int]]] | None:
+def offsets_as_of(root: Location, time_ms: int) -> tuple[int, dict[str, dict[tuple[str, int], int]]] | None:
     """The latest round at or before ``time_ms``: its time and every group's offsets then; ``None`` if none."""
     chosen: int | None = None
     groups: dict[str, dict[tuple[str, int], int]] = {}

@@ -31,9 +31,10 @@ from kbackup.catalog.model import SegmentEntry
 from kbackup.catalog.store import read_catalog, write_catalog
 from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from kbackup.format.partition_index import encode_partition_index
-from kbackup.fsutil import atomic_write, fsync_dir
+from kbackup.fsutil import fsync_dir
 from kbackup.partition.layout import list_partitions, partition_index_path
 from kbackup.partition.reader import PartitionReader
+from kbackup.storage import Location, exists, read_limited, storage_for, write_whole
 
 INTENT = Path(".kbackup") / "prune-intent.json"
 
@@ -46,7 +47,7 @@ class PrunedSegment:
 
 
 def plan_prune(
-    root: Path, topics: list[str], *, cutoff_ms: int | None, keep_checkpoints: int | None
+    root: Location, topics: list[str], *, cutoff_ms: int | None, keep_checkpoints: int | None
 ) -> tuple[list[PrunedSegment], list[checkpoints.Checkpoint]]:
     """The segments that may go, and the checkpoints that go with ``keep_checkpoints``."""
     completed = [c for c in checkpoints.list_checkpoints(root) if c.status == "completed"]
@@ -60,8 +61,12 @@ def plan_prune(
             if catalog is None:
                 continue
             needs = [_needed_from(c, topic, partition) for c in retained]
+            named = PartitionReader(root / topic, partition).segments
+            newest = named[-1].name if named else None
             for entry in catalog.segments:
-                if not _may_go(entry, cutoff_ms, needs):
+                # The newest segment stays (on an object store it is cataloged too):
+                # it tells a restarted backup where the partition ends.
+                if entry.name == newest or not _may_go(entry, cutoff_ms, needs):
                     break  # only a prefix goes
                 doomed.append(PrunedSegment(topic, partition, entry))
     return doomed, dropped
@@ -81,7 +86,7 @@ def _may_go(entry: SegmentEntry, cutoff_ms: int | None, needs: list[tuple[int, i
     return all(last < low or first >= end for low, end in needs)
 
 
-def prune(root: Path, doomed: list[PrunedSegment], dropped: list[checkpoints.Checkpoint]) -> None:
+def prune(root: Location, doomed: list[PrunedSegment], dropped: list[checkpoints.Checkpoint]) -> None:
     """Carry out a plan (see the module docstring for the order of steps)."""
     if not doomed and not dropped:
         return
@@ -89,17 +94,17 @@ def prune(root: Path, doomed: list[PrunedSegment], dropped: list[checkpoints.Che
         "segments": [[s.topic, s.partition, s.entry.name] for s in doomed],
         "checkpoints": [c.id for c in dropped],
     }
-    (root / INTENT).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(root / INTENT, json.dumps(intent).encode())
+    write_whole(root / INTENT, json.dumps(intent).encode())
     finish_intent(root)
 
 
-def finish_intent(root: Path) -> bool:
+def finish_intent(root: Location) -> bool:
     """Complete a recorded prune (idempotent); return whether there was one."""
     path = root / INTENT
-    if not path.exists():
+    if not exists(path):
         return False
-    intent = json.loads(path.read_text())
+    intent = json.loads(read_limited(path, 1 << 30))
+    storage = storage_for(root)
     by_partition: dict[tuple[str, int], set[str]] = {}
     for topic, partition, name in intent["segments"]:
         by_partition.setdefault((topic, partition), set()).add(name)
@@ -108,25 +113,28 @@ def finish_intent(root: Path) -> bool:
         reader = PartitionReader(topic_dir, partition)
         kept = [segment for segment in reader.segments if segment.name not in names]
         if len(kept) != len(reader.segments):
-            atomic_write(partition_index_path(topic_dir, partition), encode_partition_index(kept))
+            write_whole(partition_index_path(topic_dir, partition), encode_partition_index(kept))
         catalog = read_catalog(root, topic, partition)
         if catalog is not None and any(entry.name in names for entry in catalog.segments):
             entries = tuple(entry for entry in catalog.segments if entry.name not in names)
             write_catalog(root, replace(catalog, segments=entries))
         for name in names:
             for suffix in (RECORDS_SUFFIX, INDEX_SUFFIX):
-                (topic_dir / f"{name}{suffix}").unlink(missing_ok=True)
-        fsync_dir(topic_dir)
+                storage.delete(topic_dir / f"{name}{suffix}")
+        if isinstance(topic_dir, Path):
+            fsync_dir(topic_dir)
     for checkpoint_id in intent["checkpoints"]:
-        checkpoints.checkpoint_path(root, checkpoint_id).unlink(missing_ok=True)
-    path.unlink()
-    fsync_dir(path.parent)
+        storage.delete(checkpoints.checkpoint_path(root, checkpoint_id))
+    storage.delete(path)
+    if isinstance(path, Path):
+        fsync_dir(path.parent)
     return True
 
 
-def pending_deletions(root: Path) -> set[tuple[str, int, str]]:
+def pending_deletions(root: Location) -> set[tuple[str, int, str]]:
     """Segments an unfinished prune is deleting."""
     path = root / INTENT
-    if not path.exists():
+    if not exists(path):
         return set()
-    return {(topic, partition, name) for topic, partition, name in json.loads(path.read_text())["segments"]}
+    segments = json.loads(read_limited(path, 1 << 30))["segments"]
+    return {(topic, partition, name) for topic, partition, name in segments}

@@ -2,27 +2,28 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from kbackup.catalog.model import PartitionCatalog
-from kbackup.fsutil import atomic_write, read_limited
+from kbackup.storage import Location, exists, read_limited, write_whole
 
-CATALOG_DIR = Path(".kbackup") / "catalog"
-
-
-def catalog_path(root: Path, topic: str, partition: int) -> Path:
-    return root / CATALOG_DIR / topic / f"partition_{partition:03d}.json"
+#: The catalog's directory under a backup root (two levels: ``.kbackup/catalog``).
+CATALOG_DIR = ".kbackup/catalog"
 
 
-def read_catalog(root: Path, topic: str, partition: int) -> PartitionCatalog | None:
+def catalog_dir(root: Location, topic: str) -> Location:
+    return root / ".kbackup" / "catalog" / topic
+
+
+def catalog_path(root: Location, topic: str, partition: int) -> Location:
+    return catalog_dir(root, topic) / f"partition_{partition:03d}.json"
+
+
+def read_catalog(root: Location, topic: str, partition: int) -> PartitionCatalog | None:
     path = catalog_path(root, topic, partition)
-    if not path.exists():
+    if not exists(path):
         return None
     return PartitionCatalog.decode(read_limited(path, 1 << 30), file=str(path))
 
 
-def write_catalog(root: Path, catalog: PartitionCatalog) -> None:
+def write_catalog(root: Location, catalog: PartitionCatalog) -> None:
     """Replace the partition's catalog whole: readers see the old one or the new one."""
-    path = catalog_path(root, catalog.topic, catalog.partition)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, catalog.encode())
+    write_whole(catalog_path(root, catalog.topic, catalog.partition), catalog.encode())

@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from kbackup.catalog.store import CATALOG_DIR
+from kbackup.catalog.store import catalog_dir
 from kbackup.errors import FormatError
-from kbackup.fsutil import atomic_write, read_limited
+from kbackup.storage import Location, exists, read_limited, write_whole
 
 TOPIC_RECORD_VERSION = 1
 
@@ -50,24 +49,22 @@ class TopicRecord:
             raise FormatError(f"not a valid topic record ({exc})", file=file) from None
 
 
-def topic_record_path(root: Path, topic: str) -> Path:
-    return root / CATALOG_DIR / topic / "topic.json"
+def topic_record_path(root: Location, topic: str) -> Location:
+    return catalog_dir(root, topic) / "topic.json"
 
 
-def read_topic_record(root: Path, topic: str) -> TopicRecord | None:
+def read_topic_record(root: Location, topic: str) -> TopicRecord | None:
     path = topic_record_path(root, topic)
-    if not path.exists():
+    if not exists(path):
         return None
     return TopicRecord.decode(read_limited(path, 1 << 24), file=str(path))
 
 
-def record_topic(root: Path, topic: str, partitions: int, config: dict[str, str]) -> bool:
+def record_topic(root: Location, topic: str, partitions: int, config: dict[str, str]) -> bool:
     """Store the topic's partition count and configuration if they changed; return whether they did."""
     current = read_topic_record(root, topic)
     if current is not None and (current.partitions, current.config) == (partitions, config):
         return False
     record = TopicRecord(topic, partitions, config, int(time.time() * 1000))
-    path = topic_record_path(root, topic)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, record.encode())
+    write_whole(topic_record_path(root, topic), record.encode())
     return True

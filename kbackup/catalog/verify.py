@@ -16,7 +16,6 @@ does not name yet).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from kbackup.catalog.build import file_crc32c, file_size
 from kbackup.catalog.prune import pending_deletions
@@ -26,6 +25,7 @@ from kbackup.format.naming import RECORDS_SUFFIX
 from kbackup.partition.layout import list_partitions, list_segment_files
 from kbackup.partition.reader import PartitionReader
 from kbackup.partition.segment_reader import SegmentIndexFile, iter_segment
+from kbackup.storage import Location, ObjectPath, exists
 
 
 @dataclass
@@ -43,7 +43,7 @@ class PartitionReport:
 
 
 def verify_partition(
-    root: Path,
+    root: Location,
     topic: str,
     partition: int,
     *,
@@ -73,7 +73,7 @@ def verify_partition(
     previous_last = -1
     for number, segment in enumerate(reader.segments):
         records_path, index_path = reader.segment_paths(segment)
-        missing = [path.name for path in (records_path, index_path) if not path.exists()]
+        missing = [path.name for path in (records_path, index_path) if not exists(path)]
         if missing:
             report.errors.append(f"missing segment file(s): {', '.join(missing)}")
             continue
@@ -105,7 +105,7 @@ def verify_partition(
     return report
 
 
-def _check_catalog(root: Path, reader: PartitionReader, report: PartitionReport, pending: set[str]) -> None:
+def _check_catalog(root: Location, reader: PartitionReader, report: PartitionReport, pending: set[str]) -> None:
     try:
         catalog = read_catalog(root, report.topic, report.partition)
     except KbackupError as exc:
@@ -129,7 +129,7 @@ def _check_catalog(root: Path, reader: PartitionReader, report: PartitionReport,
             (reader.segment_paths(segment)[0], entry.records_bytes, entry.records_crc32c),
             (reader.segment_paths(segment)[1], entry.index_bytes, entry.index_crc32c),
         ):
-            if not path.exists():
+            if not exists(path):
                 continue  # reported above
             crc, size = file_crc32c(path)
             if size != expected_size:
@@ -143,13 +143,16 @@ def _check_catalog(root: Path, reader: PartitionReader, report: PartitionReport,
         if entry.last_offset is not None:
             previous_last = entry.last_offset
     cataloged = {entry.name for entry in catalog.segments}
-    finished = names[:-1]
+    # On disk the newest segment may still grow; on an object store every segment is final.
+    finished = names if isinstance(root, ObjectPath) else names[:-1]
     uncataloged = [name for name in finished if name not in cataloged]
     if uncataloged:
         report.notes.append(f"{len(uncataloged)} finished segment(s) not in the catalog yet: {', '.join(uncataloged)}")
 
 
-def verify_backup(root: Path, topics: list[str], *, deep: bool = False, legacy: bool = False) -> list[PartitionReport]:
+def verify_backup(
+    root: Location, topics: list[str], *, deep: bool = False, legacy: bool = False
+) -> list[PartitionReport]:
     deleting = pending_deletions(root)
     return [
         verify_partition(root, topic, partition, deep=deep, legacy=legacy, deleting=deleting)

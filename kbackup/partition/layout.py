@@ -6,9 +6,7 @@ for the file names inside. Listing never reads file contents.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from kbackup.errors import BackupNotFoundError, FormatError
 from kbackup.format.naming import (
@@ -21,6 +19,7 @@ from kbackup.format.naming import (
     segment_index_file_name,
 )
 from kbackup.format.partition_index import PartitionIndexEntry
+from kbackup.storage import Location, ObjectPath, prepare_root, storage_for
 
 
 @dataclass(frozen=True)
@@ -29,11 +28,11 @@ class SegmentFiles:
 
     partition: int
     start_offset: int
-    records: Path
-    index: Path
+    records: Location
+    index: Location
 
 
-def segment_files(topic_dir: Path, partition: int, start_offset: int) -> SegmentFiles:
+def segment_files(topic_dir: Location, partition: int, start_offset: int) -> SegmentFiles:
     """The canonical paths of a segment (kbackup's own naming)."""
     return SegmentFiles(
         partition,
@@ -60,20 +59,20 @@ def check_segment_names(entries: list[PartitionIndexEntry], *, file: str) -> Non
             )
 
 
-def partition_index_path(topic_dir: Path, partition: int) -> Path:
+def partition_index_path(topic_dir: Location, partition: int) -> Location:
     return topic_dir / partition_index_file_name(partition)
 
 
-def consumer_offsets_path(topic_dir: Path, partition: int) -> Path:
+def consumer_offsets_path(topic_dir: Location, partition: int) -> Location:
     return topic_dir / consumer_offsets_file_name(partition)
 
 
-def list_segment_files(topic_dir: Path, partition: int) -> list[SegmentFiles]:
+def list_segment_files(topic_dir: Location, partition: int) -> list[SegmentFiles]:
     """Every segment of ``partition`` that has at least one file, by start offset.
 
     Paths are the names as found on disk (so unusual padding is kept).
     """
-    found: dict[int, dict[str, Path]] = {}
+    found: dict[int, dict[str, Location]] = {}
     for entry in _scan(topic_dir):
         parsed = parse_segment_file_name(entry)
         if parsed is None or parsed.partition != partition:
@@ -94,7 +93,7 @@ def list_segment_files(topic_dir: Path, partition: int) -> list[SegmentFiles]:
     return result
 
 
-def list_partitions(topic_dir: Path) -> list[int]:
+def list_partitions(topic_dir: Location) -> list[int]:
     """Partitions that have any v1 file in ``topic_dir``."""
     partitions: set[int] = set()
     for entry in _scan(topic_dir):
@@ -109,21 +108,19 @@ def list_partitions(topic_dir: Path) -> list[int]:
     return sorted(partitions)
 
 
-def list_topics(root: Path) -> list[str]:
+def list_topics(root: Location) -> list[str]:
     """Topic directories directly under a backup root (those holding v1 files)."""
-    if not root.is_dir():
-        raise BackupNotFoundError(f"{root}: backup root is not a directory")
-    return sorted(
-        entry.name
-        for entry in os.scandir(root)
-        if entry.is_dir() and not entry.name.startswith(".") and list_partitions(Path(entry.path))
-    )
+    if isinstance(root, ObjectPath):
+        prepare_root(root)  # one clear error for a missing bucket
+    names = storage_for(root).list_dirs(root)
+    if names is None:
+        kind = "prefix holds no objects" if isinstance(root, ObjectPath) else "is not a directory"
+        raise BackupNotFoundError(f"{root}: backup root {kind}")
+    return sorted(name for name in names if not name.startswith(".") and list_partitions(root / name))
 
 
-def _scan(directory: Path) -> list[str]:
-    try:
-        return [entry.name for entry in os.scandir(directory) if entry.is_file()]
-    except FileNotFoundError:
-        raise BackupNotFoundError(f"{directory}: topic directory does not exist") from None
-    except NotADirectoryError:
-        raise BackupNotFoundError(f"{directory}: is not a directory") from None
+def _scan(directory: Location) -> list[str]:
+    names = storage_for(directory).list_files(directory)
+    if names is None:
+        raise BackupNotFoundError(f"{directory}: topic directory does not exist")
+    return names

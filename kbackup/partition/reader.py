@@ -11,18 +11,16 @@ searches that segment's index.
 from __future__ import annotations
 
 import bisect
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from kbackup.errors import BackupNotFoundError, FormatError
 from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from kbackup.format.partition_index import PartitionIndexEntry, decode_partition_index
 from kbackup.format.record import Record
-from kbackup.fsutil import read_limited
 from kbackup.partition.layout import check_segment_names, partition_index_path
 from kbackup.partition.segment_reader import SegmentIndexFile, iter_segment
+from kbackup.storage import Location, storage_for
 
 #: A partition index larger than this is refused before it is read.
 MAX_PARTITION_INDEX_SIZE = 1 << 30
@@ -47,24 +45,25 @@ class PartitionReader:
     ``legacy`` accepts files written before the v1 magic byte existed.
     """
 
-    def __init__(self, topic_dir: Path, partition: int, *, legacy: bool = False) -> None:
+    def __init__(self, topic_dir: Location, partition: int, *, legacy: bool = False) -> None:
         self.topic_dir = topic_dir
         self.partition = partition
         self.legacy = legacy
         path = partition_index_path(topic_dir, partition)
-        if not path.exists():
+        storage = storage_for(path)
+        if not storage.exists(path):
             raise BackupNotFoundError(
                 f"{path}: partition index does not exist "
                 f"(rebuild it with: kbackup index rebuild {topic_dir} --partition {partition})"
             )
-        data = read_limited(path, MAX_PARTITION_INDEX_SIZE)
+        data = storage.read_limited(path, MAX_PARTITION_INDEX_SIZE)
         # A partial last entry is a segment being created right now: not yet part of the backup.
         self.segments: list[PartitionIndexEntry] = decode_partition_index(
             data, file=str(path), legacy=legacy, allow_torn_tail=True
         )[0]
         check_segment_names(self.segments, file=str(path))
 
-    def segment_paths(self, segment: PartitionIndexEntry) -> tuple[Path, Path]:
+    def segment_paths(self, segment: PartitionIndexEntry) -> tuple[Location, Location]:
         """The records and index file of a segment named in the partition index."""
         return (
             self.topic_dir / (segment.name + RECORDS_SUFFIX),
@@ -137,8 +136,8 @@ class PartitionReader:
         return result
 
 
-def _size(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        raise BackupNotFoundError(f"{path}: file does not exist") from None
+def _size(path: Location) -> int:
+    size = storage_for(path).size(path)
+    if size is None:
+        raise BackupNotFoundError(f"{path}: file does not exist")
+    return size

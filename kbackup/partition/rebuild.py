@@ -23,6 +23,7 @@ from kbackup.format.segment_index import ENTRY
 from kbackup.fsutil import TMP_SUFFIX, atomic_write, fsync_dir
 from kbackup.partition.layout import list_segment_files, partition_index_path
 from kbackup.partition.segment_reader import stream_records
+from kbackup.storage import as_local
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def rebuild_partition_index(topic_dir: Path, partition: int) -> list[PartitionIn
     entries = [
         PartitionIndexEntry(files.records.name[: -len("_records")], files.start_offset)
         for files in list_segment_files(topic_dir, partition)
-        if files.records.exists()
+        if as_local(files.records).exists()
     ]
-    atomic_write(partition_index_path(topic_dir, partition), encode_partition_index(entries))
+    atomic_write(as_local(partition_index_path(topic_dir, partition)), encode_partition_index(entries))
     return entries

@@ -12,27 +12,18 @@ yet indexed, or a torn write that reopening will repair).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
 
-from kbackup.errors import BackupNotFoundError, FormatError, TruncatedError
+from kbackup.errors import FormatError, TruncatedError
 from kbackup.format.magic import check_magic
 from kbackup.format.record import Record, decode_records
 from kbackup.format.segment_index import ENTRY, ENTRY_SIZE, SegmentIndexEntry
+from kbackup.storage import Location, ReadHandle, storage_for
+from kbackup.storage.base import FileHandle
 
 CHUNK_SIZE = 1 << 20
-
-
-def _open(path: Path) -> BinaryIO:
-    try:
-        return open(path, "rb")
-    except FileNotFoundError:
-        raise BackupNotFoundError(f"{path}: file does not exist") from None
-    except IsADirectoryError:
-        raise BackupNotFoundError(f"{path}: is a directory, expected a file") from None
 
 
 class SegmentIndexFile:
@@ -44,13 +35,15 @@ class SegmentIndexFile:
     committed and is left out, like record bytes past the last entry.
     """
 
-    def __init__(self, path: Path, *, legacy: bool = False) -> None:
+    def __init__(self, path: Location, *, legacy: bool = False) -> None:
         self.path = path
-        self._handle = _open(path)
-        self._fd = self._handle.fileno()
-        size = os.fstat(self._fd).st_size
-        self.data_start = check_magic(os.pread(self._fd, 1, 0), file=str(path), legacy=legacy)
-        self._measure(size)
+        self._handle: ReadHandle = storage_for(path).open_read(path)
+        try:
+            self.data_start = check_magic(self._handle.pread(1, 0), file=str(path), legacy=legacy)
+        except BaseException:
+            self._handle.close()
+            raise
+        self._measure(self._handle.size)
 
     def _measure(self, size: int) -> None:
         body = max(0, size - self.data_start)
@@ -60,7 +53,8 @@ class SegmentIndexFile:
 
     def refresh(self) -> None:
         """Count the entries again: a writer may have appended since this file was opened."""
-        self._measure(os.fstat(self._fd).st_size)
+        if isinstance(self._handle, FileHandle):  # objects never grow
+            self._measure(self._handle.refresh_size())
 
     def __enter__(self) -> SegmentIndexFile:
         return self
@@ -73,7 +67,7 @@ class SegmentIndexFile:
 
     def entry(self, index: int) -> SegmentIndexEntry:
         """The entry at ``index`` (0-based)."""
-        raw = os.pread(self._fd, ENTRY_SIZE, self.data_start + index * ENTRY_SIZE)
+        raw = self._handle.pread(ENTRY_SIZE, self.data_start + index * ENTRY_SIZE)
         return SegmentIndexEntry(*ENTRY.unpack(raw))
 
     def bisect(self, offset: int) -> int:
@@ -102,7 +96,7 @@ class SegmentIndexFile:
         step = CHUNK_SIZE // ENTRY_SIZE
         while index < self.count:
             n = min(step, self.count - index)
-            raw = os.pread(self._fd, n * ENTRY_SIZE, self.data_start + index * ENTRY_SIZE)
+            raw = self._handle.pread(n * ENTRY_SIZE, self.data_start + index * ENTRY_SIZE)
             for entry in ENTRY.iter_unpack(raw):
                 offset, position, length = entry
                 if offset <= previous_offset or position != expected_position or length <= 0:
@@ -177,50 +171,61 @@ def stream_records(
 
 
 def iter_segment(
-    records_path: Path,
-    index_path: Path,
+    records_path: Location,
+    index_path: Location,
     *,
     from_offset: int | None = None,
     legacy: bool = False,
 ) -> Iterator[Record]:
     """Yield the records a segment's index lists, from ``from_offset`` on."""
-    with SegmentIndexFile(index_path, legacy=legacy) as index, _open(records_path) as handle:
-        records_size = os.fstat(handle.fileno()).st_size
-        data_start = check_magic(handle.read(1), file=str(records_path), legacy=legacy)
-        if data_start != index.data_start:
+    with SegmentIndexFile(index_path, legacy=legacy) as index:
+        records = storage_for(records_path).open_read(records_path)
+        try:
+            yield from _iter_indexed(index, records, records_path, from_offset=from_offset, legacy=legacy)
+        finally:
+            records.close()
+
+
+def _iter_indexed(
+    index: SegmentIndexFile, records: ReadHandle, records_path: Location, *, from_offset: int | None, legacy: bool
+) -> Iterator[Record]:
+    index_path = index.path
+    handle = records.stream
+    records_size = records.size
+    data_start = check_magic(records.pread(1, 0), file=str(records_path), legacy=legacy)
+    if data_start != index.data_start:
+        raise FormatError(
+            "records file and its index disagree about the magic byte",
+            file=str(index_path),
+            position=0,
+            expected="both with or both without the v1 magic byte",
+        )
+    if index.count == 0:
+        return
+    last = index.entry(index.count - 1)
+    if last.end > records_size:
+        raise FormatError(
+            f"last index entry (offset {last.offset}) points outside its records file {records_path}",
+            file=str(index_path),
+            position=index.data_start + (index.count - 1) * ENTRY_SIZE + 8,
+            expected=f"position + length <= {records_size}",
+            found=f"{last.position} + {last.length} = {last.end}",
+        )
+    first = 0 if from_offset is None else index.bisect(from_offset)
+    if first == index.count:
+        return
+    entries = index.iter_entries(first)
+    start = index.entry(first).position
+    for (record, position, length), entry in zip(
+        stream_records(handle, start, last.end, file=str(records_path)), entries, strict=False
+    ):
+        if (record.offset, position, length) != entry:
+            offset, expected_position, expected_length = entry
             raise FormatError(
-                "records file and its index disagree about the magic byte",
-                file=str(index_path),
-                position=0,
-                expected="both with or both without the v1 magic byte",
+                "record does not match its index entry",
+                file=str(records_path),
+                position=position,
+                expected=f"offset {offset} at {expected_position}, {expected_length} bytes (from {index_path.name})",
+                found=f"offset {record.offset} at {position}, {length} bytes",
             )
-        if index.count == 0:
-            return
-        last = index.entry(index.count - 1)
-        if last.end > records_size:
-            raise FormatError(
-                f"last index entry (offset {last.offset}) points outside its records file {records_path}",
-                file=str(index_path),
-                position=index.data_start + (index.count - 1) * ENTRY_SIZE + 8,
-                expected=f"position + length <= {records_size}",
-                found=f"{last.position} + {last.length} = {last.end}",
-            )
-        first = 0 if from_offset is None else index.bisect(from_offset)
-        if first == index.count:
-            return
-        entries = index.iter_entries(first)
-        start = index.entry(first).position
-        for (record, position, length), entry in zip(
-            stream_records(handle, start, last.end, file=str(records_path)), entries, strict=False
-        ):
-            if (record.offset, position, length) != entry:
-                offset, expected_position, expected_length = entry
-                raise FormatError(
-                    "record does not match its index entry",
-                    file=str(records_path),
-                    position=position,
-                    expected=f"offset {offset} at {expected_position}, {expected_length} bytes "
-                    f"(from {index_path.name})",
-                    found=f"offset {record.offset} at {position}, {length} bytes",
-                )
-            yield record
+        yield record

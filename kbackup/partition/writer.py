@@ -47,6 +47,7 @@ import bisect
 import fcntl
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -65,6 +66,7 @@ from kbackup.partition.layout import (
     segment_files,
 )
 from kbackup.partition.segment_reader import SegmentIndexFile
+from kbackup.storage import as_local
 
 #: kbackup's default segment size. The original documents 1 GiB but its code
 #: says ``1024 ^ 3`` (XOR in Java), which is 1027 bytes.
@@ -74,7 +76,38 @@ DEFAULT_MAX_SEGMENT_SIZE = 1 << 30
 DEFAULT_BUFFER_SIZE = 1 << 20
 
 
-class PartitionWriter:
+def check_replayed(topic: str, partition: int, record: Record, stored: bytes | None, last: int | None) -> None:
+    """Raise unless a replayed ``record`` (offset at or below ``last``) is stored as ``stored`` bytes."""
+    if stored is None:
+        raise PlacementError(
+            f"offset is below the last stored offset {last} and is not in the backup (offsets must increase)",
+            topic=topic,
+            partition=partition,
+            offset=record.offset,
+        )
+    if stored != encode_record(record):
+        raise OffsetConflictError(
+            "offset is already stored with different content", topic=topic, partition=partition, offset=record.offset
+        )
+
+
+class ClosingWriter:
+    """``with writer:`` closes (publishes) on success and abandons on an exception."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def abandon(self) -> None:
+        raise NotImplementedError
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.abandon()
+
+
+class PartitionWriter(ClosingWriter):
     """Appends one partition's records to v1 files under ``topic_dir``.
 
     ``max_segment_size`` works like the original's ``max.segment.size.bytes``:
@@ -123,7 +156,7 @@ class PartitionWriter:
         topic_dir.mkdir(parents=True, exist_ok=True)
         if created and fsync:
             fsync_dir(topic_dir.parent)
-        self._pi_path = partition_index_path(topic_dir, partition)
+        self._pi_path = as_local(partition_index_path(topic_dir, partition))
         if not self._pi_path.exists():
             atomic_write(self._pi_path, MAGIC_V1, sync=fsync)
         self._pi_fd = os.open(self._pi_path, os.O_RDWR)
@@ -233,12 +266,6 @@ class PartitionWriter:
     def __enter__(self) -> PartitionWriter:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        if kind is None:
-            self.close()
-        else:
-            self.abandon()
-
     # -- opening and repair ------------------------------------------------
 
     def _load_partition_index(self) -> list[PartitionIndexEntry]:
@@ -259,9 +286,10 @@ class PartitionWriter:
     def _reconcile_segment_files(self) -> None:
         """Match segment files on disk with the partition index after a crash."""
         last_start = self.segments[-1].start_offset if self.segments else -1
-        for files in list_segment_files(self.topic_dir, self.partition):
-            if files.start_offset <= last_start:
+        for found in list_segment_files(self.topic_dir, self.partition):
+            if found.start_offset <= last_start:
                 continue
+            files = _local_files(found)
             # Newer than the last indexed segment: a crash during segment
             # creation. Such a segment never received a record.
             if _holds_data(files.records) or _holds_data(files.index):
@@ -277,11 +305,13 @@ class PartitionWriter:
 
     def _open_tail_segment(self) -> None:
         tail = self.segments[-1]
-        files = SegmentFiles(
-            self.partition,
-            tail.start_offset,
-            self.topic_dir / (tail.name + RECORDS_SUFFIX),
-            self.topic_dir / (tail.name + INDEX_SUFFIX),
+        files = _local_files(
+            SegmentFiles(
+                self.partition,
+                tail.start_offset,
+                self.topic_dir / (tail.name + RECORDS_SUFFIX),
+                self.topic_dir / (tail.name + INDEX_SUFFIX),
+            )
         )
         if not files.records.exists() or not files.index.exists():
             present = files.index if files.index.exists() else files.records
@@ -313,7 +343,7 @@ class PartitionWriter:
         elif len(self.segments) > 1:
             self._last_offset = self._last_offset_of(self.segments[-2])
 
-    def _repair_tail(self, files: SegmentFiles) -> tuple[int, int, int | None]:
+    def _repair_tail(self, files: _LocalSegmentFiles) -> tuple[int, int, int | None]:
         """Truncate the tail segment to its last verified record.
 
         Returns the number of entries kept, the records file's new end and
@@ -357,7 +387,7 @@ class PartitionWriter:
         entry: SegmentIndexEntry,
         before: SegmentIndexEntry | None,
         records_size: int,
-        files: SegmentFiles,
+        files: _LocalSegmentFiles,
     ) -> bool:
         assert self._records_fd is not None
         expected_position = before.end if before is not None else 1
@@ -388,7 +418,7 @@ class PartitionWriter:
             )
         self.sync()
         self._close_segment_files()
-        files = segment_files(self.topic_dir, self.partition, start_offset)
+        files = _local_files(segment_files(self.topic_dir, self.partition, start_offset))
         atomic_write(files.index, MAGIC_V1, sync=self._fsync)
         atomic_write(files.records, MAGIC_V1, sync=self._fsync)
         entry = PartitionIndexEntry(files.records.name[: -len(RECORDS_SUFFIX)], start_offset)
@@ -423,21 +453,7 @@ class PartitionWriter:
                 if entry.offset == record.offset:
                     self._replay_hint = position
                     stored = os.pread(records_fd, entry.length, entry.position)
-        if stored is None:
-            raise PlacementError(
-                f"offset is below the last stored offset {self._last_offset} and is not in the backup "
-                "(offsets must increase)",
-                topic=self.topic,
-                partition=self.partition,
-                offset=record.offset,
-            )
-        if stored != encode_record(record):
-            raise OffsetConflictError(
-                "offset is already stored with different content",
-                topic=self.topic,
-                partition=self.partition,
-                offset=record.offset,
-            )
+        check_replayed(self.topic, self.partition, record, stored, self._last_offset)
 
     def _lookup_handles(self, segment: PartitionIndexEntry) -> tuple[SegmentIndexFile, int]:
         """Open (or reuse) read handles on a segment for replay checks.
@@ -493,6 +509,16 @@ def _write_all(fd: int, data: bytes | bytearray) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
+
+
+@dataclass(frozen=True)
+class _LocalSegmentFiles:
+    records: Path
+    index: Path
+
+
+def _local_files(files: SegmentFiles) -> _LocalSegmentFiles:
+    return _LocalSegmentFiles(as_local(files.records), as_local(files.index))
 
 
 def _holds_data(path: Path) -> bool:

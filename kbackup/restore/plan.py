@@ -24,22 +24,21 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from kbackup.catalog import checkpoints
 from kbackup.catalog.integrity import BadSegment, bad_segments
-from kbackup.catalog.offset_history import HISTORY_DIR, offsets_as_of
+from kbackup.catalog.offset_history import has_history, offsets_as_of
 from kbackup.catalog.topics import read_topic_record
 from kbackup.errors import BackupNotFoundError, KbackupError, UsageError
 from kbackup.format.record import Record
-from kbackup.fsutil import atomic_write
 from kbackup.kafka.cluster import list_offsets, partition_counts
 from kbackup.partition.layout import list_partitions, list_topics
 from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import PartitionReader
 from kbackup.restore.selection import Window, count_selected, nth_selected
 from kbackup.restore.settings import RestoreSettings
+from kbackup.storage import Location, exists, read_limited, write_whole
 
 
 class TargetNotEmptyError(KbackupError):
@@ -172,7 +171,7 @@ def _historic_groups(settings: RestoreSettings) -> tuple[int, dict[str, dict[tup
         if latest is not None:
             return latest.taken_at or latest.requested_at, latest.groups
     as_of = settings.groups_as_of
-    if as_of is None and settings.to_time is not None and (settings.source / HISTORY_DIR).is_dir():
+    if as_of is None and settings.to_time is not None and has_history(settings.source):
         as_of = settings.to_time
     if as_of is None:
         return None
@@ -245,11 +244,11 @@ class _State:
 
     def __init__(self, settings: RestoreSettings) -> None:
         cluster = hashlib.sha256(settings.client["bootstrap.servers"].encode()).hexdigest()[:16]
-        self.path: Path = settings.restore_state_dir / f"baselines-{cluster}.json"
+        self.path: Location = settings.restore_state_dir / f"baselines-{cluster}.json"
         self.data: dict[str, int] = {}
-        if self.path.exists():
+        if exists(self.path):
             try:
-                self.data = {str(k): int(v) for k, v in json.loads(self.path.read_text()).items()}
+                self.data = {str(k): int(v) for k, v in json.loads(read_limited(self.path, 1 << 30)).items()}
             except (ValueError, AttributeError) as exc:
                 raise KbackupError(f"{self.path}: unreadable restore state ({exc})") from None
 
@@ -259,6 +258,5 @@ class _State:
     def record(self, baselines: dict[tuple[str, int], int]) -> None:
         updated = {**self.data, **{f"{t}/{p}": b for (t, p), b in baselines.items()}}
         if updated != self.data:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(self.path, json.dumps(updated, sort_keys=True, indent=1).encode())
+            write_whole(self.path, json.dumps(updated, sort_keys=True, indent=1).encode())
             self.data = updated

@@ -23,6 +23,7 @@ from kbackup.errors import UsageError
 from kbackup.job_options import ConnectorProperties, client_settings, positive_int, spark_conf
 from kbackup.kafka.topics import TopicSelection
 from kbackup.restore.selection import Window
+from kbackup.storage import Location, parse_location
 
 DEFAULT_BATCH_SIZE = 1 << 20
 
@@ -32,7 +33,7 @@ _OFFSET_WINDOW = re.compile(r"^(?P<topic>[^:=]+)(?::(?P<partition>\d+))?=(?P<low
 
 @dataclass(frozen=True)
 class RestoreSettings:
-    source: Path
+    source: Location
     client: dict[str, str]
     selection: TopicSelection | None  # None: every topic in the backup
     topic_map: dict[str, str] = field(default_factory=dict)
@@ -62,7 +63,7 @@ class RestoreSettings:
         return Window(low, high, self.from_time, self.to_time)
 
     @property
-    def restore_state_dir(self) -> Path:
+    def restore_state_dir(self) -> Location:
         return self.state_dir or self.source / ".kbackup" / "restore"
 
 
@@ -184,7 +185,7 @@ def parse_restore_args(argv: Sequence[str]) -> RestoreSettings:
         part = int(match["partition"]) if match["partition"] is not None else None
         windows[(match["topic"], part)] = (low, high)
     return RestoreSettings(
-        source=Path(source),
+        source=parse_location(source),
         client=client,
         selection=selection,
         topic_map=topic_map,

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from kbackup.catalog.integrity import ChecksumError, segment_problem
 from kbackup.catalog.store import read_catalog
 from kbackup.errors import KbackupError
 from kbackup.partition.reader import PartitionReader
 from kbackup.restore.selection import BelowCounter, Window, selected_records
+from kbackup.storage import parse_location
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
         if error is not None and len(failures) < 5:
             failures.append(str(error))
 
-    reader = PartitionReader(Path(task.source_dir), task.source_partition, legacy=task.legacy)
+    reader = PartitionReader(parse_location(task.source_dir), task.source_partition, legacy=task.legacy)
     _check_segments(task)
     producer = Producer({**producer_settings(task.client, task.batch_size), "on_delivery": on_delivery})
     counter = BelowCounter(list(task.groups.values()))
@@ -134,7 +134,7 @@ def _check_segments(task: PartitionTask) -> None:
 
     Segments the plan chose to leave out (``--skip-bad-segments``) are not checked.
     """
-    topic_dir = Path(task.source_dir)
+    topic_dir = parse_location(task.source_dir)
     catalog = read_catalog(topic_dir.parent, task.source_topic, task.source_partition)
     if catalog is None:
         return

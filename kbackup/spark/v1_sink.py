@@ -7,8 +7,10 @@
 It takes the Kafka source schema (``key``, ``value``, ``topic``, ``partition``,
 ``offset``, ``timestamp``, ``timestampType``, ``headers``), from this
 project's source or Spark's own (with ``includeHeaders=true``), and writes
-each record to ``<path>/<topic>/`` with one :class:`PartitionWriter` per Kafka
-partition.
+each record to ``<path>/<topic>/`` with one partition writer per Kafka
+partition. ``path`` is a local directory or ``s3://bucket/prefix``; on an
+object store each task publishes whole new segments when it finishes (see
+:mod:`kbackup.partition.object_writer`).
 
 Exactly once in the files: every record is placed by its offset, so a
 micro-batch replayed after a crash finds its records already stored and skips
@@ -29,7 +31,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
@@ -38,7 +39,11 @@ from pyspark.sql.types import StructType
 from kbackup.errors import UsageError
 from kbackup.format.record import Header, Record
 from kbackup.logsetup import ensure_console_logging
+from kbackup.partition.object_writer import ObjectPartitionWriter, open_partition_writer
 from kbackup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE, PartitionWriter
+from kbackup.storage import Location, parse_location
+
+AnyWriter = PartitionWriter | ObjectPartitionWriter
 
 log = logging.getLogger("kbackup.sink")
 
@@ -48,7 +53,7 @@ REQUIRED_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp",
 
 @dataclass(frozen=True)
 class SinkOptions:
-    target: Path
+    target: Location
     max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE
     lock_timeout: float = 600
     fsync: bool = True
@@ -64,7 +69,7 @@ class SinkOptions:
             raise UsageError(f"the {SINK_NAME} sink needs a path: writeStream...start(PATH)")
         try:
             return cls(
-                target=Path(lowered["path"]),
+                target=parse_location(lowered["path"]),
                 max_segment_size=int(lowered.get("maxsegmentsize", DEFAULT_MAX_SEGMENT_SIZE)),
                 lock_timeout=float(lowered.get("locktimeoutseconds", 600)),
                 fsync=lowered.get("fsync", "true").lower() != "false",
@@ -112,7 +117,7 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BackupCommitMessage:
         """Executor side: append every record, then sync each partition it touched."""
-        writers: dict[tuple[str, int], PartitionWriter] = {}
+        writers: dict[tuple[str, int], AnyWriter] = {}
         stats: dict[tuple[str, int], PartitionWrite] = {}
         try:
             for batch in iterator:
@@ -129,7 +134,7 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
     def _write_batch(
         self,
         batch: pa.RecordBatch,
-        writers: dict[tuple[str, int], PartitionWriter],
+        writers: dict[tuple[str, int], AnyWriter],
         stats: dict[tuple[str, int], PartitionWrite],
     ) -> None:
         n = batch.num_rows
@@ -147,7 +152,7 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
         header_keys = headers.values.field("key").to_pylist()
         header_values = headers.values.field("value").to_pylist()
         current: tuple[str, int] | None = None
-        writer: PartitionWriter | None = None
+        writer: AnyWriter | None = None
         stat: PartitionWrite | None = None
         for i in range(n):
             key = (topics[i], partitions[i])
@@ -155,7 +160,7 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
                 current = key
                 writer = writers.get(key)
                 if writer is None:
-                    writer = writers[key] = PartitionWriter(
+                    writer = writers[key] = open_partition_writer(
                         self.options.target / key[0],
                         key[0],
                         key[1],

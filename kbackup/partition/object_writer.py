@@ -1,0 +1,263 @@
+"""Writing one Kafka partition to an object store, where nothing is appended or renamed.
+
+Each task's records for a partition are first written to a local spool (a
+:class:`~kbackup.partition.writer.PartitionWriter` in a temporary directory,
+rolling segments at ``max_segment_size`` as on disk), then published at
+:meth:`ObjectPartitionWriter.close`::
+
+    1. upload each new segment's records object, then its index object (whole PUTs)
+    2. replace the partition index object: the old entries plus the new segments
+    3. replace the partition's catalog object: the old entries plus the new segments
+
+So every segment on the store is written once and never changes, and a
+micro-batch starts new segments rather than continuing old ones (choose a
+trigger interval that makes batches worth a segment). The partition index
+is the commit point, as on disk: readers only use segments it names.
+
+Crash at any point: before step 2 the new objects are unreferenced orphans
+(the batch is not committed, Spark replays it, and the next writer of the
+partition deletes orphans above the last named segment before it writes);
+between 2 and 3 the catalog lags the partition index, which ``verify`` reports
+as a note and the next publish repairs (it adds every named segment the
+catalog lacks). Replayed records (offset at or below the last stored one) are
+compared with the stored bytes, as on disk.
+
+There is no lock on an object store: run one backup per target, with Spark
+speculation off.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from kbackup.catalog.build import describe_segment
+from kbackup.catalog.model import PartitionCatalog, SegmentEntry
+from kbackup.catalog.store import read_catalog, write_catalog
+from kbackup.errors import PlacementError
+from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
+from kbackup.format.partition_index import PartitionIndexEntry, encode_partition_index
+from kbackup.format.record import Record, encode_record
+from kbackup.partition.layout import list_segment_files, partition_index_path
+from kbackup.partition.reader import PartitionReader
+from kbackup.partition.segment_reader import SegmentIndexFile
+from kbackup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE, ClosingWriter, PartitionWriter, check_replayed
+from kbackup.storage import Location, ObjectPath, exists, storage_for, write_whole
+
+#: Where spools go (default: the system temporary directory).
+SPOOL_DIR_ENV = "KBACKUP_SPOOL_DIR"
+
+
+class ObjectPartitionWriter(ClosingWriter):
+    """Appends one partition's records to v1 objects under ``topic_dir`` (see the module docstring).
+
+    Same surface as :class:`PartitionWriter`: ``append``, ``ensure_segment``,
+    ``close`` (publish) and ``abandon`` (drop the spool, publish nothing).
+    """
+
+    def __init__(
+        self,
+        topic_dir: ObjectPath,
+        topic: str,
+        partition: int,
+        *,
+        max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE,
+        catalog_root: Location | None = None,
+    ) -> None:
+        self.topic_dir = topic_dir
+        self.topic = topic
+        self.partition = partition
+        self.max_segment_size = max_segment_size
+        self._catalog_root = catalog_root
+        self._storage = storage_for(topic_dir)
+        self.appended_bytes = 0
+        self._segments: list[PartitionIndexEntry] = []
+        if exists(partition_index_path(topic_dir, partition)):
+            self._segments = PartitionReader(topic_dir, partition).segments
+        self._stored_last = self._find_last_offset()
+        self._last_offset = self._stored_last
+        if self._segments:
+            self._remove_orphans()
+        self._spool_root: Path | None = None
+        self._spool: PartitionWriter | None = None
+        self._replay: Iterator[Record] | None = None
+        self._replay_next: Record | None = None
+        self._closed = False
+
+    @property
+    def last_offset(self) -> int | None:
+        return self._last_offset
+
+    def append(self, record: Record) -> bool:
+        """Place ``record`` at its offset; return ``False`` if it was already stored."""
+        if self._stored_last is not None and record.offset <= self._stored_last:
+            self._check_stored(record)
+            return False
+        if self._last_offset is not None and record.offset <= self._last_offset:
+            raise PlacementError(
+                f"offset is not above the last written offset {self._last_offset}",
+                topic=self.topic,
+                partition=self.partition,
+                offset=record.offset,
+            )
+        spool = self._open_spool()
+        before = spool.appended_bytes
+        spool.append(record)
+        self.appended_bytes += spool.appended_bytes - before
+        self._last_offset = record.offset
+        return True
+
+    def ensure_segment(self, start_offset: int) -> None:
+        """Give an empty partition its first (empty) segment; a no-op when it has one."""
+        if not self._segments and self._spool is None:
+            self._open_spool().ensure_segment(start_offset)
+
+    def close(self) -> None:
+        """Publish the spooled segments (see the module docstring), then remove the spool."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._spool is not None:
+                self._spool.close()
+                self._publish()
+        finally:
+            self._drop_spool()
+
+    def abandon(self) -> None:
+        """Publish nothing; uploaded but unnamed objects are removed by the next writer."""
+        self._closed = True
+        if self._spool is not None:
+            self._spool.abandon()
+        self._drop_spool()
+
+    def __enter__(self) -> ObjectPartitionWriter:
+        return self
+
+    # -- steps --------------------------------------------------------------
+
+    def _find_last_offset(self) -> int | None:
+        for segment in reversed(self._segments):
+            with SegmentIndexFile(self.topic_dir / (segment.name + INDEX_SUFFIX)) as index:
+                if index.count:
+                    return index.entry(index.count - 1).offset
+        return None
+
+    def _remove_orphans(self) -> None:
+        named = {segment.name for segment in self._segments}
+        last_start = self._segments[-1].start_offset
+        for files in list_segment_files(self.topic_dir, self.partition):
+            name = files.records.name[: -len(RECORDS_SUFFIX)]
+            if files.start_offset > last_start and name not in named:
+                self._storage.delete(files.records)
+                self._storage.delete(files.index)
+
+    def _open_spool(self) -> PartitionWriter:
+        if self._spool is None:
+            self._spool_root = Path(tempfile.mkdtemp(prefix="kbackup-spool-", dir=os.environ.get(SPOOL_DIR_ENV)))
+            self._spool = PartitionWriter(
+                self._spool_root / self.topic,
+                self.topic,
+                self.partition,
+                max_segment_size=self.max_segment_size,
+                fsync=False,  # the spool is a staging area: durability comes from the upload
+            )
+        return self._spool
+
+    def _publish(self) -> None:
+        assert self._spool_root is not None
+        spool_dir = self._spool_root / self.topic
+        spool_reader = PartitionReader(spool_dir, self.partition)
+        spooled = spool_reader.segments
+        # Described from the local spool: the same bytes as the objects, without reading them back.
+        fresh = {segment.name: describe_segment(spool_reader, i) for i, segment in enumerate(spooled)}
+        for segment in spooled:
+            for suffix in (RECORDS_SUFFIX, INDEX_SUFFIX):
+                self._storage.upload(self.topic_dir / (segment.name + suffix), spool_dir / (segment.name + suffix))
+        # Only an empty segment can share a name with a new one (every stored record is
+        # below the new offsets): the placeholder a partition gets before its first
+        # record. Its records object was replaced first, so a reader never sees an
+        # index entry without its bytes.
+        renamed = {segment.name for segment in spooled}
+        kept = [segment for segment in self._segments if segment.name not in renamed]
+        if kept and spooled and kept[-1].start_offset >= spooled[0].start_offset:
+            raise PlacementError(
+                f"new segment {spooled[0].name} would not follow {kept[-1].name}",
+                topic=self.topic,
+                partition=self.partition,
+                offset=spooled[0].start_offset,
+            )
+        self._segments = [*kept, *spooled]
+        write_whole(partition_index_path(self.topic_dir, self.partition), encode_partition_index(self._segments))
+        self._stored_last = self._last_offset
+        if self._catalog_root is not None:
+            self._update_catalog(self._catalog_root, fresh)
+
+    def _update_catalog(self, root: Location, fresh: dict[str, SegmentEntry]) -> None:
+        """Add every named segment the catalog lacks: this batch's, and any a crash left out."""
+        catalog = read_catalog(root, self.topic, self.partition) or PartitionCatalog(self.topic, self.partition)
+        current = {segment.name for segment in self._segments}
+        # Entries of replaced placeholders and of segments no longer named go; fresh ones come in.
+        kept = [entry for entry in catalog.segments if entry.name in current and entry.name not in fresh]
+        named = {entry.name for entry in kept}
+        stored: PartitionReader | None = None
+        added = []
+        for number, segment in enumerate(self._segments):
+            if segment.name in named:
+                continue
+            if segment.name in fresh:
+                added.append(fresh[segment.name])
+            else:
+                stored = stored or PartitionReader(self.topic_dir, self.partition)
+                added.append(describe_segment(stored, number))
+        if added or len(kept) != len(catalog.segments):
+            entries = sorted((*kept, *added), key=lambda entry: entry.start_offset)
+            write_catalog(root, PartitionCatalog(self.topic, self.partition, tuple(entries)))
+
+    def _drop_spool(self) -> None:
+        self._spool = None
+        if self._spool_root is not None:
+            shutil.rmtree(self._spool_root, ignore_errors=True)
+            self._spool_root = None
+
+    def _check_stored(self, record: Record) -> None:
+        """Raise unless ``record`` is stored with identical bytes (a replayed batch)."""
+        if self._replay is None:
+            self._replay = PartitionReader(self.topic_dir, self.partition).records(from_offset=record.offset)
+            self._replay_next = next(self._replay, None)
+        while self._replay_next is not None and self._replay_next.offset < record.offset:
+            self._replay_next = next(self._replay, None)
+        stored = self._replay_next
+        found = encode_record(stored) if stored is not None and stored.offset == record.offset else None
+        check_replayed(self.topic, self.partition, record, found, self._stored_last)
+
+
+def open_partition_writer(
+    topic_dir: Location,
+    topic: str,
+    partition: int,
+    *,
+    max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE,
+    fsync: bool = True,
+    lock_timeout: float = 0,
+    catalog_root: Location | None = None,
+) -> PartitionWriter | ObjectPartitionWriter:
+    """The writer for where ``topic_dir`` lives: appending on disk, whole objects on a store."""
+    if isinstance(topic_dir, ObjectPath):
+        return ObjectPartitionWriter(
+            topic_dir, topic, partition, max_segment_size=max_segment_size, catalog_root=catalog_root
+        )
+    if catalog_root is not None and not isinstance(catalog_root, Path):
+        raise TypeError("a local partition needs a local catalog root")
+    return PartitionWriter(
+        topic_dir,
+        topic,
+        partition,
+        max_segment_size=max_segment_size,
+        fsync=fsync,
+        lock_timeout=lock_timeout,
+        catalog_root=catalog_root,
+    )

@@ -1,0 +1,331 @@
+"""Backups on an S3 API server (moto in server mode, over HTTP on loopback; see tests/s3_server.py).
+
+The storage layer, the object partition writer and its crash points are
+checked directly; then the whole path: a snapshot backup into
+``s3://bucket/prefix`` by spark-submit, ``kbackup verify``, checkpoints,
+prune, and a restore from the bucket into an empty cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kbackup.catalog.store import read_catalog
+from kbackup.catalog.verify import verify_partition
+from kbackup.errors import BackupNotFoundError, OffsetConflictError, StorageError
+from kbackup.format.record import Record
+from kbackup.partition.layout import list_segment_files, list_topics
+from kbackup.partition.object_writer import ObjectPartitionWriter
+from kbackup.partition.reader import PartitionReader
+from kbackup.storage import ObjectPath, parse_location, storage_for
+from tests.broker import BrokerUnderTest
+from tests.kafka_helpers import consume_all, create_topics, job_env, run_backup
+from tests.restore_helpers import Target, comparable, group_offsets, run_restore
+from tests.s3_server import S3Server, s3_server_under_test
+
+NOW = int(time.time() * 1000) - 60_000
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """The server, with its endpoint and credentials in this process's environment (and so the jobs')."""
+    with s3_server_under_test(tmp_path_factory.mktemp("s3")) as server:
+        saved = {name: os.environ.get(name) for name in server.env}
+        os.environ.update(server.env)
+        try:
+            yield server
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+
+@pytest.fixture
+def bucket(s3: S3Server) -> ObjectPath:
+    return ObjectPath("s3", s3.new_bucket(), "backups/prod")
+
+
+def record(offset: int, value: bytes | None = None) -> Record:
+    return Record(offset, 0, NOW + offset, b"k%d" % offset, value if value is not None else b"v%d" % offset, ())
+
+
+def kbackup_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kbackup", *map(str, args)], capture_output=True, text=True, env=job_env(), timeout=120
+    )
+
+
+# -- the storage interface ------------------------------------------------------------
+
+
+def test_locations_parse_by_scheme() -> None:
+    assert parse_location("s3://b/x/y/") == ObjectPath("s3", "b", "x/y")
+    assert parse_location("/tmp/x") == Path("/tmp/x")
+    assert (ObjectPath("s3", "b", "x") / "t" / "f").key == "x/t/f"
+    assert ObjectPath("s3", "b", "x/t/f").parent == ObjectPath("s3", "b", "x/t")
+    assert str(ObjectPath("s3", "b", "x/t/f")) == "s3://b/x/t/f"
+    with pytest.raises(Exception, match="unsupported storage scheme 'gs'"):
+        parse_location("gs://b/x")
+
+
+def test_object_storage_basics(bucket: ObjectPath) -> None:
+    storage = storage_for(bucket)
+    file = bucket / "dir" / "file"
+    assert not storage.exists(file) and storage.size(file) is None
+    storage.write_whole(file, b"0123456789" * 1000)
+    assert storage.size(file) == 10_000
+    handle = storage.open_read(file)
+    try:
+        assert handle.pread(5, 9995) == b"56789"
+        handle.stream.seek(10)
+        assert handle.stream.read(3) == b"012"
+    finally:
+        handle.close()
+    assert storage.list_files(bucket / "dir") == ["file"]
+    assert storage.list_dirs(bucket) == ["dir"]
+    assert storage.list_files(bucket / "nothing") is None
+    assert storage.create_exclusive(bucket / "once", b"a") is True
+    assert storage.create_exclusive(bucket / "once", b"b") is False
+    assert storage.read_limited(bucket / "once", 10) == b"a"
+    storage.delete(file)
+    storage.delete(file)  # absent is fine
+    assert not storage.exists(file)
+    with pytest.raises(BackupNotFoundError, match="does not exist"):
+        storage.open_read(file)
+
+
+def test_missing_bucket_and_unreachable_endpoint_are_one_clear_error(s3: S3Server) -> None:
+    with pytest.raises(StorageError, match="bucket 'kbackup-no-such-bucket' does not exist"):
+        list_topics(ObjectPath("s3", "kbackup-no-such-bucket", "x"))
+    result = kbackup_cli("ls", "s3://kbackup-no-such-bucket/x")
+    assert result.returncode == 1
+    assert (
+        result.stderr.strip()
+        == "kbackup: error: s3://kbackup-no-such-bucket/x: bucket 'kbackup-no-such-bucket' does not exist"
+    )
+    env = {**job_env(), "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_MAX_ATTEMPTS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "kbackup", "ls", "s3://some-bucket/x"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("kbackup: error: s3://some-bucket/x: cannot reach the bucket")
+
+
+# -- the object partition writer ------------------------------------------------------
+
+
+def test_each_publish_adds_whole_segments_and_replays_are_checked(bucket: ObjectPath) -> None:
+    topic_dir = bucket / "orders"
+    with ObjectPartitionWriter(topic_dir, "orders", 0, max_segment_size=200, catalog_root=bucket) as writer:
+        writer.ensure_segment(0)
+        for offset in range(10):
+            assert writer.append(record(offset))
+    first = PartitionReader(topic_dir, 0).segments
+    assert [s.start_offset for s in first] == [0, 6]  # rolled past 200 bytes
+    with ObjectPartitionWriter(topic_dir, "orders", 0, max_segment_size=200, catalog_root=bucket) as writer:
+        assert [writer.append(record(offset)) for offset in range(5, 15)] == [False] * 5 + [True] * 5
+    segments = PartitionReader(topic_dir, 0).segments
+    assert segments[: len(first)] == first  # published segments never change
+    assert [r.offset for r in PartitionReader(topic_dir, 0).records()] == list(range(15))
+    catalog = read_catalog(bucket, "orders", 0)
+    assert catalog is not None
+    assert [entry.name for entry in catalog.segments] == [segment.name for segment in segments]
+    assert sum(entry.records for entry in catalog.segments) == 15
+    report = verify_partition(bucket, "orders", 0, deep=True)
+    assert report.ok and not report.notes, report
+
+    with ObjectPartitionWriter(topic_dir, "orders", 0) as writer, pytest.raises(OffsetConflictError) as caught:
+        writer.append(record(7, b"different"))
+    assert (caught.value.topic, caught.value.partition, caught.value.offset) == ("orders", 0, 7)
+
+
+def test_the_empty_first_segment_is_replaced_by_the_first_records(bucket: ObjectPath) -> None:
+    """A partition gets an empty segment at its log-start offset before any record (as on disk)."""
+    with ObjectPartitionWriter(bucket / "t", "t", 0, catalog_root=bucket) as writer:
+        writer.ensure_segment(5)
+    assert [s.start_offset for s in PartitionReader(bucket / "t", 0).segments] == [5]
+    with ObjectPartitionWriter(bucket / "t", "t", 0, catalog_root=bucket) as writer:
+        for offset in (5, 6, 7):
+            writer.append(record(offset))
+    assert [s.start_offset for s in PartitionReader(bucket / "t", 0).segments] == [5]
+    catalog = read_catalog(bucket, "t", 0)
+    assert catalog is not None and [(e.start_offset, e.records) for e in catalog.segments] == [(5, 3)]
+    report = verify_partition(bucket, "t", 0, deep=True)
+    assert report.ok and not report.notes, report
+
+
+def test_crash_before_the_partition_index_leaves_orphans_the_next_writer_removes(bucket: ObjectPath) -> None:
+    topic_dir = bucket / "t"
+    with ObjectPartitionWriter(topic_dir, "t", 0, catalog_root=bucket) as writer:
+        for offset in range(3):
+            writer.append(record(offset))
+    storage = storage_for(bucket)
+    # A task killed after uploading a segment, before replacing the partition index:
+    storage.write_whole(topic_dir / "segment_partition_000_from_offset_0000000003_records", b"\x01partial")
+    storage.write_whole(topic_dir / "segment_partition_000_from_offset_0000000003_index", b"\x01")
+    assert not verify_partition(bucket, "t", 0).ok  # an extra, unnamed segment
+    # Spark replays the batch: the writer removes the orphans and writes the segment again.
+    with ObjectPartitionWriter(topic_dir, "t", 0, catalog_root=bucket) as writer:
+        for offset in range(6):
+            writer.append(record(offset))
+    assert [r.offset for r in PartitionReader(topic_dir, 0).records()] == list(range(6))
+    assert verify_partition(bucket, "t", 0, deep=True).ok
+
+
+def test_crash_between_partition_index_and_catalog_is_caught_up(bucket: ObjectPath) -> None:
+    topic_dir = bucket / "t"
+    with ObjectPartitionWriter(topic_dir, "t", 0, catalog_root=bucket) as writer:
+        writer.append(record(0))
+    # A publish that stopped after the partition index: no catalog for its segment.
+    with ObjectPartitionWriter(topic_dir, "t", 0, catalog_root=None) as writer:
+        writer.append(record(1))
+    report = verify_partition(bucket, "t", 0)
+    assert report.ok and any("not in the catalog yet" in note for note in report.notes)
+    with ObjectPartitionWriter(topic_dir, "t", 0, catalog_root=bucket) as writer:
+        writer.append(record(2))
+    catalog = read_catalog(bucket, "t", 0)
+    assert catalog is not None and [e.first_offset for e in catalog.segments] == [0, 1, 2]
+    report = verify_partition(bucket, "t", 0)
+    assert report.ok and not report.notes
+
+
+def test_abandoned_write_publishes_nothing(bucket: ObjectPath) -> None:
+    topic_dir = bucket / "t"
+    with ObjectPartitionWriter(topic_dir, "t", 0, catalog_root=bucket) as writer:
+        writer.append(record(0))
+    writer = ObjectPartitionWriter(topic_dir, "t", 0, catalog_root=bucket)
+    writer.append(record(1))
+    writer.abandon()
+    assert [r.offset for r in PartitionReader(topic_dir, 0).records()] == [0]
+    assert len(list_segment_files(topic_dir, 0)) == 1
+
+
+# -- backup -> verify -> restore through the bucket -------------------------------------------
+
+
+def test_backup_verify_and_restore_through_s3(
+    kafka: BrokerUnderTest, target: Target, s3: S3Server, tmp_path: Path
+) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    create_topics(kafka, {"s3-orders": 2, "s3-audit": 1})
+    producer = Producer(kafka.client_settings())
+    for i in range(400):
+        producer.produce(
+            "s3-orders" if i % 4 else "s3-audit",
+            key=None if i % 7 == 0 else b"k%d" % i,
+            value=None if i % 11 == 0 else b"v%d" % i * (1 + i % 5),
+            headers=[("h", b"%d" % i), ("h", None)] if i % 3 == 0 else None,
+            partition=(i // 4) % 2 if i % 4 else 0,
+            timestamp=NOW + i,
+        )
+    producer.flush(30)
+    consumer = Consumer(kafka.client_settings(**{"group.id": "s3-readers", "enable.auto.commit": "false"}))
+    consumer.commit(offsets=[TopicPartition("s3-orders", 0, 40), TopicPartition("s3-audit", 0, 25)], asynchronous=False)
+    consumer.close()
+
+    root = f"s3://{s3.new_bucket()}/kafka/prod"
+    config = tmp_path / "source.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in kafka.extra_settings.items()))
+    backup_args: list[str | Path] = [
+        "--bootstrap-server", kafka.bootstrap_servers, "--command-config", config, "--target-dir", root,
+        "--topics", "s3-orders,s3-audit", "--snapshot", "--max-segment-size", "4000",
+    ]  # fmt: skip
+    refused = run_backup(*backup_args)
+    assert refused.returncode == 2
+    assert "needs a local --checkpoint-location DIR" in refused.stdout + refused.stderr
+
+    done = run_backup(*backup_args, "--checkpoint-location", tmp_path / "spark-state")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert not any(tmp_path.glob("kafka")), "nothing of the backup may land on local disk"
+
+    verify = kbackup_cli("verify", root, "--deep")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert "s3-orders/0: ok" in verify.stdout and "s3-audit/0: ok" in verify.stdout
+    assert "note" not in verify.stdout  # every segment on the store is cataloged
+    ls = kbackup_cli("ls", root)
+    assert "partition 0: 100 records" in ls.stdout  # s3-audit
+    offsets = kbackup_cli("offsets", root)
+    assert "s3-orders\t0\ts3-readers\t40" in offsets.stdout
+    listed = kbackup_cli("checkpoint", "list", root)
+    assert "\tcompleted\t" in listed.stdout, listed.stdout + listed.stderr
+
+    # A second snapshot adds nothing and changes no published object.
+    storage = storage_for(parse_location(root))
+    before = {name: storage.size(parse_location(root) / "s3-orders" / name)
+              for name in storage.list_files(parse_location(root) / "s3-orders") or []}  # fmt: skip
+    again = run_backup(*backup_args, "--checkpoint-location", tmp_path / "spark-state-2")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    after = {name: storage.size(parse_location(root) / "s3-orders" / name)
+             for name in storage.list_files(parse_location(root) / "s3-orders") or []}  # fmt: skip
+    assert after == before
+
+    maps = [a for t in ("s3-orders", "s3-audit") if target.prefix for a in ("--topic-map", f"{t}={target.name(t)}")]
+    result = run_restore(*target.args(tmp_path), "--source-dir", root, *maps)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    source = consume_all(kafka, ["s3-orders", "s3-audit"])
+    restored = consume_all(target.broker, [target.name("s3-orders"), target.name("s3-audit")])
+    for topic in ("s3-orders", "s3-audit"):
+        assert comparable(restored, topic=target.name(topic)) == comparable(source, topic=topic)
+    assert group_offsets(target.broker, "s3-readers") == {
+        (target.name("s3-orders"), 0): 40,
+        (target.name("s3-audit"), 0): 25,
+    }
+
+
+def test_damage_on_the_store_is_found_by_verify_and_refused_by_restore(
+    bucket: ObjectPath, target: Target, tmp_path: Path
+) -> None:
+    topic_dir = bucket / "dmg"
+    with ObjectPartitionWriter(topic_dir, "dmg", 0, max_segment_size=300, catalog_root=bucket) as writer:
+        for offset in range(20):
+            writer.append(record(offset))
+    segments = PartitionReader(topic_dir, 0).segments
+    victim = topic_dir / (segments[1].name + "_records")
+    storage = storage_for(bucket)
+    data = bytearray(storage.read_limited(victim, 1 << 20))
+    data[-1] ^= 0x01
+    storage.write_whole(victim, bytes(data))
+    storage.delete(topic_dir / (segments[2].name + "_index"))
+    verify = kbackup_cli("verify", str(bucket))
+    assert verify.returncode == 1
+    assert f"{segments[1].name}_records: checksum mismatch" in verify.stdout
+    assert f"missing segment file(s): {segments[2].name}_index" in verify.stdout
+    storage.write_whole(topic_dir / (segments[2].name + "_index"), b"\x01")  # back, but empty: size differs
+    result = run_restore(
+        *target.args(tmp_path), "--source-dir", str(bucket), "--topic-map", f"dmg={target.name('s3-dmg')}"
+    )
+    assert result.returncode == 1
+    assert f"segment {segments[1].name}" in result.stderr and "is damaged" in result.stderr
+
+
+def test_prune_on_the_store_keeps_it_verifiable(bucket: ObjectPath) -> None:
+    topic_dir = bucket / "old"
+    with ObjectPartitionWriter(topic_dir, "old", 0, max_segment_size=200, catalog_root=bucket) as writer:
+        for offset in range(12):
+            writer.append(Record(offset, 0, 1_000 + offset, None, b"x" * 20, ()))
+    count = len(PartitionReader(topic_dir, 0).segments)
+    dry = kbackup_cli("prune", str(bucket), "--older-than", "1d", "--dry-run")
+    assert dry.returncode == 0 and f"{count - 1} segment(s)" in dry.stdout, dry.stdout + dry.stderr
+    done = kbackup_cli("prune", str(bucket), "--older-than", "1d")
+    assert done.returncode == 0, done.stderr
+    remaining = PartitionReader(topic_dir, 0).segments
+    assert len(remaining) == 1  # the newest segment stays: it says where the partition ends
+    assert len(list_segment_files(topic_dir, 0)) == 1
+    assert verify_partition(bucket, "old", 0, deep=True).ok
+    offsets = [r.offset for r in PartitionReader(topic_dir, 0).records()]
+    assert offsets and offsets == list(range(offsets[0], 12))
