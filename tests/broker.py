@@ -20,8 +20,21 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
-KAFKA_IMAGE = "apache/kafka:3.9.1"
+#: The compose file of docker/, whose Kafka image the Docker path uses too.
+COMPOSE_FILE = Path(__file__).resolve().parent.parent / "docker" / "compose.yaml"
+
+
+def compose_kafka_image() -> str:
+    """The image of the ``kafka`` service in docker/compose.yaml."""
+    import yaml
+
+    image: str = yaml.safe_load(COMPOSE_FILE.read_text())["services"]["kafka"]["image"]
+    return image
+
+
+NO_ENGINE = "KBACKUP_TEST_BROKER=docker, but no Docker engine answered"
 
 
 @dataclass(frozen=True)
@@ -42,7 +55,7 @@ class BrokerUnderTest:
         return self.kind != "embedded"
 
 
-def _docker_answers() -> bool:
+def docker_answers() -> bool:
     try:
         import docker
 
@@ -66,12 +79,12 @@ def broker_under_test() -> Iterator[BrokerUnderTest]:
         }
         yield BrokerUnderTest("external", external, extra)
         return
-    if wanted == "docker" or (wanted != "embedded" and _docker_answers()):
-        if not _docker_answers():
-            raise RuntimeError("KBACKUP_TEST_BROKER=docker, but no Docker engine answered")
+    if wanted == "docker" or (wanted != "embedded" and docker_answers()):
+        if not docker_answers():
+            raise RuntimeError(f"{NO_ENGINE} (DOCKER_HOST={os.environ.get('DOCKER_HOST', 'default')})")
         from testcontainers.kafka import KafkaContainer
 
-        with KafkaContainer(KAFKA_IMAGE).with_kraft() as container:
+        with KafkaContainer(compose_kafka_image()).with_kraft() as container:
             yield BrokerUnderTest("docker", container.get_bootstrap_server())
         return
     from kbackup.embedded_broker import CLIENT_SETTINGS, EmbeddedBroker

@@ -14,6 +14,15 @@ from tests.restore_helpers import Target
 REPO = Path(__file__).resolve().parent.parent
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """``KBACKUP_TEST_BROKER=docker`` without an engine stops the run before any test."""
+    if os.environ.get("KBACKUP_TEST_BROKER") == "docker" and not os.environ.get("KBACKUP_TEST_BOOTSTRAP"):
+        from tests.broker import NO_ENGINE, docker_answers
+
+        if not docker_answers():
+            pytest.exit(f"{NO_ENGINE} (DOCKER_HOST={os.environ.get('DOCKER_HOST', 'default')})", returncode=3)
+
+
 def upstream_golden_dir() -> Path:
     """The original project's v1 golden files (``../shared/compat/upstream-v1``).
 
