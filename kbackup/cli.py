@@ -230,6 +230,40 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> None:
         raise KbackupError(f"{damaged} of {len(reports)} partition(s) failed verification")
 
 
+def cmd_describe(args: argparse.Namespace, out: TextIO) -> None:
+    from kbackup.report.summary import summarize_backup
+
+    root = parse_location(args.dir)
+    summary = summarize_backup(root, _topics(root, args.topic), legacy=args.legacy_no_magic)
+    if args.json:
+        json.dump(summary.to_json(), out, indent=2)
+        out.write("\n")
+        return
+    out.write(f"backup {summary.root}: {len(summary.topics)} topic(s)\n")
+    for topic in summary.topics:
+        out.write(f"{topic.topic}: {topic.records} records, {topic.bytes} bytes\n")
+        for p in topic.partitions:
+            span = "empty" if p.first_offset is None else f"offsets {p.first_offset}..{p.last_offset}"
+            gaps = f", {len(p.gaps)} gap(s): " + ", ".join(f"{g.first}..{g.last}" for g in p.gaps) if p.gaps else ""
+            out.write(f"  partition {p.partition}: {p.records} records, {span}{gaps}\n")
+            for group, offset in sorted(p.groups.items()):
+                out.write(f"    group {group}: {offset}\n")
+    for checkpoint in summary.checkpoints:
+        out.write(f"checkpoint {checkpoint.id}: {checkpoint.status}\n")
+
+
+def cmd_report(args: argparse.Namespace, out: TextIO) -> None:
+    from kbackup.report.html import render_report
+    from kbackup.report.summary import summarize_backup
+
+    root = parse_location(args.dir)
+    summary = summarize_backup(root, _topics(root, args.topic), legacy=args.legacy_no_magic)
+    page = render_report(summary, generated_at=int(time.time() * 1000))
+    target = Path(args.output)
+    target.write_text(page, encoding="utf-8")
+    out.write(f"wrote {target} ({len(summary.topics)} topic(s))\n")
+
+
 def cmd_catalog_rebuild(args: argparse.Namespace, out: TextIO) -> None:
     from kbackup.catalog.build import rebuild_catalog
 
@@ -350,6 +384,22 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--topic", help="only this topic")
     verify.add_argument("--deep", action="store_true", help="also decode every record against its index")
     verify.set_defaults(func=cmd_verify)
+
+    describe_backup = sub.add_parser(
+        "describe", parents=[legacy], help="what a backup holds: coverage, gaps, groups, checkpoints"
+    )
+    describe_backup.add_argument("dir", metavar="DIR", help="backup root")
+    describe_backup.add_argument("--topic", help="only this topic")
+    describe_backup.add_argument("--json", action="store_true", help="print JSON")
+    describe_backup.set_defaults(func=cmd_describe)
+
+    report = sub.add_parser("report", parents=[legacy], help="write a self-contained HTML page about a backup")
+    report.add_argument("dir", metavar="DIR", help="backup root")
+    report.add_argument("--topic", help="only this topic")
+    report.add_argument(
+        "-o", "--output", default="kbackup-report.html", metavar="FILE", help="default: kbackup-report.html"
+    )
+    report.set_defaults(func=cmd_report)
 
     catalog = sub.add_parser("catalog", help="the catalog of what a backup holds")
     catalog_sub = catalog.add_subparsers(dest="catalog_command", required=True, metavar="ACTION")

@@ -70,6 +70,10 @@ class SegmentIndexFile:
         raw = self._handle.pread(ENTRY_SIZE, self.data_start + index * ENTRY_SIZE)
         return SegmentIndexEntry(*ENTRY.unpack(raw))
 
+    def read_entries(self, start: int, count: int) -> bytes:
+        """The raw bytes of ``count`` entries from entry ``start`` (24 bytes each), unchecked."""
+        return self._handle.pread(count * ENTRY_SIZE, self.data_start + start * ENTRY_SIZE)
+
     def bisect(self, offset: int) -> int:
         """Index of the first entry whose offset is >= ``offset`` (``count`` if none)."""
         low, high = 0, self.count

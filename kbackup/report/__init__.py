@@ -1,0 +1,1 @@
+"""What a backup holds, summarised (``kbackup describe``) and drawn (``kbackup report``)."""
