@@ -25,6 +25,7 @@ from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import MAX_PARTITION_INDEX_SIZE, PartitionReader
 from kbackup.partition.rebuild import rebuild_partition_index, rebuild_segment_index
 from kbackup.partition.segment_reader import SegmentIndexFile
+from kbackup.progress import Progress
 from kbackup.storage import Location, as_local, exists, parse_location, read_limited
 
 _TIMESTAMP_TYPE_NAMES = {
@@ -171,23 +172,26 @@ def cmd_index_rebuild(args: argparse.Namespace, out: TextIO) -> None:
     if not topic_dir.is_dir():
         raise BackupNotFoundError(f"{topic_dir}: topic directory does not exist")
     problems = 0
-    for partition in _partitions(topic_dir, args.partition):
-        if not args.partition_index_only:
-            for files in list_segment_files(topic_dir, partition):
-                if not as_local(files.records).exists():
-                    out.write(f"skipped {files.index.name}: its records file is missing\n")
-                    problems += 1
-                    continue
-                result = rebuild_segment_index(
-                    as_local(files.records), as_local(files.index), legacy=args.legacy_no_magic
-                )
-                out.write(f"rebuilt {files.index.name}: {result.record_count} records\n")
-                if result.bad_tail_position is not None:
-                    problems += 1
-                    position, reason = result.bad_tail_position, result.bad_tail_reason
-                    out.write(f"  warning: bytes from {position} on are not indexed: {reason}\n")
-        entries = rebuild_partition_index(topic_dir, partition)
-        out.write(f"rebuilt index_partition_{partition:03d}: {len(entries)} segments\n")
+    partitions = _partitions(topic_dir, args.partition)
+    with Progress("index rebuild", len(partitions), "partitions") as shown:
+        for partition in partitions:
+            if not args.partition_index_only:
+                for files in list_segment_files(topic_dir, partition):
+                    if not as_local(files.records).exists():
+                        out.write(f"skipped {files.index.name}: its records file is missing\n")
+                        problems += 1
+                        continue
+                    result = rebuild_segment_index(
+                        as_local(files.records), as_local(files.index), legacy=args.legacy_no_magic
+                    )
+                    out.write(f"rebuilt {files.index.name}: {result.record_count} records\n")
+                    if result.bad_tail_position is not None:
+                        problems += 1
+                        position, reason = result.bad_tail_position, result.bad_tail_reason
+                        out.write(f"  warning: bytes from {position} on are not indexed: {reason}\n")
+            entries = rebuild_partition_index(topic_dir, partition)
+            out.write(f"rebuilt index_partition_{partition:03d}: {len(entries)} segments\n")
+            shown.advance(note=f"{topic_dir.name}/{partition}")
     if problems:
         raise KbackupError(f"index rebuild finished with {problems} problem(s); see above")
 
@@ -214,7 +218,7 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> None:
     from kbackup.catalog.verify import verify_backup
 
     root = parse_location(args.dir)
-    reports = verify_backup(root, _topics(root, args.topic), deep=args.deep, legacy=args.legacy_no_magic)
+    reports = verify_backup(root, _topics(root, args.topic), deep=args.deep, legacy=args.legacy_no_magic, progress=True)
     damaged = 0
     for report in reports:
         state = "ok" if report.ok else "DAMAGED"
@@ -268,7 +272,7 @@ def cmd_catalog_rebuild(args: argparse.Namespace, out: TextIO) -> None:
     from kbackup.catalog.build import rebuild_catalog
 
     root = parse_location(args.dir)
-    for catalog in rebuild_catalog(root, _topics(root, args.topic), legacy=args.legacy_no_magic):
+    for catalog in rebuild_catalog(root, _topics(root, args.topic), legacy=args.legacy_no_magic, progress=True):
         records = sum(entry.records for entry in catalog.segments)
         out.write(
             f"{catalog.topic}/{catalog.partition}: {len(catalog.segments)} finished segment(s), {records} records\n"
@@ -302,7 +306,7 @@ def cmd_prune(args: argparse.Namespace, out: TextIO) -> None:
     from kbackup.catalog.prune import finish_intent, plan_prune, prune
 
     root = parse_location(args.dir)
-    if not args.dry_run and finish_intent(root):
+    if not args.dry_run and finish_intent(root, progress=True):
         out.write("finished an interrupted prune\n")
     if args.older_than is None and args.keep_checkpoints is None:
         raise UsageError("say what to prune: --older-than DURATION and/or --keep-checkpoints N")
@@ -320,7 +324,7 @@ def cmd_prune(args: argparse.Namespace, out: TextIO) -> None:
     for checkpoint in dropped:
         out.write(f"{verb} checkpoint {checkpoint.id}\n")
     if not args.dry_run:
-        prune(root, doomed, dropped)
+        prune(root, doomed, dropped, progress=True)
     freed = sum(item.entry.records_bytes + item.entry.index_bytes for item in doomed)
     out.write(f"{len(doomed)} segment(s), {freed} bytes {'would be ' if args.dry_run else ''}freed\n")
 

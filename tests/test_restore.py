@@ -82,6 +82,7 @@ def test_backup_then_restore_round_trip(kafka: BrokerUnderTest, target: Target, 
     result = run_restore(*target.args(tmp_path), "--source-dir", backup, *maps)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"restored {target.name('rt-orders')}: 600 records" in result.stdout
+    assert "restore: 4/4 partitions" in result.stdout + result.stderr  # progress, one line per second at most
 
     source = consume_all(kafka, ["rt-orders", "rt-tx"])
     restored = consume_all(target.broker, [target.name("rt-orders"), target.name("rt-tx")])

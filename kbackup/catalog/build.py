@@ -12,6 +12,7 @@ from kbackup.catalog.store import read_catalog, write_catalog
 from kbackup.partition.layout import list_partitions
 from kbackup.partition.reader import PartitionReader
 from kbackup.partition.segment_reader import SegmentIndexFile, iter_segment
+from kbackup.progress import Progress
 from kbackup.storage import Location, storage_for
 
 CHUNK = 1 << 20
@@ -115,14 +116,18 @@ def build_partition_catalog(topic_dir: Location, partition: int, *, legacy: bool
     return PartitionCatalog(topic_dir.name, partition, entries)
 
 
-def rebuild_catalog(root: Location, topics: list[str], *, legacy: bool = False) -> list[PartitionCatalog]:
+def rebuild_catalog(
+    root: Location, topics: list[str], *, legacy: bool = False, progress: bool = False
+) -> list[PartitionCatalog]:
     """Write the catalog of every partition of ``topics`` anew from the files."""
     written = []
-    for topic in topics:
-        for partition in list_partitions(root / topic):
+    keys = [(topic, partition) for topic in topics for partition in list_partitions(root / topic)]
+    with Progress("catalog rebuild", len(keys), "partitions", enabled=progress) as shown:
+        for topic, partition in keys:
             catalog = build_partition_catalog(root / topic, partition, legacy=legacy)
             write_catalog(root, catalog)
             written.append(catalog)
+            shown.advance(note=f"{topic}/{partition}")
     return written
 
 

@@ -34,6 +34,7 @@ from kbackup.format.partition_index import encode_partition_index
 from kbackup.fsutil import fsync_dir
 from kbackup.partition.layout import list_partitions, partition_index_path
 from kbackup.partition.reader import PartitionReader
+from kbackup.progress import Progress
 from kbackup.storage import Location, exists, read_limited, storage_for, write_whole
 
 INTENT = Path(".kbackup") / "prune-intent.json"
@@ -86,7 +87,9 @@ def _may_go(entry: SegmentEntry, cutoff_ms: int | None, needs: list[tuple[int, i
     return all(last < low or first >= end for low, end in needs)
 
 
-def prune(root: Location, doomed: list[PrunedSegment], dropped: list[checkpoints.Checkpoint]) -> None:
+def prune(
+    root: Location, doomed: list[PrunedSegment], dropped: list[checkpoints.Checkpoint], *, progress: bool = False
+) -> None:
     """Carry out a plan (see the module docstring for the order of steps)."""
     if not doomed and not dropped:
         return
@@ -95,10 +98,10 @@ def prune(root: Location, doomed: list[PrunedSegment], dropped: list[checkpoints
         "checkpoints": [c.id for c in dropped],
     }
     write_whole(root / INTENT, json.dumps(intent).encode())
-    finish_intent(root)
+    finish_intent(root, progress=progress)
 
 
-def finish_intent(root: Location) -> bool:
+def finish_intent(root: Location, *, progress: bool = False) -> bool:
     """Complete a recorded prune (idempotent); return whether there was one."""
     path = root / INTENT
     if not exists(path):
@@ -108,6 +111,7 @@ def finish_intent(root: Location) -> bool:
     by_partition: dict[tuple[str, int], set[str]] = {}
     for topic, partition, name in intent["segments"]:
         by_partition.setdefault((topic, partition), set()).add(name)
+    shown = Progress("prune", len(by_partition), "partitions", enabled=progress)
     for (topic, partition), names in by_partition.items():
         topic_dir = root / topic
         reader = PartitionReader(topic_dir, partition)
@@ -123,6 +127,8 @@ def finish_intent(root: Location) -> bool:
                 storage.delete(topic_dir / f"{name}{suffix}")
         if isinstance(topic_dir, Path):
             fsync_dir(topic_dir)
+        shown.advance(note=f"{topic}/{partition}: {len(names)} segment(s)")
+    shown.close()
     for checkpoint_id in intent["checkpoints"]:
         storage.delete(checkpoints.checkpoint_path(root, checkpoint_id))
     storage.delete(path)

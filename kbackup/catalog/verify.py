@@ -25,6 +25,7 @@ from kbackup.format.naming import RECORDS_SUFFIX
 from kbackup.partition.layout import list_partitions, list_segment_files
 from kbackup.partition.reader import PartitionReader
 from kbackup.partition.segment_reader import SegmentIndexFile, iter_segment
+from kbackup.progress import Progress
 from kbackup.storage import Location, ObjectPath, exists
 
 
@@ -151,11 +152,14 @@ def _check_catalog(root: Location, reader: PartitionReader, report: PartitionRep
 
 
 def verify_backup(
-    root: Location, topics: list[str], *, deep: bool = False, legacy: bool = False
+    root: Location, topics: list[str], *, deep: bool = False, legacy: bool = False, progress: bool = False
 ) -> list[PartitionReport]:
+    """Verify every partition of ``topics``; ``progress`` shows a bar or lines on standard error."""
     deleting = pending_deletions(root)
-    return [
-        verify_partition(root, topic, partition, deep=deep, legacy=legacy, deleting=deleting)
-        for topic in topics
-        for partition in list_partitions(root / topic)
-    ]
+    keys = [(topic, partition) for topic in topics for partition in list_partitions(root / topic)]
+    reports = []
+    with Progress("verify", len(keys), "partitions", enabled=progress) as shown:
+        for topic, partition in keys:
+            reports.append(verify_partition(root, topic, partition, deep=deep, legacy=legacy, deleting=deleting))
+            shown.advance(note=f"{topic}/{partition}")
+    return reports

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -27,6 +28,7 @@ from kbackup.kafka.client_settings import redact
 from kbackup.kafka.cluster import ClusterError, TopicPartitionKey, admin_client, create_topics, partition_counts
 from kbackup.logsetup import ensure_console_logging
 from kbackup.partition.reader import PartitionReader
+from kbackup.progress import Progress
 from kbackup.restore.group_offsets import commit_group_offsets
 from kbackup.restore.plan import PartitionPlan, RestorePlan, build_plan
 from kbackup.restore.selection import count_selected
@@ -35,6 +37,9 @@ from kbackup.restore.task import PartitionResult, PartitionTask, restore_partiti
 from kbackup.spark.failures import failure_cause
 
 log = logging.getLogger("kbackup.restore")
+
+#: Spark job group of the restore's tasks (progress is read from it).
+JOB_GROUP = "kbackup-restore"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -125,13 +130,48 @@ def _run_tasks(tasks: list[PartitionTask], settings: RestoreSettings) -> list[Pa
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     try:
-        rdd = spark.sparkContext.parallelize(tasks, len(tasks))
-        results: list[PartitionResult] = rdd.map(restore_partition).collect()
+        context = spark.sparkContext
+        rdd = context.parallelize(tasks, len(tasks))
+        outcome: dict[str, Any] = {}
+
+        def collect() -> None:
+            context.setJobGroup(JOB_GROUP, "kbackup restore")
+            try:
+                outcome["results"] = rdd.map(restore_partition).collect()
+            except Exception as exc:  # re-raised on the main thread
+                outcome["error"] = exc
+
+        worker = threading.Thread(target=collect, name="kbackup-restore-collect", daemon=True)
+        worker.start()
+        with Progress("restore", len(tasks), "partitions") as shown:
+            while worker.is_alive():
+                worker.join(0.5)
+                finished = _finished_tasks(context)
+                if finished > shown.done:
+                    shown.advance(finished - shown.done)
+        if "error" in outcome:
+            raise outcome["error"]
+        results: list[PartitionResult] = outcome["results"]
         return results
+    except KbackupError:
+        raise
     except Exception as exc:
         raise KbackupError(f"the restore failed: {failure_cause(exc)}") from None
     finally:
         spark.stop()
+
+
+def _finished_tasks(context: Any) -> int:
+    """Tasks of the restore's job that have finished (one per partition)."""
+    tracker = context.statusTracker()
+    finished = 0
+    for job_id in tracker.getJobIdsForGroup(JOB_GROUP):
+        job = tracker.getJobInfo(job_id)
+        for stage_id in job.stageIds if job is not None else ():
+            stage = tracker.getStageInfo(stage_id)
+            if stage is not None:
+                finished += stage.numCompletedTasks
+    return int(finished)
 
 
 def _summary(plan: RestorePlan, results: list[PartitionResult], seconds: float) -> None:
