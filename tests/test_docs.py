@@ -132,9 +132,9 @@ def test_every_command_parses(block: Block) -> None:
 
 @pytest.mark.parametrize("block", [b for b in ALL_BLOCKS if b.marker == "synopsis"], ids=lambda b: b.where)
 def test_synopsis_lines_name_real_commands(block: Block) -> None:
-    from kbackup.cli import build_parser
-
     import argparse
+
+    from kbackup.cli import build_parser
 
     subcommands = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     known = set(subcommands[0].choices)
