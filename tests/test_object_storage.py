@@ -8,6 +8,7 @@ prune, and a restore from the bucket into an empty cluster.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -259,6 +260,10 @@ def test_backup_verify_and_restore_through_s3(
     assert "note" not in verify.stdout  # every segment on the store is cataloged
     ls = kbackup_cli("ls", root)
     assert "partition 0: 100 records" in ls.stdout  # s3-audit
+    described = json.loads(kbackup_cli("describe", root, "--json").stdout)
+    assert {t["topic"]: t["records"] for t in described["topics"]} == {"s3-audit": 100, "s3-orders": 300}
+    report = kbackup_cli("report", root, "--output", tmp_path / "report.html")
+    assert report.returncode == 0 and "s3-orders" in (tmp_path / "report.html").read_text()
     offsets = kbackup_cli("offsets", root)
     assert "s3-orders\t0\ts3-readers\t40" in offsets.stdout
     listed = kbackup_cli("checkpoint", "list", root)

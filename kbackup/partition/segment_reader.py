@@ -100,7 +100,7 @@ class SegmentIndexFile:
         step = CHUNK_SIZE // ENTRY_SIZE
         while index < self.count:
             n = min(step, self.count - index)
-            raw = self._handle.pread(n * ENTRY_SIZE, self.data_start + index * ENTRY_SIZE)
+            raw = self.read_entries(index, n)
             for entry in ENTRY.iter_unpack(raw):
                 offset, position, length = entry
                 if offset <= previous_offset or position != expected_position or length <= 0:
