@@ -27,6 +27,7 @@ from kbackup.partition.object_writer import ObjectPartitionWriter
 from kbackup.partition.reader import PartitionReader
 from kbackup.storage import ObjectPath, parse_location, storage_for
 from tests.broker import BrokerUnderTest
+from tests.conftest import REPO
 from tests.kafka_helpers import consume_all, create_topics, job_env, run_backup
 from tests.restore_helpers import Target, comparable, group_offsets, run_restore
 from tests.s3_server import S3Server, s3_server_under_test
@@ -246,7 +247,14 @@ def test_backup_verify_and_restore_through_s3(
         "--bootstrap-server", kafka.bootstrap_servers, "--command-config", config, "--target-dir", root,
         "--topics", "s3-orders,s3-audit", "--snapshot", "--max-segment-size", "4000",
     ]  # fmt: skip
-    refused = run_backup(*backup_args)
+    # Refused while parsing, before Spark starts (so plain Python runs the job file here).
+    refused = subprocess.run(
+        [sys.executable, str(REPO / "jobs" / "backup.py"), *map(str, backup_args)],
+        capture_output=True,
+        text=True,
+        env=job_env(),
+        timeout=120,
+    )
     assert refused.returncode == 2
     assert "needs a local --checkpoint-location DIR" in refused.stdout + refused.stderr
 
