@@ -188,6 +188,19 @@ def test_crash_before_the_partition_index_leaves_orphans_the_next_writer_removes
     assert verify_partition(bucket, "t", 0, deep=True).ok
 
 
+def test_crash_during_the_first_publish_leaves_nothing_behind(bucket: ObjectPath) -> None:
+    """Killed after uploading the partition's first segment, before its partition index existed."""
+    storage = storage_for(bucket)
+    storage.write_whole(bucket / "t" / "segment_partition_000_from_offset_0000000003_records", b"\x01partial")
+    storage.write_whole(bucket / "t" / "segment_partition_000_from_offset_0000000003_index", b"\x01")
+    # Retention moved the log start meanwhile: the replayed batch starts at 5, another name.
+    with ObjectPartitionWriter(bucket / "t", "t", 0, catalog_root=bucket) as writer:
+        for offset in range(5, 8):
+            writer.append(record(offset))
+    assert [f.start_offset for f in list_segment_files(bucket / "t", 0)] == [5]
+    assert verify_partition(bucket, "t", 0, deep=True).ok
+
+
 def test_crash_between_partition_index_and_catalog_is_caught_up(bucket: ObjectPath) -> None:
     topic_dir = bucket / "t"
     with ObjectPartitionWriter(topic_dir, "t", 0, catalog_root=bucket) as writer:

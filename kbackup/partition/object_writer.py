@@ -79,8 +79,7 @@ class ObjectPartitionWriter(ClosingWriter):
             self._segments = PartitionReader(topic_dir, partition).segments
         self._stored_last = self._find_last_offset()
         self._last_offset = self._stored_last
-        if self._segments:
-            self._remove_orphans()
+        self._remove_orphans()
         self._spool_root: Path | None = None
         self._spool: PartitionWriter | None = None
         self._replay: Iterator[Record] | None = None
@@ -147,8 +146,11 @@ class ObjectPartitionWriter(ClosingWriter):
         return None
 
     def _remove_orphans(self) -> None:
+        """Delete segments above the last named one: uploads of a publish that never reached its commit point."""
+        if self._storage.list_files(self.topic_dir) is None:
+            return  # nothing of this topic on the store yet
         named = {segment.name for segment in self._segments}
-        last_start = self._segments[-1].start_offset
+        last_start = self._segments[-1].start_offset if self._segments else -1
         for files in list_segment_files(self.topic_dir, self.partition):
             name = files.records.name[: -len(RECORDS_SUFFIX)]
             if files.start_offset > last_start and name not in named:
