@@ -34,10 +34,3 @@ def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
     os.replace(tmp, path)
     if sync:
         fsync_dir(path.parent)
-
-
-def read_limited(path: Path, limit: int) -> bytes:
-    """Read a small local file whole, refusing one larger than ``limit`` bytes."""
-    from kbackup.storage.local import LOCAL
-
-    return LOCAL.read_limited(path, limit)

@@ -9,13 +9,18 @@ must agree.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Collection, Mapping, Sequence
+import sys
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-from kbackup.errors import UsageError
+from kbackup.errors import KbackupError, UsageError
 from kbackup.kafka.java_client_settings import librdkafka_settings
+from kbackup.logsetup import ensure_console_logging
 from kbackup.properties import read_properties
+
+S = TypeVar("S")
 
 #: Kafka Connect settings every connector file has; meaningless here, accepted and ignored.
 CONNECT_BOILERPLATE = frozenset(
@@ -77,6 +82,26 @@ def spark_conf(items: Sequence[str]) -> dict[str, str]:
             raise UsageError(f"--spark-conf takes KEY=VALUE, not {item!r}")
         result[key] = value
     return result
+
+
+def run_job(
+    name: str,
+    argv: Sequence[str] | None,
+    parse: Callable[[Sequence[str]], S],
+    run: Callable[[S], int],
+) -> int:
+    """A job's ``main``: parse (exit 2 on a bad option), run (exit 1 on a KbackupError), one line per error."""
+    ensure_console_logging()
+    try:
+        settings = parse(list(sys.argv[1:] if argv is None else argv))
+    except KbackupError as exc:
+        print(f"kbackup {name}: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return run(settings)
+    except KbackupError as exc:
+        print(f"kbackup {name}: error: {exc}", file=sys.stderr)
+        return 1
 
 
 def positive_int(text: str) -> int:

@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import signal
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from kbackup.backup.group_offsets import OffsetRound, ensure_partitions, record_
 from kbackup.backup.settings import BackupSettings, parse_backup_args
 from kbackup.catalog import checkpoints
 from kbackup.errors import KbackupError
+from kbackup.job_options import run_job
 from kbackup.kafka.client_settings import redact
 from kbackup.kafka.cluster import ClusterError, TopicPartitionKey, admin_client, partition_counts
 from kbackup.logsetup import ensure_console_logging
@@ -52,18 +52,12 @@ log = logging.getLogger("kbackup.backup")
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``jobs/backup.py``; returns the exit code."""
-    ensure_console_logging()
-    try:
-        settings = parse_backup_args(list(sys.argv[1:] if argv is None else argv))
-    except KbackupError as exc:
-        print(f"kbackup backup: error: {exc}", file=sys.stderr)
-        return 2
+    return run_job("backup", argv, parse_backup_args, _run)
+
+
+def _run(settings: BackupSettings) -> int:
     ensure_console_logging(debug=settings.debug)
-    try:
-        return BackupJob(settings).run()
-    except KbackupError as exc:
-        print(f"kbackup backup: error: {exc}", file=sys.stderr)
-        return 1
+    return BackupJob(settings).run()
 
 
 @dataclass

@@ -21,7 +21,6 @@ from kbackup.format.magic import check_magic
 from kbackup.format.record import Record, decode_records
 from kbackup.format.segment_index import ENTRY, ENTRY_SIZE, SegmentIndexEntry
 from kbackup.storage import Location, ReadHandle, storage_for
-from kbackup.storage.base import FileHandle
 
 CHUNK_SIZE = 1 << 20
 
@@ -53,8 +52,7 @@ class SegmentIndexFile:
 
     def refresh(self) -> None:
         """Count the entries again: a writer may have appended since this file was opened."""
-        if isinstance(self._handle, FileHandle):  # objects never grow
-            self._measure(self._handle.refresh_size())
+        self._measure(self._handle.refresh_size())
 
     def __enter__(self) -> SegmentIndexFile:
         return self

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from kbackup.catalog.build import segment_time_range
+from kbackup.catalog.build import file_size, segment_time_range
 from kbackup.catalog.checkpoints import Checkpoint, list_checkpoints
 from kbackup.catalog.store import read_catalog
 from kbackup.partition.layout import list_partitions, list_topics
@@ -134,16 +134,15 @@ def summarize_partition(
 ) -> PartitionSummary:
     summary = PartitionSummary(partition)
     reader = PartitionReader(root / topic, partition, legacy=legacy)
-    segments = reader.summaries()
-    summary.segments = len(segments)
+    summary.segments = len(reader.segments)
     previous: int | None = None
     run_start: int | None = None
-    for entry, segment in zip(reader.segments, segments, strict=True):
-        summary.records += segment.record_count
-        summary.bytes += segment.records_bytes + segment.index_bytes
-        if not segment.record_count:
-            continue
-        for first, last in _runs(reader.segment_paths(entry)[1], legacy=legacy):
+    for entry in reader.segments:
+        records_path, index_path = reader.segment_paths(entry)
+        summary.bytes += (file_size(records_path) or 0) + (file_size(index_path) or 0)
+        # One pass over the index gives both the record count and the runs of offsets.
+        for first, last in _runs(index_path, legacy=legacy):
+            summary.records += last - first + 1
             if previous is None:
                 run_start = first
             elif first > previous + 1:

@@ -17,16 +17,15 @@ on where the target log says it stopped (see the plan module).
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from kbackup.errors import KbackupError
+from kbackup.job_options import run_job
 from kbackup.kafka.client_settings import redact
 from kbackup.kafka.cluster import ClusterError, TopicPartitionKey, admin_client, create_topics, partition_counts
-from kbackup.logsetup import ensure_console_logging
 from kbackup.partition.reader import PartitionReader
 from kbackup.progress import Progress
 from kbackup.restore.group_offsets import commit_group_offsets
@@ -43,17 +42,8 @@ JOB_GROUP = "kbackup-restore"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ensure_console_logging()
-    try:
-        settings = parse_restore_args(list(sys.argv[1:] if argv is None else argv))
-    except KbackupError as exc:
-        print(f"kbackup restore: error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        return run(settings)
-    except KbackupError as exc:
-        print(f"kbackup restore: error: {exc}", file=sys.stderr)
-        return 1
+    """Entry point of ``jobs/restore.py``; returns the exit code."""
+    return run_job("restore", argv, parse_restore_args, run)
 
 
 def run(settings: RestoreSettings) -> int:

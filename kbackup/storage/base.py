@@ -31,6 +31,10 @@ class ReadHandle(Protocol):
 
     def pread(self, length: int, position: int) -> bytes: ...
 
+    def refresh_size(self) -> int:
+        """The size now: a local file may have grown since it was opened (an object never does)."""
+        ...
+
     def close(self) -> None: ...
 
 

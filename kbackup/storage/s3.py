@@ -137,6 +137,9 @@ class ObjectHandle:
     def pread(self, length: int, position: int) -> bytes:
         return self._raw.fetch(length, position)
 
+    def refresh_size(self) -> int:
+        return self.size  # objects are written whole and never grow
+
     def close(self) -> None:
         self.stream.close()
 
