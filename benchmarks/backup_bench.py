@@ -2,17 +2,19 @@
 
 Run from the repository root: ``./dev bench backup`` (or ``python -m benchmarks.backup_bench``).
 
-Both run in the same invocation on the same data, produced first into an
-embedded broker (or ``--bootstrap`` for an external cluster): N records
-(default 1,000,000) with 100-byte values, small keys and one header, spread
-over 4 partitions.
+All run in the same invocation on the same data, produced first into a local
+Apache Kafka node started from its jars (or ``--bootstrap`` for an external
+cluster): N records (default 1,000,000) with 100-byte values, small keys and
+one header, spread over 4 partitions.
 
 - ``raw``: one Python process, a confluent-kafka consumer reading all
   partitions and encoding every message as a v1 record into memory. The
   least work any Python backup must do per record; no files, no Spark.
 - ``backup``: ``spark-submit jobs/backup.py --snapshot`` with ``local[2]``,
-  end to end (Spark and Python worker start-up included), and its batch time
-  alone (from the job's per-batch log lines).
+  once per Kafka source (``--kafka-source kbackup`` and ``spark``, or the one
+  given with ``--sources``), end to end (Spark and Python worker start-up
+  included), its batch time alone (from the job's per-batch log lines) and its
+  start-up (submit to the first batch line).
 
 Printed: records/s and MB/s of value bytes, the ratio backup / raw, and the
 peak resident memory of each (for the backup: the whole process tree, the
@@ -101,8 +103,8 @@ print(json.dumps([seconds, peak_rss_mib()]))
     return float(seconds), float(rss)
 
 
-def run_backup(settings: dict[str, str], target: Path) -> tuple[float, float, float, str]:
-    """Wall seconds, summed batch seconds and peak tree RSS (MiB) of a snapshot backup."""
+def run_backup(settings: dict[str, str], target: Path, source: str) -> tuple[float, float, float, float]:
+    """Wall seconds, summed batch seconds, start-up seconds and peak tree RSS (MiB) of a snapshot backup."""
     config = client_config_file(target.parent / "client.properties", settings)
     command = spark_submit_command(
         "backup",
@@ -115,6 +117,8 @@ def run_backup(settings: dict[str, str], target: Path) -> tuple[float, float, fl
         "--topics",
         TOPIC,
         "--snapshot",
+        "--kafka-source",
+        source,
     )
     env = job_environment()
     started = time.perf_counter()
@@ -122,12 +126,24 @@ def run_backup(settings: dict[str, str], target: Path) -> tuple[float, float, fl
     peak = [0.0]
     sampler = threading.Thread(target=_sample_tree, args=(process.pid, peak), daemon=True)
     sampler.start()
-    output, _ = process.communicate()
+    assert process.stdout is not None
+    lines, first_batch = [], 0.0
+    for line in process.stdout:
+        lines.append(line)
+        if not first_batch and BATCH.search(line):
+            first_batch = time.perf_counter() - started
+    process.wait()
     wall = time.perf_counter() - started
+    output = "".join(lines)
     if process.returncode != 0:
         raise SystemExit(f"backup failed:\n{output[-3000:]}")
-    batch_seconds = sum(float(s) for s in re.findall(r"batch \d+: \d+ records read in ([\d.]+) s", output))
-    return wall, batch_seconds, peak[0], output
+    batches = [float(s) for s in BATCH.findall(output)]
+    # Start-up: until the first batch ended, less that batch's own time.
+    startup = first_batch - (batches[0] if batches else 0.0)
+    return wall, sum(batches), startup, peak[0]
+
+
+BATCH = re.compile(r"batch \d+: \d+ records read in ([\d.]+) s")
 
 
 def _sample_tree(root: int, peak: list[float]) -> None:
@@ -175,6 +191,7 @@ def peak_rss_mib() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(parser)
+    parser.add_argument("--sources", default="kbackup,spark", help="Kafka sources to measure (comma-separated)")
     args = parser.parse_args()
     # Touch the codec once so the raw loop's import cost is not in its figures.
     append_record(bytearray(), Record(0, -1, None, None, None))
@@ -182,20 +199,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, cluster(args.bootstrap) as settings:
         produce_seconds = produce(settings, args.records, args.partitions, args.value_size)
         raw_seconds, raw_rss = raw_consume_and_encode(settings, args.records, args.partitions)
-        wall, batch_seconds, backup_rss, _ = run_backup(settings, Path(tmp) / "backup")
+        runs = {
+            source: run_backup(settings, Path(tmp) / f"backup-{source}", source) for source in args.sources.split(",")
+        }
     n, mb = args.records, args.records * args.value_size / 1e6
     shape = f"{args.value_size}-byte values, {args.partitions} partitions"
     print(f"{n:,} records, {shape} (produced in {produce_seconds:.1f} s)")
     raw_rate = f"{n / raw_seconds:>10,.0f} records/s {mb / raw_seconds:7.1f} MB/s"
-    print(f"raw consume+encode   {raw_rate}  peak {raw_rss:6.0f} MiB")
-    print(
-        f"backup, batch time   {n / batch_seconds:>10,.0f} records/s {mb / batch_seconds:7.1f} MB/s  "
-        f"ratio {raw_seconds / batch_seconds:5.2f}"
-    )
-    print(
-        f"backup, end to end   {n / wall:>10,.0f} records/s {mb / wall:7.1f} MB/s  ratio {raw_seconds / wall:5.2f}  "
-        f"peak {backup_rss:6.0f} MiB (JVM + Python workers)"
-    )
+    print(f"raw consume+encode            {raw_rate}  peak {raw_rss:6.0f} MiB")
+    for source, (wall, batch_seconds, startup, backup_rss) in runs.items():
+        print(
+            f"backup ({source:7}), batches  {n / batch_seconds:>10,.0f} records/s {mb / batch_seconds:7.1f} MB/s  "
+            f"ratio {raw_seconds / batch_seconds:5.2f}"
+        )
+        print(
+            f"backup ({source:7}), end to end {n / wall:>8,.0f} records/s {mb / wall:7.1f} MB/s  "
+            f"ratio {raw_seconds / wall:5.2f}  start-up {startup:5.1f} s  peak {backup_rss:6.0f} MiB (JVM + workers)"
+        )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The Kafka cluster a benchmark runs against: an external one, or the embedded broker."""
+"""The Kafka cluster a benchmark runs against: an external one, or a local Apache Kafka node."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from kbackup.embedded_broker import CLIENT_SETTINGS, EmbeddedBroker
+from kbackup.devkit.kafka_cluster import KafkaCluster
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,14 +14,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--value-size", type=int, default=100)
-    parser.add_argument("--bootstrap", help="an external cluster instead of the embedded broker")
+    parser.add_argument("--bootstrap", help="an external cluster instead of a local Apache Kafka node")
 
 
 @contextmanager
 def cluster(bootstrap: str | None) -> Iterator[dict[str, str]]:
-    """Client settings for ``bootstrap``, or for an embedded broker started (and stopped) here."""
+    """Client settings for ``bootstrap``, or for a local Apache Kafka node started (and stopped) here."""
     if bootstrap:
         yield {"bootstrap.servers": bootstrap}
         return
-    with EmbeddedBroker() as broker:
-        yield {"bootstrap.servers": broker.bootstrap_servers, **CLIENT_SETTINGS}
+    with KafkaCluster() as broker:
+        print(f"cluster: {broker.describe()} at {broker.bootstrap_servers}", flush=True)
+        yield broker.client_settings()

@@ -1,6 +1,7 @@
-"""``./dev demo``: the backup job end to end on an embedded broker, local Spark and local files.
+"""``./dev demo``: the backup job end to end on Apache Kafka, local Spark and local files.
 
-1. Starts the embedded Kafka-protocol broker on a free loopback port.
+1. Starts Apache Kafka (one KRaft node, from its own jars, fetched from Maven
+   Central into a cache on first use) on free loopback ports.
 2. Creates sample topics: ``orders`` (3 partitions, keys, headers, a null
    value now and then), ``payments`` (LogAppendTime, written by a
    transactional producer with one aborted transaction) and an empty
@@ -18,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from kbackup.embedded_broker import CLIENT_SETTINGS, EmbeddedBroker
-from kbackup.spark.submit import client_config_file, job_environment, spark_submit_command
+from kbackup.devkit.kafka_cluster import KafkaCluster
+from kbackup.spark.submit import job_environment, spark_submit_command
 
 
 def fill(settings: dict[str, str]) -> None:
@@ -69,17 +70,15 @@ def main() -> int:
     target = Path(args.target).resolve()
     shutil.rmtree(target, ignore_errors=True)
     python = sys.executable
-    with EmbeddedBroker() as broker:
-        settings = {"bootstrap.servers": broker.bootstrap_servers, **CLIENT_SETTINGS}
-        print(f"embedded broker on {broker.bootstrap_servers}; creating topics orders, payments, audit", flush=True)
+    print("starting Apache Kafka", flush=True)
+    with KafkaCluster() as broker:
+        settings = broker.client_settings()
+        print(f"{broker.describe()} on {broker.bootstrap_servers}; creating topics orders, payments, audit", flush=True)
         fill(settings)
-        client_config = client_config_file(broker.data_dir / "client.properties", settings)
         command = spark_submit_command(
             "backup",
             "--bootstrap-server",
             broker.bootstrap_servers,
-            "--command-config",
-            client_config,
             "--target-dir",
             target,
             "--topics",

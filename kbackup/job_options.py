@@ -73,6 +73,21 @@ def client_settings(
     return client
 
 
+def java_client_settings(
+    properties: ConnectorProperties, command_config: Path | None, bootstrap: str
+) -> dict[str, str]:
+    """The same settings as :func:`client_settings` checked, untranslated, for a Java Kafka client.
+
+    Spark's own Kafka source runs the Java client, which takes the original
+    tool's settings (key stores, ``sasl.jaas.config``) as they are.
+    """
+    java = {key[len("cluster.") :]: value for key, value in properties.values.items() if key.startswith("cluster.")}
+    if command_config is not None:
+        java.update(read_properties(command_config, what="command config"))
+    java["bootstrap.servers"] = bootstrap
+    return java
+
+
 def spark_conf(items: Sequence[str]) -> dict[str, str]:
     """``--spark-conf KEY=VALUE`` items as a dict."""
     result = {}

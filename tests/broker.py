@@ -1,15 +1,14 @@
-"""The one place tests get a Kafka broker from.
+"""The one place tests get a Kafka cluster from.
 
 In order of preference:
 
 1. ``KBACKUP_TEST_BOOTSTRAP=host:port``: an external cluster (extra client
    settings may be given as ``KBACKUP_TEST_CLIENT_*`` variables, e.g.
    ``KBACKUP_TEST_CLIENT_SECURITY_PROTOCOL=SASL_SSL``).
-2. A Docker engine that answers: Apache Kafka in a testcontainers container.
-   ``KBACKUP_TEST_BROKER=docker`` demands this path and fails at once when no
-   engine answers.
-3. Otherwise the embedded broker (:mod:`kbackup.embedded_broker`) on a free
-   loopback port. ``KBACKUP_TEST_BROKER=embedded`` demands it.
+2. ``KBACKUP_TEST_BROKER=docker``: Apache Kafka in a testcontainers container
+   (the image of docker/compose.yaml); fails at once when no Docker engine answers.
+3. Otherwise (the default): Apache Kafka started from its own jars on free
+   loopback ports (:mod:`kbackup.devkit.kafka_cluster`, one KRaft node).
 
 No path skips: a suite that cannot get a broker fails.
 """
@@ -39,20 +38,16 @@ NO_ENGINE = "KBACKUP_TEST_BROKER=docker, but no Docker engine answered"
 
 @dataclass(frozen=True)
 class BrokerUnderTest:
-    """A running broker and the client settings to reach it."""
+    """A running cluster and the client settings to reach it."""
 
-    kind: str  # "external", "docker" or "embedded"
+    kind: str  # "external", "docker" or "local" (Apache Kafka from its jars)
     bootstrap_servers: str
     extra_settings: dict[str, str] = field(default_factory=dict)
+    description: str = ""
 
     def client_settings(self, **overrides: str) -> dict[str, str]:
         """``bootstrap.servers`` plus what this broker needs, plus ``overrides``."""
         return {"bootstrap.servers": self.bootstrap_servers, **self.extra_settings, **overrides}
-
-    @property
-    def aborted_records_take_offsets(self) -> bool:
-        """Apache Kafka keeps aborted transactional records (hidden) in the log; the embedded broker does not."""
-        return self.kind != "embedded"
 
 
 def docker_answers() -> bool:
@@ -66,28 +61,45 @@ def docker_answers() -> bool:
         return False
 
 
+def wanted_kind() -> str:
+    if os.environ.get("KBACKUP_TEST_BOOTSTRAP"):
+        return "external"
+    wanted = os.environ.get("KBACKUP_TEST_BROKER", "local")
+    if wanted not in ("local", "docker"):
+        raise RuntimeError(f"KBACKUP_TEST_BROKER must be local or docker, not {wanted!r}")
+    return wanted
+
+
+@contextmanager
+def local_cluster(nodes: int = 1, **broker_config: str) -> Iterator[BrokerUnderTest]:
+    """A fresh local Apache Kafka cluster, stopped (every node's process group killed) on exit."""
+    from kbackup.devkit.kafka_cluster import KafkaCluster
+
+    with KafkaCluster(nodes, broker_config=broker_config) as cluster:
+        yield BrokerUnderTest("local", cluster.bootstrap_servers, description=cluster.describe())
+
+
 @contextmanager
 def broker_under_test() -> Iterator[BrokerUnderTest]:
-    external = os.environ.get("KBACKUP_TEST_BOOTSTRAP")
-    wanted = os.environ.get("KBACKUP_TEST_BROKER", "")
-    if external:
+    kind = wanted_kind()
+    if kind == "external":
         prefix = "KBACKUP_TEST_CLIENT_"
         extra = {
             name[len(prefix) :].lower().replace("_", "."): value
             for name, value in os.environ.items()
             if name.startswith(prefix)
         }
-        yield BrokerUnderTest("external", external, extra)
+        external = os.environ["KBACKUP_TEST_BOOTSTRAP"]
+        yield BrokerUnderTest("external", external, extra, description=f"external cluster at {external}")
         return
-    if wanted == "docker" or (wanted != "embedded" and docker_answers()):
+    if kind == "docker":
         if not docker_answers():
             raise RuntimeError(f"{NO_ENGINE} (DOCKER_HOST={os.environ.get('DOCKER_HOST', 'default')})")
         from testcontainers.kafka import KafkaContainer
 
-        with KafkaContainer(compose_kafka_image()).with_kraft() as container:
-            yield BrokerUnderTest("docker", container.get_bootstrap_server())
+        image = compose_kafka_image()
+        with KafkaContainer(image).with_kraft() as container:
+            yield BrokerUnderTest("docker", container.get_bootstrap_server(), description=f"container {image}")
         return
-    from kbackup.embedded_broker import CLIENT_SETTINGS, EmbeddedBroker
-
-    with EmbeddedBroker() as broker:
-        yield BrokerUnderTest("embedded", broker.bootstrap_servers, dict(CLIENT_SETTINGS))
+    with local_cluster() as broker:
+        yield broker

@@ -1,26 +1,80 @@
-"""Shared fixtures: where the upstream golden files are, and small builders."""
+"""Shared fixtures: where the upstream golden files are, the suite's Kafka, and small builders.
+
+The run checks itself for leftovers: every process a test starts inherits
+``KBACKUP_TEST_RUN``, and when the whole run ends (after every worker and
+fixture is gone) any Kafka, Spark or S3 server process still carrying it is
+killed and fails the run.
+"""
 
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.broker import BrokerUnderTest, broker_under_test
+from tests.broker import BrokerUnderTest, broker_under_test, local_cluster, wanted_kind
+from tests.leftovers import kill_leftovers
 from tests.restore_helpers import Target
 
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """``KBACKUP_TEST_BROKER=docker`` without an engine stops the run before any test."""
-    if os.environ.get("KBACKUP_TEST_BROKER") == "docker" and not os.environ.get("KBACKUP_TEST_BOOTSTRAP"):
+    """Fetch the jars once before workers start; ``KBACKUP_TEST_BROKER=docker`` without an engine stops the run."""
+    kind = wanted_kind()
+    if kind == "docker":
         from tests.broker import NO_ENGINE, docker_answers
 
         if not docker_answers():
             pytest.exit(f"{NO_ENGINE} (DOCKER_HOST={os.environ.get('DOCKER_HOST', 'default')})", returncode=3)
+    if _is_worker(config):
+        return
+    os.environ.setdefault("KBACKUP_TEST_RUN", uuid.uuid4().hex)
+    from kbackup.spark.kafka_connector import connector_jars
+
+    connector_jars()
+    if kind == "local":
+        from kbackup.devkit.kafka_cluster import kafka_jars
+
+        kafka_jars()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    kind = wanted_kind()
+    if kind == "external":
+        return f"kafka: external cluster at {os.environ['KBACKUP_TEST_BOOTSTRAP']}"
+    if kind == "docker":
+        from tests.broker import compose_kafka_image
+
+        return f"kafka: Apache Kafka in a container ({compose_kafka_image()})"
+    from kbackup.devkit.kafka_cluster import KAFKA_VERSION, kafka_jars
+    from kbackup.spark.kafka_connector import package_coordinate
+
+    return (
+        f"kafka: Apache Kafka {KAFKA_VERSION} (KRaft, started from the jars in {kafka_jars()}); "
+        f"Spark's Kafka source: {package_coordinate()}"
+    )
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The controlling process, once everything else has ended: nothing may be left running."""
+    if _is_worker(session.config) or "KBACKUP_TEST_RUN" not in os.environ:
+        return
+    left = kill_leftovers(os.environ["KBACKUP_TEST_RUN"])
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = "\n".join(f"  pid {pid}: {command}" for pid, command in left)
+        message = f"processes left running by the tests (now killed):\n{lines}"
+        if reporter is not None:
+            reporter.write_line(message, red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def upstream_golden_dir() -> Path:
@@ -52,10 +106,9 @@ def kafka() -> Iterator[BrokerUnderTest]:
 
 @pytest.fixture(scope="module")
 def target(kafka: BrokerUnderTest) -> Iterator[Target]:
-    if kafka.kind == "embedded":
-        from kbackup.embedded_broker import CLIENT_SETTINGS, EmbeddedBroker
-
-        with EmbeddedBroker() as broker:
-            yield Target(BrokerUnderTest("embedded", broker.bootstrap_servers, dict(CLIENT_SETTINGS)))
+    """Where restores go: a second, empty local cluster; the same cluster with renamed topics otherwise."""
+    if kafka.kind == "local":
+        with local_cluster() as broker:
+            yield Target(broker)
     else:
         yield Target(kafka, prefix="restored-")

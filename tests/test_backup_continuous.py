@@ -15,6 +15,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from kbackup.catalog import checkpoints
 from kbackup.partition.layout import list_partitions
 from kbackup.partition.reader import PartitionReader
@@ -77,13 +79,16 @@ def _client_args(kafka: BrokerUnderTest, tmp_path: Path) -> list[str]:
     return ["--bootstrap-server", kafka.bootstrap_servers, "--command-config", str(config)]
 
 
-def test_sigkill_during_continuous_backup_loses_and_duplicates_nothing(kafka: BrokerUnderTest, tmp_path: Path) -> None:
-    topic = "crash-orders"
+@pytest.mark.parametrize("source", ["kbackup", "spark"])
+def test_sigkill_during_continuous_backup_loses_and_duplicates_nothing(
+    kafka: BrokerUnderTest, tmp_path: Path, source: str
+) -> None:
+    topic = f"crash-orders-{source}"
     create_topics(kafka, {topic: 3})
     target = tmp_path / "backup"
     args = [*_client_args(kafka, tmp_path), "--target-dir", str(target), "--topics", topic,
             "--trigger-interval", "1", "--offsets-interval", "2", "--max-offsets-per-trigger", "700",
-            "--max-segment-size", "16384"]  # fmt: skip
+            "--max-segment-size", "16384", "--kafka-source", source]  # fmt: skip
     producer = Producer(kafka, topic, 3)
     producer.start()
     rng = random.Random(7)

@@ -84,12 +84,25 @@ class Snapshot:
 
 
 @pytest.fixture(scope="module")
-def snapshot(kafka: BrokerUnderTest, tmp_path_factory: pytest.TempPathFactory) -> Snapshot:
+def produced(kafka: BrokerUnderTest) -> dict[tuple[str, int], int]:
+    """The topics and groups, made once for both sources; each partition's end offset."""
     ends = _produce(kafka)
     _commit(kafka, "group-at-zero", {("snap-mixed", 0): 0})
     _commit(kafka, "group-mid", {("snap-mixed", 1): 37, ("snap-tx", 0): 3})
     _commit(kafka, "group-at-end", {("snap-mixed", 2): ends[("snap-mixed", 2)], ("snap-tx", 0): ends[("snap-tx", 0)]})
-    target = tmp_path_factory.mktemp("snapshot") / "backup"
+    return ends
+
+
+@pytest.fixture(scope="module", params=["kbackup", "spark"])
+def snapshot(
+    kafka: BrokerUnderTest,
+    produced: dict[tuple[str, int], int],
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+) -> Snapshot:
+    """A snapshot backup of the topics with kbackup's Kafka source, then with Spark's."""
+    ends = produced
+    target = tmp_path_factory.mktemp(f"snapshot-{request.param}") / "backup"
     settings = tmp_path_factory.mktemp("config") / "client.properties"
     settings.write_text("".join(f"{k}={v}\n" for k, v in kafka.extra_settings.items()))
     args: list[str | Path] = [
@@ -99,6 +112,7 @@ def snapshot(kafka: BrokerUnderTest, tmp_path_factory: pytest.TempPathFactory) -
         "--command-config", settings,
         "--max-segment-size", "4096",
         "--snapshot",
+        "--kafka-source", request.param,
     ]  # fmt: skip
     result = run_backup(*args)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -194,7 +208,10 @@ def test_second_snapshot_stores_new_group_offsets_and_changes_no_data(
     target = snapshot.target
     _commit(kafka, "group-mid", {("snap-mixed", 1): 50})  # a group moves on; no new records
     before = {p: p.read_bytes() for p in target.rglob("*") if p.is_file() and ".kbackup" not in p.parts}
-    result = run_backup(*snapshot.args)
+    try:
+        result = run_backup(*snapshot.args)
+    finally:
+        _commit(kafka, "group-mid", {("snap-mixed", 1): 37})  # as the other source's snapshot expects it
     assert result.returncode == 0, result.stdout[-3000:]
     after = {p: p.read_bytes() for p in target.rglob("*") if p.is_file() and ".kbackup" not in p.parts}
     changed = sorted(str(p.relative_to(target)) for p in after if after[p] != before.get(p))
@@ -243,7 +260,7 @@ def test_unknown_property_and_conflicts(tmp_path: Path) -> None:
 
 
 def test_unreachable_broker(tmp_path: Path) -> None:
-    from kbackup.embedded_broker import free_port
+    from kbackup.devkit.kafka_cluster import free_port
 
     result = _job(
         "--bootstrap-server", f"127.0.0.1:{free_port()}", "--target-dir", str(tmp_path), "--topics", "a", "--snapshot"
@@ -270,11 +287,33 @@ def test_missing_topic(kafka: BrokerUnderTest, tmp_path: Path) -> None:
     )
 
 
+def test_spark_source_without_its_connector_is_one_line(kafka: BrokerUnderTest, tmp_path: Path) -> None:
+    """``--kafka-source spark`` submitted without ``--packages``: refused before reading, naming the package."""
+    from kbackup.spark.kafka_connector import package_coordinate
+    from kbackup.spark.submit import spark_submit_command
+
+    create_topics(kafka, {"no-connector": 1})
+    command = spark_submit_command(
+        "backup", "--bootstrap-server", kafka.bootstrap_servers,
+        "--target-dir", tmp_path / "backup", "--topics", "no-connector", "--snapshot",
+    )  # fmt: skip
+    command += ["--kafka-source", "spark"]  # after the job file: the helper adds no --jars
+    result = subprocess.run(command, capture_output=True, text=True, env=job_env(), cwd=REPO, timeout=300)
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == (
+        "kbackup backup: error: --kafka-source spark needs Spark's Kafka connector on the class path: "
+        f"spark-submit --packages {package_coordinate()} jobs/backup.py ..."
+    )
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "backup").exists()  # refused before anything was written
+
+
 def test_command_config_secrets_stay_out_of_the_output(tmp_path: Path) -> None:
     config = tmp_path / "client.properties"
     jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="hunter2-secret";'
     config.write_text(f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config={jaas}\n")
-    from kbackup.embedded_broker import free_port
+    from kbackup.devkit.kafka_cluster import free_port
 
     result = _job("--bootstrap-server", f"127.0.0.1:{free_port()}", "--target-dir", str(tmp_path), "--topics", "a",
                   "--command-config", str(config), "--snapshot")  # fmt: skip

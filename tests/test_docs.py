@@ -3,7 +3,7 @@
 Every shell block in README.md, docs/, docker/ and jobs/ is read:
 
 * a block after ``<!-- docs: run -->`` is **run**, in document order, with
-  bash against the embedded broker: ``$KAFKA`` is the suite's cluster (with a
+  bash against a local Apache Kafka: ``$KAFKA`` is the suite's cluster (with a
   topic ``orders`` and a consumer group ``billing`` made for it), ``$NEW_KAFKA``
   an empty second cluster, ``$BACKUPS`` and ``$STATE`` empty directories; the
   working directory is the repository root. Each block must exit 0.

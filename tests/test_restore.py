@@ -1,7 +1,7 @@
 """The restore job on a real broker and real Spark.
 
-The target is a second embedded broker (an empty cluster) when the suite uses
-the embedded broker, otherwise the suite's cluster with topics renamed.
+The target is a second local Apache Kafka (an empty cluster) when the suite
+uses a local one, otherwise the suite's cluster with topics renamed.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def test_restore_of_an_original_tool_backup_and_offset_remapping(target: Target,
     deadline = time.monotonic() + 30
     while not member.assignment() and time.monotonic() < deadline:
         member.poll(0.2)
-    assert member.assignment(), "the embedded broker did not let the test consumer join its group"
+    assert member.assignment(), "the test consumer did not join its group"
     try:
         maps = ["--topic-map", f"{topic}={name}"] if target.prefix else []
         result = run_restore(*target.args(tmp_path), "--source-dir", backup, "--topics", topic, *maps)

@@ -43,6 +43,7 @@ from kbackup.logsetup import ensure_console_logging
 from kbackup.partition.layout import list_partitions, list_topics
 from kbackup.partition.reader import PartitionReader
 from kbackup.spark.failures import failure_cause
+from kbackup.spark.kafka_connector import SPARK_KAFKA_FORMAT, connector_loaded, package_coordinate, spark_source_client
 from kbackup.spark.kafka_source import SOURCE_NAME, KafkaSource, decode_offsets
 from kbackup.spark.v1_sink import SINK_NAME, V1Sink
 from kbackup.storage import prepare_root
@@ -82,6 +83,15 @@ class BackupJob:
         )
         admin = admin_client({**settings.client, "socket.timeout.ms": "10000"})
         self._preflight(admin)
+        # Spark before the first write to the target: a missing connector is refused with nothing written.
+        spark = self._session()
+        try:
+            return self._back_up(spark, admin)
+        finally:
+            spark.stop()
+
+    def _back_up(self, spark: Any, admin: Any) -> int:
+        settings = self.settings
         prepare_root(settings.target)
         created = ensure_partitions(
             settings.target, admin, settings.selection, max_segment_size=settings.max_segment_size
@@ -97,7 +107,6 @@ class BackupJob:
         outstanding = [c.id for c in existing if c.status == "requested"]
         self._seen_checkpoint = min(outstanding) - 1 if outstanding else max((c.id for c in existing), default=0)
 
-        spark = self._session()
         query = self._start(spark)
         log.info("running; stop with SIGTERM to the driver process %d (a snapshot stops by itself)", os.getpid())
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -142,7 +151,6 @@ class BackupJob:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            spark.stop()
         return 0
 
     # -- steps ---------------------------------------------------------------
@@ -177,12 +185,22 @@ class BackupJob:
         spark.sparkContext.setLogLevel("WARN")
         spark.dataSource.register(KafkaSource)
         spark.dataSource.register(V1Sink)
+        if self.settings.kafka_source == "spark" and not connector_loaded(spark):
+            raise KbackupError(
+                "--kafka-source spark needs Spark's Kafka connector on the class path: "
+                f"spark-submit --packages {package_coordinate()} jobs/backup.py ..."
+            )
         return spark
 
     def _start(self, spark: Any) -> Any:
         settings = self.settings
-        reader = spark.readStream.format(SOURCE_NAME)
-        for key, value in settings.client.items():
+        if settings.kafka_source == "spark":
+            reader = spark.readStream.format(SPARK_KAFKA_FORMAT)
+            client = spark_source_client(settings.java_client)
+        else:
+            reader = spark.readStream.format(SOURCE_NAME)
+            client = settings.client
+        for key, value in client.items():
             reader = reader.option(f"kafka.{key}", value)
         if settings.selection.topics is not None:
             reader = reader.option("subscribe", ",".join(settings.selection.topics))
@@ -284,9 +302,17 @@ def _offsets_field(progress: dict[str, Any], name: str) -> dict[TopicPartitionKe
     value = sources[0].get(name)
     if isinstance(value, str):
         value = json.loads(value) if value.strip() else None
-    if not isinstance(value, dict) or "v" not in value:
+    if not isinstance(value, dict):
         return {}
-    return decode_offsets(value)
+    if "v" in value:
+        return decode_offsets(value)
+    # Spark's own Kafka source: {"topic": {"0": 42, ...}, ...}
+    return {
+        (topic, int(partition)): int(offset)
+        for topic, partitions in value.items()
+        if isinstance(partitions, dict)
+        for partition, offset in partitions.items()
+    }
 
 
 def _lag_by_topic(progress: dict[str, Any]) -> dict[str, int]:

@@ -25,7 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kbackup.errors import UsageError
-from kbackup.job_options import ConnectorProperties, client_settings, positive_float, positive_int, spark_conf
+from kbackup.job_options import (
+    ConnectorProperties,
+    client_settings,
+    java_client_settings,
+    positive_float,
+    positive_int,
+    spark_conf,
+)
 from kbackup.kafka.topics import TopicSelection
 from kbackup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE
 from kbackup.storage import Location, parse_location
@@ -35,6 +42,10 @@ STATE_DIR_NAME = ".kbackup"
 
 _PROPERTY_KEYS = {"target.dir", "topics", "topics.regex", "max.segment.size.bytes", "snapshot"}
 
+#: ``--kafka-source``: kbackup's Python source, or Spark's own JVM source (``spark-sql-kafka-0-10``).
+KAFKA_SOURCES = ("kbackup", "spark")
+DEFAULT_KAFKA_SOURCE = "kbackup"
+
 
 @dataclass(frozen=True)
 class BackupSettings:
@@ -43,6 +54,8 @@ class BackupSettings:
     target: Location
     client: dict[str, str]
     selection: TopicSelection
+    java_client: dict[str, str] = field(default_factory=dict)
+    kafka_source: str = DEFAULT_KAFKA_SOURCE
     snapshot: bool = False
     max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE
     checkpoint_location: Path | None = None
@@ -98,6 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     own.add_argument("--max-offsets-per-trigger", type=positive_int, help="at most this many records per micro-batch")
     own.add_argument(
+        "--kafka-source",
+        choices=KAFKA_SOURCES,
+        default=DEFAULT_KAFKA_SOURCE,
+        help=f"read Kafka with kbackup's Python source or Spark's own (needs spark-submit --packages "
+        f"org.apache.spark:spark-sql-kafka-0-10_2.13:VERSION); default {DEFAULT_KAFKA_SOURCE}",
+    )
+    own.add_argument(
         "--prune-groups",
         action="store_true",
         help="drop groups that no longer exist on the cluster from the stored consumer offsets",
@@ -141,10 +161,13 @@ def parse_backup_args(argv: Sequence[str]) -> BackupSettings:
     location = parse_location(target)
     if not isinstance(location, Path) and args.checkpoint_location is None:
         raise UsageError(f"a backup to {location} needs a local --checkpoint-location DIR for Spark's state")
+    client = client_settings(properties, args.command_config, args.bootstrap_server)
     return BackupSettings(
         target=location,
-        client=client_settings(properties, args.command_config, args.bootstrap_server),
+        client=client,
         selection=selection,
+        java_client=java_client_settings(properties, args.command_config, client["bootstrap.servers"]),
+        kafka_source=args.kafka_source,
         snapshot=args.snapshot or snapshot_property == "true",
         max_segment_size=max_segment_size,
         checkpoint_location=args.checkpoint_location,

@@ -28,6 +28,12 @@ _UNSUPPORTED = {
     "ssl.keystore.type": "ssl.certificate.location / ssl.key.location (PEM)",
 }
 
+#: Java client settings that librdkafka knows under another name.
+_RENAMED = {
+    # The largest request a producer sends (a record batch must fit): librdkafka's message.max.bytes.
+    "max.request.size": "message.max.bytes",
+}
+
 #: Java client settings with no meaning for librdkafka that are safe to drop.
 _IGNORED = {"sasl.login.callback.handler.class", "client.dns.lookup", "ssl.endpoint.identification.algorithm.java"}
 
@@ -44,6 +50,8 @@ def librdkafka_settings(java: Mapping[str, str], *, source: str) -> dict[str, st
             continue
         if key == "sasl.jaas.config":
             result.update(_from_jaas(value, source=source))
+        elif key in _RENAMED:
+            result[_RENAMED[key]] = value
         elif key == "ssl.endpoint.identification.algorithm":
             result["ssl.endpoint.identification.algorithm"] = value or "none"
         else:

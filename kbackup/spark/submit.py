@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from pathlib import Path
@@ -11,15 +12,28 @@ REPO = Path(__file__).resolve().parent.parent.parent
 
 
 def spark_submit_command(job: str, *args: str | Path, master: str = "local[2]") -> list[str]:
-    """``spark-submit --master MASTER jobs/JOB.py ARGS`` with this environment's ``spark-submit``."""
+    """``spark-submit --master MASTER jobs/JOB.py ARGS`` with this environment's ``spark-submit``.
+
+    With ``--kafka-source spark`` among ``args``, Spark's Kafka connector jars
+    (resolved once into the cache) are passed with ``--jars``.
+    """
+    texts = [str(arg) for arg in args]
+    jars: list[str] = []
+    if any(a == "--kafka-source" and b == "spark" for a, b in itertools.pairwise(texts)) or (
+        "--kafka-source=spark" in texts
+    ):
+        from kbackup.spark.kafka_connector import connector_jars
+
+        jars = ["--jars", ",".join(str(jar) for jar in connector_jars())]
     return [
         str(Path(sys.executable).parent / "spark-submit"),
         "--master",
         master,
         "--conf",
         "spark.ui.enabled=false",
+        *jars,
         str(REPO / "jobs" / f"{job}.py"),
-        *map(str, args),
+        *texts,
     ]
 
 
