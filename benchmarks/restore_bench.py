@@ -4,7 +4,7 @@ Run from the repository root: ``./dev bench restore`` (or ``python -m benchmarks
 
 A backup of N records (default 1,000,000; 100-byte values, small keys, one
 header; 4 partitions) is written with the format library; then, in the same
-invocation, against fresh topics on an embedded broker (or ``--bootstrap``):
+invocation, against fresh topics on a local Apache Kafka node (or ``--bootstrap``):
 
 - ``raw``: one Python process producing the same records, read from the same
   backup files, with an idempotent confluent-kafka producer and the same

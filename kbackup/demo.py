@@ -56,6 +56,8 @@ def fill(settings: dict[str, str]) -> None:
         if commit:
             transactional.commit_transaction(30)
         else:
+            # Sent before the abort, so the aborted records take offsets in the log (a purge would drop them).
+            transactional.flush(30)
             transactional.abort_transaction(30)
     for group, offsets in (("billing", {0: 1000, 1: 1000, 2: 1000}), ("shipping", {0: 250, 1: 0, 2: 999})):
         consumer = Consumer({**settings, "group.id": group, "enable.auto.commit": "false"})

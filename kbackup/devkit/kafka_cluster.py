@@ -297,7 +297,8 @@ class KafkaCluster:
         from confluent_kafka.admin import AdminClient
 
         deadline = time.monotonic() + self.start_timeout
-        admin = AdminClient({**self.client_settings(), "socket.timeout.ms": "5000"})
+        # log_level 0: no "connection refused" lines while the nodes come up.
+        admin = AdminClient({**self.client_settings(), "socket.timeout.ms": "5000", "log_level": "0"})
 
         def check_alive() -> None:
             for node in self.nodes:
