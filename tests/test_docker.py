@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from kbackup.backup.settings import parse_backup_args
+from kbackup.devkit.kafka_cluster import KAFKA_VERSION
 from kbackup.restore.settings import parse_restore_args
 from kbackup.storage import as_local
 from tests.broker import COMPOSE_FILE, NO_ENGINE, compose_kafka_image
@@ -70,7 +71,8 @@ def test_compose_services_images_and_commands() -> None:
     assert set(services) == {"kafka", "backup", "kbackup", "kafka-restore", "restore"}
     # One Kafka image everywhere: both clusters and the test fixture's Docker path.
     assert services["kafka"]["image"] == services["kafka-restore"]["image"] == compose_kafka_image()
-    assert re.fullmatch(r"apache/kafka:\d+\.\d+\.\d+", compose_kafka_image())
+    # The same Apache Kafka release as the local cluster the suite runs on by default.
+    assert compose_kafka_image() == f"apache/kafka:{KAFKA_VERSION}"
     for service in ("kafka", "kafka-restore"):
         environment = services[service]["environment"]
         assert environment["KAFKA_PROCESS_ROLES"] == "broker,controller", "KRaft, no ZooKeeper"
