@@ -71,11 +71,14 @@ def wanted_kind() -> str:
 
 
 @contextmanager
-def local_cluster(nodes: int = 1, **broker_config: str) -> Iterator[BrokerUnderTest]:
-    """A fresh local Apache Kafka cluster, stopped (every node's process group killed) on exit."""
+def local_cluster(nodes: int = 1, *, warm_up: bool = True, **broker_config: str) -> Iterator[BrokerUnderTest]:
+    """A fresh local Apache Kafka cluster, stopped (every node's process group killed) on exit.
+
+    ``warm_up=False``: no internal topic exists yet, as on a cluster no consumer has used.
+    """
     from kbackup.devkit.kafka_cluster import KafkaCluster
 
-    with KafkaCluster(nodes, broker_config=broker_config) as cluster:
+    with KafkaCluster(nodes, broker_config=broker_config, warm_up=warm_up) as cluster:
         yield BrokerUnderTest("local", cluster.bootstrap_servers, description=cluster.describe())
 
 

@@ -22,7 +22,7 @@ from kbackup.partition.offsets_file import write_consumer_offsets
 from kbackup.partition.writer import PartitionWriter
 from kbackup.restore.selection import BelowCounter
 from tests.backup_builders import write_original_style
-from tests.broker import BrokerUnderTest
+from tests.broker import BrokerUnderTest, local_cluster
 from tests.conftest import REPO
 from tests.kafka_helpers import consume_all, create_topics, job_env, run_backup
 from tests.restore_helpers import Target, comparable, group_offsets, restore_command, restore_python, run_restore
@@ -272,6 +272,20 @@ def test_rename_with_time_and_offset_windows(target: Target, tmp_path: Path, sma
     assert [r["key"] for r in restored] == [base64.b64encode(b"k%d" % i).decode() for i in (2, 3, 4, 5, 6)]
     assert [r["timestamp"] for r in restored] == [BASE + i * 1000 for i in (2, 3, 4, 5, 6)]
     assert group_offsets(target.broker, "readers").get((renamed, 0)) == 2
+
+
+def test_restore_into_a_brand_new_cluster_commits_its_groups(tmp_path: Path, small_backup: Path) -> None:
+    """A cluster no consumer has used yet (no __consumer_offsets topic): the group is created at its offset.
+
+    librdkafka's admin offset listing crashes the process with a segmentation fault on such a
+    cluster (the first OffsetFetch answers NOT_COORDINATOR), so the restore must not use it there.
+    """
+    with local_cluster(warm_up=False) as fresh:
+        result = run_restore("--bootstrap-server", fresh.bootstrap_servers, "--source-dir", small_backup)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        restored = consume_all(fresh, ["sel"])
+        assert [(r["offset"], r["key"]) for r in restored] == [(i, b64(b"k%d" % i)) for i in range(10)]
+        assert group_offsets(fresh, "readers") == {("sel", 0): 4}
 
 
 # -- errors before anything is produced ---------------------------------------------------

@@ -11,7 +11,8 @@ ports with its storage formatted in a private temporary directory. Lifecycle:
 - ``start()`` formats and launches every node, each in its own process group
   and with a parent-death signal, then waits until the cluster lists all its
   brokers and its group and transaction coordinators answer (the internal
-  topics exist), so the first test does not meet ``COORDINATOR_LOAD_IN_PROGRESS``;
+  topics exist), so the first test does not meet ``COORDINATOR_LOAD_IN_PROGRESS``
+  (``warm_up=False`` skips that: a cluster as new as an operator's);
 - ``kill_node(id)`` / ``start_node(id)`` take one node down hard and bring it
   back on the same ports and storage (fault tests);
 - ``stop()`` kills every node's process group and removes the directory. The
@@ -128,6 +129,8 @@ class KafkaCluster:
 
     nodes_count: int = 1
     broker_config: Mapping[str, str] = field(default_factory=dict)
+    #: False: ready once every broker is listed, as a brand-new cluster is (no internal topics yet).
+    warm_up: bool = True
     heap: str = "768m"
     start_timeout: float = 120.0
     nodes: list[KafkaNode] = field(default_factory=list, init=False)
@@ -316,6 +319,8 @@ class KafkaCluster:
                 if len(admin.list_topics(timeout=2).brokers) == self.nodes_count:
                     break
             time.sleep(0.2)
+        if not self.warm_up:
+            return
         # The group coordinator answers once __consumer_offsets exists and is loaded;
         # the transaction coordinator once __transaction_state does. Both are
         # probed in a child process: librdkafka's admin offset listing crashes the

@@ -9,13 +9,16 @@ forced. Every decision is reported.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kbackup.kafka.cluster import ClusterError, TopicPartitionKey, _reason
 
 log = logging.getLogger("kbackup.restore")
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -26,24 +29,32 @@ class GroupDecision:
 
 
 def commit_group_offsets(
-    admin: Any, planned: Mapping[str, Mapping[TopicPartitionKey, int]], *, force: bool
+    admin: Any,
+    client: Mapping[str, str],
+    planned: Mapping[str, Mapping[TopicPartitionKey, int]],
+    *,
+    force: bool,
 ) -> list[GroupDecision]:
+    """``client``: the target's client settings (a consumer reads each group's current offsets)."""
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
     decisions: list[GroupDecision] = []
     if not planned:
         return decisions
-    try:
-        described = {group: future.result() for group, future in admin.describe_consumer_groups(list(planned)).items()}
-    except Exception as exc:
-        raise ClusterError(f"cannot describe consumer groups on the target: {_reason(exc)}") from None
+    # Read first, with a consumer: it waits out a coordinator that is still being created or
+    # loaded (a new cluster's first groups), so the admin calls below meet a ready one.
+    currents = {group: _current(client, group, offsets) for group, offsets in planned.items()}
+    described = _with_coordinator_retries(
+        lambda: {group: future.result() for group, future in admin.describe_consumer_groups(list(planned)).items()},
+        "cannot describe consumer groups on the target",
+    )
     for group, offsets in sorted(planned.items()):
         members = len(getattr(described.get(group), "members", None) or [])
         if members:
             reason = f"group has {members} active member(s) on the target"
             decisions.append(GroupDecision(group, {}, dict.fromkeys(offsets, reason)))
             continue
-        current = _current(admin, group, offsets)
+        current = currents[group]
         commit: dict[TopicPartitionKey, int] = {}
         left: dict[TopicPartitionKey, str] = {}
         for key, offset in sorted(offsets.items()):
@@ -56,25 +67,55 @@ def commit_group_offsets(
                 commit[key] = offset
         if commit:
             request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, o) for (t, p), o in commit.items()])
-            try:
-                for future in admin.alter_consumer_group_offsets([request]).values():
-                    future.result()
-            except Exception as exc:
-                raise ClusterError(f"cannot commit offsets for group {group!r}: {_reason(exc)}") from None
+
+            def alter(request: Any = request) -> list[Any]:
+                return [future.result() for future in admin.alter_consumer_group_offsets([request]).values()]
+
+            _with_coordinator_retries(alter, f"cannot commit offsets for group {group!r}")
         decisions.append(GroupDecision(group, commit, left))
     return decisions
 
 
-def _current(admin: Any, group: str, offsets: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int]:
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+#: Group coordinator errors that pass: the coordinator is moving, being created or loading.
+_COORDINATOR_ERRORS = ("NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE")
 
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in offsets])
-    try:
-        result: dict[TopicPartitionKey, int] = {}
-        for future in admin.list_consumer_group_offsets([request]).values():
-            for tp in future.result().topic_partitions:
-                if tp.error is None and tp.offset >= 0:
-                    result[(tp.topic, tp.partition)] = tp.offset
-        return result
-    except Exception as exc:
-        raise ClusterError(f"cannot read offsets of group {group!r} on the target: {_reason(exc)}") from None
+
+def _with_coordinator_retries(call: Callable[[], T], failure: str, *, timeout: float = 60) -> T:
+    """``call()``, again while the group coordinator is not ready (up to ``timeout`` seconds); else one ClusterError."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except Exception as exc:
+            reason = _reason(exc)
+            if not any(code in reason for code in _COORDINATOR_ERRORS) or time.monotonic() > deadline:
+                raise ClusterError(f"{failure}: {reason}") from None
+            time.sleep(0.5)
+
+
+def _current(
+    client: Mapping[str, str], group: str, offsets: Mapping[TopicPartitionKey, int]
+) -> dict[TopicPartitionKey, int]:
+    """The group's committed offsets on the target, for the partitions in ``offsets``.
+
+    Read with a consumer of the group (it fetches offsets, it never joins),
+    again while the coordinator is not ready, not with the admin API:
+    librdkafka's admin ListConsumerGroupOffsets dereferences a null pointer
+    when the coordinator answers NOT_COORDINATOR, which a new cluster does
+    for the first group it ever sees (librdkafka issue 5040), and the process
+    dies of a segmentation fault.
+    """
+    from confluent_kafka import Consumer, TopicPartition
+
+    settings = {**client, "group.id": group, "enable.auto.commit": "false", "enable.auto.offset.store": "false"}
+
+    def read() -> list[Any]:
+        consumer = Consumer(settings)
+        try:
+            committed: list[Any] = consumer.committed([TopicPartition(t, p) for t, p in offsets], timeout=60)
+            return committed
+        finally:
+            consumer.close()
+
+    committed = _with_coordinator_retries(read, f"cannot read offsets of group {group!r} on the target")
+    return {(tp.topic, tp.partition): tp.offset for tp in committed if tp.error is None and tp.offset >= 0}

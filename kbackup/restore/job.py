@@ -86,7 +86,7 @@ def run(settings: RestoreSettings) -> int:
     for result in results:
         for group, offset in result.group_offsets.items():
             planned.setdefault(group, {})[(result.target_topic, result.target_partition)] = offset
-    for decision in commit_group_offsets(admin, planned, force=settings.force_offsets):
+    for decision in commit_group_offsets(admin, settings.client, planned, force=settings.force_offsets):
         for (topic, partition), offset in sorted(decision.committed.items()):
             log.info("group %s: %s/%d committed at %d", decision.group, topic, partition, offset)
         for (topic, partition), reason in sorted(decision.left_alone.items()):
