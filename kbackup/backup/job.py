@@ -4,9 +4,12 @@ Lifecycle:
 
 1. Parse and check the settings; check the cluster answers and explicitly
    named topics exist. Nothing starts if any of this fails.
-2. Give every selected partition that has no files yet an empty segment.
-3. Take the first consumer group offset round (groups, then end offsets).
-4. Start the Structured Streaming query ``kbackup_kafka`` -> ``kbackup_v1``
+2. Start the Spark session; with ``--kafka-source spark``, refuse (before
+   anything is written) when Spark's Kafka connector is not on the class path.
+3. Give every selected partition that has no files yet an empty segment,
+   and take the first consumer group offset round (groups, then end offsets).
+4. Start the Structured Streaming query ``kbackup_kafka`` (or Spark's
+   ``kafka``) -> ``kbackup_v1``
    with its checkpoint in ``TARGET/.kbackup/spark-checkpoint`` by default:
    ``Trigger.AvailableNow`` in snapshot mode (back up what exists at the
    start, then stop), a processing-time trigger otherwise.
