@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kbackup.spark.submit import REPO, spark_submit_command
+from kbackup.spark.submit import REPO, client_config_file, spark_submit_command
 from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import job_env
 
@@ -26,7 +26,7 @@ class Target:
 
     def args(self, tmp_path: Path) -> list[str]:
         config = tmp_path / "target.properties"
-        config.write_text("".join(f"{k}={v}\n" for k, v in self.broker.extra_settings.items()))
+        client_config_file(config, self.broker.extra_settings)
         return ["--bootstrap-server", self.broker.bootstrap_servers, "--command-config", str(config)]
 
 

@@ -20,6 +20,7 @@ import pytest
 from kbackup.catalog import checkpoints
 from kbackup.partition.layout import list_partitions
 from kbackup.partition.reader import PartitionReader
+from kbackup.spark.submit import client_config_file
 from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import backed_up, consume_all, create_topics, run_backup, start_backup
 
@@ -75,7 +76,7 @@ def _wait_for(condition: object, timeout: float, what: str) -> None:
 
 def _client_args(kafka: BrokerUnderTest, tmp_path: Path) -> list[str]:
     config = tmp_path / "client.properties"
-    config.write_text("".join(f"{key}={value}\n" for key, value in kafka.extra_settings.items()))
+    client_config_file(config, kafka.extra_settings)
     return ["--bootstrap-server", kafka.bootstrap_servers, "--command-config", str(config)]
 
 

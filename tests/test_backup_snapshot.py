@@ -18,6 +18,7 @@ from kbackup.catalog.verify import verify_backup
 from kbackup.format.naming import parse_segment_file_name
 from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import PartitionReader
+from kbackup.spark.submit import client_config_file
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
 from tests.kafka_helpers import backed_up, consume_all, create_topics, job_env, run_backup
@@ -105,7 +106,7 @@ def snapshot(
     ends = produced
     target = tmp_path_factory.mktemp(f"snapshot-{request.param}") / "backup"
     settings = tmp_path_factory.mktemp("config") / "client.properties"
-    settings.write_text("".join(f"{k}={v}\n" for k, v in kafka.extra_settings.items()))
+    client_config_file(settings, kafka.extra_settings)
     args: list[str | Path] = [
         "--bootstrap-server", kafka.bootstrap_servers,
         "--target-dir", target,

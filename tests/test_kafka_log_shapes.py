@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from kbackup.spark.submit import client_config_file
 from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import backed_up, consume_all, create_topics, run_backup
 from tests.restore_helpers import Target, comparable, group_offsets, run_restore
@@ -65,7 +66,7 @@ def _produce(producer: Any, topic: str, items: Sequence[tuple[bytes | None, byte
 def _backup(kafka: BrokerUnderTest, tmp_path: Path, source: str, *topics: str, extra: list[str] | None = None) -> Path:
     target = tmp_path / f"backup-{source}"
     config = tmp_path / f"client-{source}.properties"
-    config.write_text("".join(f"{k}={v}\n" for k, v in kafka.extra_settings.items()))
+    client_config_file(config, kafka.extra_settings)
     result = run_backup(
         "--bootstrap-server", kafka.bootstrap_servers, "--command-config", config,
         "--target-dir", target, "--topics", ",".join(topics), "--snapshot", "--kafka-source", source,
@@ -288,9 +289,7 @@ def test_a_5_mb_record_round_trips(kafka: BrokerUnderTest, target: Target, tmp_p
     backup = tmp_path / "backup-kbackup"
     config = tmp_path / "big-target.properties"
     # The restore's producer needs the raised limit too (the Java client's name, as the original took it).
-    config.write_text(
-        "".join(f"{k}={v}\n" for k, v in target.broker.extra_settings.items()) + f"max.request.size={LIMIT}\n"
-    )
+    client_config_file(config, {**target.broker.extra_settings, "max.request.size": LIMIT})
     name = target.name(topic)
     result = run_restore(
         "--bootstrap-server", target.broker.bootstrap_servers, "--command-config", config,

@@ -25,6 +25,7 @@ from kbackup.format.record import Record
 from kbackup.partition.layout import list_segment_files, list_topics
 from kbackup.partition.object_writer import ObjectPartitionWriter
 from kbackup.partition.reader import PartitionReader
+from kbackup.spark.submit import client_config_file
 from kbackup.storage import ObjectPath, parse_location, storage_for
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
@@ -255,7 +256,7 @@ def test_backup_verify_and_restore_through_s3(
 
     root = f"s3://{s3.new_bucket()}/kafka/prod"
     config = tmp_path / "source.properties"
-    config.write_text("".join(f"{k}={v}\n" for k, v in kafka.extra_settings.items()))
+    client_config_file(config, kafka.extra_settings)
     backup_args: list[str | Path] = [
         "--bootstrap-server", kafka.bootstrap_servers, "--command-config", config, "--target-dir", root,
         "--topics", "s3-orders,s3-audit", "--snapshot", "--max-segment-size", "4000",

@@ -17,6 +17,7 @@ from kbackup.format.partition_index import encode_partition_index
 from kbackup.format.record import Record
 from kbackup.partition.reader import PartitionReader
 from kbackup.partition.writer import PartitionWriter
+from kbackup.spark.submit import client_config_file
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
 from tests.kafka_helpers import job_env
@@ -107,7 +108,7 @@ def test_a_pruned_backup_still_plans_a_restore(root: Path, kafka: BrokerUnderTes
     assert kbackup("prune", root, "--older-than", "7d").returncode == 0
     remaining = sum(1 for _ in PartitionReader(root / "t", 0).records())
     config = tmp_path / "client.properties"
-    config.write_text("".join(f"{k}={v}\n" for k, v in kafka.extra_settings.items()))
+    client_config_file(config, kafka.extra_settings)
     result = subprocess.run(
         [sys.executable, str(REPO / "jobs" / "restore.py"), "--bootstrap-server", kafka.bootstrap_servers,
          "--command-config", str(config), "--source-dir", str(root), "--topic-map", "t=pruned-t", "--dry-run"],

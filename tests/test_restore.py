@@ -21,6 +21,7 @@ from kbackup.format.record import Record
 from kbackup.partition.offsets_file import write_consumer_offsets
 from kbackup.partition.writer import PartitionWriter
 from kbackup.restore.selection import BelowCounter
+from kbackup.spark.submit import client_config_file
 from tests.backup_builders import write_original_style
 from tests.broker import BrokerUnderTest, local_cluster
 from tests.conftest import REPO
@@ -74,7 +75,7 @@ def test_backup_then_restore_round_trip(kafka: BrokerUnderTest, target: Target, 
 
     backup = tmp_path / "backup"
     config = tmp_path / "source.properties"
-    config.write_text("".join(f"{k}={v}\n" for k, v in kafka.extra_settings.items()))
+    client_config_file(config, kafka.extra_settings)
     done = run_backup("--bootstrap-server", kafka.bootstrap_servers, "--command-config", config,
                       "--target-dir", backup, "--topics", "rt-orders,rt-tx", "--snapshot")  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:]
@@ -489,7 +490,7 @@ def test_checkpoint_taken_while_producing_and_committing_restores_consistently(
     backup = tmp_path / "backup"
     log = tmp_path / "backup.log"
     config = tmp_path / "source.properties"
-    config.write_text("".join(f"{k}={v}\n" for k, v in kafka.extra_settings.items()))
+    client_config_file(config, kafka.extra_settings)
     process = start_backup("--bootstrap-server", kafka.bootstrap_servers, "--command-config", config,
                            "--target-dir", backup, "--topics", topic, "--trigger-interval", "1",
                            "--offsets-interval", "1", log=log)  # fmt: skip

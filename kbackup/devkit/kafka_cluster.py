@@ -138,10 +138,6 @@ class KafkaCluster:
     cluster_id: str = field(default_factory=lambda: base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22])
 
     @property
-    def version(self) -> str:
-        return KAFKA_VERSION
-
-    @property
     def bootstrap_servers(self) -> str:
         return ",".join(node.address for node in self.nodes)
 

@@ -60,7 +60,7 @@ def connector_artifact(version: str | None = None) -> Artifact:
 
 def package_coordinate() -> str:
     """What to pass to ``spark-submit --packages``: the connector :func:`connector_jars` resolves."""
-    return str(connector_artifact(_resolved_version()))
+    return str(connector_artifact(_resolve()[0]))
 
 
 def connector_jars() -> list[Path]:
@@ -123,10 +123,6 @@ def _resolve() -> tuple[str, Path]:
         except ArtifactError as exc:
             failures.append(str(exc))
     raise ArtifactError("Spark's Kafka connector: " + "; ".join(failures))
-
-
-def _resolved_version() -> str:
-    return _resolve()[0]
 
 
 def _key(version: str) -> tuple[int, ...]:
