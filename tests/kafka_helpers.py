@@ -46,14 +46,40 @@ def kbackup_lines(*args: str | Path) -> list[str]:
 
 
 def create_topics(
-    broker: BrokerUnderTest, specs: dict[str, int], configs: dict[str, dict[str, str]] | None = None
+    broker: BrokerUnderTest | dict[str, str],
+    specs: dict[str, int],
+    configs: dict[str, dict[str, str]] | None = None,
+    *,
+    replication: int = 1,
 ) -> None:
+    """Create the topics and return once metadata shows every partition with a leader.
+
+    CreateTopics answers before every broker's metadata cache knows the new partitions; a test that
+    looks them up at once can see none (and ``all(...)`` over none is true), so wait for the leaders.
+    ``replication=-1`` takes the cluster's default replication factor.
+    """
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient(broker.client_settings())
-    topics = [NewTopic(name, count, 1, config=(configs or {}).get(name, {})) for name, count in specs.items()]
+    settings = broker if isinstance(broker, dict) else broker.client_settings()
+    admin = AdminClient(settings)
+    topics = [NewTopic(name, count, replication, config=(configs or {}).get(name, {})) for name, count in specs.items()]
     for future in admin.create_topics(topics).values():
         future.result(30)
+    deadline = time.monotonic() + 30
+    while True:
+        listed = admin.list_topics(timeout=10).topics
+        waiting = [
+            name
+            for name, count in specs.items()
+            if name not in listed
+            or len(listed[name].partitions) != count
+            or any(p.leader < 0 for p in listed[name].partitions.values())
+        ]
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"topics {waiting} have no leader for every partition 30 s after creation")
+        time.sleep(0.2)
 
 
 def record_json(message: Any) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import pytest
 
 from kbackup.devkit.kafka_cluster import KAFKA_VERSION, KafkaCluster
 from tests.conftest import REPO
+from tests.kafka_helpers import create_topics
 from tests.leftovers import marked_processes
 
 
@@ -133,14 +134,14 @@ def test_a_killed_owner_takes_its_brokers_with_it(tmp_path: Path) -> None:
 def test_three_nodes_replicate_and_survive_one_node_down() -> None:
     """The fault-test cluster: RF 3 and min.insync.replicas=2 by default; acks=all works with a node down."""
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+    from confluent_kafka.admin import AdminClient, ConfigResource
 
     with KafkaCluster(3) as cluster:
         admin = AdminClient(cluster.client_settings())
         assert len(admin.list_topics(timeout=10).brokers) == 3
-        for future in admin.create_topics([NewTopic("three-nodes", 2)]).values():
-            future.result(30)
+        create_topics(cluster.client_settings(), {"three-nodes": 2}, replication=-1)
         metadata = admin.list_topics("three-nodes", timeout=10).topics["three-nodes"]
+        assert sorted(metadata.partitions) == [0, 1]
         assert all(len(p.replicas) == 3 for p in metadata.partitions.values())
         config = admin.describe_configs([ConfigResource("TOPIC", "three-nodes")])
         described = next(iter(config.values())).result(30)
