@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from kbackup.errors import KbackupError, UsageError
 from kbackup.kafka.java_client_settings import librdkafka_settings
-from kbackup.logsetup import ensure_console_logging
+from kbackup.logsetup import ensure_console_logging, print_error
 from kbackup.properties import read_properties
 
 S = TypeVar("S")
@@ -110,12 +110,12 @@ def run_job(
     try:
         settings = parse(list(sys.argv[1:] if argv is None else argv))
     except KbackupError as exc:
-        print(f"kbackup {name}: error: {exc}", file=sys.stderr)
+        print_error(f"kbackup {name}: error: {exc}")
         return 2
     try:
         return run(settings)
     except KbackupError as exc:
-        print(f"kbackup {name}: error: {exc}", file=sys.stderr)
+        print_error(f"kbackup {name}: error: {exc}")
         return 1
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
+from typing import TextIO
 
 
 def ensure_console_logging(*, debug: bool = False) -> None:
@@ -20,3 +22,28 @@ def ensure_console_logging(*, debug: bool = False) -> None:
         logger.addHandler(handler)
         logger.propagate = False
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
+
+
+def print_error(line: str) -> None:
+    """Print a job's one error line where the user sees errors: the standard error of ``spark-submit``.
+
+    spark-submit runs the Python driver with its standard error merged into
+    its standard output (PythonRunner's ``redirectErrorStream``), so under
+    spark-submit the line is written to the launching JVM's own standard error
+    (``/proc/<parent>/fd/2``), and to this process's otherwise.
+    """
+    stream = _submitter_stderr()
+    try:
+        print(line, file=stream or sys.stderr, flush=True)
+    finally:
+        if stream is not None:
+            stream.close()
+
+
+def _submitter_stderr() -> TextIO | None:
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return None  # not started by spark-submit
+    try:
+        return open(f"/proc/{os.getppid()}/fd/2", "w", encoding="utf-8")
+    except OSError:
+        return None

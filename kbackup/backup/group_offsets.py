@@ -21,11 +21,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kbackup.backup.origin import check_origin
 from kbackup.catalog.offset_history import append_round
 from kbackup.catalog.topics import record_topic
 from kbackup.errors import PlacementError
 from kbackup.kafka.cluster import (
     TopicPartitionKey,
+    cluster_identity,
     committed_group_offsets,
     list_offsets,
     partition_counts,
@@ -90,12 +92,29 @@ def store_round(target: Location, round_: OffsetRound, *, prune: bool, live_grou
     return changed
 
 
-def record_topics(target: Location, admin: Any, selection: TopicSelection) -> int:
-    """Keep the catalog's record of each selected topic (partition count, configuration); return how many changed."""
+def record_topics(target: Location, admin: Any, selection: TopicSelection, *, servers: str) -> int:
+    """Keep the catalog's record of each selected topic (origin, partition count, configuration).
+
+    Raises :class:`~kbackup.backup.origin.OriginError` first when the target
+    holds another cluster's or another incarnation's backup of a topic.
+    Returns how many records changed.
+    """
     counts = partition_counts(admin)
     topics = selection.select(counts)
+    cluster_id, topic_ids = cluster_identity(admin, topics)
+    check_origin(target, cluster_id, topic_ids, servers=servers)
     configs = topic_configs(admin, topics)
-    return sum(record_topic(target, topic, counts[topic], configs.get(topic, {})) for topic in topics)
+    return sum(
+        record_topic(
+            target,
+            topic,
+            counts[topic],
+            configs.get(topic, {}),
+            cluster_id=cluster_id,
+            topic_id=topic_ids.get(topic),
+        )
+        for topic in topics
+    )
 
 
 def ensure_partitions(target: Location, admin: Any, selection: TopicSelection, *, max_segment_size: int) -> int:

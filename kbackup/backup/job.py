@@ -2,8 +2,10 @@
 
 Lifecycle:
 
-1. Parse and check the settings; check the cluster answers and explicitly
-   named topics exist. Nothing starts if any of this fails.
+1. Parse and check the settings; check the cluster answers, explicitly
+   named topics exist, and the target holds no other cluster's or topic
+   incarnation's backup (:mod:`kbackup.backup.origin`). Nothing starts if
+   any of this fails.
 2. Start the Spark session; with ``--kafka-source spark``, refuse (before
    anything is written) when Spark's Kafka connector is not on the class path.
 3. Give every selected partition that has no files yet an empty segment,
@@ -36,12 +38,13 @@ from types import FrameType
 from typing import Any
 
 from kbackup.backup.group_offsets import OffsetRound, ensure_partitions, record_topics, store_round, take_round
+from kbackup.backup.origin import check_origin
 from kbackup.backup.settings import BackupSettings, parse_backup_args
 from kbackup.catalog import checkpoints
 from kbackup.errors import KbackupError
 from kbackup.job_options import run_job
 from kbackup.kafka.client_settings import redact
-from kbackup.kafka.cluster import ClusterError, TopicPartitionKey, admin_client, partition_counts
+from kbackup.kafka.cluster import ClusterError, TopicPartitionKey, admin_client, cluster_identity, partition_counts
 from kbackup.logsetup import ensure_console_logging
 from kbackup.partition.layout import list_partitions, list_topics
 from kbackup.partition.reader import PartitionReader
@@ -172,9 +175,14 @@ class BackupJob:
                 )
         elif not selection.select(counts):
             log.warning("no topic matches %r yet; the backup picks topics up as they appear", selection.pattern)
+        servers = self.settings.client["bootstrap.servers"]
+        cluster_id, topic_ids = cluster_identity(admin, selection.select(counts))
+        check_origin(self.settings.target, cluster_id, topic_ids, servers=servers)
+        log.info("cluster %s; topic ids: %s", cluster_id, ", ".join(f"{t} {i}" for t, i in topic_ids.items()) or "none")
 
     def _record_topics(self, admin: Any) -> None:
-        changed = record_topics(self.settings.target, admin, self.settings.selection)
+        servers = self.settings.client["bootstrap.servers"]
+        changed = record_topics(self.settings.target, admin, self.settings.selection, servers=servers)
         if changed:
             log.info("topic configuration recorded for %d topic(s)", changed)
 

@@ -1,8 +1,12 @@
-"""The catalog's record of each backed-up topic: partition count and topic configuration.
+"""The catalog's record of each backed-up topic: origin, partition count and topic configuration.
 
 ``ROOT/.kbackup/catalog/<topic>/topic.json``, replaced atomically, written by
 the backup when it starts and at every consumer offset round (only when
-something changed). The restore creates missing topics from it.
+something changed). The restore creates missing topics from it. The origin is
+the Kafka cluster id and the topic id (one incarnation of the topic): the
+backup refuses to add records of another cluster or incarnation (see
+:mod:`kbackup.backup.origin`). Records written before kbackup kept the origin
+have none.
 """
 
 from __future__ import annotations
@@ -24,15 +28,21 @@ class TopicRecord:
     partitions: int
     config: dict[str, str] = field(default_factory=dict)
     captured_at: int = 0  # epoch ms
+    cluster_id: str | None = None
+    topic_id: str | None = None
 
     def encode(self) -> bytes:
-        document = {
+        document: dict[str, object] = {
             "version": TOPIC_RECORD_VERSION,
             "topic": self.topic,
             "partitions": self.partitions,
             "config": dict(sorted(self.config.items())),
             "capturedAt": self.captured_at,
         }
+        if self.cluster_id is not None:
+            document["clusterId"] = self.cluster_id
+        if self.topic_id is not None:
+            document["topicId"] = self.topic_id
         return json.dumps(document, indent=1).encode() + b"\n"
 
     @classmethod
@@ -42,7 +52,15 @@ class TopicRecord:
             if document.get("version") != TOPIC_RECORD_VERSION:
                 raise FormatError("unsupported topic record version", file=file, found=repr(document.get("version")))
             config = {str(k): str(v) for k, v in document["config"].items()}
-            return cls(str(document["topic"]), int(document["partitions"]), config, int(document["capturedAt"]))
+            cluster_id, topic_id = document.get("clusterId"), document.get("topicId")
+            return cls(
+                str(document["topic"]),
+                int(document["partitions"]),
+                config,
+                int(document["capturedAt"]),
+                None if cluster_id is None else str(cluster_id),
+                None if topic_id is None else str(topic_id),
+            )
         except FormatError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -60,11 +78,20 @@ def read_topic_record(root: Location, topic: str) -> TopicRecord | None:
     return TopicRecord.decode(read_limited(path, 1 << 24), file=str(path))
 
 
-def record_topic(root: Location, topic: str, partitions: int, config: dict[str, str]) -> bool:
-    """Store the topic's partition count and configuration if they changed; return whether they did."""
+def record_topic(
+    root: Location,
+    topic: str,
+    partitions: int,
+    config: dict[str, str],
+    *,
+    cluster_id: str | None = None,
+    topic_id: str | None = None,
+) -> bool:
+    """Store the topic's origin, partition count and configuration if they changed; return whether they did."""
     current = read_topic_record(root, topic)
-    if current is not None and (current.partitions, current.config) == (partitions, config):
+    wanted = (partitions, config, cluster_id, topic_id)
+    if current is not None and (current.partitions, current.config, current.cluster_id, current.topic_id) == wanted:
         return False
-    record = TopicRecord(topic, partitions, config, int(time.time() * 1000))
+    record = TopicRecord(topic, partitions, config, int(time.time() * 1000), cluster_id, topic_id)
     write_whole(topic_record_path(root, topic), record.encode())
     return True

@@ -36,6 +36,38 @@ def partition_counts(admin: Any, *, timeout: float = 30) -> dict[str, int]:
     return {name: len(topic.partitions) for name, topic in metadata.topics.items() if topic.error is None}
 
 
+def cluster_identity(admin: Any, topics: Iterable[str], *, timeout: float = 30) -> tuple[str, dict[str, str]]:
+    """The cluster id and each existing topic's id, both as Kafka prints them (URL-safe base64).
+
+    A topic id (KIP-516) names one incarnation of a topic: deleting a topic and
+    creating it again under the same name gives it a new id. Topics that do
+    not exist are left out.
+    """
+    from confluent_kafka import KafkaError, TopicCollection
+
+    names = sorted(set(topics))
+    try:
+        cluster = admin.describe_cluster(request_timeout=timeout).result()
+        ids: dict[str, str] = {}
+        if names:
+            for name, future in admin.describe_topics(TopicCollection(names), request_timeout=timeout).items():
+                try:
+                    ids[name] = kafka_id(str(future.result().topic_id))
+                except Exception as exc:
+                    error = exc.args[0] if exc.args else None
+                    if getattr(error, "code", lambda: None)() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        continue
+                    raise
+    except Exception as exc:
+        raise ClusterError(f"cannot read the cluster id and topic ids: {_reason(exc)}") from None
+    return kafka_id(str(cluster.cluster_id)), ids
+
+
+def kafka_id(text: str) -> str:
+    """A cluster or topic id in Kafka's own spelling (librdkafka prints standard base64, Kafka URL-safe)."""
+    return text.replace("+", "-").replace("/", "_").rstrip("=")
+
+
 def list_offsets(
     admin: Any,
     partitions: Iterable[TopicPartitionKey],

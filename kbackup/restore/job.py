@@ -55,6 +55,8 @@ def run(settings: RestoreSettings) -> int:
     except ClusterError as exc:
         raise ClusterError(f"cannot reach Kafka at {settings.client['bootstrap.servers']}: {exc}") from None
     plan = build_plan(settings, admin)
+    for topic_plan in plan.topics:
+        log.info("%s", topic_plan.describe_origin())
     if plan.groups_round is not None:
         log.info("consumer group offsets are taken from the offset round at %d (epoch ms)", plan.groups_round)
     if settings.dry_run:
@@ -194,6 +196,7 @@ def describe(plan: RestorePlan, settings: RestoreSettings) -> list[str]:
     if plan.groups_round is not None:
         lines.append(f"consumer group offsets as of the offset round at {plan.groups_round} (epoch ms)")
     for topic in plan.topics:
+        lines.append(topic.describe_origin())
         if topic.create_partitions:
             config = ", ".join(f"{key}={value}" for key, value in sorted(topic.config.items()))
             with_config = f", config {config}" if config else ""

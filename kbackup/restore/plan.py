@@ -53,6 +53,14 @@ class TopicPlan:
     existing_partitions: int | None  # None: the topic will be created
     create_partitions: int | None
     config: dict[str, str] = field(default_factory=dict)
+    #: The Kafka cluster id and topic id the backup was read from (``None``: not recorded).
+    origin_cluster: str | None = None
+    origin_topic_id: str | None = None
+
+    def describe_origin(self) -> str:
+        if self.origin_cluster is None:
+            return f"{self.source_topic}: the backup does not record which cluster it came from"
+        return f"{self.source_topic}: backed up from cluster {self.origin_cluster}, topic id {self.origin_topic_id}"
 
 
 @dataclass
@@ -117,20 +125,21 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
         wanted = settings.partitions.get(target)
         if wanted is not None and wanted < count:
             raise UsageError(f"--partitions {target}={wanted} is below the backup's {count} partitions")
+        recorded = read_topic_record(settings.source, topic)
+        origin = (recorded.cluster_id, recorded.topic_id) if recorded is not None else (None, None)
         if target in existing:
             if existing[target] < count:
                 raise KbackupError(
                     f"target topic {target!r} has {existing[target]} partitions, the backup of {topic!r} has {count}: "
                     "records would not keep their partition"
                 )
-            plan.topics.append(TopicPlan(topic, target, count, existing[target], None))
+            plan.topics.append(TopicPlan(topic, target, count, existing[target], None, {}, *origin))
         else:
-            recorded = read_topic_record(settings.source, topic)
             config = {
                 k: v for k, v in (recorded.config if recorded else {}).items() if k not in settings.drop_topic_config
             }
             config.update(settings.topic_config)
-            plan.topics.append(TopicPlan(topic, target, count, None, wanted or count, config))
+            plan.topics.append(TopicPlan(topic, target, count, None, wanted or count, config, *origin))
         for partition in partitions:
             reader = PartitionReader(topic_dir, partition, legacy=settings.legacy)
             window = settings.window(topic, partition)

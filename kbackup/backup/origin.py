@@ -1,0 +1,70 @@
+"""One backup target holds one Kafka cluster's topics, each in one incarnation.
+
+Offsets only mean something within one incarnation of one topic: a topic
+deleted and created again under the same name starts at offset 0 again, and
+another cluster's topic of the same name has offsets of its own. Appending
+either to an existing backup would interleave two logs by offset, and the
+Spark checkpoint (which skips offsets it has already read) would keep the
+placement check from ever seeing the overlap. So the backup records, in each
+topic's record (:mod:`kbackup.catalog.topics`), the cluster id and the topic
+id (KIP-516) it read from, and refuses, before Spark starts and at every
+offset round of a continuous backup, when they differ from the cluster's.
+
+A topic recorded without an origin (a backup made by the original tool or by
+a kbackup before origins were kept) is adopted: its origin is recorded from
+the cluster and a warning says that the files could not be checked against it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from kbackup.catalog.topics import read_topic_record
+from kbackup.errors import BackupNotFoundError, KbackupError
+from kbackup.partition.layout import list_topics
+from kbackup.storage import Location
+
+log = logging.getLogger("kbackup.backup")
+
+
+class OriginError(KbackupError):
+    """The target holds a backup of another Kafka cluster or of another incarnation of a topic."""
+
+
+def check_origin(target: Location, cluster_id: str, topic_ids: Mapping[str, str], *, servers: str) -> None:
+    """Refuse a target whose recorded cluster id or topic ids differ from the cluster's.
+
+    ``topic_ids`` holds the selected topics that exist on the cluster; every
+    topic the target holds must come from ``cluster_id``.
+    """
+    try:
+        held = list_topics(target)
+    except BackupNotFoundError:
+        return  # a new target
+    for topic in held:
+        recorded = read_topic_record(target, topic)
+        if recorded is None or recorded.cluster_id is None:
+            if topic in topic_ids:
+                log.warning(
+                    "topic %s in %s has no recorded cluster or topic id (an older backup): "
+                    "recording cluster %s, topic id %s; its existing files could not be checked against them",
+                    topic,
+                    target,
+                    cluster_id,
+                    topic_ids[topic],
+                )
+            continue
+        if recorded.cluster_id != cluster_id:
+            raise OriginError(
+                f"{target} holds a backup of cluster {recorded.cluster_id} (topic {topic!r}, "
+                f"topic id {recorded.topic_id}), but {servers} is cluster {cluster_id}: a backup target holds one "
+                "cluster's topics; back up into a new target directory"
+            )
+        found = topic_ids.get(topic)
+        if found is not None and recorded.topic_id is not None and found != recorded.topic_id:
+            raise OriginError(
+                f"topic {topic!r} in {target} was backed up from topic id {recorded.topic_id}, but on cluster "
+                f"{cluster_id} it now has topic id {found} (deleted and created again): its offsets start over "
+                "and would mix with the backed-up ones; back up into a new target directory"
+            )
