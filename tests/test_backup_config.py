@@ -226,3 +226,19 @@ def test_restore_windows_and_times() -> None:
     assert settings.window("other", 0) == Window(None, None, None, 1_795_334_400_000)
     with pytest.raises(UsageError, match="FROM is above TO"):
         parse_restore_args(["--bootstrap-server", "k:1", "--source-dir", "/b", "--offset-window", "t=9..2"])
+
+
+def test_topic_map_onto_a_restored_topic_is_refused_when_parsed() -> None:
+    from kbackup.restore.settings import parse_restore_args
+
+    base = ["--bootstrap-server", "k:1", "--source-dir", "/b"]
+    with pytest.raises(UsageError) as refused:
+        parse_restore_args([*base, "--topics", "small,dmg", "--topic-map", "small=dmg"])
+    assert str(refused.value) == (
+        "--topic-map small=dmg would restore 2 topics (small, dmg) into one topic 'dmg', and 'dmg' itself is "
+        "restored; map 'dmg' elsewhere too, or leave one out with --topics"
+    )
+    # A swap, or a rename onto a name that is not restored, is fine.
+    swapped = parse_restore_args([*base, "--topics", "small,dmg", "--topic-map", "small=dmg", "--topic-map", "dmg=x"])
+    assert [swapped.target_topic(t) for t in ("small", "dmg")] == ["dmg", "x"]
+    parse_restore_args([*base, "--topics", "small", "--topic-map", "small=dmg"])

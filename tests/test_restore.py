@@ -322,6 +322,24 @@ def test_target_with_fewer_partitions_is_refused(target: Target, tmp_path: Path)
     assert f"target topic {name!r} has 2 partitions, the backup of 'wide' has 3" in result.stderr
 
 
+def test_topic_map_onto_another_restored_topic_is_refused(target: Target, tmp_path: Path) -> None:
+    """Restoring the whole backup with ``small`` renamed onto ``dmg``, which is also in the backup: refused."""
+    backup = tmp_path / "backup"
+    for topic, partitions in (("small", 1), ("dmg", 2)):
+        for partition in range(partitions):
+            with PartitionWriter(backup / topic, topic, partition, fsync=False) as writer:
+                writer.append(Record(0, -1, None, b"k", topic.encode()))
+    result = restore_python(*target.args(tmp_path), "--source-dir", backup, "--topic-map", "small=dmg")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "kbackup restore: error: --topic-map small=dmg would restore 2 topics (dmg, small) into one topic 'dmg', "
+        "and 'dmg' itself is restored; map 'dmg' elsewhere too, or leave one out with --topics"
+    )
+    from confluent_kafka.admin import AdminClient
+
+    assert "dmg" not in AdminClient(target.broker.client_settings()).list_topics(timeout=10).topics
+
+
 def test_missing_topic_and_bad_flags(target: Target, tmp_path: Path, small_backup: Path) -> None:
     result = restore_python(*target.args(tmp_path), "--source-dir", small_backup, "--topics", "nope")
     assert result.returncode == 1

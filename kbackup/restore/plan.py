@@ -112,6 +112,7 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
         raise UsageError(f"--topic-map names topic(s) not being restored: {', '.join(unknown)}")
     if not chosen:
         raise BackupNotFoundError(f"no topic of the backup {settings.source} is selected")
+    settings.check_target_names(chosen)
     existing = partition_counts(admin)
     historic = _historic_groups(settings)
     if historic is not None:

@@ -62,6 +62,22 @@ class RestoreSettings:
         low, high = self.offset_windows.get((topic, partition), self.offset_windows.get((topic, None), (None, None)))
         return Window(low, high, self.from_time, self.to_time)
 
+    def check_target_names(self, restored: Sequence[str]) -> None:
+        """Refuse two restored topics that would go into one target topic (a rename onto a restored name)."""
+        by_target: dict[str, list[str]] = {}
+        for topic in restored:
+            by_target.setdefault(self.target_topic(topic), []).append(topic)
+        for target, sources in sorted(by_target.items()):
+            if len(sources) > 1:
+                renamed = [s for s in sources if s != target]
+                kept = [s for s in sources if s == target]
+                how = " and ".join(f"--topic-map {s}={target}" for s in renamed)
+                also = f", and {target!r} itself is restored" if kept else ""
+                raise UsageError(
+                    f"{how} would restore {len(sources)} topics ({', '.join(sources)}) into one topic {target!r}"
+                    f"{also}; map {target!r} elsewhere too, or leave one out with --topics"
+                )
+
     @property
     def restore_state_dir(self) -> Location:
         return self.state_dir or self.source / ".kbackup" / "restore"
@@ -184,7 +200,7 @@ def parse_restore_args(argv: Sequence[str]) -> RestoreSettings:
             raise UsageError(f"--offset-window {item!r}: FROM is above TO")
         part = int(match["partition"]) if match["partition"] is not None else None
         windows[(match["topic"], part)] = (low, high)
-    return RestoreSettings(
+    settings = RestoreSettings(
         source=parse_location(source),
         client=client,
         selection=selection,
@@ -207,6 +223,9 @@ def parse_restore_args(argv: Sequence[str]) -> RestoreSettings:
         state_dir=args.state_dir,
         spark_conf=spark_conf(args.spark_conf),
     )
+    if selection is not None and selection.topics is not None:
+        settings.check_target_names(selection.topics)  # the rest is checked once the backup's topics are listed
+    return settings
 
 
 def parse_time(text: str, flag: str) -> int:
