@@ -85,14 +85,36 @@ def _partitions(topic_dir: Location, only: int | None) -> list[int]:
 
 
 def cmd_cat(args: argparse.Namespace, out: TextIO) -> None:
+    """Print records as JSON lines; first check that every segment they come from is whole (unless told not to)."""
+    from kbackup.catalog.integrity import DamagedBackupError, bad_segments
+    from kbackup.catalog.segment_set import lost_segments
+
     root = parse_location(args.dir)
+    readers = []
+    damage: list[str] = []
     for topic in _topics(root, args.topic):
         topic_dir = root / topic
         for partition in _partitions(topic_dir, args.partition):
             reader = PartitionReader(topic_dir, partition, legacy=args.legacy_no_magic)
-            for record in reader.records(args.from_offset, args.to_offset):
-                out.write(json.dumps(record_to_json(topic, partition, record), separators=(",", ":")))
-                out.write("\n")
+            skipped: frozenset[str] = frozenset()
+            if args.verify:
+                found = lost_segments(root, topic, partition, reader) + bad_segments(
+                    root, topic, partition, from_offset=args.from_offset, to_offset=args.to_offset
+                )
+                damage += [bad.describe(topic, partition) for bad in found]
+                skipped = frozenset(bad.name for bad in found)
+            readers.append((topic, partition, reader, skipped))
+    if damage and not args.skip_bad_segments:
+        raise DamagedBackupError(
+            f"the backup is damaged: {'; '.join(damage)} "
+            "(--skip-bad-segments prints the rest, --no-verify prints what the files hold)"
+        )
+    for line in damage:
+        print(f"kbackup cat: warning: left out: {line}", file=sys.stderr)
+    for topic, partition, reader, skipped in readers:
+        for record in reader.records(args.from_offset, args.to_offset, skip_segments=skipped):
+            out.write(json.dumps(record_to_json(topic, partition, record), separators=(",", ":")))
+            out.write("\n")
 
 
 def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
@@ -373,6 +395,15 @@ def build_parser() -> argparse.ArgumentParser:
     cat = sub.add_parser("cat", parents=[select, legacy], help="print records as JSON lines")
     cat.add_argument("--from-offset", type=_non_negative, help="first offset to print")
     cat.add_argument("--to-offset", type=_non_negative, help="last offset to print (inclusive)")
+    cat.add_argument(
+        "--no-verify",
+        dest="verify",
+        action="store_false",
+        help="do not check segments against the catalog and the partition index first",
+    )
+    cat.add_argument(
+        "--skip-bad-segments", action="store_true", help="leave out damaged or lost segments (named on stderr)"
+    )
     cat.set_defaults(func=cmd_cat)
 
     ls = sub.add_parser("ls", parents=[select, legacy], help="list topics, partitions, segments and offset ranges")

@@ -6,6 +6,7 @@ import itertools
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import crc32c
@@ -194,3 +195,128 @@ def read_catalog_rebuilt(tmp_path: Path, root: Path) -> tuple[object, ...]:
     rebuilt = read_catalog(copy, "t", 0)
     assert rebuilt is not None
     return rebuilt.segments
+
+
+# -- the set of segments, and what cat reads ------------------------------------------------
+
+
+def _cat(*args: str | Path) -> tuple[subprocess.CompletedProcess[str], list[dict[str, object]]]:
+    import json
+
+    result = kbackup("cat", *args)
+    return result, [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def _expected(partition: int, numbers: Iterable[int]) -> list[dict[str, object]]:
+    from kbackup.cli import record_to_json
+
+    return [record_to_json("t", partition, sample_record(i)) for i in numbers]
+
+
+def _numbers_in(root: Path, partition: int, name: str) -> list[int]:
+    """Which sample records (by number) a segment holds, from its files."""
+    from kbackup.partition.segment_reader import iter_segment
+
+    records = iter_segment(root / "t" / f"{name}_records", root / "t" / f"{name}_index")
+    return [record.offset // 3 for record in records]
+
+
+def test_a_partition_index_cut_short_hides_no_records(root: Path) -> None:
+    """The partition index loses 30 bytes (a partial last entry): its last segment must not vanish silently."""
+    index = root / "t" / "index_partition_000"
+    index.write_bytes(index.read_bytes()[:-30])
+    segments = sorted((root / "t").glob("segment_partition_000_*_records"), key=lambda p: int(p.name.split("_")[5]))
+    hidden = segments[-1].name[: -len("_records")]
+    hidden_numbers = _numbers_in(root, 0, hidden)
+    assert hidden_numbers  # the hidden segment holds records
+
+    result = kbackup("verify", root)
+    assert result.returncode == 1
+    assert f"error: extra segment {hidden}: not in the partition index" in result.stdout
+
+    refused, printed = _cat(root, "--topic", "t")
+    assert refused.returncode == 1 and printed == []
+    assert refused.stderr.strip() == (
+        f"kbackup: error: the backup is damaged: topic 't' partition 0: segment {hidden} "
+        f"(offsets {3 * hidden_numbers[0]}..{3 * hidden_numbers[-1]}): its files hold "
+        f"{segments[-1].stat().st_size} bytes of records but the partition index does not name it "
+        f"(kbackup index rebuild {root / 't'} --partition 0 adds it back) "
+        "(--skip-bad-segments prints the rest, --no-verify prints what the files hold)"
+    )
+    skipped, printed = _cat(root, "--topic", "t", "--skip-bad-segments")
+    assert skipped.returncode == 0
+    assert f"left out: topic 't' partition 0: segment {hidden}" in skipped.stderr
+    kept = [i for i in range(40) if i not in hidden_numbers]
+    assert printed == _expected(0, kept) + _expected(1, range(40))
+
+    # The repair the message names brings every record back.
+    assert kbackup("index", "rebuild", root / "t", "--partition", "0").returncode == 0
+    result, printed = _cat(root, "--topic", "t", "--partition", "0")
+    assert result.returncode == 0, result.stderr
+    assert printed == _expected(0, range(40))
+
+
+def test_a_cataloged_segment_missing_from_the_partition_index_is_damage(root: Path) -> None:
+    from kbackup.format.magic import MAGIC_V1
+    from kbackup.format.partition_index import encode_entry
+    from kbackup.partition.reader import PartitionReader
+
+    lost = _segment(root, 1, 1)
+    lost_numbers = _numbers_in(root, 1, lost)
+    segments = [s for s in PartitionReader(root / "t", 1).segments if s.name != lost]
+    (root / "t" / "index_partition_001").write_bytes(MAGIC_V1 + b"".join(encode_entry(s) for s in segments))
+    for suffix in ("_records", "_index"):
+        (root / "t" / f"{lost}{suffix}").unlink()
+
+    result = kbackup("verify", root)
+    assert result.returncode == 1
+    assert f"error: missing segment {lost}: named in the catalog, not in the partition index" in result.stdout
+    refused, printed = _cat(root, "--partition", "1", "--topic", "t")
+    assert refused.returncode == 1 and printed == []
+    assert f"segment {lost} (offsets {3 * lost_numbers[0]}..{3 * lost_numbers[-1]})" in refused.stderr
+    assert "the catalog names it" in refused.stderr
+    skipped, printed = _cat(root, "--topic", "t", "--partition", "1", "--skip-bad-segments")
+    assert skipped.returncode == 0
+    assert printed == _expected(1, [i for i in range(40) if i not in lost_numbers])
+
+
+def test_cat_checks_checksums_unless_told_not_to(root: Path) -> None:
+    name = _segment(root, 0, 1)
+    numbers = _numbers_in(root, 0, name)
+    path = root / "t" / f"{name}_records"
+    data = bytearray(path.read_bytes())
+    flipped = bytes(data).index(b"value-")
+    data[flipped] ^= 0x20  # "value-" becomes "Value-" in one record's value: it still decodes
+    path.write_bytes(bytes(data))
+    refused, printed = _cat(root, "--topic", "t", "--partition", "0")
+    assert refused.returncode == 1 and printed == []
+    assert f"segment {name} (offsets {3 * numbers[0]}..{3 * numbers[-1]}): {name}_records has CRC32C" in refused.stderr
+    # A range that does not reach the damaged segment is printed.
+    before, printed = _cat(root, "--topic", "t", "--partition", "0", "--to-offset", str(3 * numbers[0] - 1))
+    assert before.returncode == 0 and printed == _expected(0, range(numbers[0]))
+    unchecked, printed = _cat(root, "--topic", "t", "--partition", "0", "--no-verify")
+    assert unchecked.returncode == 0
+    assert [p["offset"] for p in printed] == [3 * i for i in range(40)]
+    differing = [i for i in range(40) if printed[i] != _expected(0, [i])[0]]
+    assert len(differing) == 1 and differing[0] in numbers  # the flipped byte, as stored
+
+
+def test_garbage_consumer_offsets_file_fails_verify(root: Path) -> None:
+    path = root / "t" / "consumer_offsets_partition_001"
+    path.write_bytes(b'{"readers": 12, "broken": ')
+    result = kbackup("verify", root)
+    assert result.returncode == 1
+    assert "t/1: DAMAGED" in result.stdout and "t/0: ok" in result.stdout
+    assert f"error: {path} at byte 26: consumer offsets file is not valid JSON" in result.stdout
+
+
+def test_an_empty_unindexed_segment_is_a_note(root: Path) -> None:
+    from kbackup.format.magic import MAGIC_V1
+
+    fresh = "segment_partition_000_from_offset_0000099999"
+    for suffix in ("_records", "_index"):
+        (root / "t" / f"{fresh}{suffix}").write_bytes(MAGIC_V1)
+    result = kbackup("verify", root)
+    assert result.returncode == 0, result.stdout
+    assert f"note: empty segment {fresh} is not in the partition index yet" in result.stdout
+    assert kbackup("cat", root, "--topic", "t", "--partition", "0").returncode == 0

@@ -256,6 +256,7 @@ def test_dry_run_prints_the_plan_and_touches_nothing(target: Target, tmp_path: P
     assert result.returncode == 0, result.stderr
     assert [line for line in result.stdout.splitlines() if " kbackup INFO " not in line] == [
         "dry run: nothing was changed",
+        "sel: the backup does not record which cluster it came from",
         f"create topic {renamed} with 1 partitions",
         f"sel/0 -> {renamed}/0: 8 records (32 bytes of keys and values) selected, 8 to produce; "
         "target empty, offsets from 0",
@@ -372,6 +373,14 @@ def test_restore_refuses_a_damaged_segment_and_skips_it_on_request(target: Targe
     name = target.name("crc-restored")
     args = [*target.args(tmp_path), "--source-dir", str(backup), "--topic-map", f"crc={name}"]
 
+    # The dry run checks what the real run checks, reports it, and fails the same way.
+    dry = restore_python(*args, "--dry-run")
+    assert dry.returncode == 1
+    assert (
+        f"  damaged, the restore refuses: offsets {damaged.first_offset}..{damaged.last_offset} "
+        f"(segment {damaged.name}: {damaged.name}_records has CRC32C"
+    ) in dry.stdout
+    assert "--skip-bad-segments" in dry.stderr
     refused = run_restore(*args)
     assert refused.returncode == 1
     assert f"segment {damaged.name} (offsets {damaged.first_offset}..{damaged.last_offset}) is damaged" in (
@@ -391,6 +400,44 @@ def test_restore_refuses_a_damaged_segment_and_skips_it_on_request(target: Targe
     assert [r["key"] for r in restored] == [b64(b"k%d" % i) for i in range(30) if i not in lost]
     # The group's offset 20 lands on record 20, shifted down by the records left out before it.
     assert group_offsets(target.broker, "readers")[(name, 0)] == 20 - len([o for o in lost if o < 20])
+
+
+def test_restore_refuses_a_partition_index_cut_short(target: Target, tmp_path: Path) -> None:
+    """30 bytes cut off the partition index hide its last segment: refused, nothing produced, no group moved."""
+    backup = tmp_path / "backup"
+    with PartitionWriter(backup / "cut", "cut", 0, max_segment_size=2000, fsync=False, catalog_root=backup) as writer:
+        for i in range(200):
+            writer.append(Record(i, 0, BASE + i, b"k%d" % i, b"value-%d" % i * 3))
+    write_consumer_offsets(backup / "cut", 0, {"cut-readers": 150})
+    index = backup / "cut" / "index_partition_000"
+    index.write_bytes(index.read_bytes()[:-30])
+    hidden = max((backup / "cut").glob("*_records"), key=lambda p: int(p.name.split("_")[5]))
+    hidden_name = hidden.name[: -len("_records")]
+    first_hidden = int(hidden_name.rsplit("_", 1)[1])
+    name = target.name("cut-restored")
+    args = [*target.args(tmp_path), "--source-dir", str(backup), "--topic-map", f"cut={name}"]
+
+    refused = restore_python(*args)
+    assert refused.returncode == 1, refused.stdout[-2000:]
+    assert refused.stderr.startswith(
+        f"kbackup restore: error: the backup is damaged, nothing was produced: topic 'cut' partition 0: "
+        f"segment {hidden_name} (offsets {first_hidden}..199): its files hold"
+    )
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert _target_count(target, name, partitions=1) == 0
+    assert group_offsets(target.broker, "cut-readers") == {}
+    dry = restore_python(*args, "--dry-run")
+    assert dry.returncode == 1
+    assert f"  damaged, the restore refuses: offsets {first_hidden}..199 (segment {hidden_name}:" in dry.stdout
+
+    skipped = run_restore(*args, "--skip-bad-segments")
+    assert skipped.returncode == 0, skipped.stdout[-3000:] + skipped.stderr[-3000:]
+    assert f"not restored: cut/0 offsets {first_hidden}..199 (segment {hidden_name}:" in skipped.stdout
+    restored = consume_all(target.broker, [name])
+    assert [(r["offset"], r["key"], r["value"], r["timestamp"]) for r in restored] == [
+        (i, b64(b"k%d" % i), b64(b"value-%d" % i * 3), BASE + i) for i in range(first_hidden)
+    ]
+    assert group_offsets(target.broker, "cut-readers") == {(name, 0): 150}
 
 
 # -- topic configuration ----------------------------------------------------------------------

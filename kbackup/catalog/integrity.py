@@ -16,12 +16,22 @@ class ChecksumError(KbackupError):
     """A segment's files differ from what the catalog recorded."""
 
 
+class DamagedBackupError(KbackupError):
+    """Segments of the backup are damaged or lost; a read would leave their records out."""
+
+
 @dataclass(frozen=True)
 class BadSegment:
     name: str
     first_offset: int | None
     last_offset: int | None
     reason: str
+
+    def describe(self, topic: str, partition: int) -> str:
+        return (
+            f"topic {topic!r} partition {partition}: segment {self.name} "
+            f"(offsets {self.first_offset}..{self.last_offset}): {self.reason}"
+        )
 
 
 def segment_problem(topic_dir: Location, entry: SegmentEntry) -> str | None:
@@ -41,13 +51,22 @@ def segment_problem(topic_dir: Location, entry: SegmentEntry) -> str | None:
     return None
 
 
-def bad_segments(root: Location, topic: str, partition: int) -> list[BadSegment]:
-    """Every cataloged segment of a partition whose files fail the check (none without a catalog)."""
+def bad_segments(
+    root: Location, topic: str, partition: int, *, from_offset: int | None = None, to_offset: int | None = None
+) -> list[BadSegment]:
+    """Every cataloged segment of a partition whose files fail the check (none without a catalog).
+
+    With ``from_offset``/``to_offset`` only the segments that may hold offsets in that range are checked.
+    """
     catalog = read_catalog(root, topic, partition)
     if catalog is None:
         return []
     found = []
     for entry in catalog.segments:
+        if from_offset is not None and entry.last_offset is not None and entry.last_offset < from_offset:
+            continue
+        if to_offset is not None and entry.first_offset is not None and entry.first_offset > to_offset:
+            continue
         problem = segment_problem(root / topic, entry)
         if problem is not None:
             found.append(BadSegment(entry.name, entry.first_offset, entry.last_offset, problem))

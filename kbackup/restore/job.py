@@ -29,7 +29,7 @@ from kbackup.kafka.cluster import ClusterError, TopicPartitionKey, admin_client,
 from kbackup.partition.reader import PartitionReader
 from kbackup.progress import Progress
 from kbackup.restore.group_offsets import commit_group_offsets
-from kbackup.restore.plan import PartitionPlan, RestorePlan, build_plan
+from kbackup.restore.plan import PartitionPlan, RestorePlan, build_plan, refuse_damage
 from kbackup.restore.selection import count_selected
 from kbackup.restore.settings import RestoreSettings, parse_restore_args
 from kbackup.restore.task import PartitionResult, PartitionTask, restore_partition
@@ -62,6 +62,7 @@ def run(settings: RestoreSettings) -> int:
     if settings.dry_run:
         for line in describe(plan, settings):
             print(line)
+        refuse_damage(plan, settings)  # the real run would refuse: so does the dry run, after the report
         return 0
     to_create = {t.target_topic: t.create_partitions for t in plan.topics if t.create_partitions is not None}
     if to_create:
@@ -212,8 +213,9 @@ def describe(plan: RestorePlan, settings: RestoreSettings) -> list[str]:
             f"{part.to_produce} to produce; target {part.status}, offsets from {part.baseline}"
         )
         for bad in part.bad_segments:
+            verdict = "left out" if settings.skip_bad_segments else "damaged, the restore refuses"
             lines.append(
-                f"  left out: offsets {bad.first_offset}..{bad.last_offset} (segment {bad.name}: {bad.reason})"
+                f"  {verdict}: offsets {bad.first_offset}..{bad.last_offset} (segment {bad.name}: {bad.reason})"
             )
         for group, offset in sorted(part.groups.items()):
             new = part.baseline + count_selected(reader, part.window, below=offset)

@@ -27,8 +27,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kbackup.catalog import checkpoints
-from kbackup.catalog.integrity import BadSegment, bad_segments
+from kbackup.catalog.integrity import BadSegment, DamagedBackupError, bad_segments
 from kbackup.catalog.offset_history import has_history, offsets_as_of
+from kbackup.catalog.prune import pending_deletions
+from kbackup.catalog.segment_set import lost_segments
 from kbackup.catalog.topics import read_topic_record
 from kbackup.errors import BackupNotFoundError, KbackupError, UsageError
 from kbackup.format.record import Record
@@ -118,6 +120,7 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
     if historic is not None:
         plan.groups_round = historic[0]
     cut = checkpoints.read_checkpoint(settings.source, settings.checkpoint).ends if settings.checkpoint else None
+    deleting = pending_deletions(settings.source)
     for topic in chosen:
         topic_dir = settings.source / topic
         partitions = list_partitions(topic_dir)
@@ -148,7 +151,11 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
                 # Up to the checkpoint's cut: offsets below its end offset (none if the partition was not in it).
                 last = cut.get((topic, partition), 0) - 1
                 window = replace(window, to_offset=last if window.to_offset is None else min(last, window.to_offset))
-            bad = bad_segments(settings.source, topic, partition) if settings.skip_bad_segments else []
+            lost = lost_segments(settings.source, topic, partition, reader, deleting=deleting)
+            # Checksums read every byte: on the driver only when asked to skip or to report (dry run);
+            # otherwise each task checks its own partition before producing.
+            checked = settings.skip_bad_segments or settings.dry_run
+            bad = bad_segments(settings.source, topic, partition) if checked else []
             if bad:
                 window = replace(window, skip_segments=frozenset(segment.name for segment in bad))
             plan.partitions.append(
@@ -162,11 +169,27 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
                     read_consumer_offsets(topic_dir, partition)
                     if historic is None
                     else {g: o[(topic, partition)] for g, o in historic[1].items() if (topic, partition) in o},
-                    bad_segments=bad,
+                    bad_segments=lost + bad,
                 )
             )
+    if not settings.dry_run:
+        refuse_damage(plan, settings)
     _place(plan, settings, admin, existing)
     return plan
+
+
+def refuse_damage(plan: RestorePlan, settings: RestoreSettings) -> None:
+    """Raise unless every planned partition is whole, or ``--skip-bad-segments`` accepts leaving segments out."""
+    if settings.skip_bad_segments:
+        return
+    found = [
+        bad.describe(part.source_topic, part.source_partition) for part in plan.partitions for bad in part.bad_segments
+    ]
+    if found:
+        raise DamagedBackupError(
+            f"the backup is damaged, nothing was produced: {'; '.join(found)} "
+            "(--skip-bad-segments restores the rest and reports what was left out)"
+        )
 
 
 def _historic_groups(settings: RestoreSettings) -> tuple[int, dict[str, dict[tuple[str, int], int]]] | None:

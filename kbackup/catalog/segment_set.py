@@ -1,0 +1,83 @@
+"""Whether a partition's segments are all there: the partition index checked against every other witness.
+
+Readers follow the partition index, so a segment it does not name is silently
+left out of every read. Two other sources say which segments exist, and each
+disagreement with the partition index is a lost segment:
+
+- **the files**: a segment whose files hold records (more than the magic
+  byte) but which the partition index does not name. A partition index cut
+  short, or an entry lost, hides it. (An empty unnamed segment is a backup
+  creating it right now, or a crash the next writer cleans up: nothing lost.)
+- **the catalog**: a finished segment the catalog names (with its offsets)
+  that the partition index does not name.
+
+Segments an unfinished prune is deleting are expected to go and are not
+reported. Checksums of the segments the index does name are
+:mod:`kbackup.catalog.integrity`'s job.
+"""
+
+from __future__ import annotations
+
+from kbackup.catalog.integrity import BadSegment
+from kbackup.catalog.prune import pending_deletions
+from kbackup.catalog.store import read_catalog
+from kbackup.errors import KbackupError
+from kbackup.format.naming import RECORDS_SUFFIX
+from kbackup.partition.layout import list_segment_files
+from kbackup.partition.reader import PartitionReader
+from kbackup.partition.segment_reader import SegmentIndexFile
+from kbackup.storage import Location, storage_for
+
+
+def lost_segments(
+    root: Location,
+    topic: str,
+    partition: int,
+    reader: PartitionReader,
+    *,
+    deleting: set[tuple[str, int, str]] | None = None,
+) -> list[BadSegment]:
+    """Segments that hold (or held) records of the partition but are not in its partition index."""
+    if deleting is None:
+        deleting = pending_deletions(root)
+    pending = {name for t, p, name in deleting if (t, p) == (topic, partition)}
+    named = {segment.name for segment in reader.segments}
+    lost: dict[str, BadSegment] = {}
+    topic_dir = root / topic
+    for files in list_segment_files(topic_dir, partition):
+        name = files.records.name[: -len(RECORDS_SUFFIX)]
+        if name in named or name in pending:
+            continue
+        sizes = [storage_for(path).size(path) or 0 for path in (files.records, files.index)]
+        if max(sizes) <= 1:
+            continue  # only magic bytes: a segment being created
+        first, last = _offsets(files.index)
+        lost[name] = BadSegment(
+            name,
+            first,
+            last,
+            f"its files hold {sizes[0]} bytes of records but the partition index does not name it "
+            f"(kbackup index rebuild {topic_dir} --partition {partition} adds it back)",
+        )
+    catalog = read_catalog(root, topic, partition)
+    for entry in catalog.segments if catalog is not None else ():
+        if entry.name in named or entry.name in pending or entry.name in lost:
+            continue
+        lost[entry.name] = BadSegment(
+            entry.name,
+            entry.first_offset,
+            entry.last_offset,
+            f"the catalog names it ({entry.records} records) but the partition index does not",
+        )
+    return sorted(lost.values(), key=lambda bad: (bad.first_offset is None, bad.first_offset or 0, bad.name))
+
+
+def _offsets(index_path: Location) -> tuple[int | None, int | None]:
+    """First and last offset a (possibly damaged) segment index names, ``None`` when unreadable or empty."""
+    try:
+        with SegmentIndexFile(index_path) as index:
+            if not index.count:
+                return None, None
+            return index.entry(0).offset, index.entry(index.count - 1).offset
+    except (KbackupError, OSError):
+        return None, None
