@@ -33,6 +33,7 @@ from kbackup.restore.plan import PartitionPlan, RestorePlan, build_plan, refuse_
 from kbackup.restore.selection import count_selected
 from kbackup.restore.settings import RestoreSettings, parse_restore_args
 from kbackup.restore.task import PartitionResult, PartitionTask, restore_partition
+from kbackup.restore.timestamp_type import TIMESTAMP_TYPE, PendingTimestampTypes, set_timestamp_types
 from kbackup.spark.failures import failure_cause
 
 log = logging.getLogger("kbackup.restore")
@@ -65,6 +66,9 @@ def run(settings: RestoreSettings) -> int:
         refuse_damage(plan, settings)  # the real run would refuse: so does the dry run, after the report
         return 0
     to_create = {t.target_topic: t.create_partitions for t in plan.topics if t.create_partitions is not None}
+    later = {t.target_topic: t.set_timestamp_type for t in plan.topics if t.set_timestamp_type is not None}
+    pending = PendingTimestampTypes(settings.restore_state_dir, settings.client["bootstrap.servers"])
+    pending.add(later)  # before the topics exist: a crash before the end still sets the type on the next run
     if to_create:
         configs = {t.target_topic: t.config for t in plan.topics if t.create_partitions is not None}
         create_topics(admin, to_create, configs=configs, replication_factor=settings.replication_factor)
@@ -84,6 +88,16 @@ def run(settings: RestoreSettings) -> int:
                 bad.last_offset,
                 bad.name,
                 bad.reason,
+            )
+    if later:
+        set_timestamp_types(admin, later)
+        pending.done(later)
+        for topic, kind in sorted(later.items()):
+            log.info(
+                "%s: restored with the original timestamps, then set to %s=%s (new records are stamped by the broker)",
+                topic,
+                TIMESTAMP_TYPE,
+                kind,
             )
     planned: dict[str, dict[TopicPartitionKey, int]] = {}
     for result in results:
@@ -202,6 +216,8 @@ def describe(plan: RestorePlan, settings: RestoreSettings) -> list[str]:
             config = ", ".join(f"{key}={value}" for key, value in sorted(topic.config.items()))
             with_config = f", config {config}" if config else ""
             lines.append(f"create topic {topic.target_topic} with {topic.create_partitions} partitions{with_config}")
+        if topic.set_timestamp_type is not None:
+            lines.append(f"  then set {TIMESTAMP_TYPE}={topic.set_timestamp_type} (records keep their timestamps)")
         else:
             lines.append(f"topic {topic.target_topic} exists with {topic.existing_partitions} partitions")
     for part in plan.partitions:

@@ -31,6 +31,7 @@ from kbackup.catalog.integrity import BadSegment, DamagedBackupError, bad_segmen
 from kbackup.catalog.offset_history import has_history, offsets_as_of
 from kbackup.catalog.prune import pending_deletions
 from kbackup.catalog.segment_set import lost_segments
+from kbackup.catalog.store import read_catalog
 from kbackup.catalog.topics import read_topic_record
 from kbackup.errors import BackupNotFoundError, KbackupError, UsageError
 from kbackup.format.record import Record
@@ -38,8 +39,19 @@ from kbackup.kafka.cluster import list_offsets, partition_counts
 from kbackup.partition.layout import list_partitions, list_topics
 from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import PartitionReader
+from kbackup.restore.retention import (
+    RetentionError,
+    TimeLimits,
+    age_problem,
+    broker_configs,
+    broker_topic_defaults,
+    effective_topic_configs,
+    now_ms,
+    oldest_timestamp,
+)
 from kbackup.restore.selection import Window, count_selected, nth_selected
 from kbackup.restore.settings import RestoreSettings
+from kbackup.restore.timestamp_type import LOG_APPEND_TIME, TIMESTAMP_TYPE, PendingTimestampTypes, creation_config
 from kbackup.storage import Location, exists, read_limited, write_whole
 
 
@@ -58,6 +70,8 @@ class TopicPlan:
     #: The Kafka cluster id and topic id the backup was read from (``None``: not recorded).
     origin_cluster: str | None = None
     origin_topic_id: str | None = None
+    #: ``message.timestamp.type`` to set once the restore is done (see :mod:`kbackup.restore.timestamp_type`).
+    set_timestamp_type: str | None = None
 
     def describe_origin(self) -> str:
         if self.origin_cluster is None:
@@ -143,7 +157,8 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
                 k: v for k, v in (recorded.config if recorded else {}).items() if k not in settings.drop_topic_config
             }
             config.update(settings.topic_config)
-            plan.topics.append(TopicPlan(topic, target, count, None, wanted or count, config, *origin))
+            config, later = creation_config(config, restamp=settings.restamp)
+            plan.topics.append(TopicPlan(topic, target, count, None, wanted or count, config, *origin, later))
         for partition in partitions:
             reader = PartitionReader(topic_dir, partition, legacy=settings.legacy)
             window = settings.window(topic, partition)
@@ -174,8 +189,56 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
             )
     if not settings.dry_run:
         refuse_damage(plan, settings)
+    _check_target_times(plan, settings, admin)
     _place(plan, settings, admin, existing)
     return plan
+
+
+def _check_target_times(plan: RestorePlan, settings: RestoreSettings, admin: Any) -> None:
+    """Refuse targets that would re-stamp, delete or reject the restored records (see the modules named)."""
+    existing = [topic.target_topic for topic in plan.topics if topic.create_partitions is None]
+    effective = effective_topic_configs(admin, existing)
+    pending = PendingTimestampTypes(settings.restore_state_dir, settings.client["bootstrap.servers"]).data
+    problems = []
+    defaults: dict[str, str] | None = None
+    for topic in plan.topics:
+        if topic.create_partitions is None:
+            config = effective.get(topic.target_topic, {})
+            if topic.target_topic in pending:
+                topic.set_timestamp_type = pending[topic.target_topic]  # created by an earlier run of this restore
+            elif config.get(TIMESTAMP_TYPE) == LOG_APPEND_TIME and not settings.restamp:
+                problems.append(
+                    f"target topic {topic.target_topic!r} has message.timestamp.type=LogAppendTime: the broker would "
+                    "give every restored record a new timestamp; restore into a new topic (created with CreateTime "
+                    "and set to LogAppendTime afterwards), or accept new timestamps with --restamp"
+                )
+                continue
+        else:
+            if defaults is None:
+                defaults = broker_topic_defaults(broker_configs(admin))
+            config = {**defaults, **topic.config}
+        if config.get(TIMESTAMP_TYPE) == LOG_APPEND_TIME or settings.accept_retention_loss:
+            continue  # re-stamped records are new; or the user accepts the loss
+        limits = TimeLimits.from_config(config)
+        if limits.retention_ms is None and limits.before_max_ms is None:
+            continue
+        oldest = None
+        for part in plan.partitions:
+            if part.target_topic != topic.target_topic:
+                continue
+            reader = PartitionReader(settings.source / part.source_topic, part.source_partition, legacy=settings.legacy)
+            catalog = read_catalog(settings.source, part.source_topic, part.source_partition)
+            found = oldest_timestamp(reader, part.window, catalog)
+            if found is not None:
+                oldest = found if oldest is None else min(oldest, found)
+        if oldest is not None:
+            problem = age_problem(
+                topic.target_topic, oldest, limits, now_ms=now_ms(), created=topic.create_partitions is not None
+            )
+            if problem is not None:
+                problems.append(problem + ", or accept the loss with --accept-retention-loss")
+    if problems:
+        raise RetentionError("; ".join(problems))
 
 
 def refuse_damage(plan: RestorePlan, settings: RestoreSettings) -> None:

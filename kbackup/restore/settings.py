@@ -46,6 +46,8 @@ class RestoreSettings:
     batch_size: int = DEFAULT_BATCH_SIZE
     allow_non_empty: bool = False
     skip_bad_segments: bool = False
+    accept_retention_loss: bool = False
+    restamp: bool = False
     force_offsets: bool = False
     dry_run: bool = False
     legacy: bool = False
@@ -133,6 +135,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="leave out segments whose checksums differ from the catalog, and report their offsets",
     )
+    own.add_argument(
+        "--accept-retention-loss",
+        action="store_true",
+        help="restore records older than the target's retention.ms (the broker deletes them soon after)",
+    )
+    own.add_argument(
+        "--restamp",
+        action="store_true",
+        help="let a LogAppendTime target give restored records new timestamps (default: keep the original ones)",
+    )
     own.add_argument("--dry-run", action="store_true", help="print the plan and touch nothing")
     own.add_argument("--legacy-no-magic", action="store_true", help="read files from before the v1 magic byte")
     own.add_argument("--replication-factor", type=int, default=-1, help="for created topics (default: broker's)")
@@ -214,6 +226,8 @@ def parse_restore_args(argv: Sequence[str]) -> RestoreSettings:
         batch_size=batch_size,
         allow_non_empty=args.allow_non_empty,
         skip_bad_segments=args.skip_bad_segments,
+        accept_retention_loss=args.accept_retention_loss,
+        restamp=args.restamp,
         force_offsets=args.force_offsets,
         dry_run=args.dry_run,
         legacy=args.legacy_no_magic,
