@@ -47,3 +47,13 @@ def _submitter_stderr() -> TextIO | None:
         return open(f"/proc/{os.getppid()}/fd/2", "w", encoding="utf-8")
     except OSError:
         return None
+
+
+def spark_log_level(*, debug: bool) -> str:
+    """Spark's own log level for kbackup's jobs.
+
+    Spark logs a failed task or query as pages of JVM and Python stack traces;
+    kbackup reports every failure as one ``error:`` line with its cause, so
+    Spark's log is off unless ``--debug`` asks for its warnings and errors.
+    """
+    return "WARN" if debug else "OFF"

@@ -314,6 +314,35 @@ def test_spark_source_without_its_connector_is_one_line(kafka: BrokerUnderTest, 
     assert not (tmp_path / "backup").exists()  # refused before anything was written
 
 
+def test_a_conflicting_record_ends_in_one_error_line(kafka: BrokerUnderTest, tmp_path: Path) -> None:
+    """A target whose offset 0 holds other bytes: exit 1, the cause in one line on stderr, no stack traces."""
+    from confluent_kafka import Producer
+
+    from kbackup.format.record import Record
+    from kbackup.partition.writer import PartitionWriter
+
+    create_topics(kafka, {"conflicting": 1})
+    producer = Producer(kafka.client_settings())
+    for i in range(5):
+        producer.produce("conflicting", value=b"real-%d" % i, partition=0)
+    producer.flush(30)
+    backup = tmp_path / "backup"
+    with PartitionWriter(backup / "conflicting", "conflicting", 0, fsync=False) as writer:
+        writer.append(Record(0, 0, 1, b"x", b"other"))
+    result = run_backup(
+        "--bootstrap-server", kafka.bootstrap_servers, "--target-dir", backup, "--topics", "conflicting", "--snapshot"
+    )  # fmt: skip
+    assert result.returncode == 1
+    output = result.stdout + result.stderr
+    assert [line for line in result.stderr.splitlines() if "error:" in line] == [
+        "kbackup backup: error: the backup query failed: OffsetConflictError: topic 'conflicting' partition 0 "
+        "offset 0: offset is already stored with different content"
+    ]
+    assert result.stderr.rstrip().endswith("offset is already stored with different content")
+    assert "Traceback" not in output and "\tat org.apache" not in output and "py4j" not in output
+    assert len(output.splitlines()) < 25, output
+
+
 def test_command_config_secrets_stay_out_of_the_output(tmp_path: Path) -> None:
     config = tmp_path / "client.properties"
     jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="hunter2-secret";'

@@ -45,7 +45,7 @@ from kbackup.errors import KbackupError
 from kbackup.job_options import run_job
 from kbackup.kafka.client_settings import redact
 from kbackup.kafka.cluster import ClusterError, TopicPartitionKey, admin_client, cluster_identity, partition_counts
-from kbackup.logsetup import ensure_console_logging
+from kbackup.logsetup import ensure_console_logging, spark_log_level
 from kbackup.partition.layout import list_partitions, list_topics
 from kbackup.partition.reader import PartitionReader
 from kbackup.spark.failures import failure_cause
@@ -124,7 +124,10 @@ class BackupJob:
                     log.info("signal %d: stopping after abandoning the batch in flight", self._stop_signal)
                     query.stop()
                     break
-                query.awaitTermination(1)
+                try:
+                    query.awaitTermination(1)
+                except Exception as exc:  # the query failed: StreamingQueryException with the cause inside
+                    raise KbackupError(f"the backup query failed: {failure_cause(exc)}") from None
                 self._report_progress(query)
                 if not settings.snapshot and time.monotonic() >= next_round:
                     self._record_topics(admin)
@@ -189,11 +192,12 @@ class BackupJob:
     def _session(self) -> Any:
         from pyspark.sql import SparkSession
 
-        builder = SparkSession.builder.appName("kbackup-backup")
+        log_level = spark_log_level(debug=self.settings.debug)
+        builder = SparkSession.builder.appName("kbackup-backup").config("spark.log.level", log_level)
         for key, value in self.settings.spark_conf.items():
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
-        spark.sparkContext.setLogLevel("WARN")
+        spark.sparkContext.setLogLevel(log_level)
         spark.dataSource.register(KafkaSource)
         spark.dataSource.register(V1Sink)
         if self.settings.kafka_source == "spark" and not connector_loaded(spark):

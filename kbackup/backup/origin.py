@@ -32,11 +32,14 @@ class OriginError(KbackupError):
     """The target holds a backup of another Kafka cluster or of another incarnation of a topic."""
 
 
-def check_origin(target: Location, cluster_id: str, topic_ids: Mapping[str, str], *, servers: str) -> None:
+def check_origin(
+    target: Location, cluster_id: str, topic_ids: Mapping[str, str], *, servers: str, warn: bool = True
+) -> None:
     """Refuse a target whose recorded cluster id or topic ids differ from the cluster's.
 
     ``topic_ids`` holds the selected topics that exist on the cluster; every
-    topic the target holds must come from ``cluster_id``.
+    topic the target holds must come from ``cluster_id``. ``warn`` logs the
+    topics adopted without a recorded origin.
     """
     try:
         held = list_topics(target)
@@ -45,7 +48,7 @@ def check_origin(target: Location, cluster_id: str, topic_ids: Mapping[str, str]
     for topic in held:
         recorded = read_topic_record(target, topic)
         if recorded is None or recorded.cluster_id is None:
-            if topic in topic_ids:
+            if warn and topic in topic_ids:
                 log.warning(
                     "topic %s in %s has no recorded cluster or topic id (an older backup): "
                     "recording cluster %s, topic id %s; its existing files could not be checked against them",

@@ -26,6 +26,7 @@ from kbackup.errors import KbackupError
 from kbackup.job_options import run_job
 from kbackup.kafka.client_settings import redact
 from kbackup.kafka.cluster import ClusterError, TopicPartitionKey, admin_client, create_topics, partition_counts
+from kbackup.logsetup import spark_log_level
 from kbackup.partition.reader import PartitionReader
 from kbackup.progress import Progress
 from kbackup.restore.group_offsets import commit_group_offsets
@@ -131,11 +132,12 @@ def _task(part: PartitionPlan, settings: RestoreSettings) -> PartitionTask:
 def _run_tasks(tasks: list[PartitionTask], settings: RestoreSettings) -> list[PartitionResult]:
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.appName("kbackup-restore")
+    log_level = spark_log_level(debug=settings.debug)
+    builder = SparkSession.builder.appName("kbackup-restore").config("spark.log.level", log_level)
     for key, value in settings.spark_conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel(log_level)
     try:
         context = spark.sparkContext
         rdd = context.parallelize(tasks, len(tasks))

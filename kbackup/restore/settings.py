@@ -56,6 +56,7 @@ class RestoreSettings:
     drop_topic_config: frozenset[str] = frozenset()
     state_dir: Path | None = None
     spark_conf: dict[str, str] = field(default_factory=dict)
+    debug: bool = False
 
     def target_topic(self, source_topic: str) -> str:
         return self.topic_map.get(source_topic, source_topic)
@@ -236,6 +237,7 @@ def parse_restore_args(argv: Sequence[str]) -> RestoreSettings:
         drop_topic_config=frozenset(args.drop_topic_config),
         state_dir=args.state_dir,
         spark_conf=spark_conf(args.spark_conf),
+        debug=args.debug,
     )
     if selection is not None and selection.topics is not None:
         settings.check_target_names(selection.topics)  # the rest is checked once the backup's topics are listed

@@ -82,7 +82,7 @@ def producer_settings(client: dict[str, str], batch_size: int) -> dict[str, obje
 
 def restore_partition(task: PartitionTask) -> PartitionResult:
     """Produce the task's records; return what was done and the groups' new offsets."""
-    from confluent_kafka import Producer
+    from confluent_kafka import KafkaException, Producer
 
     result = PartitionResult(task.source_topic, task.source_partition, task.target_topic, task.target_partition)
     result.started_at = time.time()
@@ -110,6 +110,11 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
                     break
                 except BufferError:
                     producer.poll(0.1)
+                except KafkaException as exc:  # e.g. _UNKNOWN_PARTITION: the target changed since the plan
+                    raise DeliveryError(
+                        f"topic {topic!r} partition {partition}: cannot produce source offset {record.offset}: "
+                        f"{exc.args[0].str() if exc.args else exc}"
+                    ) from None
             result.produced += 1
             result.produced_bytes += (len(record.key or b"")) + len(record.value or b"")
             if result.produced % 10_000 == 0:

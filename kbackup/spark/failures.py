@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 
 _KBACKUP_ERROR = re.compile(r"(kbackup\.[\w.]+Error): (.+)")
-_PYTHON_ERROR = re.compile(r"^(\w*(?:Error|Exception)): (.+)$", re.M)
+_PYTHON_ERROR = re.compile(r"^((?:\w+\.)*\w*(?:Error|Exception)): (.+)$", re.M)
+_WRAPPERS = ("org.", "java.", "scala.", "py4j.", "pyspark.")
 
 
 def failure_cause(failure: BaseException | object) -> str:
@@ -15,7 +16,9 @@ def failure_cause(failure: BaseException | object) -> str:
     if match:
         return f"{match[1].rsplit('.', 1)[-1]}: {match[2].strip()}"
     errors = _PYTHON_ERROR.findall(text)
-    if errors:
-        name, message = errors[-1]
-        return f"{name}: {message.strip()}"[:500]
+    # The Python worker's own error is the cause; the JVM's exceptions only wrap it.
+    python = [(name, message) for name, message in errors if not name.startswith(_WRAPPERS)]
+    if python or errors:
+        name, message = (python or errors)[-1]
+        return f"{name.rsplit('.', 1)[-1]}: {message.strip()}"[:500]
     return next((line.strip() for line in text.splitlines() if line.strip()), type(failure).__name__)[:500]

@@ -199,6 +199,7 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
             log.info("batch %d: %s: %d records, %d bytes written%s", batchId, topic, written, size, extra)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        ensure_console_logging()  # a Python worker of Spark's, not the job's driver process
         log.warning(
             "batch %d failed; what its tasks wrote but did not sync is repaired when the partition is next opened",
             batchId,

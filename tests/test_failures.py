@@ -1,0 +1,53 @@
+"""A Spark job failure becomes the one line a user needs: the Python worker's own error, not its wrappers."""
+
+from __future__ import annotations
+
+from kbackup.spark.failures import failure_cause
+
+# What str() of a failed restore's collect() looks like (Py4JJavaError), shortened.
+RESTORE_FAILURE = """An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.
+: org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 0.0 failed 1 times, \
+most recent failure: Lost task 0.0 in stage 0.0 (TID 0) (192.0.2.2 executor driver): \
+org.apache.spark.api.python.PythonException: Traceback (most recent call last):
+  File "/work/kbackup/restore/task.py", line 105, in restore_partition
+    produce(topic, record.value, record.key, partition, timestamp=timestamp, headers=headers)
+cimpl.KafkaException: KafkaError{code=_UNKNOWN_PARTITION,val=-190,str="Local: Unknown partition"}
+
+\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(PythonRunner.scala:651)
+\tat org.apache.spark.scheduler.Task.run(Task.scala:147)
+
+Driver stacktrace:
+\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages(DAGScheduler.scala:2935)
+Caused by: org.apache.spark.api.python.PythonException: Traceback (most recent call last):
+  File "/work/kbackup/restore/task.py", line 105, in restore_partition
+cimpl.KafkaException: KafkaError{code=_UNKNOWN_PARTITION,val=-190,str="Local: Unknown partition"}
+"""
+
+# A streaming query stopped by kbackup's own error in the sink (StreamingQueryException), shortened.
+BACKUP_FAILURE = """[STREAM_FAILED] Query [id = e3017ac0, runId = f40f288b] terminated with exception: \
+[PYTHON_EXCEPTION] An exception was thrown from the Python worker: Traceback (most recent call last):
+  File "/work/kbackup/partition/writer.py", line 89, in check_replayed
+    raise OffsetConflictError(
+kbackup.errors.OffsetConflictError: topic 'conf' partition 0 offset 0: offset is already stored with different content
+ SQLSTATE: 38000 SQLSTATE: XXKST
+=== Streaming Query ===
+"""
+
+
+def test_the_python_workers_error_is_the_cause() -> None:
+    assert failure_cause(RESTORE_FAILURE) == (
+        'KafkaException: KafkaError{code=_UNKNOWN_PARTITION,val=-190,str="Local: Unknown partition"}'
+    )
+
+
+def test_kbackups_own_error_is_named_as_such() -> None:
+    assert failure_cause(BACKUP_FAILURE) == (
+        "OffsetConflictError: topic 'conf' partition 0 offset 0: offset is already stored with different content"
+    )
+
+
+def test_without_a_python_error_the_first_line() -> None:
+    assert failure_cause("org.apache.spark.SparkException: Job 3 cancelled\n\tat x") == (
+        "SparkException: Job 3 cancelled"
+    )
+    assert failure_cause("something odd\nmore") == "something odd"
