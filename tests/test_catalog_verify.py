@@ -320,3 +320,89 @@ def test_an_empty_unindexed_segment_is_a_note(root: Path) -> None:
     assert result.returncode == 0, result.stdout
     assert f"note: empty segment {fresh} is not in the partition index yet" in result.stdout
     assert kbackup("cat", root, "--topic", "t", "--partition", "0").returncode == 0
+
+
+# -- the newest segment's committed prefix ----------------------------------------------------
+
+
+def _open_tail_backup(root: Path, count: int) -> None:
+    """One partition in one (1 GiB, never finished) segment, written as the backup's sink writes it."""
+    with PartitionWriter(root / "t", "t", 0, fsync=False, catalog_root=root) as writer:
+        for i in range(count):
+            writer.append(sample_record(i))
+
+
+def test_the_open_segment_is_under_a_checksum(tmp_path: Path) -> None:
+    from kbackup.catalog.tail import prefix_crc32c
+
+    root = tmp_path / "backup"
+    _open_tail_backup(root, 30)
+    catalog = read_catalog(root, "t", 0)
+    assert catalog is not None and catalog.segments == () and catalog.tail is not None
+    records = next((root / "t").glob("*_records"))
+    tail = catalog.tail
+    assert (tail.first_offset, tail.last_offset, tail.records) == (0, 87, 30)
+    assert (tail.records_bytes, tail.records_crc32c) == (records.stat().st_size, crc32c.crc32c(records.read_bytes()))
+    # A second batch extends the recorded prefix without reading the first one again: the same checksum as a fresh read.
+    with PartitionWriter(root / "t", "t", 0, fsync=False, catalog_root=root) as writer:
+        for i in range(30, 45):
+            writer.append(sample_record(i))
+    extended = read_catalog(root, "t", 0)
+    assert extended is not None and extended.tail is not None
+    assert extended.tail.records == 45
+    assert extended.tail.records_crc32c == prefix_crc32c(records, records.stat().st_size)[0]
+    assert extended.tail.index_crc32c == crc32c.crc32c(next((root / "t").glob("*_index")).read_bytes())
+    assert kbackup("verify", root, "--deep").returncode == 0
+
+    data = bytearray(records.read_bytes())
+    flipped = bytes(data).index(b"value-40-")
+    data[flipped] ^= 0x20  # a value byte: the record still decodes, so only the checksum can tell
+    records.write_bytes(bytes(data))
+    for deep in ((), ("--deep",)):
+        result = kbackup("verify", root, *deep)
+        assert result.returncode == 1
+        assert f"error: {records.name}: its first {len(data)} bytes (committed) have CRC32C" in result.stdout
+    refused, printed = _cat(root, "--topic", "t")
+    assert refused.returncode == 1 and printed == []
+    assert f"segment {records.name[: -len('_records')]} (offsets 0..132)" in refused.stderr
+
+
+def test_a_crash_before_the_catalog_update_is_caught_up_by_the_next_writer(tmp_path: Path) -> None:
+    root = tmp_path / "backup"
+    _open_tail_backup(root, 10)
+    writer = PartitionWriter(root / "t", "t", 0, fsync=False, catalog_root=root)
+    for i in range(10, 25):
+        writer.append(sample_record(i))
+    writer.sync()  # synced, then killed before close() records the tail
+    writer.abandon()
+    behind = read_catalog(root, "t", 0)
+    assert behind is not None and behind.tail is not None and behind.tail.records == 10
+    assert kbackup("verify", root).returncode == 0  # the recorded prefix still checks out
+    with PartitionWriter(root / "t", "t", 0, fsync=False, catalog_root=root) as writer:
+        writer.append(sample_record(25))
+    caught_up = read_catalog(root, "t", 0)
+    assert caught_up is not None and caught_up.tail is not None
+    records = next((root / "t").glob("*_records"))
+    assert (caught_up.tail.records, caught_up.tail.records_crc32c) == (26, crc32c.crc32c(records.read_bytes()))
+
+
+def test_committed_records_cut_off_are_refused_by_the_next_writer(tmp_path: Path) -> None:
+    from kbackup.errors import FormatError
+
+    root = tmp_path / "backup"
+    _open_tail_backup(root, 20)
+    records = next((root / "t").glob("*_records"))
+    records.write_bytes(records.read_bytes()[:-150])
+    result = kbackup("verify", root)
+    assert result.returncode == 1
+    assert "bytes, the catalog says" in result.stdout and "were committed" in result.stdout
+    with pytest.raises(FormatError, match=r"committed records are lost"):
+        PartitionWriter(root / "t", "t", 0, fsync=False, catalog_root=root)
+
+
+def test_a_catalog_rebuild_records_the_tail(root: Path) -> None:
+    catalog = read_catalog(root, "t", 0)
+    assert catalog is not None and catalog.tail is not None
+    segments = sorted((root / "t").glob("segment_partition_000_*_records"), key=lambda p: int(p.name.split("_")[5]))
+    assert catalog.tail.name == segments[-1].name[: -len("_records")]
+    assert catalog.tail.records_crc32c == crc32c.crc32c(segments[-1].read_bytes())

@@ -111,7 +111,8 @@ def test_a_pruned_backup_still_plans_a_restore(root: Path, kafka: BrokerUnderTes
     client_config_file(config, kafka.extra_settings)
     result = subprocess.run(
         [sys.executable, str(REPO / "jobs" / "restore.py"), "--bootstrap-server", kafka.bootstrap_servers,
-         "--command-config", str(config), "--source-dir", str(root), "--topic-map", "t=pruned-t", "--dry-run"],
+         "--command-config", str(config), "--source-dir", str(root), "--topic-map", "t=pruned-t", "--dry-run",
+         "--topic-config", "retention.ms=-1"],  # the records are days old: kept, not deleted by retention
         capture_output=True, text=True, cwd=REPO, env=job_env(),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr

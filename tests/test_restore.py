@@ -402,6 +402,38 @@ def test_restore_refuses_a_damaged_segment_and_skips_it_on_request(target: Targe
     assert group_offsets(target.broker, "readers")[(name, 0)] == 20 - len([o for o in lost if o < 20])
 
 
+def test_restore_checks_the_open_segment_too(target: Target, tmp_path: Path) -> None:
+    """A flipped value byte in the newest (never finished) segment: refused, not restored as corrupted."""
+    backup = tmp_path / "backup"
+    records = [Record(i, 0, BASE + i, b"k%d" % i, b"value-%d" % i * 3) for i in range(60)]
+    with PartitionWriter(backup / "open", "open", 0, max_segment_size=1500, fsync=False, catalog_root=backup) as w:
+        for record in records:
+            w.append(record)
+    newest = max((backup / "open").glob("*_records"), key=lambda p: int(p.name.split("_")[5]))
+    first_open = int(newest.name.split("_")[5])
+    data = bytearray(newest.read_bytes())
+    data[data.index(b"value-%d" % (first_open + 2))] ^= 0x20
+    newest.write_bytes(bytes(data))
+    name = target.name("open-restored")
+    args = [*target.args(tmp_path), "--source-dir", str(backup), "--topic-map", f"open={name}"]
+
+    dry = restore_python(*args, "--dry-run")
+    assert dry.returncode == 1
+    assert f"  damaged, the restore refuses: offsets {first_open}..59" in dry.stdout
+    refused = run_restore(*args)
+    assert refused.returncode == 1
+    assert f"(offsets {first_open}..59) is damaged: {newest.name}: its first {len(data)} bytes (committed)" in (
+        refused.stderr
+    )
+    assert _target_count(target, name, partitions=1) == 0
+    skipped = run_restore(*args, "--skip-bad-segments")
+    assert skipped.returncode == 0, skipped.stdout[-3000:] + skipped.stderr[-3000:]
+    restored = consume_all(target.broker, [name])
+    assert [(r["offset"], r["key"], r["value"], r["timestamp"]) for r in restored] == [
+        (r.offset, b64(r.key), b64(r.value), r.timestamp) for r in records[:first_open]
+    ]
+
+
 def test_restore_refuses_a_partition_index_cut_short(target: Target, tmp_path: Path) -> None:
     """30 bytes cut off the partition index hide its last segment: refused, nothing produced, no group moved."""
     backup = tmp_path / "backup"

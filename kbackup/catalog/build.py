@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import crc32c
 import numpy as np
 
-from kbackup.catalog.model import PartitionCatalog, SegmentEntry
+from kbackup.catalog.model import PartitionCatalog, SegmentEntry, TailEntry
 from kbackup.catalog.store import read_catalog, write_catalog
+from kbackup.catalog.tail import prefix_crc32c
+from kbackup.errors import FormatError
+from kbackup.format.segment_index import ENTRY_SIZE
 from kbackup.partition.layout import list_partitions
 from kbackup.partition.reader import PartitionReader
 from kbackup.partition.segment_reader import SegmentIndexFile, iter_segment
@@ -113,7 +117,25 @@ def build_partition_catalog(topic_dir: Location, partition: int, *, legacy: bool
     """
     reader = PartitionReader(topic_dir, partition, legacy=legacy)
     entries = tuple(describe_segment(reader, i) for i in range(len(reader.segments) - 1))
-    return PartitionCatalog(topic_dir.name, partition, entries)
+    tail = describe_tail(reader) if reader.segments else None
+    return PartitionCatalog(topic_dir.name, partition, entries, tail)
+
+
+def describe_tail(reader: PartitionReader) -> TailEntry:
+    """The last segment's indexed prefix as it is now: its records up to the last index entry, and their checksums."""
+    segment = reader.segments[-1]
+    records_path, index_path = reader.segment_paths(segment)
+    with SegmentIndexFile(index_path, legacy=reader.legacy) as index:
+        count = index.count
+        first = index.entry(0).offset if count else None
+        last = index.entry(count - 1).offset if count else None
+        records_end = index.entry(count - 1).end if count else index.data_start
+        index_end = index.data_start + count * ENTRY_SIZE
+    records_crc, records_size = prefix_crc32c(records_path, records_end)
+    index_crc, _ = prefix_crc32c(index_path, index_end)
+    if records_size < records_end:
+        raise FormatError(f"truncated: {records_size} bytes, its index needs {records_end}", file=str(records_path))
+    return TailEntry(segment.name, first, last, count, records_end, index_end, records_crc, index_crc)
 
 
 def rebuild_catalog(
@@ -149,5 +171,5 @@ def catch_up_catalog(root: Location, topic_dir: Location, partition: int) -> int
     ]
     if added:
         entries = sorted((*catalog.segments, *added), key=lambda entry: entry.start_offset)
-        write_catalog(root, PartitionCatalog(catalog.topic, partition, tuple(entries)))
+        write_catalog(root, replace(catalog, segments=tuple(entries)))
     return len(added)

@@ -1,4 +1,8 @@
-"""Checking segments against the catalog before their records are used (restore)."""
+"""Checking segments against the catalog before their records are used (restore, cat).
+
+Finished segments are checked whole; the newest segment's committed prefix
+against the tail the catalog recorded (:mod:`kbackup.catalog.tail`).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from dataclasses import dataclass
 from kbackup.catalog.build import file_crc32c
 from kbackup.catalog.model import SegmentEntry
 from kbackup.catalog.store import read_catalog
+from kbackup.catalog.tail import tail_problem
 from kbackup.errors import KbackupError
 from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from kbackup.storage import Location, exists
@@ -63,11 +68,20 @@ def bad_segments(
         return []
     found = []
     for entry in catalog.segments:
-        if from_offset is not None and entry.last_offset is not None and entry.last_offset < from_offset:
-            continue
-        if to_offset is not None and entry.first_offset is not None and entry.first_offset > to_offset:
+        if not _overlaps(entry.first_offset, entry.last_offset, from_offset, to_offset):
             continue
         problem = segment_problem(root / topic, entry)
         if problem is not None:
             found.append(BadSegment(entry.name, entry.first_offset, entry.last_offset, problem))
+    tail = catalog.tail_of(catalog.tail.name) if catalog.tail is not None else None
+    if tail is not None and _overlaps(tail.first_offset, tail.last_offset, from_offset, to_offset):
+        problem = tail_problem(root / topic, tail)
+        if problem is not None:
+            found.append(BadSegment(tail.name, tail.first_offset, tail.last_offset, problem))
     return found
+
+
+def _overlaps(first: int | None, last: int | None, low: int | None, high: int | None) -> bool:
+    if low is not None and last is not None and last < low:
+        return False
+    return high is None or first is None or first <= high

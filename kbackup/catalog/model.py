@@ -29,19 +29,48 @@ class SegmentEntry:
 
 
 @dataclass(frozen=True)
+class TailEntry:
+    """The committed prefix of the newest segment, which may still grow.
+
+    ``records_bytes``/``index_bytes`` bytes of its two files (from byte 0,
+    magic byte included) hold ``records`` records, committed by a writer that
+    synced them; the CRC32Cs cover exactly those prefixes. Bytes past them are
+    a batch in flight (or left by a crash), not yet covered.
+    """
+
+    name: str
+    first_offset: int | None
+    last_offset: int | None
+    records: int
+    records_bytes: int
+    index_bytes: int
+    records_crc32c: int
+    index_crc32c: int
+
+
+@dataclass(frozen=True)
 class PartitionCatalog:
     topic: str
     partition: int
     segments: tuple[SegmentEntry, ...] = field(default_factory=tuple)
+    tail: TailEntry | None = None
 
     def encode(self) -> bytes:
-        document = {
+        document: dict[str, Any] = {
             "version": CATALOG_VERSION,
             "topic": self.topic,
             "partition": self.partition,
             "segments": [_camel(asdict(entry)) for entry in self.segments],
         }
+        if self.tail is not None:
+            document["tail"] = _camel(asdict(self.tail))
         return json.dumps(document, indent=1, sort_keys=False).encode() + b"\n"
+
+    def tail_of(self, name: str) -> TailEntry | None:
+        """The committed prefix recorded for segment ``name`` while it is the newest, unfinished one."""
+        if self.tail is None or self.tail.name != name or any(entry.name == name for entry in self.segments):
+            return None
+        return self.tail
 
     @classmethod
     def decode(cls, data: bytes, *, file: str) -> PartitionCatalog:
@@ -55,7 +84,8 @@ class PartitionCatalog:
                     found=repr(document.get("version")),
                 )
             segments = tuple(SegmentEntry(**_snake(item)) for item in document["segments"])
-            return cls(str(document["topic"]), int(document["partition"]), segments)
+            tail = TailEntry(**_snake(document["tail"])) if document.get("tail") is not None else None
+            return cls(str(document["topic"]), int(document["partition"]), segments, tail)
         except FormatError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -5,7 +5,8 @@ it names has both files; segment files it does not name are reported as
 extra (as a note when they hold nothing but magic bytes); segments follow
 each other in increasing offsets; the consumer offsets file decodes. Against the catalog
 (when the partition has one): every cataloged segment is present with the
-same sizes and CRC32C checksums, and the catalog's offsets increase. With
+same sizes and CRC32C checksums, the newest segment's committed prefix has
+the CRC32Cs recorded for it, and the catalog's offsets increase. With
 ``deep``: every record of every segment is decoded and checked against its
 index entry.
 
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from kbackup.catalog.build import file_crc32c, file_size
 from kbackup.catalog.prune import pending_deletions
 from kbackup.catalog.store import catalog_path, read_catalog
+from kbackup.catalog.tail import tail_problem
 from kbackup.errors import KbackupError
 from kbackup.format.naming import RECORDS_SUFFIX
 from kbackup.partition.layout import list_partitions, list_segment_files
@@ -155,6 +157,11 @@ def _check_catalog(root: Location, reader: PartitionReader, report: PartitionRep
             report.errors.append(f"catalog: {entry.name} starts at {entry.first_offset}, not after {previous_last}")
         if entry.last_offset is not None:
             previous_last = entry.last_offset
+    tail = catalog.tail_of(names[-1]) if names else None
+    if tail is not None:
+        problem = tail_problem(root / report.topic, tail)
+        if problem is not None:
+            report.errors.append(problem)
     cataloged = {entry.name for entry in catalog.segments}
     # On disk the newest segment may still grow; on an object store every segment is final.
     finished = names if isinstance(root, ObjectPath) else names[:-1]

@@ -51,6 +51,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+import crc32c
+
 from kbackup.errors import FormatError, OffsetConflictError, PlacementError
 from kbackup.format.magic import MAGIC_V1, check_magic
 from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
@@ -151,6 +153,8 @@ class PartitionWriter(ClosingWriter):
         self._lookup: tuple[str, SegmentIndexFile, int] | None = None
         self._replay_hint = -2  # index position of the last replayed record in the cached segment
         self._closed = False
+        #: CRC32Cs of the newest segment's files as written (with ``catalog_root``: recorded at close).
+        self._coverage: _Coverage | None = None
 
         created = not topic_dir.exists()
         topic_dir.mkdir(parents=True, exist_ok=True)
@@ -182,6 +186,8 @@ class PartitionWriter(ClosingWriter):
             self._reconcile_segment_files()
             if self.segments:
                 self._open_tail_segment()
+                if catalog_root is not None:
+                    self._coverage = self._load_coverage(catalog_root)
         except BaseException:
             self._release()
             raise
@@ -209,6 +215,8 @@ class PartitionWriter(ClosingWriter):
                 partition=self.partition,
                 offset=record.offset,
             )
+        if self._coverage is not None and self._coverage.first_offset is None:
+            self._coverage.first_offset = record.offset
         length = append_record(self._records_buffer, record)
         self._index_buffer += ENTRY.pack(record.offset, self._records_size, length)
         self._records_size += length
@@ -235,6 +243,8 @@ class PartitionWriter(ClosingWriter):
         if self._records_buffer:
             assert self._records_fd is not None
             assert self._index_fd is not None
+            if self._coverage is not None:
+                self._coverage.add(self._records_buffer, self._index_buffer)
             _write_all(self._records_fd, self._records_buffer)
             self._records_buffer.clear()
             _write_all(self._index_fd, self._index_buffer)
@@ -248,11 +258,12 @@ class PartitionWriter(ClosingWriter):
             os.fsync(self._index_fd)
 
     def close(self) -> None:
-        """Sync and release the partition. Idempotent."""
+        """Sync, record the newest segment's committed prefix in the catalog, release. Idempotent."""
         if self._closed:
             return
         try:
             self.sync()
+            self._record_tail()
         finally:
             self._release()
 
@@ -402,6 +413,57 @@ class PartitionWriter(ClosingWriter):
             return False
         return record.offset == entry.offset and end == entry.length
 
+    def _load_coverage(self, root: Path) -> _Coverage:
+        """The newest segment's CRC32Cs as committed: from the catalog's tail, extended over newer synced bytes.
+
+        Without a recorded tail (a segment the catalog has not seen), the files are read whole once.
+        """
+        from kbackup.catalog.store import read_catalog
+
+        assert self._records_fd is not None
+        assert self._index_fd is not None
+        name = self.segments[-1].name
+        records_end = self._records_size
+        index_end = os.lseek(self._index_fd, 0, os.SEEK_CUR)
+        catalog = read_catalog(root, self.topic, self.partition)
+        tail = catalog.tail_of(name) if catalog is not None else None
+        if tail is not None and (tail.records_bytes > records_end or tail.index_bytes > index_end):
+            raise FormatError(
+                f"the catalog says {tail.records_bytes} bytes of records were committed in this segment, "
+                f"{records_end} verified bytes are left (committed records are lost; kbackup verify names them)",
+                file=str(self.topic_dir / (name + RECORDS_SUFFIX)),
+            )
+        records_crc = _crc_range(
+            self._records_fd, tail.records_bytes if tail else 0, records_end, tail.records_crc32c if tail else 0
+        )
+        index_crc = _crc_range(
+            self._index_fd, tail.index_bytes if tail else 0, index_end, tail.index_crc32c if tail else 0
+        )
+        first = (
+            SegmentIndexEntry(*ENTRY.unpack(os.pread(self._index_fd, ENTRY_SIZE, 1))).offset if index_end > 1 else None
+        )
+        return _Coverage(name, records_crc, records_end, index_crc, index_end, first)
+
+    def _record_tail(self) -> None:
+        coverage = self._coverage
+        if coverage is None or self._catalog_root is None:
+            return
+        from kbackup.catalog.model import TailEntry
+        from kbackup.catalog.tail import record_tail
+
+        records = (coverage.index_bytes - 1) // ENTRY_SIZE
+        tail = TailEntry(
+            name=coverage.name,
+            first_offset=coverage.first_offset if records else None,
+            last_offset=self._last_offset if records else None,
+            records=records,
+            records_bytes=coverage.records_bytes,
+            index_bytes=coverage.index_bytes,
+            records_crc32c=coverage.records_crc32c,
+            index_crc32c=coverage.index_crc32c,
+        )
+        record_tail(self._catalog_root, self.topic, self.partition, tail)
+
     def _last_offset_of(self, segment: PartitionIndexEntry) -> int | None:
         with SegmentIndexFile(self.topic_dir / (segment.name + INDEX_SUFFIX)) as index:
             return index.entry(index.count - 1).offset if index.count else None
@@ -430,6 +492,9 @@ class PartitionWriter(ClosingWriter):
         self._records_fd = os.open(files.records, os.O_RDWR | os.O_APPEND)
         self._index_fd = os.open(files.index, os.O_RDWR | os.O_APPEND)
         self._records_size = 1
+        if self._catalog_root is not None:
+            magic_crc = crc32c.crc32c(MAGIC_V1)
+            self._coverage = _Coverage(entry.name, magic_crc, 1, magic_crc, 1, None)
         if self._catalog_root is not None and len(self.segments) > 1:
             # The previous segment is synced and, now that a newer one exists,
             # finished: the catalog may name it (and any it missed after a crash).
@@ -509,6 +574,36 @@ def _write_all(fd: int, data: bytes | bytearray) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
+
+
+@dataclass
+class _Coverage:
+    """The newest segment's files as written so far: sizes and running CRC32Cs."""
+
+    name: str
+    records_crc32c: int
+    records_bytes: int
+    index_crc32c: int
+    index_bytes: int
+    first_offset: int | None
+
+    def add(self, records: bytes | bytearray, index: bytes | bytearray) -> None:
+        self.records_crc32c = crc32c.crc32c(records, self.records_crc32c)
+        self.records_bytes += len(records)
+        self.index_crc32c = crc32c.crc32c(index, self.index_crc32c)
+        self.index_bytes += len(index)
+
+
+def _crc_range(fd: int, start: int, end: int, value: int) -> int:
+    """Extend ``value`` (the CRC32C of a file's first ``start`` bytes) over bytes ``start..end``."""
+    position = start
+    while position < end:
+        chunk = os.pread(fd, min(1 << 20, end - position), position)
+        if not chunk:
+            raise FormatError(f"file ended at byte {position} while reading up to {end}", file=f"fd {fd}")
+        value = crc32c.crc32c(chunk, value)
+        position += len(chunk)
+    return value
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from kbackup.catalog.integrity import ChecksumError, segment_problem
-from kbackup.catalog.store import read_catalog
+from kbackup.catalog.integrity import ChecksumError, bad_segments
 from kbackup.errors import KbackupError
 from kbackup.partition.reader import PartitionReader
 from kbackup.restore.selection import BelowCounter, Window, selected_records
@@ -140,16 +139,11 @@ def _check_segments(task: PartitionTask) -> None:
     Segments the plan chose to leave out (``--skip-bad-segments``) are not checked.
     """
     topic_dir = parse_location(task.source_dir)
-    catalog = read_catalog(topic_dir.parent, task.source_topic, task.source_partition)
-    if catalog is None:
-        return
-    for entry in catalog.segments:
-        if entry.name in task.window.skip_segments:
+    for bad in bad_segments(topic_dir.parent, task.source_topic, task.source_partition):
+        if bad.name in task.window.skip_segments:
             continue
-        problem = segment_problem(topic_dir, entry)
-        if problem is not None:
-            raise ChecksumError(
-                f"topic {task.source_topic!r} partition {task.source_partition}: segment {entry.name} "
-                f"(offsets {entry.first_offset}..{entry.last_offset}) is damaged: {problem}; nothing was produced "
-                "from this partition (--skip-bad-segments restores the rest and reports what was left out)"
-            )
+        raise ChecksumError(
+            f"topic {task.source_topic!r} partition {task.source_partition}: segment {bad.name} "
+            f"(offsets {bad.first_offset}..{bad.last_offset}) is damaged: {bad.reason}; nothing was produced "
+            "from this partition (--skip-bad-segments restores the rest and reports what was left out)"
+        )

@@ -1,0 +1,76 @@
+"""The catalog's checksum of the newest segment's committed prefix (the "tail").
+
+A finished segment is cataloged whole (:mod:`kbackup.catalog.build`). The
+newest segment keeps growing and, with large segments, may never finish: a
+snapshot backup into 1 GiB segments leaves every partition's records in an
+unfinished segment. So each writer that closes after syncing records the
+prefix it committed: how many bytes of the records and index files, how many
+records, and the CRC32C of each prefix (:class:`TailEntry`).
+
+The writer extends the CRC32Cs incrementally (``crc32c(new bytes, previous)``)
+instead of reading the files again: a committed byte changed since it was
+recorded still shows, because the recorded checksum is of the bytes as they
+were. Bytes past the prefix are a batch in flight, or a crash's leftovers the
+next writer repairs; readers check the prefix and name what lies past it.
+
+Order (crash safety): the records and index are fsynced before the catalog is
+replaced (atomically), so a recorded prefix is always on disk. A crash between
+the two leaves the catalog behind the files; the next writer extends from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import crc32c
+
+from kbackup.catalog.model import PartitionCatalog, TailEntry
+from kbackup.catalog.store import read_catalog, write_catalog
+from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
+from kbackup.storage import Location, storage_for
+
+CHUNK = 1 << 20
+
+
+def record_tail(root: Location, topic: str, partition: int, tail: TailEntry) -> None:
+    """Replace the partition's recorded tail (the rest of its catalog unchanged)."""
+    catalog = read_catalog(root, topic, partition) or PartitionCatalog(topic, partition)
+    if catalog.tail != tail:
+        write_catalog(root, replace(catalog, tail=tail))
+
+
+def prefix_crc32c(path: Location, length: int) -> tuple[int, int]:
+    """The CRC32C of the first ``length`` bytes of a file, and how many bytes it has (at most ``length``)."""
+    value = 0
+    done = 0
+    handle = storage_for(path).open_read(path)
+    try:
+        while done < length:
+            chunk = handle.pread(min(CHUNK, length - done), done)
+            if not chunk:
+                break
+            value = crc32c.crc32c(chunk, value)
+            done += len(chunk)
+    finally:
+        handle.close()
+    return value, done
+
+
+def tail_problem(topic_dir: Location, tail: TailEntry) -> str | None:
+    """Why the newest segment's committed prefix is not what the catalog recorded, or ``None`` when it is."""
+    for suffix, length, expected in (
+        (RECORDS_SUFFIX, tail.records_bytes, tail.records_crc32c),
+        (INDEX_SUFFIX, tail.index_bytes, tail.index_crc32c),
+    ):
+        path = topic_dir / f"{tail.name}{suffix}"
+        if not storage_for(path).exists(path):
+            return f"{path.name} is missing"
+        found, size = prefix_crc32c(path, length)
+        if size < length:
+            return f"{path.name} has {size} bytes, the catalog says {length} were committed"
+        if found != expected:
+            return (
+                f"{path.name}: its first {length} bytes (committed) have CRC32C {found:#010x}, "
+                f"the catalog says {expected:#010x}"
+            )
+    return None
