@@ -434,6 +434,24 @@ def test_restore_checks_the_open_segment_too(target: Target, tmp_path: Path) -> 
     ]
 
 
+def test_restore_of_the_original_tools_crash_shapes(target: Target, tmp_path: Path) -> None:
+    """Unindexed bytes between records (a, b) and shifted index entries (c): every record once, in order."""
+    from tests.test_original_crash_shapes import RECORDS, build_shapes
+
+    backup = tmp_path / "backup"
+    build_shapes(backup / "shapes")
+    name = target.name("shapes-restored")
+    result = run_restore(*target.args(tmp_path), "--source-dir", str(backup), "--topic-map", f"shapes={name}",
+                         "--topic-config", "retention.ms=-1")  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    restored = consume_all(target.broker, [name])
+    assert [(r["partition"], r["offset"], r["key"], r["value"], r["headers"], r["timestamp"]) for r in restored] == [
+        (p, r.offset, b64(r.key), b64(r.value), [["h", b64(b"%d" % r.offset)]], r.timestamp)
+        for p in range(3)
+        for r in RECORDS
+    ]
+
+
 def test_restore_refuses_a_partition_index_cut_short(target: Target, tmp_path: Path) -> None:
     """30 bytes cut off the partition index hide its last segment: refused, nothing produced, no group moved."""
     backup = tmp_path / "backup"

@@ -49,11 +49,15 @@ def segment_time_range(
     """
     if not isinstance(records_path, Path) or not isinstance(index_path, Path):
         return _streamed_time_range(records_path, index_path, legacy=legacy)
-    start = 0 if legacy else 1
-    entries = np.memmap(index_path, dtype=">i8", mode="r", offset=start) if index_path.stat().st_size > start else None
-    if entries is None or len(entries) < 3:
+    with SegmentIndexFile(index_path, legacy=legacy) as index:
+        count, start, shifted = index.count, index.data_start, bool(index.shifts)
+    if shifted:  # entries off the 24-byte grid (the original's crash shape): follow the index entry by entry
+        return _streamed_time_range(records_path, index_path, legacy=legacy)
+    if count == 0:
         return None, None
-    positions_all = entries[: len(entries) // 3 * 3].reshape(-1, 3)[:, 1]
+    # Only whole entries: a partial last entry is not committed.
+    entries = np.memmap(index_path, dtype=">i8", mode="r", offset=start, shape=(count * 3,))
+    positions_all = entries.reshape(-1, 3)[:, 1]
     records = np.memmap(records_path, dtype=np.uint8, mode="r")
     low: int | None = None
     high: int | None = None

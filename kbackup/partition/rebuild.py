@@ -15,14 +15,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from kbackup.errors import FormatError
 from kbackup.format.magic import MAGIC_V1, check_magic
 from kbackup.format.partition_index import PartitionIndexEntry, encode_partition_index
+from kbackup.format.record import Record
 from kbackup.format.segment_index import ENTRY
 from kbackup.fsutil import TMP_SUFFIX, atomic_write, fsync_dir
 from kbackup.partition.layout import list_segment_files, partition_index_path
-from kbackup.partition.segment_reader import stream_records
+from kbackup.partition.segment_reader import iter_segment_entries, stream_records
 from kbackup.storage import as_local
 
 
@@ -40,47 +42,92 @@ class SegmentRebuild:
 
 
 def rebuild_segment_index(records_path: Path, index_path: Path, *, legacy: bool = False) -> SegmentRebuild:
-    """Write ``index_path`` anew from the records in ``records_path``."""
+    """Write ``index_path`` anew from the records in ``records_path``.
+
+    When an index is there, it guides the rebuild as it guides every reader:
+    the records it lists (each checked against its entry) are kept, bytes
+    between them (a partial record, or an unindexed copy of a record, that
+    the original tool left after a crash) are left out, and entries shifted
+    by a partial entry come out aligned. Records after its last entry (or all
+    of them, without a usable index) are found by decoding the file in order;
+    a record stored twice in a row with the same bytes is indexed once, at
+    its later copy (where the original indexed it).
+    """
     with open(records_path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         start = check_magic(handle.read(1), file=str(records_path), legacy=legacy)
         tmp = index_path.with_name(f".{index_path.name}.{os.getpid()}{TMP_SUFFIX}")
-        count = 0
-        first = last = None
+        entries = _Entries(str(records_path))
         bad_at: int | None = None
         reason: str | None = None
         end = start
         with open(tmp, "wb") as out:
             if start:
                 out.write(MAGIC_V1)
-            pending = bytearray()
+            if index_path.exists():
+                try:
+                    for record, position, length in iter_segment_entries(records_path, index_path, legacy=legacy):
+                        entries.add(out, record, position, length)
+                        end = position + length
+                except FormatError:
+                    pass  # the old index is damaged from here on: decode the rest in order
             try:
-                for record, position, length in stream_records(handle, start, size, file=str(records_path)):
-                    if last is not None and record.offset <= last:
-                        raise FormatError(
-                            "record offsets must increase",
-                            file=str(records_path),
-                            position=position,
-                            expected=f"an offset > {last}",
-                            found=str(record.offset),
-                        )
-                    pending += ENTRY.pack(record.offset, position, length)
-                    if len(pending) >= 1 << 20:
-                        out.write(pending)
-                        pending.clear()
-                    first = record.offset if first is None else first
-                    last = record.offset
-                    count += 1
+                for record, position, length in stream_records(handle, end, size, file=str(records_path)):
+                    entries.add(out, record, position, length)
                     end = position + length
             except FormatError as exc:
                 bad_at = end
                 reason = str(exc)
-            out.write(pending)
+            entries.flush(out)
             out.flush()
             os.fsync(out.fileno())
     os.replace(tmp, index_path)
     fsync_dir(index_path.parent)
-    return SegmentRebuild(index_path, count, first, last, bad_at, reason)
+    return SegmentRebuild(index_path, entries.count, entries.first, entries.last_offset, bad_at, reason)
+
+
+class _Entries:
+    """Index entries being written, the last one held back (a repeated record replaces it)."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.count = 0
+        self.first: int | None = None
+        self.last: tuple[Record, int, int] | None = None
+        self._pending = bytearray()
+
+    @property
+    def last_offset(self) -> int | None:
+        return None if self.last is None else self.last[0].offset
+
+    def add(self, out: BinaryIO, record: Record, position: int, length: int) -> None:
+        if self.last is not None and record.offset <= self.last[0].offset:
+            if record == self.last[0]:
+                self.last = (record, position, length)  # the same record again: index the later copy
+                return
+            raise FormatError(
+                "record offsets must increase",
+                file=self.file,
+                position=position,
+                expected=f"an offset > {self.last[0].offset}",
+                found=str(record.offset),
+            )
+        if self.last is not None:
+            held, held_position, held_length = self.last
+            self._pending += ENTRY.pack(held.offset, held_position, held_length)
+            if len(self._pending) >= 1 << 20:
+                out.write(self._pending)
+                self._pending.clear()
+        self.first = record.offset if self.first is None else self.first
+        self.last = (record, position, length)
+        self.count += 1
+
+    def flush(self, out: BinaryIO) -> None:
+        if self.last is not None:
+            held, held_position, held_length = self.last
+            self._pending += ENTRY.pack(held.offset, held_position, held_length)
+        out.write(self._pending)
+        self._pending.clear()
 
 
 def rebuild_partition_index(topic_dir: Path, partition: int) -> list[PartitionIndexEntry]:

@@ -8,41 +8,67 @@ The segment index is the segment's commit record: a reader yields exactly
 the records the index lists, checks each against its entry (offset, position,
 length), and ignores bytes past the last entry (a writer's tail that is not
 yet indexed, or a torn write that reopening will repair).
+
+Reading follows the index, as the original tool's reader does, so the shapes
+the original leaves after a crash and a restart read correctly (see
+``formats/writing-and-repair.md``): bytes between two indexed records (a
+partial record, or a whole record written but never indexed) are skipped with
+a warning naming the file and byte range, and index entries shifted by a
+partial entry in the middle of the index are found again (:meth:`SegmentIndexFile.shifts`).
 """
 
 from __future__ import annotations
 
+import logging
+from array import array
 from collections.abc import Iterator
 from types import TracebackType
 from typing import BinaryIO
 
 from kbackup.errors import FormatError, TruncatedError
 from kbackup.format.magic import check_magic
+from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from kbackup.format.record import Record, decode_records
 from kbackup.format.segment_index import ENTRY, ENTRY_SIZE, SegmentIndexEntry
 from kbackup.storage import Location, ReadHandle, storage_for
 
 CHUNK_SIZE = 1 << 20
 
+log = logging.getLogger("kbackup.reader")
+
 
 class SegmentIndexFile:
     """Random access to the entries of a segment index file.
 
     Entries are validated as they are read: a scan checks that offsets
-    increase and that records are contiguous. A partial last entry (a writer
-    appending right now, or a crash the next writer will repair) is not yet
-    committed and is left out, like record bytes past the last entry.
+    increase and that records do not overlap (bytes between two records are
+    skipped, with a warning). A partial last entry (a writer appending right
+    now, or a crash the next writer will repair) is not yet committed and is
+    left out, like record bytes past the last entry.
+
+    A partial entry *followed by more entries* (the original tool appended
+    after one it had left) shifts every later entry off the 24-byte grid.
+    When the file's size is off the grid, the entries are scanned once and,
+    where an entry is implausible (offset not increasing, record overlapping
+    the previous one or reaching past the records file), the scan looks for
+    the entry again 1 to 23 bytes further on; :attr:`shifts` lists the
+    skipped byte ranges, and entries are then read from the positions found.
     """
 
     def __init__(self, path: Location, *, legacy: bool = False) -> None:
         self.path = path
         self._handle: ReadHandle = storage_for(path).open_read(path)
+        #: Byte ranges of partial entries skipped in the middle of the index.
+        self.shifts: list[tuple[int, int]] = []
+        self._positions: array[int] | None = None
         try:
             self.data_start = check_magic(self._handle.pread(1, 0), file=str(path), legacy=legacy)
+            self._measure(self._handle.size)
+            if self.torn_tail:
+                self._realign()
         except BaseException:
             self._handle.close()
             raise
-        self._measure(self._handle.size)
 
     def _measure(self, size: int) -> None:
         body = max(0, size - self.data_start)
@@ -50,9 +76,56 @@ class SegmentIndexFile:
         self.torn_tail = body % ENTRY_SIZE
         self.count = body // ENTRY_SIZE
 
+    def _realign(self) -> None:
+        """Find entries shifted by partial entries in the middle of the file (see the class docstring)."""
+        size = self._handle.size
+        records_size = _records_size_beside(self.path)
+        block = _Blocks(self._handle)
+        positions: array[int] = array("q")
+        shifts: list[tuple[int, int]] = []
+        position = self.data_start
+        previous_offset, previous_end = -1, self.data_start
+
+        def plausible(at: int) -> tuple[int, int, int] | None:
+            if at + ENTRY_SIZE > size:
+                return None
+            entry = ENTRY.unpack(block.read(at, ENTRY_SIZE))
+            offset, record_position, length = entry
+            if offset <= previous_offset or length <= 0 or record_position < previous_end:
+                return None
+            if records_size is not None and record_position + length > records_size:
+                return None
+            return entry
+
+        while position + ENTRY_SIZE <= size:
+            entry = plausible(position)
+            if entry is None:
+                for skip in range(1, ENTRY_SIZE):
+                    entry = plausible(position + skip)
+                    if entry is not None:
+                        shifts.append((position, position + skip))
+                        position += skip
+                        break
+                if entry is None:
+                    break  # a torn tail, or damage a reader reports at this entry
+            positions.append(position)
+            previous_offset, previous_end = entry[0], entry[1] + entry[2]
+            position += ENTRY_SIZE
+        if shifts:
+            self.shifts = shifts
+            self._positions = positions
+            self.count = len(positions)
+            self.torn_tail = size - position
+            for start, end in shifts:
+                _warn_once(
+                    f"{self.path}: bytes {start}..{end - 1} are a partial index entry; the entries after it are read"
+                )
+
     def refresh(self) -> None:
         """Count the entries again: a writer may have appended since this file was opened."""
-        self._measure(self._handle.refresh_size())
+        size = self._handle.refresh_size()
+        if self._positions is None:
+            self._measure(size)
 
     def __enter__(self) -> SegmentIndexFile:
         return self
@@ -63,14 +136,22 @@ class SegmentIndexFile:
     def close(self) -> None:
         self._handle.close()
 
+    def entry_position(self, index: int) -> int:
+        """Where entry ``index`` starts in the file."""
+        if self._positions is not None:
+            return self._positions[index]
+        return self.data_start + index * ENTRY_SIZE
+
     def entry(self, index: int) -> SegmentIndexEntry:
         """The entry at ``index`` (0-based)."""
-        raw = self._handle.pread(ENTRY_SIZE, self.data_start + index * ENTRY_SIZE)
+        raw = self._handle.pread(ENTRY_SIZE, self.entry_position(index))
         return SegmentIndexEntry(*ENTRY.unpack(raw))
 
     def read_entries(self, start: int, count: int) -> bytes:
         """The raw bytes of ``count`` entries from entry ``start`` (24 bytes each), unchecked."""
-        return self._handle.pread(count * ENTRY_SIZE, self.data_start + start * ENTRY_SIZE)
+        if self._positions is None:
+            return self._handle.pread(count * ENTRY_SIZE, self.data_start + start * ENTRY_SIZE)
+        return b"".join(self._handle.pread(ENTRY_SIZE, self._positions[i]) for i in range(start, start + count))
 
     def bisect(self, offset: int) -> int:
         """Index of the first entry whose offset is >= ``offset`` (``count`` if none)."""
@@ -86,8 +167,10 @@ class SegmentIndexFile:
     def iter_entries(self, start: int = 0) -> Iterator[tuple[int, int, int]]:
         """Stream ``(offset, position, length)`` from entry ``start`` on.
 
-        Checks as it goes that offsets increase and each record starts where
-        the previous one ended (the first at the records file's data start).
+        Checks as it goes that offsets increase and each record starts at or
+        after the end of the previous one (the first at or after the records
+        file's data start); a record starting later leaves unindexed bytes
+        between the two, which readers skip.
         """
         if start > 0:
             before = self.entry(start - 1)
@@ -101,7 +184,7 @@ class SegmentIndexFile:
             raw = self.read_entries(index, n)
             for entry in ENTRY.iter_unpack(raw):
                 offset, position, length = entry
-                if offset <= previous_offset or position != expected_position or length <= 0:
+                if offset <= previous_offset or position < expected_position or length <= 0:
                     self._entry_error(index, entry, previous_offset, expected_position)
                 yield entry
                 previous_offset = offset
@@ -112,7 +195,7 @@ class SegmentIndexFile:
         self, index: int, entry: tuple[int, int, int], previous_offset: int, expected_position: int
     ) -> None:
         offset, position, length = entry
-        at = self.data_start + index * ENTRY_SIZE
+        at = self.entry_position(index)
         if offset <= previous_offset:
             raise FormatError(
                 f"index entry {index}: offsets must increase",
@@ -122,10 +205,10 @@ class SegmentIndexFile:
                 found=str(offset),
             )
         raise FormatError(
-            f"index entry {index} (offset {offset}): record does not follow the previous one",
+            f"index entry {index} (offset {offset}): record overlaps the previous one",
             file=str(self.path),
             position=at + 8,
-            expected=f"position {expected_position} and a length > 0",
+            expected=f"a position >= {expected_position} and a length > 0",
             found=f"position {position}, length {length}",
         )
 
@@ -180,6 +263,18 @@ def iter_segment(
     legacy: bool = False,
 ) -> Iterator[Record]:
     """Yield the records a segment's index lists, from ``from_offset`` on."""
+    for record, _, _ in iter_segment_entries(records_path, index_path, from_offset=from_offset, legacy=legacy):
+        yield record
+
+
+def iter_segment_entries(
+    records_path: Location,
+    index_path: Location,
+    *,
+    from_offset: int | None = None,
+    legacy: bool = False,
+) -> Iterator[tuple[Record, int, int]]:
+    """Yield ``(record, position, length)`` for each record the index lists, checked against its entry."""
     with SegmentIndexFile(index_path, legacy=legacy) as index:
         records = storage_for(records_path).open_read(records_path)
         try:
@@ -190,7 +285,7 @@ def iter_segment(
 
 def _iter_indexed(
     index: SegmentIndexFile, records: ReadHandle, records_path: Location, *, from_offset: int | None, legacy: bool
-) -> Iterator[Record]:
+) -> Iterator[tuple[Record, int, int]]:
     index_path = index.path
     handle = records.stream
     records_size = records.size
@@ -216,18 +311,83 @@ def _iter_indexed(
     first = 0 if from_offset is None else index.bisect(from_offset)
     if first == index.count:
         return
-    entries = index.iter_entries(first)
-    start = index.entry(first).position
-    for (record, position, length), entry in zip(
-        stream_records(handle, start, last.end, file=str(records_path)), entries, strict=False
-    ):
-        if (record.offset, position, length) != entry:
-            offset, expected_position, expected_length = entry
-            raise FormatError(
-                "record does not match its index entry",
-                file=str(records_path),
-                position=position,
-                expected=f"offset {offset} at {expected_position}, {expected_length} bytes (from {index_path.name})",
-                found=f"offset {record.offset} at {position}, {length} bytes",
-            )
-        yield record
+    for start, end, run in _contiguous_runs(index.iter_entries(first), records_path):
+        for (record, position, length), entry in zip(
+            stream_records(handle, start, end, file=str(records_path)), run, strict=False
+        ):
+            if (record.offset, position, length) != entry:
+                offset, expected_position, expected_length = entry
+                raise FormatError(
+                    "record does not match its index entry",
+                    file=str(records_path),
+                    position=position,
+                    expected=(
+                        f"offset {offset} at {expected_position}, {expected_length} bytes (from {index_path.name})"
+                    ),
+                    found=f"offset {record.offset} at {position}, {length} bytes",
+                )
+            yield record, position, length
+
+
+#: Entries per run: bounds what a run holds in memory.
+_RUN = 1 << 16
+
+
+def _contiguous_runs(
+    entries: Iterator[tuple[int, int, int]], records_path: Location
+) -> Iterator[tuple[int, int, list[tuple[int, int, int]]]]:
+    """Group index entries into runs of records that follow each other: ``(start, end, entries)``.
+
+    Bytes between two runs are not indexed (a partial record or an unindexed
+    copy left by a crash of the original tool): skipped, with a warning.
+    """
+    run: list[tuple[int, int, int]] = []
+    start = end = 0
+    for entry in entries:
+        position = entry[1]
+        if run and (position != end or len(run) >= _RUN):
+            yield start, end, run
+            if position != end:
+                _warn_once(f"{records_path}: bytes {end}..{position - 1} are not indexed (left by a crash); skipped")
+            run = []
+        if not run:
+            start = position
+        run.append(entry)
+        end = position + entry[2]
+    if run:
+        yield start, end, run
+
+
+class _Blocks:
+    """Reads of a file through one cached 1 MiB block (a scan of small reads, few system calls)."""
+
+    def __init__(self, handle: ReadHandle) -> None:
+        self._handle = handle
+        self._start = 0
+        self._data = b""
+
+    def read(self, position: int, length: int) -> bytes:
+        if not (self._start <= position and position + length <= self._start + len(self._data)):
+            self._start = position
+            self._data = self._handle.pread(max(CHUNK_SIZE, length), position)
+        at = position - self._start
+        return self._data[at : at + length]
+
+
+def _records_size_beside(index_path: Location) -> int | None:
+    """The size of the records file beside a segment index (``None`` when there is none)."""
+    name = getattr(index_path, "name", "")
+    if not name.endswith(INDEX_SUFFIX):
+        return None
+    records = index_path.parent / (name[: -len(INDEX_SUFFIX)] + RECORDS_SUFFIX)
+    return storage_for(records).size(records)
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """Log a warning about a file's shape once per process (every reader of the file would repeat it)."""
+    if message not in _warned:
+        _warned.add(message)
+        log.warning("%s", message)

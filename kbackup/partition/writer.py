@@ -345,6 +345,15 @@ class PartitionWriter(ClosingWriter):
                 os.pwrite(fd, MAGIC_V1, 0)
             else:
                 check_magic(head, file=str(path))
+        with SegmentIndexFile(files.index) as index:
+            if index.shifts:
+                start, end = index.shifts[0]
+                raise FormatError(
+                    f"bytes {start}..{end - 1} are a partial entry followed by more entries (the original tool's "
+                    "shape after a crash); appending would misplace them: rewrite the index with "
+                    f"kbackup index rebuild {self.topic_dir} --partition {self.partition}",
+                    file=str(files.index),
+                )
         kept, records_end, last = self._repair_tail(files)
         os.lseek(self._records_fd, records_end, os.SEEK_SET)
         os.lseek(self._index_fd, 1 + kept * ENTRY_SIZE, os.SEEK_SET)
@@ -401,8 +410,10 @@ class PartitionWriter(ClosingWriter):
         files: _LocalSegmentFiles,
     ) -> bool:
         assert self._records_fd is not None
+        # Bytes between two records (a partial record or an unindexed copy the original tool left
+        # after a crash) stay: the index, not adjacency, says which bytes are records.
         expected_position = before.end if before is not None else 1
-        if entry.position != expected_position or entry.length <= 0 or entry.end > records_size:
+        if entry.position < expected_position or entry.length <= 0 or entry.end > records_size:
             return False
         if before is not None and entry.offset <= before.offset:
             return False
