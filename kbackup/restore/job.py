@@ -218,10 +218,10 @@ def describe(plan: RestorePlan, settings: RestoreSettings) -> list[str]:
             config = ", ".join(f"{key}={value}" for key, value in sorted(topic.config.items()))
             with_config = f", config {config}" if config else ""
             lines.append(f"create topic {topic.target_topic} with {topic.create_partitions} partitions{with_config}")
-        if topic.set_timestamp_type is not None:
-            lines.append(f"  then set {TIMESTAMP_TYPE}={topic.set_timestamp_type} (records keep their timestamps)")
         else:
             lines.append(f"topic {topic.target_topic} exists with {topic.existing_partitions} partitions")
+        if topic.set_timestamp_type is not None:
+            lines.append(f"  then set {TIMESTAMP_TYPE}={topic.set_timestamp_type} (records keep their timestamps)")
     for part in plan.partitions:
         reader = PartitionReader(settings.source / part.source_topic, part.source_partition, legacy=settings.legacy)
         size = sum(len(r.key or b"") + len(r.value or b"") for r in _selected(reader, part))
