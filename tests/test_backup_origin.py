@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,7 +13,8 @@ from kbackup.catalog.topics import read_topic_record
 from kbackup.kafka.cluster import kafka_id
 from kbackup.spark.submit import client_config_file
 from tests.broker import BrokerUnderTest
-from tests.kafka_helpers import backed_up, create_topics, run_backup
+from tests.conftest import REPO
+from tests.kafka_helpers import backed_up, create_topics, job_env, run_backup
 from tests.restore_helpers import Target, restore_python
 
 TOPIC = "origin-small"
@@ -84,6 +86,16 @@ def test_backup_refuses_another_cluster_and_a_recreated_topic(
             "--target-dir", backup, "--topics", TOPIC, "--snapshot",
         )  # fmt: skip
 
+    def refused(broker: BrokerUnderTest) -> subprocess.CompletedProcess[str]:
+        """The refusal comes before Spark starts: the job run by plain Python shows it."""
+        result = subprocess.run(
+            [sys.executable, str(REPO / "jobs" / "backup.py"), "--bootstrap-server", broker.bootstrap_servers,
+             "--command-config", str(config), "--target-dir", str(backup), "--topics", TOPIC, "--snapshot"],
+            capture_output=True, text=True, env=job_env(), timeout=120,
+        )  # fmt: skip
+        assert "SparkContext" not in result.stdout + result.stderr
+        return result
+
     first = back_up(kafka)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     cluster_a, topic_a = _ids(kafka)
@@ -98,7 +110,7 @@ def test_backup_refuses_another_cluster_and_a_recreated_topic(
     create_topics(target.broker, {TOPIC: 1})
     _produce(target.broker, "b", 300)
     cluster_b, _ = _ids(target.broker)
-    line = _refusal(back_up(target.broker))
+    line = _refusal(refused(target.broker))
     assert cluster_a in line and cluster_b in line and "new target directory" in line
     assert _files(backup) == files
 
@@ -107,7 +119,7 @@ def test_backup_refuses_another_cluster_and_a_recreated_topic(
     _produce(kafka, "c", 300)
     _, topic_c = _ids(kafka)
     assert topic_c != topic_a
-    line = _refusal(back_up(kafka))
+    line = _refusal(refused(kafka))
     assert topic_a in line and topic_c in line and "new target directory" in line
     assert _files(backup) == files
     assert [(r["offset"], r["key"], r["value"]) for r in backed_up(backup, [TOPIC])] == expected

@@ -425,13 +425,7 @@ def test_restore_checks_the_open_segment_too(target: Target, tmp_path: Path) -> 
     assert f"(offsets {first_open}..59) is damaged: {newest.name}: its first {len(data)} bytes (committed)" in (
         refused.stderr
     )
-    assert _target_count(target, name, partitions=1) == 0
-    skipped = run_restore(*args, "--skip-bad-segments")
-    assert skipped.returncode == 0, skipped.stdout[-3000:] + skipped.stderr[-3000:]
-    restored = consume_all(target.broker, [name])
-    assert [(r["offset"], r["key"], r["value"], r["timestamp"]) for r in restored] == [
-        (r.offset, b64(r.key), b64(r.value), r.timestamp) for r in records[:first_open]
-    ]
+    assert _target_count(target, name, partitions=1) == 0  # (--skip-bad-segments: see the damaged-segment test)
 
 
 def test_restore_of_the_original_tools_crash_shapes(target: Target, tmp_path: Path) -> None:
