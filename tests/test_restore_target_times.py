@@ -157,3 +157,23 @@ def test_log_append_time_topic_keeps_the_original_timestamps(target: Target, tmp
     assert refused.returncode == 1
     assert f"target topic {stamping!r} has message.timestamp.type=LogAppendTime" in refused.stderr
     assert "--restamp" in refused.stderr
+
+
+def test_oldest_timestamp_equals_a_scan_of_the_selected_records(tmp_path: Path) -> None:
+    from kbackup.catalog.store import read_catalog
+    from kbackup.partition.reader import PartitionReader
+    from kbackup.restore.retention import oldest_timestamp
+    from kbackup.restore.selection import Window, selected_records
+
+    root = tmp_path / "backup"
+    stamps = [5_000 - (i * 37) % 4_000 for i in range(90)]  # not in offset order
+    with PartitionWriter(root / "t", "t", 0, max_segment_size=900, fsync=False, catalog_root=root) as writer:
+        for i, stamp in enumerate(stamps):
+            kind = -1 if i % 9 == 0 else i % 2  # some records without a timestamp
+            writer.append(Record(i, kind, None if kind < 0 else stamp, b"k", b"v%d" % i))
+    reader = PartitionReader(root / "t", 0)
+    catalog = read_catalog(root, "t", 0)
+    assert catalog is not None and catalog.segments and catalog.tail is not None
+    for window in (Window(), Window(from_offset=17), Window(to_offset=40), Window(from_time=2_000, to_time=4_000)):
+        scanned = [r.timestamp for r in selected_records(reader, window) if r.timestamp is not None]
+        assert oldest_timestamp(reader, window, catalog) == min(scanned), window
