@@ -5,14 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
-
-import pytest
 
 from kbackup.catalog.topics import read_topic_record
 from kbackup.kafka.cluster import kafka_id
 from kbackup.spark.submit import client_config_file
-from tests.broker import BrokerUnderTest
+from tests.broker import BrokerUnderTest, local_cluster
 from tests.conftest import REPO
 from tests.kafka_helpers import backed_up, create_topics, job_env, run_backup
 from tests.restore_helpers import Target, restore_python
@@ -72,8 +71,13 @@ def _refusal(result: subprocess.CompletedProcess[str]) -> str:
 def test_backup_refuses_another_cluster_and_a_recreated_topic(
     kafka: BrokerUnderTest, target: Target, tmp_path: Path
 ) -> None:
-    if target.broker is kafka:
-        pytest.skip("needs a second cluster (the local Kafka)")
+    with ExitStack() as stack:
+        # Another cluster: the restore target's, or (when restores go to the suite's broker) a local one.
+        other = target.broker if target.broker is not kafka else stack.enter_context(local_cluster())
+        _refuses_other_origins(kafka, other, tmp_path)
+
+
+def _refuses_other_origins(kafka: BrokerUnderTest, other: BrokerUnderTest, tmp_path: Path) -> None:
     create_topics(kafka, {TOPIC: 1})
     _produce(kafka, "a", 200)
     backup = tmp_path / "backup"
@@ -107,10 +111,10 @@ def test_backup_refuses_another_cluster_and_a_recreated_topic(
     files = _files(backup)
 
     # Cluster B has a topic of the same name with more records: its offsets 200.. would land after A's.
-    create_topics(target.broker, {TOPIC: 1})
-    _produce(target.broker, "b", 300)
-    cluster_b, _ = _ids(target.broker)
-    line = _refusal(refused(target.broker))
+    create_topics(other, {TOPIC: 1})
+    _produce(other, "b", 300)
+    cluster_b, _ = _ids(other)
+    line = _refusal(refused(other))
     assert cluster_a in line and cluster_b in line and "new target directory" in line
     assert _files(backup) == files
 
@@ -126,7 +130,7 @@ def test_backup_refuses_another_cluster_and_a_recreated_topic(
 
     # The restore says where the backup came from.
     dry = restore_python(
-        "--bootstrap-server", target.broker.bootstrap_servers, "--source-dir", backup,
+        "--bootstrap-server", other.bootstrap_servers, "--source-dir", backup,
         "--topic-map", f"{TOPIC}={TOPIC}-restored", "--dry-run",
     )  # fmt: skip
     assert dry.returncode == 0, dry.stdout[-2000:] + dry.stderr[-2000:]
