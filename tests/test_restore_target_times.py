@@ -150,6 +150,11 @@ def test_log_append_time_topic_keeps_the_original_timestamps(target: Target, tmp
         (r.offset, b64(r.key or b""), b64(r.value or b""), r.timestamp) for r in records
     ]
 
+    # Run again, the finished restore has nothing to produce: no refusal of the topic it set to LogAppendTime.
+    again = restore_python(*args)
+    assert again.returncode == 0, again.stderr
+    assert consume_all(target.broker, [name]) == restored
+
     # An existing LogAppendTime target would re-stamp: refused unless --restamp.
     stamping = target.name("lat-existing")
     create_topics(target.broker, {stamping: 1}, {stamping: {"message.timestamp.type": "LogAppendTime"}})

@@ -189,24 +189,34 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
             )
     if not settings.dry_run:
         refuse_damage(plan, settings)
-    _check_target_times(plan, settings, admin)
     _place(plan, settings, admin, existing)
+    _check_target_times(plan, settings, admin)
     return plan
 
 
 def _check_target_times(plan: RestorePlan, settings: RestoreSettings, admin: Any) -> None:
-    """Refuse targets that would re-stamp, delete or reject the restored records (see the modules named)."""
-    existing = [topic.target_topic for topic in plan.topics if topic.create_partitions is None]
+    """Refuse targets that would re-stamp, delete or reject the records still to produce (see the modules named).
+
+    Topics with nothing left to produce (a finished restore run again) are not checked: there is nothing to refuse.
+    """
+    producing = {part.target_topic for part in plan.partitions if part.to_produce > 0}
+    existing = [t.target_topic for t in plan.topics if t.create_partitions is None and t.target_topic in producing]
     effective = effective_topic_configs(admin, existing)
     pending = PendingTimestampTypes(settings.restore_state_dir, settings.client["bootstrap.servers"]).data
     problems = []
     defaults: dict[str, str] | None = None
     for topic in plan.topics:
+        if topic.create_partitions is None and topic.target_topic in pending:
+            topic.set_timestamp_type = pending[topic.target_topic]  # created by an earlier run of this restore
+        if topic.target_topic not in producing:
+            continue
         if topic.create_partitions is None:
             config = effective.get(topic.target_topic, {})
-            if topic.target_topic in pending:
-                topic.set_timestamp_type = pending[topic.target_topic]  # created by an earlier run of this restore
-            elif config.get(TIMESTAMP_TYPE) == LOG_APPEND_TIME and not settings.restamp:
+            if (
+                topic.set_timestamp_type is None
+                and config.get(TIMESTAMP_TYPE) == LOG_APPEND_TIME
+                and not settings.restamp
+            ):
                 problems.append(
                     f"target topic {topic.target_topic!r} has message.timestamp.type=LogAppendTime: the broker would "
                     "give every restored record a new timestamp; restore into a new topic (created with CreateTime "
