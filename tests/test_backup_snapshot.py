@@ -289,6 +289,19 @@ def test_missing_topic(kafka: BrokerUnderTest, tmp_path: Path) -> None:
     )
 
 
+def test_a_topic_named_like_the_state_directory_is_refused(kafka: BrokerUnderTest, tmp_path: Path) -> None:
+    create_topics(kafka, {".kbackup": 1})
+    result = _job(
+        "--bootstrap-server", kafka.bootstrap_servers, "--target-dir", str(tmp_path / "b"), "--topics", ".kbackup",
+        "--snapshot",
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "kbackup backup: error: topic '.kbackup' cannot be backed up: its directory would be kbackup's own state "
+        f"directory {tmp_path / 'b' / '.kbackup'}; leave it out of --topics / --topics-regex"
+    )
+
+
 def test_spark_source_without_its_connector_is_one_line(kafka: BrokerUnderTest, tmp_path: Path) -> None:
     """``--kafka-source spark`` submitted without ``--packages``: refused before reading, naming the package."""
     from kbackup.spark.kafka_connector import package_coordinate

@@ -11,6 +11,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from datetime import UTC
 from pathlib import Path
@@ -25,7 +26,7 @@ from kbackup.spark.submit import client_config_file
 from tests.backup_builders import write_original_style
 from tests.broker import BrokerUnderTest, local_cluster
 from tests.conftest import REPO
-from tests.kafka_helpers import consume_all, create_topics, job_env, run_backup
+from tests.kafka_helpers import consume_all, create_topics, job_env, kbackup_lines, run_backup
 from tests.restore_helpers import Target, comparable, group_offsets, restore_command, restore_python, run_restore
 
 # Recent timestamps: older ones would fall to the target topics' time-based retention.
@@ -443,6 +444,29 @@ def test_restore_of_the_original_tools_crash_shapes(target: Target, tmp_path: Pa
         (p, r.offset, b64(r.key), b64(r.value), [["h", b64(b"%d" % r.offset)]], r.timestamp)
         for p in range(3)
         for r in RECORDS
+    ]
+
+
+def test_a_topic_whose_name_starts_with_a_dot_is_a_topic(target: Target, tmp_path: Path) -> None:
+    """``.hidden`` is a legal Kafka topic: listed, verified, described and restored like any other."""
+    backup = tmp_path / "backup"
+    records = [Record(i, 0, BASE + i, b"k%d" % i, b"hidden-%d" % i) for i in range(500)]
+    for topic, chosen in ((".hidden", records), ("plain", records[:3])):
+        with PartitionWriter(backup / topic, topic, 0, fsync=False, catalog_root=backup) as writer:
+            for record in chosen:
+                writer.append(record)
+    ls = kbackup_lines("ls", backup)
+    assert any(line.startswith(".hidden") for line in ls), ls
+    verified = subprocess.run([sys.executable, "-m", "kbackup", "verify", str(backup)], capture_output=True, text=True)
+    assert verified.returncode == 0 and ".hidden/0: ok (1 segments, 500 records)" in verified.stdout
+    assert ".hidden: 500 records" in "\n".join(kbackup_lines("describe", backup))
+    name = target.name("dot-restored")
+    result = run_restore(*target.args(tmp_path), "--source-dir", str(backup), "--topic-map", f".hidden={name}",
+                         "--topic-map", f"plain={target.name('dot-plain')}")  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    restored = consume_all(target.broker, [name])
+    assert [(r["offset"], r["key"], r["value"], r["timestamp"]) for r in restored] == [
+        (r.offset, b64(r.key), b64(r.value), r.timestamp) for r in records
     ]
 
 

@@ -46,7 +46,7 @@ from kbackup.job_options import run_job
 from kbackup.kafka.client_settings import redact
 from kbackup.kafka.cluster import ClusterError, TopicPartitionKey, admin_client, cluster_identity, partition_counts
 from kbackup.logsetup import ensure_console_logging, spark_log_level
-from kbackup.partition.layout import list_partitions, list_topics
+from kbackup.partition.layout import STATE_DIR, list_partitions, list_topics
 from kbackup.partition.reader import PartitionReader
 from kbackup.spark.failures import failure_cause
 from kbackup.spark.kafka_connector import SPARK_KAFKA_FORMAT, connector_loaded, package_coordinate, spark_source_client
@@ -178,6 +178,11 @@ class BackupJob:
                 )
         elif not selection.select(counts):
             log.warning("no topic matches %r yet; the backup picks topics up as they appear", selection.pattern)
+        if STATE_DIR in ([*selection.topics] if selection.topics is not None else selection.select(counts)):
+            raise KbackupError(
+                f"topic {STATE_DIR!r} cannot be backed up: its directory would be kbackup's own state directory "
+                f"{self.settings.target / STATE_DIR}; leave it out of --topics / --topics-regex"
+            )
         servers = self.settings.client["bootstrap.servers"]
         cluster_id, topic_ids = cluster_identity(admin, selection.select(counts))
         check_origin(self.settings.target, cluster_id, topic_ids, servers=servers)

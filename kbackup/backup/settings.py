@@ -34,11 +34,12 @@ from kbackup.job_options import (
     spark_conf,
 )
 from kbackup.kafka.topics import TopicSelection
+from kbackup.partition.layout import STATE_DIR
 from kbackup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE
 from kbackup.storage import Location, parse_location
 
 #: Where the job keeps Spark's checkpoint and its own state inside the backup root.
-STATE_DIR_NAME = ".kbackup"
+STATE_DIR_NAME = STATE_DIR
 
 _PROPERTY_KEYS = {"target.dir", "topics", "topics.regex", "max.segment.size.bytes", "snapshot"}
 

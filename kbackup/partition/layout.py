@@ -108,15 +108,20 @@ def list_partitions(topic_dir: Location) -> list[int]:
     return sorted(partitions)
 
 
+#: kbackup's own state under a backup root (catalog, checkpoints, Spark checkpoint). A legal Kafka topic name,
+#: so a topic called exactly this cannot be backed up beside it; every other name, dotted ones included, is a topic.
+STATE_DIR = ".kbackup"
+
+
 def list_topics(root: Location) -> list[str]:
-    """Topic directories directly under a backup root (those holding v1 files)."""
+    """Topic directories directly under a backup root (those holding v1 files; any name but :data:`STATE_DIR`)."""
     if isinstance(root, ObjectPath):
         prepare_root(root)  # one clear error for a missing bucket
     names = storage_for(root).list_dirs(root)
     if names is None:
         kind = "prefix holds no objects" if isinstance(root, ObjectPath) else "is not a directory"
         raise BackupNotFoundError(f"{root}: backup root {kind}")
-    return sorted(name for name in names if not name.startswith(".") and list_partitions(root / name))
+    return sorted(name for name in names if name != STATE_DIR and list_partitions(root / name))
 
 
 def _scan(directory: Location) -> list[str]:
