@@ -470,6 +470,22 @@ def test_a_topic_whose_name_starts_with_a_dot_is_a_topic(target: Target, tmp_pat
     ]
 
 
+def test_a_record_the_target_refuses_ends_in_one_line_with_the_cause(target: Target, tmp_path: Path) -> None:
+    """A record above the target topic's max.message.bytes: the broker's reason, in one line on stderr."""
+    backup = tmp_path / "backup"
+    with PartitionWriter(backup / "big", "big", 0, fsync=False, catalog_root=backup) as writer:
+        writer.append(Record(0, 0, BASE, b"k", b"x" * 300_000))
+    name = target.name("big-refused")
+    create_topics(target.broker, {name: 1}, {name: {"max.message.bytes": "100000"}})
+    result = run_restore(*target.args(tmp_path), "--source-dir", str(backup), "--topic-map", f"big={name}")
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert errors[0].startswith("kbackup restore: error: the restore failed: DeliveryError: topic")
+    assert "MSG_SIZE_TOO_LARGE" in errors[0] or "too large" in errors[0].lower(), errors[0]
+    assert "Traceback" not in result.stdout + result.stderr
+
+
 def test_restore_refuses_a_partition_index_cut_short(target: Target, tmp_path: Path) -> None:
     """30 bytes cut off the partition index hide its last segment: refused, nothing produced, no group moved."""
     backup = tmp_path / "backup"
