@@ -86,8 +86,8 @@ def _partitions(topic_dir: Location, only: int | None) -> list[int]:
 
 def cmd_cat(args: argparse.Namespace, out: TextIO) -> None:
     """Print records as JSON lines; first check that every segment they come from is whole (unless told not to)."""
-    from kbackup.catalog.integrity import DamagedBackupError, bad_segments
-    from kbackup.catalog.segment_set import lost_segments
+    from kbackup.catalog.integrity import DamagedBackupError
+    from kbackup.catalog.segment_set import damaged_segments
 
     root = parse_location(args.dir)
     readers = []
@@ -98,8 +98,8 @@ def cmd_cat(args: argparse.Namespace, out: TextIO) -> None:
             reader = PartitionReader(topic_dir, partition, legacy=args.legacy_no_magic)
             skipped: frozenset[str] = frozenset()
             if args.verify:
-                found = lost_segments(root, topic, partition, reader) + bad_segments(
-                    root, topic, partition, from_offset=args.from_offset, to_offset=args.to_offset
+                found = damaged_segments(
+                    root, topic, partition, reader, from_offset=args.from_offset, to_offset=args.to_offset
                 )
                 damage += [bad.describe(topic, partition) for bad in found]
                 skipped = frozenset(bad.name for bad in found)

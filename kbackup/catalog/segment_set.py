@@ -18,7 +18,7 @@ reported. Checksums of the segments the index does name are
 
 from __future__ import annotations
 
-from kbackup.catalog.integrity import BadSegment
+from kbackup.catalog.integrity import BadSegment, bad_segments
 from kbackup.catalog.prune import pending_deletions
 from kbackup.catalog.store import read_catalog
 from kbackup.errors import KbackupError
@@ -81,3 +81,18 @@ def _offsets(index_path: Location) -> tuple[int | None, int | None]:
             return index.entry(0).offset, index.entry(index.count - 1).offset
     except (KbackupError, OSError):
         return None, None
+
+
+def damaged_segments(
+    root: Location,
+    topic: str,
+    partition: int,
+    reader: PartitionReader,
+    *,
+    from_offset: int | None = None,
+    to_offset: int | None = None,
+) -> list[BadSegment]:
+    """Lost segments and segments failing their checksums (those that may hold offsets in the range)."""
+    return lost_segments(root, topic, partition, reader) + bad_segments(
+        root, topic, partition, from_offset=from_offset, to_offset=to_offset
+    )

@@ -68,7 +68,7 @@ def run(settings: RestoreSettings) -> int:
         return 0
     to_create = {t.target_topic: t.create_partitions for t in plan.topics if t.create_partitions is not None}
     later = {t.target_topic: t.set_timestamp_type for t in plan.topics if t.set_timestamp_type is not None}
-    pending = PendingTimestampTypes(settings.restore_state_dir, settings.client["bootstrap.servers"])
+    pending = PendingTimestampTypes(settings.state_file("timestamp-types"))
     pending.add(later)  # before the topics exist: a crash before the end still sets the type on the next run
     if to_create:
         configs = {t.target_topic: t.config for t in plan.topics if t.create_partitions is not None}

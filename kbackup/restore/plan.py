@@ -21,7 +21,6 @@ produced.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -202,7 +201,7 @@ def _check_target_times(plan: RestorePlan, settings: RestoreSettings, admin: Any
     producing = {part.target_topic for part in plan.partitions if part.to_produce > 0}
     existing = [t.target_topic for t in plan.topics if t.create_partitions is None and t.target_topic in producing]
     effective = effective_topic_configs(admin, existing)
-    pending = PendingTimestampTypes(settings.restore_state_dir, settings.client["bootstrap.servers"]).data
+    pending = PendingTimestampTypes(settings.state_file("timestamp-types")).data
     problems = []
     defaults: dict[str, str] | None = None
     for topic in plan.topics:
@@ -349,8 +348,7 @@ class _State:
     """Starting points of ``--allow-non-empty`` restores, per target cluster."""
 
     def __init__(self, settings: RestoreSettings) -> None:
-        cluster = hashlib.sha256(settings.client["bootstrap.servers"].encode()).hexdigest()[:16]
-        self.path: Location = settings.restore_state_dir / f"baselines-{cluster}.json"
+        self.path: Location = settings.state_file("baselines")
         self.data: dict[str, int] = {}
         if exists(self.path):
             try:

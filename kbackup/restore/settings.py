@@ -13,6 +13,7 @@ Accepted, and checked before anything touches the cluster:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -84,6 +85,11 @@ class RestoreSettings:
     @property
     def restore_state_dir(self) -> Location:
         return self.state_dir or self.source / ".kbackup" / "restore"
+
+    def state_file(self, kind: str) -> Location:
+        """A restore state file of ``kind`` for the target cluster (named after a hash of its bootstrap servers)."""
+        cluster = hashlib.sha256(self.client["bootstrap.servers"].encode()).hexdigest()[:16]
+        return self.restore_state_dir / f"{kind}-{cluster}.json"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,7 +19,6 @@ create), unless ``--restamp`` accepts new timestamps.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -44,9 +43,8 @@ def creation_config(config: Mapping[str, str], *, restamp: bool) -> tuple[dict[s
 class PendingTimestampTypes:
     """Target topics whose timestamp type is still to be set, per target cluster (a small JSON file)."""
 
-    def __init__(self, state_dir: Location, servers: str) -> None:
-        cluster = hashlib.sha256(servers.encode()).hexdigest()[:16]
-        self.path: Location = state_dir / f"timestamp-types-{cluster}.json"
+    def __init__(self, path: Location) -> None:
+        self.path = path
         self.data: dict[str, str] = {}
         if exists(self.path):
             try:
