@@ -213,7 +213,7 @@ def test_sigkill_and_rerun_restores_exactly_once(target: Target, tmp_path: Path)
         assert count >= previous  # a prefix only grows
         previous = count
     assert kills >= 2
-    assert 0 < previous < 200_000
+    assert 0 < previous < 200_000 + 4  # offsets: records and one commit marker per transaction
     final = run_restore(*args)
     assert final.returncode == 0, final.stdout[-3000:]
     restored = consume_all(target.broker, [name])
@@ -223,18 +223,70 @@ def test_sigkill_and_rerun_restores_exactly_once(target: Target, tmp_path: Path)
     again = run_restore(*args)
     assert again.returncode == 0
     assert "200000 records were already in the target" in again.stdout
-    assert _target_count(target, name) == 200_000
+    assert len(consume_all(target.broker, [name])) == 200_000
+
+
+def test_a_second_restore_of_the_same_target_fences_the_first(target: Target, tmp_path: Path) -> None:
+    """Two restores of one backup into one cluster at once leave one copy; the fenced one says why and exits 1."""
+    backup = tmp_path / "backup"
+    topic = "two-restores"
+    expected = []
+    for partition in range(2):
+        with PartitionWriter(backup / topic, topic, partition, fsync=False) as writer:
+            for i in range(40_000):
+                record = Record(i, 0, BASE + i, b"k%d" % i, b"v-%d-%d" % (partition, i), ())
+                writer.append(record)
+                expected.append((partition, record))
+        # A group in the middle of the partition (its record is produced by whichever restore gets there).
+        write_consumer_offsets(backup / topic, partition, {"two-readers": 30_000}, sync=False)
+    name = target.name(topic)
+    maps = ["--topic-map", f"{topic}={name}"] if target.prefix else []
+    args = [*target.args(tmp_path), "--source-dir", str(backup), *maps]
+    first_log = tmp_path / "first.log"
+    with open(first_log, "wb") as out:
+        # Slow on purpose (1 000 records/s per partition, 40 s): the second restore starts while it produces.
+        first = subprocess.Popen(restore_command(*args, "--max-rate", "1000"), stdout=out, stderr=subprocess.STDOUT,
+                                 env=job_env(), cwd=REPO, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while _target_count(target, name) == 0 and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert first.poll() is None, first_log.read_text()[-3000:]
+        assert 0 < _target_count(target, name) < 80_000  # the first has committed part of its records
+        second = run_restore(*args)
+        first.wait(120)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    first_output = first_log.read_text()
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert first.returncode == 1, first_output[-3000:]
+    assert "kbackup restore: error: another restore took over the target, this one stopped" in first_output
+    assert "Traceback" not in first_output
+    assert "another restore of the same records had reached source offset" in second.stdout, second.stdout
+    restored = consume_all(target.broker, [name])
+    assert [(r["partition"], r["key"], r["value"]) for r in restored] == [
+        (p, b64(rec.key), b64(rec.value)) for p, rec in expected
+    ]
+    # The group resumes at source offset 30 000's record, wherever it landed among the commit markers.
+    positions = group_offsets(target.broker, "two-readers")
+    by_offset = {(r["partition"], r["offset"]): r for r in restored}
+    for partition in range(2):
+        landed = by_offset[(partition, positions[(name, partition)])]
+        assert landed["key"] == b64(b"k30000")
 
 
 def _target_count(target: Target, topic: str, partitions: int = 2) -> int:
-    from confluent_kafka import TopicPartition
+    """The end of committed data summed over the partitions (grows with every committed transaction)."""
+    from confluent_kafka import IsolationLevel, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
     admin = AdminClient(target.broker.client_settings())
     if topic not in admin.list_topics(timeout=10).topics:
         return 0
     request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
-    return sum(f.result().offset for f in admin.list_offsets(request).values())
+    futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED)
+    return sum(f.result().offset for f in futures.values())
 
 
 # -- selection: rename, time window, offset window, dry run ---------------------------------
@@ -262,6 +314,8 @@ def test_dry_run_prints_the_plan_and_touches_nothing(target: Target, tmp_path: P
         f"sel/0 -> {renamed}/0: 8 records (32 bytes of keys and values) selected, 8 to produce; "
         "target empty, offsets from 0",
         "  group readers: source offset 4 -> target offset 2",
+        "(target offsets as committed in transactions of 50000 records; a target slower than 10000 records/s "
+        "commits more often, one offset later each time)",
     ]
     from confluent_kafka.admin import AdminClient
 

@@ -37,6 +37,7 @@ from kbackup.kafka.topics import TopicSelection
 from kbackup.partition.layout import partition_index_path
 from kbackup.partition.object_writer import open_partition_writer
 from kbackup.partition.offsets_file import read_consumer_offsets, write_consumer_offsets
+from kbackup.restore.marker import PROGRESS_GROUP
 from kbackup.storage import Location, exists
 
 log = logging.getLogger("kbackup.offsets")
@@ -61,7 +62,8 @@ def selected_partitions(admin: Any, selection: TopicSelection) -> list[TopicPart
 
 
 def take_round(admin: Any, selection: TopicSelection, *, read_committed: bool = True) -> OffsetRound:
-    groups = committed_group_offsets(admin)
+    # The restore's progress markers (kbackup.restore.marker) are not a consumer's position.
+    groups = {group: offsets for group, offsets in committed_group_offsets(admin).items() if group != PROGRESS_GROUP}
     keys = selected_partitions(admin, selection)
     ends = list_offsets(admin, keys, latest=True, read_committed=read_committed)
     kept = {group: {key: offset for key, offset in offsets.items() if key in ends} for group, offsets in groups.items()}

@@ -174,6 +174,43 @@ def read_record_at(settings: Mapping[str, str], topic: str, partition: int, offs
         consumer.close()
 
 
+def nth_committed_offset(
+    settings: Mapping[str, str], topic: str, partition: int, start: int, n: int, *, timeout: float = 60
+) -> int | None:
+    """The offset of the ``n``-th (0-based) committed record at or after ``start``, or ``None`` if there are fewer.
+
+    Reads as a ``read_committed`` consumer: records of aborted transactions and
+    transaction markers are not counted. Reads ``n + 1`` records.
+    """
+    import time
+
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    from kbackup.kafka.client_settings import consumer_settings
+
+    consumer = Consumer(consumer_settings(settings, isolation_level="read_committed"))
+    try:
+        consumer.assign([TopicPartition(topic, partition, start)])
+        seen = 0
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for message in consumer.consume(10_000, 0.5):
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        return None
+                    raise ClusterError(f"topic {topic!r} partition {partition}: {error.str()}")
+                if seen == n:
+                    return int(message.offset())
+                seen += 1
+                deadline = time.monotonic() + timeout
+        raise ClusterError(
+            f"topic {topic!r} partition {partition}: no answer reading from offset {start} in {timeout:.0f} s"
+        )
+    finally:
+        consumer.close()
+
+
 def create_topics(
     admin: Any,
     topics: Mapping[str, int],

@@ -30,6 +30,7 @@ from kbackup.logsetup import spark_log_level
 from kbackup.partition.reader import PartitionReader
 from kbackup.progress import Progress
 from kbackup.restore.group_offsets import commit_group_offsets
+from kbackup.restore.marker import TRANSACTION_RECORDS, TRANSACTION_SECONDS
 from kbackup.restore.plan import PartitionPlan, RestorePlan, build_plan, refuse_damage
 from kbackup.restore.selection import count_selected
 from kbackup.restore.settings import RestoreSettings, parse_restore_args
@@ -38,6 +39,11 @@ from kbackup.restore.timestamp_type import TIMESTAMP_TYPE, PendingTimestampTypes
 from kbackup.spark.failures import failure_cause
 
 log = logging.getLogger("kbackup.restore")
+
+
+class RestoreFencedError(KbackupError):
+    """A newer restore of the same target partitions fenced this one's producers."""
+
 
 #: Spark job group of the restore's tasks (progress is read from it).
 JOB_GROUP = "kbackup-restore"
@@ -78,6 +84,17 @@ def run(settings: RestoreSettings) -> int:
     started = time.monotonic()
     results = _run_tasks(tasks, settings) if tasks else []
     seconds = time.monotonic() - started
+    fenced = [result.fenced for result in results if result.fenced]
+    if fenced:
+        raise RestoreFencedError(
+            "another restore took over the target, this one stopped: "
+            + "; ".join(fenced)
+            + " (what each had committed is in the target once; the newer restore goes on from there and "
+            "commits the consumer group offsets)"
+        )
+    for result in results:
+        if result.taken_over:
+            log.warning("%s", result.taken_over)
     _summary(plan, results, seconds)
     for part in plan.partitions:
         for bad in part.bad_segments:
@@ -120,11 +137,14 @@ def _task(part: PartitionPlan, settings: RestoreSettings) -> PartitionTask:
         target_topic=part.target_topic,
         target_partition=part.target_partition,
         window=part.window,
-        skip=part.skip,
+        identity=part.identity,
+        resume_from=part.resume_from,
+        replaces=part.replaces,
         baseline=part.baseline,
         groups=part.groups,
         client=settings.client,
         batch_size=settings.batch_size,
+        max_rate=settings.max_rate,
         legacy=settings.legacy,
     )
 
@@ -201,7 +221,9 @@ def _summary(plan: RestorePlan, results: list[PartitionResult], seconds: float) 
             busy,
             rate,
         )
-    skipped = sum(p.skip for p in plan.partitions)
+    # A task counts what it found in the target after fencing; a partition without a task, what the plan found.
+    found = {(r.source_topic, r.source_partition): r.skipped for r in results}
+    skipped = sum(found.get((p.source_topic, p.source_partition), p.skip) for p in plan.partitions)
     if skipped:
         log.info("%d records were already in the target from an earlier run and were not produced again", skipped)
     log.info("restore finished in %.1f s", seconds)
@@ -210,6 +232,7 @@ def _summary(plan: RestorePlan, results: list[PartitionResult], seconds: float) 
 def describe(plan: RestorePlan, settings: RestoreSettings) -> list[str]:
     """The dry-run report: topics, partitions, records and bytes in the window, planned group offsets."""
     lines = ["dry run: nothing was changed"]
+    predicted = False
     if plan.groups_round is not None:
         lines.append(f"consumer group offsets as of the offset round at {plan.groups_round} (epoch ms)")
     for topic in plan.topics:
@@ -236,8 +259,20 @@ def describe(plan: RestorePlan, settings: RestoreSettings) -> list[str]:
                 f"  {verdict}: offsets {bad.first_offset}..{bad.last_offset} (segment {bad.name}: {bad.reason})"
             )
         for group, offset in sorted(part.groups.items()):
-            new = part.baseline + count_selected(reader, part.window, below=offset)
-            lines.append(f"  group {group}: source offset {offset} -> target offset {new}")
+            nth = count_selected(reader, part.window, below=offset)
+            if part.skip:  # where the records an earlier run committed landed is read from the target
+                lines.append(f"  group {group}: source offset {offset} -> restored record {nth}")
+            else:
+                # Each committed transaction's marker takes one offset after its records.
+                new = part.baseline + nth + nth // TRANSACTION_RECORDS
+                lines.append(f"  group {group}: source offset {offset} -> target offset {new}")
+                predicted = True
+    if predicted:
+        lines.append(
+            f"(target offsets as committed in transactions of {TRANSACTION_RECORDS} records; a target slower than "
+            f"{TRANSACTION_RECORDS // TRANSACTION_SECONDS:.0f} records/s commits more often, "
+            "one offset later each time)"
+        )
     return lines
 
 

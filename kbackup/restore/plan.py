@@ -4,15 +4,19 @@ For every backed-up partition the plan knows its target topic and partition,
 its selected records (see :mod:`kbackup.restore.selection`), and how the target
 partition stands:
 
-- **empty**: restore everything; the selected records get offsets from the
-  partition's current end on;
-- **a prefix of this restore** (an earlier run of the same restore stopped,
-  or finished): the target's first and last records equal the first and last
-  of that many selected records, so the restore skips them and goes on.
-  A second run of a finished restore produces nothing;
+- **empty** (or holding only aborted transactions): restore everything;
+- **this restore's progress marker** (an earlier run of the same restore
+  stopped, or finished, see :mod:`kbackup.restore.marker`): go on from the
+  marker's source offset. A second run of a finished restore produces nothing;
+- **a prefix of this restore without a marker** (a restore by an older
+  kbackup): the target's first and last records equal the first and last of
+  that many selected records, so the restore goes on after them;
 - **something else**: an error, unless ``--allow-non-empty``, which restores
-  after the records already there and notes that starting point in the restore
-  state directory first (so a rerun finds it again).
+  after the records already there (the first commit's marker lets a rerun
+  find its place).
+
+The task re-reads the marker after fencing other producers, so what it does
+rests on the target as it is then, not as it was when planned.
 
 Errors (a topic missing from the backup, a target topic with fewer partitions
 than the backup, a non-empty target) are raised here, before any record is
@@ -21,7 +25,6 @@ produced.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -38,6 +41,7 @@ from kbackup.kafka.cluster import list_offsets, partition_counts
 from kbackup.partition.layout import list_partitions, list_topics
 from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import PartitionReader
+from kbackup.restore.marker import PROGRESS_GROUP, marker_consumer, read_markers, restore_identity
 from kbackup.restore.retention import (
     RetentionError,
     TimeLimits,
@@ -51,7 +55,6 @@ from kbackup.restore.retention import (
 from kbackup.restore.selection import Window, count_selected, nth_selected
 from kbackup.restore.settings import RestoreSettings
 from kbackup.restore.timestamp_type import LOG_APPEND_TIME, TIMESTAMP_TYPE, PendingTimestampTypes, creation_config
-from kbackup.storage import Location, exists, read_limited, write_whole
 
 
 class TargetNotEmptyError(KbackupError):
@@ -93,6 +96,12 @@ class PartitionPlan:
     baseline: int = 0
     status: str = "empty"
     bad_segments: list[BadSegment] = field(default_factory=list)
+    #: The restore's name for these records on the target (see :mod:`kbackup.restore.marker`).
+    identity: str = ""
+    #: Source offset to go on from: the selected records below it are in the target.
+    resume_from: int = 0
+    #: Identity of another restore's marker on the target partition that this restore may replace.
+    replaces: str | None = None
 
     @property
     def to_produce(self) -> int:
@@ -165,6 +174,7 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
                 # Up to the checkpoint's cut: offsets below its end offset (none if the partition was not in it).
                 last = cut.get((topic, partition), 0) - 1
                 window = replace(window, to_offset=last if window.to_offset is None else min(last, window.to_offset))
+            identity = restore_identity(topic, partition, origin, str(settings.source), window)
             lost = lost_segments(settings.source, topic, partition, reader, deleting=deleting)
             # Checksums read every byte: on the driver only when asked to skip or to report (dry run);
             # otherwise each task checks its own partition before producing.
@@ -180,10 +190,13 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
                     partition,
                     window,
                     count_selected(reader, window),
-                    read_consumer_offsets(topic_dir, partition)
-                    if historic is None
-                    else {g: o[(topic, partition)] for g, o in historic[1].items() if (topic, partition) in o},
+                    _restored_groups(
+                        read_consumer_offsets(topic_dir, partition)
+                        if historic is None
+                        else {g: o[(topic, partition)] for g, o in historic[1].items() if (topic, partition) in o}
+                    ),
                     bad_segments=lost + bad,
+                    identity=identity,
                 )
             )
     if not settings.dry_run:
@@ -288,27 +301,50 @@ def _historic_groups(settings: RestoreSettings) -> tuple[int, dict[str, dict[tup
     return found
 
 
+def _restored_groups(groups: dict[str, int]) -> dict[str, int]:
+    """The groups whose offsets the restore remaps (a restore's own progress markers are not restored)."""
+    return {group: offset for group, offset in groups.items() if group != PROGRESS_GROUP}
+
+
 def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: dict[str, int]) -> None:
-    """Decide skip and baseline for every partition from the target's current state."""
+    """Decide each partition's starting point from the target's current state.
+
+    A restore's own marker (:mod:`kbackup.restore.marker`) says exactly which
+    records are there. Without one, a partition whose records are all aborted
+    (a first run killed before its first commit) is empty, and one holding a
+    prefix of the selected records is an older kbackup's restore (one offset
+    per record) that this one goes on after.
+    """
     on_target = [(p.target_topic, p.target_partition) for p in plan.partitions if p.target_topic in existing]
     earliest = list_offsets(admin, on_target, latest=False)
     latest = list_offsets(admin, on_target, latest=True, read_committed=False)
-    state = _State(settings)
+    consumer = marker_consumer(settings.client)
+    try:
+        markers = read_markers(consumer, on_target)
+    finally:
+        consumer.close()
     problems = []
     for part in plan.partitions:
         key = (part.target_topic, part.target_partition)
         part.target_start, part.target_end = earliest.get(key, 0), latest.get(key, 0)
+        reader = PartitionReader(settings.source / part.source_topic, part.source_partition, legacy=settings.legacy)
+        marker = markers.get(key)
+        if marker is not None and marker.restore == part.identity:
+            part.resume_from, part.baseline = marker.resume_from, marker.first
+            part.skip = count_selected(reader, part.window, below=marker.resume_from)
+            part.status = "already restored" if part.skip == part.selected else "resume"
+            continue
+        part.replaces = marker.restore if marker is not None else None
         held = part.target_end - part.target_start
-        noted = state.baseline(key)
-        if held == 0:
-            part.baseline, part.skip, part.status = part.target_end, 0, "empty"
-        elif noted is not None and settings.allow_non_empty:
-            part.baseline, part.skip, part.status = noted, part.target_end - noted, "resume after existing records"
-        elif held <= part.selected and _holds_prefix(settings, part, held):
+        if held == 0 or (marker is None and _holds_nothing_committed(settings, part)):
+            part.baseline, part.status = part.target_end, "empty"
+        elif marker is None and held <= part.selected and _holds_prefix(settings, part, held):
             part.baseline, part.skip = part.target_start, held
+            last = nth_selected(reader, part.window, held - 1)
+            part.resume_from = last.offset + 1 if last is not None else 0
             part.status = "already restored" if held == part.selected else "resume"
         elif settings.allow_non_empty:
-            part.baseline, part.skip, part.status = part.target_end, 0, "after existing records"
+            part.baseline, part.status = part.target_end, "after existing records"
         else:
             problems.append(f"{part.target_topic}/{part.target_partition} ({held} records)")
     if problems:
@@ -318,8 +354,13 @@ def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: d
             + "; restore into empty partitions, or add --allow-non-empty to restore after those records "
             "(consumer offsets are then remapped onto the new positions)"
         )
-    if settings.allow_non_empty and not settings.dry_run:
-        state.record({(p.target_topic, p.target_partition): p.baseline for p in plan.partitions})
+
+
+def _holds_nothing_committed(settings: RestoreSettings, part: PartitionPlan) -> bool:
+    """Whether every record of the target partition belongs to an aborted (or still open) transaction."""
+    from kbackup.kafka.cluster import nth_committed_offset
+
+    return nth_committed_offset(settings.client, part.target_topic, part.target_partition, part.target_start, 0) is None
 
 
 def _holds_prefix(settings: RestoreSettings, part: PartitionPlan, held: int) -> bool:
@@ -342,25 +383,3 @@ def same_record(stored: Record, produced: Record) -> bool:
     if stored.timestamp_type == 0 and produced.timestamp_type == 0:
         return stored.timestamp == produced.timestamp
     return True
-
-
-class _State:
-    """Starting points of ``--allow-non-empty`` restores, per target cluster."""
-
-    def __init__(self, settings: RestoreSettings) -> None:
-        self.path: Location = settings.state_file("baselines")
-        self.data: dict[str, int] = {}
-        if exists(self.path):
-            try:
-                self.data = {str(k): int(v) for k, v in json.loads(read_limited(self.path, 1 << 30)).items()}
-            except (ValueError, AttributeError) as exc:
-                raise KbackupError(f"{self.path}: unreadable restore state ({exc})") from None
-
-    def baseline(self, key: tuple[str, int]) -> int | None:
-        return self.data.get(f"{key[0]}/{key[1]}")
-
-    def record(self, baselines: dict[tuple[str, int], int]) -> None:
-        updated = {**self.data, **{f"{t}/{p}": b for (t, p), b in baselines.items()}}
-        if updated != self.data:
-            write_whole(self.path, json.dumps(updated, sort_keys=True, indent=1).encode())
-            self.data = updated

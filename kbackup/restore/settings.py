@@ -45,6 +45,8 @@ class RestoreSettings:
     checkpoint: int | None = None
     offset_windows: dict[tuple[str, int | None], tuple[int | None, int | None]] = field(default_factory=dict)
     batch_size: int = DEFAULT_BATCH_SIZE
+    #: Records per second per partition, at most (``None``: as fast as the target takes them).
+    max_rate: int | None = None
     allow_non_empty: bool = False
     skip_bad_segments: bool = False
     accept_retention_loss: bool = False
@@ -106,6 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     original.add_argument("--debug", action="store_true", help="log more")
     own = parser.add_argument_group("kbackup options")
     own.add_argument("--properties", type=Path, help="the original source connector's .properties file")
+    own.add_argument(
+        "--max-rate",
+        type=positive_int,
+        metavar="RECORDS",
+        help="produce at most RECORDS records per second into each partition (spares a busy target)",
+    )
     own.add_argument("--topics-regex", help="restore topics whose whole name matches this regex")
     own.add_argument("--topic-map", action="append", default=[], metavar="OLD=NEW", help="restore OLD as NEW")
     own.add_argument(
@@ -231,6 +239,7 @@ def parse_restore_args(argv: Sequence[str]) -> RestoreSettings:
         checkpoint=args.checkpoint,
         offset_windows=windows,
         batch_size=batch_size,
+        max_rate=args.max_rate,
         allow_non_empty=args.allow_non_empty,
         skip_bad_segments=args.skip_bad_segments,
         accept_retention_loss=args.accept_retention_loss,

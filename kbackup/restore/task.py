@@ -1,32 +1,54 @@
 """Restoring one backed-up partition into one target partition (runs on a Spark executor).
 
-The task reads the selected records of its partition in offset order, skips
-the first ``skip`` of them (already in the target, see :mod:`kbackup.restore.plan`),
-and produces the rest with an idempotent producer to the target partition,
-keeping key, value, headers (order and duplicates) and timestamp. An
-idempotent producer keeps a partition's records in order and never writes one
-twice, so after any crash the target holds a prefix of the selected records:
-that is what makes the restore resumable by counting.
+The task starts a transactional producer for its target partition
+(:mod:`kbackup.restore.marker`), which fences any other restore writing there,
+then reads the partition's progress marker *after* fencing: that, not the
+plan, says where to go on. It reads the selected records in offset order,
+skips those below the marker's source offset (already in the target), and
+produces the rest to the target partition in transactions of
+:data:`~kbackup.restore.marker.TRANSACTION_RECORDS` records, keeping key,
+value, headers (order and duplicates) and timestamp. Each transaction commits
+its records together with the advanced marker, so after any crash the target
+holds exactly the records below the marker, each once.
+
+A task fenced by a newer restore of the same partition stops producing and
+returns ``fenced`` (not an exception: Spark would retry it and fence the newer
+one back).
 
 Memory: the reader's 1 MiB chunks plus the producer's queue (bounded by
 ``queue.buffering.max.kbytes``), whatever the partition's size.
 
-In the same pass it counts, for each consumer group's committed offset C on
-the source partition, the selected records below C: the group's new offset is
-``baseline + that count`` (the target offset of the first restored record at
-or after C, or the end of the restored data).
+Consumer groups: a group committed at source offset C resumes, on the target,
+at the first restored record at or after C (or after the last restored
+record). That record's target offset comes from its delivery report when this
+run produces it, and from reading the target (``read_committed``, counting
+records from the marker's first offset) when an earlier run did.
 """
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from kbackup.catalog.integrity import ChecksumError, bad_segments
 from kbackup.errors import KbackupError
 from kbackup.partition.reader import PartitionReader
-from kbackup.restore.selection import BelowCounter, Window, selected_records
+from kbackup.restore.marker import (
+    TRANSACTION_RECORDS,
+    TRANSACTION_SECONDS,
+    TRANSACTION_TIMEOUT_MS,
+    ProgressMarker,
+    marker_consumer,
+    read_markers,
+    transactional_id,
+)
+from kbackup.restore.selection import Window, selected_records
 from kbackup.storage import parse_location
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -39,11 +61,18 @@ class PartitionTask:
     target_topic: str
     target_partition: int
     window: Window
-    skip: int
+    #: The restore's name for this partition's records (see :func:`kbackup.restore.marker.restore_identity`).
+    identity: str
+    #: Source offset to go on from when the target holds no marker (records below it are there, densely from
+    #: ``baseline``: a restore by an older kbackup); 0 when the target holds none of them.
+    resume_from: int
     baseline: int
+    #: Another restore's marker identity the plan found and accepted to replace (empty target, --allow-non-empty).
+    replaces: str | None
     groups: dict[str, int]
     client: dict[str, str]
     batch_size: int
+    max_rate: int | None = None
     legacy: bool = False
 
 
@@ -56,14 +85,32 @@ class PartitionResult:
     selected: int = 0
     produced: int = 0
     produced_bytes: int = 0
+    #: Selected records found already in the target when the task started.
+    skipped: int = 0
     started_at: float = 0.0  # wall clock, seconds since the epoch
     ended_at: float = 0.0
     end_offset: int = 0
     group_offsets: dict[str, int] = field(default_factory=dict)
+    #: Set when a newer restore of the same target partition fenced this one: why it stopped.
+    fenced: str | None = None
+    #: Set when this task found another restore's progress beyond its plan and went on from there.
+    taken_over: str | None = None
 
 
 class DeliveryError(KbackupError):
     """The target cluster refused records."""
+
+
+class TargetChangedError(KbackupError):
+    """The target partition holds another restore's records, written after this restore was planned."""
+
+
+class _FencedError(Exception):
+    """A newer producer with the partition's transactional id took over (internal to the task)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def producer_settings(client: dict[str, str], batch_size: int) -> dict[str, object]:
@@ -75,8 +122,16 @@ def producer_settings(client: dict[str, str], batch_size: int) -> dict[str, obje
         "batch.size": str(batch_size),
         "linger.ms": "20",
         "queue.buffering.max.kbytes": str(max(64 * 1024, 4 * batch_size // 1024)),
-        "delivery.report.only.error": True,
     }
+
+
+#: librdkafka logs a fenced producer as FATAL on stderr; the task reports it itself.
+_client_log = logging.getLogger("kbackup.restore.producer")
+_client_log.addHandler(logging.NullHandler())
+_client_log.propagate = False
+
+_FENCED_CODES = frozenset({-144, 90, 47})  # _FENCED, PRODUCER_FENCED, INVALID_PRODUCER_EPOCH
+_FATAL = -150  # an operation refused because the producer had a fatal error (see the error callback)
 
 
 def restore_partition(task: PartitionTask) -> PartitionResult:
@@ -85,22 +140,145 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
 
     result = PartitionResult(task.source_topic, task.source_partition, task.target_topic, task.target_partition)
     result.started_at = time.time()
-    failures: list[str] = []
-
-    def on_delivery(error: object, message: object) -> None:
-        if error is not None and len(failures) < 5:
-            failures.append(str(error))
-
     reader = PartitionReader(parse_location(task.source_dir), task.source_partition, legacy=task.legacy)
     _check_segments(task)
-    producer = Producer({**producer_settings(task.client, task.batch_size), "on_delivery": on_delivery})
-    counter = BelowCounter(list(task.groups.values()))
-    produce = producer.produce
-    topic, partition = task.target_topic, task.target_partition
-    index = 0
-    for record in selected_records(reader, task.window):
-        counter.add(record.offset)
-        if index >= task.skip:
+    where = f"topic {task.target_topic!r} partition {task.target_partition}"
+    deliveries = _Deliveries()
+    producer = Producer(
+        {
+            **producer_settings(task.client, task.batch_size),
+            "transactional.id": transactional_id(task.target_topic, task.target_partition),
+            "transaction.timeout.ms": str(TRANSACTION_TIMEOUT_MS),
+            "on_delivery": deliveries.on_delivery,
+            "error_cb": deliveries.on_error,
+            "logger": _client_log,
+        }
+    )
+    consumer = marker_consumer(task.client)
+    try:
+        try:
+            producer.init_transactions(120)
+        except KafkaException as exc:
+            raise DeliveryError(f"{where}: cannot start a transactional producer: {exc.args[0].str()}") from None
+        marker = read_markers(consumer, [(task.target_topic, task.target_partition)]).get(
+            (task.target_topic, task.target_partition)
+        )
+        if marker is not None and marker.restore == task.replaces:
+            marker = None
+        if marker is not None and marker.restore != task.identity:
+            raise TargetChangedError(
+                f"{where} now holds another restore's records (written after this restore was planned); "
+                "nothing was produced there by this run"
+            )
+        run = _Run(task, producer, consumer, deliveries, marker)
+        if marker is not None and marker.resume_from > task.resume_from:
+            result.taken_over = (
+                f"{where}: another restore of the same records had reached source offset {marker.resume_from}; "
+                "this one went on from there"
+            )
+        run.produce_all(reader, result)
+    except _FencedError as exc:
+        result.fenced = f"{where}: {exc.reason}"
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else None
+        if error is not None and error.code() == _FATAL:
+            try:
+                producer.poll(0)  # the error callback names the fatal error
+            except KafkaException as again:  # or the poll raises it
+                error = again.args[0] if again.args else error
+            error = deliveries.fatal or error
+        if error is not None and error.code() in _FENCED_CODES:
+            result.fenced = f"{where}: {error.str()}"
+        else:
+            reason = deliveries.failure or (error.str() if error is not None else str(exc))
+            raise DeliveryError(f"{where}: {reason}") from None
+    finally:
+        consumer.close()
+    result.ended_at = time.time()
+    return result
+
+
+class _Deliveries:
+    """Delivery reports of one producer, in produce order (one partition: the broker keeps the order)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last_offset = -1
+        self.failure: str | None = None
+        self.fenced = False
+        self.fatal: Any = None
+        #: Delivery indexes whose offsets are wanted, and those found.
+        self.wanted: set[int] = set()
+        self.found: dict[int, int] = {}
+
+    def on_error(self, error: Any) -> None:
+        if error.fatal() and self.fatal is None:
+            self.fatal = error
+
+    def on_delivery(self, error: Any, message: Any) -> None:
+        index = self.count
+        self.count += 1
+        if error is not None:
+            if self.failure is None:
+                self.failure = str(error.str())
+                self.fenced = error.code() in _FENCED_CODES
+            return
+        self.last_offset = message.offset()
+        if index in self.wanted:
+            self.found[index] = self.last_offset
+
+
+class _Run:
+    """One task's pass: what it produces, the transactions, and where each group lands."""
+
+    def __init__(
+        self,
+        task: PartitionTask,
+        producer: Any,
+        consumer: Any,
+        deliveries: _Deliveries,
+        marker: ProgressMarker | None,
+    ) -> None:
+        self.task = task
+        self.producer = producer
+        self.consumer = consumer
+        self.deliveries = deliveries
+        self.marker = marker
+        self.resume_from = marker.resume_from if marker is not None else task.resume_from
+        # Target offset of the first selected record, once known (a marker, or the older kbackup's dense prefix).
+        self.first: int | None = marker.first if marker is not None else (task.baseline if task.resume_from else None)
+        self.next = marker.next if marker is not None else task.baseline
+        self.in_transaction = 0
+
+    def produce_all(self, reader: PartitionReader, result: PartitionResult) -> None:
+        task = self.task
+        produce = self.producer.produce
+        topic, partition = task.target_topic, task.target_partition
+        waiting = sorted((offset, group) for group, offset in task.groups.items())
+        earlier: dict[str, int] = {}  # group -> index of its record among the selected, produced by an earlier run
+        this_run: dict[str, int] = {}  # group -> delivery index of its record in this run
+        index = 0
+        first_index = -1
+        transaction_ends = 0.0
+        pace = _Pace(task.max_rate) if task.max_rate else None
+        for record, is_last in _with_last(selected_records(reader, task.window)):
+            while waiting and waiting[0][0] <= record.offset:
+                _, group = waiting.pop(0)
+                if record.offset < self.resume_from:
+                    earlier[group] = index
+                else:
+                    this_run[group] = result.produced
+                    self.deliveries.wanted.add(result.produced)
+            index += 1
+            if record.offset < self.resume_from:
+                result.skipped += 1
+                continue
+            if self.in_transaction == 0:
+                self.producer.begin_transaction()
+                transaction_ends = time.monotonic() + TRANSACTION_SECONDS
+                if self.first is None:
+                    self.deliveries.wanted.add(result.produced)
+                    first_index = result.produced
             timestamp = record.timestamp if record.timestamp is not None and record.timestamp > 0 else 0
             headers = list(record.headers) if record.headers else None
             while True:
@@ -108,29 +286,102 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
                     produce(topic, record.value, record.key, partition, timestamp=timestamp, headers=headers)
                     break
                 except BufferError:
-                    producer.poll(0.1)
-                except KafkaException as exc:  # e.g. _UNKNOWN_PARTITION: the target changed since the plan
-                    raise DeliveryError(
-                        f"topic {topic!r} partition {partition}: cannot produce source offset {record.offset}: "
-                        f"{exc.args[0].str() if exc.args else exc}"
-                    ) from None
+                    self.producer.poll(0.1)
             result.produced += 1
-            result.produced_bytes += (len(record.key or b"")) + len(record.value or b"")
+            result.produced_bytes += len(record.key or b"") + len(record.value or b"")
+            self.in_transaction += 1
             if result.produced % 10_000 == 0:
-                producer.poll(0)
-                if failures:
-                    break
-        index += 1
-    remaining = producer.flush(300)
-    if failures or remaining:
-        problem = "; ".join(failures) or f"{remaining} records not acknowledged within 300 s"
-        raise DeliveryError(f"topic {topic!r} partition {partition}: {problem}")
-    result.selected = index
-    result.end_offset = task.baseline + index
-    below = counter.below()
-    result.group_offsets = {group: task.baseline + below[offset] for group, offset in task.groups.items()}
-    result.ended_at = time.time()
-    return result
+                self.producer.poll(0)
+                if self.deliveries.failure is not None:
+                    self._flush()  # raises
+            if pace is not None and result.produced % 100 == 0:
+                pace.wait(result.produced)
+            if is_last or self.in_transaction >= TRANSACTION_RECORDS or time.monotonic() >= transaction_ends:
+                if self.first is None:
+                    self._flush()
+                    self.first = self.deliveries.found[first_index]
+                self._commit(record.offset + 1)
+        result.selected = index
+        if self.marker is None and result.produced == 0:
+            self.next = task.baseline + result.skipped  # nothing restored, or all of it by an older kbackup
+        offsets = {group: self.deliveries.found[at] for group, at in this_run.items()}
+        for group, nth in earlier.items():
+            offsets[group] = self._earlier_offset(nth)
+        for _, group in waiting:
+            offsets[group] = self.next  # after the last restored record
+        result.group_offsets = offsets
+        result.end_offset = self.next
+
+    def _flush(self) -> None:
+        remaining = self.producer.flush(300)
+        if self.deliveries.fenced:
+            raise _FencedError(str(self.deliveries.failure))
+        if self.deliveries.failure is not None:
+            raise DeliveryError(
+                f"topic {self.task.target_topic!r} partition {self.task.target_partition}: {self.deliveries.failure}"
+            )
+        if remaining:
+            raise DeliveryError(
+                f"topic {self.task.target_topic!r} partition {self.task.target_partition}: "
+                f"{remaining} records not acknowledged within 300 s"
+            )
+
+    def _commit(self, resume_from: int) -> None:
+        """Commit the open transaction with the marker saying everything below ``resume_from`` is in the target."""
+        from confluent_kafka import TopicPartition
+
+        self._flush()
+        assert self.first is not None
+        marker = ProgressMarker(self.task.identity, resume_from, self.first, self.deliveries.last_offset + 1)
+        position = TopicPartition(
+            self.task.target_topic, self.task.target_partition, resume_from, metadata=marker.metadata()
+        )
+        self.producer.send_offsets_to_transaction([position], self.consumer.consumer_group_metadata(), 60)
+        self.producer.commit_transaction(120)
+        self.in_transaction = 0
+        self.resume_from, self.next = resume_from, marker.next
+
+    def _earlier_offset(self, nth: int) -> int:
+        """Target offset of the ``nth`` selected record, produced by an earlier run."""
+        from kbackup.kafka.cluster import nth_committed_offset
+
+        if self.marker is None:
+            return self.task.baseline + nth  # an older kbackup's restore: one offset per record
+        found = nth_committed_offset(
+            self.task.client, self.task.target_topic, self.task.target_partition, self.marker.first, nth
+        )
+        if found is None:
+            raise TargetChangedError(
+                f"topic {self.task.target_topic!r} partition {self.task.target_partition}: the target holds fewer "
+                f"records from offset {self.marker.first} on than the restore's marker says (records were deleted?)"
+            )
+        return found
+
+
+class _Pace:
+    """Keeps a producing loop at or below a rate (records per second), sleeping as needed."""
+
+    def __init__(self, rate: int) -> None:
+        self.rate = rate
+        self.started = time.monotonic()
+
+    def wait(self, produced: int) -> None:
+        ahead = self.started + produced / self.rate - time.monotonic()
+        if ahead > 0:
+            time.sleep(ahead)
+
+
+def _with_last(items: Iterable[T]) -> Iterator[tuple[T, bool]]:
+    """Each item, and whether it is the last."""
+    iterator = iter(items)
+    try:
+        current = next(iterator)
+    except StopIteration:
+        return
+    for following in iterator:
+        yield current, False
+        current = following
+    yield current, True
 
 
 def _check_segments(task: PartitionTask) -> None:

@@ -1,0 +1,129 @@
+"""Where a restore stands on each target partition, and who may write there.
+
+Every restore task produces through a **transactional** producer whose
+``transactional.id`` is derived from the target topic and partition
+(:func:`transactional_id`). Starting a producer with that id fences any other
+producer holding it: a second restore of the same target partition takes the
+partition over, the first one's open transaction is aborted by the cluster, and
+its next write fails with ``_FENCED``. Two restores never both write a
+partition.
+
+Each transaction carries, beside its records, the restore's **progress
+marker**: an offset commit of the consumer group :data:`PROGRESS_GROUP` on the
+target partition. Kafka makes the two one unit, so the marker always describes
+exactly the committed records::
+
+    committed offset   the next source offset to produce (records below it are in the target)
+    metadata (JSON)    {"v": 1, "restore": <identity>, "first": <target offset of the first restored record>,
+                        "next": <target offset after the last restored record>}
+
+``restore`` (:func:`restore_identity`) names what is being restored into the
+partition: the source topic and partition, the cluster and topic id it was
+backed up from (or the backup's location when those are not recorded) and the
+selection window. A marker with another identity means the partition holds
+another restore's records.
+
+Target offsets are not dense: each committed transaction adds a commit marker
+record, and an aborted transaction leaves its records (invisible to
+``read_committed`` consumers) and an abort marker. The restore therefore takes
+every target offset it reports from the broker (delivery reports, the marker),
+never from counting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kbackup.restore.selection import Window
+
+#: The consumer group whose offsets on the target partitions are the restores' progress markers.
+PROGRESS_GROUP = "kbackup-restore-progress"
+
+#: Records per transaction: a crash redoes at most this many; each commit adds one offset to the partition.
+TRANSACTION_RECORDS = 50_000
+
+#: A transaction commits after this long even when it holds fewer records (progress shows, less to redo).
+TRANSACTION_SECONDS = 5.0
+
+#: A transaction may stay open this long (the broker's default ``transaction.max.timeout.ms``).
+TRANSACTION_TIMEOUT_MS = 900_000
+
+
+@dataclass(frozen=True)
+class ProgressMarker:
+    """A restore's committed position on one target partition."""
+
+    restore: str
+    resume_from: int
+    first: int
+    next: int
+
+    def metadata(self) -> str:
+        return json.dumps({"v": 1, "restore": self.restore, "first": self.first, "next": self.next}, sort_keys=True)
+
+    @classmethod
+    def from_commit(cls, offset: int, metadata: str | None) -> ProgressMarker:
+        """The marker behind a committed offset; one kbackup did not write has the identity ``"unknown"``."""
+        try:
+            fields = json.loads(metadata or "")
+            return cls(str(fields["restore"]), offset, int(fields["first"]), int(fields["next"]))
+        except (ValueError, TypeError, KeyError):
+            return cls("unknown", offset, -1, -1)
+
+
+def transactional_id(topic: str, partition: int) -> str:
+    """The id every restore into this target partition produces with (so that the newest one fences the others)."""
+    return f"kbackup-restore.{topic}.{partition}"
+
+
+def restore_identity(
+    source_topic: str,
+    source_partition: int,
+    origin: tuple[str | None, str | None],
+    location: str,
+    window: Window,
+) -> str:
+    """A short name for "these selected records of this backed-up partition".
+
+    Segments left out (``--skip-bad-segments``) are not part of it: a rerun may
+    leave out other segments and still continues by source offset.
+    """
+    where: list[Any] = list(origin) if origin[0] is not None else [location]
+    bounds = [window.from_offset, window.to_offset, window.from_time, window.to_time]
+    text = json.dumps([source_topic, source_partition, where, bounds])
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def marker_consumer(client: Mapping[str, str]) -> Any:
+    """A consumer of :data:`PROGRESS_GROUP` that reads markers and lends its group to transactions (never joins)."""
+    from confluent_kafka import Consumer
+
+    from kbackup.kafka.client_settings import consumer_settings
+
+    return Consumer({**consumer_settings(client, isolation_level="read_committed"), "group.id": PROGRESS_GROUP})
+
+
+def read_markers(
+    consumer: Any, partitions: Iterable[tuple[str, int]], *, timeout: float = 30
+) -> dict[tuple[str, int], ProgressMarker]:
+    """The committed markers of these target partitions (partitions without one are left out)."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    from kbackup.kafka.cluster import ClusterError
+
+    wanted = [TopicPartition(topic, partition) for topic, partition in partitions]
+    if not wanted:
+        return {}
+    try:
+        committed = consumer.committed(wanted, timeout)
+    except KafkaException as exc:
+        raise ClusterError(f"cannot read the restore progress (group {PROGRESS_GROUP}): {exc.args[0].str()}") from None
+    found = {}
+    for entry in committed:
+        if entry.offset >= 0:
+            found[(entry.topic, entry.partition)] = ProgressMarker.from_commit(entry.offset, entry.metadata)
+    return found
