@@ -325,18 +325,34 @@ def cmd_checkpoint_describe(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def cmd_prune(args: argparse.Namespace, out: TextIO) -> None:
-    from kbackup.catalog.prune import finish_intent, plan_prune, prune
+    from kbackup.catalog.prune import finish_intent, plan_prune, prune, prune_lease
 
     root = parse_location(args.dir)
-    if not args.dry_run and finish_intent(root, progress=True):
-        out.write("finished an interrupted prune\n")
     if args.older_than is None and args.keep_checkpoints is None:
         raise UsageError("say what to prune: --older-than DURATION and/or --keep-checkpoints N")
     cutoff = None if args.older_than is None else int(time.time() * 1000) - args.older_than
-    doomed, dropped = plan_prune(
-        root, _topics(root, args.topic), cutoff_ms=cutoff, keep_checkpoints=args.keep_checkpoints
-    )
-    verb = "would delete" if args.dry_run else "deleted"
+    if args.dry_run:
+        doomed, dropped = plan_prune(
+            root, _topics(root, args.topic), cutoff_ms=cutoff, keep_checkpoints=args.keep_checkpoints
+        )
+        _list_pruned(out, "would delete", doomed, dropped)
+        freed = sum(item.entry.records_bytes + item.entry.index_bytes for item in doomed)
+        out.write(f"{len(doomed)} segment(s), {freed} bytes would be freed\n")
+        return
+    with prune_lease(root):
+        if finish_intent(root, progress=True):
+            out.write("finished an interrupted prune\n")
+        doomed, dropped = plan_prune(
+            root, _topics(root, args.topic), cutoff_ms=cutoff, keep_checkpoints=args.keep_checkpoints
+        )
+        _list_pruned(out, "deleting", doomed, dropped)
+        out.flush()
+        prune(root, doomed, dropped, progress=True)
+    freed = sum(item.entry.records_bytes + item.entry.index_bytes for item in doomed)
+    out.write(f"deleted {len(doomed)} segment(s) and {len(dropped)} checkpoint(s): {freed} bytes freed\n")
+
+
+def _list_pruned(out: TextIO, verb: str, doomed: list[Any], dropped: list[Any]) -> None:
     for item in doomed:
         entry = item.entry
         out.write(
@@ -345,10 +361,6 @@ def cmd_prune(args: argparse.Namespace, out: TextIO) -> None:
         )
     for checkpoint in dropped:
         out.write(f"{verb} checkpoint {checkpoint.id}\n")
-    if not args.dry_run:
-        prune(root, doomed, dropped, progress=True)
-    freed = sum(item.entry.records_bytes + item.entry.index_bytes for item in doomed)
-    out.write(f"{len(doomed)} segment(s), {freed} bytes {'would be ' if args.dry_run else ''}freed\n")
 
 
 def _duration_ms(text: str) -> int:

@@ -24,11 +24,12 @@ from kbackup.partition.writer import PartitionWriter
 from tests.recordgen import sample_record
 
 
-def _arm(kill_at: int) -> None:
+def arm_kill(kill_at: int, names: tuple[str, ...] = ("write", "pwrite", "fsync", "ftruncate", "replace")) -> None:
+    """SIGKILL this process at its ``kill_at``-th call of the ``os`` functions named (a dying write writes half)."""
     calls = 0
 
     def wrap(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
-        def dying(*args: Any) -> Any:
+        def dying(*args: Any, **kwargs: Any) -> Any:
             nonlocal calls
             calls += 1
             if calls == kill_at:
@@ -36,11 +37,11 @@ def _arm(kill_at: int) -> None:
                     fd, data = args
                     real(fd, bytes(data)[: len(data) // 2])
                 os.kill(os.getpid(), signal.SIGKILL)
-            return real(*args)
+            return real(*args, **kwargs)
 
         return dying
 
-    for name in ("write", "pwrite", "fsync", "ftruncate", "replace"):
+    for name in names:
         setattr(os, name, wrap(name, getattr(os, name)))
 
 
@@ -57,7 +58,7 @@ def main() -> None:
     )
     print(f"resumed {writer.last_offset}", flush=True)
     if len(sys.argv) > 7:
-        _arm(int(sys.argv[7]))
+        arm_kill(int(sys.argv[7]))
     for i in range(int(start), int(count)):
         writer.append(sample_record(i))
         if (i + 1) % int(sync_every) == 0:

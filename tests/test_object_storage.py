@@ -356,3 +356,36 @@ def test_prune_on_the_store_keeps_it_verifiable(bucket: ObjectPath) -> None:
     assert verify_partition(bucket, "old", 0, deep=True).ok
     offsets = [r.offset for r in PartitionReader(topic_dir, 0).records()]
     assert offsets and offsets == list(range(offsets[0], 12))
+
+
+def test_the_target_lease_on_the_store_is_exclusive_expires_and_is_taken_over(bucket: ObjectPath) -> None:
+    """One holder; a second is refused naming it; an expired lease (a dead holder) is taken over; the old one learns."""
+    from kbackup.storage.lease import RENEW_SECONDS, Holder, LeaseHeldError, LeaseLostError, TargetLease
+    from kbackup.storage.s3 import s3_storage
+
+    state = bucket / ".kbackup"
+    first = TargetLease(state, "backup")
+    first.acquire()
+    try:
+        with pytest.raises(LeaseHeldError, match=r"is in use: backup started .* holds its lease .* until "):
+            TargetLease(state, "prune").acquire()
+        # The first holder dies without releasing: its lease object stays until it expires.
+        dead = Holder("backup", "gone-host", 1, "2026-01-01T00:00:00Z", expires=time.time() - 1)
+        s3_storage().write_whole(first.path, dead.encode())
+        second = TargetLease(state, "backup")
+        second.acquire()  # expired: taken over
+        found = Holder.decode(s3_storage().read_limited(first.path, 4096))
+        assert found is not None and found.pid == second.holder.pid and found.expires is not None
+        assert found.expires > time.time()
+        # The first holder's next renewal finds the lease taken over and says so.
+        deadline = time.time() + RENEW_SECONDS + 10
+        while first.lost is None and time.time() < deadline:
+            time.sleep(0.2)
+        with pytest.raises(LeaseLostError, match="was taken over by another job"):
+            first.check()
+        second.release()
+        assert not s3_storage().exists(first.path)  # released: gone
+    finally:
+        first.release()
+    with TargetLease(state, "backup"):
+        pass

@@ -30,13 +30,17 @@ def kbackup(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "kbackup", *map(str, args)], capture_output=True, text=True, cwd=REPO)
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
+def write_old_backup(root: Path) -> None:
     """Topic 't' partition 0: 40 records in ~8 segments; the first 20 records are 10 days old."""
-    root = tmp_path / "backup"
     with PartitionWriter(root / "t", "t", 0, max_segment_size=300, fsync=False, catalog_root=root) as writer:
         for i in range(40):
             writer.append(Record(i, 0, (OLD if i < 20 else NOW) + i, b"k%d" % i, b"v" * 40))
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    root = tmp_path / "backup"
+    write_old_backup(root)
     return root
 
 
@@ -78,7 +82,8 @@ def test_keep_checkpoints_drops_older_checkpoints_and_what_only_they_needed(root
     new = checkpoints.record_completed(root, {"g": {("t", 0): 15}}, {("t", 0): 38}, NOW)
     result = kbackup("prune", root, "--keep-checkpoints", "1")
     assert result.returncode == 0, result.stderr
-    assert f"deleted checkpoint {old.id}" in result.stdout
+    assert f"deleting checkpoint {old.id}" in result.stdout
+    assert "checkpoint(s): " in result.stdout.splitlines()[-1] and result.stdout.splitlines()[-1].startswith("deleted ")
     assert [c.id for c in checkpoints.list_checkpoints(root)] == [new.id]
     remaining = _segments(root)
     assert remaining[0][0] is not None and remaining[0][0] <= 15 <= (remaining[0][1] or 0)  # 15 is still there

@@ -4,8 +4,9 @@ Lifecycle:
 
 1. Parse and check the settings; check the cluster answers, explicitly
    named topics exist, and the target holds no other cluster's or topic
-   incarnation's backup (:mod:`kbackup.backup.origin`). Nothing starts if
-   any of this fails.
+   incarnation's backup (:mod:`kbackup.backup.origin`); take the target's
+   lease (:mod:`kbackup.storage.lease`: another job on the same target is
+   refused, naming it). Nothing starts if any of this fails.
 2. Start the Spark session; with ``--kafka-source spark``, refuse (before
    anything is written) when Spark's Kafka connector is not on the class path.
 3. Give every selected partition that has no files yet an empty segment,
@@ -53,6 +54,7 @@ from kbackup.spark.kafka_connector import SPARK_KAFKA_FORMAT, connector_loaded, 
 from kbackup.spark.kafka_source import SOURCE_NAME, KafkaSource, decode_offsets
 from kbackup.spark.v1_sink import SINK_NAME, V1Sink
 from kbackup.storage import prepare_root
+from kbackup.storage.lease import TargetLease
 
 log = logging.getLogger("kbackup.backup")
 
@@ -76,6 +78,7 @@ class BackupJob:
     _seen_checkpoint: int = 0  # requests get increasing ids: only newer files can hold new ones
     _logged_batch: int = -1
     _rows: int = 0
+    _lease: TargetLease | None = None
 
     def run(self) -> int:
         settings = self.settings
@@ -89,12 +92,15 @@ class BackupJob:
         )
         admin = admin_client({**settings.client, "socket.timeout.ms": "10000"})
         self._preflight(admin)
-        # Spark before the first write to the target: a missing connector is refused with nothing written.
-        spark = self._session()
-        try:
-            return self._back_up(spark, admin)
-        finally:
-            spark.stop()
+        # One job per target, from before Spark starts (its checkpoint is in the target too) until the end.
+        with TargetLease(settings.target / STATE_DIR, "backup") as lease:
+            self._lease = lease
+            # Spark before the first write to the target: a missing connector is refused with nothing written.
+            spark = self._session()
+            try:
+                return self._back_up(spark, admin)
+            finally:
+                spark.stop()
 
     def _back_up(self, spark: Any, admin: Any) -> int:
         settings = self.settings
@@ -120,6 +126,9 @@ class BackupJob:
         next_round = time.monotonic() + settings.offsets_interval
         try:
             while query.isActive:
+                if self._lease is not None and self._lease.lost is not None:
+                    query.stop()
+                    self._lease.check()
                 if self._stop_signal is not None:
                     log.info("signal %d: stopping after abandoning the batch in flight", self._stop_signal)
                     query.stop()

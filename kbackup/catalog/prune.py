@@ -18,11 +18,22 @@ Crash safety: the deletion is first written down as an intent
 replaced without the segments, then their files are deleted, then the intent.
 A later prune finishes a leftover intent first; ``verify`` reports the files
 of an unfinished intent as pending deletion, not as damage.
+
+Beside a running backup: on local and shared file systems each partition is
+changed under the partition writer's lock (:func:`~kbackup.partition.writer.lock_partition_index`),
+so a batch writing the partition finishes first and the next one opens the
+updated partition index. Two prunes exclude each other with the target's
+``prune-lease``. On an object store, where writers take no lock, prune holds
+the target's lease itself and is refused while a backup runs
+(:mod:`kbackup.storage.lease`).
 """
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -32,12 +43,14 @@ from kbackup.catalog.store import read_catalog, write_catalog
 from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from kbackup.format.partition_index import encode_partition_index
 from kbackup.fsutil import fsync_dir
-from kbackup.partition.layout import list_partitions, partition_index_path
+from kbackup.partition.layout import STATE_DIR, list_partitions, partition_index_path
 from kbackup.partition.reader import PartitionReader
+from kbackup.partition.writer import lock_partition_index
 from kbackup.progress import Progress
 from kbackup.storage import Location, exists, read_limited, storage_for, write_whole
+from kbackup.storage.lease import TargetLease
 
-INTENT = Path(".kbackup") / "prune-intent.json"
+INTENT = Path(STATE_DIR) / "prune-intent.json"
 
 
 @dataclass(frozen=True)
@@ -114,20 +127,21 @@ def finish_intent(root: Location, *, progress: bool = False) -> bool:
     shown = Progress("prune", len(by_partition), "partitions", enabled=progress)
     for (topic, partition), names in by_partition.items():
         topic_dir = root / topic
-        reader = PartitionReader(topic_dir, partition)
-        kept = [segment for segment in reader.segments if segment.name not in names]
-        if len(kept) != len(reader.segments):
-            write_whole(partition_index_path(topic_dir, partition), encode_partition_index(kept))
-        catalog = read_catalog(root, topic, partition)
-        if catalog is not None and any(entry.name in names for entry in catalog.segments):
-            entries = tuple(entry for entry in catalog.segments if entry.name not in names)
-            write_catalog(root, replace(catalog, segments=entries))
-        for name in names:
-            for suffix in (RECORDS_SUFFIX, INDEX_SUFFIX):
-                storage.delete(topic_dir / f"{name}{suffix}")
-        if isinstance(topic_dir, Path):
-            fsync_dir(topic_dir)
-        shown.advance(note=f"{topic}/{partition}: {len(names)} segment(s)")
+        with _partition_locked(topic_dir, topic, partition):
+            reader = PartitionReader(topic_dir, partition)
+            kept = [segment for segment in reader.segments if segment.name not in names]
+            if len(kept) != len(reader.segments):
+                write_whole(partition_index_path(topic_dir, partition), encode_partition_index(kept))
+            catalog = read_catalog(root, topic, partition)
+            if catalog is not None and any(entry.name in names for entry in catalog.segments):
+                entries = tuple(entry for entry in catalog.segments if entry.name not in names)
+                write_catalog(root, replace(catalog, segments=entries))
+            for name in names:
+                for suffix in (RECORDS_SUFFIX, INDEX_SUFFIX):
+                    storage.delete(topic_dir / f"{name}{suffix}")
+            if isinstance(topic_dir, Path):
+                fsync_dir(topic_dir)
+        shown.advance(note=f"{topic}/{partition}: {len(names)} segment(s) deleted")
     shown.close()
     for checkpoint_id in intent["checkpoints"]:
         storage.delete(checkpoints.checkpoint_path(root, checkpoint_id))
@@ -135,6 +149,31 @@ def finish_intent(root: Location, *, progress: bool = False) -> bool:
     if isinstance(path, Path):
         fsync_dir(path.parent)
     return True
+
+
+#: How long prune waits for a backup's batch to finish writing a partition.
+WRITER_WAIT_SECONDS = 900.0
+
+
+@contextmanager
+def _partition_locked(topic_dir: Location, topic: str, partition: int) -> Iterator[None]:
+    """Hold the partition writer's lock (local and shared file systems; object stores have none)."""
+    path = partition_index_path(topic_dir, partition)
+    if not isinstance(path, Path) or not path.exists():
+        yield
+        return
+    fd = lock_partition_index(path, timeout=WRITER_WAIT_SECONDS, topic=topic, partition=partition)
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+def prune_lease(root: Location) -> TargetLease:
+    """The lease a prune holds: its own on a file system (a backup may run), the target's on an object store."""
+    if isinstance(root, Path):
+        return TargetLease(root / STATE_DIR, "prune", name="prune-lease")
+    return TargetLease(root / STATE_DIR, "prune")
 
 
 def pending_deletions(root: Location) -> set[tuple[str, int, str]]:

@@ -163,23 +163,7 @@ class PartitionWriter(ClosingWriter):
         self._pi_path = as_local(partition_index_path(topic_dir, partition))
         if not self._pi_path.exists():
             atomic_write(self._pi_path, MAGIC_V1, sync=fsync)
-        self._pi_fd = os.open(self._pi_path, os.O_RDWR)
-        deadline = time.monotonic() + lock_timeout
-        while True:
-            try:
-                fcntl.flock(self._pi_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() < deadline:
-                    time.sleep(0.05)
-                    continue
-                os.close(self._pi_fd)
-                raise PlacementError(
-                    "partition is already open for writing by another writer",
-                    topic=topic,
-                    partition=partition,
-                    offset=-1,
-                ) from None
+        self._pi_fd = lock_partition_index(self._pi_path, timeout=lock_timeout, topic=topic, partition=partition)
         try:
             self.segments = self._load_partition_index()
             self._starts = [segment.start_offset for segment in self.segments]
@@ -578,6 +562,42 @@ class PartitionWriter(ClosingWriter):
             fcntl.flock(self._pi_fd, fcntl.LOCK_UN)
         finally:
             os.close(self._pi_fd)
+
+
+def lock_partition_index(path: Path, *, timeout: float, topic: str, partition: int) -> int:
+    """Open the partition index and take its ``flock``; the open descriptor (closing it unlocks).
+
+    Waits up to ``timeout`` seconds for another holder (a writer, or a prune
+    updating the partition). A prune replaces the file by renaming a new one
+    into place while it holds the lock, so a lock won on a file no longer at
+    ``path`` is dropped and taken again on the current one.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        fd = os.open(path, os.O_RDWR)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                os.close(fd)
+                raise PlacementError(
+                    "partition is already open for writing by another writer",
+                    topic=topic,
+                    partition=partition,
+                    offset=-1,
+                ) from None
+        held = os.fstat(fd)
+        try:
+            current = os.stat(path)
+        except FileNotFoundError:
+            current = None
+        if current is not None and (current.st_ino, current.st_dev) == (held.st_ino, held.st_dev):
+            return fd
+        os.close(fd)  # replaced while we waited: lock the new one
 
 
 def _write_all(fd: int, data: bytes | bytearray) -> None:

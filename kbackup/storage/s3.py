@@ -73,6 +73,13 @@ def _fail(location: ObjectPath, action: str, exc: Exception) -> StorageError:
     return StorageError(f"{location}: cannot {action} ({reason})")
 
 
+def _precondition_failed(exc: Exception) -> bool:
+    """A conditional write lost (the object exists, or has another version)."""
+    response = getattr(exc, "response", None)
+    code = str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
+    return code in ("PreconditionFailed", "412", "ConditionalRequestConflict")
+
+
 def _is_missing(exc: Exception) -> bool:
     response = getattr(exc, "response", None)
     if not isinstance(response, dict):
@@ -179,16 +186,51 @@ class S3Storage(Storage):
             raise _fail(target, "write", exc) from None
 
     def create_exclusive(self, location: Location, data: bytes) -> bool:
+        return self.create_exclusive_tagged(location, data) is not None
+
+    # -- conditional writes (the object-store lease, kbackup.storage.lease) ----------------
+
+    def create_exclusive_tagged(self, location: Location, data: bytes) -> str | None:
+        """Create the object unless it exists; its ETag, or ``None`` when it existed."""
         target = _object(location)
         try:
-            self.client.put_object(Bucket=target.bucket, Key=target.key, Body=data, IfNoneMatch="*")
+            response = self.client.put_object(Bucket=target.bucket, Key=target.key, Body=data, IfNoneMatch="*")
         except Exception as exc:
-            response = getattr(exc, "response", None)
-            code = str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
-            if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
-                return False
+            if _precondition_failed(exc):
+                return None
             raise _fail(target, "create", exc) from None
-        return True
+        return str(response["ETag"])
+
+    def read_tagged(self, location: Location) -> tuple[bytes, str] | None:
+        """A small object's bytes and ETag, or ``None`` when it does not exist."""
+        target = _object(location)
+        try:
+            response = self.client.get_object(Bucket=target.bucket, Key=target.key)
+            return response["Body"].read(1 << 16), str(response["ETag"])
+        except Exception as exc:
+            if _is_missing(exc):
+                return None
+            raise _fail(target, "read", exc) from None
+
+    def replace_if(self, location: Location, data: bytes, etag: str) -> str | None:
+        """Replace the object if it still has ``etag``; the new ETag, or ``None`` when it changed."""
+        target = _object(location)
+        try:
+            response = self.client.put_object(Bucket=target.bucket, Key=target.key, Body=data, IfMatch=etag)
+        except Exception as exc:
+            if _precondition_failed(exc) or _is_missing(exc):
+                return None
+            raise _fail(target, "replace", exc) from None
+        return str(response["ETag"])
+
+    def delete_if(self, location: Location, etag: str) -> None:
+        """Delete the object if it still has ``etag`` (otherwise leave it: it is someone else's now)."""
+        target = _object(location)
+        try:
+            self.client.delete_object(Bucket=target.bucket, Key=target.key, IfMatch=etag)
+        except Exception as exc:
+            if not (_precondition_failed(exc) or _is_missing(exc)):
+                raise _fail(target, "delete", exc) from None
 
     def upload(self, location: Location, source: Path) -> None:
         target = _object(location)

@@ -1,0 +1,225 @@
+"""One job at a time on a backup target: the target lease.
+
+The backup job holds its target's lease from before Spark starts until it
+exits; ``kbackup prune`` on an object store holds it while it runs. A second
+holder is refused at once with one line naming the first (purpose, host, pid,
+start time) and how a dead holder's lease is taken over.
+
+Local disks and shared file systems
+    an exclusive ``flock`` on ``STATE/lease`` kept by the process. The kernel
+    releases it when the process ends, however it ends (``kill -9`` included);
+    on NFS the server releases a dead client's locks after its lease time
+    (about 90 s). The file's bytes (JSON: who holds it) are written after the
+    lock is taken and only describe the holder; they are never the lock.
+
+Object stores
+    the object ``STATE/lease.json``: the holder and an expiry time. It is
+    created with ``If-None-Match: *``, renewed every :data:`RENEW_SECONDS` with
+    ``If-Match`` on the holder's last version, and taken over once expired
+    (``If-Match`` on the expired version, so of two takers one wins). A
+    holder whose renewal fails because someone else took the lease over marks
+    it :attr:`TargetLease.lost`; the backup job stops at its next check.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import threading
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+
+from kbackup.errors import KbackupError
+from kbackup.storage.base import Location
+from kbackup.storage.object_path import ObjectPath
+
+#: Where the lease lives, under the backup's state directory.
+LEASE_FILE = "lease"
+LEASE_OBJECT = "lease.json"
+
+#: An object-store lease not renewed for this long may be taken over.
+TTL_SECONDS = 60.0
+RENEW_SECONDS = 15.0
+
+
+class LeaseHeldError(KbackupError):
+    """Another job holds the target's lease."""
+
+
+class LeaseLostError(KbackupError):
+    """Another job took over this job's lease (object stores: it was not renewed in time)."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    purpose: str
+    host: str
+    pid: int
+    started: str  # ISO 8601, UTC
+    expires: float | None = None  # epoch seconds (object stores only)
+
+    @classmethod
+    def me(cls, purpose: str) -> Holder:
+        started = datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return cls(purpose, socket.gethostname(), os.getpid(), started)
+
+    def describe(self) -> str:
+        return f"{self.purpose} started {self.started} on host {self.host} (pid {self.pid})"
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> Holder | None:
+        try:
+            fields = json.loads(data)
+            return cls(
+                str(fields["purpose"]),
+                str(fields["host"]),
+                int(fields["pid"]),
+                str(fields["started"]),
+                None if fields.get("expires") is None else float(fields["expires"]),
+            )
+        except (ValueError, TypeError, KeyError):
+            return None
+
+
+class TargetLease:
+    """The lease of one backup target (see the module docstring); a context manager.
+
+    ``state_dir`` is the target's state directory (local path or object
+    location); ``purpose`` names the job in the message another one gets.
+    """
+
+    def __init__(self, state_dir: Location, purpose: str, *, name: str | None = None) -> None:
+        self.state_dir = state_dir
+        self.purpose = purpose
+        self.name = name
+        self.holder = Holder.me(purpose)
+        self._fd: int | None = None
+        self._etag: str | None = None
+        self._renewer: threading.Thread | None = None
+        self._stop = threading.Event()
+        #: Set (object stores) when another job took the lease over: the holder must stop.
+        self.lost: str | None = None
+
+    @property
+    def path(self) -> Location:
+        if self.name is not None:
+            return self.state_dir / self.name
+        return self.state_dir / (LEASE_OBJECT if isinstance(self.state_dir, ObjectPath) else LEASE_FILE)
+
+    def __enter__(self) -> TargetLease:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.release()
+
+    def acquire(self) -> None:
+        """Take the lease, or raise :class:`LeaseHeldError` naming its holder."""
+        if isinstance(self.state_dir, ObjectPath):
+            self._acquire_object()
+        else:
+            self._acquire_file(self.state_dir)
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLostError` if another job took the lease over."""
+        if self.lost is not None:
+            raise LeaseLostError(self.lost)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # releases the flock
+            self._fd = None
+        if self._renewer is not None:
+            self._stop.set()
+            self._renewer.join(5)
+            self._renewer = None
+            if self.lost is None and self._etag is not None:
+                from kbackup.storage.s3 import s3_storage
+
+                s3_storage().delete_if(self.path, self._etag)
+            self._etag = None
+
+    # -- local and shared file systems --------------------------------------------------
+
+    def _acquire_file(self, state_dir: Path) -> None:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        path = state_dir / self.path.name
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = Holder.decode(os.pread(fd, 4096, 0))
+            os.close(fd)
+            who = holder.describe() if holder is not None else "another process"
+            raise LeaseHeldError(
+                f"the backup target {state_dir.parent} is in use: {who} holds its lease {path}; "
+                "wait for it to end or stop it (a dead holder's lock is released with its process, "
+                "on NFS after the server's lock lease, about 90 s)"
+            ) from None
+        except OSError as exc:
+            os.close(fd)
+            raise KbackupError(f"{path}: cannot lock the backup target's lease: {exc.strerror}") from None
+        data = self.holder.encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
+        self._fd = fd
+
+    # -- object stores ------------------------------------------------------------------
+
+    def _acquire_object(self) -> None:
+        from kbackup.storage.s3 import s3_storage
+
+        storage = s3_storage()
+        path = self.path
+        while True:
+            mine = Holder(**{**asdict(self.holder), "expires": time.time() + TTL_SECONDS})
+            etag = storage.create_exclusive_tagged(path, mine.encode())
+            if etag is not None:
+                break
+            found = storage.read_tagged(path)
+            if found is None:
+                continue  # deleted in between: try again
+            data, current = found
+            holder = Holder.decode(data)
+            if holder is not None and holder.expires is not None and holder.expires > time.time():
+                until = datetime.fromtimestamp(holder.expires, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                raise LeaseHeldError(
+                    f"the backup target {self.state_dir.parent} is in use: {holder.describe()} holds its lease "
+                    f"{path} until {until} (renewed while it runs); wait for it to end or stop it, or, if that "
+                    f"process is dead, wait until {until} or delete {path}"
+                )
+            etag = storage.replace_if(path, mine.encode(), current)  # expired or unreadable: take it over
+            if etag is not None:
+                break
+        self._etag = etag
+        self._renewer = threading.Thread(target=self._renew, name="kbackup-lease", daemon=True)
+        self._renewer.start()
+
+    def _renew(self) -> None:
+        from kbackup.storage.s3 import s3_storage
+
+        storage = s3_storage()
+        while not self._stop.wait(RENEW_SECONDS):
+            assert self._etag is not None
+            mine = Holder(**{**asdict(self.holder), "expires": time.time() + TTL_SECONDS})
+            try:
+                etag = storage.replace_if(self.path, mine.encode(), self._etag)
+            except KbackupError:
+                continue  # the store is unreachable for now: try again (the lease lasts TTL_SECONDS)
+            if etag is None:
+                self.lost = (
+                    f"the lease {self.path} of the backup target was taken over by another job "
+                    "(it was not renewed in time); this job stopped"
+                )
+                return
+            self._etag = etag

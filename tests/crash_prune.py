@@ -1,0 +1,25 @@
+"""Child process for the killed-prune test: ``kbackup prune ROOT --older-than 7d``, SIGKILLed at a file operation.
+
+Usage: python -m tests.crash_prune ROOT KILL_AT
+
+The process kills itself at its KILL_AT-th call of write, fsync, replace or
+unlink (a dying write first writes half of its bytes, as a torn write would).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from tests.crash_child import arm_kill
+
+
+def main() -> None:
+    from kbackup.cli import main as kbackup
+
+    root, kill_at = sys.argv[1:3]
+    arm_kill(int(kill_at), ("write", "fsync", "replace", "unlink"))
+    sys.exit(kbackup(["prune", root, "--older-than", "7d"]))
+
+
+if __name__ == "__main__":
+    main()
