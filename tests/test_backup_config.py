@@ -47,7 +47,7 @@ def test_settings_from_the_originals_properties_and_flags(tmp_path: Path) -> Non
     assert settings.max_segment_size == 1000
     assert settings.snapshot is True
     assert settings.client == {"bootstrap.servers": "k1:9092", "security.protocol": "SSL"}
-    assert settings.checkpoint == Path("/data/b/.kbackup/spark-checkpoint")
+    assert settings.checkpoint == Path("/data/b/kbackup~state/spark-checkpoint")
     assert settings.offsets_interval == 5
 
 

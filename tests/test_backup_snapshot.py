@@ -209,13 +209,13 @@ def test_second_snapshot_stores_new_group_offsets_and_changes_no_data(
 ) -> None:
     target = snapshot.target
     _commit(kafka, "group-mid", {("snap-mixed", 1): 50})  # a group moves on; no new records
-    before = {p: p.read_bytes() for p in target.rglob("*") if p.is_file() and ".kbackup" not in p.parts}
+    before = {p: p.read_bytes() for p in target.rglob("*") if p.is_file() and "kbackup~state" not in p.parts}
     try:
         result = run_backup(*snapshot.args)
     finally:
         _commit(kafka, "group-mid", {("snap-mixed", 1): 37})  # as the other source's snapshot expects it
     assert result.returncode == 0, result.stdout[-3000:]
-    after = {p: p.read_bytes() for p in target.rglob("*") if p.is_file() and ".kbackup" not in p.parts}
+    after = {p: p.read_bytes() for p in target.rglob("*") if p.is_file() and "kbackup~state" not in p.parts}
     changed = sorted(str(p.relative_to(target)) for p in after if after[p] != before.get(p))
     assert changed == ["snap-mixed/consumer_offsets_partition_001"]
     assert read_consumer_offsets(target / "snap-mixed", 1) == {"group-mid": 50}
@@ -289,17 +289,22 @@ def test_missing_topic(kafka: BrokerUnderTest, tmp_path: Path) -> None:
     )
 
 
-def test_a_topic_named_like_the_state_directory_is_refused(kafka: BrokerUnderTest, tmp_path: Path) -> None:
+def test_a_topic_named_like_the_old_state_directory_is_refused_only_where_it_is_one(
+    kafka: BrokerUnderTest, tmp_path: Path
+) -> None:
     create_topics(kafka, {".kbackup": 1})
+    old = tmp_path / "old"
+    (old / ".kbackup" / "checkpoints").mkdir(parents=True)  # an older kbackup's state directory
     result = _job(
-        "--bootstrap-server", kafka.bootstrap_servers, "--target-dir", str(tmp_path / "b"), "--topics", ".kbackup",
-        "--snapshot",
+        "--bootstrap-server", kafka.bootstrap_servers, "--target-dir", str(old), "--topics", ".kbackup", "--snapshot",
     )  # fmt: skip
     assert result.returncode == 1
     assert result.stderr.strip() == (
-        "kbackup backup: error: topic '.kbackup' cannot be backed up: its directory would be kbackup's own state "
-        f"directory {tmp_path / 'b' / '.kbackup'}; leave it out of --topics / --topics-regex"
+        f"kbackup backup: error: topic '.kbackup' cannot be backed up into {old}: that target keeps kbackup's state "
+        f"in the directory {old / '.kbackup'} (made by an older kbackup); back it up into a new target, or leave it "
+        "out of --topics / --topics-regex"
     )
+    assert not (old / "kbackup~state").exists()
 
 
 def test_spark_source_without_its_connector_is_one_line(kafka: BrokerUnderTest, tmp_path: Path) -> None:

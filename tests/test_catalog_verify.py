@@ -48,7 +48,7 @@ def kbackup(*args: str | Path) -> subprocess.CompletedProcess[str]:
 def test_catalog_describes_every_finished_segment(root: Path) -> None:
     catalog = read_catalog(root, "t", 0)
     assert catalog is not None
-    assert catalog_path(root, "t", 0) == root / ".kbackup" / "catalog" / "t" / "partition_000.json"
+    assert catalog_path(root, "t", 0) == root / "kbackup~state" / "catalog" / "t" / "partition_000.json"
     segments = sorted((root / "t").glob("segment_partition_000_*_records"))
     assert len(catalog.segments) == len(segments) - 1 >= 3  # all but the growing last one
     assert sum(entry.records for entry in catalog.segments) < 40
@@ -90,6 +90,23 @@ def test_flipped_bit_is_named(root: Path) -> None:
         "verify: 2/2 partitions (t/1)",
         "kbackup: error: 1 of 2 partition(s) failed verification",
     ]
+
+
+def test_an_older_kbackups_state_directory_is_still_read(root: Path) -> None:
+    """A backup whose state is in ``.kbackup`` (kbackup before the rename) keeps its catalog: damage is still found."""
+    name = _segment(root, 0, 1)
+    (root / "kbackup~state").rename(root / ".kbackup")
+    assert kbackup("verify", root).returncode == 0
+    listed = kbackup("ls", root)
+    assert listed.returncode == 0 and ".kbackup" not in listed.stdout  # the state directory is not a topic
+    path = root / "t" / f"{name}_records"
+    data = bytearray(path.read_bytes())
+    data[40] ^= 0x04
+    path.write_bytes(bytes(data))
+    result = kbackup("verify", root)
+    assert result.returncode == 1
+    assert f"error: {name}_records: checksum mismatch: CRC32C" in result.stdout
+    assert not (root / "kbackup~state").exists()  # nothing moved to the new name
 
 
 def test_truncated_file_is_named(root: Path) -> None:
@@ -190,7 +207,7 @@ def read_catalog_rebuilt(tmp_path: Path, root: Path) -> tuple[object, ...]:
     """The catalog an independent rebuild writes for the same files."""
     copy = tmp_path / "copy"
     shutil.copytree(root, copy)
-    shutil.rmtree(copy / ".kbackup")
+    shutil.rmtree(copy / "kbackup~state")
     rebuild_catalog(copy, ["t"])
     rebuilt = read_catalog(copy, "t", 0)
     assert rebuilt is not None

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.catalog.prune import INTENT
+from kbackup.catalog.prune import intent_path
 from kbackup.spark.submit import client_config_file
+from kbackup.storage import as_local
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
 from tests.kafka_helpers import backed_up, consume_all, create_topics, run_backup, start_backup
@@ -28,7 +29,7 @@ DRIVER_PID = re.compile(r"stop with SIGTERM to the driver process (\d+)")
 def test_the_target_lease_on_a_file_system_is_exclusive_and_dies_with_its_holder(tmp_path: Path) -> None:
     from kbackup.storage.lease import LeaseHeldError, TargetLease
 
-    state = tmp_path / "backup" / ".kbackup"
+    state = tmp_path / "backup" / "kbackup~state"
     holder = subprocess.Popen(
         [sys.executable, "-c",
          "import sys, time; from pathlib import Path; from kbackup.storage.lease import TargetLease\n"
@@ -177,7 +178,7 @@ def test_a_prune_killed_at_any_step_leaves_a_backup_that_verifies(tmp_path: Path
         # What is still listed is still readable, and a prune run again finishes the job.
         again = _kbackup("prune", root, "--older-than", "7d")
         assert again.returncode == 0, again.stdout + again.stderr
-        assert not (root / INTENT).exists()
+        assert not as_local(intent_path(root)).exists()
         after = backed_up(root, ["t"])
         assert after == before[len(before) - len(after) :]  # a suffix: the oldest records went, nothing else
         assert _kbackup("verify", root).returncode == 0

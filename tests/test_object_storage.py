@@ -363,7 +363,7 @@ def test_the_target_lease_on_the_store_is_exclusive_expires_and_is_taken_over(bu
     from kbackup.storage.lease import RENEW_SECONDS, Holder, LeaseHeldError, LeaseLostError, TargetLease
     from kbackup.storage.s3 import s3_storage
 
-    state = bucket / ".kbackup"
+    state = bucket / "kbackup~state"
     first = TargetLease(state, "backup")
     first.acquire()
     try:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.catalog.offset_history import HISTORY_DIR, append_round, history_file, offsets_as_of, read_history
+from kbackup.catalog.offset_history import append_round, history_file, offsets_as_of, read_history
 from kbackup.storage import as_local
 
 DAY = 1_795_334_400_000  # 2026-11-22T08:00:00Z
@@ -23,7 +23,8 @@ def test_rounds_are_appended_and_read_back_in_order(tmp_path: Path) -> None:
         (DAY + 1000, "h", "t", 0, 1),
         (DAY + 2000, "g", "t", 0, 9),
     ]
-    assert history_file(tmp_path, DAY + 1000) == tmp_path / HISTORY_DIR / "offsets-2026-11-22.avro"
+    expected = tmp_path / "kbackup~state" / "offsets-history" / "offsets-2026-11-22.avro"
+    assert history_file(tmp_path, DAY + 1000) == expected
 
 
 def test_offsets_as_of_a_time(tmp_path: Path) -> None:

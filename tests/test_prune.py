@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from kbackup.catalog import checkpoints
-from kbackup.catalog.prune import INTENT, plan_prune
+from kbackup.catalog.prune import intent_path, plan_prune
 from kbackup.catalog.store import read_catalog
 from kbackup.format.partition_index import encode_partition_index
 from kbackup.format.record import Record
 from kbackup.partition.reader import PartitionReader
 from kbackup.partition.writer import PartitionWriter
 from kbackup.spark.submit import client_config_file
+from kbackup.storage import as_local
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
 from tests.kafka_helpers import job_env
@@ -94,7 +95,9 @@ def test_an_interrupted_prune_is_noted_and_finished_next_time(root: Path) -> Non
     doomed, _ = plan_prune(root, ["t"], cutoff_ms=NOW - 7 * 86_400_000, keep_checkpoints=None)
     names = {item.entry.name for item in doomed}
     # Crash after the intent and the new partition index, before the catalog and the files.
-    (root / INTENT).write_text(json.dumps({"segments": [["t", 0, n] for n in sorted(names)], "checkpoints": []}))
+    as_local(intent_path(root)).write_text(
+        json.dumps({"segments": [["t", 0, n] for n in sorted(names)], "checkpoints": []})
+    )
     reader = PartitionReader(root / "t", 0)
     (root / "t" / "index_partition_000").write_bytes(
         encode_partition_index([s for s in reader.segments if s.name not in names])
@@ -104,7 +107,7 @@ def test_an_interrupted_prune_is_noted_and_finished_next_time(root: Path) -> Non
     assert "being deleted by an unfinished prune" in verified.stdout
     finished = kbackup("prune", root, "--older-than", "30d")
     assert finished.stdout.startswith("finished an interrupted prune")
-    assert not (root / INTENT).exists()
+    assert not as_local(intent_path(root)).exists()
     assert not any((root / "t" / f"{n}_records").exists() for n in names)
     assert kbackup("verify", root, "--deep").stdout.count("error") == 0
 

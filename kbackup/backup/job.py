@@ -13,7 +13,7 @@ Lifecycle:
    and take the first consumer group offset round (groups, then end offsets).
 4. Start the Structured Streaming query ``kbackup_kafka`` (or Spark's
    ``kafka``) -> ``kbackup_v1``
-   with its checkpoint in ``TARGET/.kbackup/spark-checkpoint`` by default:
+   with its checkpoint in ``TARGET/kbackup~state/spark-checkpoint`` by default:
    ``Trigger.AvailableNow`` in snapshot mode (back up what exists at the
    start, then stop), a processing-time trigger otherwise.
 5. While it runs: log each micro-batch (records read, remaining lag per
@@ -47,7 +47,7 @@ from kbackup.job_options import run_job
 from kbackup.kafka.client_settings import redact
 from kbackup.kafka.cluster import ClusterError, TopicPartitionKey, admin_client, cluster_identity, partition_counts
 from kbackup.logsetup import ensure_console_logging, spark_log_level
-from kbackup.partition.layout import STATE_DIR, list_partitions, list_topics
+from kbackup.partition.layout import list_partitions, list_topics, state_dir
 from kbackup.partition.reader import PartitionReader
 from kbackup.spark.failures import failure_cause
 from kbackup.spark.kafka_connector import SPARK_KAFKA_FORMAT, connector_loaded, package_coordinate, spark_source_client
@@ -93,7 +93,7 @@ class BackupJob:
         admin = admin_client({**settings.client, "socket.timeout.ms": "10000"})
         self._preflight(admin)
         # One job per target, from before Spark starts (its checkpoint is in the target too) until the end.
-        with TargetLease(settings.target / STATE_DIR, "backup") as lease:
+        with TargetLease(state_dir(settings.target), "backup") as lease:
             self._lease = lease
             # Spark before the first write to the target: a missing connector is refused with nothing written.
             spark = self._session()
@@ -187,10 +187,13 @@ class BackupJob:
                 )
         elif not selection.select(counts):
             log.warning("no topic matches %r yet; the backup picks topics up as they appear", selection.pattern)
-        if STATE_DIR in ([*selection.topics] if selection.topics is not None else selection.select(counts)):
+        state = state_dir(self.settings.target)
+        chosen = [*selection.topics] if selection.topics is not None else selection.select(counts)
+        if state.name in chosen:  # only an older kbackup's state directory can have a topic's name
             raise KbackupError(
-                f"topic {STATE_DIR!r} cannot be backed up: its directory would be kbackup's own state directory "
-                f"{self.settings.target / STATE_DIR}; leave it out of --topics / --topics-regex"
+                f"topic {state.name!r} cannot be backed up into {self.settings.target}: that target keeps kbackup's "
+                f"state in the directory {state} (made by an older kbackup); back it up into a new target, or leave "
+                "it out of --topics / --topics-regex"
             )
         servers = self.settings.client["bootstrap.servers"]
         cluster_id, topic_ids = cluster_identity(admin, selection.select(counts))

@@ -34,9 +34,9 @@ from kbackup.job_options import (
     spark_conf,
 )
 from kbackup.kafka.topics import TopicSelection
-from kbackup.partition.layout import STATE_DIR
+from kbackup.partition.layout import STATE_DIR, state_dir
 from kbackup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE
-from kbackup.storage import Location, parse_location
+from kbackup.storage import Location, as_local, parse_location
 
 #: Where the job keeps Spark's checkpoint and its own state inside the backup root.
 STATE_DIR_NAME = STATE_DIR
@@ -73,7 +73,7 @@ class BackupSettings:
             return self.checkpoint_location
         if not isinstance(self.target, Path):
             raise UsageError(f"a backup to {self.target} needs a local --checkpoint-location DIR for Spark's state")
-        return self.target / STATE_DIR_NAME / "spark-checkpoint"
+        return as_local(state_dir(self.target)) / "spark-checkpoint"
 
 
 def build_parser() -> argparse.ArgumentParser:

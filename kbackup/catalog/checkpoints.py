@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kbackup.errors import BackupNotFoundError, FormatError
+from kbackup.partition.layout import state_dir
 from kbackup.storage import Location, ObjectPath, exists, read_limited, storage_for, write_whole
 
 _NAME = re.compile(r"^checkpoint-([0-9]+)\.json$")
@@ -93,7 +94,7 @@ def _flat(nested: dict[str, Any]) -> Offsets:
 
 
 def checkpoint_dir(root: Location) -> Location:
-    return root / ".kbackup" / "checkpoints"
+    return state_dir(root) / "checkpoints"
 
 
 def checkpoint_path(root: Location, checkpoint_id: int) -> Location:

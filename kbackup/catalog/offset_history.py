@@ -31,11 +31,16 @@ from typing import Any
 import fastavro
 
 from kbackup.fsutil import atomic_write, fsync_dir
+from kbackup.partition.layout import state_dir
 from kbackup.storage import Location, ObjectPath, storage_for, write_whole
 
 _FILE = re.compile(r"^offsets-[0-9T:_.-]+\.avro$")
 
-HISTORY_DIR = Path(".kbackup") / "offsets-history"
+
+def history_dir(root: Location) -> Location:
+    """``STATE/offsets-history`` (see :func:`kbackup.partition.layout.state_dir`)."""
+    return state_dir(root) / "offsets-history"
+
 
 SCHEMA = fastavro.parse_schema(
     {
@@ -67,8 +72,8 @@ def history_file(root: Location, round_time: int) -> Location:
     """The file a round goes into: one per day on disk, one per round on an object store."""
     day = dt.datetime.fromtimestamp(round_time / 1000, tz=dt.UTC).strftime("%Y-%m-%d")
     if isinstance(root, ObjectPath):
-        return root / HISTORY_DIR / f"offsets-{day}-{round_time:015d}.avro"
-    return root / HISTORY_DIR / f"offsets-{day}.avro"
+        return history_dir(root) / f"offsets-{day}-{round_time:015d}.avro"
+    return history_dir(root) / f"offsets-{day}.avro"
 
 
 def append_round(root: Location, round_time: int, groups: Mapping[str, Mapping[tuple[str, int], int]]) -> int:
@@ -133,7 +138,7 @@ def has_history(root: Location) -> bool:
 
 
 def _history_files(root: Location) -> list[Location]:
-    directory = root / HISTORY_DIR
+    directory = history_dir(root)
     names = storage_for(directory).list_files(directory) or []
     return [directory / name for name in sorted(names) if _FILE.match(name)]
 

@@ -14,7 +14,7 @@ Retained checkpoints: the newest N completed ones with ``--keep-checkpoints N``
 (older checkpoints are deleted), otherwise every completed one.
 
 Crash safety: the deletion is first written down as an intent
-(``.kbackup/prune-intent.json``), then the partition index and the catalog are
+(``STATE/prune-intent.json``), then the partition index and the catalog are
 replaced without the segments, then their files are deleted, then the intent.
 A later prune finishes a leftover intent first; ``verify`` reports the files
 of an unfinished intent as pending deletion, not as damage.
@@ -43,14 +43,17 @@ from kbackup.catalog.store import read_catalog, write_catalog
 from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from kbackup.format.partition_index import encode_partition_index
 from kbackup.fsutil import fsync_dir
-from kbackup.partition.layout import STATE_DIR, list_partitions, partition_index_path
+from kbackup.partition.layout import list_partitions, partition_index_path, state_dir
 from kbackup.partition.reader import PartitionReader
 from kbackup.partition.writer import lock_partition_index
 from kbackup.progress import Progress
 from kbackup.storage import Location, exists, read_limited, storage_for, write_whole
 from kbackup.storage.lease import TargetLease
 
-INTENT = Path(STATE_DIR) / "prune-intent.json"
+
+def intent_path(root: Location) -> Location:
+    """Where an unfinished prune's intent is written down."""
+    return state_dir(root) / "prune-intent.json"
 
 
 @dataclass(frozen=True)
@@ -110,13 +113,13 @@ def prune(
         "segments": [[s.topic, s.partition, s.entry.name] for s in doomed],
         "checkpoints": [c.id for c in dropped],
     }
-    write_whole(root / INTENT, json.dumps(intent).encode())
+    write_whole(intent_path(root), json.dumps(intent).encode())
     finish_intent(root, progress=progress)
 
 
 def finish_intent(root: Location, *, progress: bool = False) -> bool:
     """Complete a recorded prune (idempotent); return whether there was one."""
-    path = root / INTENT
+    path = intent_path(root)
     if not exists(path):
         return False
     intent = json.loads(read_limited(path, 1 << 30))
@@ -172,13 +175,13 @@ def _partition_locked(topic_dir: Location, topic: str, partition: int) -> Iterat
 def prune_lease(root: Location) -> TargetLease:
     """The lease a prune holds: its own on a file system (a backup may run), the target's on an object store."""
     if isinstance(root, Path):
-        return TargetLease(root / STATE_DIR, "prune", name="prune-lease")
-    return TargetLease(root / STATE_DIR, "prune")
+        return TargetLease(state_dir(root), "prune", name="prune-lease")
+    return TargetLease(state_dir(root), "prune")
 
 
 def pending_deletions(root: Location) -> set[tuple[str, int, str]]:
     """Segments an unfinished prune is deleting."""
-    path = root / INTENT
+    path = intent_path(root)
     if not exists(path):
         return set()
     segments = json.loads(read_limited(path, 1 << 30))["segments"]

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from kbackup.catalog.model import PartitionCatalog
+from kbackup.partition.layout import state_dir
 from kbackup.storage import Location, exists, read_limited, write_whole
-
-#: The catalog's directory under a backup root (two levels: ``.kbackup/catalog``).
-CATALOG_DIR = ".kbackup/catalog"
 
 
 def catalog_dir(root: Location, topic: str) -> Location:
-    return root / ".kbackup" / "catalog" / topic
+    """``STATE/catalog/<topic>`` (see :func:`kbackup.partition.layout.state_dir`)."""
+    return state_dir(root) / "catalog" / topic
 
 
 def catalog_path(root: Location, topic: str, partition: int) -> Location:

@@ -108,13 +108,39 @@ def list_partitions(topic_dir: Location) -> list[int]:
     return sorted(partitions)
 
 
-#: kbackup's own state under a backup root (catalog, checkpoints, Spark checkpoint). A legal Kafka topic name,
-#: so a topic called exactly this cannot be backed up beside it; every other name, dotted ones included, is a topic.
-STATE_DIR = ".kbackup"
+#: kbackup's own state under a backup root (catalog, checkpoints, Spark checkpoint, leases). Kafka topic names use
+#: only ``[a-zA-Z0-9._-]``, so no topic directory can be named like it.
+STATE_DIR = "kbackup~state"
+
+#: The state directory of backups written by kbackup before 0.x: a legal topic name. A root that has it (and not
+#: :data:`STATE_DIR`) keeps using it, and there a topic called exactly this cannot be backed up.
+LEGACY_STATE_DIR = ".kbackup"
+
+
+_decided: dict[Location, Location] = {}
+
+
+def state_dir(root: Location) -> Location:
+    """The state directory of a backup root: :data:`STATE_DIR`, or :data:`LEGACY_STATE_DIR` where an older kbackup
+    made one (a directory of that name holding no partition files; one that does is a topic).
+
+    Remembered per process once either exists (one listing of the root, not one per catalog read).
+    """
+    known = _decided.get(root)
+    if known is not None:
+        return known
+    names = storage_for(root).list_dirs(root) or []
+    if STATE_DIR in names:
+        _decided[root] = root / STATE_DIR
+    elif LEGACY_STATE_DIR in names and not list_partitions(root / LEGACY_STATE_DIR):
+        _decided[root] = root / LEGACY_STATE_DIR
+    else:
+        return root / STATE_DIR  # nothing yet: new state goes under the new name
+    return _decided[root]
 
 
 def list_topics(root: Location) -> list[str]:
-    """Topic directories directly under a backup root (those holding v1 files; any name but :data:`STATE_DIR`)."""
+    """Topic directories directly under a backup root: those holding v1 files (the state directory holds none)."""
     if isinstance(root, ObjectPath):
         prepare_root(root)  # one clear error for a missing bucket
     names = storage_for(root).list_dirs(root)

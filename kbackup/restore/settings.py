@@ -23,6 +23,7 @@ from pathlib import Path
 from kbackup.errors import UsageError
 from kbackup.job_options import ConnectorProperties, client_settings, positive_int, spark_conf
 from kbackup.kafka.topics import TopicSelection
+from kbackup.partition.layout import state_dir
 from kbackup.restore.selection import Window
 from kbackup.storage import Location, parse_location
 
@@ -86,7 +87,7 @@ class RestoreSettings:
 
     @property
     def restore_state_dir(self) -> Location:
-        return self.state_dir or self.source / ".kbackup" / "restore"
+        return self.state_dir or state_dir(self.source) / "restore"
 
     def state_file(self, kind: str) -> Location:
         """A restore state file of ``kind`` for the target cluster (named after a hash of its bootstrap servers)."""

@@ -10,7 +10,10 @@ Local disks and shared file systems
     releases it when the process ends, however it ends (``kill -9`` included);
     on NFS the server releases a dead client's locks after its lease time
     (about 90 s). The file's bytes (JSON: who holds it) are written after the
-    lock is taken and only describe the holder; they are never the lock.
+    lock is taken and only describe the holder; they are never the lock. A
+    holder removes the file when it releases the lease (a taker that locked
+    the removed file sees that and locks the new one), and the directories
+    it created if they are empty: a job refused before writing leaves nothing.
 
 Object stores
     the object ``STATE/lease.json``: the holder and an expiry time. It is
@@ -23,6 +26,7 @@ Object stores
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -89,6 +93,13 @@ class Holder:
             return None
 
 
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+
+
 class TargetLease:
     """The lease of one backup target (see the module docstring); a context manager.
 
@@ -102,6 +113,7 @@ class TargetLease:
         self.name = name
         self.holder = Holder.me(purpose)
         self._fd: int | None = None
+        self._created: list[Path] = []
         self._etag: str | None = None
         self._renewer: threading.Thread | None = None
         self._stop = threading.Event()
@@ -137,8 +149,17 @@ class TargetLease:
 
     def release(self) -> None:
         if self._fd is not None:
+            # Removed while still locked (a job that opened it meanwhile sees the path gone and locks anew), and
+            # with it the directories the lease made when the job wrote nothing else.
+            path = self.path
+            assert isinstance(path, Path)
+            path.unlink(missing_ok=True)
+            for directory in self._created:
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
             os.close(self._fd)  # releases the flock
             self._fd = None
+            self._created = []
         if self._renewer is not None:
             self._stop.set()
             self._renewer.join(5)
@@ -152,8 +173,25 @@ class TargetLease:
     # -- local and shared file systems --------------------------------------------------
 
     def _acquire_file(self, state_dir: Path) -> None:
+        missing = state_dir
+        while not missing.exists() and missing.parent != missing:
+            self._created.append(missing)  # deepest first: removed again if the job ends having written nothing
+            missing = missing.parent
         state_dir.mkdir(parents=True, exist_ok=True)
         path = state_dir / self.path.name
+        while True:
+            fd = self._lock_file(path)
+            held, current = os.fstat(fd), _stat(path)
+            if current is not None and (held.st_ino, held.st_dev) == (current.st_ino, current.st_dev):
+                break
+            os.close(fd)  # the file was removed by a holder releasing it: lock the current one
+        data = self.holder.encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
+        self._fd = fd
+
+    def _lock_file(self, path: Path) -> int:
+        state_dir = path.parent
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -169,10 +207,7 @@ class TargetLease:
         except OSError as exc:
             os.close(fd)
             raise KbackupError(f"{path}: cannot lock the backup target's lease: {exc.strerror}") from None
-        data = self.holder.encode()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, data, 0)
-        self._fd = fd
+        return fd
 
     # -- object stores ------------------------------------------------------------------
 
