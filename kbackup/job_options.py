@@ -9,6 +9,7 @@ must agree.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -105,7 +106,7 @@ def run_job(
     parse: Callable[[Sequence[str]], S],
     run: Callable[[S], int],
 ) -> int:
-    """A job's ``main``: parse (exit 2 on a bad option), run (exit 1 on a KbackupError), one line per error."""
+    """A job's ``main``: parse (exit 2 on a bad option), run (exit 1 on any failure), one line per error."""
     ensure_console_logging()
     try:
         settings = parse(list(sys.argv[1:] if argv is None else argv))
@@ -116,6 +117,13 @@ def run_job(
         return run(settings)
     except KbackupError as exc:
         print_error(f"kbackup {name}: error: {exc}")
+        return 1
+    except Exception as exc:  # Spark, py4j, a client library: still one line; the traceback with --debug
+        from kbackup.spark.failures import failure_cause
+
+        if getattr(settings, "debug", False):
+            logging.getLogger("kbackup").exception("the %s failed", name)
+        print_error(f"kbackup {name}: error: {failure_cause(exc)} (--debug shows where)")
         return 1
 
 

@@ -307,6 +307,21 @@ def test_a_topic_named_like_the_old_state_directory_is_refused_only_where_it_is_
     assert not (old / "kbackup~state").exists()
 
 
+def test_a_failure_inside_spark_is_one_line(kafka: BrokerUnderTest, tmp_path: Path) -> None:
+    """Not kbackup's own error (here Spark cannot start): still one line, the cause in it, no traceback."""
+    create_topics(kafka, {"spark-fails": 1})
+    result = run_backup(
+        "--bootstrap-server", kafka.bootstrap_servers, "--target-dir", str(tmp_path / "b"), "--topics", "spark-fails",
+        "--snapshot", "--spark-conf", "spark.master=no-such-master://x",
+    )  # fmt: skip
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("kbackup backup: error:")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert "no-such-master://x" in errors[0] and errors[0].endswith("(--debug shows where)")
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not (tmp_path / "b").exists()  # refused before anything was written
+
+
 def test_spark_source_without_its_connector_is_one_line(kafka: BrokerUnderTest, tmp_path: Path) -> None:
     """``--kafka-source spark`` submitted without ``--packages``: refused before reading, naming the package."""
     from kbackup.spark.kafka_connector import package_coordinate

@@ -73,12 +73,15 @@ def test_an_intact_backup_verifies(root: Path) -> None:
     assert "t/0: ok" in result.stdout
 
 
-def test_flipped_bit_is_named(root: Path) -> None:
-    name = _segment(root, 0, 1)
-    path = root / "t" / f"{name}_records"
+def _flip_a_bit(path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[40] ^= 0x04
     path.write_bytes(bytes(data))
+
+
+def test_flipped_bit_is_named(root: Path) -> None:
+    name = _segment(root, 0, 1)
+    _flip_a_bit(root / "t" / f"{name}_records")
     result = kbackup("verify", root)
     assert result.returncode == 1
     assert "t/0: DAMAGED" in result.stdout
@@ -99,10 +102,7 @@ def test_an_older_kbackups_state_directory_is_still_read(root: Path) -> None:
     assert kbackup("verify", root).returncode == 0
     listed = kbackup("ls", root)
     assert listed.returncode == 0 and ".kbackup" not in listed.stdout  # the state directory is not a topic
-    path = root / "t" / f"{name}_records"
-    data = bytearray(path.read_bytes())
-    data[40] ^= 0x04
-    path.write_bytes(bytes(data))
+    _flip_a_bit(root / "t" / f"{name}_records")
     result = kbackup("verify", root)
     assert result.returncode == 1
     assert f"error: {name}_records: checksum mismatch: CRC32C" in result.stdout

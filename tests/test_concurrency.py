@@ -94,6 +94,15 @@ def test_a_second_backup_of_a_target_is_refused_and_the_running_one_goes_on(
             assert f"(pid {holder}) holds its lease" in errors[0]
             assert "Traceback" not in second.stdout + second.stderr
             assert continuous.poll() is None, log.read_text()[-3000:]
+        # Another target, but the running backup's Spark checkpoint: refused too.
+        checkpoint = target / "kbackup~state" / "spark-checkpoint"
+        shared = run_backup(*client, "--topics", topic, "--target-dir", tmp_path / "other", "--snapshot",
+                            "--checkpoint-location", checkpoint, timeout=300)  # fmt: skip
+        assert shared.returncode == 1, shared.stdout[-2000:] + shared.stderr[-2000:]
+        errors = [line for line in shared.stderr.splitlines() if line.startswith("kbackup backup: error:")]
+        assert len(errors) == 1 and f"the Spark checkpoint {checkpoint} is in use: backup started" in errors[0]
+        assert not (tmp_path / "other").exists()
+        assert continuous.poll() is None, log.read_text()[-3000:]
         producer.stop()
         # The running backup was not disturbed: it backs up everything produced, before and after.
         _wait_for(lambda: len(backed_up(target, [topic])) == producer.sent, 240, "the backup to catch up")

@@ -51,3 +51,12 @@ def test_without_a_python_error_the_first_line() -> None:
         "SparkException: Job 3 cancelled"
     )
     assert failure_cause("something odd\nmore") == "something odd"
+
+
+def test_the_jvm_exception_py4j_reports_is_the_cause() -> None:
+    py4j = (
+        "An error occurred while calling None.org.apache.spark.api.java.JavaSparkContext.\n"
+        ": org.apache.spark.SparkException: Could not parse Master URL: 'no-such-master://x'\n"
+        "\tat org.apache.spark.SparkContext$.createTaskScheduler(SparkContext.scala:3300)\n"
+    )
+    assert failure_cause(py4j) == "SparkException: Could not parse Master URL: 'no-such-master://x'"

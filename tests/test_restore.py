@@ -140,7 +140,8 @@ def test_restore_of_an_original_tool_backup_and_offset_remapping(target: Target,
     ahead.commit(offsets=[TopicPartition(name, 0, 7)], asynchronous=False)
     ahead.close()
     # "active" has a running member on the target: it must be left alone.
-    member = Consumer(target.broker.client_settings(**{"group.id": "active", "session.timeout.ms": "30000"}))
+    member = Consumer(target.broker.client_settings(**{"group.id": "active", "session.timeout.ms": "30000",
+                                                        "enable.auto.commit": "false"}))  # fmt: skip
     member.subscribe([name])
     deadline = time.monotonic() + 30
     while not member.assignment() and time.monotonic() < deadline:

@@ -93,7 +93,7 @@ class BackupJob:
         admin = admin_client({**settings.client, "socket.timeout.ms": "10000"})
         self._preflight(admin)
         # One job per target, from before Spark starts (its checkpoint is in the target too) until the end.
-        with TargetLease(state_dir(settings.target), "backup") as lease:
+        with TargetLease(state_dir(settings.target), "backup") as lease, self._checkpoint_lease():
             self._lease = lease
             # Spark before the first write to the target: a missing connector is refused with nothing written.
             spark = self._session()
@@ -199,6 +199,11 @@ class BackupJob:
         cluster_id, topic_ids = cluster_identity(admin, selection.select(counts))
         check_origin(self.settings.target, cluster_id, topic_ids, servers=servers)
         log.info("cluster %s; topic ids: %s", cluster_id, ", ".join(f"{t} {i}" for t, i in topic_ids.items()) or "none")
+
+    def _checkpoint_lease(self) -> TargetLease:
+        """The Spark checkpoint is leased too (it may be outside the target): two jobs never share one."""
+        checkpoint = self.settings.checkpoint
+        return TargetLease(checkpoint, "backup", name="kbackup.lease", guards=f"the Spark checkpoint {checkpoint}")
 
     def _record_topics(self, admin: Any) -> None:
         servers = self.settings.client["bootstrap.servers"]

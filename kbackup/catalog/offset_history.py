@@ -30,7 +30,7 @@ from typing import Any
 
 import fastavro
 
-from kbackup.fsutil import atomic_write, fsync_dir
+from kbackup.fsutil import atomic_write, disk_error, fsync_dir
 from kbackup.partition.layout import state_dir
 from kbackup.storage import Location, ObjectPath, storage_for, write_whole
 
@@ -101,10 +101,13 @@ def append_round(root: Location, round_time: int, groups: Mapping[str, Mapping[t
         valid, torn = _read_file(path)
         if torn:
             _rewrite(path, valid)
-        with open(path, "a+b") as handle:
-            fastavro.writer(handle, SCHEMA, records)
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with open(path, "a+b") as handle:
+                fastavro.writer(handle, SCHEMA, records)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as exc:  # a torn tail stays: the next append cuts it first
+            raise disk_error(exc, path) from None
     else:
         _rewrite(path, records)
     return len(records)

@@ -44,9 +44,11 @@ reliable on local disks only.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import fcntl
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -59,7 +61,7 @@ from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from kbackup.format.partition_index import PartitionIndexEntry, decode_partition_index, encode_entry
 from kbackup.format.record import Record, append_record, decode_record, encode_record
 from kbackup.format.segment_index import ENTRY, ENTRY_SIZE, SegmentIndexEntry
-from kbackup.fsutil import atomic_write, fsync_dir
+from kbackup.fsutil import atomic_write, disk_error, fsync_dir
 from kbackup.partition.layout import (
     SegmentFiles,
     check_segment_names,
@@ -229,17 +231,21 @@ class PartitionWriter(ClosingWriter):
             assert self._index_fd is not None
             if self._coverage is not None:
                 self._coverage.add(self._records_buffer, self._index_buffer)
-            _write_all(self._records_fd, self._records_buffer)
+            # A failed write (a full disk) leaves a torn tail the next writer repairs; this one is done.
+            with _disk_errors(self._tail_path(RECORDS_SUFFIX), len(self._records_buffer)):
+                _write_all(self._records_fd, self._records_buffer)
             self._records_buffer.clear()
-            _write_all(self._index_fd, self._index_buffer)
+            with _disk_errors(self._tail_path(INDEX_SUFFIX), len(self._index_buffer)):
+                _write_all(self._index_fd, self._index_buffer)
             self._index_buffer.clear()
 
     def sync(self) -> None:
         """Flush, then fsync the records file and then the index file."""
         self.flush()
         if self._fsync and self._records_fd is not None and self._index_fd is not None:
-            os.fsync(self._records_fd)
-            os.fsync(self._index_fd)
+            with _disk_errors(self._tail_path(RECORDS_SUFFIX), None):
+                os.fsync(self._records_fd)
+                os.fsync(self._index_fd)
 
     def close(self) -> None:
         """Sync, record the newest segment's committed prefix in the catalog, release. Idempotent."""
@@ -480,8 +486,9 @@ class PartitionWriter(ClosingWriter):
         atomic_write(files.records, MAGIC_V1, sync=self._fsync)
         entry = PartitionIndexEntry(files.records.name[: -len(RECORDS_SUFFIX)], start_offset)
         os.lseek(self._pi_fd, 0, os.SEEK_END)
-        _write_all(self._pi_fd, encode_entry(entry))
-        self._fsync_fd(self._pi_fd)
+        with _disk_errors(self._pi_path, len(encode_entry(entry))):
+            _write_all(self._pi_fd, encode_entry(entry))
+            self._fsync_fd(self._pi_fd)
         self.segments.append(entry)
         self._starts.append(start_offset)
         self._records_fd = os.open(files.records, os.O_RDWR | os.O_APPEND)
@@ -544,6 +551,9 @@ class PartitionWriter(ClosingWriter):
         if self._closed:
             raise ValueError(f"writer for {self.topic}/{self.partition} is closed")
 
+    def _tail_path(self, suffix: str) -> Path:
+        return self.topic_dir / f"{self.segments[-1].name}{suffix}"
+
     def _fsync_fd(self, fd: int) -> None:
         if self._fsync:
             os.fsync(fd)
@@ -600,11 +610,22 @@ def lock_partition_index(path: Path, *, timeout: float, topic: str, partition: i
         os.close(fd)  # replaced while we waited: lock the new one
 
 
+@contextlib.contextmanager
+def _disk_errors(path: Path, writing: int | None) -> Iterator[None]:
+    """Turn an I/O error on ``path`` into the one-line :class:`~kbackup.errors.StorageError`."""
+    try:
+        yield
+    except OSError as exc:
+        raise disk_error(exc, path, writing=writing) from None
+
+
 def _write_all(fd: int, data: bytes | bytearray) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+    # Views are released even when a write fails: the buffer is cleared afterwards, which an export would forbid.
+    with memoryview(data) as whole:
+        done = 0
+        while done < len(whole):
+            with whole[done:] as rest:
+                done += os.write(fd, rest)
 
 
 @dataclass

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 
 _KBACKUP_ERROR = re.compile(r"(kbackup\.[\w.]+Error): (.+)")
-_PYTHON_ERROR = re.compile(r"^((?:\w+\.)*\w*(?:Error|Exception)): (.+)$", re.M)
+# py4j puts the JVM's exception on a line of its own after ": ".
+_PYTHON_ERROR = re.compile(r"^(?::\s*)?((?:\w+\.)*\w*(?:Error|Exception)): (.+)$", re.M)
 _WRAPPERS = ("org.", "java.", "scala.", "py4j.", "pyspark.")
 
 

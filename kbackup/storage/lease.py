@@ -107,10 +107,14 @@ class TargetLease:
     location); ``purpose`` names the job in the message another one gets.
     """
 
-    def __init__(self, state_dir: Location, purpose: str, *, name: str | None = None) -> None:
+    def __init__(
+        self, state_dir: Location, purpose: str, *, name: str | None = None, guards: str | None = None
+    ) -> None:
         self.state_dir = state_dir
         self.purpose = purpose
         self.name = name
+        #: What the lease guards, as the refusal names it.
+        self.guards = guards or f"the backup target {state_dir.parent}"
         self.holder = Holder.me(purpose)
         self._fd: int | None = None
         self._created: list[Path] = []
@@ -191,7 +195,6 @@ class TargetLease:
         self._fd = fd
 
     def _lock_file(self, path: Path) -> int:
-        state_dir = path.parent
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -200,7 +203,7 @@ class TargetLease:
             os.close(fd)
             who = holder.describe() if holder is not None else "another process"
             raise LeaseHeldError(
-                f"the backup target {state_dir.parent} is in use: {who} holds its lease {path}; "
+                f"{self.guards} is in use: {who} holds its lease {path}; "
                 "wait for it to end or stop it (a dead holder's lock is released with its process, "
                 "on NFS after the server's lock lease, about 90 s)"
             ) from None
@@ -229,7 +232,7 @@ class TargetLease:
             if holder is not None and holder.expires is not None and holder.expires > time.time():
                 until = datetime.fromtimestamp(holder.expires, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
                 raise LeaseHeldError(
-                    f"the backup target {self.state_dir.parent} is in use: {holder.describe()} holds its lease "
+                    f"{self.guards} is in use: {holder.describe()} holds its lease "
                     f"{path} until {until} (renewed while it runs); wait for it to end or stop it, or, if that "
                     f"process is dead, wait until {until} or delete {path}"
                 )

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
 
 from kbackup.errors import BackupNotFoundError
-from kbackup.fsutil import TMP_SUFFIX, atomic_write, fsync_dir
+from kbackup.fsutil import TMP_SUFFIX, atomic_write, disk_error, fsync_dir
 from kbackup.storage.base import FileHandle, Location, Storage
 
 
@@ -46,18 +47,22 @@ class LocalStorage(Storage):
         path = _path(location)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
         try:
-            os.link(tmp, path)
-            created = True
-        except FileExistsError:
-            created = False
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            try:
+                os.link(tmp, path)
+                created = True
+            except FileExistsError:
+                created = False
+            fsync_dir(path.parent)
+        except OSError as exc:
+            raise disk_error(exc, path, writing=len(data)) from None
         finally:
-            os.unlink(tmp)
-        fsync_dir(path.parent)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         return created
 
     def upload(self, location: Location, source: Path) -> None:
