@@ -279,15 +279,20 @@ def test_a_second_restore_of_the_same_target_fences_the_first(target: Target, tm
 
 def _target_count(target: Target, topic: str, partitions: int = 2) -> int:
     """The end of committed data summed over the partitions (grows with every committed transaction)."""
-    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
     admin = AdminClient(target.broker.client_settings())
     if topic not in admin.list_topics(timeout=10).topics:
         return 0
     request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
-    futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED)
-    return sum(f.result().offset for f in futures.values())
+    for _ in range(40):  # a topic just created may not have its leaders yet
+        try:
+            futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED)
+            return sum(f.result().offset for f in futures.values())
+        except KafkaException:
+            time.sleep(0.25)
+    raise AssertionError(f"cannot list the offsets of {topic}")
 
 
 # -- selection: rename, time window, offset window, dry run ---------------------------------

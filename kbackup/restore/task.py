@@ -27,6 +27,7 @@ records from the marker's first offset) when an earlier run did.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterable, Iterator
@@ -190,12 +191,25 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
         if error is not None and error.code() in _FENCED_CODES:
             result.fenced = f"{where}: {error.str()}"
         else:
+            _abort(producer)
             reason = deliveries.failure or (error.str() if error is not None else str(exc))
             raise DeliveryError(f"{where}: {reason}") from None
+    except BaseException:
+        _abort(producer)
+        raise
     finally:
         consumer.close()
     result.ended_at = time.time()
     return result
+
+
+def _abort(producer: Any) -> None:
+    """Abort an open transaction at once (best effort), not after the broker's timeout: its records vanish."""
+    from confluent_kafka import KafkaException
+
+    # None open, or the producer is unusable: then the broker aborts it after its timeout.
+    with contextlib.suppress(KafkaException):
+        producer.abort_transaction(10)
 
 
 class _Deliveries:
