@@ -118,6 +118,9 @@ def run_job(
     except KbackupError as exc:
         print_error(f"kbackup {name}: error: {exc}")
         return 1
+    except KeyboardInterrupt:
+        print_error(f"kbackup {name}: error: interrupted (what was committed stays; run it again to go on)")
+        return 130
     except Exception as exc:  # Spark, py4j, a client library: still one line; the traceback with --debug
         from kbackup.spark.failures import failure_cause
 

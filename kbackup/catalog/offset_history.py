@@ -4,7 +4,7 @@ The ``consumer_offsets_partition_PPP`` files hold only the latest offsets (the
 original's format). Beside them, each round the backup stores is appended to
 an Avro object container file per UTC day::
 
-    ROOT/.kbackup/offsets-history/offsets-YYYY-MM-DD.avro
+    ROOT/kbackup~state/offsets-history/offsets-YYYY-MM-DD.avro
 
 (on an object store, which cannot append, one object per round:
 ``offsets-YYYY-MM-DD-<round epoch ms, 15 digits>.avro``), with one record per

@@ -30,10 +30,11 @@ the target's lease itself and is refused while a backup runs
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -42,7 +43,7 @@ from kbackup.catalog.model import SegmentEntry
 from kbackup.catalog.store import read_catalog, write_catalog
 from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from kbackup.format.partition_index import encode_partition_index
-from kbackup.fsutil import fsync_dir
+from kbackup.fsutil import TMP_SUFFIX, disk_error, fsync_dir
 from kbackup.partition.layout import list_partitions, partition_index_path, state_dir
 from kbackup.partition.reader import PartitionReader
 from kbackup.partition.writer import lock_partition_index
@@ -130,11 +131,11 @@ def finish_intent(root: Location, *, progress: bool = False) -> bool:
     shown = Progress("prune", len(by_partition), "partitions", enabled=progress)
     for (topic, partition), names in by_partition.items():
         topic_dir = root / topic
-        with _partition_locked(topic_dir, topic, partition):
+        with _partition_locked(topic_dir, topic, partition) as held:
             reader = PartitionReader(topic_dir, partition)
             kept = [segment for segment in reader.segments if segment.name not in names]
             if len(kept) != len(reader.segments):
-                write_whole(partition_index_path(topic_dir, partition), encode_partition_index(kept))
+                held.replace_index(encode_partition_index(kept))
             catalog = read_catalog(root, topic, partition)
             if catalog is not None and any(entry.name in names for entry in catalog.segments):
                 entries = tuple(entry for entry in catalog.segments if entry.name not in names)
@@ -158,18 +159,46 @@ def finish_intent(root: Location, *, progress: bool = False) -> bool:
 WRITER_WAIT_SECONDS = 900.0
 
 
+class _LockedPartition:
+    """A partition held under the writer's lock; a replaced partition index is locked before it is in place."""
+
+    def __init__(self, path: Location) -> None:
+        self.path = path
+        self.fds: list[int] = []
+
+    def replace_index(self, data: bytes) -> None:
+        if not isinstance(self.path, Path):
+            write_whole(self.path, data)
+            return
+        # Written and locked under a temporary name, then renamed: a writer that opens the new file waits for this
+        # prune to finish the partition (catalog, deletions) instead of finding it unlocked.
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}{TMP_SUFFIX}")
+        try:
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            self.fds.append(fd)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(fd, data)
+            os.fsync(fd)
+            os.replace(tmp, self.path)
+            fsync_dir(self.path.parent)
+        except OSError as exc:
+            with suppress(OSError):
+                os.unlink(tmp)
+            raise disk_error(exc, self.path, writing=len(data)) from None
+
+
 @contextmanager
-def _partition_locked(topic_dir: Location, topic: str, partition: int) -> Iterator[None]:
+def _partition_locked(topic_dir: Location, topic: str, partition: int) -> Iterator[_LockedPartition]:
     """Hold the partition writer's lock (local and shared file systems; object stores have none)."""
     path = partition_index_path(topic_dir, partition)
-    if not isinstance(path, Path) or not path.exists():
-        yield
-        return
-    fd = lock_partition_index(path, timeout=WRITER_WAIT_SECONDS, topic=topic, partition=partition)
+    held = _LockedPartition(path)
+    if isinstance(path, Path) and path.exists():
+        held.fds.append(lock_partition_index(path, timeout=WRITER_WAIT_SECONDS, topic=topic, partition=partition))
     try:
-        yield
+        yield held
     finally:
-        os.close(fd)
+        for fd in held.fds:
+            os.close(fd)
 
 
 def prune_lease(root: Location) -> TargetLease:

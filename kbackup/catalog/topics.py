@@ -1,6 +1,6 @@
 """The catalog's record of each backed-up topic: origin, partition count and topic configuration.
 
-``ROOT/.kbackup/catalog/<topic>/topic.json``, replaced atomically, written by
+``ROOT/kbackup~state/catalog/<topic>/topic.json``, replaced atomically, written by
 the backup when it starts and at every consumer offset round (only when
 something changed). The restore creates missing topics from it. The origin is
 the Kafka cluster id and the topic id (one incarnation of the topic): the

@@ -6,7 +6,7 @@ errors from the cluster become :class:`ClusterError` with what was asked.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from typing import Any
 
 from kbackup.errors import KbackupError
@@ -142,45 +142,15 @@ def message_record(message: Any) -> Any:
     )
 
 
-def read_record_at(settings: Mapping[str, str], topic: str, partition: int, offset: int, *, timeout: float = 30) -> Any:
-    """The record at ``offset`` of a partition, or ``None`` if there is none there."""
-    import time
-
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-    from kbackup.kafka.client_settings import consumer_settings
-
-    consumer = Consumer(consumer_settings(settings, isolation_level="read_uncommitted"))
-    try:
-        consumer.assign([TopicPartition(topic, partition, offset)])
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    return None
-                raise ClusterError(f"topic {topic!r} partition {partition}: {error.str()}")
-            if message.offset() == offset:
-                return message_record(message)
-            if message.offset() > offset:
-                return None
-        raise ClusterError(
-            f"topic {topic!r} partition {partition}: no answer reading offset {offset} in {timeout:.0f} s"
-        )
-    finally:
-        consumer.close()
-
-
-def nth_committed_offset(
-    settings: Mapping[str, str], topic: str, partition: int, start: int, n: int, *, timeout: float = 60
-) -> int | None:
-    """The offset of the ``n``-th (0-based) committed record at or after ``start``, or ``None`` if there are fewer.
+def read_committed_records(
+    settings: Mapping[str, str], topic: str, partition: int, start: int, *, timeout: float = 60
+) -> Generator[tuple[int, Any], None, None]:
+    """``(offset, record)`` of every committed record from ``start`` to the partition's end, in order.
 
     Reads as a ``read_committed`` consumer: records of aborted transactions and
-    transaction markers are not counted. Reads ``n + 1`` records.
+    transaction markers are skipped. ``start`` below the log start (records
+    deleted since) is an error, not a silent jump. Close the iterator (or read
+    it to the end) to close its consumer.
     """
     import time
 
@@ -188,27 +158,39 @@ def nth_committed_offset(
 
     from kbackup.kafka.client_settings import consumer_settings
 
-    consumer = Consumer(consumer_settings(settings, isolation_level="read_committed"))
+    settings = {**consumer_settings(settings, isolation_level="read_committed"), "auto.offset.reset": "error"}
+    consumer = Consumer(settings)
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
-        seen = 0
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for message in consumer.consume(10_000, 0.5):
                 error = message.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
-                        return None
-                    raise ClusterError(f"topic {topic!r} partition {partition}: {error.str()}")
-                if seen == n:
-                    return int(message.offset())
-                seen += 1
+                        return
+                    raise ClusterError(f"topic {topic!r} partition {partition} from offset {start}: {error.str()}")
+                yield int(message.offset()), message_record(message)
                 deadline = time.monotonic() + timeout
         raise ClusterError(
             f"topic {topic!r} partition {partition}: no answer reading from offset {start} in {timeout:.0f} s"
         )
     finally:
         consumer.close()
+
+
+def nth_committed_record(
+    settings: Mapping[str, str], topic: str, partition: int, start: int, n: int
+) -> tuple[int, Any] | None:
+    """The ``n``-th (0-based) committed record at or after ``start`` and its offset, or ``None`` if there are fewer."""
+    records = read_committed_records(settings, topic, partition, start)
+    try:
+        for seen, found in enumerate(records):
+            if seen == n:
+                return found
+        return None
+    finally:
+        records.close()
 
 
 def create_topics(
@@ -218,21 +200,46 @@ def create_topics(
     configs: Mapping[str, Mapping[str, str]] | None = None,
     replication_factor: int = -1,
     timeout: float = 60,
-) -> None:
-    """Create topics with the given partition counts (and topic configurations)."""
+    exist_ok: bool = False,
+) -> list[str]:
+    """Create topics with the given partition counts (and topic configurations); return those created.
+
+    With ``exist_ok``, a topic someone else created meanwhile is accepted when it has at least the partitions asked
+    for (it is left out of the result).
+    """
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
     if not topics:
-        return
+        return []
     requests = [
         NewTopic(name, count, replication_factor, config=dict((configs or {}).get(name, {})))
         for name, count in topics.items()
     ]
+    created, existing = [], []
     try:
-        for future in admin.create_topics(requests, request_timeout=timeout).values():
-            future.result()
+        for name, future in admin.create_topics(requests, request_timeout=timeout).items():
+            try:
+                future.result()
+                created.append(name)
+            except KafkaException as exc:
+                if not (exist_ok and exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS):
+                    raise
+                existing.append(name)
     except Exception as exc:
         raise ClusterError(f"cannot create topic(s) {', '.join(topics)}: {_reason(exc)}") from None
+    if existing:
+        counts = partition_counts(admin, timeout=timeout)
+        short = [
+            f"{name} ({counts.get(name, 0)} < {topics[name]})"
+            for name in existing
+            if counts.get(name, 0) < topics[name]
+        ]
+        if short:
+            raise ClusterError(
+                f"topic(s) created by someone else meanwhile have too few partitions: {', '.join(short)}"
+            )
+    return created
 
 
 def topic_configs(admin: Any, topics: Iterable[str], *, timeout: float = 30) -> dict[str, dict[str, str]]:

@@ -12,6 +12,7 @@ undecodable bytes start so the operator can decide what to do with them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from kbackup.format.magic import MAGIC_V1, check_magic
 from kbackup.format.partition_index import PartitionIndexEntry, encode_partition_index
 from kbackup.format.record import Record
 from kbackup.format.segment_index import ENTRY
-from kbackup.fsutil import TMP_SUFFIX, atomic_write, fsync_dir
+from kbackup.fsutil import TMP_SUFFIX, atomic_write, disk_error, fsync_dir
 from kbackup.partition.layout import list_segment_files, partition_index_path
 from kbackup.partition.segment_reader import iter_segment_entries, stream_records
 from kbackup.storage import as_local
@@ -61,27 +62,34 @@ def rebuild_segment_index(records_path: Path, index_path: Path, *, legacy: bool 
         bad_at: int | None = None
         reason: str | None = None
         end = start
-        with open(tmp, "wb") as out:
-            if start:
-                out.write(MAGIC_V1)
-            if index_path.exists():
+        try:
+            with open(tmp, "wb") as out:
+                if start:
+                    out.write(MAGIC_V1)
+                if index_path.exists():
+                    try:
+                        for record, position, length in iter_segment_entries(records_path, index_path, legacy=legacy):
+                            entries.add(out, record, position, length)
+                            end = position + length
+                    except FormatError:
+                        pass  # the old index is damaged from here on: decode the rest in order
                 try:
-                    for record, position, length in iter_segment_entries(records_path, index_path, legacy=legacy):
+                    for record, position, length in stream_records(handle, end, size, file=str(records_path)):
                         entries.add(out, record, position, length)
                         end = position + length
-                except FormatError:
-                    pass  # the old index is damaged from here on: decode the rest in order
-            try:
-                for record, position, length in stream_records(handle, end, size, file=str(records_path)):
-                    entries.add(out, record, position, length)
-                    end = position + length
-            except FormatError as exc:
-                bad_at = end
-                reason = str(exc)
-            entries.flush(out)
-            out.flush()
-            os.fsync(out.fileno())
-    os.replace(tmp, index_path)
+                except FormatError as exc:
+                    bad_at = end
+                    reason = str(exc)
+                entries.flush(out)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, index_path)
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)  # no temporary file left behind (a full disk, an interrupt)
+            if isinstance(exc, OSError):
+                raise disk_error(exc, index_path) from None
+            raise
     fsync_dir(index_path.parent)
     return SegmentRebuild(index_path, entries.count, entries.first, entries.last_offset, bad_at, reason)
 

@@ -78,8 +78,12 @@ def run(settings: RestoreSettings) -> int:
     pending.add(later)  # before the topics exist: a crash before the end still sets the type on the next run
     if to_create:
         configs = {t.target_topic: t.config for t in plan.topics if t.create_partitions is not None}
-        create_topics(admin, to_create, configs=configs, replication_factor=settings.replication_factor)
-        log.info("created topic(s): %s", ", ".join(f"{t} ({n} partitions)" for t, n in to_create.items()))
+        # Another restore of the same backup may create them at the same moment: theirs are as good.
+        created = create_topics(
+            admin, to_create, configs=configs, replication_factor=settings.replication_factor, exist_ok=True
+        )
+        if created:
+            log.info("created topic(s): %s", ", ".join(f"{t} ({to_create[t]} partitions)" for t in created))
     tasks = [_task(part, settings) for part in plan.partitions if part.to_produce > 0 or part.groups]
     started = time.monotonic()
     results = _run_tasks(tasks, settings) if tasks else []
@@ -141,6 +145,7 @@ def _task(part: PartitionPlan, settings: RestoreSettings) -> PartitionTask:
         resume_from=part.resume_from,
         replaces=part.replaces,
         baseline=part.baseline,
+        after_last=part.after_last,
         groups=part.groups,
         client=settings.client,
         batch_size=settings.batch_size,

@@ -19,8 +19,8 @@ exactly the committed records::
 
 ``restore`` (:func:`restore_identity`) names what is being restored into the
 partition: the source topic and partition, the cluster and topic id it was
-backed up from (or the backup's location when those are not recorded) and the
-selection window. A marker with another identity means the partition holds
+backed up from (or the backup's location when those are not recorded), the
+selection window and the segments left out. A marker with another identity means the partition holds
 another restore's records.
 
 Target offsets are not dense: each committed transaction adds a commit marker
@@ -90,11 +90,13 @@ def restore_identity(
 ) -> str:
     """A short name for "these selected records of this backed-up partition".
 
-    Segments left out (``--skip-bad-segments``) are not part of it: a rerun may
-    leave out other segments and still continues by source offset.
+    Segments left out (``--skip-bad-segments``) are part of it: a rerun that
+    would produce records below the marker (a repaired segment) must not
+    take the marker as covering them. ``location`` (used only when the backup
+    does not record its origin) should be the resolved path.
     """
     where: list[Any] = list(origin) if origin[0] is not None else [location]
-    bounds = [window.from_offset, window.to_offset, window.from_time, window.to_time]
+    bounds = [window.from_offset, window.to_offset, window.from_time, window.to_time, sorted(window.skip_segments)]
     text = json.dumps([source_topic, source_partition, where, bounds])
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 

@@ -26,6 +26,7 @@ produced.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from kbackup.catalog import checkpoints
@@ -94,6 +95,8 @@ class PartitionPlan:
     target_end: int = 0
     skip: int = 0
     baseline: int = 0
+    #: The target offset after the last record of this restore already there (the end, when there is none).
+    after_last: int = 0
     status: str = "empty"
     bad_segments: list[BadSegment] = field(default_factory=list)
     #: The restore's name for these records on the target (see :mod:`kbackup.restore.marker`).
@@ -174,7 +177,6 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
                 # Up to the checkpoint's cut: offsets below its end offset (none if the partition was not in it).
                 last = cut.get((topic, partition), 0) - 1
                 window = replace(window, to_offset=last if window.to_offset is None else min(last, window.to_offset))
-            identity = restore_identity(topic, partition, origin, str(settings.source), window)
             lost = lost_segments(settings.source, topic, partition, reader, deleting=deleting)
             # Checksums read every byte: on the driver only when asked to skip or to report (dry run);
             # otherwise each task checks its own partition before producing.
@@ -182,6 +184,8 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
             bad = bad_segments(settings.source, topic, partition) if checked else []
             if bad:
                 window = replace(window, skip_segments=frozenset(segment.name for segment in bad))
+            location = str(settings.source.resolve()) if isinstance(settings.source, Path) else str(settings.source)
+            identity = restore_identity(topic, partition, origin, location, window)
             plan.partitions.append(
                 PartitionPlan(
                     topic,
@@ -330,19 +334,22 @@ def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: d
         reader = PartitionReader(settings.source / part.source_topic, part.source_partition, legacy=settings.legacy)
         marker = markers.get(key)
         if marker is not None and marker.restore == part.identity:
-            part.resume_from, part.baseline = marker.resume_from, marker.first
+            part.resume_from, part.baseline, part.after_last = marker.resume_from, marker.first, marker.next
             part.skip = count_selected(reader, part.window, below=marker.resume_from)
             part.status = "already restored" if part.skip == part.selected else "resume"
             continue
         part.replaces = marker.restore if marker is not None else None
         held = part.target_end - part.target_start
-        if held == 0 or (marker is None and _holds_nothing_committed(settings, part)):
+        part.after_last = part.target_end
+        prefix = _committed_prefix(settings, part, reader) if held else (0, 0, 0)
+        if prefix is not None and prefix[0] == 0:
             part.baseline, part.status = part.target_end, "empty"
-        elif marker is None and held <= part.selected and _holds_prefix(settings, part, held):
-            part.baseline, part.skip = part.target_start, held
-            last = nth_selected(reader, part.window, held - 1)
+        elif prefix is not None:
+            count, first_offset, last_offset = prefix
+            part.baseline, part.skip, part.after_last = first_offset, count, last_offset + 1
+            last = nth_selected(reader, part.window, count - 1)
             part.resume_from = last.offset + 1 if last is not None else 0
-            part.status = "already restored" if held == part.selected else "resume"
+            part.status = "already restored" if count == part.selected else "resume"
         elif settings.allow_non_empty:
             part.baseline, part.status = part.target_end, "after existing records"
         else:
@@ -356,24 +363,37 @@ def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: d
         )
 
 
-def _holds_nothing_committed(settings: RestoreSettings, part: PartitionPlan) -> bool:
-    """Whether every record of the target partition belongs to an aborted (or still open) transaction."""
-    from kbackup.kafka.cluster import nth_committed_offset
+def _committed_prefix(
+    settings: RestoreSettings, part: PartitionPlan, reader: PartitionReader
+) -> tuple[int, int, int] | None:
+    """How the committed records of a target partition without this restore's marker stand.
 
-    return nth_committed_offset(settings.client, part.target_topic, part.target_partition, part.target_start, 0) is None
+    ``(0, 0, 0)``: none (empty, or aborted transactions only). ``(count, first offset, last offset)``: they are
+    the first ``count`` selected records (a restore whose marker expired with the group's offsets, or an older
+    kbackup's restore): the first and last are compared record by record. ``None``: something else. Reads the
+    partition's committed records, stopping at the first when it is not this restore's.
+    """
+    from kbackup.kafka.cluster import read_committed_records
 
-
-def _holds_prefix(settings: RestoreSettings, part: PartitionPlan, held: int) -> bool:
-    """Whether the target's first and last records are the first and ``held``-th selected records."""
-    from kbackup.kafka.cluster import read_record_at
-
-    reader = PartitionReader(settings.source / part.source_topic, part.source_partition, legacy=settings.legacy)
-    for target_offset, nth in ((part.target_start, 0), (part.target_end - 1, held - 1)):
-        expected = nth_selected(reader, part.window, nth)
-        found = read_record_at(settings.client, part.target_topic, part.target_partition, target_offset)
-        if expected is None or found is None or not same_record(expected, found):
-            return False
-    return True
+    records = read_committed_records(settings.client, part.target_topic, part.target_partition, part.target_start)
+    try:
+        first = next(records, None)
+        if first is None:
+            return 0, 0, 0
+        expected = nth_selected(reader, part.window, 0)
+        if expected is None or not same_record(expected, first[1]):
+            return None
+        count, last = 1, first
+        for found in records:
+            count, last = count + 1, found
+            if count > part.selected:
+                return None
+    finally:
+        records.close()
+    expected = nth_selected(reader, part.window, count - 1)
+    if expected is None or not same_record(expected, last[1]):
+        return None
+    return count, first[0], last[0]
 
 
 def same_record(stored: Record, produced: Record) -> bool:

@@ -178,7 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY",
         help="do not copy this backed-up configuration key to created topics (repeatable)",
     )
-    own.add_argument("--state-dir", type=Path, help="where --allow-non-empty records its starting points")
+    own.add_argument(
+        "--state-dir",
+        type=Path,
+        help="where the restore notes topics whose timestamp type it sets afterwards "
+        "(default: the backup's state directory, restore/)",
+    )
     own.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting")
     return parser
 

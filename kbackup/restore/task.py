@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 from kbackup.catalog.integrity import ChecksumError, bad_segments
 from kbackup.errors import KbackupError
+from kbackup.format.record import Record
 from kbackup.partition.reader import PartitionReader
 from kbackup.restore.marker import (
     TRANSACTION_RECORDS,
@@ -64,10 +65,13 @@ class PartitionTask:
     window: Window
     #: The restore's name for this partition's records (see :func:`kbackup.restore.marker.restore_identity`).
     identity: str
-    #: Source offset to go on from when the target holds no marker (records below it are there, densely from
-    #: ``baseline``: a restore by an older kbackup); 0 when the target holds none of them.
+    #: Source offset to go on from when the target holds no marker (the selected records below it are there,
+    #: committed, from target offset ``baseline`` on: a restore whose marker expired, or an older kbackup's);
+    #: 0 when the target holds none of them.
     resume_from: int
     baseline: int
+    #: The target offset after the last record already there (where a group past every record goes).
+    after_last: int
     #: Another restore's marker identity the plan found and accepted to replace (empty target, --allow-non-empty).
     replaces: str | None
     groups: dict[str, int]
@@ -156,21 +160,16 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
         }
     )
     consumer = marker_consumer(task.client)
+    key = (task.target_topic, task.target_partition)
     try:
+        # Once before fencing (a restore of other records is refused without stopping the one that wrote them),
+        # and again after (what the fenced one committed until then is what counts).
+        _foreign(read_markers(consumer, [key]).get(key), task, where)
         try:
             producer.init_transactions(120)
         except KafkaException as exc:
             raise DeliveryError(f"{where}: cannot start a transactional producer: {exc.args[0].str()}") from None
-        marker = read_markers(consumer, [(task.target_topic, task.target_partition)]).get(
-            (task.target_topic, task.target_partition)
-        )
-        if marker is not None and marker.restore == task.replaces:
-            marker = None
-        if marker is not None and marker.restore != task.identity:
-            raise TargetChangedError(
-                f"{where} now holds another restore's records (written after this restore was planned); "
-                "nothing was produced there by this run"
-            )
+        marker = _foreign(read_markers(consumer, [key]).get(key), task, where)
         run = _Run(task, producer, consumer, deliveries, marker)
         if marker is not None and marker.resume_from > task.resume_from:
             result.taken_over = (
@@ -201,6 +200,18 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
         consumer.close()
     result.ended_at = time.time()
     return result
+
+
+def _foreign(marker: ProgressMarker | None, task: PartitionTask, where: str) -> ProgressMarker | None:
+    """This restore's marker (``None`` when there is none, or the plan accepted replacing another restore's)."""
+    if marker is None or marker.restore == task.replaces:
+        return None
+    if marker.restore != task.identity:
+        raise TargetChangedError(
+            f"{where} now holds another restore's records (written after this restore was planned); "
+            "nothing was produced there by this run"
+        )
+    return marker
 
 
 def _abort(producer: Any) -> None:
@@ -261,7 +272,7 @@ class _Run:
         self.resume_from = marker.resume_from if marker is not None else task.resume_from
         # Target offset of the first selected record, once known (a marker, or the older kbackup's dense prefix).
         self.first: int | None = marker.first if marker is not None else (task.baseline if task.resume_from else None)
-        self.next = marker.next if marker is not None else task.baseline
+        self.next = marker.next if marker is not None else task.after_last
         self.in_transaction = 0
 
     def produce_all(self, reader: PartitionReader, result: PartitionResult) -> None:
@@ -269,7 +280,8 @@ class _Run:
         produce = self.producer.produce
         topic, partition = task.target_topic, task.target_partition
         waiting = sorted((offset, group) for group, offset in task.groups.items())
-        earlier: dict[str, int] = {}  # group -> index of its record among the selected, produced by an earlier run
+        # group -> index of its record among the selected, and the record, when an earlier run produced it
+        earlier: dict[str, tuple[int, Record]] = {}
         this_run: dict[str, int] = {}  # group -> delivery index of its record in this run
         index = 0
         first_index = -1
@@ -279,7 +291,7 @@ class _Run:
             while waiting and waiting[0][0] <= record.offset:
                 _, group = waiting.pop(0)
                 if record.offset < self.resume_from:
-                    earlier[group] = index
+                    earlier[group] = (index, record)
                 else:
                     this_run[group] = result.produced
                     self.deliveries.wanted.add(result.produced)
@@ -309,18 +321,16 @@ class _Run:
                 if self.deliveries.failure is not None:
                     self._flush()  # raises
             if pace is not None and result.produced % 100 == 0:
-                pace.wait(result.produced)
+                pace.wait(result.produced, until=transaction_ends)
             if is_last or self.in_transaction >= TRANSACTION_RECORDS or time.monotonic() >= transaction_ends:
                 if self.first is None:
                     self._flush()
                     self.first = self.deliveries.found[first_index]
                 self._commit(record.offset + 1)
         result.selected = index
-        if self.marker is None and result.produced == 0:
-            self.next = task.baseline + result.skipped  # nothing restored, or all of it by an older kbackup
         offsets = {group: self.deliveries.found[at] for group, at in this_run.items()}
-        for group, nth in earlier.items():
-            offsets[group] = self._earlier_offset(nth)
+        for group, (nth, expected) in earlier.items():
+            offsets[group] = self._earlier_offset(nth, expected)
         for _, group in waiting:
             offsets[group] = self.next  # after the last restored record
         result.group_offsets = offsets
@@ -355,21 +365,25 @@ class _Run:
         self.in_transaction = 0
         self.resume_from, self.next = resume_from, marker.next
 
-    def _earlier_offset(self, nth: int) -> int:
-        """Target offset of the ``nth`` selected record, produced by an earlier run."""
-        from kbackup.kafka.cluster import nth_committed_offset
+    def _earlier_offset(self, nth: int, expected: Record) -> int:
+        """Target offset of the ``nth`` selected record (``expected``), produced by an earlier run.
 
-        if self.marker is None:
-            return self.task.baseline + nth  # an older kbackup's restore: one offset per record
-        found = nth_committed_offset(
-            self.task.client, self.task.target_topic, self.task.target_partition, self.marker.first, nth
-        )
-        if found is None:
+        Counted among the committed records from the restore's first one, and checked to be that record: records
+        deleted or compacted away since would otherwise move a group past records it had not read.
+        """
+        from kbackup.kafka.cluster import nth_committed_record
+        from kbackup.restore.plan import same_record
+
+        first = self.marker.first if self.marker is not None else self.task.baseline
+        where = f"topic {self.task.target_topic!r} partition {self.task.target_partition}"
+        found = nth_committed_record(self.task.client, self.task.target_topic, self.task.target_partition, first, nth)
+        if found is None or not same_record(expected, found[1]):
             raise TargetChangedError(
-                f"topic {self.task.target_topic!r} partition {self.task.target_partition}: the target holds fewer "
-                f"records from offset {self.marker.first} on than the restore's marker says (records were deleted?)"
+                f"{where}: the restored record of source offset {expected.offset} is not where the restore left it "
+                f"(the {nth + 1}th record from target offset {first}): records were deleted or compacted since, "
+                "so consumer group offsets cannot be placed; restore into a new topic"
             )
-        return found
+        return int(found[0])
 
 
 class _Pace:
@@ -379,10 +393,13 @@ class _Pace:
         self.rate = rate
         self.started = time.monotonic()
 
-    def wait(self, produced: int) -> None:
-        ahead = self.started + produced / self.rate - time.monotonic()
-        if ahead > 0:
-            time.sleep(ahead)
+    def wait(self, produced: int, *, until: float) -> None:
+        """Sleep until ``produced`` records are due, but not past ``until`` (the open transaction's commit time:
+        a transaction left open longer than the broker's timeout would be aborted)."""
+        now = time.monotonic()
+        pause = min(self.started + produced / self.rate, until) - now
+        if pause > 0:
+            time.sleep(pause)
 
 
 def _with_last(items: Iterable[T]) -> Iterator[tuple[T, bool]]:

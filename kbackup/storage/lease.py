@@ -33,6 +33,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -66,11 +67,13 @@ class Holder:
     pid: int
     started: str  # ISO 8601, UTC
     expires: float | None = None  # epoch seconds (object stores only)
+    #: Tells this holder from any other, in the same process too.
+    token: str = ""
 
     @classmethod
     def me(cls, purpose: str) -> Holder:
         started = datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        return cls(purpose, socket.gethostname(), os.getpid(), started)
+        return cls(purpose, socket.gethostname(), os.getpid(), started, token=uuid.uuid4().hex)
 
     def describe(self) -> str:
         return f"{self.purpose} started {self.started} on host {self.host} (pid {self.pid})"
@@ -88,6 +91,7 @@ class Holder:
                 int(fields["pid"]),
                 str(fields["started"]),
                 None if fields.get("expires") is None else float(fields["expires"]),
+                str(fields.get("token", "")),
             )
         except (ValueError, TypeError, KeyError):
             return None
@@ -121,6 +125,7 @@ class TargetLease:
         self._etag: str | None = None
         self._renewer: threading.Thread | None = None
         self._stop = threading.Event()
+        self._expires = 0.0  # object stores: when the lease as last written runs out
         #: Set (object stores) when another job took the lease over: the holder must stop.
         self.lost: str | None = None
 
@@ -157,7 +162,9 @@ class TargetLease:
             # with it the directories the lease made when the job wrote nothing else.
             path = self.path
             assert isinstance(path, Path)
-            path.unlink(missing_ok=True)
+            held, current = os.fstat(self._fd), _stat(path)
+            if current is not None and (held.st_ino, held.st_dev) == (current.st_ino, current.st_dev):
+                path.unlink(missing_ok=True)  # ours still: a file someone put there since is left alone
             for directory in self._created:
                 with contextlib.suppress(OSError):
                     directory.rmdir()
@@ -181,10 +188,13 @@ class TargetLease:
         while not missing.exists() and missing.parent != missing:
             self._created.append(missing)  # deepest first: removed again if the job ends having written nothing
             missing = missing.parent
-        state_dir.mkdir(parents=True, exist_ok=True)
         path = state_dir / self.path.name
         while True:
-            fd = self._lock_file(path)
+            state_dir.mkdir(parents=True, exist_ok=True)  # again after a releasing holder removed it
+            try:
+                fd = self._lock_file(path)
+            except FileNotFoundError:
+                continue
             held, current = os.fstat(fd), _stat(path)
             if current is not None and (held.st_ino, held.st_dev) == (current.st_ino, current.st_dev):
                 break
@@ -222,6 +232,7 @@ class TargetLease:
         while True:
             mine = Holder(**{**asdict(self.holder), "expires": time.time() + TTL_SECONDS})
             etag = storage.create_exclusive_tagged(path, mine.encode())
+            self._expires = mine.expires or 0.0
             if etag is not None:
                 break
             found = storage.read_tagged(path)
@@ -252,12 +263,27 @@ class TargetLease:
             mine = Holder(**{**asdict(self.holder), "expires": time.time() + TTL_SECONDS})
             try:
                 etag = storage.replace_if(self.path, mine.encode(), self._etag)
-            except KbackupError:
-                continue  # the store is unreachable for now: try again (the lease lasts TTL_SECONDS)
+            except KbackupError as exc:
+                # Unreachable for now: try again while the lease lasts, give it up before another job may take it.
+                if time.time() >= self._expires - RENEW_SECONDS:
+                    self.lost = (
+                        f"the lease {self.path} of the backup target could not be renewed ({exc}); this job stopped"
+                    )
+                    return
+                continue
             if etag is None:
+                found = storage.read_tagged(self.path)
+                holder = Holder.decode(found[0]) if found is not None else None
+                if found is not None and holder is not None and self._is_mine(holder):
+                    # Our own renewal went through but its answer was lost (the retry met our new version).
+                    self._etag, self._expires = found[1], holder.expires or self._expires
+                    continue
                 self.lost = (
                     f"the lease {self.path} of the backup target was taken over by another job "
                     "(it was not renewed in time); this job stopped"
                 )
                 return
-            self._etag = etag
+            self._etag, self._expires = etag, mine.expires or self._expires
+
+    def _is_mine(self, holder: Holder) -> bool:
+        return holder.token == self.holder.token
