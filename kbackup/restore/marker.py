@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -101,6 +102,10 @@ def restore_identity(
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
+#: NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS: retried.
+_COORDINATOR_NOT_READY = frozenset({16, 15, 14})
+
+
 def marker_consumer(client: Mapping[str, str]) -> Any:
     """A consumer of :data:`PROGRESS_GROUP` that reads markers and lends its group to transactions (never joins)."""
     from confluent_kafka import Consumer
@@ -121,10 +126,19 @@ def read_markers(
     wanted = [TopicPartition(topic, partition) for topic, partition in partitions]
     if not wanted:
         return {}
-    try:
-        committed = consumer.committed(wanted, timeout)
-    except KafkaException as exc:
-        raise ClusterError(f"cannot read the restore progress (group {PROGRESS_GROUP}): {exc.args[0].str()}") from None
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            committed = consumer.committed(wanted, timeout)
+            break
+        except KafkaException as exc:
+            error = exc.args[0]
+            # A new cluster's group coordinator may still be starting or loading: wait for it, as a consumer would.
+            not_ready = error.code() in _COORDINATOR_NOT_READY or "coordinator" in error.str().lower()
+            if not_ready and time.monotonic() < deadline:
+                time.sleep(0.5)
+                continue
+            raise ClusterError(f"cannot read the restore progress (group {PROGRESS_GROUP}): {error.str()}") from None
     found = {}
     for entry in committed:
         if entry.offset >= 0:
