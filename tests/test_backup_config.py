@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
@@ -16,7 +17,7 @@ from kbackup.kafka.topics import TopicSelection
 from kbackup.properties import parse_properties
 from kbackup.restore.selection import Window
 from kbackup.spark.kafka_source import SourceOptions, _admit, decode_offsets, encode_offsets
-from kbackup.spark.v1_sink import SinkOptions, v1_timestamp
+from kbackup.spark.v1_sink import SinkOptions, v1_timestamp, v1_timestamps
 
 
 def test_properties_syntax() -> None:
@@ -155,10 +156,21 @@ def test_source_and_sink_options_are_checked() -> None:
         (1, 1_700_000_000_456_000, (1, 1_700_000_000_456)),
         (-1, -1000, (-1, None)),
         (0, -86_400_000_000, (0, -86_400_000)),  # before 1970
+        (0, -1500, (0, -2)),  # floor, as Java's Math.floorDiv
+        (1, None, (-1, None)),
+        (None, 5000, (-1, None)),
     ],
 )
-def test_timestamp_mapping(kafka_type: int, micros: int | None, expected: tuple[int, int | None]) -> None:
-    assert v1_timestamp(kafka_type, micros) == expected
+def test_timestamp_mapping(kafka_type: int | None, micros: int | None, expected: tuple[int, int | None]) -> None:
+    if kafka_type is not None:
+        assert v1_timestamp(kafka_type, micros) == expected
+    # The sink's columnar form agrees, also inside a batch of other rows.
+    types, millis = v1_timestamps(
+        pa.array([1, kafka_type, 0], pa.int32()),
+        pa.array([7000, micros, None], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+    )
+    assert (int(types[1]), int(millis[1]) if expected[1] is not None else None) == expected
+    assert types.tolist() == [1, expected[0], -2] and millis[0] == 7
 
 
 def test_data_lost_to_retention_is_reported(caplog: pytest.LogCaptureFixture) -> None:

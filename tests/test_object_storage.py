@@ -26,7 +26,7 @@ from kbackup.partition.layout import list_segment_files, list_topics
 from kbackup.partition.object_writer import ObjectPartitionWriter
 from kbackup.partition.reader import PartitionReader
 from kbackup.spark.submit import client_config_file
-from kbackup.storage import ObjectPath, parse_location, storage_for
+from kbackup.storage import ObjectPath, parse_location, read_limited, storage_for
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
 from tests.kafka_helpers import consume_all, create_topics, job_env, run_backup
@@ -154,6 +154,36 @@ def test_each_publish_adds_whole_segments_and_replays_are_checked(bucket: Object
     with ObjectPartitionWriter(topic_dir, "orders", 0) as writer, pytest.raises(OffsetConflictError) as caught:
         writer.append(record(7, b"different"))
     assert (caught.value.topic, caught.value.partition, caught.value.offset) == ("orders", 0, 7)
+
+
+def test_batches_publish_what_single_appends_publish(bucket: ObjectPath) -> None:
+    """The sink's columnar path: the same objects as record by record, replays compared."""
+    from kbackup.format.record_columns import encode_columns
+    from tests.test_record_columns import as_columns
+
+    records = [record(offset) for offset in range(15)]
+    with ObjectPartitionWriter(bucket / "one", "one", 0, max_segment_size=200) as writer:
+        for item in records[:10]:
+            writer.append(item)
+    with ObjectPartitionWriter(bucket / "one", "one", 0, max_segment_size=200) as writer:
+        for item in records[5:]:
+            writer.append(item)
+    with ObjectPartitionWriter(bucket / "many", "many", 0, max_segment_size=200) as writer:
+        assert writer.append_batch(encode_columns(**as_columns(records[:10]))) == (10, 0)
+    with ObjectPartitionWriter(bucket / "many", "many", 0, max_segment_size=200) as writer:
+        assert writer.append_batch(encode_columns(**as_columns(records[5:]))) == (5, 5)
+    storage = storage_for(bucket)
+    for name in ("one", "many"):
+        assert [r.offset for r in PartitionReader(bucket / name, 0).records()] == list(range(15))
+    one = sorted(storage.list_files(bucket / "one") or [])
+    many = sorted(storage.list_files(bucket / "many") or [])
+    assert one == many and len(one) > 3
+    for file_name in one:
+        assert read_limited(bucket / "one" / file_name, 1 << 20) == read_limited(bucket / "many" / file_name, 1 << 20)
+    changed = [records[6]._replace(value=b"different")]
+    with ObjectPartitionWriter(bucket / "many", "many", 0) as writer, pytest.raises(OffsetConflictError) as caught:
+        writer.append_batch(encode_columns(**as_columns(changed)))
+    assert caught.value.offset == 6
 
 
 def test_the_empty_first_segment_is_replaced_by_the_first_records(bucket: ObjectPath) -> None:

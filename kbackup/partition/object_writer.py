@@ -34,6 +34,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+
 from kbackup.catalog.build import describe_segment
 from kbackup.catalog.model import PartitionCatalog, SegmentEntry
 from kbackup.catalog.store import read_catalog, write_catalog
@@ -41,10 +43,17 @@ from kbackup.errors import PlacementError
 from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from kbackup.format.partition_index import PartitionIndexEntry, encode_partition_index
 from kbackup.format.record import Record, encode_record
+from kbackup.format.record_columns import EncodedRecords
 from kbackup.partition.layout import list_segment_files, partition_index_path
 from kbackup.partition.reader import PartitionReader
 from kbackup.partition.segment_reader import SegmentIndexFile
-from kbackup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE, ClosingWriter, PartitionWriter, check_replayed
+from kbackup.partition.writer import (
+    DEFAULT_MAX_SEGMENT_SIZE,
+    ClosingWriter,
+    PartitionWriter,
+    check_replayed,
+    increasing_runs,
+)
 from kbackup.storage import Location, ObjectPath, exists, storage_for, write_whole
 
 #: Where spools go (default: the system temporary directory).
@@ -108,6 +117,38 @@ class ObjectPartitionWriter(ClosingWriter):
         self.appended_bytes += spool.appended_bytes - before
         self._last_offset = record.offset
         return True
+
+    def append_batch(self, batch: EncodedRecords) -> tuple[int, int]:
+        """Place encoded records at their offsets; how many were written and how many already stored.
+
+        New records go to the spool in one piece; replayed ones (at or below
+        the last published offset, which only a batch replayed after a crash
+        holds) are compared with the stored records one by one.
+        """
+        written = skipped = 0
+        for run in increasing_runs(batch):
+            stored_last = self._stored_last
+            replayed = 0 if stored_last is None else int(np.searchsorted(run.offsets, stored_last, side="right"))
+            for row in range(replayed):
+                self._check_stored_bytes(int(run.offsets[row]), bytes(run.slice(row, row + 1).data))
+            skipped += replayed
+            if replayed == len(run):
+                continue
+            fresh = run.slice(replayed, len(run))
+            if self._last_offset is not None and fresh.offsets[0] <= self._last_offset:
+                raise PlacementError(
+                    f"offset is not above the last written offset {self._last_offset}",
+                    topic=self.topic,
+                    partition=self.partition,
+                    offset=int(fresh.offsets[0]),
+                )
+            spool = self._open_spool()
+            before = spool.appended_bytes
+            spool.append_batch(fresh)
+            self.appended_bytes += spool.appended_bytes - before
+            self._last_offset = int(fresh.offsets[-1])
+            written += len(fresh)
+        return written, skipped
 
     def ensure_segment(self, start_offset: int) -> None:
         """Give an empty partition its first (empty) segment; a no-op when it has one."""
@@ -227,14 +268,17 @@ class ObjectPartitionWriter(ClosingWriter):
 
     def _check_stored(self, record: Record) -> None:
         """Raise unless ``record`` is stored with identical bytes (a replayed batch)."""
+        self._check_stored_bytes(record.offset, encode_record(record))
+
+    def _check_stored_bytes(self, offset: int, encoded: bytes) -> None:
         if self._replay is None:
-            self._replay = PartitionReader(self.topic_dir, self.partition).records(from_offset=record.offset)
+            self._replay = PartitionReader(self.topic_dir, self.partition).records(from_offset=offset)
             self._replay_next = next(self._replay, None)
-        while self._replay_next is not None and self._replay_next.offset < record.offset:
+        while self._replay_next is not None and self._replay_next.offset < offset:
             self._replay_next = next(self._replay, None)
         stored = self._replay_next
-        found = encode_record(stored) if stored is not None and stored.offset == record.offset else None
-        check_replayed(self.topic, self.partition, record, found, self._stored_last)
+        found = encode_record(stored) if stored is not None and stored.offset == offset else None
+        check_replayed(self.topic, self.partition, offset, encoded, found, self._stored_last)
 
 
 def open_partition_writer(

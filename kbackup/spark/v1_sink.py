@@ -28,16 +28,20 @@ default 1 GiB), ``lockTimeoutSeconds`` (default 600), ``fsync`` (default true).
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from kbackup.errors import UsageError
-from kbackup.format.record import Header, Record
+from kbackup.format.record_columns import encode_columns
 from kbackup.logsetup import ensure_console_logging
 from kbackup.partition.object_writer import ObjectPartitionWriter, open_partition_writer
 from kbackup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE, PartitionWriter
@@ -137,52 +141,43 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
         writers: dict[tuple[str, int], AnyWriter],
         stats: dict[tuple[str, int], PartitionWrite],
     ) -> None:
+        """Encode each run of one partition's rows as a whole and hand it to that partition's writer."""
         n = batch.num_rows
         if not n:
             return
-        topics = batch.column("topic").to_pylist()
-        partitions = batch.column("partition").to_pylist()
-        offsets = batch.column("offset").to_pylist()
-        keys = batch.column("key").to_pylist()
-        values = batch.column("value").to_pylist()
-        times = batch.column("timestamp").cast(pa.int64()).to_pylist()
-        types = batch.column("timestampType").to_pylist()
-        headers = batch.column("headers")
-        bounds = headers.offsets.to_pylist()
-        header_keys = headers.values.field("key").to_pylist()
-        header_values = headers.values.field("value").to_pylist()
-        current: tuple[str, int] | None = None
-        writer: AnyWriter | None = None
-        stat: PartitionWrite | None = None
-        for i in range(n):
-            key = (topics[i], partitions[i])
-            if key != current:
-                current = key
-                writer = writers.get(key)
-                if writer is None:
-                    writer = writers[key] = open_partition_writer(
-                        self.options.target / key[0],
-                        key[0],
-                        key[1],
-                        max_segment_size=self.options.max_segment_size,
-                        fsync=self.options.fsync,
-                        lock_timeout=self.options.lock_timeout,
-                        catalog_root=self.options.target,
-                    )
-                    stats[key] = PartitionWrite(key[0], key[1], offsets[i], offsets[i])
-                stat = stats[key]
-            assert writer is not None
-            assert stat is not None
-            start, stop = bounds[i], bounds[i + 1]
-            record_headers: tuple[Header, ...] = (
-                tuple(zip(header_keys[start:stop], header_values[start:stop], strict=True)) if stop > start else ()
+        topics = batch.column("topic")
+        partitions = batch.column("partition").to_numpy(zero_copy_only=False)
+        offsets = batch.column("offset").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        types, millis = v1_timestamps(batch.column("timestampType"), batch.column("timestamp"))
+        keys, values, headers = batch.column("key"), batch.column("value"), batch.column("headers")
+        for start, stop in partition_runs(topics, partitions):
+            key = (str(topics[start].as_py()), int(partitions[start]))
+            writer = writers.get(key)
+            if writer is None:
+                writer = writers[key] = open_partition_writer(
+                    self.options.target / key[0],
+                    key[0],
+                    key[1],
+                    max_segment_size=self.options.max_segment_size,
+                    fsync=self.options.fsync,
+                    lock_timeout=self.options.lock_timeout,
+                    catalog_root=self.options.target,
+                )
+                stats[key] = PartitionWrite(key[0], key[1], int(offsets[start]), int(offsets[start]))
+            size = stop - start
+            encoded = encode_columns(
+                offsets[start:stop],
+                types[start:stop],
+                millis[start:stop],
+                keys.slice(start, size),
+                values.slice(start, size),
+                headers.slice(start, size),
             )
-            ts_type, timestamp = v1_timestamp(types[i], times[i])
-            if writer.append(Record(offsets[i], ts_type, timestamp, keys[i], values[i], record_headers)):
-                stat.written += 1
-            else:
-                stat.skipped += 1
-            stat.last_offset = offsets[i]
+            written, skipped = writer.append_batch(encoded)
+            stat = stats[key]
+            stat.written += written
+            stat.skipped += skipped
+            stat.last_offset = int(offsets[stop - 1])
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver side: report what the batch wrote."""
@@ -204,6 +199,33 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
             "batch %d failed; what its tasks wrote but did not sync is repaired when the partition is next opened",
             batchId,
         )
+
+
+def partition_runs(topics: pa.Array, partitions: npt.NDArray[np.int32]) -> list[tuple[int, int]]:
+    """``(start, stop)`` of each run of consecutive rows of one topic partition."""
+    n = len(partitions)
+    changes = partitions[1:] != partitions[:-1]
+    if n > 1:
+        changes |= pc.not_equal(topics.slice(1), topics.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    cuts = [0, *(np.flatnonzero(changes) + 1).tolist(), n]
+    return list(itertools.pairwise(cuts))
+
+
+def v1_timestamps(kafka_types: pa.Array, timestamps: pa.Array) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int64]]:
+    """:func:`v1_timestamp` over columns: v1 types and milliseconds (0 where a type stores none)."""
+    kinds = kafka_types.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
+    micros_column = timestamps.cast(pa.int64())
+    present = micros_column.is_valid().to_numpy(zero_copy_only=False)
+    micros = micros_column.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    create = (kinds == 0) & present & (micros != -1000)
+    create_null = (kinds == 0) & ~create
+    append = (kinds == 1) & present
+    types = np.full(len(kinds), -1, dtype=np.int32)
+    types[create] = 0
+    types[create_null] = -2
+    types[append] = 1
+    millis = np.where(create | append, micros // 1000, 0)
+    return types, millis
 
 
 def v1_timestamp(kafka_type: int, micros: int | None) -> tuple[int, int | None]:

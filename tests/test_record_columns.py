@@ -1,0 +1,186 @@
+"""The columnar v1 codec against the scalar reference codec, byte for byte."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kbackup.errors import FormatError, InvalidRecordError, TruncatedError
+from kbackup.format.record import Record, decode_records, encode_record
+from kbackup.format.record_columns import (
+    binary_column,
+    decode_columns,
+    encode_columns,
+    gather,
+    index_entries,
+)
+from kbackup.format.segment_index import SegmentIndexEntry, decode_segment_index, encode_segment_index
+from tests.strategies import record_runs
+
+HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+def as_columns(records: list[Record], *, null_header_lists: bool = False) -> dict[str, Any]:
+    """Records as the Arrow and numpy columns the sink hands the encoder."""
+    return {
+        "offsets": np.array([r.offset for r in records], dtype=np.int64),
+        "timestamp_types": np.array([r.timestamp_type for r in records], dtype=np.int32),
+        "timestamps": np.array([r.timestamp or 0 for r in records], dtype=np.int64),
+        "keys": pa.array([r.key for r in records], pa.binary()),
+        "values": pa.array([r.value for r in records], pa.binary()),
+        "headers": pa.array(
+            [
+                None if null_header_lists and not r.headers else [{"key": k, "value": v} for k, v in r.headers]
+                for r in records
+            ],
+            HEADER_TYPE,
+        ),
+    }
+
+
+def scalar_bytes(records: list[Record]) -> bytes:
+    return b"".join(encode_record(r) for r in records)
+
+
+@settings(max_examples=300, deadline=None)
+@given(record_runs(max_size=40), st.booleans())
+def test_columnar_encoding_is_byte_identical_to_the_scalar_codec(records: list[Record], null_lists: bool) -> None:
+    encoded = encode_columns(**as_columns(records, null_header_lists=null_lists))
+    assert bytes(encoded.data) == scalar_bytes(records)
+    assert encoded.lengths.tolist() == [len(encode_record(r)) for r in records]
+    assert encoded.offsets.tolist() == [r.offset for r in records]
+
+
+@settings(max_examples=100, deadline=None)
+@given(record_runs(max_size=40), st.integers(0, 5), st.integers(0, 5))
+def test_encoding_a_slice_of_a_batch_reads_only_that_slice(
+    records: list[Record], cut_front: int, cut_back: int
+) -> None:
+    """Arrow arrays sliced out of a bigger batch carry an offset into shared buffers."""
+    columns = as_columns(records)
+    end = max(cut_front, len(records) - cut_back)
+    sliced = {
+        name: column[cut_front:end] if isinstance(column, np.ndarray) else column.slice(cut_front, end - cut_front)
+        for name, column in columns.items()
+    }
+    encoded = encode_columns(**sliced)
+    assert bytes(encoded.data) == scalar_bytes(records[cut_front:end])
+
+
+def test_no_header_column_and_type_without_timestamp() -> None:
+    records = [
+        Record(5, -1, None, None, b"v", ()),
+        Record(9, -2, None, b"", None, ()),
+        Record(10, 0, -7, b"k", b"", ()),
+    ]
+    columns = as_columns(records)
+    columns["headers"] = None
+    encoded = encode_columns(**columns)
+    assert bytes(encoded.data) == scalar_bytes(records)
+    sizes = [len(encode_record(r)) for r in records]
+    assert encoded.bounds.tolist() == [0, sizes[0], sizes[0] + sizes[1], sum(sizes)]
+    tail = encoded.slice(1, 3)
+    assert bytes(tail.data) == scalar_bytes(records[1:]) and tail.bounds.tolist() == [0, sizes[1], sum(sizes[1:])]
+
+
+def test_an_invalid_record_is_named_by_its_offset() -> None:
+    columns = as_columns([Record(3, 0, 1, b"k", b"v", ()), Record(4, 0, 1, b"k", b"v", ())])
+    columns["timestamp_types"] = np.array([0, 7], dtype=np.int32)
+    with pytest.raises(InvalidRecordError, match="offset 4: timestamp type must be one of"):
+        encode_columns(**columns)
+    columns = as_columns([Record(3, 0, 1, b"k", b"v", ())])
+    columns["headers"] = pa.array([[{"key": None, "value": b"x"}]], HEADER_TYPE)
+    with pytest.raises(InvalidRecordError, match="offset 3: header 0 key"):
+        encode_columns(**columns)
+
+
+def test_index_entries_are_the_segment_index_format() -> None:
+    entries = [SegmentIndexEntry(7, 1, 30), SegmentIndexEntry(9, 31, 44)]
+    raw = index_entries(np.array([7, 9]), np.array([1, 31]), np.array([30, 44]))
+    assert b"\x01" + raw == encode_segment_index(entries)
+    assert decode_segment_index(b"\x01" + raw) == entries
+
+
+@settings(max_examples=300, deadline=None)
+@given(record_runs(max_size=40), st.integers(0, 3))
+def test_columnar_decoding_matches_the_scalar_decoder(records: list[Record], base: int) -> None:
+    data = b"\xff" * base + scalar_bytes(records)
+    lengths = np.array([len(encode_record(r)) for r in records], dtype=np.int64)
+    positions = np.zeros(len(records), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=positions[1:])
+    positions += 100  # file positions; the buffer starts at file byte 100 - base
+    decoded = decode_columns(data, np.array([r.offset for r in records]), positions, lengths, base=100 - base)
+    buf = np.frombuffer(data, dtype=np.uint8)
+    expected = [r for r, _, _ in decode_records(data, base, len(data))]
+    assert len(decoded) == len(expected)
+    keys = binary_column(buf, decoded.key_starts, decoded.key_lengths).to_pylist()
+    values = binary_column(buf, decoded.value_starts, decoded.value_lengths).to_pylist()
+    for i, record in enumerate(expected):
+        assert decoded.offsets[i] == record.offset
+        assert decoded.timestamp_types[i] == record.timestamp_type
+        if record.timestamp is not None:
+            assert decoded.timestamps[i] == record.timestamp
+        assert keys[i] == record.key
+        assert values[i] == record.value
+        first, count = decoded.header_first[i], decoded.header_counts[i]
+        headers = tuple(
+            (
+                bytes(
+                    buf[decoded.header_key_starts[j] : decoded.header_key_starts[j] + decoded.header_key_lengths[j]]
+                ).decode(),
+                None
+                if decoded.header_value_lengths[j] < 0
+                else bytes(
+                    buf[
+                        decoded.header_value_starts[j] : decoded.header_value_starts[j]
+                        + decoded.header_value_lengths[j]
+                    ]
+                ),
+            )
+            for j in range(first, first + count)
+        )
+        assert headers == record.headers
+
+
+def one_record(record: Record) -> tuple[bytearray, np.ndarray, np.ndarray, np.ndarray]:
+    data = bytearray(encode_record(record))
+    return data, np.array([record.offset]), np.array([1]), np.array([len(data)])
+
+
+def test_corrupt_records_raise_naming_the_byte() -> None:
+    data, offsets, positions, lengths = one_record(Record(5, 0, 1, b"key", b"value", (("h", b"x"),)))
+    with pytest.raises(FormatError, match="differs from its index entry"):
+        decode_columns(data, offsets + 1, positions, lengths, base=1)
+    bad_type = bytearray(data)
+    bad_type[8:12] = (9).to_bytes(4, "big")
+    with pytest.raises(FormatError, match="unknown timestamp type") as caught:
+        decode_columns(bad_type, offsets, positions, lengths, base=1, file="seg")
+    assert caught.value.position == 9 and caught.value.file == "seg"
+    huge_key = bytearray(data)
+    huge_key[20:24] = (2**31 - 1).to_bytes(4, "big")
+    with pytest.raises(TruncatedError, match="key length reaches past the end"):
+        decode_columns(huge_key, offsets, positions, lengths, base=1)
+    negative_value = bytearray(data)
+    negative_value[27:31] = (-5).to_bytes(4, "big", signed=True)
+    with pytest.raises(FormatError, match="invalid value length"):
+        decode_columns(negative_value, offsets, positions, lengths, base=1)
+    with pytest.raises(FormatError, match="does not fill its indexed length"):
+        decode_columns(data + b"\0", offsets, positions, lengths + 1, base=1)
+    with pytest.raises(TruncatedError, match="outside the bytes read"):
+        decode_columns(data[:-1], offsets, positions, lengths, base=1)
+    assert bytes(data[44:45]) == b"h"  # the header key, after count and key length
+    bad_utf8 = bytearray(data)
+    bad_utf8[44] = 0xFF
+    with pytest.raises(FormatError, match="not valid UTF-8"):
+        decode_columns(bad_utf8, offsets, positions, lengths, base=1)
+
+
+def test_gather_takes_slices_back_to_back() -> None:
+    buf = np.frombuffer(b"abcdefghij", dtype=np.uint8)
+    assert gather(buf, np.array([2, 0, 5]), np.array([3, -1, 2])).tobytes() == b"cdefg"
+    assert binary_column(buf, np.array([2, 0, 5]), np.array([3, -1, 0])).to_pylist() == [b"cde", None, b""]
