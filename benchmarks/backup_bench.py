@@ -16,9 +16,12 @@ one header, spread over 4 partitions.
   included), its batch time alone (from the job's per-batch log lines) and its
   start-up (submit to the first batch line).
 
-Printed: records/s and MB/s of value bytes, the ratio backup / raw, and the
-peak resident memory of each (for the backup: the whole process tree, the
-JVM and its Python workers, sampled every 0.2 s).
+- ``kcat``: Debian's kcat (librdkafka's tool, C) dumping every record to
+  ``/dev/null`` (``./dev bench`` installs it; without it the row says so).
+
+Printed: records/s and MB/s of value bytes, the ratio backup / raw (and
+backup / kcat), and the peak resident memory of each (for the backup: the
+whole process tree, the JVM and its Python workers, sampled every 0.2 s).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import threading
 import time
 from pathlib import Path
 
-from benchmarks.cluster import add_arguments, cluster
+from benchmarks.cluster import add_arguments, cluster, kcat_command, kcat_settings
 from kbackup.format.record import Record, append_record
 from kbackup.spark.submit import client_config_file, job_environment, spark_submit_command
 
@@ -101,6 +104,18 @@ print(json.dumps([seconds, peak_rss_mib()]))
     ).stdout
     seconds, rss = json.loads(output.strip().splitlines()[-1])
     return float(seconds), float(rss)
+
+
+def kcat_dump(settings: dict[str, str], count: int) -> float | None:
+    """Seconds for kcat to read every record (key, value, headers) to /dev/null; ``None`` without kcat."""
+    kcat = kcat_command()
+    if kcat is None:
+        return None
+    command = [kcat, "-C", "-q", "-e", "-o", "beginning", "-t", TOPIC, "-f", "%k %s %h\\n", *kcat_settings(settings)]
+    started = time.perf_counter()
+    with open(os.devnull, "wb") as sink:
+        subprocess.run(command, stdout=sink, check=True)
+    return time.perf_counter() - started
 
 
 def run_backup(settings: dict[str, str], target: Path, source: str) -> tuple[float, float, float, float]:
@@ -199,6 +214,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, cluster(args.bootstrap) as settings:
         produce_seconds = produce(settings, args.records, args.partitions, args.value_size)
         raw_seconds, raw_rss = raw_consume_and_encode(settings, args.records, args.partitions)
+        kcat_seconds = kcat_dump(settings, args.records)
         runs = {
             source: run_backup(settings, Path(tmp) / f"backup-{source}", source) for source in args.sources.split(",")
         }
@@ -207,10 +223,15 @@ def main() -> None:
     print(f"{n:,} records, {shape} (produced in {produce_seconds:.1f} s)")
     raw_rate = f"{n / raw_seconds:>10,.0f} records/s {mb / raw_seconds:7.1f} MB/s"
     print(f"raw consume+encode            {raw_rate}  peak {raw_rss:6.0f} MiB")
+    if kcat_seconds is None:
+        print("kcat dump                     not installed (apt-get install kcat)")
+    else:
+        print(f"kcat dump                     {n / kcat_seconds:>10,.0f} records/s {mb / kcat_seconds:7.1f} MB/s")
     for source, (wall, batch_seconds, startup, backup_rss) in runs.items():
+        versus_kcat = "" if kcat_seconds is None else f"  vs kcat {kcat_seconds / batch_seconds:5.2f}"
         print(
             f"backup ({source:7}), batches  {n / batch_seconds:>10,.0f} records/s {mb / batch_seconds:7.1f} MB/s  "
-            f"ratio {raw_seconds / batch_seconds:5.2f}"
+            f"ratio {raw_seconds / batch_seconds:5.2f}{versus_kcat}"
         )
         print(
             f"backup ({source:7}), end to end {n / wall:>8,.0f} records/s {mb / wall:7.1f} MB/s  "

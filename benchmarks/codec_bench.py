@@ -21,6 +21,8 @@ Reported, each as records/s and MB/s of encoded v1 bytes:
 - ``read``: :class:`PartitionReader` streaming them back through the indexes.
 - ``write batches``: :meth:`PartitionWriter.append_batch` of encoded Arrow
   batches (the sink's path), same files.
+- ``read batches``: :meth:`PartitionReader.record_batches`, each record then
+  made a :class:`Record` for the producer call (the restore's path).
 
 Ratios are against the raw baseline. ``write`` and ``read`` run in a fresh
 process that generates records on the fly, once with N and once with N/10
@@ -171,6 +173,7 @@ def main() -> None:
     print(timed("write", files_full["write"], count, nbytes, raw_rate))
     print(timed("read", files_full["read"], count, nbytes, raw_rate))
     print(timed("write batches", files_full["write_batches"], count, nbytes, raw_rate))
+    print(timed("read batches", files_full["read_batches"], count, nbytes, raw_rate))
     print(
         f"peak RSS of the file write+read process: {files_full['rss_mib']:,.0f} MiB for {count:,} records, "
         f"{files_tenth['rss_mib']:,.0f} MiB for {count // 10:,}"
@@ -207,6 +210,10 @@ def files_only(count: int, value_size: int, batch_rows: int) -> None:
         seen = sum(1 for _ in PartitionReader(topic_dir, 0).records())
         read_seconds = time.perf_counter() - start
         assert seen == count
+        start = time.perf_counter()
+        seen = sum(1 for batch in PartitionReader(topic_dir, 0).record_batches() for _ in batch.records())
+        read_batches_seconds = time.perf_counter() - start
+        assert seen == count
         batch_seconds = 0.0
         with PartitionWriter(Path(tmp) / "batches", "bench", 0) as writer:
             for first in range(0, count, batch_rows):
@@ -230,7 +237,13 @@ def files_only(count: int, value_size: int, batch_rows: int) -> None:
         assert not errors, f"batch files unreadable: {errors}"
     print(
         json.dumps(
-            {"write": write_seconds, "read": read_seconds, "write_batches": batch_seconds, "rss_mib": peak_rss_mib()}
+            {
+                "write": write_seconds,
+                "read": read_seconds,
+                "write_batches": batch_seconds,
+                "read_batches": read_batches_seconds,
+                "rss_mib": peak_rss_mib(),
+            }
         )
     )
 

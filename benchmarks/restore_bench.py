@@ -13,8 +13,12 @@ invocation, against fresh topics on a local Apache Kafka node (or ``--bootstrap`
   (Spark and Python worker start-up included), and the tasks' own producing
   time (the longest task, from the job's summary).
 
-Printed: records/s and MB/s of value bytes, the ratio restore / raw, and the
-peak resident memory of each (the restore: JVM plus Python workers).
+- ``kcat``: Debian's kcat producing the same keys, values and header from a
+  text file (written before the clock starts), idempotent, to a third topic.
+
+Printed: records/s and MB/s of value bytes, the ratio restore / raw (and
+restore / kcat), and the peak resident memory of each (the restore: JVM plus
+Python workers).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import time
 from pathlib import Path
 
 from benchmarks.backup_bench import _sample_tree
-from benchmarks.cluster import add_arguments, cluster
+from benchmarks.cluster import add_arguments, cluster, kcat_command, kcat_settings
 from kbackup.format.record import Record
 from kbackup.partition.writer import PartitionWriter
 from kbackup.spark.submit import client_config_file, job_environment, spark_submit_command
@@ -39,8 +43,12 @@ from kbackup.spark.submit import client_config_file, job_environment, spark_subm
 REPO = Path(__file__).resolve().parent.parent
 
 
+def bench_value(value_size: int) -> bytes:
+    return (b"0123456789abcdef" * (value_size // 16 + 1))[:value_size]
+
+
 def write_backup(root: Path, count: int, partitions: int, value_size: int) -> None:
-    value = (b"0123456789abcdef" * (value_size // 16 + 1))[:value_size]
+    value = bench_value(value_size)
     header = (("trace-id", b"0123456789abcdef"),)
     now = int(time.time() * 1000)
     writers = [PartitionWriter(root / "bench", "bench", p, fsync=False) for p in range(partitions)]
@@ -48,6 +56,32 @@ def write_backup(root: Path, count: int, partitions: int, value_size: int) -> No
         writers[i % partitions].append(Record(i // partitions, 0, now + i // 1000, b"key-%07d" % i, value, header))
     for writer in writers:
         writer.close()
+
+
+def kcat_produce(
+    settings: dict[str, str], directory: Path, count: int, partitions: int, value_size: int
+) -> float | None:
+    """Seconds for kcat to produce the same keys, values and header from a text file; ``None`` without kcat."""
+    kcat = kcat_command()
+    if kcat is None:
+        return None
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(settings)
+    for future in admin.create_topics([NewTopic("kcat-target", partitions, 1)]).values():
+        future.result(30)
+    lines = directory / "kcat-input.txt"
+    value = bench_value(value_size)
+    with open(lines, "wb") as out:
+        for start in range(0, count, 100_000):
+            out.write(b"".join(b"key-%07d\t%s\n" % (i, value) for i in range(start, min(count, start + 100_000))))
+    command = [kcat, "-P", "-q", "-t", "kcat-target", "-K", "\t", "-H", "trace-id=0123456789abcdef", "-l"]
+    command += [*kcat_settings(settings), "-X", "enable.idempotence=true", str(lines)]
+    started = time.perf_counter()
+    subprocess.run(command, check=True)
+    seconds = time.perf_counter() - started
+    lines.unlink()
+    return seconds
 
 
 RAW = """
@@ -121,15 +155,21 @@ def main() -> None:
         write_backup(root, args.records, args.partitions, args.value_size)
         with cluster(args.bootstrap) as settings:
             raw_seconds, raw_rss = raw_produce(settings, root, args.partitions)
+            kcat_seconds = kcat_produce(settings, Path(tmp), args.records, args.partitions, args.value_size)
             wall, busy, restore_rss = run_restore(settings, root)
     n, mb = args.records, args.records * args.value_size / 1e6
     print(f"{n:,} records, {args.value_size}-byte values, {args.partitions} partitions")
     raw_rate = f"{n / raw_seconds:>10,.0f} records/s {mb / raw_seconds:7.1f} MB/s"
     print(f"raw produce          {raw_rate}  peak {raw_rss:6.0f} MiB")
+    if kcat_seconds is None:
+        print("kcat produce         not installed (apt-get install kcat)")
+    else:
+        print(f"kcat produce         {n / kcat_seconds:>10,.0f} records/s {mb / kcat_seconds:7.1f} MB/s")
     print(f"restore, task time   {n / busy:>10,.0f} records/s {mb / busy:7.1f} MB/s  ratio {raw_seconds / busy:5.2f}")
     print(
         f"restore, end to end  {n / wall:>10,.0f} records/s {mb / wall:7.1f} MB/s  ratio {raw_seconds / wall:5.2f}  "
         f"peak {restore_rss:6.0f} MiB (JVM + Python workers)"
+        + ("" if kcat_seconds is None else f"  vs kcat {kcat_seconds / wall:5.2f}")
     )
 
 

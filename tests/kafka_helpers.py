@@ -51,8 +51,11 @@ def create_topics(
     configs: dict[str, dict[str, str]] | None = None,
     *,
     replication: int = 1,
+    exist_ok: bool = False,
 ) -> None:
     """Create the topics and return once metadata shows every partition with a leader.
+
+    ``exist_ok``: a topic that already exists is taken as it is (tests sharing a broker that need one fixed name).
 
     CreateTopics answers before every broker's metadata cache knows the new partitions; a test that
     looks them up at once can see none (and ``all(...)`` over none is true), so wait for the leaders.
@@ -63,8 +66,14 @@ def create_topics(
     settings = broker if isinstance(broker, dict) else broker.client_settings()
     admin = AdminClient(settings)
     topics = [NewTopic(name, count, replication, config=(configs or {}).get(name, {})) for name, count in specs.items()]
+    from confluent_kafka import KafkaError, KafkaException
+
     for future in admin.create_topics(topics).values():
-        future.result(30)
+        try:
+            future.result(30)
+        except KafkaException as exc:
+            if not (exist_ok and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS):
+                raise
     deadline = time.monotonic() + 30
     while True:
         listed = admin.list_topics(timeout=10).topics

@@ -235,7 +235,10 @@ class BackupJob:
             reader = spark.readStream.format(SPARK_KAFKA_FORMAT)
             client = spark_source_client(settings.java_client)
         else:
-            reader = spark.readStream.format(SOURCE_NAME)
+            # Small partitions are packed into tasks; keep every core busy when there are enough of them.
+            reader = spark.readStream.format(SOURCE_NAME).option(
+                "minPartitions", str(spark.sparkContext.defaultParallelism)
+            )
             client = settings.client
         for key, value in client.items():
             reader = reader.option(f"kafka.{key}", value)

@@ -14,11 +14,14 @@ import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from kbackup.errors import BackupNotFoundError, FormatError
 from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from kbackup.format.partition_index import PartitionIndexEntry, decode_partition_index
 from kbackup.format.record import Record
 from kbackup.partition.layout import check_segment_names, partition_index_path
+from kbackup.partition.segment_batches import RecordBatch, iter_segment_batches
 from kbackup.partition.segment_reader import SegmentIndexFile, iter_segment
 from kbackup.storage import Location, storage_for
 
@@ -112,6 +115,49 @@ class PartitionReader:
                     return
                 previous = record.offset
                 yield record
+
+    def record_batches(
+        self,
+        from_offset: int | None = None,
+        to_offset: int | None = None,
+        *,
+        skip_segments: frozenset[str] = frozenset(),
+    ) -> Iterator[RecordBatch]:
+        """:meth:`records`, as columnar batches (see :mod:`kbackup.partition.segment_batches`)."""
+        first = 0
+        if from_offset is not None:
+            starts = [segment.start_offset for segment in self.segments]
+            first = max(bisect.bisect_right(starts, from_offset) - 1, 0)
+        previous = -1
+        for segment in self.segments[first:]:
+            if to_offset is not None and segment.start_offset > to_offset:
+                return
+            if segment.name in skip_segments:
+                continue
+            records_path, index_path = self.segment_paths(segment)
+            for batch in iter_segment_batches(records_path, index_path, from_offset=from_offset, legacy=self.legacy):
+                lowest = int(batch.columns.offsets[0])
+                if lowest <= previous:
+                    raise FormatError(
+                        f"segment {segment.name} repeats or goes back in offsets",
+                        file=str(records_path),
+                        expected=f"offsets > {previous} (the previous segment's last)",
+                        found=str(lowest),
+                    )
+                if lowest < segment.start_offset:
+                    raise FormatError(
+                        f"record offset below its segment's start offset {segment.start_offset}",
+                        file=str(records_path),
+                        expected=f"offsets >= {segment.start_offset}",
+                        found=str(lowest),
+                    )
+                if to_offset is not None and batch.columns.offsets[-1] > to_offset:
+                    kept = int(np.searchsorted(batch.columns.offsets, to_offset, side="right"))
+                    if kept:
+                        yield batch.head(kept)
+                    return
+                previous = int(batch.columns.offsets[-1])
+                yield batch
 
     def summaries(self) -> list[SegmentSummary]:
         """Per segment: record count, first and last offset and sizes, from indexes only."""

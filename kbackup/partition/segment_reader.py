@@ -117,7 +117,7 @@ class SegmentIndexFile:
             self.count = len(positions)
             self.torn_tail = size - position
             for start, end in shifts:
-                _warn_once(
+                warn_once(
                     f"{self.path}: bytes {start}..{end - 1} are a partial index entry; the entries after it are read"
                 )
 
@@ -185,13 +185,13 @@ class SegmentIndexFile:
             for entry in ENTRY.iter_unpack(raw):
                 offset, position, length = entry
                 if offset <= previous_offset or position < expected_position or length <= 0:
-                    self._entry_error(index, entry, previous_offset, expected_position)
+                    self.entry_error(index, entry, previous_offset, expected_position)
                 yield entry
                 previous_offset = offset
                 expected_position = position + length
                 index += 1
 
-    def _entry_error(
+    def entry_error(
         self, index: int, entry: tuple[int, int, int], previous_offset: int, expected_position: int
     ) -> None:
         offset, position, length = entry
@@ -348,7 +348,7 @@ def _contiguous_runs(
         if run and (position != end or len(run) >= _RUN):
             yield start, end, run
             if position != end:
-                _warn_once(f"{records_path}: bytes {end}..{position - 1} are not indexed (left by a crash); skipped")
+                warn_once(f"{records_path}: bytes {end}..{position - 1} are not indexed (left by a crash); skipped")
             run = []
         if not run:
             start = position
@@ -386,7 +386,7 @@ def _records_size_beside(index_path: Location) -> int | None:
 _warned: set[str] = set()
 
 
-def _warn_once(message: str) -> None:
+def warn_once(message: str) -> None:
     """Log a warning about a file's shape once per process (every reader of the file would repeat it)."""
     if message not in _warned:
         _warned.add(message)

@@ -51,10 +51,12 @@ class Window:
 
 
 def selected_records(reader: PartitionReader, window: Window) -> Iterator[Record]:
-    """The selected records, in offset order."""
-    for record in reader.records(window.from_offset, window.to_offset, skip_segments=window.skip_segments):
-        if not window.by_time or window.selects(record):
-            yield record
+    """The selected records, in offset order (decoded in columnar batches)."""
+    batches = reader.record_batches(window.from_offset, window.to_offset, skip_segments=window.skip_segments)
+    for batch in batches:
+        for record in batch.records():
+            if not window.by_time or window.selects(record):
+                yield record
 
 
 def count_selected(reader: PartitionReader, window: Window, *, below: int | None = None) -> int:

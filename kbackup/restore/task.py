@@ -418,10 +418,19 @@ def _with_last(items: Iterable[T]) -> Iterator[tuple[T, bool]]:
 def _check_segments(task: PartitionTask) -> None:
     """Refuse to produce from a partition whose cataloged segments fail their checksums.
 
-    Segments the plan chose to leave out (``--skip-bad-segments``) are not checked.
+    Segments the plan chose to leave out (``--skip-bad-segments``) and segments outside the offset window are
+    not checked: they are not read.
     """
     topic_dir = parse_location(task.source_dir)
-    for bad in bad_segments(topic_dir.parent, task.source_topic, task.source_partition):
+    window = task.window
+    found = bad_segments(
+        topic_dir.parent,
+        task.source_topic,
+        task.source_partition,
+        from_offset=window.from_offset,
+        to_offset=window.to_offset,
+    )
+    for bad in found:
         if bad.name in task.window.skip_segments:
             continue
         raise ChecksumError(

@@ -29,16 +29,27 @@ Options (unknown ones are an error):
   partition and lost range and go on (false).
 - ``readTimeoutSeconds``: how long a task waits without progress before it
   fails naming its partition (default 120).
+- ``minPartitions``: the number of tasks a micro-batch should have at least,
+  when it reads that many Kafka partitions (default 1; the backup job passes
+  Spark's default parallelism). See "Tasks" below.
 
 Where things run (see the PySpark notes): every method but ``read`` runs in
 one long-lived driver-side process; ``read`` runs on executors with only the
-picklable :class:`KafkaRange` it is given, and builds its own consumer.
-One input partition covers one Kafka partition's offset range, so a
-micro-batch reads each Kafka partition in one task, in offset order.
+picklable :class:`KafkaTask` it is given, and builds its own consumer.
+
+Tasks: work is planned by records, not by partitions. A Kafka partition with
+at least :data:`PACK_RECORDS` offsets to read is a task of its own; smaller
+ones are packed together (at most :data:`PACK_RECORDS` offsets and
+:data:`PACK_RANGES` partitions per task, but in at least ``minPartitions``
+tasks when there are that many), and a task reads its partitions one after
+the other with one consumer. Each Kafka partition is read by one task, in
+offset order, so a task of many small partitions costs one consumer and one
+Spark task instead of one each per partition.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import time
@@ -46,6 +57,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -102,11 +114,12 @@ _KNOWN_OPTIONS = {
     "includeheaders",
     "failondataloss",
     "readtimeoutseconds",
+    "minpartitions",
     "path",
 }
 
-# confluent-kafka's timestamp types -> Kafka's TimestampType ids, as Spark reports them.
-_TIMESTAMP_TYPES = {0: -1, 1: 0, 2: 1}
+# confluent-kafka's timestamp types (0 none, 1 CreateTime, 2 LogAppendTime) -> Kafka's ids, as Spark reports them.
+_TIMESTAMP_KINDS = np.array([-1, 0, 1], dtype=np.int32)
 
 
 def encode_offsets(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, Any]:
@@ -145,6 +158,7 @@ class SourceOptions:
     include_headers: bool
     fail_on_data_loss: bool
     read_timeout: float
+    min_partitions: int = 1
 
     @property
     def read_committed(self) -> bool:
@@ -179,6 +193,7 @@ class SourceOptions:
             include_headers=_boolean(other, "includeheaders", False),
             fail_on_data_loss=_boolean(other, "failondataloss", True),
             read_timeout=float(_positive_int(other, "readtimeoutseconds") or 120),
+            min_partitions=_positive_int(other, "minpartitions") or 1,
         )
 
 
@@ -230,6 +245,38 @@ class KafkaRange(InputPartition):
     client: dict[str, str]
     include_headers: bool
     read_timeout: float
+
+
+#: A partition with at least this many offsets to read is a task of its own; smaller ones are packed up to it.
+PACK_RECORDS = 200_000
+#: At most this many partitions in one task.
+PACK_RANGES = 500
+
+
+@dataclass(frozen=True)
+class KafkaTask(InputPartition):
+    """The ranges one task reads, one after the other (see "Tasks" in the module docstring)."""
+
+    ranges: tuple[KafkaRange, ...]
+
+
+def pack_ranges(ranges: list[KafkaRange], min_tasks: int = 1) -> list[KafkaTask]:
+    """Group ranges into tasks: large ranges alone, small ones packed (see "Tasks" in the module docstring)."""
+    large = [r for r in ranges if r.end - r.start >= PACK_RECORDS]
+    small = sorted((r for r in ranges if r.end - r.start < PACK_RECORDS), key=lambda r: r.start - r.end)
+    tasks = [KafkaTask((r,)) for r in large]
+    if small:
+        total = sum(r.end - r.start for r in small)
+        bins = max(min_tasks - len(large), -(-total // PACK_RECORDS), -(-len(small) // PACK_RANGES), 1)
+        bins = min(bins, len(small))
+        loads = [0] * bins
+        members: list[list[KafkaRange]] = [[] for _ in range(bins)]
+        for r in small:  # largest first, each to the least loaded task (by offsets, then by partitions)
+            target = min(range(bins), key=lambda b: (loads[b], len(members[b])))
+            loads[target] += r.end - r.start
+            members[target].append(r)
+        tasks += [KafkaTask(tuple(sorted(group, key=lambda r: (r.topic, r.partition)))) for group in members]
+    return tasks
 
 
 class KafkaSource(DataSource):
@@ -349,7 +396,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return encode_offsets(self._latest) if self._latest else None
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[KafkaRange]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[KafkaTask]:
         begin = decode_offsets(start)
         ranges = []
         for (topic, partition), stop in sorted(decode_offsets(end).items()):
@@ -366,7 +413,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         self.options.read_timeout,
                     )
                 )
-        return ranges
+        return pack_ranges(ranges, self.options.min_partitions)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: offsets live in Spark's checkpoint, never in Kafka."""
@@ -374,9 +421,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executor side -----------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, KafkaRange):
-            raise TypeError(f"expected a KafkaRange, got {type(partition).__name__}")
-        return read_range(partition)
+        if not isinstance(partition, KafkaTask):
+            raise TypeError(f"expected a KafkaTask, got {type(partition).__name__}")
+        return read_task(partition)
 
 
 def _admit(
@@ -398,41 +445,57 @@ def _admit(
     return result
 
 
-def read_range(task: KafkaRange, *, batch_rows: int = 10_000) -> Iterator[pa.RecordBatch]:
-    """Read offsets ``[start, end)`` of one partition as Arrow batches (executor side)."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+def read_task(task: KafkaTask, *, batch_rows: int = 10_000) -> Iterator[pa.RecordBatch]:
+    """Read each range of ``task`` in turn with one consumer, as Arrow batches (executor side)."""
+    from confluent_kafka import Consumer
 
-    schema = to_arrow_schema(kafka_schema(task.include_headers), timezone="UTC")
+    if not task.ranges:
+        return
+    first = task.ranges[0]
     consumer = Consumer(
-        consumer_settings(task.client, isolation_level=task.client.get("isolation.level", "read_committed"))
+        consumer_settings(first.client, isolation_level=first.client.get("isolation.level", "read_committed"))
     )
-    columns = _Columns(task, schema)
     try:
-        consumer.assign([TopicPartition(task.topic, task.partition, task.start)])
-        last_progress = time.monotonic()
-        done = False
-        while not done:
-            messages = consumer.consume(num_messages=5000, timeout=1.0)
-            if not messages:
-                if time.monotonic() - last_progress > task.read_timeout:
-                    raise ClusterError(
-                        f"topic {task.topic!r} partition {task.partition}: no data for {task.read_timeout:.0f} s "
-                        f"while reading offsets {task.start}..{task.end - 1} from "
-                        f"{redact(task.client).get('bootstrap.servers')}"
-                    )
-                continue
-            last_progress = time.monotonic()
-            done = columns.add_all(messages, task.end, KafkaError._PARTITION_EOF)
-            if columns.rows >= batch_rows:
-                yield columns.batch()
-        if columns.rows:
-            yield columns.batch()
+        for item in task.ranges:
+            yield from read_range(item, consumer, batch_rows=batch_rows)
     finally:
         consumer.close()
 
 
+def read_range(task: KafkaRange, consumer: Any, *, batch_rows: int = 10_000) -> Iterator[pa.RecordBatch]:
+    """Read offsets ``[start, end)`` of one partition as Arrow batches, with ``consumer`` assigned to it alone."""
+    from confluent_kafka import KafkaError, TopicPartition
+
+    schema = to_arrow_schema(kafka_schema(task.include_headers), timezone="UTC")
+    columns = _Columns(task, schema)
+    consumer.assign([TopicPartition(task.topic, task.partition, task.start)])
+    last_progress = time.monotonic()
+    done = False
+    while not done:
+        messages = consumer.consume(num_messages=5000, timeout=1.0)
+        if not messages:
+            if time.monotonic() - last_progress > task.read_timeout:
+                raise ClusterError(
+                    f"topic {task.topic!r} partition {task.partition}: no data for {task.read_timeout:.0f} s "
+                    f"while reading offsets {task.start}..{task.end - 1} from "
+                    f"{redact(task.client).get('bootstrap.servers')}"
+                )
+            continue
+        last_progress = time.monotonic()
+        done = columns.add_all(messages, task.end, KafkaError._PARTITION_EOF)
+        if columns.rows >= batch_rows:
+            yield columns.batch()
+    if columns.rows:
+        yield columns.batch()
+
+
 class _Columns:
-    """Column lists for one Arrow batch of Kafka messages."""
+    """Column lists for one Arrow batch of Kafka messages.
+
+    Each field is pulled from a whole ``consume`` result by one list
+    comprehension and converted by Arrow in C++ (headers included), rather
+    than handled message by message in a Python loop.
+    """
 
     def __init__(self, task: KafkaRange, schema: pa.Schema) -> None:
         self.task = task
@@ -445,11 +508,8 @@ class _Columns:
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.offsets: list[int] = []
-        self.timestamps: list[int] = []
-        self.timestamp_types: list[int] = []
-        self.header_offsets: list[int] = [0]
-        self.header_keys: list[str] = []
-        self.header_values: list[bytes | None] = []
+        self.timestamps: list[tuple[int, int]] = []
+        self.headers: list[list[tuple[str, bytes | None]] | None] = []
 
     def add_all(self, messages: list[Any], end: int, eof_code: int) -> bool:
         """Add the messages below ``end``; return whether the range is complete.
@@ -458,65 +518,63 @@ class _Columns:
         ``>= end``, or at a partition-EOF event at or past ``end`` (committed
         data ends there; the last offsets were transaction markers).
         """
-        keys, values, offsets = self.keys, self.values, self.offsets
-        timestamps, timestamp_types = self.timestamps, self.timestamp_types
-        kinds = _TIMESTAMP_TYPES
-        with_headers = self._headers_type is not None
-        header_offsets, header_keys, header_values = self.header_offsets, self.header_keys, self.header_values
-        added = 0
-        complete = False
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.code() == eof_code:
-                    if message.offset() >= end:
-                        complete = True
-                        break
-                    continue
-                raise ClusterError(f"topic {self.task.topic!r} partition {self.task.partition}: {error.str()}")
-            offset = message.offset()
-            if offset >= end:
-                complete = True
-                break
-            keys.append(message.key())
-            values.append(message.value())
-            offsets.append(offset)
-            kind, timestamp = message.timestamp()
-            timestamp_types.append(kinds.get(kind, -1))
-            timestamps.append(timestamp * 1000)
-            if with_headers:
-                headers = message.headers()
-                if headers:
-                    for key, value in headers:
-                        header_keys.append(key)
-                        header_values.append(value)
-                header_offsets.append(len(header_keys))
-            added += 1
-            if offset >= end - 1:
-                complete = True
-                break
-        self.rows += added
+        if not messages:
+            return False
+        if any([message.error() is not None for message in messages]):
+            return self._add_with_events(messages, end, eof_code)
+        mine = (self.task.topic, self.task.partition)
+        if (messages[0].topic(), messages[0].partition()) != mine or (
+            messages[-1].topic(),
+            messages[-1].partition(),
+        ) != mine:
+            # Left from the range this consumer read before (a new assignment drops them; never trust it).
+            messages = [m for m in messages if (m.topic(), m.partition()) == mine]
+            if not messages:
+                return False
+        offsets = [message.offset() for message in messages]
+        cut = bisect.bisect_left(offsets, end)  # one partition's messages come in offset order
+        complete = cut < len(offsets) or (cut > 0 and offsets[cut - 1] >= end - 1)
+        if cut < len(messages):
+            messages, offsets = messages[:cut], offsets[:cut]
+        self.offsets += offsets
+        self.keys += [message.key() for message in messages]
+        self.values += [message.value() for message in messages]
+        self.timestamps += [message.timestamp() for message in messages]
+        if self._headers_type is not None:
+            self.headers += [message.headers() for message in messages]
+        self.rows += len(messages)
         return complete
+
+    def _add_with_events(self, messages: list[Any], end: int, eof_code: int) -> bool:
+        """:meth:`add_all` for a result holding events (partition EOF) or errors, message by message."""
+        for at, message in enumerate(messages):
+            error = message.error()
+            if error is None:
+                continue
+            if error.code() != eof_code:
+                raise ClusterError(f"topic {self.task.topic!r} partition {self.task.partition}: {error.str()}")
+            if self.add_all(messages[:at], end, eof_code):
+                return True
+            if message.offset() >= end:
+                return True
+            return self.add_all(messages[at + 1 :], end, eof_code)
+        return self.add_all(messages, end, eof_code)
 
     def batch(self) -> pa.RecordBatch:
         n = self.rows
+        times = np.array(self.timestamps, dtype=np.int64).reshape(n, 2)
+        kinds = _TIMESTAMP_KINDS[np.clip(times[:, 0], 0, 2)]
         arrays = [
             pa.array(self.keys, pa.binary()),
             pa.array(self.values, pa.binary()),
             pa.array([self.task.topic] * n, pa.string()),
-            pa.array([self.task.partition] * n, pa.int32()),
-            pa.array(self.offsets, pa.int64()),
-            pa.array(self.timestamps, pa.timestamp("us", tz="UTC")),
-            pa.array(self.timestamp_types, pa.int32()),
+            pa.array(np.full(n, self.task.partition, dtype=np.int32)),
+            pa.array(np.array(self.offsets, dtype=np.int64)),
+            pa.array(times[:, 1] * 1000, pa.timestamp("us", tz="UTC")),
+            pa.array(kinds),
         ]
         if self._headers_type is not None:
-            entries = pa.StructArray.from_arrays(
-                [pa.array(self.header_keys, pa.string()), pa.array(self.header_values, pa.binary())],
-                fields=list(self._headers_type.value_type),
-            )
-            arrays.append(
-                pa.ListArray.from_arrays(pa.array(self.header_offsets, pa.int32()), entries, type=self._headers_type)
-            )
+            arrays.append(pa.array(self.headers, self._headers_type))
         batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
         self._reset()
         return batch

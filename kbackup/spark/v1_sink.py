@@ -126,9 +126,7 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
         try:
             for batch in iterator:
                 self._write_batch(batch, writers, stats)
-            for key, writer in writers.items():
-                writer.close()
-                stats[key].bytes = writer.appended_bytes
+            self._close_others(writers, stats)
         except BaseException:
             for writer in writers.values():
                 writer.abandon()
@@ -154,6 +152,7 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
             key = (str(topics[start].as_py()), int(partitions[start]))
             writer = writers.get(key)
             if writer is None:
+                self._close_others(writers, stats)
                 writer = writers[key] = open_partition_writer(
                     self.options.target / key[0],
                     key[0],
@@ -179,19 +178,41 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
             stat.skipped += skipped
             stat.last_offset = int(offsets[stop - 1])
 
+    @staticmethod
+    def _close_others(writers: dict[tuple[str, int], AnyWriter], stats: dict[tuple[str, int], PartitionWrite]) -> None:
+        """Sync and close the partitions written so far: a task reads its partitions one after the other
+        (see the source's "Tasks"), so one packing hundreds of small partitions keeps one open at a time."""
+        for key in list(writers):
+            writer = writers.pop(key)
+            writer.close()
+            stats[key].bytes += writer.appended_bytes
+
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver side: report what the batch wrote."""
+        """Driver side: report what the batch wrote, in one line (and one per topic at debug level)."""
         ensure_console_logging()
         per_topic: dict[str, list[int]] = {}
+        partitions = 0
         for message in messages:
             for write in message.partitions if isinstance(message, BackupCommitMessage) else ():
                 totals = per_topic.setdefault(write.topic, [0, 0, 0])
                 totals[0] += write.written
                 totals[1] += write.bytes
                 totals[2] += write.skipped
+                partitions += 1
         for topic, (written, size, skipped) in sorted(per_topic.items()):
-            extra = f", {skipped} already in the backup" if skipped else ""
-            log.info("batch %d: %s: %d records, %d bytes written%s", batchId, topic, written, size, extra)
+            log.debug("batch %d: %s: %d records, %d bytes written, %d already in the backup",
+                      batchId, topic, written, size, skipped)  # fmt: skip
+        written = sum(totals[0] for totals in per_topic.values())
+        size = sum(totals[1] for totals in per_topic.values())
+        skipped = sum(totals[2] for totals in per_topic.values())
+        if per_topic:
+            extra = f", {skipped:,} already in the backup" if skipped else ""
+            where = f"{partitions:,} partition{'s' if partitions != 1 else ''} of {len(per_topic):,} topic" + (
+                "s" if len(per_topic) != 1 else ""
+            )
+            log.info(
+                "batch %d: %s records, %s bytes written to %s%s", batchId, f"{written:,}", f"{size:,}", where, extra
+            )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         ensure_console_logging()  # a Python worker of Spark's, not the job's driver process

@@ -1,0 +1,100 @@
+"""The restore's columnar segment reader against the reference record reader: same records, same refusals."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kbackup.errors import FormatError
+from kbackup.format.magic import MAGIC_V1
+from kbackup.format.record import Record, encode_record
+from kbackup.format.segment_index import SegmentIndexEntry, encode_segment_index
+from kbackup.partition.reader import PartitionReader
+from kbackup.partition.segment_batches import iter_segment_batches
+from kbackup.partition.segment_reader import iter_segment
+from kbackup.partition.writer import PartitionWriter
+from tests.strategies import record_runs
+
+
+def batched(reader: PartitionReader, low: int | None, high: int | None) -> list[Record]:
+    return [record for batch in reader.record_batches(low, high) for record in batch.records()]
+
+
+@settings(max_examples=80, deadline=None)
+@given(record_runs(max_size=40), st.sampled_from([80, 600, 1 << 30]), st.data())
+def test_batches_hold_the_records_the_reference_reader_yields(
+    records: list[Record], segment_size: int, data: st.DataObject
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        topic_dir = Path(tmp) / "t"
+        with PartitionWriter(topic_dir, "t", 0, max_segment_size=segment_size, fsync=False) as writer:
+            for record in records:
+                writer.append(record)
+        reader = PartitionReader(topic_dir, 0)
+        offsets = [r.offset for r in records]
+        low = data.draw(st.one_of(st.none(), st.integers(offsets[0] - 2, offsets[-1] + 2)))
+        high = data.draw(st.one_of(st.none(), st.integers(offsets[0] - 2, offsets[-1] + 2)))
+        assert batched(reader, low, high) == list(reader.records(low, high))
+        # Small batches cut by records and by bytes read the same.
+        for segment in reader.segments:
+            records_path, index_path = reader.segment_paths(segment)
+            expected = list(iter_segment(records_path, index_path, from_offset=low))
+            for limits in ({"batch_records": 3}, {"batch_bytes": 50}):
+                pieces = list(iter_segment_batches(records_path, index_path, from_offset=low, **limits))  # type: ignore[arg-type]
+                assert [r for piece in pieces for r in piece.records()] == expected
+
+
+def hand_made_segment(directory: Path, body: bytes, entries: list[SegmentIndexEntry]) -> tuple[Path, Path]:
+    records_path = directory / "segment_partition_000_from_offset_0000000000_records"
+    index_path = directory / "segment_partition_000_from_offset_0000000000_index"
+    records_path.write_bytes(MAGIC_V1 + body)
+    index_path.write_bytes(encode_segment_index(entries))
+    return records_path, index_path
+
+
+def test_unindexed_bytes_between_records_are_skipped_as_by_the_reference(tmp_path: Path) -> None:
+    """The original tool's crash shape: a partial record left between two indexed ones."""
+    first, second = Record(0, 0, 5, b"a", b"b", (("h", None),)), Record(1, -1, None, None, b"c")
+    one, two = encode_record(first), encode_record(second)
+    junk = one[:10]
+    entries = [SegmentIndexEntry(0, 1, len(one)), SegmentIndexEntry(1, 1 + len(one) + len(junk), len(two))]
+    records_path, index_path = hand_made_segment(tmp_path, one + junk + two, entries)
+    batches = list(iter_segment_batches(records_path, index_path))
+    assert [r for b in batches for r in b.records()] == list(iter_segment(records_path, index_path)) == [first, second]
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("offset", "record offset differs from its index entry"),
+        ("order", "offsets must increase"),
+        ("outside", "points outside its records file"),
+        ("length", "does not fill its indexed length"),
+    ],
+)
+def test_damage_is_refused_naming_the_file(tmp_path: Path, damage: str, message: str) -> None:
+    records = [Record(o, 0, o, b"k", b"v" * o, ()) for o in range(3)]
+    body = b"".join(encode_record(r) for r in records)
+    entries, position = [], 1
+    for record in records:
+        entries.append(SegmentIndexEntry(record.offset, position, len(encode_record(record))))
+        position += len(encode_record(record))
+    if damage == "offset":
+        entries[1] = entries[1]._replace(offset=7)
+        entries[2] = entries[2]._replace(offset=8)
+    elif damage == "order":
+        entries[2] = entries[2]._replace(offset=0)
+    elif damage == "outside":
+        entries[2] = entries[2]._replace(length=entries[2].length + 100)
+    elif damage == "length":
+        body += b"\0"
+        entries[2] = entries[2]._replace(length=entries[2].length + 1)
+    records_path, index_path = hand_made_segment(tmp_path, body, entries)
+    with pytest.raises(FormatError, match=message) as caught:
+        for _ in iter_segment_batches(records_path, index_path):
+            pass
+    assert tmp_path.name in str(caught.value)
