@@ -118,9 +118,12 @@ def kcat_dump(settings: dict[str, str], count: int) -> float | None:
     return time.perf_counter() - started
 
 
-def run_backup(settings: dict[str, str], target: Path, source: str) -> tuple[float, float, float, float]:
-    """Wall seconds, summed batch seconds, start-up seconds and peak tree RSS (MiB) of a snapshot backup."""
-    config = client_config_file(target.parent / "client.properties", settings)
+def run_backup(settings: dict[str, str], target: Path, *job_args: str) -> tuple[float, float, float, float]:
+    """Wall seconds, summed batch seconds, start-up seconds and peak tree RSS (MiB) of a snapshot backup.
+
+    ``job_args``: the topics and any other option, e.g. ``("--topics", "bench", "--kafka-source", "spark")``.
+    """
+    config = client_config_file(target.parent / f"{target.name}.properties", settings)
     command = spark_submit_command(
         "backup",
         "--bootstrap-server",
@@ -129,11 +132,8 @@ def run_backup(settings: dict[str, str], target: Path, source: str) -> tuple[flo
         config,
         "--target-dir",
         target,
-        "--topics",
-        TOPIC,
         "--snapshot",
-        "--kafka-source",
-        source,
+        *job_args,
     )
     env = job_environment()
     started = time.perf_counter()
@@ -216,7 +216,8 @@ def main() -> None:
         raw_seconds, raw_rss = raw_consume_and_encode(settings, args.records, args.partitions)
         kcat_seconds = kcat_dump(settings, args.records)
         runs = {
-            source: run_backup(settings, Path(tmp) / f"backup-{source}", source) for source in args.sources.split(",")
+            source: run_backup(settings, Path(tmp) / f"backup-{source}", "--topics", TOPIC, "--kafka-source", source)
+            for source in args.sources.split(",")
         }
     n, mb = args.records, args.records * args.value_size / 1e6
     shape = f"{args.value_size}-byte values, {args.partitions} partitions"

@@ -14,16 +14,13 @@ The backup is checked to hold every record.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 
-from benchmarks.backup_bench import BATCH
+from benchmarks.backup_bench import run_backup
 from benchmarks.cluster import cluster
 from kbackup.partition.layout import list_topics
 from kbackup.partition.reader import PartitionReader
-from kbackup.spark.submit import client_config_file, job_environment, spark_submit_command
 
 
 def fill(settings: dict[str, str], prefix: str, partitions: int, per_topic: int, records: int) -> list[str]:
@@ -51,39 +48,6 @@ def fill(settings: dict[str, str], prefix: str, partitions: int, per_topic: int,
     return topics
 
 
-def back_up(settings: dict[str, str], target: Path, pattern: str) -> tuple[float, float]:
-    config = client_config_file(target.parent / f"{target.name}.properties", settings)
-    command = spark_submit_command(
-        "backup",
-        "--bootstrap-server",
-        settings["bootstrap.servers"],
-        "--command-config",
-        config,
-        "--target-dir",
-        target,
-        "--topics-regex",
-        pattern,
-        "--snapshot",
-    )
-    started = time.perf_counter()
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=job_environment()
-    )
-    assert process.stdout is not None
-    lines, first_batch = [], 0.0
-    for line in process.stdout:
-        lines.append(line)
-        if not first_batch and BATCH.search(line):
-            first_batch = time.perf_counter() - started
-    process.wait()
-    wall = time.perf_counter() - started
-    if process.returncode != 0:
-        raise SystemExit("backup failed:\n" + "".join(lines)[-3000:])
-    batches = [float(s) for s in BATCH.findall("".join(lines))]
-    startup = first_batch - (batches[0] if batches else 0.0)
-    return wall, startup
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="1000:1,1000:100,10000:1,10000:100")
@@ -97,7 +61,7 @@ def main() -> None:
             prefix = f"many{number}"
             fill(settings, prefix, partitions, args.partitions_per_topic, records)
             target = Path(tmp) / prefix
-            wall, startup = back_up(settings, target, f"{prefix}-.*")
+            wall, _, startup, _ = run_backup(settings, target, "--topics-regex", f"{prefix}-.*")
             stored = sum(
                 sum(1 for _ in PartitionReader(target / topic, p).records())
                 for topic in list_topics(target)

@@ -97,20 +97,7 @@ class PartitionReader:
                 continue
             records_path, index_path = self.segment_paths(segment)
             for record in iter_segment(records_path, index_path, from_offset=from_offset, legacy=self.legacy):
-                if record.offset <= previous:
-                    raise FormatError(
-                        f"segment {segment.name} repeats or goes back in offsets",
-                        file=str(records_path),
-                        expected=f"offsets > {previous} (the previous segment's last)",
-                        found=str(record.offset),
-                    )
-                if record.offset < segment.start_offset:
-                    raise FormatError(
-                        f"record offset below its segment's start offset {segment.start_offset}",
-                        file=str(records_path),
-                        expected=f"offsets >= {segment.start_offset}",
-                        found=str(record.offset),
-                    )
+                _check_follows(segment, records_path, record.offset, previous)
                 if to_offset is not None and record.offset > to_offset:
                     return
                 previous = record.offset
@@ -136,21 +123,7 @@ class PartitionReader:
                 continue
             records_path, index_path = self.segment_paths(segment)
             for batch in iter_segment_batches(records_path, index_path, from_offset=from_offset, legacy=self.legacy):
-                lowest = int(batch.columns.offsets[0])
-                if lowest <= previous:
-                    raise FormatError(
-                        f"segment {segment.name} repeats or goes back in offsets",
-                        file=str(records_path),
-                        expected=f"offsets > {previous} (the previous segment's last)",
-                        found=str(lowest),
-                    )
-                if lowest < segment.start_offset:
-                    raise FormatError(
-                        f"record offset below its segment's start offset {segment.start_offset}",
-                        file=str(records_path),
-                        expected=f"offsets >= {segment.start_offset}",
-                        found=str(lowest),
-                    )
+                _check_follows(segment, records_path, int(batch.columns.offsets[0]), previous)
                 if to_offset is not None and batch.columns.offsets[-1] > to_offset:
                     kept = int(np.searchsorted(batch.columns.offsets, to_offset, side="right"))
                     if kept:
@@ -180,6 +153,24 @@ class PartitionReader:
                 )
             )
         return result
+
+
+def _check_follows(segment: PartitionIndexEntry, records_path: Location, offset: int, previous: int) -> None:
+    """A segment's records come after the previous segment's and at or above the segment's start offset."""
+    if offset <= previous:
+        raise FormatError(
+            f"segment {segment.name} repeats or goes back in offsets",
+            file=str(records_path),
+            expected=f"offsets > {previous} (the previous segment's last)",
+            found=str(offset),
+        )
+    if offset < segment.start_offset:
+        raise FormatError(
+            f"record offset below its segment's start offset {segment.start_offset}",
+            file=str(records_path),
+            expected=f"offsets >= {segment.start_offset}",
+            found=str(offset),
+        )
 
 
 def _size(path: Location) -> int:

@@ -20,11 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from kbackup.errors import FormatError, TruncatedError
-from kbackup.format.magic import check_magic
+from kbackup.errors import TruncatedError
 from kbackup.format.record import Record
 from kbackup.format.record_columns import DecodedRecords, binary_column, decode_columns
-from kbackup.partition.segment_reader import SegmentIndexFile, warn_once
+from kbackup.partition.segment_reader import SegmentIndexFile, check_segment_pair, warn_once
 from kbackup.storage import Location, storage_for
 
 BATCH_RECORDS = 10_000
@@ -112,25 +111,9 @@ def iter_segment_batches(
         records = storage_for(records_path).open_read(records_path)
         try:
             label = str(records_path)
-            data_start = check_magic(records.pread(1, 0), file=label, legacy=legacy)
-            if data_start != index.data_start:
-                raise FormatError(
-                    "records file and its index disagree about the magic byte",
-                    file=str(index_path),
-                    position=0,
-                    expected="both with or both without the v1 magic byte",
-                )
+            check_segment_pair(index, records, records_path, legacy=legacy)
             if index.count == 0:
                 return
-            last = index.entry(index.count - 1)
-            if last.end > records.size:
-                raise FormatError(
-                    f"last index entry (offset {last.offset}) points outside its records file {records_path}",
-                    file=str(index_path),
-                    position=index.entry_position(index.count - 1) + 8,
-                    expected=f"position + length <= {records.size}",
-                    found=f"{last.position} + {last.length} = {last.end}",
-                )
             at = 0 if from_offset is None else index.bisect(from_offset)
             if at > 0:
                 before = index.entry(at - 1)

@@ -283,31 +283,37 @@ def iter_segment_entries(
             records.close()
 
 
-def _iter_indexed(
-    index: SegmentIndexFile, records: ReadHandle, records_path: Location, *, from_offset: int | None, legacy: bool
-) -> Iterator[tuple[Record, int, int]]:
-    index_path = index.path
-    handle = records.stream
-    records_size = records.size
+def check_segment_pair(index: SegmentIndexFile, records: ReadHandle, records_path: Location, *, legacy: bool) -> None:
+    """Refuse a records file whose magic byte disagrees with its index's, or that ends before the last entry."""
     data_start = check_magic(records.pread(1, 0), file=str(records_path), legacy=legacy)
     if data_start != index.data_start:
         raise FormatError(
             "records file and its index disagree about the magic byte",
-            file=str(index_path),
+            file=str(index.path),
             position=0,
             expected="both with or both without the v1 magic byte",
         )
     if index.count == 0:
         return
     last = index.entry(index.count - 1)
-    if last.end > records_size:
+    if last.end > records.size:
         raise FormatError(
             f"last index entry (offset {last.offset}) points outside its records file {records_path}",
-            file=str(index_path),
-            position=index.data_start + (index.count - 1) * ENTRY_SIZE + 8,
-            expected=f"position + length <= {records_size}",
+            file=str(index.path),
+            position=index.entry_position(index.count - 1) + 8,
+            expected=f"position + length <= {records.size}",
             found=f"{last.position} + {last.length} = {last.end}",
         )
+
+
+def _iter_indexed(
+    index: SegmentIndexFile, records: ReadHandle, records_path: Location, *, from_offset: int | None, legacy: bool
+) -> Iterator[tuple[Record, int, int]]:
+    index_path = index.path
+    handle = records.stream
+    check_segment_pair(index, records, records_path, legacy=legacy)
+    if index.count == 0:
+        return
     first = 0 if from_offset is None else index.bisect(from_offset)
     if first == index.count:
         return
