@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+import time
 from pathlib import Path
 
 from benchmarks.backup_bench import run_backup
@@ -33,7 +34,27 @@ def fill(settings: dict[str, str], prefix: str, partitions: int, per_topic: int,
         futures = admin.create_topics([NewTopic(topic, per_topic, 1) for topic in topics[start : start + 200]])
         for future in futures.values():
             future.result(120)
-    producer = Producer({**settings, "linger.ms": "20"})
+    # A created topic is not yet known everywhere: produce only once every partition has a leader.
+    deadline = time.monotonic() + 300
+    while True:
+        listed = admin.list_topics(timeout=60).topics
+        waiting = [
+            t
+            for t in topics
+            if t not in listed or sum(p.leader >= 0 for p in listed[t].partitions.values()) < per_topic
+        ]
+        if not waiting:
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{len(waiting)} topics have no leader for every partition after 300 s")
+        time.sleep(1)
+    failures: list[str] = []
+
+    def delivered(error: object, message: object) -> None:
+        if error is not None:
+            failures.append(str(error))
+
+    producer = Producer({**settings, "linger.ms": "100", "message.timeout.ms": "1200000", "on_delivery": delivered})
     for topic in topics:
         for partition in range(per_topic):
             for i in range(records):
@@ -44,7 +65,8 @@ def fill(settings: dict[str, str], prefix: str, partitions: int, per_topic: int,
                     except BufferError:
                         producer.poll(0.05)
         producer.poll(0)
-    producer.flush(300)
+    assert producer.flush(300) == 0, "records still unacknowledged after 300 s"
+    assert not failures, f"{len(failures)} records not produced: {failures[0]}"
     return topics
 
 

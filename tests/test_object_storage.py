@@ -186,6 +186,28 @@ def test_batches_publish_what_single_appends_publish(bucket: ObjectPath) -> None
     assert caught.value.offset == 6
 
 
+def test_a_restore_task_downloads_the_segments_its_window_reads_once(bucket: ObjectPath) -> None:
+    from kbackup.restore.selection import Window
+    from kbackup.restore.staging import staged_topic_dir
+
+    with ObjectPartitionWriter(bucket / "win", "win", 2, max_segment_size=200) as writer:
+        for offset in range(30):
+            writer.append(record(offset))
+    segments = PartitionReader(bucket / "win", 2).segments
+    assert len(segments) >= 4
+    window = Window(from_offset=segments[1].start_offset + 1, to_offset=segments[2].start_offset)
+    with staged_topic_dir(bucket / "win", 2, window, legacy=False) as local:
+        assert isinstance(local, Path)
+        names = sorted(path.name for path in local.iterdir())
+        wanted = {segments[1].name, segments[2].name}
+        assert {name.rsplit("_", 1)[0] for name in names if name.startswith("segment_")} == wanted
+        low, high = window.from_offset, window.to_offset
+        staged = list(PartitionReader(local, 2).records(low, high))
+        assert staged == list(PartitionReader(bucket / "win", 2).records(low, high))
+        assert [r.offset for r in staged] == list(range(segments[1].start_offset + 1, segments[2].start_offset + 1))
+    assert not local.exists() and not local.parent.exists()  # the spool is gone
+
+
 def test_the_empty_first_segment_is_replaced_by_the_first_records(bucket: ObjectPath) -> None:
     """A partition gets an empty segment at its log-start offset before any record (as on disk)."""
     with ObjectPartitionWriter(bucket / "t", "t", 0, catalog_root=bucket) as writer:

@@ -71,7 +71,7 @@ def test_batches_write_the_files_appending_one_by_one_writes(
 def test_a_replay_that_differs_fails_as_the_scalar_path_fails(records: list[Record], data: st.DataObject) -> None:
     """Changed content, an offset not stored, offsets going back inside a batch: the same error, same offset."""
     tampered = list(records)
-    kind = data.draw(st.sampled_from(["value", "gap", "backwards"]))
+    kind = data.draw(st.sampled_from(["value", "gap", "backwards", "two"]))
     at = data.draw(st.integers(0, len(records) - 1))
     if kind == "value":
         tampered[at] = tampered[at]._replace(value=(tampered[at].value or b"") + b"!")
@@ -79,6 +79,13 @@ def test_a_replay_that_differs_fails_as_the_scalar_path_fails(records: list[Reco
         tampered[at] = tampered[at]._replace(offset=records[at].offset - 1)
     elif kind == "backwards":
         tampered.insert(at + 1, tampered[at])  # the same record twice: a replay of itself
+    elif kind == "two":
+        # Other content early, a record of another length and a missing offset later: the first one counts.
+        tampered[at] = tampered[at]._replace(key=(tampered[at].key or b"") + b"?")
+        if at + 1 < len(records):
+            tampered[at + 1] = tampered[at + 1]._replace(value=(tampered[at + 1].value or b"") + b"longer")
+        if at + 2 < len(records) and records[at + 2].offset - records[at + 1].offset > 1:
+            tampered[at + 2] = tampered[at + 2]._replace(offset=records[at + 2].offset - 1)
     with tempfile.TemporaryDirectory() as tmp:
         results = []
         for name, batch_mode in (("one", False), ("many", True)):
@@ -106,3 +113,24 @@ def test_errors_name_topic_partition_and_offset(tmp_path: Path) -> None:
         with pytest.raises(PlacementError, match="offset 3: offset is below the last stored offset 6"):
             writer.append_batch(encode([records[2], records[2]._replace(offset=3)]))
     assert list(PartitionReader(tmp_path / "orders", 4).records()) == records
+
+
+def test_a_replay_onto_a_segment_cut_short_is_a_conflict_as_one_by_one(tmp_path: Path) -> None:
+    """A stored segment damaged after it was written: the replay refuses it, naming the first record it cannot match."""
+    records = [Record(o, 0, 1000 + o, b"k%d" % o, b"v" * 50, ()) for o in range(10)]
+    errors = []
+    for name, batch_mode in (("one", False), ("many", True)):
+        topic_dir = tmp_path / name / "t"
+        with PartitionWriter(topic_dir, "t", 0, max_segment_size=200, fsync=False) as writer:
+            for record in records:
+                writer.append(record)
+        first = min(p for p in topic_dir.iterdir() if p.name.endswith("_records"))
+        with open(first, "r+b") as handle:
+            handle.truncate(first.stat().st_size - 10)
+        with PartitionWriter(topic_dir, "t", 0, max_segment_size=200, fsync=False) as writer:
+            if batch_mode:
+                errors.append(outcome(lambda w=writer: w.append_batch(encode(records))))
+            else:
+                errors.append(outcome(lambda w=writer: sum(w.append(r) for r in records)))
+    assert errors[0] == errors[1]
+    assert errors[0][0] == "OffsetConflictError"

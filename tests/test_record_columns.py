@@ -184,3 +184,33 @@ def test_gather_takes_slices_back_to_back() -> None:
     buf = np.frombuffer(b"abcdefghij", dtype=np.uint8)
     assert gather(buf, np.array([2, 0, 5]), np.array([3, -1, 2])).tobytes() == b"cdefg"
     assert binary_column(buf, np.array([2, 0, 5]), np.array([3, -1, 0])).to_pylist() == [b"cde", None, b""]
+
+
+def test_records_with_more_headers_than_the_array_rounds() -> None:
+    """Past HEADER_ROUNDS header slots the decoder goes header by header: same result, same refusals."""
+    from kbackup.format.record_columns import HEADER_ROUNDS
+
+    records = [
+        Record(o, 0, o, b"k", b"v", tuple((f"h{i}", None if i % 3 == 1 else b"%d" % i) for i in range(o * 7)))
+        for o in range(8)
+    ]
+    assert len(records[-1].headers) > HEADER_ROUNDS
+    data = scalar_bytes(records)
+    lengths = np.array([len(encode_record(r)) for r in records], dtype=np.int64)
+    positions = np.concatenate(([0], np.cumsum(lengths[:-1])))
+    offsets = np.array([r.offset for r in records])
+    decoded = decode_columns(data, offsets, positions, lengths)
+    buf = np.frombuffer(data, dtype=np.uint8)
+    last = len(records) - 1
+    first, count = int(decoded.header_first[last]), int(decoded.header_counts[last])
+    keys = binary_column(buf, decoded.header_key_starts, decoded.header_key_lengths).to_pylist()
+    values = binary_column(buf, decoded.header_value_starts, decoded.header_value_lengths).to_pylist()
+    assert [
+        (k.decode(), v) for k, v in zip(keys[first : first + count], values[first : first + count], strict=True)
+    ] == list(records[last].headers)
+    damaged = bytearray(data)
+    # The last header's value length of the last record, made to reach past the record.
+    tail_value_length = int(positions[last] + lengths[last]) - 4 - len(b"%d" % 48)
+    damaged[tail_value_length : tail_value_length + 4] = (1000).to_bytes(4, "big")
+    with pytest.raises(TruncatedError, match="header value length reaches past the end of the record"):
+        decode_columns(damaged, offsets, positions, lengths)

@@ -159,3 +159,20 @@ def test_large_partitions_are_tasks_of_their_own_small_ones_are_packed() -> None
     # Enough records make more packed tasks: each holds at most about PACK_RECORDS offsets.
     medium = [range_of("m", p, PACK_RECORDS // 4) for p in range(12)]
     assert len(pack_ranges(medium, min_tasks=1)) == 3
+
+
+def test_packed_tasks_keep_their_limits() -> None:
+    from kbackup.spark.kafka_source import PACK_RANGES, PACK_RECORDS, pack_ranges
+
+    shapes = [
+        [PACK_RECORDS - 1] + [1] * 999,  # one nearly large range and many tiny ones
+        [120_000, 120_000, 120_000, 40_000],
+        [7] * 2_345,
+    ]
+    for sizes in shapes:
+        ranges = [range_of("s", p, size) for p, size in enumerate(sizes)]
+        tasks = pack_ranges(ranges, min_tasks=2)
+        assert sorted(r.partition for task in tasks for r in task.ranges) == list(range(len(sizes)))
+        for task in tasks:
+            assert len(task.ranges) <= PACK_RANGES
+            assert len(task.ranges) == 1 or sum(r.end - r.start for r in task.ranges) <= PACK_RECORDS

@@ -19,12 +19,14 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kbackup.backup.origin import check_origin
 from kbackup.catalog.offset_history import append_round
 from kbackup.catalog.topics import record_topic
 from kbackup.errors import PlacementError
+from kbackup.fsutil import sync_filesystem
 from kbackup.kafka.cluster import (
     TopicPartitionKey,
     cluster_identity,
@@ -134,13 +136,24 @@ def ensure_partitions(target: Location, admin: Any, selection: TopicSelection, *
         return 0
     earliest = list_offsets(admin, keys, latest=False)
     created = 0
+    # On disk the files are written without one fsync each and made durable by one file system sync at the
+    # end (thousands of new partitions would otherwise cost ten fsyncs each). A crash before it leaves empty or
+    # missing placeholder files, which the next writer of the partition repairs or creates.
+    local = isinstance(target, Path)
     for topic, partition in keys:
         try:
             with open_partition_writer(
-                target / topic, topic, partition, max_segment_size=max_segment_size, catalog_root=target
+                target / topic,
+                topic,
+                partition,
+                max_segment_size=max_segment_size,
+                catalog_root=target,
+                fsync=not local,
             ) as writer:
                 writer.ensure_segment(earliest[(topic, partition)])
             created += 1
         except PlacementError:
             continue  # the backup is writing it right now
+    if isinstance(target, Path) and created:
+        sync_filesystem(target)
     return created

@@ -57,12 +57,20 @@ def segment_problem(topic_dir: Location, entry: SegmentEntry) -> str | None:
 
 
 def bad_segments(
-    root: Location, topic: str, partition: int, *, from_offset: int | None = None, to_offset: int | None = None
+    root: Location,
+    topic: str,
+    partition: int,
+    *,
+    from_offset: int | None = None,
+    to_offset: int | None = None,
+    files: Location | None = None,
 ) -> list[BadSegment]:
     """Every cataloged segment of a partition whose files fail the check (none without a catalog).
 
     With ``from_offset``/``to_offset`` only the segments that may hold offsets in that range are checked.
+    ``files``: the directory holding the segment files, when not ``root / topic`` (a local copy).
     """
+    topic_dir = files if files is not None else root / topic
     catalog = read_catalog(root, topic, partition)
     if catalog is None:
         return []
@@ -70,12 +78,12 @@ def bad_segments(
     for entry in catalog.segments:
         if not _overlaps(entry.first_offset, entry.last_offset, from_offset, to_offset):
             continue
-        problem = segment_problem(root / topic, entry)
+        problem = segment_problem(topic_dir, entry)
         if problem is not None:
             found.append(BadSegment(entry.name, entry.first_offset, entry.last_offset, problem))
     tail = catalog.tail_of(catalog.tail.name) if catalog.tail is not None else None
     if tail is not None and _overlaps(tail.first_offset, tail.last_offset, from_offset, to_offset):
-        problem = tail_problem(root / topic, tail)
+        problem = tail_problem(topic_dir, tail)
         if problem is not None:
             found.append(BadSegment(tail.name, tail.first_offset, tail.last_offset, problem))
     return found

@@ -23,6 +23,6 @@ def read_catalog(root: Location, topic: str, partition: int) -> PartitionCatalog
     return PartitionCatalog.decode(read_limited(path, 1 << 30), file=str(path))
 
 
-def write_catalog(root: Location, catalog: PartitionCatalog) -> None:
+def write_catalog(root: Location, catalog: PartitionCatalog, *, sync: bool = True) -> None:
     """Replace the partition's catalog whole: readers see the old one or the new one."""
-    write_whole(catalog_path(root, catalog.topic, catalog.partition), catalog.encode())
+    write_whole(catalog_path(root, catalog.topic, catalog.partition), catalog.encode(), sync=sync)

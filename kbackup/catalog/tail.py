@@ -32,11 +32,11 @@ from kbackup.storage import Location, storage_for
 CHUNK = 1 << 20
 
 
-def record_tail(root: Location, topic: str, partition: int, tail: TailEntry) -> None:
+def record_tail(root: Location, topic: str, partition: int, tail: TailEntry, *, sync: bool = True) -> None:
     """Replace the partition's recorded tail (the rest of its catalog unchanged)."""
     catalog = read_catalog(root, topic, partition) or PartitionCatalog(topic, partition)
     if catalog.tail != tail:
-        write_catalog(root, replace(catalog, tail=tail))
+        write_catalog(root, replace(catalog, tail=tail), sync=sync)
 
 
 def prefix_crc32c(path: Location, length: int) -> tuple[int, int]:

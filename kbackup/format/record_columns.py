@@ -48,6 +48,8 @@ _HEAD_SIZE = _HEAD.itemsize
 _NO_TIMESTAMP_BYTES = slice(12, 20)
 _INT32_BE = np.dtype(">i4")
 _VALID_TYPES = np.array([-2, -1, 0, 1], dtype=np.int32)
+#: Header slots decoded as whole-batch array rounds; headers past this many in one record go one by one.
+HEADER_ROUNDS = 16
 _EMPTY = pa.scalar(b"", pa.large_binary())
 
 
@@ -334,15 +336,26 @@ def decode_columns(
     hk_lengths = np.zeros(total, dtype=np.int64)
     hv_starts = np.zeros(total, dtype=np.int64)
     hv_lengths = np.zeros(total, dtype=np.int64)
-    for round_ in range(int(counts.max()) if total else 0):
-        rows = np.flatnonzero(counts > round_)
+    # Header i of every record that has more than i headers, as arrays: one round per header slot, over the
+    # records with that many (a prefix of the records sorted by header count). Past HEADER_ROUNDS the few
+    # records with that many headers finish one header at a time.
+    order = np.argsort(-counts, kind="stable")
+    descending = -counts[order]
+    rounds = min(int(counts.max()) if total else 0, HEADER_ROUNDS)
+    for round_ in range(rounds):
+        rows = order[: int(np.searchsorted(descending, -round_, side="left"))]
         slot = header_first[rows] + round_
-        sub = _Cursor(buf, starts[rows], ends[rows], offsets[rows], label, base)
-        klen, kstart, after = sub.field(at[rows], "header key", nullable=False)
-        vlen, vstart, after = sub.field(after, "header value")
+        klen, kstart, after = cursor.field(at[rows], "header key", nullable=False, rows=rows)
+        vlen, vstart, after = cursor.field(after, "header value", rows=rows)
         hk_starts[slot], hk_lengths[slot] = kstart, klen
         hv_starts[slot], hv_lengths[slot] = vstart, vlen
         at[rows] = after
+    many = order[: int(np.searchsorted(descending, -rounds, side="left"))].tolist() if total else []
+    for row in many:
+        slots = range(int(header_first[row]) + rounds, int(header_first[row] + counts[row]))
+        position = _headers_one_by_one(buf, int(at[row]), int(ends[row]), slots, hk_starts, hk_lengths, hv_starts,
+                                       hv_lengths, cursor, row)  # fmt: skip
+        at[row] = position
     if (at != ends).any():
         i = int(np.flatnonzero(at != ends)[0])
         raise FormatError(
@@ -398,11 +411,15 @@ class _Cursor:
             )
         return self.views[width][at].astype(np.int64)
 
-    def field(self, at: Int64s, what: str, *, nullable: bool = True) -> tuple[Int64s, Int64s, Int64s]:
-        """A length-prefixed field at ``at``: its lengths, starts and the positions after it."""
-        lengths = self.int64_at(at, self.ends, self.offsets, f"{what} length", width=4)
+    def field(
+        self, at: Int64s, what: str, *, nullable: bool = True, rows: Int64s | None = None
+    ) -> tuple[Int64s, Int64s, Int64s]:
+        """A length-prefixed field at ``at`` (of the records ``rows``, default all): lengths, starts, what follows."""
+        ends = self.ends if rows is None else self.ends[rows]
+        offsets = self.offsets if rows is None else self.offsets[rows]
+        lengths = self.int64_at(at, ends, offsets, f"{what} length", width=4)
         starts = at + 4
-        bad = (lengths < (-1 if nullable else 0)) | (lengths > self.ends - starts)
+        bad = (lengths < (-1 if nullable else 0)) | (lengths > ends - starts)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             allowed = "-1 or a length >= 0" if nullable else "a length >= 0"
@@ -411,7 +428,7 @@ class _Cursor:
                     f"{what} length reaches past the end of the record",
                     file=self.file,
                     position=int(at[i]) + self.base,
-                    expected=f"at most {int(self.ends[i] - starts[i])} bytes",
+                    expected=f"at most {int(ends[i] - starts[i])} bytes",
                     found=str(int(lengths[i])),
                 )
             raise FormatError(
@@ -422,6 +439,37 @@ class _Cursor:
                 found=str(int(lengths[i])),
             )
         return lengths, starts, starts + np.maximum(lengths, 0)
+
+
+def _headers_one_by_one(
+    buf: npt.NDArray[np.uint8],
+    position: int,
+    end: int,
+    slots: range,
+    key_starts: Int64s,
+    key_lengths: Int64s,
+    value_starts: Int64s,
+    value_lengths: Int64s,
+    cursor: _Cursor,
+    row: int,
+) -> int:
+    """The headers of one record in ``slots`` (those past the array rounds), read with plain integers.
+
+    A length that does not fit goes through the cursor's array check, which raises the error it names.
+    """
+    data = buf.data
+    for slot in slots:
+        for name, nullable, starts, lengths in (
+            ("header key", False, key_starts, key_lengths),
+            ("header value", True, value_starts, value_lengths),
+        ):
+            length = int.from_bytes(data[position : position + 4], "big", signed=True) if position + 4 <= end else None
+            if length is None or length < (-1 if nullable else 0) or length > end - position - 4:
+                cursor.field(np.array([position]), name, nullable=nullable, rows=np.array([row]))  # raises
+            assert length is not None
+            starts[slot], lengths[slot] = position + 4, length
+            position += 4 + max(length, 0)
+    return position
 
 
 def _unaligned(buf: npt.NDArray[np.uint8], width: int) -> npt.NDArray[np.int64]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from kbackup.errors import TruncatedError
+from kbackup.errors import FormatError, TruncatedError
 from kbackup.format.record import Record
 from kbackup.format.record_columns import DecodedRecords, binary_column, decode_columns
 from kbackup.partition.segment_reader import SegmentIndexFile, check_segment_pair, warn_once
@@ -126,8 +126,8 @@ def iter_segment_batches(
                 offsets = entries["offset"].astype(np.int64)
                 positions = entries["position"].astype(np.int64)
                 lengths = entries["length"].astype(np.int64)
+                _check_entries(index, at, offsets, positions, lengths, previous_offset, previous_end, records.size)
                 ends = positions + lengths
-                _check_entries(index, at, offsets, positions, lengths, previous_offset, previous_end)
                 # As many as fit in batch_bytes from the first (at least one record, however large).
                 take = max(1, int(np.searchsorted(ends - positions[0], batch_bytes, side="right")))
                 low, high = int(positions[0]), int(ends[take - 1])
@@ -160,8 +160,20 @@ def _check_entries(
     lengths: np.ndarray,
     previous_offset: int,
     previous_end: int,
+    records_size: int,
 ) -> None:
-    """Offsets increase and records do not overlap, across the batch boundary too (the reference's checks)."""
+    """Offsets increase and records do not overlap, across the batch boundary too (the reference's checks);
+    every record lies inside the records file (checked first: a corrupt position or length must not overflow)."""
+    outside = (positions < 0) | (lengths > records_size) | (positions > records_size - lengths)
+    if outside.any():
+        row = int(np.flatnonzero(outside)[0])
+        raise FormatError(
+            f"index entry {at + row} (offset {int(offsets[row])}) points outside its records file",
+            file=str(index.path),
+            position=index.entry_position(at + row) + 8,
+            expected=f"position + length <= {records_size}",
+            found=f"position {int(positions[row])}, length {int(lengths[row])}",
+        )
     prior_offsets = np.concatenate(([previous_offset], offsets[:-1]))
     prior_ends = np.concatenate(([previous_end], (positions + lengths)[:-1]))
     bad = (offsets <= prior_offsets) | (positions < prior_ends) | (lengths <= 0)

@@ -57,6 +57,7 @@ from typing import NoReturn
 
 import crc32c
 import numpy as np
+import numpy.typing as npt
 
 from kbackup.errors import FormatError, OffsetConflictError, PlacementError
 from kbackup.format.magic import MAGIC_V1, check_magic
@@ -284,6 +285,11 @@ class PartitionWriter(ClosingWriter):
             self._check_in_segment(run.slice(int(rows[0]), int(rows[-1]) + 1), self.segments[int(owner)])
 
     def _check_in_segment(self, run: EncodedRecords, segment: PartitionIndexEntry) -> None:
+        """Compare a replayed run with the stored records of one segment; raise for the first record that differs.
+
+        Problems are found in offset order, as one-by-one appends find them: a record not stored, stored with
+        another length, or stored with other bytes.
+        """
         index, records_fd = self._lookup_handles(segment)
         offsets = run.offsets
         first = index.bisect(int(offsets[0]))
@@ -294,28 +300,51 @@ class PartitionWriter(ClosingWriter):
         at = np.searchsorted(stored_offsets, offsets)
         found = at < len(stored_offsets)
         found[found] = stored_offsets[at[found]] == offsets[found]
-        if not found.all():
-            self._replay_mismatch(run, int(np.flatnonzero(~found)[0]), None)
+        limit = len(run) if found.all() else int(np.flatnonzero(~found)[0])  # rows before the first missing one
+        at = at[:limit]
         positions = stored["position"].astype(np.int64)[at]
         lengths = stored["length"].astype(np.int64)[at]
-        mine = run.lengths
-        if (lengths != mine).any():
-            self._replay_mismatch(run, int(np.flatnonzero(lengths != mine)[0]), b"")
+        same_length = lengths == run.lengths[:limit]
+        comparable = limit if same_length.all() else int(np.flatnonzero(~same_length)[0])
+        differs = self._first_different(run, records_fd, positions[:comparable], lengths[:comparable])
+        if differs is not None:
+            self._replay_mismatch(run, differs, b"")
+        if comparable < limit:
+            self._replay_mismatch(run, comparable, b"")
+        if limit < len(run):
+            self._replay_mismatch(run, limit, None)
+
+    def _first_different(
+        self, run: EncodedRecords, records_fd: int, positions: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64]
+    ) -> int | None:
+        """The first of the run's records (as many as ``positions``) whose stored bytes differ, or ``None``."""
+        count = len(positions)
+        if count == 0:
+            return None
+        ours = run.data[: int(run.bounds[count])]
         low, high = int(positions[0]), int(positions[-1] + lengths[-1])
-        if high - low > 4 * len(run.data) + (1 << 20):
-            # The stored records are far apart (unindexed bytes between them): compare one by one.
-            stored_bytes = b"".join(
-                os.pread(records_fd, int(n), int(p)) for p, n in zip(positions, lengths, strict=True)
-            )
-        else:
-            span = np.frombuffer(os.pread(records_fd, high - low, low), dtype=np.uint8)
-            contiguous = bool((positions[1:] == positions[:-1] + lengths[:-1]).all())
-            stored_bytes = span.tobytes() if contiguous else gather(span, positions - low, lengths).tobytes()
-        if stored_bytes != run.data:
+        ordered = bool((positions[1:] >= positions[:-1] + lengths[:-1]).all())
+        stored_bytes = b""
+        if ordered and low >= 0 and high - low <= 4 * len(ours) + (1 << 20):
+            span = os.pread(records_fd, high - low, low)
+            if len(span) == high - low:
+                contiguous = bool((positions[1:] == positions[:-1] + lengths[:-1]).all())
+                view = np.frombuffer(span, dtype=np.uint8)
+                stored_bytes = span if contiguous else gather(view, positions - low, lengths).tobytes()
+                if stored_bytes == ours:
+                    return None
+        if len(stored_bytes) == len(ours):
+            # Same size, other bytes: the record holding the first differing byte.
             theirs = np.frombuffer(stored_bytes, dtype=np.uint8)
-            ours = np.frombuffer(run.data, dtype=np.uint8)
-            differs = np.flatnonzero(theirs != ours)[0]
-            self._replay_mismatch(run, int(np.searchsorted(run.bounds, differs, side="right")) - 1, b"")
+            byte = int(np.flatnonzero(theirs != np.frombuffer(ours, dtype=np.uint8))[0])
+            return int(np.searchsorted(run.bounds, byte, side="right")) - 1
+        # A stored segment that is damaged or far apart: record by record.
+        for row in range(count):
+            length = int(lengths[row])
+            stored = os.pread(records_fd, length, int(positions[row])) if positions[row] >= 0 else b""
+            if stored != run.data[int(run.bounds[row]) : int(run.bounds[row + 1])]:
+                return row
+        return None
 
     def _replay_mismatch(self, run: EncodedRecords, row: int, stored: bytes | None) -> NoReturn:
         """Raise the error the scalar path raises for replayed record ``row`` (``stored`` None: not stored)."""
@@ -580,6 +609,8 @@ class PartitionWriter(ClosingWriter):
             records_crc32c=coverage.records_crc32c,
             index_crc32c=coverage.index_crc32c,
         )
+        # Synced even when the segment files are not (a new target's placeholders): a catalog that a power
+        # loss left empty would stop the partition's next writer, where empty segment files are repaired.
         record_tail(self._catalog_root, self.topic, self.partition, tail)
 
     def _last_offset_of(self, segment: PartitionIndexEntry) -> int | None:

@@ -48,7 +48,8 @@ from kbackup.restore.marker import (
     transactional_id,
 )
 from kbackup.restore.selection import Window, selected_records
-from kbackup.storage import parse_location
+from kbackup.restore.staging import staged_topic_dir
+from kbackup.storage import Location, parse_location
 
 T = TypeVar("T")
 
@@ -141,12 +142,20 @@ _FATAL = -150  # an operation refused because the producer had a fatal error (se
 
 def restore_partition(task: PartitionTask) -> PartitionResult:
     """Produce the task's records; return what was done and the groups' new offsets."""
-    from confluent_kafka import KafkaException, Producer
 
     result = PartitionResult(task.source_topic, task.source_partition, task.target_topic, task.target_partition)
     result.started_at = time.time()
-    reader = PartitionReader(parse_location(task.source_dir), task.source_partition, legacy=task.legacy)
-    _check_segments(task)
+    with staged_topic_dir(
+        parse_location(task.source_dir), task.source_partition, task.window, legacy=task.legacy
+    ) as topic_dir:
+        _check_segments(task, topic_dir)
+        reader = PartitionReader(topic_dir, task.source_partition, legacy=task.legacy)
+        return _restore_from(task, reader, result)
+
+
+def _restore_from(task: PartitionTask, reader: PartitionReader, result: PartitionResult) -> PartitionResult:
+    from confluent_kafka import KafkaException, Producer
+
     where = f"topic {task.target_topic!r} partition {task.target_partition}"
     deliveries = _Deliveries()
     producer = Producer(
@@ -415,7 +424,7 @@ def _with_last(items: Iterable[T]) -> Iterator[tuple[T, bool]]:
     yield current, True
 
 
-def _check_segments(task: PartitionTask) -> None:
+def _check_segments(task: PartitionTask, files: Location) -> None:
     """Refuse to produce from a partition whose cataloged segments fail their checksums.
 
     Segments the plan chose to leave out (``--skip-bad-segments``) and segments outside the offset window are
@@ -429,6 +438,7 @@ def _check_segments(task: PartitionTask) -> None:
         task.source_partition,
         from_offset=window.from_offset,
         to_offset=window.to_offset,
+        files=files,
     )
     for bad in found:
         if bad.name in task.window.skip_segments:

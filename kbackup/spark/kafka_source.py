@@ -50,6 +50,7 @@ Spark task instead of one each per partition.
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import logging
 import time
@@ -267,15 +268,21 @@ def pack_ranges(ranges: list[KafkaRange], min_tasks: int = 1) -> list[KafkaTask]
     tasks = [KafkaTask((r,)) for r in large]
     if small:
         total = sum(r.end - r.start for r in small)
-        bins = max(min_tasks - len(large), -(-total // PACK_RECORDS), -(-len(small) // PACK_RANGES), 1)
-        bins = min(bins, len(small))
-        loads = [0] * bins
-        members: list[list[KafkaRange]] = [[] for _ in range(bins)]
-        for r in small:  # largest first, each to the least loaded task (by offsets, then by partitions)
-            target = min(range(bins), key=lambda b: (loads[b], len(members[b])))
-            loads[target] += r.end - r.start
-            members[target].append(r)
-        tasks += [KafkaTask(tuple(sorted(group, key=lambda r: (r.topic, r.partition)))) for group in members]
+        count = max(min_tasks - len(large), -(-total // PACK_RECORDS), -(-len(small) // PACK_RANGES), 1)
+        bins: list[list[KafkaRange]] = [[] for _ in range(min(count, len(small)))]
+        loads = [0] * len(bins)
+        for r in small:  # largest first, each to the least loaded task with room for it (a new task if none)
+            size = r.end - r.start
+            room = [b for b in range(len(bins)) if len(bins[b]) < PACK_RANGES and loads[b] + size <= PACK_RECORDS]
+            if room:
+                target = min(room, key=lambda b: (loads[b], len(bins[b])))
+            else:
+                bins.append([])
+                loads.append(0)
+                target = len(bins) - 1
+            loads[target] += size
+            bins[target].append(r)
+        tasks += [KafkaTask(tuple(sorted(group, key=lambda r: (r.topic, r.partition)))) for group in bins if group]
     return tasks
 
 
@@ -446,7 +453,14 @@ def _admit(
 
 
 def read_task(task: KafkaTask, *, batch_rows: int = 10_000) -> Iterator[pa.RecordBatch]:
-    """Read each range of ``task`` in turn with one consumer, as Arrow batches (executor side)."""
+    """Read the ranges of ``task`` with one consumer, as Arrow batches of one partition each (executor side).
+
+    One range is read alone. Several (small partitions packed together) are
+    assigned at once, so one fetch brings data of many of them: each
+    partition's rows gather in its own columns, which become a batch when the
+    range is complete or holds ``batch_rows`` rows, and a complete partition
+    is unassigned.
+    """
     from confluent_kafka import Consumer
 
     if not task.ranges:
@@ -456,10 +470,50 @@ def read_task(task: KafkaTask, *, batch_rows: int = 10_000) -> Iterator[pa.Recor
         consumer_settings(first.client, isolation_level=first.client.get("isolation.level", "read_committed"))
     )
     try:
-        for item in task.ranges:
-            yield from read_range(item, consumer, batch_rows=batch_rows)
+        if len(task.ranges) == 1:
+            yield from read_range(first, consumer, batch_rows=batch_rows)
+        else:
+            yield from _read_together(task.ranges, consumer, batch_rows=batch_rows)
     finally:
         consumer.close()
+
+
+def _read_together(ranges: tuple[KafkaRange, ...], consumer: Any, *, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    from confluent_kafka import KafkaError, TopicPartition
+
+    schema = to_arrow_schema(kafka_schema(ranges[0].include_headers), timezone="UTC")
+    pending = {(r.topic, r.partition): _Columns(r, schema) for r in ranges}
+    consumer.incremental_assign([TopicPartition(r.topic, r.partition, r.start) for r in ranges])
+    last_progress = time.monotonic()
+    while pending:
+        messages = consumer.consume(num_messages=5000, timeout=1.0)
+        if not messages:
+            if time.monotonic() - last_progress > ranges[0].read_timeout:
+                stuck = min(pending)
+                item = pending[stuck].task
+                raise ClusterError(
+                    f"topic {item.topic!r} partition {item.partition}: no data for {item.read_timeout:.0f} s "
+                    f"while reading offsets {item.start}..{item.end - 1} from "
+                    f"{redact(item.client).get('bootstrap.servers')} ({len(pending)} partitions of this task unread)"
+                )
+            continue
+        last_progress = time.monotonic()
+        keys = [(message.topic(), message.partition()) for message in messages]
+        cuts = [0, *(i for i in range(1, len(keys)) if keys[i] != keys[i - 1]), len(keys)]
+        for start, stop in itertools.pairwise(cuts):
+            columns = pending.get(keys[start])
+            if columns is None:
+                error = messages[start].error()
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    raise ClusterError(f"reading {len(pending)} partitions: {error.str()}")
+                continue  # a partition already complete: what was fetched past its range is not ours
+            done = columns.add_all(messages[start:stop], columns.task.end, KafkaError._PARTITION_EOF)
+            if columns.rows and (done or columns.rows >= batch_rows):
+                yield columns.batch()
+            if done:
+                del pending[keys[start]]
+                item = columns.task
+                consumer.incremental_unassign([TopicPartition(item.topic, item.partition)])
 
 
 def read_range(task: KafkaRange, consumer: Any, *, batch_rows: int = 10_000) -> Iterator[pa.RecordBatch]:

@@ -52,6 +52,11 @@ AnyWriter = PartitionWriter | ObjectPartitionWriter
 log = logging.getLogger("kbackup.sink")
 
 SINK_NAME = "kbackup_v1"
+
+#: Partitions a task keeps open at once. A task packing hundreds of small partitions (see the source's "Tasks")
+#: closes the least recently written one to open another: bounded descriptors and memory, and on an object store
+#: a partition reopened in the same task publishes one more segment.
+MAX_OPEN_PARTITIONS = 32
 REQUIRED_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 
 
@@ -126,7 +131,8 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
         try:
             for batch in iterator:
                 self._write_batch(batch, writers, stats)
-            self._close_others(writers, stats)
+            while writers:
+                self._close(writers, stats, next(iter(writers)))
         except BaseException:
             for writer in writers.values():
                 writer.abandon()
@@ -150,10 +156,11 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
         keys, values, headers = batch.column("key"), batch.column("value"), batch.column("headers")
         for start, stop in partition_runs(topics, partitions):
             key = (str(topics[start].as_py()), int(partitions[start]))
-            writer = writers.get(key)
+            writer = writers.pop(key, None)
             if writer is None:
-                self._close_others(writers, stats)
-                writer = writers[key] = open_partition_writer(
+                while len(writers) >= MAX_OPEN_PARTITIONS:
+                    self._close(writers, stats, next(iter(writers)))  # the least recently written
+                writer = open_partition_writer(
                     self.options.target / key[0],
                     key[0],
                     key[1],
@@ -162,7 +169,9 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
                     lock_timeout=self.options.lock_timeout,
                     catalog_root=self.options.target,
                 )
-                stats[key] = PartitionWrite(key[0], key[1], int(offsets[start]), int(offsets[start]))
+                if key not in stats:
+                    stats[key] = PartitionWrite(key[0], key[1], int(offsets[start]), int(offsets[start]))
+            writers[key] = writer  # most recently written last
             size = stop - start
             encoded = encode_columns(
                 offsets[start:stop],
@@ -179,13 +188,13 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
             stat.last_offset = int(offsets[stop - 1])
 
     @staticmethod
-    def _close_others(writers: dict[tuple[str, int], AnyWriter], stats: dict[tuple[str, int], PartitionWrite]) -> None:
-        """Sync and close the partitions written so far: a task reads its partitions one after the other
-        (see the source's "Tasks"), so one packing hundreds of small partitions keeps one open at a time."""
-        for key in list(writers):
-            writer = writers.pop(key)
-            writer.close()
-            stats[key].bytes += writer.appended_bytes
+    def _close(
+        writers: dict[tuple[str, int], AnyWriter], stats: dict[tuple[str, int], PartitionWrite], key: tuple[str, int]
+    ) -> None:
+        """Sync, publish and close one partition's writer."""
+        writer = writers.pop(key)
+        writer.close()
+        stats[key].bytes += writer.appended_bytes
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver side: report what the batch wrote, in one line (and one per topic at debug level)."""

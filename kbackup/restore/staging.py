@@ -1,0 +1,74 @@
+"""Where a restore task reads a partition from: the backup itself, or a local copy of what it needs.
+
+On disk the task reads the backup's own files. On an object store every
+read is a request, and the task reads each segment twice (the CRC32C check
+before producing anything, then the records), so it first downloads, once,
+the partition index and every segment its window reads into a local spool
+directory (``KBACKUP_SPOOL_DIR``, default the system temporary directory),
+checks the copies, produces from them and removes them when it ends.
+
+Disk: the spool holds the selected segments of the partitions being
+restored at the same time (one per running task). Memory: one 8 MiB chunk
+per download.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
+from kbackup.partition.layout import partition_index_path
+from kbackup.partition.object_writer import SPOOL_DIR_ENV
+from kbackup.partition.reader import PartitionReader
+from kbackup.restore.selection import Window
+from kbackup.storage import Location, ObjectPath, as_local, storage_for
+
+CHUNK = 8 << 20
+
+
+@contextlib.contextmanager
+def staged_topic_dir(source_dir: Location, partition: int, window: Window, *, legacy: bool) -> Iterator[Location]:
+    """The topic directory to read ``partition`` from (see the module docstring); a local copy is removed after."""
+    if not isinstance(source_dir, ObjectPath):
+        yield source_dir
+        return
+    spool = Path(tempfile.mkdtemp(prefix="kbackup-restore-", dir=os.environ.get(SPOOL_DIR_ENV)))
+    try:
+        local = spool / source_dir.name
+        local.mkdir()
+        download(partition_index_path(source_dir, partition), as_local(partition_index_path(local, partition)))
+        segments = PartitionReader(source_dir, partition, legacy=legacy).segments
+        for number, segment in enumerate(segments):
+            following = segments[number + 1].start_offset if number + 1 < len(segments) else None
+            if segment.name in window.skip_segments:
+                continue
+            if window.from_offset is not None and following is not None and following <= window.from_offset:
+                continue  # wholly below the window
+            if window.to_offset is not None and segment.start_offset > window.to_offset:
+                break
+            for suffix in (RECORDS_SUFFIX, INDEX_SUFFIX):
+                download(source_dir / f"{segment.name}{suffix}", local / f"{segment.name}{suffix}")
+        yield local
+    finally:
+        shutil.rmtree(spool, ignore_errors=True)
+
+
+def download(source: Location, destination: Path) -> None:
+    """Copy one object to a local file in chunks."""
+    handle = storage_for(source).open_read(source)
+    try:
+        with open(destination, "wb") as out:
+            position = 0
+            while position < handle.size:
+                chunk = handle.pread(min(CHUNK, handle.size - position), position)
+                if not chunk:
+                    break
+                out.write(chunk)
+                position += len(chunk)
+    finally:
+        handle.close()
