@@ -196,16 +196,43 @@ def test_a_restore_task_downloads_the_segments_its_window_reads_once(bucket: Obj
     segments = PartitionReader(bucket / "win", 2).segments
     assert len(segments) >= 4
     window = Window(from_offset=segments[1].start_offset + 1, to_offset=segments[2].start_offset)
-    with staged_topic_dir(bucket / "win", 2, window, legacy=False) as local:
+    with staged_topic_dir(bucket / "win", 2, window, legacy=False) as staged:
+        local = staged.topic_dir
         assert isinstance(local, Path)
+        assert staged.names == frozenset({segments[1].name, segments[2].name})
         names = sorted(path.name for path in local.iterdir())
         wanted = {segments[1].name, segments[2].name}
         assert {name.rsplit("_", 1)[0] for name in names if name.startswith("segment_")} == wanted
         low, high = window.from_offset, window.to_offset
-        staged = list(PartitionReader(local, 2).records(low, high))
-        assert staged == list(PartitionReader(bucket / "win", 2).records(low, high))
-        assert [r.offset for r in staged] == list(range(segments[1].start_offset + 1, segments[2].start_offset + 1))
+        read = list(PartitionReader(local, 2).records(low, high))
+        assert read == list(PartitionReader(bucket / "win", 2).records(low, high))
+        assert [r.offset for r in read] == list(range(segments[1].start_offset + 1, segments[2].start_offset + 1))
     assert not local.exists() and not local.parent.exists()  # the spool is gone
+
+
+def test_a_staged_restore_checks_what_it_copied_and_not_an_empty_placeholder_below_its_window(
+    bucket: ObjectPath,
+) -> None:
+    """The placeholder segment stays when the first records arrive above it; a window above both skips it."""
+    import types
+
+    from kbackup.restore import task as restore_task
+    from kbackup.restore.selection import Window
+    from kbackup.restore.staging import staged_topic_dir
+
+    with ObjectPartitionWriter(bucket / "ph", "ph", 0, catalog_root=bucket) as writer:
+        writer.ensure_segment(0)
+    with ObjectPartitionWriter(bucket / "ph", "ph", 0, catalog_root=bucket, max_segment_size=200) as writer:
+        for offset in range(5, 40):
+            writer.append(record(offset))
+    window = Window(from_offset=30)
+    task = types.SimpleNamespace(
+        source_dir=str(bucket / "ph"), source_topic="ph", source_partition=0, window=window, legacy=False
+    )
+    with staged_topic_dir(bucket / "ph", 0, window, legacy=False) as staged:
+        assert staged.names is not None and PartitionReader(bucket / "ph", 0).segments[0].name not in staged.names
+        restore_task._check_segments(task, staged)  # type: ignore[arg-type]
+        assert [r.offset for r in PartitionReader(staged.topic_dir, 0).records(30)] == list(range(30, 40))
 
 
 def test_the_empty_first_segment_is_replaced_by_the_first_records(bucket: ObjectPath) -> None:

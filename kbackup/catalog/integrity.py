@@ -6,6 +6,7 @@ against the tail the catalog recorded (:mod:`kbackup.catalog.tail`).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from kbackup.catalog.build import file_crc32c
@@ -64,11 +65,13 @@ def bad_segments(
     from_offset: int | None = None,
     to_offset: int | None = None,
     files: Location | None = None,
+    only: Collection[str] | None = None,
 ) -> list[BadSegment]:
     """Every cataloged segment of a partition whose files fail the check (none without a catalog).
 
     With ``from_offset``/``to_offset`` only the segments that may hold offsets in that range are checked.
-    ``files``: the directory holding the segment files, when not ``root / topic`` (a local copy).
+    ``files``: the directory holding the segment files, when not ``root / topic`` (a local copy); ``only``: check
+    just these segments (the ones copied there).
     """
     topic_dir = files if files is not None else root / topic
     catalog = read_catalog(root, topic, partition)
@@ -78,11 +81,17 @@ def bad_segments(
     for entry in catalog.segments:
         if not _overlaps(entry.first_offset, entry.last_offset, from_offset, to_offset):
             continue
+        if only is not None and entry.name not in only:
+            continue
         problem = segment_problem(topic_dir, entry)
         if problem is not None:
             found.append(BadSegment(entry.name, entry.first_offset, entry.last_offset, problem))
     tail = catalog.tail_of(catalog.tail.name) if catalog.tail is not None else None
-    if tail is not None and _overlaps(tail.first_offset, tail.last_offset, from_offset, to_offset):
+    if (
+        tail is not None
+        and _overlaps(tail.first_offset, tail.last_offset, from_offset, to_offset)
+        and (only is None or tail.name in only)
+    ):
         problem = tail_problem(topic_dir, tail)
         if problem is not None:
             found.append(BadSegment(tail.name, tail.first_offset, tail.last_offset, problem))

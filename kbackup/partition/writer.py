@@ -304,7 +304,10 @@ class PartitionWriter(ClosingWriter):
         at = at[:limit]
         positions = stored["position"].astype(np.int64)[at]
         lengths = stored["length"].astype(np.int64)[at]
-        same_length = lengths == run.lengths[:limit]
+        # An entry pointing outside the records file (a damaged index) matches nothing: checked before any read.
+        size = os.fstat(records_fd).st_size
+        inside = (positions >= 0) & (lengths > 0) & (lengths <= size) & (positions <= size - lengths)
+        same_length = (lengths == run.lengths[:limit]) & inside
         comparable = limit if same_length.all() else int(np.flatnonzero(~same_length)[0])
         differs = self._first_different(run, records_fd, positions[:comparable], lengths[:comparable])
         if differs is not None:
@@ -667,7 +670,10 @@ class PartitionWriter(ClosingWriter):
                 entry = index.entry(position)
                 if entry.offset == record.offset:
                     self._replay_hint = position
-                    stored = os.pread(records_fd, entry.length, entry.position)
+                    size = os.fstat(records_fd).st_size
+                    inside = 0 <= entry.position and 0 < entry.length <= size - entry.position
+                    # An entry pointing outside the records file (a damaged index) matches no record.
+                    stored = os.pread(records_fd, entry.length, entry.position) if inside else b""
         check_replayed(self.topic, self.partition, record.offset, encode_record(record), stored, self._last_offset)
 
     def _lookup_handles(self, segment: PartitionIndexEntry) -> tuple[SegmentIndexFile, int]:

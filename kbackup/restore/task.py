@@ -48,8 +48,8 @@ from kbackup.restore.marker import (
     transactional_id,
 )
 from kbackup.restore.selection import Window, selected_records
-from kbackup.restore.staging import staged_topic_dir
-from kbackup.storage import Location, parse_location
+from kbackup.restore.staging import Staged, staged_topic_dir
+from kbackup.storage import parse_location
 
 T = TypeVar("T")
 
@@ -147,9 +147,9 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
     result.started_at = time.time()
     with staged_topic_dir(
         parse_location(task.source_dir), task.source_partition, task.window, legacy=task.legacy
-    ) as topic_dir:
-        _check_segments(task, topic_dir)
-        reader = PartitionReader(topic_dir, task.source_partition, legacy=task.legacy)
+    ) as staged:
+        _check_segments(task, staged)
+        reader = PartitionReader(staged.topic_dir, task.source_partition, legacy=task.legacy)
         return _restore_from(task, reader, result)
 
 
@@ -424,7 +424,7 @@ def _with_last(items: Iterable[T]) -> Iterator[tuple[T, bool]]:
     yield current, True
 
 
-def _check_segments(task: PartitionTask, files: Location) -> None:
+def _check_segments(task: PartitionTask, staged: Staged) -> None:
     """Refuse to produce from a partition whose cataloged segments fail their checksums.
 
     Segments the plan chose to leave out (``--skip-bad-segments``) and segments outside the offset window are
@@ -438,7 +438,8 @@ def _check_segments(task: PartitionTask, files: Location) -> None:
         task.source_partition,
         from_offset=window.from_offset,
         to_offset=window.to_offset,
-        files=files,
+        files=staged.topic_dir,
+        only=staged.names,
     )
     for bad in found:
         if bad.name in task.window.skip_segments:

@@ -41,15 +41,18 @@ Tasks: work is planned by records, not by partitions. A Kafka partition with
 at least :data:`PACK_RECORDS` offsets to read is a task of its own; smaller
 ones are packed together (at most :data:`PACK_RECORDS` offsets and
 :data:`PACK_RANGES` partitions per task, but in at least ``minPartitions``
-tasks when there are that many), and a task reads its partitions one after
-the other with one consumer. Each Kafka partition is read by one task, in
-offset order, so a task of many small partitions costs one consumer and one
-Spark task instead of one each per partition.
+tasks when there are that many), and a task assigns all its partitions to one
+consumer at once (one fetch brings records of many). Each Kafka partition is
+read by one task, in offset order, and handed to the sink in batches of that
+partition alone (batches of different partitions may alternate), so a task of
+many small partitions costs one consumer and one Spark task instead of one
+each per partition.
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 import itertools
 import json
 import logging
@@ -256,7 +259,7 @@ PACK_RANGES = 500
 
 @dataclass(frozen=True)
 class KafkaTask(InputPartition):
-    """The ranges one task reads, one after the other (see "Tasks" in the module docstring)."""
+    """The ranges one task reads with one consumer (see "Tasks" in the module docstring)."""
 
     ranges: tuple[KafkaRange, ...]
 
@@ -271,17 +274,28 @@ def pack_ranges(ranges: list[KafkaRange], min_tasks: int = 1) -> list[KafkaTask]
         count = max(min_tasks - len(large), -(-total // PACK_RECORDS), -(-len(small) // PACK_RANGES), 1)
         bins: list[list[KafkaRange]] = [[] for _ in range(min(count, len(small)))]
         loads = [0] * len(bins)
-        for r in small:  # largest first, each to the least loaded task with room for it (a new task if none)
+        # Largest first, each to the least loaded task (the top of a heap of (load, ranges, task)) when it has
+        # room; else to the least loaded task that has, else to a new one (rare: ranges come largest first).
+        heap = [(0, 0, b) for b in range(len(bins))]
+        for r in small:
             size = r.end - r.start
-            room = [b for b in range(len(bins)) if len(bins[b]) < PACK_RANGES and loads[b] + size <= PACK_RECORDS]
-            if room:
-                target = min(room, key=lambda b: (loads[b], len(bins[b])))
-            else:
-                bins.append([])
-                loads.append(0)
-                target = len(bins) - 1
+            load, members, target = heap[0]
+            fits = members < PACK_RANGES and load + size <= PACK_RECORDS
+            if not fits:
+                room = [b for b in range(len(bins)) if len(bins[b]) < PACK_RANGES and loads[b] + size <= PACK_RECORDS]
+                if room:
+                    target = min(room, key=lambda b: (loads[b], len(bins[b])))
+                else:
+                    bins.append([])
+                    loads.append(0)
+                    target = len(bins) - 1
             loads[target] += size
             bins[target].append(r)
+            if fits:
+                heapq.heapreplace(heap, (loads[target], len(bins[target]), target))
+            else:
+                heap = [(loads[b], len(bins[b]), b) for b in range(len(bins))]
+                heapq.heapify(heap)
         tasks += [KafkaTask(tuple(sorted(group, key=lambda r: (r.topic, r.partition)))) for group in bins if group]
     return tasks
 
