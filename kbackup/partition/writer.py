@@ -671,7 +671,7 @@ class PartitionWriter(ClosingWriter):
                 if entry.offset == record.offset:
                     self._replay_hint = position
                     size = os.fstat(records_fd).st_size
-                    inside = 0 <= entry.position and 0 < entry.length <= size - entry.position
+                    inside = entry.position >= 0 and 0 < entry.length <= size - entry.position
                     # An entry pointing outside the records file (a damaged index) matches no record.
                     stored = os.pread(records_fd, entry.length, entry.position) if inside else b""
         check_replayed(self.topic, self.partition, record.offset, encode_record(record), stored, self._last_offset)
