@@ -202,6 +202,21 @@ def _restore_from(task: PartitionTask, reader: PartitionReader, result: Partitio
             _abort(producer)
             reason = deliveries.failure or (error.str() if error is not None else str(exc))
             raise DeliveryError(f"{where}: {reason}") from None
+    except SystemError as exc:
+        # confluent-kafka raises this when a delivery report is served while one of its calls is failing (seen
+        # once when a newer restore fenced this one mid-transaction): the producer's own state says why.
+        error = deliveries.fatal
+        if error is None:
+            try:
+                producer.poll(0)
+            except KafkaException as again:
+                error = again.args[0] if again.args else None
+        if deliveries.fenced or (error is not None and error.code() in _FENCED_CODES):
+            result.fenced = f"{where}: {error.str() if error is not None else deliveries.failure}"
+        else:
+            _abort(producer)
+            reason = deliveries.failure or (error.str() if error is not None else str(exc))
+            raise DeliveryError(f"{where}: {reason}") from None
     except BaseException:
         _abort(producer)
         raise
