@@ -73,6 +73,20 @@ class PartitionReader:
             self.topic_dir / (segment.name + INDEX_SUFFIX),
         )
 
+    def _segments_between(
+        self, from_offset: int | None, to_offset: int | None, skip_segments: frozenset[str]
+    ) -> Iterator[tuple[PartitionIndexEntry, Location, Location]]:
+        """The segments that may hold offsets in ``from_offset..to_offset``, in order, less ``skip_segments``."""
+        first = 0
+        if from_offset is not None:
+            starts = [segment.start_offset for segment in self.segments]
+            first = max(bisect.bisect_right(starts, from_offset) - 1, 0)
+        for segment in self.segments[first:]:
+            if to_offset is not None and segment.start_offset > to_offset:
+                return
+            if segment.name not in skip_segments:
+                yield (segment, *self.segment_paths(segment))
+
     def records(
         self,
         from_offset: int | None = None,
@@ -85,17 +99,8 @@ class PartitionReader:
         Segments named in ``skip_segments`` are passed over (a restore told to
         leave out damaged segments).
         """
-        first = 0
-        if from_offset is not None:
-            starts = [segment.start_offset for segment in self.segments]
-            first = max(bisect.bisect_right(starts, from_offset) - 1, 0)
         previous = -1
-        for segment in self.segments[first:]:
-            if to_offset is not None and segment.start_offset > to_offset:
-                return
-            if segment.name in skip_segments:
-                continue
-            records_path, index_path = self.segment_paths(segment)
+        for segment, records_path, index_path in self._segments_between(from_offset, to_offset, skip_segments):
             for record in iter_segment(records_path, index_path, from_offset=from_offset, legacy=self.legacy):
                 _check_follows(segment, records_path, record.offset, previous)
                 if to_offset is not None and record.offset > to_offset:
@@ -111,17 +116,8 @@ class PartitionReader:
         skip_segments: frozenset[str] = frozenset(),
     ) -> Iterator[RecordBatch]:
         """:meth:`records`, as columnar batches (see :mod:`kbackup.partition.segment_batches`)."""
-        first = 0
-        if from_offset is not None:
-            starts = [segment.start_offset for segment in self.segments]
-            first = max(bisect.bisect_right(starts, from_offset) - 1, 0)
         previous = -1
-        for segment in self.segments[first:]:
-            if to_offset is not None and segment.start_offset > to_offset:
-                return
-            if segment.name in skip_segments:
-                continue
-            records_path, index_path = self.segment_paths(segment)
+        for segment, records_path, index_path in self._segments_between(from_offset, to_offset, skip_segments):
             for batch in iter_segment_batches(records_path, index_path, from_offset=from_offset, legacy=self.legacy):
                 _check_follows(segment, records_path, int(batch.columns.offsets[0]), previous)
                 if to_offset is not None and batch.columns.offsets[-1] > to_offset:
