@@ -118,10 +118,13 @@ def kcat_dump(settings: dict[str, str], count: int) -> float | None:
     return time.perf_counter() - started
 
 
-def run_backup(settings: dict[str, str], target: Path, *job_args: str) -> tuple[float, float, float, float]:
+def run_backup(
+    settings: dict[str, str], target: Path, *job_args: str, master: str = "local[2]"
+) -> tuple[float, float, float, float]:
     """Wall seconds, summed batch seconds, start-up seconds and peak tree RSS (MiB) of a snapshot backup.
 
     ``job_args``: the topics and any other option, e.g. ``("--topics", "bench", "--kafka-source", "spark")``.
+    ``master``: where Spark runs (on a standalone cluster the RSS is the driver's alone).
     """
     config = client_config_file(target.parent / f"{target.name}.properties", settings)
     command = spark_submit_command(
@@ -134,6 +137,7 @@ def run_backup(settings: dict[str, str], target: Path, *job_args: str) -> tuple[
         target,
         "--snapshot",
         *job_args,
+        master=master,
     )
     env = job_environment()
     started = time.perf_counter()

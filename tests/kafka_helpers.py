@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
 import json
+import os
+import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -20,28 +23,57 @@ def job_env() -> dict[str, str]:
     return job_environment()
 
 
-def backup_command(*args: str | Path) -> list[str]:
-    return spark_submit_command("backup", *args)
+def backup_command(*args: str | Path, master: str = "local[2]") -> list[str]:
+    return spark_submit_command("backup", *args, master=master)
 
 
-def run_backup(*args: str | Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_backup(*args: str | Path, timeout: float = 300, master: str = "local[2]") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        backup_command(*args), capture_output=True, text=True, env=job_env(), cwd=REPO, timeout=timeout
+        backup_command(*args, master=master), capture_output=True, text=True, env=job_env(), cwd=REPO, timeout=timeout
     )
 
 
-def start_backup(*args: str | Path, log: Path) -> subprocess.Popen[bytes]:
-    """Start a backup in its own process group, output to ``log``."""
+def start_job(command: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """Start a ``spark-submit`` command in its own process group (driver JVM and Python), output to ``log``."""
     with open(log, "ab") as out:
         return subprocess.Popen(
-            backup_command(*args), stdout=out, stderr=subprocess.STDOUT, env=job_env(), cwd=REPO, start_new_session=True
+            command, stdout=out, stderr=subprocess.STDOUT, env=job_env(), cwd=REPO, start_new_session=True
         )
 
 
+def start_backup(*args: str | Path, log: Path, master: str = "local[2]") -> subprocess.Popen[bytes]:
+    """Start a backup in its own process group, output to ``log``."""
+    return start_job(backup_command(*args, master=master), log)
+
+
+def kill_job(process: subprocess.Popen[bytes]) -> None:
+    """``kill -9`` a job started by :func:`start_job` (its whole process group) unless it has ended; reap it."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(30)
+
+
+def kbackup_in_process(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The ``kbackup`` CLI run in this process (no interpreter start-up): its exit code, stdout and stderr.
+
+    For commands that only read and write backup files (``cat``, ``verify``, ``prune``, ``ls``); the CLI itself is
+    tested as a separate process elsewhere.
+    """
+    from kbackup.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    argv = [str(arg) for arg in args]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # argparse
+            code = exc.code if isinstance(exc.code, int) else 2
+    return subprocess.CompletedProcess(["kbackup", *argv], code, out.getvalue(), err.getvalue())
+
+
 def kbackup_lines(*args: str | Path) -> list[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "kbackup", *map(str, args)], capture_output=True, text=True, env=job_env(), check=True
-    )
+    result = kbackup_in_process(*args)
+    result.check_returncode()
     return result.stdout.splitlines()
 
 
@@ -160,3 +192,14 @@ def backed_up(target: Path, topics: Sequence[str]) -> list[dict[str, Any]]:
     for topic in topics:
         records += [json.loads(line) for line in kbackup_lines("cat", target, "--topic", topic)]
     return sorted(records, key=lambda r: (r["topic"], r["partition"], r["offset"]))
+
+
+def commit_offsets(broker: BrokerUnderTest, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """Commit ``group``'s offsets as a consumer of that group would (no member stays)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(broker.client_settings(**{"group.id": group, "enable.auto.commit": "false"}))
+    try:
+        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
+    finally:
+        consumer.close()

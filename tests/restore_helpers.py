@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kbackup.format.record import Record
+from kbackup.partition.offsets_file import write_consumer_offsets
+from kbackup.partition.writer import PartitionWriter
 from kbackup.spark.submit import REPO, client_config_file, spark_submit_command
 from tests.broker import BrokerUnderTest
-from tests.kafka_helpers import job_env
+from tests.kafka_helpers import job_env, start_job
 
 
 @dataclass
@@ -30,12 +34,13 @@ class Target:
         return ["--bootstrap-server", self.broker.bootstrap_servers, "--command-config", str(config)]
 
 
-def restore_command(*args: str | Path) -> list[str]:
-    return spark_submit_command("restore", *args)
+def restore_command(*args: str | Path, master: str = "local[2]") -> list[str]:
+    return spark_submit_command("restore", *args, master=master)
 
 
-def run_restore(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(restore_command(*args), capture_output=True, text=True, env=job_env(), cwd=REPO, timeout=600)
+def run_restore(*args: str | Path, master: str = "local[2]") -> subprocess.CompletedProcess[str]:
+    command = restore_command(*args, master=master)
+    return subprocess.run(command, capture_output=True, text=True, env=job_env(), cwd=REPO, timeout=600)
 
 
 def restore_python(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -69,3 +74,65 @@ def comparable(records: list[dict[str, Any]], *, topic: str | None = None) -> li
         for r in records
         if topic is None or r["topic"] == topic
     ]
+
+
+def committed_end(broker: BrokerUnderTest, topic: str, partitions: int = 2) -> int:
+    """The end of committed data summed over the partitions (grows with every committed transaction)."""
+    from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient(broker.client_settings())
+    if topic not in admin.list_topics(timeout=10).topics:
+        return 0
+    request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
+    for _ in range(40):  # a topic just created may not have its leaders yet
+        try:
+            futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED)
+            return sum(f.result().offset for f in futures.values())
+        except KafkaException:
+            time.sleep(0.25)
+    raise AssertionError(f"cannot list the offsets of {topic}")
+
+
+def start_restore(*args: str | Path, log: Path, master: str = "local[2]") -> subprocess.Popen[bytes]:
+    """Start a restore in its own process group, output to ``log``."""
+    return start_job(restore_command(*args, master=master), log)
+
+
+def write_backup(backup: Path, topic: str, partitions: int, records: int) -> dict[str, dict[int, int]]:
+    """A backup with keys, values, headers, gaps, and groups at the start, inside and at the end of each partition."""
+    base = (int(time.time()) // 60 - 60) * 60_000
+    for partition in range(partitions):
+        with PartitionWriter(backup / topic, topic, partition, fsync=False) as writer:
+            for i in range(records):
+                headers = (("p", b"%d" % partition), ("n", None)) if i % 7 == 0 else ()
+                value = None if i % 13 == 0 else b"value-%d-%d-" % (partition, i) * (1 + i % 4)
+                writer.append(Record(i * 2, 0, base + i, None if i % 11 == 0 else b"k%d" % i, value, headers))
+    groups = {
+        "cluster-zero": dict.fromkeys(range(partitions), 0),
+        "cluster-mid": {p: 2 * (records // (p + 2)) + 1 for p in range(partitions)},  # inside a gap
+        "cluster-end": dict.fromkeys(range(partitions), 2 * records),
+    }
+    for partition in range(partitions):
+        positions = {group: offsets[partition] for group, offsets in groups.items()}
+        write_consumer_offsets(backup / topic, partition, positions, sync=False)
+    return groups
+
+
+def check_groups(
+    target: Target,
+    name: str,
+    source: list[dict[str, Any]],
+    restored: list[dict[str, Any]],
+    groups: dict[str, dict[int, int]],
+) -> None:
+    """Each group's new offset has exactly the records below its old offset before it, no more, no fewer."""
+    for group, offsets in groups.items():
+        committed = group_offsets(target.broker, group)
+        for partition, offset in offsets.items():
+            new = committed[(name, partition)]
+            before = [r for r in restored if r["partition"] == partition and r["offset"] < new]
+            wanted = [r for r in source if r["partition"] == partition and r["offset"] < offset]
+            assert comparable(before) == comparable(wanted), (group, partition, offset, new)
+            after = [r for r in restored if r["partition"] == partition and r["offset"] >= new]
+            assert len(before) + len(after) == len([r for r in source if r["partition"] == partition])

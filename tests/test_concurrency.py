@@ -20,8 +20,8 @@ from kbackup.spark.submit import client_config_file
 from kbackup.storage import as_local
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
-from tests.kafka_helpers import backed_up, consume_all, create_topics, run_backup, start_backup
-from tests.test_backup_continuous import Producer, _batches, _wait_for
+from tests.kafka_helpers import backed_up, consume_all, create_topics, kbackup_in_process, run_backup, start_backup
+from tests.live_load import Producer, batches, wait_for
 
 DRIVER_PID = re.compile(r"stop with SIGTERM to the driver process (\d+)")
 
@@ -83,7 +83,7 @@ def test_a_second_backup_of_a_target_is_refused_and_the_running_one_goes_on(
     log = tmp_path / "continuous.log"
     continuous = start_backup(*client, "--topics", topic, "--target-dir", target, "--trigger-interval", "1", log=log)
     try:
-        _wait_for(lambda: any(rows for _, rows in _batches(log)), 240, "the continuous backup's first records")
+        wait_for(lambda: any(rows for _, rows in batches(log)), 240, "the continuous backup's first records")
         holder = int(DRIVER_PID.findall(log.read_text())[-1])
         # A snapshot beside the continuous backup (before, it killed the continuous one).
         second = run_backup(*client, "--topics", topic, "--target-dir", target, "--snapshot", timeout=300)
@@ -105,7 +105,7 @@ def test_a_second_backup_of_a_target_is_refused_and_the_running_one_goes_on(
         assert continuous.poll() is None, log.read_text()[-3000:]
         producer.stop()
         # The running backup was not disturbed: it backs up everything produced, before and after.
-        _wait_for(lambda: len(backed_up(target, [topic])) == producer.sent, 240, "the backup to catch up")
+        wait_for(lambda: len(backed_up(target, [topic])) == producer.sent, 240, "the backup to catch up")
         _stop(continuous, log)
     finally:
         producer.stop()
@@ -127,7 +127,7 @@ def test_prune_beside_a_running_backup_deletes_only_old_segments(kafka: BrokerUn
                               "--max-segment-size", "20000", log=log)  # fmt: skip
     pruned = 0
     try:
-        _wait_for(lambda: sum(rows for _, rows in _batches(log)) > 2000, 240, "the backup's first segments")
+        wait_for(lambda: sum(rows for _, rows in batches(log)) > 2000, 240, "the backup's first segments")
         deadline = time.monotonic() + 25
         while time.monotonic() < deadline:
             result = _kbackup("prune", target, "--older-than", "1ms")
@@ -146,7 +146,7 @@ def test_prune_beside_a_running_backup_deletes_only_old_segments(kafka: BrokerUn
                 ends[record["partition"]] = int(str(record["offset"])) + 1
             return sum(ends.values()) == sent
 
-        _wait_for(caught_up, 240, "the backup to catch up")
+        wait_for(caught_up, 240, "the backup to catch up")
         _stop(continuous, log)
     finally:
         producer.stop()
@@ -178,19 +178,19 @@ def test_a_prune_killed_at_any_step_leaves_a_backup_that_verifies(tmp_path: Path
             [sys.executable, "-m", "tests.crash_prune", str(root), str(kill_at)],
             capture_output=True, text=True, cwd=REPO, timeout=300,
         )  # fmt: skip
-        verified = _kbackup("verify", root)
+        verified = kbackup_in_process("verify", root)
         assert verified.returncode == 0, f"kill at {kill_at}: {verified.stdout}{verified.stderr}"
         if killed.returncode == 0:
             break  # the prune finished before the kill point: every step was tried
         assert killed.returncode == -signal.SIGKILL, killed.stderr
         assert not re.search(r"^deleted ", killed.stdout, re.M)  # "deleted" only once it is true
         # What is still listed is still readable, and a prune run again finishes the job.
-        again = _kbackup("prune", root, "--older-than", "7d")
+        again = kbackup_in_process("prune", root, "--older-than", "7d")
         assert again.returncode == 0, again.stdout + again.stderr
         assert not as_local(intent_path(root)).exists()
         after = backed_up(root, ["t"])
         assert after == before[len(before) - len(after) :]  # a suffix: the oldest records went, nothing else
-        assert _kbackup("verify", root).returncode == 0
+        assert kbackup_in_process("verify", root).returncode == 0
     else:
         raise AssertionError("the prune never finished: raise the kill range")
     assert kill_at > 5

@@ -27,7 +27,15 @@ from tests.backup_builders import write_original_style
 from tests.broker import BrokerUnderTest, local_cluster
 from tests.conftest import REPO
 from tests.kafka_helpers import consume_all, create_topics, job_env, kbackup_lines, run_backup
-from tests.restore_helpers import Target, comparable, group_offsets, restore_command, restore_python, run_restore
+from tests.restore_helpers import (
+    Target,
+    committed_end,
+    comparable,
+    group_offsets,
+    restore_command,
+    restore_python,
+    run_restore,
+)
 
 # Recent timestamps: older ones would fall to the target topics' time-based retention.
 BASE = (int(time.time()) // 60 - 60) * 60_000
@@ -215,7 +223,7 @@ def test_sigkill_and_rerun_restores_exactly_once(target: Target, tmp_path: Path)
         # Wait until this run is producing (the target grows), then kill at a random moment.
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and process.poll() is None:
-            if _target_count(target, name) > previous:
+            if committed_end(target.broker, name) > previous:
                 break
             time.sleep(0.1)
         time.sleep(rng.uniform(0.0, 0.3))
@@ -223,7 +231,7 @@ def test_sigkill_and_rerun_restores_exactly_once(target: Target, tmp_path: Path)
             os.killpg(process.pid, signal.SIGKILL)
             kills += 1
         process.wait(60)
-        count = _target_count(target, name)
+        count = committed_end(target.broker, name)
         assert count >= previous  # a prefix only grows
         previous = count
     assert kills >= 2
@@ -263,10 +271,10 @@ def test_a_second_restore_of_the_same_target_fences_the_first(target: Target, tm
                                  env=job_env(), cwd=REPO, start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 120
-        while _target_count(target, name) == 0 and first.poll() is None and time.monotonic() < deadline:
+        while committed_end(target.broker, name) == 0 and first.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
         assert first.poll() is None, first_log.read_text()[-3000:]
-        assert 0 < _target_count(target, name) < 80_000  # the first has committed part of its records
+        assert 0 < committed_end(target.broker, name) < 80_000  # the first has committed part of its records
         second = run_restore(*args)
         first.wait(120)
     finally:
@@ -288,24 +296,6 @@ def test_a_second_restore_of_the_same_target_fences_the_first(target: Target, tm
     for partition in range(2):
         landed = by_offset[(partition, positions[(name, partition)])]
         assert landed["key"] == b64(b"k30000")
-
-
-def _target_count(target: Target, topic: str, partitions: int = 2) -> int:
-    """The end of committed data summed over the partitions (grows with every committed transaction)."""
-    from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
-    from confluent_kafka.admin import AdminClient, OffsetSpec
-
-    admin = AdminClient(target.broker.client_settings())
-    if topic not in admin.list_topics(timeout=10).topics:
-        return 0
-    request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
-    for _ in range(40):  # a topic just created may not have its leaders yet
-        try:
-            futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED)
-            return sum(f.result().offset for f in futures.values())
-        except KafkaException:
-            time.sleep(0.25)
-    raise AssertionError(f"cannot list the offsets of {topic}")
 
 
 # -- selection: rename, time window, offset window, dry run ---------------------------------
@@ -461,7 +451,7 @@ def test_restore_refuses_a_damaged_segment_and_skips_it_on_request(target: Targe
         refused.stderr
     )
     assert "CRC32C" in refused.stderr and "--skip-bad-segments" in refused.stderr
-    assert _target_count(target, name, partitions=1) == 0
+    assert committed_end(target.broker, name, partitions=1) == 0
 
     skipped = run_restore(*args, "--skip-bad-segments")
     assert skipped.returncode == 0, skipped.stdout[-3000:]
@@ -499,7 +489,7 @@ def test_restore_checks_the_open_segment_too(target: Target, tmp_path: Path) -> 
     assert f"(offsets {first_open}..59) is damaged: {newest.name}: its first {len(data)} bytes (committed)" in (
         refused.stderr
     )
-    assert _target_count(target, name, partitions=1) == 0  # (--skip-bad-segments: see the damaged-segment test)
+    assert committed_end(target.broker, name, partitions=1) == 0  # (--skip-bad-segments: see the damaged-segment test)
 
 
 def test_restore_of_the_original_tools_crash_shapes(target: Target, tmp_path: Path) -> None:
@@ -581,7 +571,7 @@ def test_restore_refuses_a_partition_index_cut_short(target: Target, tmp_path: P
         f"segment {hidden_name} (offsets {first_hidden}..199): its files hold"
     )
     assert len(refused.stderr.strip().splitlines()) == 1
-    assert _target_count(target, name, partitions=1) == 0
+    assert committed_end(target.broker, name, partitions=1) == 0
     assert group_offsets(target.broker, "cut-readers") == {}
     dry = restore_python(*args, "--dry-run")
     assert dry.returncode == 1

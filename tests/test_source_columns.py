@@ -7,23 +7,13 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from confluent_kafka import KafkaError
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from kbackup.kafka.cluster import ClusterError
 from kbackup.spark.kafka_source import KafkaRange, _Columns, kafka_schema
 
-EOF_CODE = -191
-
-
-@dataclass
-class Error:
-    code_: int
-
-    def code(self) -> int:
-        return self.code_
-
-    def str(self) -> str:
-        return f"error {self.code_}"
+EOF_CODE = KafkaError._PARTITION_EOF
 
 
 @dataclass
@@ -35,7 +25,7 @@ class Message:
     value_: bytes | None = b"v"
     timestamp_: tuple[int, int] = (1, 1_700_000_000_000)
     headers_: list[tuple[str, bytes | None]] | None = None
-    error_: Error | None = None
+    error_: KafkaError | None = None
     topic_: str = "orders"
     partition_: int = 3
 
@@ -60,7 +50,7 @@ class Message:
     def headers(self) -> list[tuple[str, bytes | None]] | None:
         return self.headers_
 
-    def error(self) -> Error | None:
+    def error(self) -> KafkaError | None:
         return self.error_
 
 
@@ -70,7 +60,7 @@ def columns(end: int = 100) -> _Columns:
 
 
 def eof(offset: int) -> Message:
-    return Message(offset, error_=Error(EOF_CODE))
+    return Message(offset, error_=KafkaError(EOF_CODE))
 
 
 def test_fields_become_the_kafka_schema_columns() -> None:
@@ -119,8 +109,20 @@ def test_partition_eof_events_between_messages() -> None:
 
 def test_other_errors_name_the_partition() -> None:
     cols = columns()
-    with pytest.raises(ClusterError, match="topic 'orders' partition 3: error 7"):
-        cols.add_all([Message(1), Message(2, error_=Error(7))], 100, EOF_CODE)
+    with pytest.raises(ClusterError, match="topic 'orders' partition 3: Broker: Offset out of range"):
+        cols.add_all([Message(1), Message(2, error_=KafkaError(KafkaError.OFFSET_OUT_OF_RANGE))], 100, EOF_CODE)
+
+
+@pytest.mark.parametrize(
+    "code", [KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError.NOT_LEADER_FOR_PARTITION]
+)
+def test_connection_and_leader_events_are_not_errors(code: int) -> None:
+    """A broker going down mid-read: the client reconnects and fetches from the new leader; nothing is lost."""
+    cols = columns()
+    event = Message(-1, error_=KafkaError(code))
+    assert not cols.add_all([Message(1), event, Message(2), event], 100, EOF_CODE)
+    assert cols.add_all([event, Message(3), eof(100)], 100, EOF_CODE)
+    assert cols.batch().column("offset").to_pylist() == [1, 2, 3]
 
 
 def test_messages_of_another_partition_are_left_out() -> None:

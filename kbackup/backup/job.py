@@ -28,12 +28,14 @@ Lifecycle:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import math
 import os
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -79,6 +81,8 @@ class BackupJob:
     _logged_batch: int = -1
     _rows: int = 0
     _lease: TargetLease | None = None
+    _unreachable_since: float | None = None  # monotonic time of the first unanswered periodic call
+    _unreachable_logged: float = -math.inf
 
     def run(self) -> int:
         settings = self.settings
@@ -139,11 +143,13 @@ class BackupJob:
                     raise KbackupError(f"the backup query failed: {failure_cause(exc)}") from None
                 self._report_progress(query)
                 if not settings.snapshot and time.monotonic() >= next_round:
-                    self._record_topics(admin)
-                    self._pending.append(take_round(admin, settings.selection))
                     next_round = time.monotonic() + settings.offsets_interval
+                    with self._cluster_outage("consumer offsets not captured this round"):
+                        self._record_topics(admin)
+                        self._pending.append(take_round(admin, settings.selection))
                 if not settings.snapshot:
-                    self._serve_checkpoints(admin, query)
+                    with self._cluster_outage("checkpoint requests wait", answered=False):
+                        self._serve_checkpoints(admin, query)
                 self._store_reached_rounds(query)
             self._report_progress(query)
             failure = query.exception()
@@ -279,17 +285,45 @@ class BackupJob:
             lag_text = ", ".join(f"{topic} {count}" for topic, count in sorted(lag.items())) or "none"
             log.info("batch %d: %d records read in %.1f s; remaining lag: %s", batch, rows, seconds, lag_text)
 
+    @contextlib.contextmanager
+    def _cluster_outage(self, consequence: str, *, answered: bool = True) -> Iterator[None]:
+        """Around a continuous backup's periodic calls to the cluster: unreachable is a progress line, not the end.
+
+        The first failure and then one a minute are logged with how long the
+        cluster has not answered; the next successful call logs that it is back
+        (``answered=False``: the body may not have asked the cluster anything,
+        so its success says nothing).
+        """
+        asked = time.monotonic()
+        try:
+            yield
+        except ClusterError as exc:
+            now = time.monotonic()
+            if self._unreachable_since is None:
+                self._unreachable_since = asked
+            if now - self._unreachable_logged >= 60:
+                self._unreachable_logged = now
+                log.warning(
+                    "source cluster not answering for %.0f s (%s); %s; retrying, the backup resumes when it answers",
+                    now - self._unreachable_since, exc, consequence,
+                )  # fmt: skip
+            return
+        if answered and self._unreachable_since is not None:
+            log.info("source cluster answers again after %.0f s", time.monotonic() - self._unreachable_since)
+            self._unreachable_since = None
+            self._unreachable_logged = -math.inf
+
     def _serve_checkpoints(self, admin: Any, query: Any) -> None:
         """Take the cut of requested checkpoints; complete the ones the backup has reached."""
         for requested in checkpoints.list_checkpoints(self.settings.target, above=self._seen_checkpoint):
-            self._seen_checkpoint = max(self._seen_checkpoint, requested.id)
             if requested.status == "requested":
-                cut = take_round(admin, self.settings.selection)
+                cut = take_round(admin, self.settings.selection)  # may fail: the request is served next time
                 taken = checkpoints.take(
                     self.settings.target, requested, cut.groups, cut.ends, int(cut.taken_at * 1000)
                 )
                 self._checkpoints.append(taken)
                 log.info("checkpoint %d: cut taken over %d partitions", taken.id, len(taken.ends))
+            self._seen_checkpoint = max(self._seen_checkpoint, requested.id)
         if not self._checkpoints:
             return
         backed_up = _backed_up_offsets(query)

@@ -84,7 +84,7 @@ def free_port() -> int:
         return port
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: its own session, and SIGKILL when the starting process dies."""
     os.setsid()
     with contextlib.suppress(OSError, AttributeError):
@@ -289,7 +289,7 @@ class KafkaCluster:
         command = self._java(node, jars, "kafka.Kafka", str(node.directory / "server.properties"), heap=self.heap)
         with open(node.directory / "stdout.log", "ab") as out:
             node.process = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
+                command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent
             )
 
     def _wait_ready(self) -> None:

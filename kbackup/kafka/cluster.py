@@ -18,6 +18,36 @@ class ClusterError(KbackupError):
     """The Kafka cluster could not be reached or refused a request."""
 
 
+#: Names of librdkafka error codes a client recovers from by itself: connections, leaders, coordinators moving.
+TRANSIENT_ERRORS = frozenset(
+    {
+        "_TRANSPORT",
+        "_ALL_BROKERS_DOWN",
+        "_RESOLVE",
+        "_TIMED_OUT",
+        "_WAIT_COORD",
+        "NOT_LEADER_FOR_PARTITION",
+        "LEADER_NOT_AVAILABLE",
+        "REQUEST_TIMED_OUT",
+        "NOT_COORDINATOR",
+        "COORDINATOR_NOT_AVAILABLE",
+        "COORDINATOR_LOAD_IN_PROGRESS",
+        "BROKER_NOT_AVAILABLE",
+        "REPLICA_NOT_AVAILABLE",
+        "NETWORK_EXCEPTION",
+        "FENCED_LEADER_EPOCH",
+        "UNKNOWN_LEADER_EPOCH",
+    }
+)
+
+
+def is_transient(error: Any) -> bool:
+    """Whether a ``KafkaError`` a client reported is one it retries by itself (not a reason to fail)."""
+    if error.fatal():
+        return False
+    return bool(error.retriable()) or error.name() in TRANSIENT_ERRORS
+
+
 def admin_client(settings: Mapping[str, str]) -> Any:
     """An admin client whose log goes to the ``kbackup.librdkafka`` logger, not to stderr."""
     import logging

@@ -83,6 +83,8 @@ class ObjectPartitionWriter(ClosingWriter):
         self._catalog_root = catalog_root
         self._storage = storage_for(topic_dir)
         self.appended_bytes = 0
+        #: No lock on an object store (see the module docstring): never waits.
+        self.lock_wait = 0.0
         self._segments: list[PartitionIndexEntry] = []
         if exists(partition_index_path(topic_dir, partition)):
             self._segments = PartitionReader(topic_dir, partition).segments

@@ -172,7 +172,10 @@ class PartitionWriter(ClosingWriter):
         self._pi_path = as_local(partition_index_path(topic_dir, partition))
         if not self._pi_path.exists():
             atomic_write(self._pi_path, MAGIC_V1, sync=fsync)
+        asked = time.monotonic()
         self._pi_fd = lock_partition_index(self._pi_path, timeout=lock_timeout, topic=topic, partition=partition)
+        #: Seconds spent waiting for another holder of the partition's lock (0 when it was free).
+        self.lock_wait = time.monotonic() - asked
         try:
             self.segments = self._load_partition_index()
             self._starts = [segment.start_offset for segment in self.segments]

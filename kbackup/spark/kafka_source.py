@@ -29,9 +29,20 @@ Options (unknown ones are an error):
   partition and lost range and go on (false).
 - ``readTimeoutSeconds``: how long a task waits without progress before it
   fails naming its partition (default 120).
+- ``snapshotUnreachableSeconds``: how long a snapshot (``Trigger.AvailableNow``)
+  waits for a cluster that stopped answering before it fails (default 300).
+  A continuous query waits as long as it takes: a trigger that cannot reach
+  the cluster plans no new data and says so in a warning.
 - ``minPartitions``: the number of tasks a micro-batch should have at least,
   when it reads that many Kafka partitions (default 1; the backup job passes
   Spark's default parallelism). See "Tasks" below.
+
+Broker failures: a leader change or a node going down is handled by the
+Kafka clients (metadata refresh, fetch from the new leader); connection and
+leader events a task's consumer reports are not errors, and a task fails only
+when it gets no data for ``readTimeoutSeconds``. On the driver side, a trigger
+whose offset requests fail logs how long the cluster has not answered; see
+``snapshotUnreachableSeconds`` for what happens next.
 
 Where things run (see the PySpark notes): every method but ``read`` runs in
 one long-lived driver-side process; ``read`` runs on executors with only the
@@ -56,6 +67,7 @@ import heapq
 import itertools
 import json
 import logging
+import math
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -79,13 +91,25 @@ from pyspark.sql.types import (
 
 from kbackup.errors import KbackupError, UsageError
 from kbackup.kafka.client_settings import consumer_settings, redact
-from kbackup.kafka.cluster import ClusterError, TopicPartitionKey, admin_client, list_offsets, partition_counts
+from kbackup.kafka.cluster import (
+    ClusterError,
+    TopicPartitionKey,
+    admin_client,
+    is_transient,
+    list_offsets,
+    partition_counts,
+)
 from kbackup.kafka.topics import TopicSelection
 from kbackup.logsetup import ensure_console_logging
 
 log = logging.getLogger("kbackup.source")
 
 SOURCE_NAME = "kbackup_kafka"
+
+#: How often a snapshot asks a cluster that stopped answering again.
+UNREACHABLE_RETRY_SECONDS = 2.0
+#: At most one "not answering" warning per this many seconds (Spark asks every trigger).
+UNREACHABLE_LOG_SECONDS = 30.0
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 BASE_FIELDS = [
@@ -117,6 +141,7 @@ _KNOWN_OPTIONS = {
     "maxoffsetspertrigger",
     "includeheaders",
     "failondataloss",
+    "snapshotunreachableseconds",
     "readtimeoutseconds",
     "minpartitions",
     "path",
@@ -163,6 +188,7 @@ class SourceOptions:
     fail_on_data_loss: bool
     read_timeout: float
     min_partitions: int = 1
+    snapshot_unreachable: float = 300
 
     @property
     def read_committed(self) -> bool:
@@ -198,6 +224,7 @@ class SourceOptions:
             fail_on_data_loss=_boolean(other, "failondataloss", True),
             read_timeout=float(_positive_int(other, "readtimeoutseconds") or 120),
             min_partitions=_positive_int(other, "minpartitions") or 1,
+            snapshot_unreachable=float(_positive_int(other, "snapshotunreachableseconds") or 300),
         )
 
 
@@ -322,6 +349,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._admin: Any = None
         self._latest: dict[TopicPartitionKey, int] = {}
         self._target: dict[TopicPartitionKey, int] | None = None
+        self._unreachable_since: float | None = None
+        self._unreachable_logged = -math.inf
 
     # -- driver side -------------------------------------------------------
 
@@ -337,7 +366,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.options.selection.topics is not None:
             missing = [t for t in self.options.selection.topics if t not in counts]
             if missing and not any(t in counts for t in self.options.selection.topics):
-                raise ClusterError(
+                raise KbackupError(
                     f"none of the topics {', '.join(self.options.selection.topics)} exists on "
                     f"{self.options.client['bootstrap.servers']}"
                 )
@@ -380,10 +409,45 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._current()[1]
         log.info("snapshot target: %d partitions, %d offsets", len(self._target), sum(self._target.values()))
 
+    def _current_or_wait(self) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]] | None:
+        """:meth:`_current` through an outage: ``None`` (continuous) or waiting up to the snapshot's limit."""
+        while True:
+            asked = time.monotonic()
+            try:
+                current = self._current()
+            except ClusterError as exc:
+                now = time.monotonic()
+                if self._unreachable_since is None:
+                    self._unreachable_since = asked
+                waited = now - self._unreachable_since
+                if self._target is not None and waited > self.options.snapshot_unreachable:
+                    raise ClusterError(
+                        f"the source cluster did not answer for {waited:.0f} s during the snapshot ({exc}); "
+                        "run it again: it goes on from what is already backed up"
+                    ) from None
+                if now - self._unreachable_logged >= UNREACHABLE_LOG_SECONDS:
+                    self._unreachable_logged = now
+                    log.warning(
+                        "source cluster not answering for %.0f s (%s); no new data planned, waiting for it to answer",
+                        waited, exc,
+                    )  # fmt: skip
+                if self._target is None:
+                    return None  # Spark asks again at the next trigger
+                time.sleep(UNREACHABLE_RETRY_SECONDS)
+                continue
+            if self._unreachable_since is not None:
+                log.info("source cluster answers again after %.0f s", time.monotonic() - self._unreachable_since)
+                self._unreachable_since = None
+                self._unreachable_logged = -math.inf
+            return current
+
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         ensure_console_logging()
         begin = decode_offsets(start)
-        earliest, latest = self._current()
+        current = self._current_or_wait()
+        if current is None:
+            return start
+        earliest, latest = current
         self._latest = latest
         if self._target is not None:
             # Snapshot: nothing beyond what existed when the query started.
@@ -480,8 +544,10 @@ def read_task(task: KafkaTask, *, batch_rows: int = 10_000) -> Iterator[pa.Recor
     if not task.ranges:
         return
     first = task.ranges[0]
+    ensure_console_logging()  # a Python worker of Spark's: librdkafka's own log (a line per reconnect) stays quiet
     consumer = Consumer(
-        consumer_settings(first.client, isolation_level=first.client.get("isolation.level", "read_committed"))
+        consumer_settings(first.client, isolation_level=first.client.get("isolation.level", "read_committed")),
+        logger=logging.getLogger("kbackup.librdkafka"),
     )
     try:
         if len(task.ranges) == 1:
@@ -619,6 +685,12 @@ class _Columns:
             error = message.error()
             if error is None:
                 continue
+            if is_transient(error):
+                # A connection or leader event: the client recovers by itself; readTimeoutSeconds bounds the wait.
+                log.info(
+                    "topic %r partition %d: %s (the client retries)", self.task.topic, self.task.partition, error.str()
+                )
+                return self.add_all([*messages[:at], *messages[at + 1 :]], end, eof_code)
             if error.code() != eof_code:
                 raise ClusterError(f"topic {self.task.topic!r} partition {self.task.partition}: {error.str()}")
             if self.add_all(messages[:at], end, eof_code):

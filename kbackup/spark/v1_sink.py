@@ -87,6 +87,10 @@ class SinkOptions:
             raise UsageError(f"invalid option for the {SINK_NAME} sink: {exc}") from None
 
 
+#: A lock wait shorter than this is not reported (one poll of the lock: it was free, or freed at once).
+LOCK_WAIT_REPORTED = 0.05
+
+
 @dataclass
 class PartitionWrite:
     """What one task did to one partition."""
@@ -98,6 +102,8 @@ class PartitionWrite:
     written: int = 0
     skipped: int = 0
     bytes: int = 0
+    #: Seconds this task waited for the partition's lock (held by an earlier attempt, e.g. a lost executor's).
+    lock_wait: float = 0.0
 
 
 @dataclass
@@ -171,6 +177,7 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
                 )
                 if key not in stats:
                     stats[key] = PartitionWrite(key[0], key[1], int(offsets[start]), int(offsets[start]))
+                stats[key].lock_wait += writer.lock_wait
             writers[key] = writer  # most recently written last
             size = stop - start
             encoded = encode_columns(
@@ -201,8 +208,11 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
         ensure_console_logging()
         per_topic: dict[str, list[int]] = {}
         partitions = 0
+        longest: PartitionWrite | None = None
         for message in messages:
             for write in message.partitions if isinstance(message, BackupCommitMessage) else ():
+                if write.lock_wait > (longest.lock_wait if longest else LOCK_WAIT_REPORTED):
+                    longest = write
                 totals = per_topic.setdefault(write.topic, [0, 0, 0])
                 totals[0] += write.written
                 totals[1] += write.bytes
@@ -222,6 +232,11 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
             log.info(
                 "batch %d: %s records, %s bytes written to %s%s", batchId, f"{written:,}", f"{size:,}", where, extra
             )
+        if longest is not None:
+            log.info(
+                "batch %d: waited %.1f s for the lock of %s/%d, held by an earlier attempt (a lost or slow task)",
+                batchId, longest.lock_wait, longest.topic, longest.partition,
+            )  # fmt: skip
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         ensure_console_logging()  # a Python worker of Spark's, not the job's driver process

@@ -1,0 +1,229 @@
+"""On a Spark standalone cluster: executors and drivers lost in the middle of the backup and the restore.
+
+The cluster is a master and two workers of one core each (:mod:`kbackup.devkit.spark_cluster`), so every
+executor is a JVM of its own with its own Python workers, and the driver is the ``spark-submit`` process.
+The backup's target and checkpoint are on a local path every worker sees, as a shared file system would be.
+A lost machine is ``kill -9`` of a worker's whole process group (worker, executor JVM); the executor's Python
+workers are in a process group of PySpark's own and end when their executor's pipe closes, as they would with
+the machine. A lost driver is ``kill -9`` of the ``spark-submit`` process group. Every check compares every
+record and every group offset.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kbackup.devkit.spark_cluster import SparkCluster
+from kbackup.partition.layout import list_partitions
+from kbackup.partition.offsets_file import read_consumer_offsets
+from tests.broker import BrokerUnderTest
+from tests.kafka_helpers import (
+    backed_up,
+    commit_offsets,
+    consume_all,
+    create_topics,
+    kill_job,
+    run_backup,
+    start_backup,
+)
+from tests.live_load import Producer, batches, client_args, more_batches, wait_for
+from tests.restore_helpers import (
+    Target,
+    check_groups,
+    committed_end,
+    comparable,
+    run_restore,
+    start_restore,
+    write_backup,
+)
+
+LOCK_WAIT = re.compile(r"batch (\d+): waited ([\d.]+) s for the lock of (\S+)")
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkCluster]:
+    with SparkCluster(workers=2, cores=1) as cluster:
+        yield cluster
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as stat:
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ")".
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            pid = _parent(pid)
+        except (OSError, IndexError, ValueError):
+            return False
+    return False
+
+
+def lock_holders(cluster: SparkCluster, worker: int, target: Path) -> list[int]:
+    """Processes under ``worker`` (its executor's Python workers) holding the flock of a partition index of ``target``.
+
+    ``/proc/locks`` lines read ``N: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END``.
+    """
+    process = cluster.nodes[worker].process
+    assert process is not None
+    inodes = set()
+    for index in target.glob("*/index_partition_*"):
+        try:
+            inodes.add(index.stat().st_ino)
+        except FileNotFoundError:
+            continue  # replaced while listed
+    holders = []
+    with open("/proc/locks") as locks:
+        for line in locks:
+            fields = line.split()
+            if len(fields) < 6 or fields[1] != "FLOCK" or fields[4] == "->":
+                continue
+            pid, inode = int(fields[4]), int(fields[5].rsplit(":", 1)[1])
+            if inode in inodes and _descends_from(pid, process.pid):
+                holders.append(pid)
+    return holders
+
+
+TASK_LINE = re.compile(r"(Running|Finished) task \S+ in stage \S+ \(TID (\d+)\)")
+
+
+def running_tasks(cluster: SparkCluster, worker: int) -> set[str]:
+    """Task ids worker ``worker``'s executors started and have not finished (from their stderr, Spark's INFO log)."""
+    running: set[str] = set()
+    for stderr in cluster.work_dir(worker).glob("app-*/*/stderr"):
+        for state, tid in TASK_LINE.findall(stderr.read_text(errors="replace")):
+            (running.add if state == "Running" else running.discard)(tid)
+    return running
+
+
+def test_continuous_backup_survives_a_lost_executor_and_a_lost_driver(
+    kafka: BrokerUnderTest, spark: SparkCluster, tmp_path: Path
+) -> None:
+    topic = "cluster-orders"
+    create_topics(kafka, {topic: 4})
+    target = tmp_path / "backup"
+    args = [*client_args(kafka, tmp_path), "--target-dir", str(target), "--topics", topic,
+            "--trigger-interval", "1", "--offsets-interval", "2", "--max-offsets-per-trigger", "4000",
+            "--max-segment-size", "65536"]  # fmt: skip
+    producer = Producer(kafka, topic, 4, rate=1500)
+    producer.start()
+    rng = random.Random(11)
+    log = tmp_path / "backup.log"
+    process = start_backup(*args, log=log, master=spark.master_url)
+    try:
+        wait_for(lambda: any(rows for _, rows in batches(log)), 240, "the backup's first records")
+        assert process.poll() is None, log.read_text()[-3000:]
+
+        # Executor lost while it holds a partition writer's lock: kill worker 0's process group at that moment.
+        deadline = time.monotonic() + 120
+        while not lock_holders(spark, 0, target):
+            assert time.monotonic() < deadline, "no task of worker 0 held a partition lock within 120 s"
+            time.sleep(0.005)
+        lost_at = time.monotonic()
+        spark.kill_worker(0)
+        seen = len(batches(log))
+        wait_for(more_batches(log, seen + 1), 240, "two micro-batches after the executor was lost")
+        recovered = time.monotonic() - lost_at
+        waits = [float(seconds) for _, seconds, _ in LOCK_WAIT.findall(log.read_text())]
+        # A dead holder's lock goes with its process: the replacement attempt waits seconds, not lockTimeoutSeconds.
+        assert all(wait < 60 for wait in waits), waits
+        print(f"executor lost: next two batches after {recovered:.1f} s; lock waits reported: {waits}")
+        spark.start_worker(0)
+        spark.wait_for_workers(2)
+        seen = len(batches(log))
+        wait_for(more_batches(log, seen + 2), 240, "micro-batches with the worker back")
+
+        # Driver lost: kill -9 the spark-submit process group at a random moment of a batch.
+        seen = len(batches(log))
+        wait_for(more_batches(log, seen), 120, "a micro-batch")
+        time.sleep(rng.uniform(0.1, 1.5))
+        assert process.poll() is None, log.read_text()[-3000:]
+        kill_job(process)
+    finally:
+        kill_job(process)
+        producer.stop()
+    assert producer.sent > 5000
+    groups = {
+        "cluster-readers": {(topic, p): producer.sent // 4 // (p + 2) for p in range(4)},
+        "cluster-at-zero": {(topic, 0): 0, (topic, 3): 0},
+    }
+    for group, offsets in groups.items():
+        commit_offsets(kafka, group, offsets)
+
+    rerun = run_backup(*args, "--snapshot", master=spark.master_url, timeout=600)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    expected = consume_all(kafka, [topic])
+    assert len(expected) == producer.sent
+    got = backed_up(target, [topic])
+    assert [(r["partition"], r["offset"]) for r in got] == [(r["partition"], r["offset"]) for r in expected]
+    assert got == expected
+    assert sorted(list_partitions(target / topic)) == [0, 1, 2, 3]
+    for partition in range(4):
+        stored = read_consumer_offsets(target / topic, partition)
+        wanted = {
+            group: offsets[(topic, partition)] for group, offsets in groups.items() if (topic, partition) in offsets
+        }
+        assert {group: stored[group] for group in wanted} == wanted, partition
+
+
+def test_restore_survives_a_lost_driver_and_a_lost_executor(
+    target: Target, spark: SparkCluster, tmp_path: Path
+) -> None:
+    backup = tmp_path / "backup"
+    topic, partitions, records = "cluster-restore", 3, 40_000
+    groups = write_backup(backup, topic, partitions, records)
+    name = target.name(topic)
+    maps = ["--topic-map", f"{topic}={name}"] if target.prefix else []
+    # 4,000 records/s per partition: a run takes tens of seconds, long enough to be hit in the middle.
+    args = [*target.args(tmp_path), "--source-dir", str(backup), "--batch-size", "500", "--max-rate", "4000", *maps]
+    rng = random.Random(5)
+
+    # Driver lost: kill -9 spark-submit's process group while tasks produce.
+    log = tmp_path / "restore-driver.log"
+    process = start_restore(*args, log=log, master=spark.master_url)
+    try:
+        wait_for(lambda: committed_end(target.broker, name, partitions) > 0 or process.poll() is not None, 240,
+                 "the restore to commit its first records")  # fmt: skip
+        time.sleep(rng.uniform(1, 4))
+        assert process.poll() is None, log.read_text()[-3000:]
+        kill_job(process)
+    finally:
+        kill_job(process)
+    after_driver = committed_end(target.broker, name, partitions)
+    assert 0 < after_driver < partitions * records
+
+    # Executor lost: the rerun's tasks on worker 0 die with it; Spark runs them again on worker 1 and the job ends.
+    log = tmp_path / "restore-executor.log"
+    process = start_restore(*args, log=log, master=spark.master_url)
+    try:
+        wait_for(lambda: committed_end(target.broker, name, partitions) > after_driver or process.poll() is not None,
+                 240, "the rerun to commit more records")  # fmt: skip
+        time.sleep(rng.uniform(0.5, 2))
+        wait_for(lambda: running_tasks(spark, 0) or process.poll() is not None, 120, "a task on worker 0")
+        assert process.poll() is None, log.read_text()[-3000:]
+        spark.kill_worker(0)
+        assert process.wait(600) == 0, log.read_text()[-5000:]
+    finally:
+        kill_job(process)
+        spark.start_worker(0)
+    spark.wait_for_workers(2)
+
+    source = backed_up(backup, [topic])
+    restored = consume_all(target.broker, [name])
+    assert len(restored) == partitions * records
+    assert comparable(restored) == comparable(source)
+    check_groups(target, name, source, restored, groups)
+    again = run_restore(*args, master=spark.master_url)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert f"{partitions * records} records were already in the target" in again.stdout
+    assert consume_all(target.broker, [name]) == restored
