@@ -18,6 +18,7 @@ import pytest
 from tests.broker import BrokerUnderTest, broker_under_test, local_cluster, wanted_kind
 from tests.leftovers import kill_leftovers
 from tests.restore_helpers import Target
+from tests.s3_server import S3Server, s3_server_under_test
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -44,6 +45,33 @@ def pytest_configure(config: pytest.Config) -> None:
         from kbackup.devkit.kafka_cluster import kafka_jars
 
         kafka_jars()
+
+
+#: Files whose tests run for minutes (Spark jobs started, killed and rerun; clusters started), longest first from
+#: CI's durations. ``./dev test`` gives each file to one of two workers (``--dist loadfile`` with
+#: ``--no-loadscope-reorder``, so in collection order rather than by number of tests):
+#: starting with these keeps both workers busy to the end instead of leaving one alone with a long file.
+LONG_FILES = (
+    "test_backup_continuous.py",
+    "test_spark_cluster.py",
+    "test_broker_failures.py",
+    "test_restore.py",
+    "test_kafka_log_shapes.py",
+    "test_concurrency.py",
+    "test_object_storage.py",
+    "test_docs.py",
+    "test_backup_snapshot.py",
+    "test_topic_names.py",
+    "test_full_disk.py",
+    "test_demo.py",
+    "test_backup_origin.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Long files first (see :data:`LONG_FILES`); the rest keep their order."""
+    rank = {name: index for index, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -112,3 +140,19 @@ def target(kafka: BrokerUnderTest) -> Iterator[Target]:
             yield Target(broker)
     else:
         yield Target(kafka, prefix="restored-")
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """The server, with its endpoint and credentials in this process's environment (and so the jobs')."""
+    with s3_server_under_test(tmp_path_factory.mktemp("s3")) as server:
+        saved = {name: os.environ.get(name) for name in server.env}
+        os.environ.update(server.env)
+        try:
+            yield server
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value

@@ -9,11 +9,9 @@ prune, and a restore from the bucket into an empty cluster.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,25 +29,9 @@ from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
 from tests.kafka_helpers import consume_all, create_topics, job_env, run_backup
 from tests.restore_helpers import Target, comparable, group_offsets, run_restore
-from tests.s3_server import S3Server, s3_server_under_test
+from tests.s3_server import S3Server
 
 NOW = int(time.time() * 1000) - 60_000
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """The server, with its endpoint and credentials in this process's environment (and so the jobs')."""
-    with s3_server_under_test(tmp_path_factory.mktemp("s3")) as server:
-        saved = {name: os.environ.get(name) for name in server.env}
-        os.environ.update(server.env)
-        try:
-            yield server
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
 
 
 @pytest.fixture

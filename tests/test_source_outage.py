@@ -1,0 +1,73 @@
+"""The source's planning while the cluster does not answer (pure logic: the cluster calls are stand-ins)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+from kbackup.kafka.cluster import ClusterError
+from kbackup.spark import kafka_source
+from kbackup.spark.kafka_source import KafkaStreamReader, SourceOptions, encode_offsets
+
+KEY = ("orders", 0)
+
+
+class Answers:
+    """``_current`` of a cluster that fails ``failures`` times, then answers with offsets 0..``end``."""
+
+    def __init__(self, failures: int, end: int) -> None:
+        self.failures, self.end, self.calls = failures, end, 0
+
+    def __call__(self) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise ClusterError("cannot list topics: Local: Broker transport failure")
+        return {KEY: 0}, {KEY: self.end}
+
+
+def reader(monkeypatch: pytest.MonkeyPatch, answers: Answers, **options: str) -> KafkaStreamReader:
+    parsed = SourceOptions.parse({"kafka.bootstrap.servers": "k:9092", "subscribe": "orders", **options})
+    source = KafkaStreamReader(parsed)
+    monkeypatch.setattr(source, "_current", answers)
+    monkeypatch.setattr(kafka_source, "UNREACHABLE_RETRY_SECONDS", 0.0)
+    return source
+
+
+def test_continuous_plans_nothing_while_the_cluster_is_down_then_resumes(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    answers = Answers(failures=3, end=50)
+    source = reader(monkeypatch, answers)
+    start = encode_offsets({KEY: 10})
+    logger = logging.getLogger("kbackup.source")  # "kbackup" does not propagate: listen where it logs
+    logger.addHandler(caplog.handler)
+    try:
+        for _ in range(3):
+            assert source.latestOffset(start, ReadAllAvailable()) == start
+        assert source.latestOffset(start, ReadAllAvailable()) == encode_offsets({KEY: 50})
+    finally:
+        logger.removeHandler(caplog.handler)
+    messages = [r.getMessage() for r in caplog.records]
+    # One warning for the outage (at most one per 30 s), and one line when it ends.
+    assert len([m for m in messages if m.startswith("source cluster not answering for")]) == 1
+    assert len([m for m in messages if m.startswith("source cluster answers again after")]) == 1
+
+
+def test_a_snapshot_waits_for_the_cluster_and_fails_in_one_line_after_its_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    start = encode_offsets({KEY: 10})
+    waited = Answers(failures=5, end=40)
+    source = reader(monkeypatch, waited)
+    source._target = {KEY: 40}  # prepareForTriggerAvailableNow's target
+    assert source.latestOffset(start, ReadAllAvailable()) == encode_offsets({KEY: 40})
+    assert waited.calls == 6
+
+    never = Answers(failures=10**9, end=40)
+    source = reader(monkeypatch, never, snapshotUnreachableSeconds="1")
+    source._target = {KEY: 40}
+    monkeypatch.setattr(kafka_source, "UNREACHABLE_RETRY_SECONDS", 0.3)
+    with pytest.raises(ClusterError, match=r"did not answer for \d+ s during the snapshot .*run it again"):
+        source.latestOffset(start, ReadAllAvailable())
