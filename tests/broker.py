@@ -78,7 +78,7 @@ def local_cluster(nodes: int = 1, *, warm_up: bool = True, **broker_config: str)
     """
     from kbackup.devkit.kafka_cluster import KafkaCluster
 
-    with KafkaCluster(nodes, broker_config=broker_config, warm_up=warm_up) as cluster:
+    with KafkaCluster(nodes, broker_config=broker_config, warm_up=warm_up, quick_jit=True) as cluster:
         yield BrokerUnderTest("local", cluster.bootstrap_servers, description=cluster.describe())
 
 

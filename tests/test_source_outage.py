@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from kbackup.kafka.cluster import ClusterError
+from kbackup.kafka.cluster import ClusterError, partition_counts
 from kbackup.spark import kafka_source
 from kbackup.spark.kafka_source import KafkaStreamReader, SourceOptions, encode_offsets
 
@@ -23,7 +24,7 @@ class Answers:
     def __call__(self) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
         self.calls += 1
         if self.calls <= self.failures:
-            raise ClusterError("cannot list topics: Local: Broker transport failure")
+            raise ClusterError("cannot list topics: Local: Broker transport failure", transient=True)
         return {KEY: 0}, {KEY: self.end}
 
 
@@ -71,3 +72,44 @@ def test_a_snapshot_waits_for_the_cluster_and_fails_in_one_line_after_its_limit(
     monkeypatch.setattr(kafka_source, "UNREACHABLE_RETRY_SECONDS", 0.3)
     with pytest.raises(ClusterError, match=r"did not answer for \d+ s during the snapshot .*run it again"):
         source.latestOffset(start, ReadAllAvailable())
+
+
+def test_a_refusal_is_not_an_outage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Authorization and other refusals end the query at once, as before: waiting would not change them."""
+
+    def refused() -> None:
+        raise ClusterError("cannot list topics: Broker: Topic authorization failed")
+
+    source = reader(monkeypatch, Answers(0, 1))
+    monkeypatch.setattr(source, "_current", refused)
+    with pytest.raises(ClusterError, match="authorization failed"):
+        source.latestOffset(encode_offsets({KEY: 0}), ReadAllAvailable())
+
+
+@pytest.mark.parametrize(
+    ("code", "transient"),
+    [
+        (KafkaError._TRANSPORT, True),
+        (KafkaError._ALL_BROKERS_DOWN, True),
+        (KafkaError._NOENT, True),
+        (KafkaError.LEADER_NOT_AVAILABLE, True),
+        (KafkaError.TOPIC_AUTHORIZATION_FAILED, False),
+        (KafkaError.GROUP_AUTHORIZATION_FAILED, False),
+        (KafkaError.OFFSET_OUT_OF_RANGE, False),
+    ],
+)
+def test_cluster_errors_say_whether_asking_again_can_help(code: int, transient: bool) -> None:
+    admin = Refusing(KafkaException(KafkaError(code)))
+    with pytest.raises(ClusterError) as raised:
+        partition_counts(admin)
+    assert raised.value.transient is transient
+
+
+class Refusing:
+    """An admin client whose metadata request fails with ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def list_topics(self, timeout: float) -> None:
+        raise self.error

@@ -72,12 +72,17 @@ def _descends_from(pid: int, ancestor: int) -> bool:
 
 
 def lock_holders(cluster: SparkCluster, worker: int, target: Path) -> list[int]:
-    """Processes under ``worker`` (its executor's Python workers) holding the flock of a partition index of ``target``.
+    """Processes under ``worker`` (its executor's Python workers) holding a partition index lock of ``target``."""
+    process = cluster.nodes[worker].process
+    assert process is not None
+    return [pid for pid in lock_holders_anywhere(target) if _descends_from(pid, process.pid)]
+
+
+def lock_holders_anywhere(target: Path) -> list[int]:
+    """Processes holding the flock of a partition index of ``target``.
 
     ``/proc/locks`` lines read ``N: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END``.
     """
-    process = cluster.nodes[worker].process
-    assert process is not None
     inodes = set()
     for index in target.glob("*/index_partition_*"):
         try:
@@ -91,21 +96,39 @@ def lock_holders(cluster: SparkCluster, worker: int, target: Path) -> list[int]:
             if len(fields) < 6 or fields[1] != "FLOCK" or fields[4] == "->":
                 continue
             pid, inode = int(fields[4]), int(fields[5].rsplit(":", 1)[1])
-            if inode in inodes and _descends_from(pid, process.pid):
+            if inode in inodes:
                 holders.append(pid)
     return holders
 
 
-TASK_LINE = re.compile(r"(Running|Finished) task \S+ in stage \S+ \(TID (\d+)\)")
+TASK_LINE = re.compile(r"(Running|Finished) task (\d+)\.(\d+) in stage (\S+) \(TID (\d+)\)")
 
 
-def running_tasks(cluster: SparkCluster, worker: int) -> set[str]:
-    """Task ids worker ``worker``'s executors started and have not finished (from their stderr, Spark's INFO log)."""
+def _task_lines(cluster: SparkCluster, worker: int, since: float) -> list[tuple[str, str, str, str, str]]:
+    """Task lines of the executor logs (Spark's INFO log, ``APP/EXECUTOR/stderr``) of apps started after ``since``."""
+    lines = []
+    for stderr in sorted(cluster.work_dir(worker).glob("app-*/*/stderr")):
+        if stderr.parent.parent.stat().st_mtime >= since - 1:
+            lines += TASK_LINE.findall(stderr.read_text(errors="replace"))
+    return lines
+
+
+def running_tasks(cluster: SparkCluster, worker: int, since: float) -> set[str]:
+    """Task ids worker ``worker``'s executors of this job started and have not finished."""
     running: set[str] = set()
-    for stderr in cluster.work_dir(worker).glob("app-*/*/stderr"):
-        for state, tid in TASK_LINE.findall(stderr.read_text(errors="replace")):
-            (running.add if state == "Running" else running.discard)(tid)
+    for state, _, _, _, tid in _task_lines(cluster, worker, since):
+        (running.add if state == "Running" else running.discard)(tid)
     return running
+
+
+def retried_tasks(cluster: SparkCluster, since: float) -> list[str]:
+    """``task N.A in stage S`` lines of attempts after the first (A > 0) of this job, on any worker."""
+    return sorted(
+        f"task {index}.{attempt} in stage {stage}"
+        for worker in range(len(cluster.nodes))
+        for state, index, attempt, stage, _ in _task_lines(cluster, worker, since)
+        if state == "Running" and int(attempt) > 0
+    )
 
 
 def test_continuous_backup_survives_a_lost_executor_and_a_lost_driver(
@@ -121,6 +144,7 @@ def test_continuous_backup_survives_a_lost_executor_and_a_lost_driver(
     producer.start()
     rng = random.Random(11)
     log = tmp_path / "backup.log"
+    submitted = time.time()
     process = start_backup(*args, log=log, master=spark.master_url)
     try:
         wait_for(lambda: any(rows for _, rows in batches(log)), 240, "the backup's first records")
@@ -128,18 +152,25 @@ def test_continuous_backup_survives_a_lost_executor_and_a_lost_driver(
 
         # Executor lost while it holds a partition writer's lock: kill worker 0's process group at that moment.
         deadline = time.monotonic() + 120
-        while not lock_holders(spark, 0, target):
+        while not (holders := lock_holders(spark, 0, target)):
             assert time.monotonic() < deadline, "no task of worker 0 held a partition lock within 120 s"
             time.sleep(0.005)
         lost_at = time.monotonic()
         spark.kill_worker(0)
         seen = len(batches(log))
+        # How long the dead executor's lock outlived it: the most a new attempt can have waited for it.
+        wait_for(lambda: not set(holders) & set(lock_holders_anywhere(target)), 60, "the dead holder's lock to go")
+        freed = time.monotonic() - lost_at
         wait_for(more_batches(log, seen + 1), 240, "two micro-batches after the executor was lost")
         recovered = time.monotonic() - lost_at
+        # The task that held the lock was run again on the other worker...
+        retried = retried_tasks(spark, submitted)
+        assert retried, "no task was run again after its executor was lost"
         waits = [float(seconds) for _, seconds, _ in LOCK_WAIT.findall(log.read_text())]
-        # A dead holder's lock goes with its process: the replacement attempt waits seconds, not lockTimeoutSeconds.
+        # ...and a dead holder's lock went with its process: the new attempt waited seconds, not lockTimeoutSeconds.
         assert all(wait < 60 for wait in waits), waits
-        print(f"executor lost: next two batches after {recovered:.1f} s; lock waits reported: {waits}")
+        print(f"executor lost: lock freed {freed:.2f} s after the kill; {retried} run again; two batches done "
+              f"{recovered:.1f} s after the kill; lock waits reported (>= 0.05 s): {waits}")  # fmt: skip
         spark.start_worker(0)
         spark.wait_for_workers(2)
         seen = len(batches(log))
@@ -206,15 +237,17 @@ def test_restore_survives_a_lost_driver_and_a_lost_executor(
 
     # Executor lost: the rerun's tasks on worker 0 die with it; Spark runs them again on worker 1 and the job ends.
     log = tmp_path / "restore-executor.log"
+    submitted = time.time()
     process = start_restore(*args, log=log, master=spark.master_url)
     try:
         wait_for(lambda: committed_end(target.broker, name, partitions) > after_driver or process.poll() is not None,
                  240, "the rerun to commit more records")  # fmt: skip
         time.sleep(rng.uniform(0.5, 2))
-        wait_for(lambda: running_tasks(spark, 0) or process.poll() is not None, 120, "a task on worker 0")
+        wait_for(lambda: running_tasks(spark, 0, submitted) or process.poll() is not None, 120, "a task on worker 0")
         assert process.poll() is None, log.read_text()[-3000:]
         spark.kill_worker(0)
         assert process.wait(600) == 0, log.read_text()[-5000:]
+        assert retried_tasks(spark, submitted), "no task was run again after its executor was lost"
     finally:
         kill_job(process)
         spark.start_worker(0)

@@ -166,7 +166,8 @@ class BackupJob:
                 self._summary(time.monotonic() - started)
             else:
                 self._store_reached_rounds(query)
-                self._serve_checkpoints(admin, query)
+                with self._cluster_outage("checkpoint requests wait", answered=False):
+                    self._serve_checkpoints(admin, query)
                 for waiting in self._checkpoints:
                     checkpoints.finish(
                         settings.target, waiting, failed_reason="the backup stopped before it reached the cut"
@@ -298,6 +299,8 @@ class BackupJob:
         try:
             yield
         except ClusterError as exc:
+            if not exc.transient:
+                raise  # a refusal (authorization, a bad request) ends the backup as before
             now = time.monotonic()
             if self._unreachable_since is None:
                 self._unreachable_since = asked

@@ -132,6 +132,9 @@ class KafkaCluster:
     #: False: ready once every broker is listed, as a brand-new cluster is (no internal topics yet).
     warm_up: bool = True
     heap: str = "768m"
+    #: Nodes that live for seconds or minutes (tests): the quick compiler tier only, about a third less CPU to
+    #: start. Benchmarks and the demo keep the JVM's defaults.
+    quick_jit: bool = False
     start_timeout: float = 120.0
     nodes: list[KafkaNode] = field(default_factory=list, init=False)
     directory: Path | None = field(default=None, init=False)
@@ -256,8 +259,9 @@ class KafkaCluster:
             "-Xms64m",
             f"-Xmx{heap}",
             "-XX:+UseG1GC",
-            # The storage tool runs for a second: the quick compiler tier starts it faster.
-            *(["-XX:TieredStopAtLevel=1"] if main != "kafka.Kafka" else []),
+            # The storage tool runs for a second (and test nodes for minutes): the quick compiler tier alone starts
+            # them faster and spends less CPU on compiling.
+            *(["-XX:TieredStopAtLevel=1"] if main != "kafka.Kafka" or self.quick_jit else []),
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={node.directory / 'log4j2.properties'}",
             "-cp",

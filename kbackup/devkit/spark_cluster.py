@@ -6,13 +6,14 @@ A :class:`SparkCluster` runs one master and N workers
 imports. Every process listens on 127.0.0.1 only, each worker has
 ``cores`` cores, ``memory`` of memory and its own work directory (where its
 executors' logs land: ``work/APP/EXECUTOR/stderr``), and each process runs in
-its own process group, so that the executors a worker launches (and their
-Python workers) go down with it when that group is killed. Lifecycle:
+its own process group, so that the executors a worker launches go down with
+it when that group is killed (their Python workers, in a process group of
+PySpark's own, end when their executor's pipe closes). Lifecycle:
 
 - ``start()`` launches the master and the workers, then waits until the
   master's status page lists every worker ALIVE;
 - ``kill_worker(i)`` sends SIGKILL to worker ``i``'s whole process group (the
-  worker, its executors and their Python workers: a machine lost);
+  worker and its executors: a machine lost);
   ``start_worker(i)`` starts it again (a new worker id, same directory);
 - ``stop()`` kills every process group and removes the directory; the
   context manager calls it also when the body raised.
@@ -58,8 +59,6 @@ def cluster_environment() -> dict[str, str]:
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOCAL_HOSTNAME": "127.0.0.1",
         "PYSPARK_PYTHON": sys.executable,
-        # Spark's own scripts would otherwise read conf/ of the PySpark package.
-        "SPARK_NO_DAEMONIZE": "1",
     }
 
 
@@ -139,19 +138,11 @@ class SparkCluster:
         """Worker ``index``'s work directory: ``APP/EXECUTOR/stderr`` are its executors' logs."""
         return self.nodes[index].directory / f"worker-{index}"
 
-    def alive_workers(self) -> int:
-        """How many workers the master lists ALIVE (0 when it does not answer)."""
-        try:
-            status = self._status()
-        except OSError:
-            return 0
-        return sum(1 for worker in status.get("workers", []) if worker.get("state") == "ALIVE")
-
     def wait_for_workers(self, count: int) -> None:
         self._wait(lambda status: self._alive(status) >= count, f"{count} alive workers")
 
     def kill_worker(self, index: int) -> None:
-        """SIGKILL to worker ``index``'s process group (its executors and their Python workers with it)."""
+        """SIGKILL to worker ``index``'s process group: the worker and its executors (a machine lost)."""
         self._kill(self.nodes[index])
 
     def start_worker(self, index: int) -> None:

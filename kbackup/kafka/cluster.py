@@ -15,7 +15,16 @@ TopicPartitionKey = tuple[str, int]
 
 
 class ClusterError(KbackupError):
-    """The Kafka cluster could not be reached or refused a request."""
+    """The Kafka cluster could not be reached or refused a request.
+
+    ``transient``: the cause is one the cluster recovers from by itself (no
+    connection, no leader, a timeout), as opposed to a refusal (authorization,
+    an invalid request) that asking again will not change.
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 #: Names of librdkafka error codes a client recovers from by itself: connections, leaders, coordinators moving.
@@ -37,6 +46,9 @@ TRANSIENT_ERRORS = frozenset(
         "NETWORK_EXCEPTION",
         "FENCED_LEADER_EPOCH",
         "UNKNOWN_LEADER_EPOCH",
+        "UNSTABLE_OFFSET_COMMIT",
+        # Admin requests while no node answers for a partition: "Failed to query partition leaders: No leaders found".
+        "_NOENT",
     }
 )
 
@@ -62,7 +74,7 @@ def partition_counts(admin: Any, *, timeout: float = 30) -> dict[str, int]:
     try:
         metadata = admin.list_topics(timeout=timeout)
     except Exception as exc:
-        raise ClusterError(f"cannot list topics: {_reason(exc)}") from None
+        raise _failed("cannot list topics", exc) from None
     return {name: len(topic.partitions) for name, topic in metadata.topics.items() if topic.error is None}
 
 
@@ -89,7 +101,7 @@ def cluster_identity(admin: Any, topics: Iterable[str], *, timeout: float = 30) 
                         continue
                     raise
     except Exception as exc:
-        raise ClusterError(f"cannot read the cluster id and topic ids: {_reason(exc)}") from None
+        raise _failed("cannot read the cluster id and topic ids", exc) from None
     return kafka_id(str(cluster.cluster_id)), ids
 
 
@@ -125,30 +137,44 @@ def list_offsets(
         return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
     except Exception as exc:
         which = "latest" if latest else "earliest"
-        raise ClusterError(f"cannot list {which} offsets of {len(wanted)} partitions: {_reason(exc)}") from None
+        raise _failed(f"cannot list {which} offsets of {len(wanted)} partitions", exc) from None
 
 
 def committed_group_offsets(admin: Any, *, timeout: float = 30) -> dict[str, dict[TopicPartitionKey, int]]:
-    """For every consumer group, its committed offset on each partition it has one for."""
-    from confluent_kafka import ConsumerGroupTopicPartitions
+    """For every consumer group, its committed offset on each partition it has one for.
+
+    All or nothing: a group or partition the cluster could not answer for fails the whole reading, so that a round
+    never lacks a group (a backup with ``--prune-groups`` would delete what a round lacks).
+    """
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
 
     try:
         listing = admin.list_consumer_groups(request_timeout=timeout).result()
+        if listing.errors:
+            # A coordinator that did not answer: its groups would be missing from the round (and pruned).
+            raise listing.errors[0]
         groups = sorted(group.group_id for group in listing.valid)
         result: dict[str, dict[TopicPartitionKey, int]] = {}
         for group in groups:
             futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=timeout)
             for future in futures.values():
-                offsets = {
-                    (tp.topic, tp.partition): tp.offset
-                    for tp in future.result().topic_partitions
-                    if tp.error is None and tp.offset >= 0
-                }
+                answered = future.result().topic_partitions
+                failed = [tp.error for tp in answered if tp.error is not None]
+                if failed:
+                    raise KafkaException(failed[0])
+                offsets = {(tp.topic, tp.partition): tp.offset for tp in answered if tp.offset >= 0}
                 if offsets:
                     result[group] = offsets
         return result
     except Exception as exc:
-        raise ClusterError(f"cannot read consumer group offsets: {_reason(exc)}") from None
+        raise _failed("cannot read consumer group offsets", exc) from None
+
+
+def _failed(message: str, exc: BaseException) -> ClusterError:
+    """``message: reason``, transient when the client's error is one it recovers from."""
+    error = exc.args[0] if exc.args else None
+    transient = hasattr(error, "fatal") and hasattr(error, "retriable") and is_transient(error)
+    return ClusterError(f"{message}: {_reason(exc)}", transient=transient)
 
 
 def _reason(exc: BaseException) -> str:

@@ -31,8 +31,9 @@ Options (unknown ones are an error):
   fails naming its partition (default 120).
 - ``snapshotUnreachableSeconds``: how long a snapshot (``Trigger.AvailableNow``)
   waits for a cluster that stopped answering before it fails (default 300).
-  A continuous query waits as long as it takes: a trigger that cannot reach
-  the cluster plans no new data and says so in a warning.
+  A continuous query's planning waits as long as it takes: a trigger that
+  cannot reach the cluster plans no new data and says so in a warning (tasks
+  already reading still fail after ``readTimeoutSeconds`` without data).
 - ``minPartitions``: the number of tasks a micro-batch should have at least,
   when it reads that many Kafka partitions (default 1; the backup job passes
   Spark's default parallelism). See "Tasks" below.
@@ -416,6 +417,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             try:
                 current = self._current()
             except ClusterError as exc:
+                if not exc.transient:
+                    raise  # a refusal (authorization, a bad request): asking again changes nothing
                 now = time.monotonic()
                 if self._unreachable_since is None:
                     self._unreachable_since = asked
@@ -584,7 +587,7 @@ def _read_together(ranges: tuple[KafkaRange, ...], consumer: Any, *, batch_rows:
             columns = pending.get(keys[start])
             if columns is None:
                 error = messages[start].error()
-                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                if error is not None and error.code() != KafkaError._PARTITION_EOF and not is_transient(error):
                     raise ClusterError(f"reading {len(pending)} partitions: {error.str()}")
                 continue  # a partition already complete: what was fetched past its range is not ours
             done = columns.add_all(messages[start:stop], columns.task.end, KafkaError._PARTITION_EOF)

@@ -40,6 +40,8 @@ def spark_submit_command(job: str, *args: str | Path, master: str = "local[2]") 
 def job_environment(*, importable: Path | None = REPO) -> dict[str, str]:
     """This interpreter on the driver and every executor; ``importable`` added to ``PYTHONPATH``."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    # The driver listens on loopback (the demo's, benchmarks' and tests' clusters are all local).
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if importable is not None:
         env["PYTHONPATH"] = str(importable) + os.pathsep + os.environ.get("PYTHONPATH", "")
     return env
