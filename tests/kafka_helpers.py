@@ -55,8 +55,11 @@ def start_backup(*args: str | Path, log: Path, master: str = "local[2]") -> subp
 
 
 def kill_job(process: subprocess.Popen[bytes]) -> None:
-    """``kill -9`` a job started by :func:`start_job` (its whole process group) unless it has ended; reap it."""
-    if process.poll() is None:
+    """``kill -9`` a job started by :func:`start_job`, its whole process group, and reap it.
+
+    The group even when ``spark-submit`` itself has ended: its Python driver can outlive it.
+    """
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     process.wait(30)
 

@@ -93,6 +93,7 @@ def test_a_refusal_is_not_an_outage(monkeypatch: pytest.MonkeyPatch) -> None:
         (KafkaError._ALL_BROKERS_DOWN, True),
         (KafkaError._NOENT, True),
         (KafkaError.LEADER_NOT_AVAILABLE, True),
+        (KafkaError.OFFSET_NOT_AVAILABLE, True),
         (KafkaError.TOPIC_AUTHORIZATION_FAILED, False),
         (KafkaError.GROUP_AUTHORIZATION_FAILED, False),
         (KafkaError.OFFSET_OUT_OF_RANGE, False),

@@ -52,6 +52,8 @@ class OffsetRound:
     groups: dict[str, dict[TopicPartitionKey, int]]
     ends: dict[TopicPartitionKey, int]
     taken_at: float
+    #: False when a node did not answer the group listing: a group missing from ``groups`` may still exist.
+    complete: bool = True
 
     def reached_by(self, backed_up: Mapping[TopicPartitionKey, int]) -> bool:
         """Whether a backup that holds offsets below ``backed_up`` covers this round."""
@@ -65,11 +67,12 @@ def selected_partitions(admin: Any, selection: TopicSelection) -> list[TopicPart
 
 def take_round(admin: Any, selection: TopicSelection, *, read_committed: bool = True) -> OffsetRound:
     # The restore's progress markers (kbackup.restore.marker) are not a consumer's position.
-    groups = {group: offsets for group, offsets in committed_group_offsets(admin).items() if group != PROGRESS_GROUP}
+    committed, complete = committed_group_offsets(admin)
+    groups = {group: offsets for group, offsets in committed.items() if group != PROGRESS_GROUP}
     keys = selected_partitions(admin, selection)
     ends = list_offsets(admin, keys, latest=True, read_committed=read_committed)
     kept = {group: {key: offset for key, offset in offsets.items() if key in ends} for group, offsets in groups.items()}
-    return OffsetRound({group: offsets for group, offsets in kept.items() if offsets}, ends, time.time())
+    return OffsetRound({group: offsets for group, offsets in kept.items() if offsets}, ends, time.time(), complete)
 
 
 def store_round(target: Location, round_: OffsetRound, *, prune: bool, live_groups: set[str] | None = None) -> int:
@@ -86,7 +89,7 @@ def store_round(target: Location, round_: OffsetRound, *, prune: bool, live_grou
         }
         stored = read_consumer_offsets(topic_dir, partition)
         merged = {**stored, **fresh}
-        if prune:
+        if prune and (round_.complete or live_groups is not None):
             alive = live_groups if live_groups is not None else set(round_.groups)
             merged = {group: offset for group, offset in merged.items() if group in alive}
         if merged != stored:

@@ -144,6 +144,10 @@ class BackupJob:
                 self._report_progress(query)
                 if not settings.snapshot and time.monotonic() >= next_round:
                     next_round = time.monotonic() + settings.offsets_interval
+                    if self._unreachable_since is not None:
+                        # A client that lost its nodes may keep waiting for the one it knew as controller after
+                        # it died (admin requests timed out for minutes while the others answered): a new one.
+                        admin = admin_client(settings.client)
                     with self._cluster_outage("consumer offsets not captured this round"):
                         self._record_topics(admin)
                         self._pending.append(take_round(admin, settings.selection))

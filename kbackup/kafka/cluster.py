@@ -6,6 +6,7 @@ errors from the cluster become :class:`ClusterError` with what was asked.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Generator, Iterable, Mapping
 from typing import Any
 
@@ -47,10 +48,19 @@ TRANSIENT_ERRORS = frozenset(
         "FENCED_LEADER_EPOCH",
         "UNKNOWN_LEADER_EPOCH",
         "UNSTABLE_OFFSET_COMMIT",
+        # A new leader whose high watermark has not caught up yet (ListOffsets right after a failover).
+        "OFFSET_NOT_AVAILABLE",
+        "NOT_ENOUGH_REPLICAS",
+        "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+        "KAFKA_STORAGE_ERROR",
         # Admin requests while no node answers for a partition: "Failed to query partition leaders: No leaders found".
         "_NOENT",
     }
 )
+
+
+#: How long :func:`list_offsets` asks again after a transient error.
+OFFSETS_RETRY_SECONDS = 10.0
 
 
 def is_transient(error: Any) -> bool:
@@ -89,7 +99,7 @@ def cluster_identity(admin: Any, topics: Iterable[str], *, timeout: float = 30) 
 
     names = sorted(set(topics))
     try:
-        cluster = admin.describe_cluster(request_timeout=timeout).result()
+        cluster_id = admin.describe_cluster(request_timeout=timeout).result().cluster_id
         ids: dict[str, str] = {}
         if names:
             for name, future in admin.describe_topics(TopicCollection(names), request_timeout=timeout).items():
@@ -102,7 +112,7 @@ def cluster_identity(admin: Any, topics: Iterable[str], *, timeout: float = 30) 
                     raise
     except Exception as exc:
         raise _failed("cannot read the cluster id and topic ids", exc) from None
-    return kafka_id(str(cluster.cluster_id)), ids
+    return kafka_id(str(cluster_id)), ids
 
 
 def kafka_id(text: str) -> str:
@@ -121,7 +131,10 @@ def list_offsets(
     """The earliest (log-start) or latest offset of each partition.
 
     With ``read_committed`` the latest offset is the last stable offset: the
-    end of committed data, before any open transaction.
+    end of committed data, before any open transaction. A transient error
+    (a leader just elected whose high watermark has not caught up, no leader
+    yet) is asked again for up to :data:`OFFSETS_RETRY_SECONDS` before it is
+    raised, so that a failover or a topic created a moment ago is not an error.
     """
     from confluent_kafka import IsolationLevel, TopicPartition
     from confluent_kafka.admin import OffsetSpec
@@ -132,40 +145,44 @@ def list_offsets(
     spec = OffsetSpec.latest() if latest else OffsetSpec.earliest()
     isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
     request = {TopicPartition(topic, partition): spec for topic, partition in wanted}
-    try:
-        futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=timeout)
-        return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
-    except Exception as exc:
-        which = "latest" if latest else "earliest"
-        raise _failed(f"cannot list {which} offsets of {len(wanted)} partitions", exc) from None
+    deadline = time.monotonic() + OFFSETS_RETRY_SECONDS
+    while True:
+        try:
+            futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=timeout)
+            return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
+        except Exception as exc:
+            which = "latest" if latest else "earliest"
+            error = _failed(f"cannot list {which} offsets of {len(wanted)} partitions", exc)
+            if not error.transient or time.monotonic() >= deadline:
+                raise error from None
+        time.sleep(0.5)
 
 
-def committed_group_offsets(admin: Any, *, timeout: float = 30) -> dict[str, dict[TopicPartitionKey, int]]:
-    """For every consumer group, its committed offset on each partition it has one for.
+def committed_group_offsets(admin: Any, *, timeout: float = 30) -> tuple[dict[str, dict[TopicPartitionKey, int]], bool]:
+    """For every consumer group, its committed offset on each partition it has one for; and whether that is all.
 
-    All or nothing: a group or partition the cluster could not answer for fails the whole reading, so that a round
-    never lacks a group (a backup with ``--prune-groups`` would delete what a round lacks).
+    A node that does not answer the group listing (it is down), or a partition the cluster answered with an error
+    for, leaves groups or offsets out: the second value is then False, and a caller must not take a group's absence
+    as its deletion (``--prune-groups``).
     """
-    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+    from confluent_kafka import ConsumerGroupTopicPartitions
 
     try:
         listing = admin.list_consumer_groups(request_timeout=timeout).result()
-        if listing.errors:
-            # A coordinator that did not answer: its groups would be missing from the round (and pruned).
-            raise listing.errors[0]
+        complete = not listing.errors
         groups = sorted(group.group_id for group in listing.valid)
         result: dict[str, dict[TopicPartitionKey, int]] = {}
         for group in groups:
             futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=timeout)
             for future in futures.values():
                 answered = future.result().topic_partitions
-                failed = [tp.error for tp in answered if tp.error is not None]
-                if failed:
-                    raise KafkaException(failed[0])
-                offsets = {(tp.topic, tp.partition): tp.offset for tp in answered if tp.offset >= 0}
+                complete = complete and all(tp.error is None for tp in answered)
+                offsets = {
+                    (tp.topic, tp.partition): tp.offset for tp in answered if tp.error is None and tp.offset >= 0
+                }
                 if offsets:
                     result[group] = offsets
-        return result
+        return result, complete
     except Exception as exc:
         raise _failed("cannot read consumer group offsets", exc) from None
 
@@ -208,8 +225,6 @@ def read_committed_records(
     deleted since) is an error, not a silent jump. Close the iterator (or read
     it to the end) to close its consumer.
     """
-    import time
-
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     from kbackup.kafka.client_settings import consumer_settings
