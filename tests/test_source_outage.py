@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import OffsetSpec
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+from kbackup.kafka import cluster as kafka_cluster
+from kbackup.kafka.admin_session import AdminSession
 from kbackup.kafka.cluster import ClusterError, partition_counts
 from kbackup.spark import kafka_source
-from kbackup.spark.kafka_source import KafkaStreamReader, SourceOptions, encode_offsets
+from kbackup.spark.kafka_source import KafkaStreamReader, SourceOptions, decode_offsets, encode_offsets
 
 KEY = ("orders", 0)
 
@@ -21,7 +27,7 @@ class Answers:
     def __init__(self, failures: int, end: int) -> None:
         self.failures, self.end, self.calls = failures, end, 0
 
-    def __call__(self) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+    def __call__(self, *, partial: bool = False) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
         self.calls += 1
         if self.calls <= self.failures:
             raise ClusterError("cannot list topics: Local: Broker transport failure", transient=True)
@@ -77,7 +83,7 @@ def test_a_snapshot_waits_for_the_cluster_and_fails_in_one_line_after_its_limit(
 def test_a_refusal_is_not_an_outage(monkeypatch: pytest.MonkeyPatch) -> None:
     """Authorization and other refusals end the query at once, as before: waiting would not change them."""
 
-    def refused() -> None:
+    def refused(*, partial: bool = False) -> None:
         raise ClusterError("cannot list topics: Broker: Topic authorization failed")
 
     source = reader(monkeypatch, Answers(0, 1))
@@ -114,3 +120,58 @@ class Refusing:
 
     def list_topics(self, timeout: float) -> None:
         raise self.error
+
+
+class TwoPartitions:
+    """An admin client for topic ``orders`` with partitions 0 and 1; ``ends`` is what ListOffsets answers.
+
+    -1001 is what librdkafka answers (without an error) for a partition whose leader did not answer.
+    """
+
+    def __init__(self) -> None:
+        self.ends = {0: 50, 1: -1001}
+
+    def list_topics(self, timeout: float) -> Any:
+        topic = SimpleNamespace(partitions={0: None, 1: None}, error=None)
+        return SimpleNamespace(topics={"orders": topic})
+
+    def list_offsets(self, request: dict[Any, Any], isolation_level: Any, request_timeout: float) -> dict[Any, Any]:
+        futures = {}
+        for tp, spec in request.items():
+            future: Future[Any] = Future()
+            offset = self.ends[tp.partition] if spec == OffsetSpec.latest() else min(0, self.ends[tp.partition])
+            future.set_result(SimpleNamespace(offset=offset))
+            futures[tp] = future
+        return futures
+
+
+def test_a_partition_without_a_leader_does_not_hold_up_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = TwoPartitions()
+    monkeypatch.setattr(kafka_cluster, "OFFSETS_RETRY_SECONDS", 0.0)
+    parsed = SourceOptions.parse({"kafka.bootstrap.servers": "k:9092", "subscribe": "orders"})
+    source = KafkaStreamReader(parsed)
+    source._session = AdminSession({}, factory=lambda settings: cluster)
+    start = encode_offsets({("orders", 0): 10, ("orders", 1): 20})
+    # Continuous: partition 0 is planned, partition 1 stays where it was.
+    assert decode_offsets(source.latestOffset(start, ReadAllAvailable())) == {("orders", 0): 50, ("orders", 1): 20}
+    cluster.ends[1] = 70
+    assert decode_offsets(source.latestOffset(start, ReadAllAvailable())) == {("orders", 0): 50, ("orders", 1): 70}
+    # A snapshot must not take a partition it could not see for a partition without data: it waits for it.
+    cluster.ends[1] = -1001
+    source._target = {("orders", 0): 50, ("orders", 1): 70}
+    monkeypatch.setattr(kafka_source, "UNREACHABLE_RETRY_SECONDS", 0.0)
+    monkeypatch.setattr(kafka_source, "PLANNING_PATIENCE_SECONDS", 0.0)
+    calls = 0
+
+    def answer_later(admin: Any, timeout: float, *, partial: bool) -> Any:
+        nonlocal calls
+        calls += 1
+        assert not partial
+        if calls == 3:
+            cluster.ends[1] = 70
+        return offsets_now(admin, timeout, partial=partial)
+
+    offsets_now = source._offsets_now
+    monkeypatch.setattr(source, "_offsets_now", answer_later)
+    assert decode_offsets(source.latestOffset(start, ReadAllAvailable())) == {("orders", 0): 50, ("orders", 1): 70}
+    assert calls == 3  # two answers without partition 1 were waited through, not planned

@@ -60,17 +60,20 @@ class OffsetRound:
         return all(backed_up.get(key, 0) >= end for key, end in self.ends.items() if end > 0)
 
 
-def selected_partitions(admin: Any, selection: TopicSelection) -> list[TopicPartitionKey]:
-    counts = partition_counts(admin)
+def selected_partitions(admin: Any, selection: TopicSelection, *, timeout: float = 30) -> list[TopicPartitionKey]:
+    counts = partition_counts(admin, timeout=timeout)
     return [(topic, partition) for topic in selection.select(counts) for partition in range(counts[topic])]
 
 
-def take_round(admin: Any, selection: TopicSelection, *, read_committed: bool = True) -> OffsetRound:
+def take_round(
+    admin: Any, selection: TopicSelection, *, read_committed: bool = True, timeout: float = 30
+) -> OffsetRound:
+    """Read a round (module docstring); ``timeout``: of each request to the cluster."""
     # The restore's progress markers (kbackup.restore.marker) are not a consumer's position.
-    committed, complete = committed_group_offsets(admin)
+    committed, complete = committed_group_offsets(admin, timeout=timeout)
     groups = {group: offsets for group, offsets in committed.items() if group != PROGRESS_GROUP}
-    keys = selected_partitions(admin, selection)
-    ends = list_offsets(admin, keys, latest=True, read_committed=read_committed)
+    keys = selected_partitions(admin, selection, timeout=timeout)
+    ends = list_offsets(admin, keys, latest=True, read_committed=read_committed, timeout=timeout)
     kept = {group: {key: offset for key, offset in offsets.items() if key in ends} for group, offsets in groups.items()}
     return OffsetRound({group: offsets for group, offsets in kept.items() if offsets}, ends, time.time(), complete)
 
@@ -99,18 +102,18 @@ def store_round(target: Location, round_: OffsetRound, *, prune: bool, live_grou
     return changed
 
 
-def record_topics(target: Location, admin: Any, selection: TopicSelection, *, servers: str) -> int:
+def record_topics(target: Location, admin: Any, selection: TopicSelection, *, servers: str, timeout: float = 30) -> int:
     """Keep the catalog's record of each selected topic (origin, partition count, configuration).
 
     Raises :class:`~kbackup.backup.origin.OriginError` first when the target
     holds another cluster's or another incarnation's backup of a topic.
-    Returns how many records changed.
+    Returns how many records changed. ``timeout``: of each request to the cluster.
     """
-    counts = partition_counts(admin)
+    counts = partition_counts(admin, timeout=timeout)
     topics = selection.select(counts)
-    cluster_id, topic_ids = cluster_identity(admin, topics)
+    cluster_id, topic_ids = cluster_identity(admin, topics, timeout=timeout)
     check_origin(target, cluster_id, topic_ids, servers=servers, warn=False)  # the job's preflight warned
-    configs = topic_configs(admin, topics)
+    configs = topic_configs(admin, topics, timeout=timeout)
     return sum(
         record_topic(
             target,

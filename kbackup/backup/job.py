@@ -17,8 +17,10 @@ Lifecycle:
    ``Trigger.AvailableNow`` in snapshot mode (back up what exists at the
    start, then stop), a processing-time trigger otherwise.
 5. While it runs: log each micro-batch (records read, remaining lag per
-   topic), take an offset round every ``--offsets-interval`` seconds, and
-   store each round once the backup has caught up with it.
+   topic); take an offset round every ``--offsets-interval`` seconds on a
+   thread of its own (:mod:`kbackup.backup.cluster_watch`: a cluster that
+   does not answer never holds up this loop), and store each round once the
+   backup has caught up with it.
 6. On SIGTERM or SIGINT to the Python driver (its pid is logged at start),
    stop the query: the batch in flight is abandoned (its unsynced writes are
    repaired on the next start and its records read again), then exit 0.
@@ -28,26 +30,26 @@ Lifecycle:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import math
 import os
 import signal
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
+from kbackup.backup.cluster_watch import ClusterWatch
 from kbackup.backup.group_offsets import OffsetRound, ensure_partitions, record_topics, store_round, take_round
 from kbackup.backup.origin import check_origin
 from kbackup.backup.settings import BackupSettings, parse_backup_args
 from kbackup.catalog import checkpoints
 from kbackup.errors import KbackupError
 from kbackup.job_options import run_job
+from kbackup.kafka.admin_session import AdminSession
 from kbackup.kafka.client_settings import redact
-from kbackup.kafka.cluster import ClusterError, TopicPartitionKey, admin_client, cluster_identity, partition_counts
+from kbackup.kafka.cluster import ClusterError, TopicPartitionKey, cluster_identity, partition_counts
 from kbackup.logsetup import ensure_console_logging, spark_log_level
 from kbackup.partition.layout import list_partitions, list_topics, state_dir
 from kbackup.partition.reader import PartitionReader
@@ -81,8 +83,6 @@ class BackupJob:
     _logged_batch: int = -1
     _rows: int = 0
     _lease: TargetLease | None = None
-    _unreachable_since: float | None = None  # monotonic time of the first unanswered periodic call
-    _unreachable_logged: float = -math.inf
 
     def run(self) -> int:
         settings = self.settings
@@ -94,28 +94,31 @@ class BackupJob:
             settings.target,
             "snapshot" if settings.snapshot else "continuous",
         )
-        admin = admin_client({**settings.client, "socket.timeout.ms": "10000"})
-        self._preflight(admin)
+        session = AdminSession({**settings.client, "socket.timeout.ms": "10000"})
+        self._preflight(session)
         # One job per target, from before Spark starts (its checkpoint is in the target too) until the end.
         with TargetLease(state_dir(settings.target), "backup") as lease, self._checkpoint_lease():
             self._lease = lease
             # Spark before the first write to the target: a missing connector is refused with nothing written.
             spark = self._session()
             try:
-                return self._back_up(spark, admin)
+                return self._back_up(spark, session)
             finally:
                 spark.stop()
 
-    def _back_up(self, spark: Any, admin: Any) -> int:
+    def _back_up(self, spark: Any, session: AdminSession) -> int:
         settings = self.settings
         prepare_root(settings.target)
-        created = ensure_partitions(
-            settings.target, admin, settings.selection, max_segment_size=settings.max_segment_size
+        created = session.call(
+            lambda admin, _: ensure_partitions(
+                settings.target, admin, settings.selection, max_segment_size=settings.max_segment_size
+            )
         )
         if created:
             log.info("%d new partition(s) prepared in the backup", created)
-        self._record_topics(admin)
-        first_round = take_round(admin, settings.selection)
+        self._record_topics(session)
+        topics_recorded_at = time.monotonic()
+        first_round = session.call(lambda admin, timeout: take_round(admin, settings.selection, timeout=timeout))
         self._pending.append(first_round)
         existing = checkpoints.list_checkpoints(settings.target)
         self._checkpoints = [c for c in existing if c.status == "pending"]
@@ -127,7 +130,18 @@ class BackupJob:
         log.info("running; stop with SIGTERM to the driver process %d (a snapshot stops by itself)", os.getpid())
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         started = time.monotonic()
-        next_round = time.monotonic() + settings.offsets_interval
+        watch = None
+        if not settings.snapshot:
+            watch = ClusterWatch(
+                settings.target,
+                settings.selection,
+                session,
+                servers=settings.client["bootstrap.servers"],
+                interval=settings.offsets_interval,
+                seen_checkpoint=self._seen_checkpoint,
+                topics_recorded_at=topics_recorded_at,
+            )
+            watch.start()
         try:
             while query.isActive:
                 if self._lease is not None and self._lease.lost is not None:
@@ -142,18 +156,8 @@ class BackupJob:
                 except Exception as exc:  # the query failed: StreamingQueryException with the cause inside
                     raise KbackupError(f"the backup query failed: {failure_cause(exc)}") from None
                 self._report_progress(query)
-                if not settings.snapshot and time.monotonic() >= next_round:
-                    next_round = time.monotonic() + settings.offsets_interval
-                    if self._unreachable_since is not None:
-                        # A client that lost its nodes may keep waiting for the one it knew as controller after
-                        # it died (admin requests timed out for minutes while the others answered): a new one.
-                        admin = admin_client(settings.client)
-                    with self._cluster_outage("consumer offsets not captured this round"):
-                        self._record_topics(admin)
-                        self._pending.append(take_round(admin, settings.selection))
-                if not settings.snapshot:
-                    with self._cluster_outage("checkpoint requests wait", answered=False):
-                        self._serve_checkpoints(admin, query)
+                if watch is not None:
+                    self._take_over(watch, query)
                 self._store_reached_rounds(query)
             self._report_progress(query)
             failure = query.exception()
@@ -169,24 +173,27 @@ class BackupJob:
                 log.info("checkpoint %d completed", done.id)
                 self._summary(time.monotonic() - started)
             else:
+                if watch is not None:
+                    watch.stop()
+                    self._take_over(watch, query)
                 self._store_reached_rounds(query)
-                with self._cluster_outage("checkpoint requests wait", answered=False):
-                    self._serve_checkpoints(admin, query)
                 for waiting in self._checkpoints:
                     checkpoints.finish(
                         settings.target, waiting, failed_reason="the backup stopped before it reached the cut"
                     )
                     log.info("checkpoint %d failed: the backup stopped before it reached the cut", waiting.id)
         finally:
+            if watch is not None:
+                watch.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return 0
 
     # -- steps ---------------------------------------------------------------
 
-    def _preflight(self, admin: Any) -> None:
-        try:
-            counts = partition_counts(admin, timeout=15)
+    def _preflight(self, session: AdminSession) -> None:
+        try:  # one attempt: an unreachable cluster is reported at once
+            counts = session.call(lambda admin, _: partition_counts(admin, timeout=15), patience=0)
         except ClusterError as exc:
             raise ClusterError(f"cannot reach Kafka at {self.settings.client['bootstrap.servers']}: {exc}") from None
         selection = self.settings.selection
@@ -207,7 +214,9 @@ class BackupJob:
                 "it out of --topics / --topics-regex"
             )
         servers = self.settings.client["bootstrap.servers"]
-        cluster_id, topic_ids = cluster_identity(admin, selection.select(counts))
+        cluster_id, topic_ids = session.call(
+            lambda admin, timeout: cluster_identity(admin, selection.select(counts), timeout=timeout)
+        )
         check_origin(self.settings.target, cluster_id, topic_ids, servers=servers)
         log.info("cluster %s; topic ids: %s", cluster_id, ", ".join(f"{t} {i}" for t, i in topic_ids.items()) or "none")
 
@@ -216,9 +225,13 @@ class BackupJob:
         checkpoint = self.settings.checkpoint
         return TargetLease(checkpoint, "backup", name="kbackup.lease", guards=f"the Spark checkpoint {checkpoint}")
 
-    def _record_topics(self, admin: Any) -> None:
+    def _record_topics(self, session: AdminSession) -> None:
         servers = self.settings.client["bootstrap.servers"]
-        changed = record_topics(self.settings.target, admin, self.settings.selection, servers=servers)
+        changed = session.call(
+            lambda admin, timeout: record_topics(
+                self.settings.target, admin, self.settings.selection, servers=servers, timeout=timeout
+            )
+        )
         if changed:
             log.info("topic configuration recorded for %d topic(s)", changed)
 
@@ -290,47 +303,11 @@ class BackupJob:
             lag_text = ", ".join(f"{topic} {count}" for topic, count in sorted(lag.items())) or "none"
             log.info("batch %d: %d records read in %.1f s; remaining lag: %s", batch, rows, seconds, lag_text)
 
-    @contextlib.contextmanager
-    def _cluster_outage(self, consequence: str, *, answered: bool = True) -> Iterator[None]:
-        """Around a continuous backup's periodic calls to the cluster: unreachable is a progress line, not the end.
-
-        The first failure and then one a minute are logged with how long the
-        cluster has not answered; the next successful call logs that it is back
-        (``answered=False``: the body may not have asked the cluster anything,
-        so its success says nothing).
-        """
-        asked = time.monotonic()
-        try:
-            yield
-        except ClusterError as exc:
-            if not exc.transient:
-                raise  # a refusal (authorization, a bad request) ends the backup as before
-            now = time.monotonic()
-            if self._unreachable_since is None:
-                self._unreachable_since = asked
-            if now - self._unreachable_logged >= 60:
-                self._unreachable_logged = now
-                log.warning(
-                    "source cluster not answering for %.0f s (%s); %s; retrying, the backup resumes when it answers",
-                    now - self._unreachable_since, exc, consequence,
-                )  # fmt: skip
-            return
-        if answered and self._unreachable_since is not None:
-            log.info("source cluster answers again after %.0f s", time.monotonic() - self._unreachable_since)
-            self._unreachable_since = None
-            self._unreachable_logged = -math.inf
-
-    def _serve_checkpoints(self, admin: Any, query: Any) -> None:
-        """Take the cut of requested checkpoints; complete the ones the backup has reached."""
-        for requested in checkpoints.list_checkpoints(self.settings.target, above=self._seen_checkpoint):
-            if requested.status == "requested":
-                cut = take_round(admin, self.settings.selection)  # may fail: the request is served next time
-                taken = checkpoints.take(
-                    self.settings.target, requested, cut.groups, cut.ends, int(cut.taken_at * 1000)
-                )
-                self._checkpoints.append(taken)
-                log.info("checkpoint %d: cut taken over %d partitions", taken.id, len(taken.ends))
-            self._seen_checkpoint = max(self._seen_checkpoint, requested.id)
+    def _take_over(self, watch: ClusterWatch, query: Any) -> None:
+        """Pick up the watch's rounds and checkpoint cuts; complete the checkpoints the backup has reached."""
+        found = watch.collect()
+        self._pending.extend(found.rounds)
+        self._checkpoints.extend(found.cuts)
         if not self._checkpoints:
             return
         backed_up = _backed_up_offsets(query)

@@ -127,6 +127,7 @@ def list_offsets(
     latest: bool,
     read_committed: bool = True,
     timeout: float = 30,
+    partial: bool = False,
 ) -> dict[TopicPartitionKey, int]:
     """The earliest (log-start) or latest offset of each partition.
 
@@ -135,6 +136,11 @@ def list_offsets(
     (a leader just elected whose high watermark has not caught up, no leader
     yet) is asked again for up to :data:`OFFSETS_RETRY_SECONDS` before it is
     raised, so that a failover or a topic created a moment ago is not an error.
+
+    ``partial``: partitions whose leader did not answer (a transient error
+    of theirs alone) are left out of the answer at once instead; only when
+    none answers is that an error. For planning, where one partition without
+    a leader must not hold up all the others.
     """
     from confluent_kafka import IsolationLevel, TopicPartition
     from confluent_kafka.admin import OffsetSpec
@@ -146,16 +152,42 @@ def list_offsets(
     isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
     request = {TopicPartition(topic, partition): spec for topic, partition in wanted}
     deadline = time.monotonic() + OFFSETS_RETRY_SECONDS
+    which = "latest" if latest else "earliest"
     while True:
         try:
             futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=timeout)
-            return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
+            answered = _offsets_answered(futures, partial=partial)
+            # A partition whose leader did not answer in time comes back without an error, as offset -1001
+            # (librdkafka's OFFSET_INVALID; seen right after kill -9 of a leader): no answer, not an offset.
+            unanswered = sorted(key for key in wanted if answered.get(key, -1) < 0)
+            if not unanswered:
+                return answered
+            if partial and len(unanswered) < len(wanted):
+                return {key: offset for key, offset in answered.items() if offset >= 0}
+            shown = ", ".join(f"{topic}/{partition}" for topic, partition in unanswered[:5])
+            more = f" and {len(unanswered) - 5} more" if len(unanswered) > 5 else ""
+            error = ClusterError(
+                f"cannot list {which} offsets of {len(wanted)} partitions: no offset for {shown}{more} "
+                "(its leader did not answer)",
+                transient=True,
+            )
         except Exception as exc:
-            which = "latest" if latest else "earliest"
             error = _failed(f"cannot list {which} offsets of {len(wanted)} partitions", exc)
-            if not error.transient or time.monotonic() >= deadline:
-                raise error from None
+        if not error.transient or time.monotonic() >= deadline:
+            raise error from None
         time.sleep(0.5)
+
+
+def _offsets_answered(futures: Mapping[Any, Any], *, partial: bool) -> dict[TopicPartitionKey, int]:
+    """Each partition's offset; with ``partial``, a partition whose own answer is a transient error is left out."""
+    answered: dict[TopicPartitionKey, int] = {}
+    for tp, future in futures.items():
+        try:
+            answered[(tp.topic, tp.partition)] = future.result().offset
+        except Exception as exc:
+            if not partial or not _failed("", exc).transient:
+                raise
+    return answered
 
 
 def committed_group_offsets(admin: Any, *, timeout: float = 30) -> tuple[dict[str, dict[TopicPartitionKey, int]], bool]:
@@ -190,12 +222,17 @@ def committed_group_offsets(admin: Any, *, timeout: float = 30) -> tuple[dict[st
 def _failed(message: str, exc: BaseException) -> ClusterError:
     """``message: reason``, transient when the client's error is one it recovers from."""
     error = exc.args[0] if exc.args else None
-    transient = hasattr(error, "fatal") and hasattr(error, "retriable") and is_transient(error)
+    # A future that did not resolve in time (TimeoutError) is a cluster that did not answer, not a refusal.
+    transient = isinstance(exc, TimeoutError) or (
+        hasattr(error, "fatal") and hasattr(error, "retriable") and is_transient(error)
+    )
     return ClusterError(f"{message}: {_reason(exc)}", transient=transient)
 
 
 def _reason(exc: BaseException) -> str:
     text = str(exc.args[0]) if exc.args else str(exc)
+    if isinstance(exc, TimeoutError) and not text:
+        return "no answer in time"
     return text or type(exc).__name__
 
 
@@ -321,10 +358,11 @@ def topic_configs(admin: Any, topics: Iterable[str], *, timeout: float = 30) -> 
     if not names:
         return {}
     try:
-        futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, name) for name in names])
+        resources = [ConfigResource(ResourceType.TOPIC, name) for name in names]
+        futures = admin.describe_configs(resources, request_timeout=timeout)
         result: dict[str, dict[str, str]] = {}
         for resource, future in futures.items():
-            entries = future.result(timeout)
+            entries = future.result(timeout + 2)  # the request's own timeout answers first
             result[resource.name] = {
                 key: entry.value
                 for key, entry in sorted(entries.items())
@@ -334,4 +372,4 @@ def topic_configs(admin: Any, topics: Iterable[str], *, timeout: float = 30) -> 
             }
         return result
     except Exception as exc:
-        raise ClusterError(f"cannot read the configuration of topic(s) {', '.join(names)}: {_reason(exc)}") from None
+        raise _failed(f"cannot read the configuration of topic(s) {', '.join(names)}", exc) from None

@@ -111,6 +111,9 @@ def run(settings: RestoreSettings) -> int:
                 bad.name,
                 bad.reason,
             )
+    # The cluster may have lost and regained nodes while the tasks produced: a client made before can go on
+    # waiting for a node that died (kbackup.kafka.admin_session); the last requests go through a new one.
+    admin = admin_client({**settings.client, "socket.timeout.ms": "10000"})
     if later:
         set_timestamp_types(admin, later)
         pending.done(later)

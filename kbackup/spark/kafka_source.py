@@ -91,15 +91,16 @@ from pyspark.sql.types import (
 )
 
 from kbackup.errors import KbackupError, UsageError
+from kbackup.kafka.admin_session import AdminSession
 from kbackup.kafka.client_settings import consumer_settings, redact
 from kbackup.kafka.cluster import (
     ClusterError,
     TopicPartitionKey,
-    admin_client,
     is_transient,
     list_offsets,
     partition_counts,
 )
+from kbackup.kafka.outage import OutageReport
 from kbackup.kafka.topics import TopicSelection
 from kbackup.logsetup import ensure_console_logging
 
@@ -111,6 +112,8 @@ SOURCE_NAME = "kbackup_kafka"
 UNREACHABLE_RETRY_SECONDS = 2.0
 #: At most one "not answering" warning per this many seconds (Spark asks every trigger).
 UNREACHABLE_LOG_SECONDS = 30.0
+#: How long one planning step goes on asking (with a new admin client after a failure) before it plans nothing.
+PLANNING_PATIENCE_SECONDS = 12.0
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 BASE_FIELDS = [
@@ -347,23 +350,38 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self._admin: Any = None
+        self._session: AdminSession | None = None  # made on the driver at first use, never pickled
         self._latest: dict[TopicPartitionKey, int] = {}
         self._target: dict[TopicPartitionKey, int] | None = None
-        self._unreachable_since: float | None = None
-        self._unreachable_logged = -math.inf
+        self._outage = OutageReport(log, every=UNREACHABLE_LOG_SECONDS)
+        self._leaderless_logged = -math.inf
 
     # -- driver side -------------------------------------------------------
 
-    def _cluster(self) -> Any:
-        if self._admin is None:
-            self._admin = admin_client(self.options.client)
-        return self._admin
+    def _current(self, *, partial: bool = False) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]]:
+        """Earliest and latest offsets of every selected partition now.
 
-    def _current(self) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]]:
-        """Earliest and latest offsets of every selected partition now."""
-        admin = self._cluster()
-        counts = partition_counts(admin)
+        A client that stops answering is replaced by a new one (see
+        :mod:`kbackup.kafka.admin_session`) for up to
+        :data:`PLANNING_PATIENCE_SECONDS`; then the transient error is raised.
+        ``partial``: partitions whose leader does not answer are left out of
+        both (they are planned at a later trigger), the others are there; an
+        error only when none answers.
+        """
+        if self._session is None:
+            self._session = AdminSession(self.options.client)
+
+        def offsets_now(
+            admin: Any, timeout: float
+        ) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]]:
+            return self._offsets_now(admin, timeout, partial=partial)
+
+        return self._session.call(offsets_now, patience=PLANNING_PATIENCE_SECONDS)
+
+    def _offsets_now(
+        self, admin: Any, timeout: float, *, partial: bool
+    ) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]]:
+        counts = partition_counts(admin, timeout=timeout)
         if self.options.selection.topics is not None:
             missing = [t for t in self.options.selection.topics if t not in counts]
             if missing and not any(t in counts for t in self.options.selection.topics):
@@ -372,9 +390,29 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"{self.options.client['bootstrap.servers']}"
                 )
         keys = [(t, p) for t in self.options.selection.select(counts) for p in range(counts[t])]
-        earliest = list_offsets(admin, keys, latest=False)
-        latest = list_offsets(admin, keys, latest=True, read_committed=self.options.read_committed)
+        earliest = list_offsets(admin, keys, latest=False, timeout=timeout, partial=partial)
+        latest = list_offsets(
+            admin, keys, latest=True, read_committed=self.options.read_committed, timeout=timeout, partial=partial
+        )
+        answered = earliest.keys() & latest.keys()
+        if len(answered) < len(keys):
+            self._report_leaderless(sorted(set(keys) - answered), len(keys))
+            earliest = {key: offset for key, offset in earliest.items() if key in answered}
+            latest = {key: offset for key, offset in latest.items() if key in answered}
         return earliest, latest
+
+    def _report_leaderless(self, missing: list[TopicPartitionKey], total: int) -> None:
+        now = time.monotonic()
+        if now - self._leaderless_logged < UNREACHABLE_LOG_SECONDS:
+            return
+        self._leaderless_logged = now
+        shown = ", ".join(f"{topic}/{partition}" for topic, partition in missing[:5])
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        log.warning(
+            "no answer for %d of %d partitions (%s%s: no leader yet?): the others are read on, these when their "
+            "leader answers",
+            len(missing), total, shown, more,
+        )  # fmt: skip
 
     def initialOffset(self) -> dict[str, Any]:
         ensure_console_logging()
@@ -415,33 +453,21 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         while True:
             asked = time.monotonic()
             try:
-                current = self._current()
+                current = self._current(partial=self._target is None)
             except ClusterError as exc:
                 if not exc.transient:
                     raise  # a refusal (authorization, a bad request): asking again changes nothing
-                now = time.monotonic()
-                if self._unreachable_since is None:
-                    self._unreachable_since = asked
-                waited = now - self._unreachable_since
+                waited = self._outage.failed(asked, exc, "no new data planned, waiting for it to answer")
                 if self._target is not None and waited > self.options.snapshot_unreachable:
                     raise ClusterError(
                         f"the source cluster did not answer for {waited:.0f} s during the snapshot ({exc}); "
                         "run it again: it goes on from what is already backed up"
                     ) from None
-                if now - self._unreachable_logged >= UNREACHABLE_LOG_SECONDS:
-                    self._unreachable_logged = now
-                    log.warning(
-                        "source cluster not answering for %.0f s (%s); no new data planned, waiting for it to answer",
-                        waited, exc,
-                    )  # fmt: skip
                 if self._target is None:
                     return None  # Spark asks again at the next trigger
                 time.sleep(UNREACHABLE_RETRY_SECONDS)
                 continue
-            if self._unreachable_since is not None:
-                log.info("source cluster answers again after %.0f s", time.monotonic() - self._unreachable_since)
-                self._unreachable_since = None
-                self._unreachable_logged = -math.inf
+            self._outage.answered()
             return current
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:

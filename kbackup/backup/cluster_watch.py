@@ -1,0 +1,178 @@
+"""A continuous backup's periodic questions to the cluster, asked on a thread of their own.
+
+Every ``interval`` seconds the watch (1) records the selected topics'
+configuration in the catalog (at most every :data:`TOPICS_INTERVAL_SECONDS`)
+and (2) takes a consumer offset round (:func:`~kbackup.backup.group_offsets.take_round`);
+every :data:`REQUESTS_CHECK_SECONDS` it (3) takes the cut of each checkpoint
+requested since the last look.
+Rounds and cuts are handed to the job's loop, which stores a round and
+completes a checkpoint once the backup has reached it: only the job's loop
+knows what the query has committed.
+
+Why a thread: a request to a cluster that lost a node can wait for its full
+timeout (see :mod:`kbackup.kafka.admin_session`), and a whole round through
+an outage takes a minute or more. Asked on the job's loop, that stopped its
+progress lines, its lease checks and its reaction to SIGTERM for as long.
+
+Failures: a transient one (no connection, no leader, a timeout) is a
+progress line (:class:`~kbackup.kafka.outage.OutageReport`) and the next round
+asks again with a new client; the round is simply missing, which costs
+nothing but freshness. Anything else (a refusal, an origin conflict, a
+storage error) stops the watch and is raised by :meth:`ClusterWatch.collect`
+in the job's thread.
+
+Lifecycle: ``start()`` once the job's first round is taken; ``collect()``
+from the job's loop; ``stop()`` at the end, which waits at most one request
+timeout for a round in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kbackup.backup.group_offsets import OffsetRound, record_topics, take_round
+from kbackup.catalog import checkpoints
+from kbackup.kafka.admin_session import AdminSession
+from kbackup.kafka.cluster import ClusterError
+from kbackup.kafka.outage import OutageReport
+from kbackup.kafka.topics import TopicSelection
+from kbackup.storage import Location
+
+log = logging.getLogger("kbackup.backup")
+
+#: The topics' configuration changes rarely: it is read again at most this often.
+TOPICS_INTERVAL_SECONDS = 60.0
+#: At most one "not answering" line per this many seconds.
+OUTAGE_LOG_SECONDS = 60.0
+#: How often the target is looked at for new checkpoint requests (``kbackup checkpoint create``).
+REQUESTS_CHECK_SECONDS = 1.0
+#: How long :meth:`ClusterWatch.stop` waits beyond one request timeout for a round in flight.
+STOP_GRACE_SECONDS = 5.0
+
+
+@dataclass
+class Collected:
+    """What the watch found since the last :meth:`ClusterWatch.collect`."""
+
+    rounds: list[OffsetRound] = field(default_factory=list)
+    cuts: list[checkpoints.Checkpoint] = field(default_factory=list)
+
+
+class ClusterWatch:
+    """Asks the cluster every ``interval`` seconds on a daemon thread (module docstring)."""
+
+    def __init__(
+        self,
+        target: Location,
+        selection: TopicSelection,
+        session: AdminSession,
+        *,
+        servers: str,
+        interval: float,
+        seen_checkpoint: int,
+        topics_recorded_at: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._target = target
+        self._selection = selection
+        self._session = session
+        self._servers = servers
+        self._interval = interval
+        self._seen_checkpoint = seen_checkpoint  # requests get increasing ids: only newer files hold new ones
+        self._topics_due = topics_recorded_at + TOPICS_INTERVAL_SECONDS
+        self._clock = clock
+        self._outage = OutageReport(log, every=OUTAGE_LOG_SECONDS, clock=clock)
+        self._found = Collected()
+        self._failure: BaseException | None = None
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kbackup-cluster-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def collect(self) -> Collected:
+        """Rounds and checkpoint cuts taken since the last call; raises what stopped the watch, in the caller."""
+        with self._lock:
+            found, self._found = self._found, Collected()
+            failure = self._failure
+        if failure is not None:
+            raise failure
+        return found
+
+    def stop(self) -> None:
+        """Ask no more; wait at most one request timeout for the round in flight (the thread is a daemon)."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        if not self._thread.is_alive():
+            return
+        self._thread.join(self._session.attempt_timeout + STOP_GRACE_SECONDS)
+        if self._thread.is_alive():
+            log.info("a consumer offset round was still waiting for the cluster at the end: left unfinished")
+
+    # -- the thread ----------------------------------------------------------
+
+    def _run(self) -> None:
+        next_round = self._clock() + self._interval
+        while not self._stopping.wait(min(REQUESTS_CHECK_SECONDS, self._interval)):
+            try:
+                due = self._clock() >= next_round
+                if due:
+                    next_round = self._clock() + self._interval
+                self.ask_once(with_round=due)
+            except BaseException as exc:  # handed to the job's thread, which ends the backup with it
+                with self._lock:
+                    self._failure = exc
+                return
+
+    def ask_once(self, *, with_round: bool = True) -> None:
+        """One pass: topics (when due) and a round (``with_round``), then the cuts of new checkpoint requests."""
+        asked = self._clock()
+        try:
+            if with_round:
+                if asked >= self._topics_due:
+                    self._record_topics()
+                    self._topics_due = asked + TOPICS_INTERVAL_SECONDS
+                round_ = self._session.call(lambda admin, timeout: take_round(admin, self._selection, timeout=timeout))
+                with self._lock:
+                    self._found.rounds.append(round_)
+            cut = self._take_cuts()
+        except ClusterError as exc:
+            if not exc.transient:
+                raise
+            self._outage.failed(
+                asked,
+                exc,
+                "consumer offset rounds and checkpoint cuts wait; retrying, the backup resumes when it answers",
+            )
+            return
+        if with_round or cut:  # a pass that asked the cluster nothing says nothing about it
+            self._outage.answered()
+
+    def _record_topics(self) -> None:
+        def record(admin: object, timeout: float) -> int:
+            return record_topics(self._target, admin, self._selection, servers=self._servers, timeout=timeout)
+
+        changed = self._session.call(record)
+        if changed:
+            log.info("topic configuration recorded for %d topic(s)", changed)
+
+    def _take_cuts(self) -> bool:
+        """Take the cut of each new checkpoint request; whether there was one."""
+        served = False
+        for requested in checkpoints.list_checkpoints(self._target, above=self._seen_checkpoint):
+            if requested.status == "requested":
+                # May fail transiently: the request stays unseen and is served at the next round.
+                cut = self._session.call(lambda admin, timeout: take_round(admin, self._selection, timeout=timeout))
+                taken = checkpoints.take(self._target, requested, cut.groups, cut.ends, int(cut.taken_at * 1000))
+                log.info("checkpoint %d: cut taken over %d partitions", taken.id, len(taken.ends))
+                with self._lock:
+                    self._found.cuts.append(taken)
+                served = True
+            self._seen_checkpoint = max(self._seen_checkpoint, requested.id)
+        return served
