@@ -20,13 +20,14 @@ from kbackup.errors import BackupNotFoundError, KbackupError, UsageError
 from kbackup.format.naming import INDEX_SUFFIX, parse_partition_index_file_name
 from kbackup.format.partition_index import decode_partition_index
 from kbackup.format.record import Record, TimestampType
-from kbackup.partition.layout import list_partitions, list_segment_files, list_topics
+from kbackup.partition.layout import STATE_DIR, list_partitions, list_segment_files, list_topics
 from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import MAX_PARTITION_INDEX_SIZE, PartitionReader
 from kbackup.partition.rebuild import rebuild_partition_index, rebuild_segment_index
 from kbackup.partition.segment_reader import SegmentIndexFile
 from kbackup.progress import Progress
-from kbackup.storage import Location, as_local, exists, parse_location, read_limited
+from kbackup.storage import Location, as_local, exists, parse_location, read_limited, storage_for
+from kbackup.text import count
 
 _TIMESTAMP_TYPE_NAMES = {
     TimestampType.NO_TIMESTAMP: "NoTimestampType",
@@ -61,6 +62,11 @@ def _topics(root: Location, only: str | None) -> list[str]:
     topics = list_topics(root)
     if not topics and list_partitions(root):
         raise UsageError(f"{root} is a topic directory; pass the backup root {root.parent} and --topic {root.name}")
+    if not topics and STATE_DIR not in (storage_for(root).list_dirs(root) or []):
+        raise BackupNotFoundError(
+            f"{root}: not a kbackup backup: no topic directory with a partition index in it, and no {STATE_DIR}/ "
+            "(give the backup root, the directory that holds one directory per topic)"
+        )
     if only is None:
         return topics
     if only not in topics:
@@ -159,12 +165,14 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
         for p in topic_entry["partitions"]:
             span = "empty" if p["records"] == 0 else f"offsets {p['firstOffset']}..{p['lastOffset']}"
             out.write(
-                f"  partition {p['partition']}: {p['records']} records, {span}, "
-                f"{p['bytes']} bytes in {len(p['segments'])} segment(s)\n"
+                f"  partition {p['partition']}: {count(p['records'], 'record')}, {span}, "
+                f"{count(p['bytes'], 'byte')} in {count(len(p['segments']), 'segment')}\n"
             )
             for s in p["segments"]:
                 span = "empty" if s["records"] == 0 else f"offsets {s['firstOffset']}..{s['lastOffset']}"
-                out.write(f"    {s['name']}: {s['records']} records, {span}, {s['recordsBytes']} bytes\n")
+                out.write(
+                    f"    {s['name']}: {count(s['records'], 'record')}, {span}, {count(s['recordsBytes'], 'byte')}\n"
+                )
 
 
 def cmd_index_show(args: argparse.Namespace, out: TextIO) -> None:
@@ -226,6 +234,11 @@ def cmd_offsets(args: argparse.Namespace, out: TextIO) -> None:
             offsets = read_consumer_offsets(root / topic, partition)
             if offsets:
                 result.setdefault(topic, {})[str(partition)] = offsets
+    if not result:
+        where = f"topic {args.topic!r}" if args.topic else "this backup"
+        if args.partition is not None:
+            where += f" partition {args.partition}"
+        print(f"kbackup: no consumer group offsets are stored for {where} in {root}", file=sys.stderr)
     if args.json:
         json.dump(result, out, indent=2, sort_keys=True)
         out.write("\n")
@@ -241,11 +254,14 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> None:
 
     root = parse_location(args.dir)
     reports = verify_backup(root, _topics(root, args.topic), deep=args.deep, legacy=args.legacy_no_magic, progress=True)
+    if not reports:
+        out.write(f"{root}: no partitions backed up yet: nothing to verify\n")
     damaged = 0
     for report in reports:
         state = "ok" if report.ok else "DAMAGED"
         out.write(
-            f"{report.topic}/{report.partition}: {state} ({report.segments} segments, {report.records} records)\n"
+            f"{report.topic}/{report.partition}: {state} "
+            f"({count(report.segments, 'segment')}, {count(report.records, 'record')})\n"
         )
         for error in report.errors:
             out.write(f"  error: {error}\n")
@@ -253,7 +269,7 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> None:
             out.write(f"  note: {note}\n")
         damaged += not report.ok
     if damaged:
-        raise KbackupError(f"{damaged} of {len(reports)} partition(s) failed verification")
+        raise KbackupError(f"{damaged} of {count(len(reports), 'partition')} failed verification")
 
 
 def cmd_describe(args: argparse.Namespace, out: TextIO) -> None:
@@ -265,13 +281,15 @@ def cmd_describe(args: argparse.Namespace, out: TextIO) -> None:
         json.dump(summary.to_json(), out, indent=2)
         out.write("\n")
         return
-    out.write(f"backup {summary.root}: {len(summary.topics)} topic(s)\n")
+    out.write(f"backup {summary.root}: {count(len(summary.topics), 'topic')}\n")
     for topic in summary.topics:
         out.write(f"{topic.topic}: {topic.records} records, {topic.bytes} bytes\n")
         for p in topic.partitions:
             span = "empty" if p.first_offset is None else f"offsets {p.first_offset}..{p.last_offset}"
-            gaps = f", {len(p.gaps)} gap(s): " + ", ".join(f"{g.first}..{g.last}" for g in p.gaps) if p.gaps else ""
-            out.write(f"  partition {p.partition}: {p.records} records, {span}{gaps}\n")
+            gaps = (
+                f", {count(len(p.gaps), 'gap')}: " + ", ".join(f"{g.first}..{g.last}" for g in p.gaps) if p.gaps else ""
+            )
+            out.write(f"  partition {p.partition}: {count(p.records, 'record')}, {span}{gaps}\n")
             for group, offset in sorted(p.groups.items()):
                 out.write(f"    group {group}: {offset}\n")
     for checkpoint in summary.checkpoints:
@@ -287,7 +305,7 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> None:
     page = render_report(summary, generated_at=int(time.time() * 1000))
     target = Path(args.output)
     target.write_text(page, encoding="utf-8")
-    out.write(f"wrote {target} ({len(summary.topics)} topic(s))\n")
+    out.write(f"wrote {target} ({count(len(summary.topics), 'topic')})\n")
 
 
 def cmd_catalog_rebuild(args: argparse.Namespace, out: TextIO) -> None:
@@ -297,15 +315,24 @@ def cmd_catalog_rebuild(args: argparse.Namespace, out: TextIO) -> None:
     for catalog in rebuild_catalog(root, _topics(root, args.topic), legacy=args.legacy_no_magic, progress=True):
         records = sum(entry.records for entry in catalog.segments)
         out.write(
-            f"{catalog.topic}/{catalog.partition}: {len(catalog.segments)} finished segment(s), {records} records\n"
+            f"{catalog.topic}/{catalog.partition}: {count(len(catalog.segments), 'finished segment')}, "
+            f"{count(records, 'record')}\n"
         )
 
 
 def cmd_checkpoint_create(args: argparse.Namespace, out: TextIO) -> None:
-    from kbackup.catalog.checkpoints import request
+    from kbackup.catalog.checkpoints import request, serving_backup
 
-    created = request(parse_location(args.dir))
-    out.write(f"checkpoint {created.id} requested; a running continuous backup takes its cut at once\n")
+    root = parse_location(args.dir)
+    running = serving_backup(root)
+    if running is None:
+        raise KbackupError(
+            f"{root}: no continuous backup is running on this target, and only a running one takes a checkpoint's "
+            "cut (the consumer groups and end offsets, once it has backed up to them); start one and ask again "
+            "(a snapshot backup records a completed checkpoint of its own when it finishes)"
+        )
+    created = request(root)
+    out.write(f"checkpoint {created.id} requested; the running {running.describe()} takes its cut within a second\n")
 
 
 def cmd_checkpoint_list(args: argparse.Namespace, out: TextIO) -> None:
@@ -337,7 +364,7 @@ def cmd_prune(args: argparse.Namespace, out: TextIO) -> None:
         )
         _list_pruned(out, "would delete", doomed, dropped)
         freed = sum(item.entry.records_bytes + item.entry.index_bytes for item in doomed)
-        out.write(f"{len(doomed)} segment(s), {freed} bytes would be freed\n")
+        out.write(f"{count(len(doomed), 'segment')}, {count(freed, 'byte')} would be freed\n")
         return
     with prune_lease(root):
         if finish_intent(root, progress=True):
@@ -349,7 +376,10 @@ def cmd_prune(args: argparse.Namespace, out: TextIO) -> None:
         out.flush()
         prune(root, doomed, dropped, progress=True)
     freed = sum(item.entry.records_bytes + item.entry.index_bytes for item in doomed)
-    out.write(f"deleted {len(doomed)} segment(s) and {len(dropped)} checkpoint(s): {freed} bytes freed\n")
+    out.write(
+        f"deleted {count(len(doomed), 'segment')} and {count(len(dropped), 'checkpoint')}: "
+        f"{count(freed, 'byte')} freed\n"
+    )
 
 
 def _list_pruned(out: TextIO, verb: str, doomed: list[Any], dropped: list[Any]) -> None:
@@ -388,10 +418,14 @@ def _non_negative(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="kbackup", description="Inspect and repair kbackup / kafka-backup v1 backups."
+        prog="kbackup",
+        description="Back up and restore Kafka topics with Spark; inspect and repair kafka-backup v1 backups.",
     )
     parser.add_argument("--version", action="version", version=f"kbackup {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Listed for --help; main() hands them to kbackup.launcher before this parser sees their arguments.
+    sub.add_parser("backup", help="run the backup job on Spark (kbackup backup --help)", add_help=False)
+    sub.add_parser("restore", help="run the restore job on Spark (kbackup restore --help)", add_help=False)
 
     legacy = argparse.ArgumentParser(add_help=False)
     legacy.add_argument(
@@ -416,7 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     cat.add_argument(
         "--skip-bad-segments", action="store_true", help="leave out damaged or lost segments (named on stderr)"
     )
-    cat.set_defaults(func=cmd_cat)
+    cat.set_defaults(func=cmd_cat, command_parser=cat)
 
     ls = sub.add_parser("ls", parents=[select, legacy], help="list topics, partitions, segments and offset ranges")
     ls.add_argument("--json", action="store_true", help="print JSON")
@@ -499,7 +533,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments and arguments[0] in ("backup", "restore"):
+        from kbackup.launcher import main as launch
+
+        return launch(arguments[0], arguments[1:])
+    parser = build_parser()
+    args = parser.parse_args(arguments)
+    low, high = getattr(args, "from_offset", None), getattr(args, "to_offset", None)
+    if low is not None and high is not None and low > high:
+        args.command_parser.error(f"--from-offset {low} is after --to-offset {high} (both inclusive): nothing to print")
     try:
         args.func(args, sys.stdout)
         sys.stdout.flush()

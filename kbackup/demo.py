@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,6 @@ import time
 from pathlib import Path
 
 from kbackup.devkit.kafka_cluster import KafkaCluster
-from kbackup.spark.submit import job_environment, spark_submit_command
 
 
 def fill(settings: dict[str, str]) -> None:
@@ -77,18 +77,11 @@ def main() -> int:
         settings = broker.client_settings()
         print(f"{broker.describe()} on {broker.bootstrap_servers}; creating topics orders, payments, audit", flush=True)
         fill(settings)
-        command = spark_submit_command(
-            "backup",
-            "--bootstrap-server",
-            broker.bootstrap_servers,
-            "--target-dir",
-            target,
-            "--topics",
-            "orders,payments,audit",
-            "--snapshot",
-        )
-        print("$ spark-submit jobs/backup.py --snapshot ...", flush=True)
-        result = subprocess.run(command, env=job_environment(importable=None), capture_output=True, text=True)
+        shown = ["backup", "--bootstrap-server", broker.bootstrap_servers, "--target-dir", str(target),
+                 "--topics", "orders,payments,audit", "--snapshot", "--master", "local[2]"]  # fmt: skip
+        command = [str(Path(python).parent / "kbackup"), *shown]
+        print(f"$ kbackup {shlex.join(shown)}", flush=True)
+        result = subprocess.run(command, capture_output=True, text=True)
         for line in result.stdout.splitlines():
             if " kbackup " in line:
                 print(line)
@@ -98,7 +91,10 @@ def main() -> int:
     for view in (["ls", str(target)], ["offsets", str(target)]):
         print(f"\n$ kbackup {' '.join(view)}", flush=True)
         subprocess.run([python, "-m", "kbackup", *view], check=True)
-    print(f"\nthe backup is in {target}/; try: kbackup cat {target} --topic payments")
+    activate = Path(sys.prefix) / "bin" / "activate"
+    print(f"\nthe backup is in {target}/. To look further, in a new shell (once per shell: puts kbackup on PATH):")
+    print(f"  source {shlex.quote(str(activate))}")
+    print(f"  kbackup cat {shlex.quote(str(target))} --topic payments")
     return 0
 
 

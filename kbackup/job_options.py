@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import TypeVar
 
 from kbackup.errors import KbackupError, UsageError
-from kbackup.kafka.java_client_settings import librdkafka_settings
+from kbackup.kafka.client_settings import librdkafka_refusal
+from kbackup.kafka.java_client_settings import JAVA_SOURCES, librdkafka_settings
 from kbackup.logsetup import ensure_console_logging, print_error
-from kbackup.properties import read_properties
+from kbackup.properties import read_properties, read_properties_with_lines
 
 S = TypeVar("S")
 
@@ -59,8 +60,11 @@ def client_settings(
 ) -> dict[str, str]:
     """Kafka client settings from ``cluster.*`` properties, the command config and ``--bootstrap-server``."""
     client = {key[len("cluster.") :]: value for key, value in properties.values.items() if key.startswith("cluster.")}
+    lines: dict[str, int] = {}
     if command_config is not None:
-        java = read_properties(command_config, what="command config")
+        entries = read_properties_with_lines(command_config, what="command config")
+        java = {key: value for key, (value, _) in entries.items()}
+        lines = {key: line for key, (_, line) in entries.items()}
         for key, value in librdkafka_settings(java, source=str(command_config)).items():
             if key in client and client[key] != value:
                 raise UsageError(f"{command_config}: {key} disagrees with cluster.{key} in {properties.source}")
@@ -71,7 +75,27 @@ def client_settings(
     if not servers:
         raise UsageError("give the cluster: --bootstrap-server (or cluster.bootstrap.servers in --properties)")
     client["bootstrap.servers"] = servers
+    refusal = librdkafka_refusal(client)
+    if refusal is not None:
+        raise UsageError(_refusal_message(refusal, properties, command_config, lines))
     return client
+
+
+def _refusal_message(
+    refusal: tuple[str | None, str], properties: ConnectorProperties, command_config: Path | None, lines: dict[str, int]
+) -> str:
+    """Where the Kafka client setting librdkafka refused came from: the file and line, or the properties key."""
+    key, reason = refusal
+    if key is not None and command_config is not None:
+        # A translated key (sasl.username from sasl.jaas.config, message.max.bytes from max.request.size) is
+        # found under the Java key it came from.
+        java_key = next((k for k in (key, *JAVA_SOURCES.get(key, ())) if k in lines), None)
+        if java_key is not None:
+            return f"{command_config} line {lines[java_key]}: {java_key}: {reason} (a Kafka client setting)"
+    if key is not None and f"cluster.{key}" in properties.values:
+        return f"{properties.source}: cluster.{key}: {reason}"
+    where = command_config or properties.source or "the Kafka client settings"
+    return f"{where}: {reason}"
 
 
 def java_client_settings(

@@ -16,12 +16,18 @@ _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 
 def parse_properties(text: str) -> dict[str, str]:
     """Parse the text of a properties file into a dict (later keys win)."""
-    result: dict[str, str] = {}
+    return {key: value for key, (value, _) in parse_properties_with_lines(text).items()}
+
+
+def parse_properties_with_lines(text: str) -> dict[str, tuple[str, int]]:
+    """Each key's value and the (1-based) line where its entry starts; later keys win."""
+    result: dict[str, tuple[str, int]] = {}
     lines = text.splitlines()
     i = 0
     while i < len(lines):
         line = lines[i].lstrip()
         i += 1
+        start = i
         if not line or line[0] in "#!":
             continue
         while _continues(line) and i < len(lines):
@@ -30,7 +36,7 @@ def parse_properties(text: str) -> dict[str, str]:
         if _continues(line):
             line = line[:-1]
         key, value = _split(line)
-        result[key] = value
+        result[key] = (value, start)
     return result
 
 
@@ -73,8 +79,15 @@ def _unescape(text: str) -> str:
 
 def read_properties(path: Path, *, what: str) -> dict[str, str]:
     """Read a properties file; a missing or unreadable file is a one-line error naming ``what``."""
+    return {key: value for key, (value, _) in read_properties_with_lines(path, what=what).items()}
+
+
+def read_properties_with_lines(path: Path, *, what: str) -> dict[str, tuple[str, int]]:
+    """:func:`read_properties` with each key's line number, for errors that point into the file."""
     try:
-        return parse_properties(path.read_text(encoding="utf-8"))
+        if path.is_dir():
+            raise UsageError(f"{what} {path} is a directory, not a properties file")
+        return parse_properties_with_lines(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise BackupNotFoundError(f"{what} {path} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:

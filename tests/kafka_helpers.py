@@ -14,8 +14,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kbackup.spark.submit import REPO, job_environment, spark_submit_command
+from kbackup.spark.submit import job_environment, spark_submit_command
 from tests.broker import BrokerUnderTest
+
+REPO = Path(__file__).resolve().parent.parent  # the checkout (tests.conftest imports this module)
+
 
 #: JVM options of the tests' ``spark-submit`` (the driver, and in ``local[N]`` the executors): a test's JVM lives for
 #: seconds, and the quick compiler alone with the serial collector spends about a quarter less CPU on it (measured on

@@ -201,7 +201,17 @@ def test_progress_and_summary_are_printed(snapshot: Snapshot) -> None:
     output = result.stdout + result.stderr
     assert "batch 0:" in output and "remaining lag:" in output
     assert "snapshot: snap-mixed: 3 partitions, 300 records" in output
-    assert "snapshot finished:" in output
+    import re
+
+    summary = re.search(
+        r"snapshot finished: (\d+) records read in ([\d.]+) s of micro-batches \((\d+) records/s\); "
+        r"([\d.]+) s from the job's start to its end",
+        output,
+    )
+    assert summary is not None, output[-3000:]
+    records, batches, rate, whole = int(summary[1]), float(summary[2]), int(summary[3]), float(summary[4])
+    assert records >= 600 and 0 < batches < whole  # the rate is the reading rate, start-up left out
+    assert abs(rate - records / batches) <= 1 + records / batches * 0.01
 
 
 def test_second_snapshot_stores_new_group_offsets_and_changes_no_data(
@@ -386,3 +396,16 @@ def test_command_config_secrets_stay_out_of_the_output(tmp_path: Path) -> None:
                   "--command-config", str(config), "--snapshot")  # fmt: skip
     assert result.returncode == 1
     assert "hunter2-secret" not in result.stdout + result.stderr
+
+
+def test_a_snapshot_whose_regex_matches_nothing_fails_in_one_line(kafka: BrokerUnderTest, tmp_path: Path) -> None:
+    target = tmp_path / "backup"
+    result = _job("--bootstrap-server", kafka.bootstrap_servers, "--target-dir", str(target),
+                  "--topics-regex", "no-topic-is-named-like-this-.*", "--snapshot")  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"kbackup backup: error: no topic on {kafka.bootstrap_servers} matches --topics-regex "
+        "'no-topic-is-named-like-this-.*': a snapshot would back up nothing (a continuous backup waits for "
+        "matching topics to appear)"
+    )
+    assert not target.exists()

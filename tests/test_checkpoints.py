@@ -12,7 +12,9 @@ import pytest
 
 from kbackup.catalog import checkpoints
 from kbackup.errors import BackupNotFoundError
+from kbackup.partition.layout import state_dir
 from kbackup.storage import as_local
+from kbackup.storage.lease import TargetLease
 from tests.conftest import REPO
 
 
@@ -60,7 +62,8 @@ def test_cli(tmp_path: Path) -> None:
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "kbackup", *args], capture_output=True, text=True, cwd=REPO)
 
-    assert run("checkpoint", "create", str(tmp_path)).stdout.startswith("checkpoint 1 requested")
+    with TargetLease(state_dir(tmp_path), checkpoints.CONTINUOUS_BACKUP):  # what a running continuous backup holds
+        assert run("checkpoint", "create", str(tmp_path)).stdout.startswith("checkpoint 1 requested")
     checkpoints.record_completed(tmp_path, {"g": {("t", 0): 3}}, {("t", 0): 10}, 1_795_334_400_000)
     listing = run("checkpoint", "list", str(tmp_path)).stdout.splitlines()
     assert listing[0].split("\t")[2] == "requested"
@@ -76,3 +79,36 @@ def test_listing_above_an_id_reads_only_newer_checkpoints(tmp_path: Path) -> Non
         checkpoints.request(tmp_path)
     as_local(checkpoints.checkpoint_path(tmp_path, 1)).write_text("not json")  # never read when listing above 1
     assert [c.id for c in checkpoints.list_checkpoints(tmp_path, above=1)] == [2, 3]
+
+
+def test_a_checkpoint_is_refused_when_no_continuous_backup_runs(tmp_path: Path) -> None:
+    """Nothing would ever take the cut: one line and exit 1 instead of a request that stays ``requested``."""
+
+    def create() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "kbackup", "checkpoint", "create", str(tmp_path)], capture_output=True, text=True
+        )
+
+    def refused(result: subprocess.CompletedProcess[str]) -> bool:
+        lines = result.stderr.strip().splitlines()
+        return result.returncode == 1 and len(lines) == 1 and "no continuous backup is running" in lines[0]
+
+    assert refused(create())  # nothing ever ran
+    with TargetLease(state_dir(tmp_path), "snapshot backup"):
+        assert refused(create())  # a snapshot does not serve requests
+    # A continuous backup killed with kill -9 leaves its lease file behind, naming a process that is gone.
+    dead = subprocess.Popen(
+        [sys.executable, "-c",
+         "import time; from pathlib import Path; from kbackup.storage.lease import TargetLease\n"
+         f"TargetLease(Path({str(state_dir(tmp_path))!r}), 'continuous backup').acquire(); print('held', flush=True); "
+         "time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert dead.stdout is not None and dead.stdout.readline() == "held\n"
+    running = create()
+    assert running.returncode == 0 and f"(pid {dead.pid}) takes its cut" in running.stdout, running.stderr
+    dead.kill()
+    dead.wait()
+    assert (tmp_path / "kbackup~state" / "lease").exists()
+    assert refused(create())
+    assert [c.status for c in checkpoints.list_checkpoints(tmp_path)] == ["requested"]

@@ -104,7 +104,7 @@ def test_cat_offset_window(root: Path) -> None:
 def test_ls_text_and_json(root: Path) -> None:
     text = run("ls", root).stdout
     assert "orders\n  partition 0: 4 records, offsets 0..18" in text
-    assert "legacy\n  partition 0: 4 records, offsets 0..10, 194 bytes in 1 segment(s)" in text
+    assert "legacy\n  partition 0: 4 records, offsets 0..10, 194 bytes in 1 segment" in text
     listing = json.loads(run("ls", root, "--json").stdout)
     orders = next(t for t in listing if t["topic"] == "orders")
     assert [p["records"] for p in orders["partitions"]] == [4, 4]
@@ -199,3 +199,41 @@ def test_console_script_is_installed() -> None:
         script = Path(found)
     result = subprocess.run([str(script), "--version"], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.startswith("kbackup ")
+
+
+def test_verify_of_a_directory_that_is_not_a_backup_fails(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("not kafka")
+    for directory in (empty, tmp_path):
+        result = run("verify", directory, check=False)
+        assert result.returncode == 1 and result.stdout == ""
+        assert result.stderr == (
+            f"kbackup: error: {directory}: not a kbackup backup: no topic directory with a partition index in it, "
+            "and no kbackup~state/ (give the backup root, the directory that holds one directory per topic)\n"
+        )
+    (empty / "kbackup~state").mkdir()  # a continuous backup that has no topic yet: a backup, with nothing in it
+    started = run("verify", empty)
+    assert started.stdout == f"{empty}: no partitions backed up yet: nothing to verify\n"
+
+
+def test_an_offset_range_that_ends_before_it_starts_is_a_usage_error(root: Path) -> None:
+    result = run("cat", root, "--from-offset", "500", "--to-offset", "100", check=False)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines()[-1] == (
+        "kbackup cat: error: --from-offset 500 is after --to-offset 100 (both inclusive): nothing to print"
+    )
+    same = run("cat", root, "--topic", "orders", "--from-offset", "6", "--to-offset", "6")
+    assert [(r["partition"], r["offset"]) for r in map(json.loads, same.stdout.splitlines())] == [(0, 6)]
+
+
+def test_offsets_say_when_nothing_is_stored(root: Path) -> None:
+    nothing = run("offsets", root, "--topic", "legacy")
+    assert nothing.stdout == ""
+    assert nothing.stderr == f"kbackup: no consumer group offsets are stored for topic 'legacy' in {root}\n"
+    as_json = run("offsets", root, "--topic", "orders", "--partition", "1", "--json")
+    assert json.loads(as_json.stdout) == {}
+    assert "for topic 'orders' partition 1" in as_json.stderr
+    stored = run("offsets", root, "--topic", "orders")
+    assert stored.stderr == "" and stored.stdout == "orders\t0\taudit\t0\norders\t0\tbilling\t9\n"

@@ -90,7 +90,7 @@ def test_a_second_backup_of_a_target_is_refused_and_the_running_one_goes_on(
         assert second.returncode == 1, second.stdout[-2000:] + second.stderr[-2000:]
         errors = [line for line in second.stderr.splitlines() if line.startswith("kbackup backup: error:")]
         assert len(errors) == 1, second.stderr[-3000:]
-        assert f"the backup target {target} is in use: backup started" in errors[0]
+        assert f"the backup target {target} is in use: continuous backup started" in errors[0]
         assert f"(pid {holder}) holds its lease" in errors[0]
         assert "Traceback" not in second.stdout + second.stderr
         assert continuous.poll() is None, log.read_text()[-3000:]
@@ -100,7 +100,9 @@ def test_a_second_backup_of_a_target_is_refused_and_the_running_one_goes_on(
                             "--checkpoint-location", checkpoint, timeout=300)  # fmt: skip
         assert shared.returncode == 1, shared.stdout[-2000:] + shared.stderr[-2000:]
         errors = [line for line in shared.stderr.splitlines() if line.startswith("kbackup backup: error:")]
-        assert len(errors) == 1 and f"the Spark checkpoint {checkpoint} is in use: backup started" in errors[0]
+        assert (
+            len(errors) == 1 and f"the Spark checkpoint {checkpoint} is in use: continuous backup started" in errors[0]
+        )
         assert not (tmp_path / "other").exists()
         assert continuous.poll() is None, log.read_text()[-3000:]
         producer.stop()

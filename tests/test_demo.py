@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -25,3 +26,17 @@ def test_demo_backs_up_the_sample_topics(tmp_path: Path) -> None:
     assert "orders\t0\tshipping\t250" in out and "orders\t2\tbilling\t1000" in out
     payments = [line for line in out.splitlines() if line.startswith("  partition 0: 80 records")]
     assert payments, "the aborted transaction's 10 payments must not be in the backup"
+    # Its last lines are commands for a new shell: pasted into one (nothing of this environment), they work.
+    source, show = out.rstrip().splitlines()[-2:]
+    assert source.strip().startswith("source ") and show.strip().startswith("kbackup cat ")
+    pasted = subprocess.run(
+        ["bash", "-c", f"{source.strip()}\n{show.strip()}"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert pasted.returncode == 0, pasted.stderr
+    records = [json.loads(line) for line in pasted.stdout.splitlines()]
+    assert len(records) == 80 and {r["topic"] for r in records} == {"payments"}

@@ -148,7 +148,12 @@ def _check_command(words: list[str], block: Block) -> None:
     where = block.where
     if words[:3] == ["python", "-m", "kbackup"] or words[0] == "kbackup":
         args = words[3:] if words[0] == "python" else words[1:]
-        _parses("kbackup", args, where)
+        if args and args[0] in ("backup", "restore"):  # the launcher: its own options, then the job's
+            from kbackup.launcher import split_arguments
+
+            _parses(args[0], split_arguments(args[1:]).job_args, where)
+        else:
+            _parses("kbackup", args, where)
     elif words[0] == "spark-submit":
         jobs = [i for i, word in enumerate(words) if re.fullmatch(r"(.*/)?jobs/(backup|restore)\.py", word)]
         assert jobs, f"{where}: spark-submit without jobs/backup.py or jobs/restore.py"

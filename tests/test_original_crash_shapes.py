@@ -96,7 +96,7 @@ def test_cat_follows_the_index_and_names_the_skipped_bytes(root: Path) -> None:
 def test_verify_describe_and_the_catalog_see_every_record_once(root: Path) -> None:
     deep = kbackup("verify", root, "--deep")
     assert deep.returncode == 0, deep.stdout + deep.stderr
-    assert all(f"old/{p}: ok (1 segments, 8 records)" in deep.stdout for p in range(3))
+    assert all(f"old/{p}: ok (1 segment, 8 records)" in deep.stdout for p in range(3))
     described = kbackup("describe", root, "--json")
     assert described.returncode == 0, described.stderr
     partitions = json.loads(described.stdout)["topics"][0]["partitions"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -84,7 +85,7 @@ def test_keep_checkpoints_drops_older_checkpoints_and_what_only_they_needed(root
     result = kbackup("prune", root, "--keep-checkpoints", "1")
     assert result.returncode == 0, result.stderr
     assert f"deleting checkpoint {old.id}" in result.stdout
-    assert "checkpoint(s): " in result.stdout.splitlines()[-1] and result.stdout.splitlines()[-1].startswith("deleted ")
+    assert re.fullmatch(r"deleted \d+ segments? and 1 checkpoint: \d+ bytes? freed", result.stdout.splitlines()[-1])
     assert [c.id for c in checkpoints.list_checkpoints(root)] == [new.id]
     remaining = _segments(root)
     assert remaining[0][0] is not None and remaining[0][0] <= 15 <= (remaining[0][1] or 0)  # 15 is still there

@@ -76,7 +76,7 @@ def test_summary_coverage_gaps_and_missing_offsets(backup: Path) -> None:
 def test_describe_text_and_json(backup: Path) -> None:
     text = kbackup("describe", backup)
     assert text.returncode == 0, text.stderr
-    assert "  partition 0: 339 records, offsets 0..399, 1 gap(s): 200..259" in text.stdout
+    assert "  partition 0: 339 records, offsets 0..399, 1 gap: 200..259" in text.stdout
     assert "    group billing: 150" in text.stdout
     document = json.loads(kbackup("describe", backup, "--json").stdout)
     partition = document["topics"][0]["partitions"][0]

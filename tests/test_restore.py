@@ -521,7 +521,7 @@ def test_a_topic_whose_name_starts_with_a_dot_is_a_topic(target: Target, tmp_pat
     ls = kbackup_lines("ls", backup)
     assert any(line.startswith(".hidden") for line in ls), ls
     verified = subprocess.run([sys.executable, "-m", "kbackup", "verify", str(backup)], capture_output=True, text=True)
-    assert verified.returncode == 0 and ".hidden/0: ok (1 segments, 500 records)" in verified.stdout
+    assert verified.returncode == 0 and ".hidden/0: ok (1 segment, 500 records)" in verified.stdout
     assert ".hidden: 500 records" in "\n".join(kbackup_lines("describe", backup))
     name = target.name("dot-restored")
     result = run_restore(*target.args(tmp_path), "--source-dir", str(backup), "--topic-map", f".hidden={name}",

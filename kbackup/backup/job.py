@@ -57,7 +57,7 @@ from kbackup.spark.failures import failure_cause
 from kbackup.spark.kafka_connector import SPARK_KAFKA_FORMAT, connector_loaded, package_coordinate, spark_source_client
 from kbackup.spark.kafka_source import SOURCE_NAME, KafkaSource, decode_offsets
 from kbackup.spark.v1_sink import SINK_NAME, V1Sink
-from kbackup.storage import prepare_root
+from kbackup.storage import check_writable_root, prepare_root
 from kbackup.storage.lease import TargetLease
 
 log = logging.getLogger("kbackup.backup")
@@ -82,6 +82,8 @@ class BackupJob:
     _seen_checkpoint: int = 0  # requests get increasing ids: only newer files can hold new ones
     _logged_batch: int = -1
     _rows: int = 0
+    _batch_seconds: float = 0.0  # the micro-batches' own time (Spark's triggerExecution), start-up excluded
+    _began: float = field(default_factory=time.monotonic)  # the job's start, before Spark
     _lease: TargetLease | None = None
 
     def run(self) -> int:
@@ -94,10 +96,13 @@ class BackupJob:
             settings.target,
             "snapshot" if settings.snapshot else "continuous",
         )
+        check_writable_root(settings.target)  # before the cluster is asked anything: a typo fails at once
+        if settings.checkpoint_location is not None:
+            check_writable_root(settings.checkpoint_location, what="Spark checkpoint location")
         session = AdminSession({**settings.client, "socket.timeout.ms": "10000"})
         self._preflight(session)
         # One job per target, from before Spark starts (its checkpoint is in the target too) until the end.
-        with TargetLease(state_dir(settings.target), "backup") as lease, self._checkpoint_lease():
+        with TargetLease(state_dir(settings.target), self._purpose) as lease, self._checkpoint_lease():
             self._lease = lease
             # Spark before the first write to the target: a missing connector is refused with nothing written.
             spark = self._session()
@@ -203,6 +208,12 @@ class BackupJob:
                 raise KbackupError(
                     f"topic(s) {', '.join(missing)} do not exist on {self.settings.client['bootstrap.servers']}"
                 )
+        elif not selection.select(counts) and self.settings.snapshot:
+            raise KbackupError(
+                f"no topic on {self.settings.client['bootstrap.servers']} matches --topics-regex "
+                f"{selection.pattern!r}: a snapshot would back up nothing (a continuous backup waits for matching "
+                "topics to appear)"
+            )
         elif not selection.select(counts):
             log.warning("no topic matches %r yet; the backup picks topics up as they appear", selection.pattern)
         state = state_dir(self.settings.target)
@@ -223,7 +234,12 @@ class BackupJob:
     def _checkpoint_lease(self) -> TargetLease:
         """The Spark checkpoint is leased too (it may be outside the target): two jobs never share one."""
         checkpoint = self.settings.checkpoint
-        return TargetLease(checkpoint, "backup", name="kbackup.lease", guards=f"the Spark checkpoint {checkpoint}")
+        return TargetLease(checkpoint, self._purpose, name="kbackup.lease", guards=f"the Spark checkpoint {checkpoint}")
+
+    @property
+    def _purpose(self) -> str:
+        """How the target's lease names this job (``kbackup checkpoint create`` asks for a continuous one)."""
+        return "snapshot backup" if self.settings.snapshot else checkpoints.CONTINUOUS_BACKUP
 
     def _record_topics(self, session: AdminSession) -> None:
         servers = self.settings.client["bootstrap.servers"]
@@ -299,6 +315,7 @@ class BackupJob:
             rows = int(progress.get("numInputRows", 0))
             seconds = (progress.get("durationMs") or {}).get("triggerExecution", 0) / 1000
             self._rows += rows
+            self._batch_seconds += seconds
             lag = _lag_by_topic(progress)
             lag_text = ", ".join(f"{topic} {count}" for topic, count in sorted(lag.items())) or "none"
             log.info("batch %d: %d records read in %.1f s; remaining lag: %s", batch, rows, seconds, lag_text)
@@ -349,8 +366,12 @@ class BackupJob:
                 records,
                 size,
             )
-        rate = self._rows / seconds if seconds > 0 else 0.0
-        log.info("snapshot finished: %d records read in %.1f s (%.0f records/s)", self._rows, seconds, rate)
+        rate = self._rows / self._batch_seconds if self._batch_seconds > 0 else 0.0
+        log.info(
+            "snapshot finished: %d records read in %.1f s of micro-batches (%.0f records/s); %.1f s from the job's "
+            "start to its end, Spark's start-up included (%.1f s after the query started)",
+            self._rows, self._batch_seconds, rate, time.monotonic() - self._began, seconds,
+        )  # fmt: skip
 
 
 def _offsets_field(progress: dict[str, Any], name: str) -> dict[TopicPartitionKey, int]:

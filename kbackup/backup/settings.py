@@ -76,9 +76,9 @@ class BackupSettings:
         return as_local(state_dir(self.target)) / "spark-checkpoint"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "spark-submit jobs/backup.py") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="spark-submit jobs/backup.py",
+        prog=prog,
         description="Back up Kafka topics into kafka-backup v1 files, continuously or as a snapshot.",
     )
     original = parser.add_argument_group("options of the original backup-standalone.sh")
@@ -133,9 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_backup_args(argv: Sequence[str]) -> BackupSettings:
+def parse_backup_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/backup.py") -> BackupSettings:
     """Parse and check; raise :class:`UsageError` for anything wrong (argparse exits for bad flags)."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     properties = ConnectorProperties.load(args.properties, _PROPERTY_KEYS)
     target = properties.merge("--target-dir", args.target_dir, "target.dir")
     if not target:

@@ -30,6 +30,10 @@ from typing import Any
 from kbackup.errors import BackupNotFoundError, FormatError
 from kbackup.partition.layout import state_dir
 from kbackup.storage import Location, ObjectPath, exists, read_limited, storage_for, write_whole
+from kbackup.storage.lease import Holder, current_holder
+
+#: How a continuous backup names itself in the target's lease: the only job that serves checkpoint requests.
+CONTINUOUS_BACKUP = "continuous backup"
 
 _NAME = re.compile(r"^checkpoint-([0-9]+)\.json$")
 CHECKPOINT_VERSION = 1
@@ -137,6 +141,12 @@ def claim(root: Location, make: Any) -> Checkpoint:
         if storage_for(path).create_exclusive(path, checkpoint.encode()):
             return checkpoint
         # someone else took this id: try the next one
+
+
+def serving_backup(root: Location) -> Holder | None:
+    """The continuous backup running on ``root`` now (from its lease), which takes the cut of a request."""
+    holder = current_holder(state_dir(root))
+    return holder if holder is not None and holder.purpose == CONTINUOUS_BACKUP else None
 
 
 def request(root: Location) -> Checkpoint:

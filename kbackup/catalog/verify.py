@@ -31,6 +31,7 @@ from kbackup.partition.reader import PartitionReader
 from kbackup.partition.segment_reader import SegmentIndexFile, iter_segment
 from kbackup.progress import Progress
 from kbackup.storage import Location, ObjectPath, exists
+from kbackup.text import count
 
 
 @dataclass
@@ -127,6 +128,8 @@ def _check_catalog(root: Location, reader: PartitionReader, report: PartitionRep
         report.errors.append(str(exc))
         return
     if catalog is None:
+        if len(reader.segments) <= 1:
+            return  # only the open newest segment: nothing a catalog rebuild would record yet
         report.notes.append(
             f"no catalog ({catalog_path(root, report.topic, report.partition)}): "
             f"build one with: kbackup catalog rebuild {root}"
@@ -167,7 +170,9 @@ def _check_catalog(root: Location, reader: PartitionReader, report: PartitionRep
     finished = names if isinstance(root, ObjectPath) else names[:-1]
     uncataloged = [name for name in finished if name not in cataloged]
     if uncataloged:
-        report.notes.append(f"{len(uncataloged)} finished segment(s) not in the catalog yet: {', '.join(uncataloged)}")
+        report.notes.append(
+            f"{count(len(uncataloged), 'finished segment')} not in the catalog yet: {', '.join(uncataloged)}"
+        )
 
 
 def verify_backup(

@@ -32,3 +32,26 @@ def consumer_settings(base: Mapping[str, str], *, isolation_level: str = "read_c
     settings["enable.auto.commit"] = "false"
     settings["enable.partition.eof"] = "true"
     return settings
+
+
+_PROPERTY_IN_ERROR = re.compile(r'property:? "([^"]+)"')
+
+
+def librdkafka_refusal(settings: Mapping[str, str]) -> tuple[str | None, str] | None:
+    """Whether librdkafka accepts ``settings``: ``None``, or the property it names (if any) and its reason.
+
+    Asked of librdkafka itself (a client is configured and dropped, with no
+    broker to connect to), so the answer is the one a job would meet later.
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    checked = {key: value for key, value in settings.items() if key != "bootstrap.servers"}
+    try:
+        AdminClient({**checked, "log_level": "0"})
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else exc
+        reason = error.str() if hasattr(error, "str") else str(error)
+        named = _PROPERTY_IN_ERROR.search(reason)
+        return (named.group(1) if named else None), reason
+    return None

@@ -34,6 +34,13 @@ _RENAMED = {
     "max.request.size": "message.max.bytes",
 }
 
+#: For a librdkafka setting made from others, the Java settings it comes from (for errors that name a line).
+JAVA_SOURCES = {
+    **{new: (old,) for old, new in _RENAMED.items()},
+    "sasl.username": ("sasl.jaas.config",),
+    "sasl.password": ("sasl.jaas.config",),
+}
+
 #: Java client settings with no meaning for librdkafka that are safe to drop.
 _IGNORED = {"sasl.login.callback.handler.class", "client.dns.lookup", "ssl.endpoint.identification.algorithm.java"}
 

@@ -37,6 +37,7 @@ from kbackup.restore.settings import RestoreSettings, parse_restore_args
 from kbackup.restore.task import PartitionResult, PartitionTask, restore_partition
 from kbackup.restore.timestamp_type import TIMESTAMP_TYPE, PendingTimestampTypes, set_timestamp_types
 from kbackup.spark.failures import failure_cause
+from kbackup.storage import check_writable_root
 
 log = logging.getLogger("kbackup.restore")
 
@@ -57,6 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(settings: RestoreSettings) -> int:
     safe = redact(settings.client)
     log.info("restoring %s into %s", settings.source, safe["bootstrap.servers"])
+    if settings.state_dir is not None:
+        check_writable_root(settings.state_dir, what="restore state directory")
     admin = admin_client({**settings.client, "socket.timeout.ms": "10000"})
     try:
         partition_counts(admin, timeout=15)

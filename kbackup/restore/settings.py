@@ -95,9 +95,9 @@ class RestoreSettings:
         return self.restore_state_dir / f"{kind}-{cluster}.json"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="spark-submit jobs/restore.py",
+        prog=prog,
         description="Restore a kafka-backup v1 backup into a Kafka cluster and remap consumer group offsets.",
     )
     original = parser.add_argument_group("options of the original restore-standalone.sh")
@@ -188,8 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_restore_args(argv: Sequence[str]) -> RestoreSettings:
-    args = build_parser().parse_args(argv)
+def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/restore.py") -> RestoreSettings:
+    """Parse and check; raise :class:`UsageError` for anything wrong (argparse exits for bad flags)."""
+    args = build_parser(prog).parse_args(argv)
     properties = ConnectorProperties.load(args.properties, _PROPERTY_KEYS)
     source = properties.merge("--source-dir", args.source_dir, "source.dir")
     if not source:
@@ -215,9 +216,12 @@ def parse_restore_args(argv: Sequence[str]) -> RestoreSettings:
     topic_map = _pairs(args.topic_map, "--topic-map", "OLD=NEW")
     if len(set(topic_map.values())) != len(topic_map):
         raise UsageError("--topic-map maps two topics to the same target")
-    partitions = {
-        topic: positive_int(count) for topic, count in _pairs(args.partitions, "--partitions", "TOPIC=N").items()
-    }
+    partitions: dict[str, int] = {}
+    for topic, count in _pairs(args.partitions, "--partitions", "TOPIC=N").items():
+        try:
+            partitions[topic] = positive_int(count)
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"--partitions {topic}={count}: {exc}") from None
     from_time = parse_time(args.from_time, "--from-time") if args.from_time else None
     to_time = parse_time(args.to_time, "--to-time") if args.to_time else None
     if from_time is not None and to_time is not None and from_time > to_time:

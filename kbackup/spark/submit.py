@@ -1,46 +1,78 @@
-"""Running kbackup's jobs with the ``spark-submit`` of this Python environment (demo, benchmarks, tests)."""
+"""The ``spark-submit`` command of a kbackup job, with the Spark that PySpark installed beside kbackup.
+
+Used by ``kbackup backup`` / ``kbackup restore`` (:mod:`kbackup.launcher`), the
+demo, the benchmarks and the tests. The job file comes from the installed
+package (:mod:`kbackup.jobs`), so nothing here needs a checkout.
+"""
 
 from __future__ import annotations
 
 import itertools
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
-#: The checkout's root, where ``jobs/`` lives.
-REPO = Path(__file__).resolve().parent.parent.parent
+from kbackup.jobs import job_file
 
 
-def spark_submit_command(job: str, *args: str | Path, master: str = "local[2]") -> list[str]:
-    """``spark-submit --master MASTER jobs/JOB.py ARGS`` with this environment's ``spark-submit``.
+def spark_home() -> Path:
+    """``SPARK_HOME`` when set, else the PySpark installation (its ``bin/spark-submit`` needs no PATH setup)."""
+    given = os.environ.get("SPARK_HOME")
+    if given:
+        return Path(given)
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def uses_spark_kafka_source(args: Sequence[str]) -> bool:
+    """Whether job arguments choose Spark's own Kafka source (``--kafka-source spark``)."""
+    texts = list(args)
+    return "--kafka-source=spark" in texts or any(
+        a == "--kafka-source" and b == "spark" for a, b in itertools.pairwise(texts)
+    )
+
+
+def spark_submit_command(job: str, *args: str | Path, master: str = "local[2]", conf: Sequence[str] = ()) -> list[str]:
+    """``spark-submit --master MASTER [--conf K=V ...] JOB_FILE ARGS``.
 
     With ``--kafka-source spark`` among ``args``, Spark's Kafka connector jars
-    (resolved once into the cache) are passed with ``--jars``.
+    (resolved once into kbackup's cache, see :mod:`kbackup.jars`) are passed
+    with ``--jars``. The Spark UI is off unless a ``conf`` turns it on.
     """
     texts = [str(arg) for arg in args]
     jars: list[str] = []
-    if any(a == "--kafka-source" and b == "spark" for a, b in itertools.pairwise(texts)) or (
-        "--kafka-source=spark" in texts
-    ):
+    if uses_spark_kafka_source(texts):
         from kbackup.spark.kafka_connector import connector_jars
 
         jars = ["--jars", ",".join(str(jar) for jar in connector_jars())]
+    confs = [part for setting in conf for part in ("--conf", setting)]
+    if not any(setting.startswith("spark.ui.enabled=") for setting in conf):
+        confs = ["--conf", "spark.ui.enabled=false", *confs]
     return [
-        str(Path(sys.executable).parent / "spark-submit"),
+        str(spark_home() / "bin" / "spark-submit"),
         "--master",
         master,
-        "--conf",
-        "spark.ui.enabled=false",
+        *confs,
         *jars,
-        str(REPO / "jobs" / f"{job}.py"),
+        str(job_file(job)),
         *texts,
     ]
 
 
-def job_environment(*, importable: Path | None = REPO) -> dict[str, str]:
-    """This interpreter on the driver and every executor; ``importable`` added to ``PYTHONPATH``."""
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    # The driver listens on loopback (the demo's, benchmarks' and tests' clusters are all local).
+def job_environment(*, importable: Path | None = None) -> dict[str, str]:
+    """The environment of a submitted job.
+
+    This interpreter runs the driver and every executor's Python (unless
+    ``PYSPARK_PYTHON`` is set), ``SPARK_HOME`` is the PySpark installation
+    unless set, the driver listens on loopback unless ``SPARK_LOCAL_IP`` says
+    otherwise, and ``importable`` (a source tree) is put first on ``PYTHONPATH``.
+    """
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", env["PYSPARK_PYTHON"])
+    env.setdefault("SPARK_HOME", str(spark_home()))
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if importable is not None:
         env["PYTHONPATH"] = str(importable) + os.pathsep + os.environ.get("PYTHONPATH", "")

@@ -10,8 +10,11 @@ restore code serves both.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
+from kbackup.errors import StorageError
 from kbackup.storage.base import Location, ReadHandle, Storage
 from kbackup.storage.local import LOCAL
 from kbackup.storage.object_path import ObjectPath
@@ -78,6 +81,33 @@ def prepare_root(root: Location) -> None:
             storage.check_bucket(root)
         return
     root.mkdir(parents=True, exist_ok=True)
+
+
+def check_writable_root(root: Location, *, what: str = "backup target") -> None:
+    """Refuse, in one line, a local root that cannot be written: nothing is left behind.
+
+    A root that exists must be a directory this process may write into; one
+    that does not exist must be creatable: its deepest existing ancestor is
+    a directory this process may write into (tried: an empty directory is
+    made there and removed at once). Object stores are checked by
+    :func:`prepare_root` when the job starts writing.
+    """
+    if not isinstance(root, Path):
+        return
+    if root.exists() and not root.is_dir():
+        raise StorageError(f"{root}: the {what} is a file, not a directory")
+    existing = root
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise StorageError(f"{root}: the {what} cannot be created: {existing} is a file, not a directory")
+    verb = "write into" if existing == root else "create directories in"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise StorageError(f"{root}: the {what} is not usable: no permission to {verb} {existing}")
+    try:  # what access() cannot tell: a read-only file system, /proc, a root-squashed NFS export
+        os.rmdir(tempfile.mkdtemp(prefix=".kbackup-probe-", dir=existing))
+    except OSError as exc:
+        raise StorageError(f"{root}: the {what} is not usable: cannot {verb} {existing}: {exc.strerror}") from None
 
 
 def as_local(location: Location) -> Path:

@@ -97,6 +97,40 @@ class Holder:
             return None
 
 
+def current_holder(state_dir: Location, *, name: str | None = None) -> Holder | None:
+    """Who holds the lease in ``state_dir`` now, as far as can be told without taking it (``None``: nobody).
+
+    Read-only: taking the lock to look would refuse a job starting at that
+    moment. A local lease file outlives a holder killed with ``kill -9``;
+    such a holder on this host is recognised by its pid being gone; one on
+    another host is taken as alive. An object-store lease is held until it
+    expires.
+    """
+    if isinstance(state_dir, ObjectPath):
+        from kbackup.storage.s3 import s3_storage
+
+        found = s3_storage().read_tagged(state_dir / (name or LEASE_OBJECT))
+        holder = Holder.decode(found[0]) if found is not None else None
+        if holder is None or holder.expires is None or holder.expires <= time.time():
+            return None
+        return holder
+    try:
+        data = (state_dir / (name or LEASE_FILE)).read_bytes()
+    except FileNotFoundError:
+        return None
+    holder = Holder.decode(data)
+    if holder is None:
+        return None
+    if holder.host == socket.gethostname():
+        try:
+            os.kill(holder.pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass  # alive, another user's
+    return holder
+
+
 def _stat(path: Path) -> os.stat_result | None:
     try:
         return os.stat(path)

@@ -1,0 +1,140 @@
+"""``kbackup backup`` / ``kbackup restore``: the jobs from any directory, help and mistakes without a JVM."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kbackup.errors import UsageError
+from kbackup.launcher import DEFAULT_MASTER, split_arguments
+from kbackup.spark.submit import client_config_file
+from tests.broker import BrokerUnderTest
+from tests.kafka_helpers import TEST_JVM_OPTIONS, backed_up, consume_all, create_topics
+from tests.restore_helpers import Target, comparable, group_offsets
+
+KBACKUP = str(Path(sys.executable).parent / "kbackup")
+
+
+def no_java(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An environment whose only ``java`` (on PATH and as JAVA_HOME) leaves a mark when started."""
+    marker = tmp_path / "java-started"
+    bin_dir = tmp_path / "fake-jdk" / "bin"
+    bin_dir.mkdir(parents=True)
+    java = bin_dir / "java"
+    java.write_text(f"#!/bin/sh\ntouch {shlex.quote(str(marker))}\nexit 1\n")
+    java.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "JAVA_HOME": str(bin_dir.parent)}
+    return env, marker
+
+
+def kbackup(
+    *args: str, env: dict[str, str] | None = None, cwd: Path, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([KBACKUP, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+
+
+@pytest.mark.parametrize("job", ["backup", "restore"])
+def test_help_answers_without_starting_java(job: str, tmp_path: Path) -> None:
+    env, marker = no_java(tmp_path)
+    result = kbackup(job, "--help", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: kbackup {job} ")
+    for option in ("--bootstrap-server", "--master", "--conf", "--print-command"):
+        assert option in result.stdout
+    assert not marker.exists(), "--help started a Java process"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["backup", "--bootstrap-server", "k:9092", "--topics", "t"], "the backup needs a target directory"),
+        (["backup", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        (["restore", "--bootstrap-server", "k:9092", "--source-dir", "/b", "--conf", "nonsense"], "expected KEY=VALUE"),
+        (["restore", "--bootstrap-server", "k:9092", "--source-dir", "/b", "--master"], "--master needs a value"),
+    ],
+)
+def test_a_mistake_is_one_line_and_exit_2_before_any_jvm(args: list[str], message: str, tmp_path: Path) -> None:
+    env, marker = no_java(tmp_path)
+    result = kbackup(*args, env=env, cwd=tmp_path)
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert f"kbackup {args[0]}" in result.stderr.splitlines()[-1]
+    assert result.stdout == ""
+    assert not marker.exists()
+
+
+def test_the_command_uses_the_installed_job_file_and_the_options_given(tmp_path: Path) -> None:
+    result = kbackup(
+        "backup", "--bootstrap-server", "k:9092", "--target-dir", str(tmp_path / "b"), "--topics", "t",
+        "--master", "spark://h:7077", "--conf", "spark.executor.memory=2g", "--conf=spark.ui.enabled=true",
+        "--print-command", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    command = shlex.split(result.stdout)
+    assert Path(command[0]).name == "spark-submit" and os.access(command[0], os.X_OK)
+    assert command[1:3] == ["--master", "spark://h:7077"]
+    assert command[3:5] == ["--conf", "spark.executor.memory=2g"] and "spark.ui.enabled=false" not in command
+    job = Path(command[command.index("--conf", 4) + 2])
+    assert job.name == "backup.py" and job.parent.name == "jobs" and job.parent.parent.name == "kbackup"
+    assert job.is_file()
+    assert command[-6:] == ["--bootstrap-server", "k:9092", "--target-dir", str(tmp_path / "b"), "--topics", "t"]
+
+
+def test_split_arguments() -> None:
+    launch = split_arguments(["--topics", "a", "--master=local[1]", "--conf", "a.b=c", "--", "--master", "x"])
+    assert launch.master == "local[1]" and launch.conf == ["a.b=c"] and not launch.print_command
+    assert launch.job_args == ["--topics", "a", "--master", "x"]
+    assert split_arguments([]).master == DEFAULT_MASTER
+    with pytest.raises(UsageError, match="expected KEY=VALUE"):
+        split_arguments(["--conf", "=x"])
+
+
+def test_backup_and_restore_through_the_entry_point_from_another_directory(
+    kafka: BrokerUnderTest, target: Target, tmp_path: Path
+) -> None:
+    """The quick start's commands as a user runs them: no checkout on PYTHONPATH, any working directory."""
+    topic = "launched"
+    create_topics(kafka, {topic: 2})
+    from confluent_kafka import Producer
+
+    producer = Producer(kafka.client_settings())
+    for i in range(500):
+        producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=i % 2, headers=[("h", b"1")])
+    producer.flush(30)
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(kafka.client_settings(**{"group.id": "launched-readers", "enable.auto.commit": "false"}))
+    consumer.commit(offsets=[TopicPartition(topic, 0, 100), TopicPartition(topic, 1, 250)], asynchronous=False)
+    consumer.close()
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "SPARK_HOME")}
+    env["SPARK_SUBMIT_OPTS"] = TEST_JVM_OPTIONS
+    source_config = client_config_file(tmp_path / "source.properties", kafka.extra_settings)
+    backup = tmp_path / "backup"
+    done = kbackup(
+        "backup", "--bootstrap-server", kafka.bootstrap_servers, "--command-config", str(source_config),
+        "--target-dir", str(backup), "--topics", topic, "--snapshot", "--master", "local[1]",
+        env=env, cwd=elsewhere, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    expected = consume_all(kafka, [topic])
+    assert len(expected) == 500 and backed_up(backup, [topic]) == expected
+
+    restored = kbackup(
+        "restore", *target.args(tmp_path), "--source-dir", str(backup), "--master", "local[1]",
+        "--topic-map", f"{topic}={target.name('launched-copy')}", env=env, cwd=elsewhere, timeout=600,
+    )  # fmt: skip
+    assert restored.returncode == 0, restored.stdout[-3000:] + restored.stderr[-3000:]
+    copy = consume_all(target.broker, [target.name("launched-copy")])
+    assert comparable(copy) == comparable(expected)
+    assert group_offsets(target.broker, "launched-readers") == {
+        (target.name("launched-copy"), 0): 100,
+        (target.name("launched-copy"), 1): 250,
+    }
