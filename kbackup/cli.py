@@ -12,6 +12,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -26,6 +27,7 @@ from kbackup.partition.reader import MAX_PARTITION_INDEX_SIZE, PartitionReader
 from kbackup.partition.rebuild import rebuild_partition_index, rebuild_segment_index
 from kbackup.partition.segment_reader import SegmentIndexFile
 from kbackup.progress import Progress
+from kbackup.report.summary import OffsetRange, describe_missing, missing_offsets
 from kbackup.storage import Location, as_local, exists, parse_location, read_limited, storage_for
 from kbackup.text import count
 
@@ -132,6 +134,7 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
         for partition in _partitions(topic_dir, args.partition):
             reader = PartitionReader(topic_dir, partition, legacy=args.legacy_no_magic)
             segments = reader.summaries()
+            missing, missing_ranges = missing_offsets(reader, legacy=args.legacy_no_magic)
             firsts = [s.first_offset for s in segments if s.first_offset is not None]
             lasts = [s.last_offset for s in segments if s.last_offset is not None]
             partitions.append(
@@ -141,6 +144,8 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
                     "firstOffset": min(firsts) if firsts else None,
                     "lastOffset": max(lasts) if lasts else None,
                     "bytes": sum(s.records_bytes for s in segments),
+                    "missingOffsets": missing,
+                    "missingRanges": [asdict(r) for r in missing_ranges],
                     "segments": [
                         {
                             "name": s.name,
@@ -164,6 +169,9 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
         out.write(f"{topic_entry['topic']}\n")
         for p in topic_entry["partitions"]:
             span = "empty" if p["records"] == 0 else f"offsets {p['firstOffset']}..{p['lastOffset']}"
+            gaps = describe_missing(p["missingOffsets"], [OffsetRange(**r) for r in p["missingRanges"]])
+            if gaps:
+                span += f", {gaps}"
             out.write(
                 f"  partition {p['partition']}: {count(p['records'], 'record')}, {span}, "
                 f"{count(p['bytes'], 'byte')} in {count(len(p['segments']), 'segment')}\n"
@@ -183,6 +191,7 @@ def cmd_index_show(args: argparse.Namespace, out: TextIO) -> None:
         entries, _ = decode_partition_index(
             read_limited(path, MAX_PARTITION_INDEX_SIZE), file=str(path), legacy=args.legacy_no_magic
         )
+        out.write("start_offset\tsegment\n")
         for entry in entries:
             out.write(f"{entry.start_offset}\t{entry.name}\n")
         return
@@ -283,13 +292,14 @@ def cmd_describe(args: argparse.Namespace, out: TextIO) -> None:
         return
     out.write(f"backup {summary.root}: {count(len(summary.topics), 'topic')}\n")
     for topic in summary.topics:
-        out.write(f"{topic.topic}: {topic.records} records, {topic.bytes} bytes\n")
+        out.write(f"{topic.topic}: {count(topic.records, 'record')}, {count(topic.bytes, 'byte')}\n")
         for p in topic.partitions:
             span = "empty" if p.first_offset is None else f"offsets {p.first_offset}..{p.last_offset}"
-            gaps = (
-                f", {count(len(p.gaps), 'gap')}: " + ", ".join(f"{g.first}..{g.last}" for g in p.gaps) if p.gaps else ""
+            missing = describe_missing(p.missing, p.missing_ranges)
+            missing = f", {missing}" if missing else ""
+            out.write(
+                f"  partition {p.partition}: {count(p.records, 'record')}, {span}{missing}, {count(p.bytes, 'byte')}\n"
             )
-            out.write(f"  partition {p.partition}: {count(p.records, 'record')}, {span}{gaps}\n")
             for group, offset in sorted(p.groups.items()):
                 out.write(f"    group {group}: {offset}\n")
     for checkpoint in summary.checkpoints:

@@ -104,7 +104,7 @@ def test_cat_offset_window(root: Path) -> None:
 def test_ls_text_and_json(root: Path) -> None:
     text = run("ls", root).stdout
     assert "orders\n  partition 0: 4 records, offsets 0..18" in text
-    assert "legacy\n  partition 0: 4 records, offsets 0..10, 194 bytes in 1 segment" in text
+    assert "legacy\n  partition 0: 4 records, offsets 0..10, 7 offsets missing: 2, 4..9, 194 bytes in 1 segment" in text
     listing = json.loads(run("ls", root, "--json").stdout)
     orders = next(t for t in listing if t["topic"] == "orders")
     assert [p["records"] for p in orders["partitions"]] == [4, 4]
@@ -126,7 +126,7 @@ def test_index_show_both_kinds(root: Path, upstream: Path) -> None:
         "10\t152\t42",
     ]
     shown = run("index", "show", upstream / "partitionindex" / "testIndex", "--kind", "partition").stdout
-    assert shown.splitlines() == ["0\ts0", "100\ts100", "200\ts200", "300\ts300"]
+    assert shown.splitlines() == ["start_offset\tsegment", "0\ts0", "100\ts100", "200\ts200", "300\ts300"]
 
 
 def test_index_rebuild_restores_deleted_indexes(root: Path) -> None:

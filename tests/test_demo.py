@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-import sys
 from pathlib import Path
 
-from tests.kafka_helpers import job_env
+from tests.conftest import REPO
 
 
 def test_demo_backs_up_the_sample_topics(tmp_path: Path) -> None:
+    """``./dev demo`` as the README gives it, from a shell that has nothing of this one but the cache of jars."""
+    fresh = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", str(tmp_path))}
+    for name in ("KBACKUP_CACHE", "JAVA_HOME"):
+        if name in os.environ:
+            fresh[name] = os.environ[name]
     result = subprocess.run(
-        [sys.executable, "-m", "kbackup.demo", "--target", str(tmp_path / "demo")],
+        ["./dev", "demo", "--target", str(tmp_path / "demo")],
         capture_output=True,
         text=True,
-        env=job_env(),
+        env=fresh,
+        cwd=REPO,
         timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

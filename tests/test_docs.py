@@ -20,7 +20,6 @@ still be printed by some code (its fixed words appear in the sources).
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
@@ -237,17 +236,25 @@ def test_runnable_blocks_run(document: Path, docs_cluster: BrokerUnderTest, targ
         assert not broker.extra_settings or set(broker.extra_settings) <= {"receive.message.max.bytes"}, (
             "the docs' commands pass only --bootstrap-server"
         )
+    # A new shell: the system's PATH, then .venv activated as the README says (what a reader pastes into).
     env = {
-        **job_env(),
-        "KAFKA": docs_cluster.bootstrap_servers,
-        "NEW_KAFKA": target.broker.bootstrap_servers,
-        "BACKUPS": str(tmp_path / "backups"),
-        "STATE": str(tmp_path / "state"),
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        key: value
+        for key, value in job_env().items()
+        if key not in ("PYTHONPATH", "VIRTUAL_ENV", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME")
     }
+    env.update(
+        {
+            "KAFKA": docs_cluster.bootstrap_servers,
+            "NEW_KAFKA": target.broker.bootstrap_servers,
+            "BACKUPS": str(tmp_path / "backups"),
+            "STATE": str(tmp_path / "state"),
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+        }
+    )
+    activate = f"source {shlex.quote(str(Path(sys.prefix) / 'bin' / 'activate'))}\n"
     for block in (b for b in ALL_BLOCKS if b.path == document and b.marker == "run"):
         result = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", block.text],
+            ["bash", "-euo", "pipefail", "-c", activate + block.text],
             capture_output=True,
             text=True,
             env=env,

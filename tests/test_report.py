@@ -73,15 +73,25 @@ def test_summary_coverage_gaps_and_missing_offsets(backup: Path) -> None:
     assert [c.id for c in summary.checkpoints] == [1]
 
 
-def test_describe_text_and_json(backup: Path) -> None:
+def test_describe_text_and_json(backup: Path, tmp_path: Path) -> None:
     text = kbackup("describe", backup)
     assert text.returncode == 0, text.stderr
-    assert "  partition 0: 339 records, offsets 0..399, 1 gap: 200..259" in text.stdout
+    assert "  partition 0: 339 records, offsets 0..399, 61 offsets missing: 99, 200..259, " in text.stdout
     assert "    group billing: 150" in text.stdout
     document = json.loads(kbackup("describe", backup, "--json").stdout)
     partition = document["topics"][0]["partitions"][0]
     assert partition["gaps"] == [{"first": 200, "last": 259}]
     assert partition["missingOffsets"] == 61
+    assert partition["missingRanges"] == [{"first": 99, "last": 99}, {"first": 200, "last": 259}]
+    # The same offsets, written the same way, in ls (text and JSON) and in the report.
+    listed = kbackup("ls", backup, "--topic", "orders", "--partition", "0").stdout
+    assert "partition 0: 339 records, offsets 0..399, 61 offsets missing: 99, 200..259, " in listed
+    as_json = json.loads(kbackup("ls", backup, "--topic", "orders", "--json").stdout)[0]["partitions"][0]
+    assert (as_json["missingOffsets"], as_json["missingRanges"]) == (61, partition["missingRanges"])
+    assert as_json["bytes"] == partition["bytes"]  # "bytes": the records files, in ls and describe alike
+    page = tmp_path / "report.html"
+    assert kbackup("report", backup, "--output", page).returncode == 0
+    assert "61 offsets missing: 99, 200..259" in page.read_text()
     assert document["checkpoints"][0]["status"] == "completed"
     listing = json.loads(kbackup("ls", backup, "--json").stdout)
     assert [p["partition"] for p in listing[0]["partitions"]] == [0, 1, 2]

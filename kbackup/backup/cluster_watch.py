@@ -41,6 +41,7 @@ from kbackup.kafka.cluster import ClusterError
 from kbackup.kafka.outage import OutageReport
 from kbackup.kafka.topics import TopicSelection
 from kbackup.storage import Location
+from kbackup.text import count
 
 log = logging.getLogger("kbackup.backup")
 
@@ -160,7 +161,7 @@ class ClusterWatch:
 
         changed = self._session.call(record)
         if changed:
-            log.info("topic configuration recorded for %d topic(s)", changed)
+            log.info("topic configuration recorded for %s", count(changed, "topic"))
 
     def _take_cuts(self) -> bool:
         """Take the cut of each new checkpoint request; whether there was one."""

@@ -59,6 +59,7 @@ from kbackup.spark.kafka_source import SOURCE_NAME, KafkaSource, decode_offsets
 from kbackup.spark.v1_sink import SINK_NAME, V1Sink
 from kbackup.storage import check_writable_root, prepare_root
 from kbackup.storage.lease import TargetLease
+from kbackup.text import count
 
 log = logging.getLogger("kbackup.backup")
 
@@ -120,7 +121,7 @@ class BackupJob:
             )
         )
         if created:
-            log.info("%d new partition(s) prepared in the backup", created)
+            log.info("%s prepared in the backup", count(created, "new partition"))
         self._record_topics(session)
         topics_recorded_at = time.monotonic()
         first_round = session.call(lambda admin, timeout: take_round(admin, settings.selection, timeout=timeout))
@@ -249,7 +250,7 @@ class BackupJob:
             )
         )
         if changed:
-            log.info("topic configuration recorded for %d topic(s)", changed)
+            log.info("topic configuration recorded for %s", count(changed, "topic"))
 
     def _session(self) -> Any:
         from pyspark.sql import SparkSession
@@ -345,7 +346,7 @@ class BackupJob:
             round_ = self._pending.pop(0)
             changed = store_round(self.settings.target, round_, prune=self.settings.prune_groups)
             groups = len(round_.groups)
-            log.info("consumer offsets of %d group(s) stored (%d file(s) changed)", groups, changed)
+            log.info("consumer offsets of %s stored (%s changed)", count(groups, "group"), count(changed, "file"))
 
     def _summary(self, seconds: float) -> None:
         target = self.settings.target

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import html
 
-from kbackup.report.summary import BackupSummary, PartitionSummary, TopicSummary
+from kbackup.report.summary import BackupSummary, PartitionSummary, TopicSummary, describe_missing
 
 DASH = "-"  # no value
 WIDTH = 900  # timeline width in px
@@ -93,17 +93,17 @@ def _legend() -> str:
 def _topic_section(topic: TopicSummary) -> str:
     out = [f'<section class="topic" data-topic="{_e(topic.topic)}">', f"<h2>{_e(topic.topic)}</h2>"]
     out.append(
-        '<table><tr><th class="l">partition</th><th>records</th><th>size</th><th>segments</th>'
-        '<th>offsets</th><th>gaps</th><th class="l">time range (UTC)</th><th class="l">groups</th></tr>'
+        '<table><tr><th class="l">partition</th><th>records</th><th>records bytes</th><th>segments</th>'
+        '<th>offsets</th><th>missing offsets</th><th class="l">time range (UTC)</th><th class="l">groups</th></tr>'
     )
     for p in topic.partitions:
         span = "empty" if p.first_offset is None else f"{p.first_offset}..{p.last_offset}"
-        singles = p.missing - sum(g.count for g in p.gaps)
+        missing = describe_missing(p.missing, p.missing_ranges)
         gap_text = (
-            f'<span class="bad">{len(p.gaps)} ({sum(g.count for g in p.gaps)} offsets)</span>'
-            if p.gaps
+            f'<span class="{"bad" if p.gaps else "ok"}">{_e(missing)}</span>'
+            if missing
             else '<span class="ok">none</span>'
-        ) + (f" + {singles} single offset(s)" if singles else "")
+        )
         groups = ", ".join(f"{_e(g)} @ {o}" for g, o in sorted(p.groups.items())) or DASH
         out.append(
             f'<tr><td class="l">{p.partition}</td><td>{p.records}</td><td>{_e(_size(p.bytes))}</td>'

@@ -27,6 +27,7 @@ from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import PartitionReader
 from kbackup.partition.segment_reader import SegmentIndexFile
 from kbackup.storage import Location
+from kbackup.text import count
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,10 @@ class PartitionSummary:
     max_timestamp: int | None = None
     covered: list[OffsetRange] = field(default_factory=list)
     gaps: list[OffsetRange] = field(default_factory=list)
+    #: Every run of missing offsets (single ones too), the first :data:`MISSING_LISTED` of them.
+    missing_ranges: list[OffsetRange] = field(default_factory=list)
+    #: Size of the index files; ``bytes`` is the size of the records files (as ``ls`` and the job logs count).
+    index_bytes: int = 0
     groups: dict[str, int] = field(default_factory=dict)
     cataloged: bool = False
     #: Offsets between first and last that the backup does not hold, gaps of every size included.
@@ -118,6 +123,8 @@ def _partition_json(p: PartitionSummary) -> dict[str, Any]:
         "covered": [asdict(r) for r in p.covered],
         "gaps": [asdict(r) for r in p.gaps],
         "missingOffsets": p.missing,
+        "missingRanges": [asdict(r) for r in p.missing_ranges],
+        "indexBytes": p.index_bytes,
         "groups": dict(sorted(p.groups.items())),
         "cataloged": p.cataloged,
     }
@@ -125,6 +132,10 @@ def _partition_json(p: PartitionSummary) -> dict[str, Any]:
 
 #: Single missing offsets are usually transaction markers; gaps shorter than this are counted, not listed.
 MIN_GAP = 2
+#: How many runs of missing offsets a summary keeps (compaction can leave millions); all are counted.
+MISSING_LISTED = 100
+#: How many of them one line of text shows.
+MISSING_SHOWN = 10
 
 _CHUNK_ENTRIES = 1 << 16
 
@@ -139,7 +150,8 @@ def summarize_partition(
     run_start: int | None = None
     for entry in reader.segments:
         records_path, index_path = reader.segment_paths(entry)
-        summary.bytes += (file_size(records_path) or 0) + (file_size(index_path) or 0)
+        summary.bytes += file_size(records_path) or 0
+        summary.index_bytes += file_size(index_path) or 0
         # One pass over the index gives both the record count and the runs of offsets.
         for first, last in _runs(index_path, legacy=legacy):
             summary.records += last - first + 1
@@ -147,6 +159,8 @@ def summarize_partition(
                 run_start = first
             elif first > previous + 1:
                 summary.missing += first - previous - 1
+                if len(summary.missing_ranges) < MISSING_LISTED:
+                    summary.missing_ranges.append(OffsetRange(previous + 1, first - 1))
                 if first - previous - 1 >= min_gap:
                     assert run_start is not None
                     summary.covered.append(OffsetRange(run_start, previous))
@@ -185,6 +199,32 @@ def summarize_backup(root: Location, topics: list[str] | None = None, *, legacy:
         partitions = [summarize_partition(root, topic, p, legacy=legacy) for p in list_partitions(root / topic)]
         result.topics.append(TopicSummary(topic, partitions))
     return result
+
+
+def missing_offsets(reader: PartitionReader, *, legacy: bool = False) -> tuple[int, list[OffsetRange]]:
+    """How many offsets between a partition's first and last the backup does not hold, and the first runs of them."""
+    missing = 0
+    ranges: list[OffsetRange] = []
+    previous: int | None = None
+    for entry in reader.segments:
+        _, index_path = reader.segment_paths(entry)
+        for first, last in _runs(index_path, legacy=legacy):
+            if previous is not None and first > previous + 1:
+                missing += first - previous - 1
+                if len(ranges) < MISSING_LISTED:
+                    ranges.append(OffsetRange(previous + 1, first - 1))
+            previous = last
+    return missing, ranges
+
+
+def describe_missing(missing: int, ranges: list[OffsetRange], *, shown: int = MISSING_SHOWN) -> str:
+    """Missing offsets as ``ls``, ``describe`` and the report all write them: "3 offsets missing: 40, 52..53"."""
+    if not missing:
+        return ""
+    listed = ", ".join(str(r.first) if r.first == r.last else f"{r.first}..{r.last}" for r in ranges[:shown])
+    rest = missing - sum(r.count for r in ranges[:shown])
+    more = f" and {rest} more" if rest > 0 else ""
+    return f"{count(missing, 'offset')} missing: {listed}{more}"
 
 
 def _runs(index_path: Location, *, legacy: bool) -> list[tuple[int, int]]:

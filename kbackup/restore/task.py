@@ -49,6 +49,7 @@ from kbackup.restore.marker import (
 )
 from kbackup.restore.selection import Window, selected_records
 from kbackup.restore.staging import Staged, staged_topic_dir
+from kbackup.spark.stack_dumps import stacks_if_slow
 from kbackup.storage import parse_location
 
 T = TypeVar("T")
@@ -145,9 +146,12 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
 
     result = PartitionResult(task.source_topic, task.source_partition, task.target_topic, task.target_partition)
     result.started_at = time.time()
-    with staged_topic_dir(
-        parse_location(task.source_dir), task.source_partition, task.window, legacy=task.legacy
-    ) as staged:
+    with (
+        stacks_if_slow(),
+        staged_topic_dir(
+            parse_location(task.source_dir), task.source_partition, task.window, legacy=task.legacy
+        ) as staged,
+    ):
         _check_segments(task, staged)
         reader = PartitionReader(staged.topic_dir, task.source_partition, legacy=task.legacy)
         return _restore_from(task, reader, result)
