@@ -17,6 +17,7 @@ import datetime as dt
 import html
 
 from kbackup.report.summary import BackupSummary, PartitionSummary, TopicSummary, describe_missing
+from kbackup.text import count
 
 DASH = "-"  # no value
 WIDTH = 900  # timeline width in px
@@ -68,7 +69,7 @@ def render_report(summary: BackupSummary, *, generated_at: int) -> str:
         f"<title>kbackup report: {_e(summary.root)}</title>",
         f"<style>{STYLE}</style></head><body>",
         f"<h1>Backup {_e(summary.root)}</h1>",
-        f'<div class="meta">generated {_e(_ms(generated_at))} UTC · {len(summary.topics)} topic(s) · '
+        f'<div class="meta">generated {_e(_ms(generated_at))} UTC · {count(len(summary.topics), "topic")} · '
         f"{sum(t.records for t in summary.topics)} records · {_e(_size(sum(t.bytes for t in summary.topics)))}</div>",
         _legend(),
     ]

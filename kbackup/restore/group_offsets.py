@@ -45,7 +45,10 @@ def commit_group_offsets(
     # loaded (a new cluster's first groups), so the admin calls below meet a ready one.
     currents = {group: _current(client, group, offsets) for group, offsets in planned.items()}
     described = _with_coordinator_retries(
-        lambda: {group: future.result() for group, future in admin.describe_consumer_groups(list(planned)).items()},
+        lambda: {
+            group: future.result(ADMIN_SECONDS + 5)
+            for group, future in admin.describe_consumer_groups(list(planned), request_timeout=ADMIN_SECONDS).items()
+        },
         "cannot describe consumer groups on the target",
     )
     for group, offsets in sorted(planned.items()):
@@ -69,12 +72,16 @@ def commit_group_offsets(
             request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, o) for (t, p), o in commit.items()])
 
             def alter(request: Any = request) -> list[Any]:
-                return [future.result() for future in admin.alter_consumer_group_offsets([request]).values()]
+                futures = admin.alter_consumer_group_offsets([request], request_timeout=ADMIN_SECONDS)
+                return [future.result(ADMIN_SECONDS + 5) for future in futures.values()]
 
             _with_coordinator_retries(alter, f"cannot commit offsets for group {group!r}")
         decisions.append(GroupDecision(group, commit, left))
     return decisions
 
+
+#: How long one admin request about groups may wait (a future without a timeout could wait for ever).
+ADMIN_SECONDS = 30
 
 #: Group coordinator errors that pass: the coordinator is moving, being created or loading.
 _COORDINATOR_ERRORS = ("NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE")
