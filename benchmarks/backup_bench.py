@@ -38,7 +38,8 @@ from pathlib import Path
 
 from benchmarks.cluster import add_arguments, cluster, kcat_command, kcat_settings
 from kbackup.format.record import Record, append_record
-from kbackup.spark.submit import client_config_file, job_environment, spark_submit_command
+from kbackup.spark_submit import job_environment, spark_submit_command
+from tests.kafka_helpers import client_config_file
 
 REPO = Path(__file__).resolve().parent.parent
 TOPIC = "bench"
@@ -74,7 +75,8 @@ def raw_consume_and_encode(settings: dict[str, str], count: int, partitions: int
 import json, time, sys
 from confluent_kafka import Consumer, TopicPartition
 from kbackup.format.record import Record, append_record
-from kbackup.spark.submit import client_config_file, job_environment, spark_submit_command
+from kbackup.spark_submit import job_environment, spark_submit_command
+from tests.kafka_helpers import client_config_file
 from benchmarks.backup_bench import peak_rss_mib
 settings = json.loads(sys.argv[1])
 consumer = Consumer({{**settings, "group.id": "bench-raw", "enable.auto.commit": "false",

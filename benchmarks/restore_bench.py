@@ -38,7 +38,8 @@ from benchmarks.backup_bench import _sample_tree
 from benchmarks.cluster import add_arguments, cluster, kcat_command, kcat_settings
 from kbackup.format.record import Record
 from kbackup.partition.writer import PartitionWriter
-from kbackup.spark.submit import client_config_file, job_environment, spark_submit_command
+from kbackup.spark_submit import job_environment, spark_submit_command
+from tests.kafka_helpers import client_config_file
 
 REPO = Path(__file__).resolve().parent.parent
 

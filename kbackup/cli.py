@@ -94,8 +94,8 @@ def _partitions(topic_dir: Location, only: int | None) -> list[int]:
 
 def cmd_cat(args: argparse.Namespace, out: TextIO) -> None:
     """Print records as JSON lines; first check that every segment they come from is whole (unless told not to)."""
-    from kbackup.catalog.integrity import DamagedBackupError
     from kbackup.catalog.segment_set import damaged_segments
+    from kbackup.errors import DamagedBackupError
 
     root = parse_location(args.dir)
     readers = []

@@ -1,24 +1,43 @@
 """Errors kbackup raises on purpose.
 
 Every error a user can cause (a damaged file, a bad option, a conflicting
-record) is a subclass of :class:`KbackupError`, so the CLI and the jobs can
-print it as one line and exit non-zero without a traceback.
+record, a cluster that refuses) is a subclass of :class:`KbackupError`, so the
+CLI and the jobs catch that root alone and print it as one line, exiting
+non-zero without a traceback. Anything else reaching them is a fault of
+kbackup or of a library beneath it (printed as one line too; ``--debug``
+shows the traceback).
 
 The tree is shallow::
 
     KbackupError
+    ├── UsageError               a bad option, argument or settings file
     ├── FormatError              a file is not what the v1 format says
     │   ├── MagicByteError       wrong or missing magic byte at position 0
     │   └── TruncatedError       a field runs past the end of the file
+    ├── EncodingError            a value cannot be written in the format (also ValueError)
+    │   └── InvalidRecordError   a record (key, value, header, timestamp) cannot be encoded
     ├── PlacementError           a record cannot be placed in a partition
     │   └── OffsetConflictError  same offset already stored with other bytes
-    ├── InvalidRecordError       a record value cannot be encoded (also ValueError)
     ├── BackupNotFoundError      a backup root, topic or partition is absent
-    ├── StorageError             the storage (an S3 endpoint, a bucket) failed or refused
-    └── UsageError               a bad option or argument
+    ├── ChecksumError            a segment's files differ from what the catalog recorded
+    ├── DamagedBackupError       segments are damaged or lost; a read would leave records out
+    ├── StorageError             the storage (a disk, an S3 endpoint, a bucket) failed or refused
+    ├── LeaseHeldError           another job holds the target's lease
+    ├── LeaseLostError           another job took this job's lease over
+    ├── OriginError              the target holds a backup of another cluster or topic incarnation
+    ├── ClusterError             a Kafka cluster cannot be reached or refused (``transient`` says which)
+    ├── DeliveryError            the restore's target cluster refused records
+    ├── TargetNotEmptyError      a target partition holds records of something else
+    ├── TargetChangedError       another restore wrote there after this one was planned
+    ├── RestoreFencedError       a newer restore of the same partitions took over
+    ├── RetentionError           the target would delete or reject restored records for their age
+    └── ArtifactError            Java artifacts (Spark's Kafka connector, Kafka) cannot be resolved
+
+Test and demo scaffolding (:mod:`kbackup.devkit`) adds ``KafkaClusterError``
+and ``SparkClusterError`` below the root.
 
 Each error carries the context that locates the problem (file, byte position,
-topic, partition, offset) as attributes and in its message.
+topic, partition, offset) as attributes or in its message.
 """
 
 from __future__ import annotations
@@ -90,7 +109,11 @@ class OffsetConflictError(PlacementError):
     """An offset is already stored in the backup with different bytes."""
 
 
-class InvalidRecordError(KbackupError, ValueError):
+class EncodingError(KbackupError, ValueError):
+    """A value cannot be written in the format (out of range, wrong type)."""
+
+
+class InvalidRecordError(EncodingError):
     """A record's fields cannot be encoded in the v1 format."""
 
 
@@ -104,3 +127,60 @@ class StorageError(KbackupError):
 
 class UsageError(KbackupError):
     """An option or argument is unknown, missing or out of range."""
+
+
+class ChecksumError(KbackupError):
+    """A segment's files differ from what the catalog recorded."""
+
+
+class DamagedBackupError(KbackupError):
+    """Segments of the backup are damaged or lost; a read would leave their records out."""
+
+
+class LeaseHeldError(KbackupError):
+    """Another job holds the target's lease."""
+
+
+class LeaseLostError(KbackupError):
+    """Another job took over this job's lease (object stores: it was not renewed in time)."""
+
+
+class ClusterError(KbackupError):
+    """The Kafka cluster could not be reached or refused a request.
+
+    ``transient``: the cause is one the cluster recovers from by itself (no
+    connection, no leader, a timeout), as opposed to a refusal (authorization,
+    an invalid request) that asking again will not change.
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class ArtifactError(KbackupError):
+    """Java artifacts could not be resolved."""
+
+
+class DeliveryError(KbackupError):
+    """The target cluster refused records."""
+
+
+class TargetChangedError(KbackupError):
+    """The target partition holds another restore's records, written after this restore was planned."""
+
+
+class TargetNotEmptyError(KbackupError):
+    """A target partition holds records that are not an earlier run of this restore."""
+
+
+class RestoreFencedError(KbackupError):
+    """A newer restore of the same target partitions fenced this one's producers."""
+
+
+class RetentionError(KbackupError):
+    """The target would delete or reject restored records because of their age."""
+
+
+class OriginError(KbackupError):
+    """The target holds a backup of another Kafka cluster or of another incarnation of a topic."""

@@ -24,13 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbackup.errors import KbackupError
+from kbackup.errors import ArtifactError
 
 _STAMP = ".complete"
-
-
-class ArtifactError(KbackupError):
-    """Java artifacts could not be resolved."""
 
 
 @dataclass(frozen=True)

@@ -154,6 +154,24 @@ def run_job(
         return 1
 
 
+def job_parser(
+    prog: str, description: str, *, script: str, cluster: str, connector: str
+) -> tuple[argparse.ArgumentParser, argparse._ArgumentGroup, argparse._ArgumentGroup]:
+    """A job's parser with the options both jobs have; returns it with its two groups (the original script's
+    options, kbackup's own) for the job to add the rest."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    original = parser.add_argument_group(f"options of the original {script}")
+    original.add_argument("--bootstrap-server", help=f"{cluster} bootstrap servers, host:port[,host:port]")
+    original.add_argument("--command-config", type=Path, help="Kafka client settings file (SSL/SASL)")
+    original.add_argument("--debug", action="store_true", help="log more")
+    own = parser.add_argument_group("kbackup options")
+    own.add_argument("--properties", type=Path, help=f"the original {connector} connector's .properties file")
+    own.add_argument(
+        "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting (repeatable)"
+    )
+    return parser, original, own
+
+
 def positive_int(text: str) -> int:
     """An argparse type: a whole number above 0."""
     try:

@@ -4,7 +4,7 @@ The launcher adds three options to the job's own (``--master``, ``--conf``,
 ``--print-command``), checks the job's arguments with the job's parser
 before any JVM starts (``--help`` and usage errors answer at once, exit 0
 and 2), then replaces itself with the ``spark-submit`` of the PySpark
-installed beside kbackup (:func:`kbackup.spark.submit.spark_submit_command`):
+installed beside kbackup (:func:`kbackup.spark_submit.spark_submit_command`):
 the job file comes from the installed package, Spark's Kafka connector is
 added for ``--kafka-source spark``, and this interpreter runs the driver and
 the executors' Python unless ``PYSPARK_PYTHON`` says otherwise. From then on
@@ -115,7 +115,7 @@ def main(job: str, argv: Sequence[str]) -> int:
     except KbackupError as exc:
         print_error(f"{prog}: error: {exc}")
         return 2
-    from kbackup.spark.submit import job_environment, spark_submit_command
+    from kbackup.spark_submit import job_environment, spark_submit_command
 
     try:
         command = spark_submit_command(job, *launch.job_args, master=launch.master, conf=launch.conf)

@@ -41,10 +41,23 @@ def pytest_configure(config: pytest.Config) -> None:
     from kbackup.spark.kafka_connector import connector_jars
 
     connector_jars()
+    _share_spark_classes()
     if kind == "local":
         from kbackup.devkit.kafka_cluster import kafka_jars
 
         kafka_jars()
+
+
+def _share_spark_classes() -> None:
+    """Make (once per machine) the class archive the tests' Spark drivers map, and tell the workers where it is."""
+    from kbackup.jars import cache_root
+    from kbackup.spark_submit import job_environment
+    from tests.jvm_archive import ARCHIVE_ENV, ensure_archive
+    from tests.kafka_helpers import TEST_JVM_OPTIONS
+
+    archive = ensure_archive(cache_root() / "test-jvm", TEST_JVM_OPTIONS, job_environment())
+    if archive is not None:
+        os.environ[ARCHIVE_ENV] = str(archive)
 
 
 #: Files whose tests run for minutes (Spark jobs started, killed and rerun; clusters started), longest first from

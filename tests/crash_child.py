@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kbackup.catalog.ledger import CatalogLedger
 from kbackup.partition.writer import PartitionWriter
 from tests.recordgen import sample_record
 
@@ -47,14 +48,14 @@ def arm_kill(kill_at: int, names: tuple[str, ...] = ("write", "pwrite", "fsync",
 
 def main() -> None:
     topic_dir, start, count, sync_every, max_segment, buffer = sys.argv[1:7]
-    catalog_root = Path(topic_dir).parent if os.environ.get("KBACKUP_TEST_CATALOG") else None
+    ledger = CatalogLedger(Path(topic_dir).parent) if os.environ.get("KBACKUP_TEST_CATALOG") else None
     writer = PartitionWriter(
         Path(topic_dir),
         "crash",
         0,
         max_segment_size=int(max_segment),
         buffer_size=int(buffer),
-        catalog_root=catalog_root,
+        ledger=ledger,
     )
     print(f"resumed {writer.last_offset}", flush=True)
     if len(sys.argv) > 7:

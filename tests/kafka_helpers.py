@@ -9,13 +9,15 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kbackup.spark.submit import job_environment, spark_submit_command
+from kbackup.spark_submit import job_environment, spark_submit_command
 from tests.broker import BrokerUnderTest
+from tests.jvm_archive import ARCHIVE_ENV
 
 REPO = Path(__file__).resolve().parent.parent  # the checkout (tests.conftest imports this module)
 
@@ -30,7 +32,10 @@ TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 def job_env() -> dict[str, str]:
     """Environment for spark-submit: this interpreter on driver and executors, this checkout importable."""
     env = job_environment()
-    env.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
+    archive = os.environ.get(ARCHIVE_ENV)
+    env.setdefault(
+        "SPARK_SUBMIT_OPTS", f"{TEST_JVM_OPTIONS} -XX:SharedArchiveFile={archive}" if archive else TEST_JVM_OPTIONS
+    )
     return env
 
 
@@ -65,6 +70,18 @@ def kill_job(process: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     process.wait(30)
+
+
+def run_kbackup(*args: str | Path, check: bool = False, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """The ``kbackup`` CLI as a separate process (``python -m kbackup``), from the checkout, output captured.
+
+    ``check``: assert it exited 0 (the message holds its standard error).
+    """
+    command = [sys.executable, "-m", "kbackup", *map(str, args)]
+    result = subprocess.run(command, capture_output=True, text=True, env=job_env(), cwd=REPO, timeout=timeout)
+    if check:
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
 
 
 def kbackup_in_process(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -217,3 +234,9 @@ def commit_offsets(broker: BrokerUnderTest, group: str, offsets: dict[tuple[str,
         consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
     finally:
         consumer.close()
+
+
+def client_config_file(path: Path, settings: dict[str, str]) -> Path:
+    """Write Kafka client settings (without ``bootstrap.servers``) as a ``--command-config`` file."""
+    path.write_text("".join(f"{key}={value}\n" for key, value in settings.items() if key != "bootstrap.servers"))
+    return path

@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from kbackup.spark.submit import client_config_file
 from tests.broker import BrokerUnderTest
+from tests.kafka_helpers import client_config_file
 
 BATCH_LINE = re.compile(r"batch (\d+): (\d+) records read in")
 

@@ -12,9 +12,9 @@ from typing import Any
 from kbackup.format.record import Record
 from kbackup.partition.offsets_file import write_consumer_offsets
 from kbackup.partition.writer import PartitionWriter
-from kbackup.spark.submit import client_config_file, spark_submit_command
+from kbackup.spark_submit import spark_submit_command
 from tests.broker import BrokerUnderTest
-from tests.kafka_helpers import job_env, start_job
+from tests.kafka_helpers import client_config_file, job_env, start_job
 
 REPO = Path(__file__).resolve().parent.parent  # the checkout (tests.conftest imports this module)
 

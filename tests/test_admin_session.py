@@ -19,9 +19,10 @@ from kbackup.backup import cluster_watch
 from kbackup.backup.cluster_watch import ClusterWatch
 from kbackup.backup.group_offsets import OffsetRound
 from kbackup.catalog import checkpoints
+from kbackup.errors import ClusterError
 from kbackup.kafka import admin_session, cluster
 from kbackup.kafka.admin_session import AdminSession
-from kbackup.kafka.cluster import ClusterError, list_offsets, topic_configs
+from kbackup.kafka.cluster import list_offsets, topic_configs
 from kbackup.kafka.outage import OutageReport
 from kbackup.kafka.topics import TopicSelection
 

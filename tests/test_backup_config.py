@@ -173,24 +173,6 @@ def test_timestamp_mapping(kafka_type: int | None, micros: int | None, expected:
     assert types.tolist() == [1, expected[0], -2] and millis[0] == 7
 
 
-def test_data_lost_to_retention_is_reported(caplog: pytest.LogCaptureFixture) -> None:
-    from kbackup.errors import KbackupError
-    from kbackup.spark.kafka_source import KafkaStreamReader
-
-    lenient = KafkaStreamReader(
-        SourceOptions.parse({"kafka.bootstrap.servers": "k:1", "subscribe": "t", "failOnDataLoss": "false"})
-    )
-    with caplog.at_level("WARNING", logger="kbackup.source"):
-        lenient._check_data_loss({("t", 0): 40, ("t", 1): 500}, {("t", 0): 100, ("t", 1): 0, ("t", 2): 7})
-    messages = [record.getMessage() for record in caplog.records]
-    assert "topic 't' partition 0: offsets 40..99 were deleted" in messages[0]
-    assert "topic 't' partition 2: offsets 0..6 were deleted" in messages[1]  # a partition new to the backup
-    assert len(messages) == 2
-    strict = KafkaStreamReader(SourceOptions.parse({"kafka.bootstrap.servers": "k:1", "subscribe": "t"}))
-    with pytest.raises(KbackupError, match=r"offsets 40..99 were deleted .* failOnDataLoss=false"):
-        strict._check_data_loss({("t", 0): 40}, {("t", 0): 100})
-
-
 def test_restore_accepts_the_originals_source_properties(tmp_path: Path) -> None:
     from kbackup.restore.settings import parse_restore_args
 

@@ -111,3 +111,33 @@ def test_new_topic_is_picked_up_and_sigterm_stops_cleanly(kafka: BrokerUnderTest
     assert backed_up(target, ["grow-first", "grow-second"]) == consume_all(kafka, ["grow-first", "grow-second"])
     assert sorted(list_partitions(target / "grow-second")) == [0, 1, 2]
     assert "stopping" in log.read_text()
+
+
+def test_sigterm_to_the_spark_submit_jvm_exits_143_and_the_rerun_completes_exactly(
+    kafka: BrokerUnderTest, tmp_path: Path
+) -> None:
+    """Spark's shutdown hook abandons the batch in flight: exit 143, what is committed verifies, the tail of the
+    abandoned batch is repaired by the next run, which then holds every record once."""
+    create_topics(kafka, {"term-jvm": 2})
+    producer = Producer(kafka, "term-jvm", 2)
+    producer.start()
+    target = tmp_path / "backup"
+    log = tmp_path / "backup.log"
+    args = [*client_args(kafka, tmp_path), "--target-dir", str(target), "--topics", "term-jvm"]
+    process = start_backup(*args, "--trigger-interval", "1", log=log)
+    try:
+        wait_for(lambda: sum(rows for _, rows in batches(log)) > 0, 180, "a batch with records")
+        process.send_signal(signal.SIGTERM)  # the spark-submit JVM itself (spark-submit execs it)
+        assert process.wait(90) == 143, log.read_text()[-3000:]
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        producer.stop()
+    assert "Traceback" not in log.read_text()
+    verified = subprocess.run([sys.executable, "-m", "kbackup", "verify", str(target)], capture_output=True, text=True)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    rerun = run_backup(*args, "--snapshot")
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    expected = consume_all(kafka, ["term-jvm"])
+    assert len(expected) == producer.sent
+    assert backed_up(target, ["term-jvm"]) == expected

@@ -10,10 +10,9 @@ from pathlib import Path
 
 from kbackup.catalog.topics import read_topic_record
 from kbackup.kafka.cluster import kafka_id
-from kbackup.spark.submit import client_config_file
 from tests.broker import BrokerUnderTest, local_cluster
 from tests.conftest import REPO
-from tests.kafka_helpers import backed_up, create_topics, job_env, run_backup
+from tests.kafka_helpers import backed_up, client_config_file, create_topics, job_env, run_backup
 from tests.restore_helpers import Target, restore_python
 
 TOPIC = "origin-small"

@@ -18,10 +18,9 @@ from kbackup.catalog.verify import verify_backup
 from kbackup.format.naming import parse_segment_file_name
 from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import PartitionReader
-from kbackup.spark.submit import client_config_file
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
-from tests.kafka_helpers import backed_up, consume_all, create_topics, job_env, run_backup
+from tests.kafka_helpers import backed_up, client_config_file, consume_all, create_topics, job_env, run_backup
 
 TOPICS = ["snap-mixed", "snap-appendtime", "snap-tx", "snap-empty"]
 
@@ -232,6 +231,35 @@ def test_second_snapshot_stores_new_group_offsets_and_changes_no_data(
     assert read_consumer_offsets(target / "snap-tx", 0)["group-mid"] == 3
 
 
+def test_a_group_deleted_on_the_cluster_stays_in_the_backup_unless_prune_groups(
+    kafka: BrokerUnderTest, tmp_path: Path
+) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+
+    topic = "snap-prune"
+    create_topics(kafka, {topic: 1})
+    producer = Producer(kafka.client_settings())
+    for i in range(20):
+        producer.produce(topic, b"v%d" % i, b"k%d" % i)
+    producer.flush(30)
+    _commit(kafka, "prune-kept", {(topic, 0): 5})
+    _commit(kafka, "prune-gone", {(topic, 0): 12})
+    target = tmp_path / "backup"
+    settings = client_config_file(tmp_path / "client.properties", kafka.extra_settings)
+    args: list[str | Path] = ["--bootstrap-server", kafka.bootstrap_servers, "--command-config", settings,
+                              "--target-dir", target, "--topics", topic, "--snapshot"]  # fmt: skip
+    for attempt in ("first", "after the group was deleted", "with --prune-groups"):
+        if attempt == "after the group was deleted":
+            admin = AdminClient(kafka.client_settings())
+            for future in admin.delete_consumer_groups(["prune-gone"]).values():
+                future.result(30)
+        done = run_backup(*args, *(["--prune-groups"] if attempt == "with --prune-groups" else []))
+        assert done.returncode == 0, f"{attempt}: {done.stdout[-3000:]}{done.stderr[-3000:]}"
+        expected = {"prune-kept": 5} if attempt == "with --prune-groups" else {"prune-kept": 5, "prune-gone": 12}
+        assert read_consumer_offsets(target / topic, 0) == expected, attempt
+
+
 # -- errors before Spark starts ------------------------------------------------------
 
 
@@ -335,7 +363,7 @@ def test_a_failure_inside_spark_is_one_line(kafka: BrokerUnderTest, tmp_path: Pa
 def test_spark_source_without_its_connector_is_one_line(kafka: BrokerUnderTest, tmp_path: Path) -> None:
     """``--kafka-source spark`` submitted without ``--packages``: refused before reading, naming the package."""
     from kbackup.spark.kafka_connector import package_coordinate
-    from kbackup.spark.submit import spark_submit_command
+    from kbackup.spark_submit import spark_submit_command
 
     create_topics(kafka, {"no-connector": 1})
     command = spark_submit_command(

@@ -6,7 +6,6 @@ import itertools
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -14,13 +13,14 @@ import crc32c
 import pytest
 
 from kbackup.catalog.build import rebuild_catalog
+from kbackup.catalog.ledger import CatalogLedger
 from kbackup.catalog.store import catalog_path, read_catalog
 from kbackup.catalog.verify import verify_backup
 from kbackup.format.record import Record
 from kbackup.partition.writer import PartitionWriter
 from kbackup.storage import as_local
 from tests.backup_builders import write_original_style
-from tests.conftest import REPO
+from tests.kafka_helpers import run_kbackup
 from tests.recordgen import sample_record
 
 
@@ -40,10 +40,6 @@ def _segment(root: Path, partition: int, number: int) -> str:
     catalog = read_catalog(root, "t", partition)
     assert catalog is not None
     return catalog.segments[number].name
-
-
-def kbackup(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kbackup", *map(str, args)], capture_output=True, text=True, cwd=REPO)
 
 
 def test_catalog_describes_every_finished_segment(root: Path) -> None:
@@ -69,7 +65,7 @@ def test_catalog_describes_every_finished_segment(root: Path) -> None:
 def test_an_intact_backup_verifies(root: Path) -> None:
     reports = verify_backup(root, ["t"], deep=True)
     assert [(r.partition, r.ok, r.records) for r in reports] == [(0, True, 40), (1, True, 40)]
-    result = kbackup("verify", root, "--deep")
+    result = run_kbackup("verify", root, "--deep")
     assert result.returncode == 0
     assert "t/0: ok" in result.stdout
 
@@ -83,7 +79,7 @@ def _flip_a_bit(path: Path) -> None:
 def test_flipped_bit_is_named(root: Path) -> None:
     name = _segment(root, 0, 1)
     _flip_a_bit(root / "t" / f"{name}_records")
-    result = kbackup("verify", root)
+    result = run_kbackup("verify", root)
     assert result.returncode == 1
     assert "t/0: DAMAGED" in result.stdout
     assert f"error: {name}_records: checksum mismatch: CRC32C" in result.stdout
@@ -100,11 +96,11 @@ def test_an_older_kbackups_state_directory_is_still_read(root: Path) -> None:
     """A backup whose state is in ``.kbackup`` (kbackup before the rename) keeps its catalog: damage is still found."""
     name = _segment(root, 0, 1)
     (root / "kbackup~state").rename(root / ".kbackup")
-    assert kbackup("verify", root).returncode == 0
-    listed = kbackup("ls", root)
+    assert run_kbackup("verify", root).returncode == 0
+    listed = run_kbackup("ls", root)
     assert listed.returncode == 0 and ".kbackup" not in listed.stdout  # the state directory is not a topic
     _flip_a_bit(root / "t" / f"{name}_records")
-    result = kbackup("verify", root)
+    result = run_kbackup("verify", root)
     assert result.returncode == 1
     assert f"error: {name}_records: checksum mismatch: CRC32C" in result.stdout
     assert not (root / "kbackup~state").exists()  # nothing moved to the new name
@@ -114,7 +110,7 @@ def test_truncated_file_is_named(root: Path) -> None:
     name = _segment(root, 1, 0)
     path = root / "t" / f"{name}_records"
     path.write_bytes(path.read_bytes()[:-10])
-    result = kbackup("verify", root)
+    result = run_kbackup("verify", root)
     assert result.returncode == 1
     assert f"error: {name}_records: truncated:" in result.stdout
     assert f"error: {name}_records: {path.stat().st_size} bytes, the catalog says" in result.stdout
@@ -124,7 +120,7 @@ def test_missing_segment_is_named(root: Path) -> None:
     name = _segment(root, 0, 2)
     (root / "t" / f"{name}_records").unlink()
     (root / "t" / f"{name}_index").unlink()
-    result = kbackup("verify", root)
+    result = run_kbackup("verify", root)
     assert result.returncode == 1
     assert f"error: missing segment file(s): {name}_records, {name}_index" in result.stdout
 
@@ -132,7 +128,7 @@ def test_missing_segment_is_named(root: Path) -> None:
 def test_extra_segment_is_named(root: Path) -> None:
     extra = "segment_partition_001_from_offset_0000099999"
     shutil.copyfile(root / "t" / f"{_segment(root, 1, 0)}_records", root / "t" / f"{extra}_records")
-    result = kbackup("verify", root)
+    result = run_kbackup("verify", root)
     assert result.returncode == 1
     assert f"error: extra segment {extra}: not in the partition index" in result.stdout
 
@@ -146,8 +142,8 @@ def test_deep_verify_finds_what_checksums_cannot_without_a_catalog(tmp_path: Pat
     data = bytearray(path.read_bytes())
     data[9:12] = b"\x00\x00\x07"  # record 0's timestamp type becomes 7
     path.write_bytes(bytes(data))
-    assert kbackup("verify", root).returncode == 0  # no catalog: only structure is checked
-    result = kbackup("verify", root, "--deep")
+    assert run_kbackup("verify", root).returncode == 0  # no catalog: only structure is checked
+    result = run_kbackup("verify", root, "--deep")
     assert result.returncode == 1
     assert "unknown timestamp type" in result.stdout
 
@@ -159,12 +155,12 @@ def test_original_tool_backup_verifies_after_a_catalog_rebuild(tmp_path: Path) -
     ]
     second = [Record(2000 + i, 0, 1_700_000_000_100 + i, None, b"w") for i in range(3)]
     write_original_style(root / "legacy", 0, [first, second])
-    result = kbackup("verify", root)
+    result = run_kbackup("verify", root)
     assert result.returncode == 0
     assert "note: no catalog" in result.stdout and "kbackup catalog rebuild" in result.stdout
-    rebuilt = kbackup("catalog", "rebuild", root)
+    rebuilt = run_kbackup("catalog", "rebuild", root)
     assert rebuilt.stdout == "legacy/0: 1 finished segment, 4 records\n"
-    result = kbackup("verify", root, "--deep")
+    result = run_kbackup("verify", root, "--deep")
     assert result.returncode == 0
     assert "note" not in result.stdout
     catalog = read_catalog(root, "legacy", 0)
@@ -178,14 +174,14 @@ def test_segment_finished_after_the_catalog_is_a_note_not_damage(root: Path) -> 
     with PartitionWriter(root / "t", "t", 0, max_segment_size=1000, fsync=False) as writer:
         for i in range(40, 60):
             writer.append(sample_record(i))
-    result = kbackup("verify", root)
+    result = run_kbackup("verify", root)
     assert result.returncode == 0
     assert re.search(r"\d+ finished segments? not in the catalog yet", result.stdout)
 
 
 def test_the_writer_catalogs_each_segment_it_finishes_and_catches_up(tmp_path: Path) -> None:
     root = tmp_path / "backup"
-    with PartitionWriter(root / "t", "t", 0, max_segment_size=1000, fsync=False, catalog_root=root) as writer:
+    with PartitionWriter(root / "t", "t", 0, max_segment_size=1000, fsync=False, ledger=CatalogLedger(root)) as writer:
         for i in range(30):
             writer.append(sample_record(i))
     catalog = read_catalog(root, "t", 0)
@@ -195,13 +191,13 @@ def test_the_writer_catalogs_each_segment_it_finishes_and_catches_up(tmp_path: P
     assert catalog.segments == read_catalog_rebuilt(tmp_path, root)
     # A crash between starting a segment and updating the catalog loses the update; the next roll catches up.
     as_local(catalog_path(root, "t", 0)).unlink()
-    with PartitionWriter(root / "t", "t", 0, max_segment_size=1000, fsync=False, catalog_root=root) as writer:
+    with PartitionWriter(root / "t", "t", 0, max_segment_size=1000, fsync=False, ledger=CatalogLedger(root)) as writer:
         for i in range(30, 45):
             writer.append(sample_record(i))
     caught_up = read_catalog(root, "t", 0)
     assert caught_up is not None
     assert len(caught_up.segments) == len(list((root / "t").glob("*_records"))) - 1
-    assert kbackup("verify", root, "--deep").returncode == 0
+    assert run_kbackup("verify", root, "--deep").returncode == 0
 
 
 def read_catalog_rebuilt(tmp_path: Path, root: Path) -> tuple[object, ...]:
@@ -221,7 +217,7 @@ def read_catalog_rebuilt(tmp_path: Path, root: Path) -> tuple[object, ...]:
 def _cat(*args: str | Path) -> tuple[subprocess.CompletedProcess[str], list[dict[str, object]]]:
     import json
 
-    result = kbackup("cat", *args)
+    result = run_kbackup("cat", *args)
     return result, [json.loads(line) for line in result.stdout.splitlines()]
 
 
@@ -248,7 +244,7 @@ def test_a_partition_index_cut_short_hides_no_records(root: Path) -> None:
     hidden_numbers = _numbers_in(root, 0, hidden)
     assert hidden_numbers  # the hidden segment holds records
 
-    result = kbackup("verify", root)
+    result = run_kbackup("verify", root)
     assert result.returncode == 1
     assert f"error: extra segment {hidden}: not in the partition index" in result.stdout
 
@@ -268,7 +264,7 @@ def test_a_partition_index_cut_short_hides_no_records(root: Path) -> None:
     assert printed == _expected(0, kept) + _expected(1, range(40))
 
     # The repair the message names brings every record back.
-    assert kbackup("index", "rebuild", root / "t", "--partition", "0").returncode == 0
+    assert run_kbackup("index", "rebuild", root / "t", "--partition", "0").returncode == 0
     result, printed = _cat(root, "--topic", "t", "--partition", "0")
     assert result.returncode == 0, result.stderr
     assert printed == _expected(0, range(40))
@@ -286,7 +282,7 @@ def test_a_cataloged_segment_missing_from_the_partition_index_is_damage(root: Pa
     for suffix in ("_records", "_index"):
         (root / "t" / f"{lost}{suffix}").unlink()
 
-    result = kbackup("verify", root)
+    result = run_kbackup("verify", root)
     assert result.returncode == 1
     assert f"error: missing segment {lost}: named in the catalog, not in the partition index" in result.stdout
     refused, printed = _cat(root, "--partition", "1", "--topic", "t")
@@ -322,7 +318,7 @@ def test_cat_checks_checksums_unless_told_not_to(root: Path) -> None:
 def test_garbage_consumer_offsets_file_fails_verify(root: Path) -> None:
     path = root / "t" / "consumer_offsets_partition_001"
     path.write_bytes(b'{"readers": 12, "broken": ')
-    result = kbackup("verify", root)
+    result = run_kbackup("verify", root)
     assert result.returncode == 1
     assert "t/1: DAMAGED" in result.stdout and "t/0: ok" in result.stdout
     assert f"error: {path} at byte 26: consumer offsets file is not valid JSON" in result.stdout
@@ -334,10 +330,10 @@ def test_an_empty_unindexed_segment_is_a_note(root: Path) -> None:
     fresh = "segment_partition_000_from_offset_0000099999"
     for suffix in ("_records", "_index"):
         (root / "t" / f"{fresh}{suffix}").write_bytes(MAGIC_V1)
-    result = kbackup("verify", root)
+    result = run_kbackup("verify", root)
     assert result.returncode == 0, result.stdout
     assert f"note: empty segment {fresh} is not in the partition index yet" in result.stdout
-    assert kbackup("cat", root, "--topic", "t", "--partition", "0").returncode == 0
+    assert run_kbackup("cat", root, "--topic", "t", "--partition", "0").returncode == 0
 
 
 # -- the newest segment's committed prefix ----------------------------------------------------
@@ -345,7 +341,7 @@ def test_an_empty_unindexed_segment_is_a_note(root: Path) -> None:
 
 def _open_tail_backup(root: Path, count: int) -> None:
     """One partition in one (1 GiB, never finished) segment, written as the backup's sink writes it."""
-    with PartitionWriter(root / "t", "t", 0, fsync=False, catalog_root=root) as writer:
+    with PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root)) as writer:
         for i in range(count):
             writer.append(sample_record(i))
 
@@ -362,7 +358,7 @@ def test_the_open_segment_is_under_a_checksum(tmp_path: Path) -> None:
     assert (tail.first_offset, tail.last_offset, tail.records) == (0, 87, 30)
     assert (tail.records_bytes, tail.records_crc32c) == (records.stat().st_size, crc32c.crc32c(records.read_bytes()))
     # A second batch extends the recorded prefix without reading the first one again: the same checksum as a fresh read.
-    with PartitionWriter(root / "t", "t", 0, fsync=False, catalog_root=root) as writer:
+    with PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root)) as writer:
         for i in range(30, 45):
             writer.append(sample_record(i))
     extended = read_catalog(root, "t", 0)
@@ -370,14 +366,14 @@ def test_the_open_segment_is_under_a_checksum(tmp_path: Path) -> None:
     assert extended.tail.records == 45
     assert extended.tail.records_crc32c == prefix_crc32c(records, records.stat().st_size)[0]
     assert extended.tail.index_crc32c == crc32c.crc32c(next((root / "t").glob("*_index")).read_bytes())
-    assert kbackup("verify", root, "--deep").returncode == 0
+    assert run_kbackup("verify", root, "--deep").returncode == 0
 
     data = bytearray(records.read_bytes())
     flipped = bytes(data).index(b"value-40-")
     data[flipped] ^= 0x20  # a value byte: the record still decodes, so only the checksum can tell
     records.write_bytes(bytes(data))
     for deep in ((), ("--deep",)):
-        result = kbackup("verify", root, *deep)
+        result = run_kbackup("verify", root, *deep)
         assert result.returncode == 1
         assert f"error: {records.name}: its first {len(data)} bytes (committed) have CRC32C" in result.stdout
     refused, printed = _cat(root, "--topic", "t")
@@ -388,15 +384,15 @@ def test_the_open_segment_is_under_a_checksum(tmp_path: Path) -> None:
 def test_a_crash_before_the_catalog_update_is_caught_up_by_the_next_writer(tmp_path: Path) -> None:
     root = tmp_path / "backup"
     _open_tail_backup(root, 10)
-    writer = PartitionWriter(root / "t", "t", 0, fsync=False, catalog_root=root)
+    writer = PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root))
     for i in range(10, 25):
         writer.append(sample_record(i))
     writer.sync()  # synced, then killed before close() records the tail
     writer.abandon()
     behind = read_catalog(root, "t", 0)
     assert behind is not None and behind.tail is not None and behind.tail.records == 10
-    assert kbackup("verify", root).returncode == 0  # the recorded prefix still checks out
-    with PartitionWriter(root / "t", "t", 0, fsync=False, catalog_root=root) as writer:
+    assert run_kbackup("verify", root).returncode == 0  # the recorded prefix still checks out
+    with PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root)) as writer:
         writer.append(sample_record(25))
     caught_up = read_catalog(root, "t", 0)
     assert caught_up is not None and caught_up.tail is not None
@@ -411,11 +407,11 @@ def test_committed_records_cut_off_are_refused_by_the_next_writer(tmp_path: Path
     _open_tail_backup(root, 20)
     records = next((root / "t").glob("*_records"))
     records.write_bytes(records.read_bytes()[:-150])
-    result = kbackup("verify", root)
+    result = run_kbackup("verify", root)
     assert result.returncode == 1
     assert "bytes, the catalog says" in result.stdout and "were committed" in result.stdout
     with pytest.raises(FormatError, match=r"committed records are lost"):
-        PartitionWriter(root / "t", "t", 0, fsync=False, catalog_root=root)
+        PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root))
 
 
 def test_a_catalog_rebuild_records_the_tail(root: Path) -> None:
@@ -430,6 +426,6 @@ def test_no_catalog_note_when_there_is_nothing_to_catalog(tmp_path: Path) -> Non
     """A partition holding only its open newest segment (a fresh backup) has nothing a rebuild would record."""
     root = tmp_path / "backup"
     write_original_style(root / "fresh", 0, [[Record(i, 0, 1_700_000_000_000 + i, b"k", b"v") for i in range(3)]])
-    result = kbackup("verify", root)
+    result = run_kbackup("verify", root)
     assert result.returncode == 0 and result.stdout == "fresh/0: ok (1 segment, 3 records)\n"
-    assert kbackup("catalog", "rebuild", root).stdout == "fresh/0: 0 finished segments, 0 records\n"
+    assert run_kbackup("catalog", "rebuild", root).stdout == "fresh/0: 0 finished segments, 0 records\n"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -16,20 +15,14 @@ from kbackup.format.partition_index import PartitionIndexEntry, encode_partition
 from kbackup.format.record import Record
 from kbackup.partition.offsets_file import write_consumer_offsets
 from kbackup.partition.writer import PartitionWriter
-from tests.conftest import REPO
+from tests.kafka_helpers import run_kbackup
 from tests.recordgen import sample_record
 
 CAT_KEYS = ["topic", "partition", "offset", "timestampType", "timestamp", "key", "value", "headers"]
 
 
 def run(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    result = subprocess.run(
-        [sys.executable, "-m", "kbackup", *map(str, args)], capture_output=True, text=True, env=env, cwd=REPO
-    )
-    if check:
-        assert result.returncode == 0, result.stderr
-    return result
+    return run_kbackup(*args, check=check)
 
 
 @pytest.fixture

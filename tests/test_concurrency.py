@@ -16,18 +16,27 @@ from pathlib import Path
 import pytest
 
 from kbackup.catalog.prune import intent_path
-from kbackup.spark.submit import client_config_file
 from kbackup.storage import as_local
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
-from tests.kafka_helpers import backed_up, consume_all, create_topics, kbackup_in_process, run_backup, start_backup
+from tests.kafka_helpers import (
+    backed_up,
+    client_config_file,
+    consume_all,
+    create_topics,
+    kbackup_in_process,
+    run_backup,
+    run_kbackup,
+    start_backup,
+)
 from tests.live_load import Producer, batches, wait_for
 
 DRIVER_PID = re.compile(r"stop with SIGTERM to the driver process (\d+)")
 
 
 def test_the_target_lease_on_a_file_system_is_exclusive_and_dies_with_its_holder(tmp_path: Path) -> None:
-    from kbackup.storage.lease import LeaseHeldError, TargetLease
+    from kbackup.errors import LeaseHeldError
+    from kbackup.storage.lease import TargetLease
 
     state = tmp_path / "backup" / "kbackup~state"
     holder = subprocess.Popen(
@@ -52,11 +61,6 @@ def _client_args(kafka: BrokerUnderTest, tmp_path: Path) -> list[str]:
     config = tmp_path / "client.properties"
     client_config_file(config, kafka.extra_settings)
     return ["--bootstrap-server", kafka.bootstrap_servers, "--command-config", str(config)]
-
-
-def _kbackup(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "kbackup", *map(str, args)]
-    return subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=900)
 
 
 def _same_records(backup: list[dict[str, object]], topic: list[dict[str, object]]) -> list[tuple[object, ...]]:
@@ -132,7 +136,7 @@ def test_prune_beside_a_running_backup_deletes_only_old_segments(kafka: BrokerUn
         wait_for(lambda: sum(rows for _, rows in batches(log)) > 2000, 240, "the backup's first segments")
         deadline = time.monotonic() + 25
         while time.monotonic() < deadline:
-            result = _kbackup("prune", target, "--older-than", "1ms")
+            result = run_kbackup("prune", target, "--older-than", "1ms")
             assert result.returncode == 0, result.stdout + result.stderr
             assert "Traceback" not in result.stderr
             pruned += len(re.findall(r"^deleting prune-live/", result.stdout, re.M))
@@ -155,7 +159,7 @@ def test_prune_beside_a_running_backup_deletes_only_old_segments(kafka: BrokerUn
         if continuous.poll() is None:
             os.killpg(continuous.pid, signal.SIGKILL)
     assert pruned > 0
-    verified = _kbackup("verify", target)
+    verified = run_kbackup("verify", target)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     # Each partition holds exactly the topic's records from its first retained offset on: prune took only a prefix.
     kept = backed_up(target, [topic])

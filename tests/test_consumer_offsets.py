@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kbackup.errors import EncodingError
 from kbackup.format.consumer_offsets import decode_consumer_offsets, encode_consumer_offsets
 from kbackup.partition.offsets_file import read_consumer_offsets, write_consumer_offsets
 
@@ -27,7 +28,7 @@ def test_property_round_trip(offsets: dict[str, int]) -> None:
 
 
 def test_refuses_to_encode_bad_offsets() -> None:
-    with pytest.raises(ValueError, match="outside"):
+    with pytest.raises(EncodingError, match="outside"):
         encode_consumer_offsets({"g": -1})
 
 

@@ -16,6 +16,7 @@ produced, not only against what a consumer reads:
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,9 +25,8 @@ from typing import Any
 
 import pytest
 
-from kbackup.spark.submit import client_config_file
 from tests.broker import BrokerUnderTest
-from tests.kafka_helpers import backed_up, consume_all, create_topics, run_backup
+from tests.kafka_helpers import backed_up, client_config_file, consume_all, create_topics, run_backup, run_kbackup
 from tests.restore_helpers import Target, comparable, group_offsets, run_restore
 
 SOURCES = ["kbackup", "spark"]
@@ -264,6 +264,39 @@ def test_backup_after_delete_records_starts_at_the_new_log_start(
     records = backed_up(_backup(kafka, tmp_path, source, topic), [topic])
     assert _as_records(records) == _expected([p for p in produced if p.offset >= 40])
     assert [r["offset"] for r in records] == list(range(40, 100))
+
+
+def test_records_deleted_between_two_runs_are_a_named_gap_and_the_rest_is_exact(
+    kafka: BrokerUnderTest, tmp_path: Path
+) -> None:
+    """Retention (here ``delete_records``) removes offsets the backup had not read yet: the next run says which,
+    backs up the rest exactly and ``describe`` shows the gap."""
+    from confluent_kafka import Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic = "shape-lost-between-runs"
+    create_topics(kafka, {topic: 1})
+    producer = Producer(kafka.client_settings())
+    first = _produce(producer, topic, [(f"k{i}".encode(), f"v{i}".encode()) for i in range(100)])
+    target = _backup(kafka, tmp_path, "kbackup", topic)
+    second = _produce(producer, topic, [(f"k{i}".encode(), f"v{i}".encode()) for i in range(100, 200)])
+    admin = AdminClient(kafka.client_settings())
+    for future in admin.delete_records([TopicPartition(topic, 0, 150)]).values():
+        assert future.result(30).low_watermark == 150
+    config = tmp_path / "client-again.properties"
+    client_config_file(config, kafka.extra_settings)
+    again = run_backup(
+        "--bootstrap-server", kafka.bootstrap_servers, "--command-config", config,
+        "--target-dir", target, "--topics", topic, "--snapshot",
+    )  # fmt: skip
+    output = again.stdout + again.stderr
+    assert again.returncode == 0, output[-4000:]
+    assert f"topic '{topic}' partition 0: offsets 100..149 were deleted" in output
+    records = backed_up(target, [topic])
+    assert _as_records(records) == _expected([*first, *[p for p in second if p.offset >= 150]])
+    described = run_kbackup("describe", target, "--json", check=True)
+    (partition,) = json.loads(described.stdout)["topics"][0]["partitions"]
+    assert partition["missingRanges"] == [{"first": 100, "last": 149}], partition
 
 
 # -- a 5 MB record ----------------------------------------------------------------------------

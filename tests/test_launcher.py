@@ -12,9 +12,8 @@ import pytest
 
 from kbackup.errors import UsageError
 from kbackup.launcher import DEFAULT_MASTER, split_arguments
-from kbackup.spark.submit import client_config_file
 from tests.broker import BrokerUnderTest
-from tests.kafka_helpers import TEST_JVM_OPTIONS, backed_up, consume_all, create_topics
+from tests.kafka_helpers import TEST_JVM_OPTIONS, backed_up, client_config_file, consume_all, create_topics
 from tests.restore_helpers import Target, comparable, group_offsets
 
 KBACKUP = str(Path(sys.executable).parent / "kbackup")

@@ -13,9 +13,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from kbackup.catalog.ledger import CatalogLedger
 from kbackup.catalog.store import read_catalog
 from kbackup.catalog.verify import verify_partition
 from kbackup.errors import BackupNotFoundError, OffsetConflictError, StorageError
@@ -23,11 +25,10 @@ from kbackup.format.record import Record
 from kbackup.partition.layout import list_segment_files, list_topics
 from kbackup.partition.object_writer import ObjectPartitionWriter
 from kbackup.partition.reader import PartitionReader
-from kbackup.spark.submit import client_config_file
 from kbackup.storage import ObjectPath, parse_location, read_limited, storage_for
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
-from tests.kafka_helpers import consume_all, create_topics, job_env, run_backup
+from tests.kafka_helpers import client_config_file, consume_all, create_topics, job_env, run_backup, run_kbackup
 from tests.restore_helpers import Target, comparable, group_offsets, run_restore
 from tests.s3_server import S3Server
 
@@ -41,12 +42,6 @@ def bucket(s3: S3Server) -> ObjectPath:
 
 def record(offset: int, value: bytes | None = None) -> Record:
     return Record(offset, 0, NOW + offset, b"k%d" % offset, value if value is not None else b"v%d" % offset, ())
-
-
-def kbackup_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kbackup", *map(str, args)], capture_output=True, text=True, env=job_env(), timeout=120
-    )
 
 
 # -- the storage interface ------------------------------------------------------------
@@ -91,7 +86,7 @@ def test_object_storage_basics(bucket: ObjectPath) -> None:
 def test_missing_bucket_and_unreachable_endpoint_are_one_clear_error(s3: S3Server) -> None:
     with pytest.raises(StorageError, match="bucket 'kbackup-no-such-bucket' does not exist"):
         list_topics(ObjectPath("s3", "kbackup-no-such-bucket", "x"))
-    result = kbackup_cli("ls", "s3://kbackup-no-such-bucket/x")
+    result = run_kbackup("ls", "s3://kbackup-no-such-bucket/x")
     assert result.returncode == 1
     assert (
         result.stderr.strip()
@@ -115,13 +110,13 @@ def test_missing_bucket_and_unreachable_endpoint_are_one_clear_error(s3: S3Serve
 
 def test_each_publish_adds_whole_segments_and_replays_are_checked(bucket: ObjectPath) -> None:
     topic_dir = bucket / "orders"
-    with ObjectPartitionWriter(topic_dir, "orders", 0, max_segment_size=200, catalog_root=bucket) as writer:
+    with ObjectPartitionWriter(topic_dir, "orders", 0, max_segment_size=200, ledger=CatalogLedger(bucket)) as writer:
         writer.ensure_segment(0)
         for offset in range(10):
             assert writer.append(record(offset))
     first = PartitionReader(topic_dir, 0).segments
     assert [s.start_offset for s in first] == [0, 6]  # rolled past 200 bytes
-    with ObjectPartitionWriter(topic_dir, "orders", 0, max_segment_size=200, catalog_root=bucket) as writer:
+    with ObjectPartitionWriter(topic_dir, "orders", 0, max_segment_size=200, ledger=CatalogLedger(bucket)) as writer:
         assert [writer.append(record(offset)) for offset in range(5, 15)] == [False] * 5 + [True] * 5
     segments = PartitionReader(topic_dir, 0).segments
     assert segments[: len(first)] == first  # published segments never change
@@ -202,9 +197,9 @@ def test_a_staged_restore_checks_what_it_copied_and_not_an_empty_placeholder_bel
     from kbackup.restore.selection import Window
     from kbackup.restore.staging import staged_topic_dir
 
-    with ObjectPartitionWriter(bucket / "ph", "ph", 0, catalog_root=bucket) as writer:
+    with ObjectPartitionWriter(bucket / "ph", "ph", 0, ledger=CatalogLedger(bucket)) as writer:
         writer.ensure_segment(0)
-    with ObjectPartitionWriter(bucket / "ph", "ph", 0, catalog_root=bucket, max_segment_size=200) as writer:
+    with ObjectPartitionWriter(bucket / "ph", "ph", 0, ledger=CatalogLedger(bucket), max_segment_size=200) as writer:
         for offset in range(5, 40):
             writer.append(record(offset))
     window = Window(from_offset=30)
@@ -219,10 +214,10 @@ def test_a_staged_restore_checks_what_it_copied_and_not_an_empty_placeholder_bel
 
 def test_the_empty_first_segment_is_replaced_by_the_first_records(bucket: ObjectPath) -> None:
     """A partition gets an empty segment at its log-start offset before any record (as on disk)."""
-    with ObjectPartitionWriter(bucket / "t", "t", 0, catalog_root=bucket) as writer:
+    with ObjectPartitionWriter(bucket / "t", "t", 0, ledger=CatalogLedger(bucket)) as writer:
         writer.ensure_segment(5)
     assert [s.start_offset for s in PartitionReader(bucket / "t", 0).segments] == [5]
-    with ObjectPartitionWriter(bucket / "t", "t", 0, catalog_root=bucket) as writer:
+    with ObjectPartitionWriter(bucket / "t", "t", 0, ledger=CatalogLedger(bucket)) as writer:
         for offset in (5, 6, 7):
             writer.append(record(offset))
     assert [s.start_offset for s in PartitionReader(bucket / "t", 0).segments] == [5]
@@ -234,7 +229,7 @@ def test_the_empty_first_segment_is_replaced_by_the_first_records(bucket: Object
 
 def test_crash_before_the_partition_index_leaves_orphans_the_next_writer_removes(bucket: ObjectPath) -> None:
     topic_dir = bucket / "t"
-    with ObjectPartitionWriter(topic_dir, "t", 0, catalog_root=bucket) as writer:
+    with ObjectPartitionWriter(topic_dir, "t", 0, ledger=CatalogLedger(bucket)) as writer:
         for offset in range(3):
             writer.append(record(offset))
     storage = storage_for(bucket)
@@ -243,7 +238,7 @@ def test_crash_before_the_partition_index_leaves_orphans_the_next_writer_removes
     storage.write_whole(topic_dir / "segment_partition_000_from_offset_0000000003_index", b"\x01")
     assert not verify_partition(bucket, "t", 0).ok  # an extra, unnamed segment
     # Spark replays the batch: the writer removes the orphans and writes the segment again.
-    with ObjectPartitionWriter(topic_dir, "t", 0, catalog_root=bucket) as writer:
+    with ObjectPartitionWriter(topic_dir, "t", 0, ledger=CatalogLedger(bucket)) as writer:
         for offset in range(6):
             writer.append(record(offset))
     assert [r.offset for r in PartitionReader(topic_dir, 0).records()] == list(range(6))
@@ -256,7 +251,7 @@ def test_crash_during_the_first_publish_leaves_nothing_behind(bucket: ObjectPath
     storage.write_whole(bucket / "t" / "segment_partition_000_from_offset_0000000003_records", b"\x01partial")
     storage.write_whole(bucket / "t" / "segment_partition_000_from_offset_0000000003_index", b"\x01")
     # Retention moved the log start meanwhile: the replayed batch starts at 5, another name.
-    with ObjectPartitionWriter(bucket / "t", "t", 0, catalog_root=bucket) as writer:
+    with ObjectPartitionWriter(bucket / "t", "t", 0, ledger=CatalogLedger(bucket)) as writer:
         for offset in range(5, 8):
             writer.append(record(offset))
     assert [f.start_offset for f in list_segment_files(bucket / "t", 0)] == [5]
@@ -265,14 +260,14 @@ def test_crash_during_the_first_publish_leaves_nothing_behind(bucket: ObjectPath
 
 def test_crash_between_partition_index_and_catalog_is_caught_up(bucket: ObjectPath) -> None:
     topic_dir = bucket / "t"
-    with ObjectPartitionWriter(topic_dir, "t", 0, catalog_root=bucket) as writer:
+    with ObjectPartitionWriter(topic_dir, "t", 0, ledger=CatalogLedger(bucket)) as writer:
         writer.append(record(0))
     # A publish that stopped after the partition index: no catalog for its segment.
-    with ObjectPartitionWriter(topic_dir, "t", 0, catalog_root=None) as writer:
+    with ObjectPartitionWriter(topic_dir, "t", 0, ledger=None) as writer:
         writer.append(record(1))
     report = verify_partition(bucket, "t", 0)
     assert report.ok and any("not in the catalog yet" in note for note in report.notes)
-    with ObjectPartitionWriter(topic_dir, "t", 0, catalog_root=bucket) as writer:
+    with ObjectPartitionWriter(topic_dir, "t", 0, ledger=CatalogLedger(bucket)) as writer:
         writer.append(record(2))
     catalog = read_catalog(bucket, "t", 0)
     assert catalog is not None and [e.first_offset for e in catalog.segments] == [0, 1, 2]
@@ -282,9 +277,9 @@ def test_crash_between_partition_index_and_catalog_is_caught_up(bucket: ObjectPa
 
 def test_abandoned_write_publishes_nothing(bucket: ObjectPath) -> None:
     topic_dir = bucket / "t"
-    with ObjectPartitionWriter(topic_dir, "t", 0, catalog_root=bucket) as writer:
+    with ObjectPartitionWriter(topic_dir, "t", 0, ledger=CatalogLedger(bucket)) as writer:
         writer.append(record(0))
-    writer = ObjectPartitionWriter(topic_dir, "t", 0, catalog_root=bucket)
+    writer = ObjectPartitionWriter(topic_dir, "t", 0, ledger=CatalogLedger(bucket))
     writer.append(record(1))
     writer.abandon()
     assert [r.offset for r in PartitionReader(topic_dir, 0).records()] == [0]
@@ -335,32 +330,33 @@ def test_backup_verify_and_restore_through_s3(
 
     done = run_backup(*backup_args, "--checkpoint-location", tmp_path / "spark-state")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert not any(tmp_path.glob("kafka")), "nothing of the backup may land on local disk"
+    # A location taken for a local path would land under the job's working directory as "s3:/BUCKET/...".
+    assert not (REPO / "s3:").exists() and not (tmp_path / "s3:").exists(), "the backup landed on local disk"
 
-    verify = kbackup_cli("verify", root, "--deep")
+    verify = run_kbackup("verify", root, "--deep")
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert "s3-orders/0: ok" in verify.stdout and "s3-audit/0: ok" in verify.stdout
     assert "note" not in verify.stdout  # every segment on the store is cataloged
-    ls = kbackup_cli("ls", root)
+    ls = run_kbackup("ls", root)
     assert "partition 0: 100 records" in ls.stdout  # s3-audit
-    described = json.loads(kbackup_cli("describe", root, "--json").stdout)
+    described = json.loads(run_kbackup("describe", root, "--json").stdout)
     assert {t["topic"]: t["records"] for t in described["topics"]} == {"s3-audit": 100, "s3-orders": 300}
-    report = kbackup_cli("report", root, "--output", tmp_path / "report.html")
+    report = run_kbackup("report", root, "--output", tmp_path / "report.html")
     assert report.returncode == 0 and "s3-orders" in (tmp_path / "report.html").read_text()
-    offsets = kbackup_cli("offsets", root)
+    offsets = run_kbackup("offsets", root)
     assert "s3-orders\t0\ts3-readers\t40" in offsets.stdout
-    listed = kbackup_cli("checkpoint", "list", root)
+    listed = run_kbackup("checkpoint", "list", root)
     assert "\tcompleted\t" in listed.stdout, listed.stdout + listed.stderr
 
-    # A second snapshot adds nothing and changes no published object.
-    storage = storage_for(parse_location(root))
-    before = {name: storage.size(parse_location(root) / "s3-orders" / name)
-              for name in storage.list_files(parse_location(root) / "s3-orders") or []}  # fmt: skip
+    # A second snapshot adds nothing and changes no published object: not one is written again.
+    before = _objects(s3, root)
+    assert any("/s3-orders/segment_" in key for key in before)
     again = run_backup(*backup_args, "--checkpoint-location", tmp_path / "spark-state-2")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    after = {name: storage.size(parse_location(root) / "s3-orders" / name)
-             for name in storage.list_files(parse_location(root) / "s3-orders") or []}  # fmt: skip
-    assert after == before
+    after = _objects(s3, root)
+    assert {key: after.get(key) for key in before if "/s3-" in key} == {
+        key: value for key, value in before.items() if "/s3-" in key
+    }
 
     maps = [a for t in ("s3-orders", "s3-audit") if target.prefix for a in ("--topic-map", f"{t}={target.name(t)}")]
     result = run_restore(*target.args(tmp_path), "--source-dir", root, *maps)
@@ -375,11 +371,23 @@ def test_backup_verify_and_restore_through_s3(
     }
 
 
+def _objects(s3: S3Server, root: str) -> dict[str, tuple[str, object]]:
+    """Every object under ``root``: key -> (ETag, last modified); a rewrite with the same bytes still shows."""
+    location = parse_location(root)
+    assert isinstance(location, ObjectPath)
+    client: Any = s3.client()
+    found = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=location.bucket, Prefix=location.key):
+        for item in page.get("Contents", []):
+            found[item["Key"]] = (item["ETag"], item["LastModified"])
+    return found
+
+
 def test_damage_on_the_store_is_found_by_verify_and_refused_by_restore(
     bucket: ObjectPath, target: Target, tmp_path: Path
 ) -> None:
     topic_dir = bucket / "dmg"
-    with ObjectPartitionWriter(topic_dir, "dmg", 0, max_segment_size=300, catalog_root=bucket) as writer:
+    with ObjectPartitionWriter(topic_dir, "dmg", 0, max_segment_size=300, ledger=CatalogLedger(bucket)) as writer:
         for offset in range(20):
             writer.append(record(offset))
     segments = PartitionReader(topic_dir, 0).segments
@@ -389,7 +397,7 @@ def test_damage_on_the_store_is_found_by_verify_and_refused_by_restore(
     data[-1] ^= 0x01
     storage.write_whole(victim, bytes(data))
     storage.delete(topic_dir / (segments[2].name + "_index"))
-    verify = kbackup_cli("verify", str(bucket))
+    verify = run_kbackup("verify", str(bucket))
     assert verify.returncode == 1
     assert f"{segments[1].name}_records: checksum mismatch" in verify.stdout
     assert f"missing segment file(s): {segments[2].name}_index" in verify.stdout
@@ -403,13 +411,13 @@ def test_damage_on_the_store_is_found_by_verify_and_refused_by_restore(
 
 def test_prune_on_the_store_keeps_it_verifiable(bucket: ObjectPath) -> None:
     topic_dir = bucket / "old"
-    with ObjectPartitionWriter(topic_dir, "old", 0, max_segment_size=200, catalog_root=bucket) as writer:
+    with ObjectPartitionWriter(topic_dir, "old", 0, max_segment_size=200, ledger=CatalogLedger(bucket)) as writer:
         for offset in range(12):
             writer.append(Record(offset, 0, 1_000 + offset, None, b"x" * 20, ()))
     count = len(PartitionReader(topic_dir, 0).segments)
-    dry = kbackup_cli("prune", str(bucket), "--older-than", "1d", "--dry-run")
+    dry = run_kbackup("prune", str(bucket), "--older-than", "1d", "--dry-run")
     assert dry.returncode == 0 and f"{count - 1} segment" in dry.stdout, dry.stdout + dry.stderr
-    done = kbackup_cli("prune", str(bucket), "--older-than", "1d")
+    done = run_kbackup("prune", str(bucket), "--older-than", "1d")
     assert done.returncode == 0, done.stderr
     remaining = PartitionReader(topic_dir, 0).segments
     assert len(remaining) == 1  # the newest segment stays: it says where the partition ends
@@ -421,7 +429,8 @@ def test_prune_on_the_store_keeps_it_verifiable(bucket: ObjectPath) -> None:
 
 def test_the_target_lease_on_the_store_is_exclusive_expires_and_is_taken_over(bucket: ObjectPath) -> None:
     """One holder; a second is refused naming it; an expired lease (a dead holder) is taken over; the old one learns."""
-    from kbackup.storage.lease import RENEW_SECONDS, Holder, LeaseHeldError, LeaseLostError, TargetLease
+    from kbackup.errors import LeaseHeldError, LeaseLostError
+    from kbackup.storage.lease import RENEW_SECONDS, Holder, TargetLease
     from kbackup.storage.s3 import s3_storage
 
     state = bucket / "kbackup~state"

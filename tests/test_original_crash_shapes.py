@@ -14,8 +14,6 @@ end of the file, whatever position was set before it). So a crash leaves:
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,7 +25,7 @@ from kbackup.format.partition_index import PartitionIndexEntry, encode_partition
 from kbackup.format.record import Record, encode_record
 from kbackup.format.segment_index import ENTRY
 from kbackup.partition.writer import PartitionWriter
-from tests.conftest import REPO
+from tests.kafka_helpers import run_kbackup
 
 SEGMENT = "segment_partition_{:03d}_from_offset_0000000000"
 RECORDS = [
@@ -66,10 +64,6 @@ def build_shapes(topic_dir: Path) -> dict[str, tuple[int, int]]:
     return unindexed
 
 
-def kbackup(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kbackup", *map(str, args)], capture_output=True, text=True, cwd=REPO)
-
-
 def expected(partition: int) -> list[dict[str, object]]:
     return [record_to_json("old", partition, record) for record in RECORDS]
 
@@ -83,7 +77,7 @@ def root(tmp_path: Path) -> Path:
 
 def test_cat_follows_the_index_and_names_the_skipped_bytes(root: Path) -> None:
     unindexed = build_shapes(root / "old")
-    result = kbackup("cat", root, "--topic", "old")
+    result = run_kbackup("cat", root, "--topic", "old")
     assert result.returncode == 0, result.stderr
     printed = [json.loads(line) for line in result.stdout.splitlines()]
     assert printed == expected(0) + expected(1) + expected(2)
@@ -94,16 +88,16 @@ def test_cat_follows_the_index_and_names_the_skipped_bytes(root: Path) -> None:
 
 
 def test_verify_describe_and_the_catalog_see_every_record_once(root: Path) -> None:
-    deep = kbackup("verify", root, "--deep")
+    deep = run_kbackup("verify", root, "--deep")
     assert deep.returncode == 0, deep.stdout + deep.stderr
     assert all(f"old/{p}: ok (1 segment, 8 records)" in deep.stdout for p in range(3))
-    described = kbackup("describe", root, "--json")
+    described = run_kbackup("describe", root, "--json")
     assert described.returncode == 0, described.stderr
     partitions = json.loads(described.stdout)["topics"][0]["partitions"]
     assert [(p["records"], p["firstOffset"], p["lastOffset"]) for p in partitions] == [(8, 0, 7)] * 3
-    rebuilt = kbackup("catalog", "rebuild", root)
+    rebuilt = run_kbackup("catalog", "rebuild", root)
     assert rebuilt.returncode == 0, rebuilt.stderr
-    assert kbackup("verify", root, "--deep").returncode == 0
+    assert run_kbackup("verify", root, "--deep").returncode == 0
 
 
 def test_index_rebuild_writes_the_index_the_records_deserve(root: Path) -> None:
@@ -111,14 +105,14 @@ def test_index_rebuild_writes_the_index_the_records_deserve(root: Path) -> None:
     with pytest.raises(FormatError, match=r"partial entry followed by more entries .* kbackup index rebuild"):
         PartitionWriter(topic_dir, "old", 2, fsync=False)
     for partition in range(3):
-        result = kbackup("index", "rebuild", topic_dir, "--partition", str(partition))
+        result = run_kbackup("index", "rebuild", topic_dir, "--partition", str(partition))
         assert result.returncode == 0, result.stderr
     for partition in range(3):
         index = (topic_dir / f"{SEGMENT.format(partition)}_index").read_bytes()
         assert (len(index) - 1) % 24 == 0
         entries = list(ENTRY.iter_unpack(index[1:]))
         assert [offset for offset, _, _ in entries] == list(range(8))
-    result = kbackup("cat", root, "--topic", "old")
+    result = run_kbackup("cat", root, "--topic", "old")
     assert [json.loads(line) for line in result.stdout.splitlines()] == expected(0) + expected(1) + expected(2)
     assert "not indexed" in result.stderr  # the bytes are still there, still skipped
     assert "partial index entry" not in result.stderr
@@ -127,7 +121,7 @@ def test_index_rebuild_writes_the_index_the_records_deserve(root: Path) -> None:
         with PartitionWriter(topic_dir, "old", partition, fsync=False) as writer:
             assert writer.last_offset == 7
             writer.append(Record(8, 0, 1, b"k", b"new"))
-    appended = [json.loads(line) for line in kbackup("cat", root, "--topic", "old").stdout.splitlines()]
+    appended = [json.loads(line) for line in run_kbackup("cat", root, "--topic", "old").stdout.splitlines()]
     assert [r["offset"] for r in appended] == (list(range(9))) * 3
 
 

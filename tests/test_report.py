@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,11 +18,12 @@ from pathlib import Path
 import pytest
 
 from kbackup.catalog import checkpoints
+from kbackup.catalog.ledger import CatalogLedger
 from kbackup.format.record import Record
 from kbackup.partition.offsets_file import write_consumer_offsets
 from kbackup.partition.writer import PartitionWriter
 from kbackup.report.summary import OffsetRange, summarize_backup
-from tests.kafka_helpers import job_env
+from tests.kafka_helpers import run_kbackup
 
 NOW = int(time.time() * 1000)
 CHROMIUM = os.environ.get("KBACKUP_TEST_CHROMIUM", "/usr/bin/chromium")
@@ -32,7 +31,7 @@ CHROMIUM = os.environ.get("KBACKUP_TEST_CHROMIUM", "/usr/bin/chromium")
 
 def write(root: Path, topic: str, partition: int, offsets: list[int], *, segment: int = 4000) -> None:
     with PartitionWriter(
-        root / topic, topic, partition, max_segment_size=segment, fsync=False, catalog_root=root
+        root / topic, topic, partition, max_segment_size=segment, fsync=False, ledger=CatalogLedger(root)
     ) as writer:
         for offset in offsets:
             writer.append(Record(offset, 0, NOW - 3_600_000 + offset * 1000, b"k", b"v" * 50, ()))
@@ -53,12 +52,6 @@ def backup(tmp_path: Path) -> Path:
     return root
 
 
-def kbackup(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kbackup", *map(str, args)], capture_output=True, text=True, env=job_env(), timeout=120
-    )
-
-
 def test_summary_coverage_gaps_and_missing_offsets(backup: Path) -> None:
     summary = summarize_backup(backup)
     (orders,) = summary.topics
@@ -74,26 +67,26 @@ def test_summary_coverage_gaps_and_missing_offsets(backup: Path) -> None:
 
 
 def test_describe_text_and_json(backup: Path, tmp_path: Path) -> None:
-    text = kbackup("describe", backup)
+    text = run_kbackup("describe", backup)
     assert text.returncode == 0, text.stderr
     assert "  partition 0: 339 records, offsets 0..399, 61 offsets missing: 99, 200..259, " in text.stdout
     assert "    group billing: 150" in text.stdout
-    document = json.loads(kbackup("describe", backup, "--json").stdout)
+    document = json.loads(run_kbackup("describe", backup, "--json").stdout)
     partition = document["topics"][0]["partitions"][0]
     assert partition["gaps"] == [{"first": 200, "last": 259}]
     assert partition["missingOffsets"] == 61
     assert partition["missingRanges"] == [{"first": 99, "last": 99}, {"first": 200, "last": 259}]
     # The same offsets, written the same way, in ls (text and JSON) and in the report.
-    listed = kbackup("ls", backup, "--topic", "orders", "--partition", "0").stdout
+    listed = run_kbackup("ls", backup, "--topic", "orders", "--partition", "0").stdout
     assert "partition 0: 339 records, offsets 0..399, 61 offsets missing: 99, 200..259, " in listed
-    as_json = json.loads(kbackup("ls", backup, "--topic", "orders", "--json").stdout)[0]["partitions"][0]
+    as_json = json.loads(run_kbackup("ls", backup, "--topic", "orders", "--json").stdout)[0]["partitions"][0]
     assert (as_json["missingOffsets"], as_json["missingRanges"]) == (61, partition["missingRanges"])
     assert as_json["bytes"] == partition["bytes"]  # "bytes": the records files, in ls and describe alike
     page = tmp_path / "report.html"
-    assert kbackup("report", backup, "--output", page).returncode == 0
+    assert run_kbackup("report", backup, "--output", page).returncode == 0
     assert "61 offsets missing: 99, 200..259" in page.read_text()
     assert document["checkpoints"][0]["status"] == "completed"
-    listing = json.loads(kbackup("ls", backup, "--json").stdout)
+    listing = json.loads(run_kbackup("ls", backup, "--json").stdout)
     assert [p["partition"] for p in listing[0]["partitions"]] == [0, 1, 2]
 
 
@@ -101,7 +94,7 @@ def test_report_in_headless_chromium(backup: Path, tmp_path: Path) -> None:
     from playwright.sync_api import sync_playwright
 
     page_file = tmp_path / "report.html"
-    written = kbackup("report", backup, "--output", page_file)
+    written = run_kbackup("report", backup, "--output", page_file)
     assert written.returncode == 0, written.stderr
     text = page_file.read_text()
     assert "<script" not in text and "http://" not in text and "https://" not in text, "self-contained"

@@ -7,8 +7,8 @@ uses a local one, otherwise the suite's cluster with topics renamed.
 from __future__ import annotations
 
 import base64
+import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -18,15 +18,25 @@ from pathlib import Path
 
 import pytest
 
+from kbackup.catalog.ledger import CatalogLedger
 from kbackup.format.record import Record
 from kbackup.partition.offsets_file import write_consumer_offsets
 from kbackup.partition.writer import PartitionWriter
 from kbackup.restore.selection import BelowCounter
-from kbackup.spark.submit import client_config_file
 from tests.backup_builders import write_original_style
 from tests.broker import BrokerUnderTest, local_cluster
 from tests.conftest import REPO
-from tests.kafka_helpers import consume_all, create_topics, job_env, kbackup_lines, run_backup
+from tests.kafka_helpers import (
+    backed_up,
+    client_config_file,
+    commit_offsets,
+    consume_all,
+    create_topics,
+    job_env,
+    kbackup_lines,
+    run_backup,
+    run_kbackup,
+)
 from tests.restore_helpers import (
     Target,
     committed_end,
@@ -177,8 +187,15 @@ def test_restore_of_an_original_tool_backup_and_offset_remapping(target: Target,
 
     restored = consume_all(target.broker, [name])
     assert [(r["partition"], r["offset"]) for r in restored] == [(0, i) for i in range(8)]
-    assert [r["key"] for r in restored] == [b64(r.key) for r in records]
-    assert [r["timestamp"] is not None for r in restored] == [True] * 8  # -2 records get the produce time
+    source = backed_up(backup, [topic])
+    assert [r["key"] for r in source] == [b64(r.key) for r in records]
+    fields = ("partition", "key", "value", "headers")
+    assert [tuple(r[f] for f in fields) for r in restored] == [tuple(r[f] for f in fields) for r in source]
+    # Records without a timestamp (-2) get the produce time; the others keep theirs, and its type.
+    assert all(r["timestamp"] is not None for r in restored)
+    kept = [(r["timestampType"], r["timestamp"]) for r, s in zip(restored, source, strict=True) if s["timestamp"]]
+    assert kept == [(s["timestampType"], s["timestamp"]) for s in source if s["timestamp"]]
+    assert len(kept) == 5
     expected = {"at-zero": 0, "at-first": 0, "in-gap": 5, "at-record": 4, "at-end": 8, "past-end": 8}
     for group, offset in expected.items():
         assert group_offsets(target.broker, group) == {(name, 0): offset}, group
@@ -212,7 +229,9 @@ def test_sigkill_and_rerun_restores_exactly_once(target: Target, tmp_path: Path)
     name = target.name(topic)
     maps = ["--topic-map", f"{topic}={name}"] if target.prefix else []
     args = [*target.args(tmp_path), "--source-dir", str(backup), "--batch-size", "512", *maps]
-    rng = random.Random(3)
+    # At most RATE records a second per partition, so every transaction is cut by time (5 s, fewer than
+    # 50,000 records): a run commits one transaction per partition before it is killed, never the whole topic.
+    args += ["--max-rate", "4000"]
     kills = 0
     previous = 0
     for attempt in range(3):
@@ -220,13 +239,12 @@ def test_sigkill_and_rerun_restores_exactly_once(target: Target, tmp_path: Path)
         with open(log, "wb") as out:
             process = subprocess.Popen(restore_command(*args), stdout=out, stderr=subprocess.STDOUT, env=job_env(),
                                        cwd=REPO, start_new_session=True)  # fmt: skip
-        # Wait until this run is producing (the target grows), then kill at a random moment.
+        # Wait until this run has committed (the target grows), then kill it inside its next transaction.
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and process.poll() is None:
             if committed_end(target.broker, name) > previous:
                 break
             time.sleep(0.1)
-        time.sleep(rng.uniform(0.0, 0.3))
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             kills += 1
@@ -234,14 +252,13 @@ def test_sigkill_and_rerun_restores_exactly_once(target: Target, tmp_path: Path)
         count = committed_end(target.broker, name)
         assert count >= previous  # a prefix only grows
         previous = count
-    assert kills >= 2
-    assert 0 < previous < 200_000 + 4  # offsets: records and one commit marker per transaction
+    assert kills == 3
+    assert 0 < previous < 200_000  # offsets: committed records and one commit marker per transaction
     final = run_restore(*args)
     assert final.returncode == 0, final.stdout[-3000:]
     restored = consume_all(target.broker, [name])
-    assert [(r["partition"], r["key"], r["value"]) for r in restored] == [
-        (p, b64(rec.key), b64(rec.value)) for p, rec in expected
-    ]
+    assert len(restored) == len(expected) == 200_000
+    assert comparable(restored) == comparable(backed_up(backup, [topic]))
     again = run_restore(*args)
     assert again.returncode == 0
     assert "200000 records were already in the target" in again.stdout
@@ -341,6 +358,112 @@ def test_rename_with_time_and_offset_windows(target: Target, tmp_path: Path, sma
     assert [r["key"] for r in restored] == [base64.b64encode(b"k%d" % i).decode() for i in (2, 3, 4, 5, 6)]
     assert [r["timestamp"] for r in restored] == [BASE + i * 1000 for i in (2, 3, 4, 5, 6)]
     assert group_offsets(target.broker, "readers").get((renamed, 0)) == 2
+
+
+def test_created_topic_takes_partitions_and_replication_and_untimed_records_are_outside_a_time_window(
+    target: Target, tmp_path: Path
+) -> None:
+    """``--partitions`` and ``--replication-factor`` shape the created topic; with ``--from-time`` a record without
+    a timestamp is outside the window, however early the window starts."""
+    from confluent_kafka.admin import AdminClient
+
+    backup = tmp_path / "backup"
+    with PartitionWriter(backup / "untimed", "untimed", 0, fsync=False) as writer:
+        for i in range(9):
+            untimed = i % 3 == 0
+            writer.append(Record(i, -2 if untimed else 0, None if untimed else BASE + i, b"k%d" % i, b"v%d" % i))
+    name = target.name("untimed")
+    maps = ["--topic-map", f"untimed={name}"] if target.prefix else []
+    common = [*target.args(tmp_path), "--source-dir", str(backup), *maps, "--partitions", f"{name}=3"]
+    # The cluster has one broker: two replicas are refused by it, named, before anything is produced or created.
+    refused = restore_python(*common, "--replication-factor", "2")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert "replication factor" in refused.stderr.lower() and name in refused.stderr, refused.stderr
+    admin = AdminClient(target.broker.client_settings())
+    assert name not in admin.list_topics(timeout=10).topics
+
+    result = run_restore(*common, "--replication-factor", "1", "--from-time", "0")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    created = admin.list_topics(name, timeout=10).topics[name].partitions
+    assert sorted(created) == [0, 1, 2] and all(len(p.replicas) == 1 for p in created.values())
+    restored = consume_all(target.broker, [name])
+    assert [(r["partition"], r["key"], r["timestamp"]) for r in restored] == [
+        (0, b64(b"k%d" % i), BASE + i) for i in range(9) if i % 3
+    ]
+
+
+def test_allow_non_empty_appends_once_across_a_rerun_and_force_offsets_moves_a_group_back(
+    target: Target, tmp_path: Path, small_backup: Path
+) -> None:
+    """Three foreign records first; the restore appends after them, a rerun (same --state-dir) adds nothing, the
+    backup is not written to, and a group ahead on the target moves back only with ``--force-offsets``."""
+    from confluent_kafka import Producer
+
+    name = target.name("sel-append")
+    create_topics(target.broker, {name: 1})
+    producer = Producer(target.broker.client_settings())
+    for i in range(3):
+        producer.produce(name, b"foreign-%d" % i, b"f%d" % i, partition=0)
+    producer.flush(10)
+    commit_offsets(target.broker, "readers", {(name, 0): 9})
+    files_before = {path: path.read_bytes() for path in small_backup.rglob("*") if path.is_file()}
+    state = tmp_path / "restore-state"
+    args = [*target.args(tmp_path), "--source-dir", str(small_backup), "--topic-map", f"sel={name}",
+            "--allow-non-empty", "--state-dir", str(state)]  # fmt: skip
+
+    first = run_restore(*args)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    # The first restored record is at target offset 3, so readers (source offset 4) would go to 7, behind 9.
+    assert f"group readers: {name}/0 left alone: would move back from 9 to 7" in first.stdout
+    assert group_offsets(target.broker, "readers") == {(name, 0): 9}
+
+    again = run_restore(*args, "--force-offsets")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "10 records were already in the target" in again.stdout
+    assert group_offsets(target.broker, "readers") == {(name, 0): 7}
+    restored = consume_all(target.broker, [name])
+    assert [r["key"] for r in restored] == [b64(b"f%d" % i) for i in range(3)] + [b64(b"k%d" % i) for i in range(10)]
+    assert [r["offset"] for r in restored][:4] == [0, 1, 2, 3]
+    assert {path: path.read_bytes() for path in small_backup.rglob("*") if path.is_file()} == files_before
+
+
+def _strip_magic(topic_dir: Path) -> None:
+    """Make a v1 topic directory look like one written before the magic byte existed (mid 2019)."""
+    from kbackup.format.segment_index import ENTRY, decode_segment_index
+
+    for path in topic_dir.iterdir():
+        data = path.read_bytes()
+        if path.name.endswith("_index"):
+            entries = decode_segment_index(data, file=str(path))
+            path.write_bytes(b"".join(ENTRY.pack(e.offset, e.position - 1, e.length) for e in entries))
+        elif path.name.endswith("_records") or path.name.startswith("index_partition_"):
+            path.write_bytes(data[1:])
+
+
+def test_a_backup_from_before_the_magic_byte_is_read_and_restored_with_legacy_no_magic(
+    target: Target, tmp_path: Path
+) -> None:
+    backup = tmp_path / "backup"
+    with PartitionWriter(backup / "old", "old", 0, max_segment_size=200, fsync=False) as writer:
+        for i in range(12):
+            writer.append(Record(i, 0, BASE + i, b"k%d" % i, b"v%d" % i, (("h", b"%d" % i),) if i % 2 else ()))
+    expected = backed_up(backup, ["old"])
+    assert len(list((backup / "old").glob("*_records"))) > 1
+    _strip_magic(backup / "old")
+    refused = run_kbackup("cat", backup, "--topic", "old")
+    assert refused.returncode == 1 and "--legacy-no-magic" in refused.stderr and "Traceback" not in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    read = run_kbackup("cat", backup, "--topic", "old", "--legacy-no-magic", check=True)
+    assert [json.loads(line) for line in read.stdout.splitlines()] == expected
+
+    name = target.name("old")
+    maps = ["--topic-map", f"old={name}"] if target.prefix else []
+    args = [*target.args(tmp_path), "--source-dir", str(backup), *maps]
+    plain = restore_python(*args)
+    assert plain.returncode == 1 and "--legacy-no-magic" in plain.stderr and "Traceback" not in plain.stderr
+    restored = run_restore(*args, "--legacy-no-magic")
+    assert restored.returncode == 0, restored.stdout[-3000:] + restored.stderr[-3000:]
+    assert comparable(consume_all(target.broker, [name])) == comparable(expected)
 
 
 def test_restore_into_a_brand_new_cluster_commits_its_groups(tmp_path: Path, small_backup: Path) -> None:
@@ -470,7 +593,9 @@ def test_restore_checks_the_open_segment_too(target: Target, tmp_path: Path) -> 
     """A flipped value byte in the newest (never finished) segment: refused, not restored as corrupted."""
     backup = tmp_path / "backup"
     records = [Record(i, 0, BASE + i, b"k%d" % i, b"value-%d" % i * 3) for i in range(60)]
-    with PartitionWriter(backup / "open", "open", 0, max_segment_size=1500, fsync=False, catalog_root=backup) as w:
+    with PartitionWriter(
+        backup / "open", "open", 0, max_segment_size=1500, fsync=False, ledger=CatalogLedger(backup)
+    ) as w:
         for record in records:
             w.append(record)
     newest = max((backup / "open").glob("*_records"), key=lambda p: int(p.name.split("_")[5]))
@@ -515,7 +640,7 @@ def test_a_topic_whose_name_starts_with_a_dot_is_a_topic(target: Target, tmp_pat
     backup = tmp_path / "backup"
     records = [Record(i, 0, BASE + i, b"k%d" % i, b"hidden-%d" % i) for i in range(500)]
     for topic, chosen in ((".hidden", records), ("plain", records[:3])):
-        with PartitionWriter(backup / topic, topic, 0, fsync=False, catalog_root=backup) as writer:
+        with PartitionWriter(backup / topic, topic, 0, fsync=False, ledger=CatalogLedger(backup)) as writer:
             for record in chosen:
                 writer.append(record)
     ls = kbackup_lines("ls", backup)
@@ -536,7 +661,7 @@ def test_a_topic_whose_name_starts_with_a_dot_is_a_topic(target: Target, tmp_pat
 def test_a_record_the_target_refuses_ends_in_one_line_with_the_cause(target: Target, tmp_path: Path) -> None:
     """A record above the target topic's max.message.bytes: the broker's reason, in one line on stderr."""
     backup = tmp_path / "backup"
-    with PartitionWriter(backup / "big", "big", 0, fsync=False, catalog_root=backup) as writer:
+    with PartitionWriter(backup / "big", "big", 0, fsync=False, ledger=CatalogLedger(backup)) as writer:
         writer.append(Record(0, 0, BASE, b"k", b"x" * 300_000))
     name = target.name("big-refused")
     create_topics(target.broker, {name: 1}, {name: {"max.message.bytes": "100000"}})
@@ -552,7 +677,9 @@ def test_a_record_the_target_refuses_ends_in_one_line_with_the_cause(target: Tar
 def test_restore_refuses_a_partition_index_cut_short(target: Target, tmp_path: Path) -> None:
     """30 bytes cut off the partition index hide its last segment: refused, nothing produced, no group moved."""
     backup = tmp_path / "backup"
-    with PartitionWriter(backup / "cut", "cut", 0, max_segment_size=2000, fsync=False, catalog_root=backup) as writer:
+    with PartitionWriter(
+        backup / "cut", "cut", 0, max_segment_size=2000, fsync=False, ledger=CatalogLedger(backup)
+    ) as writer:
         for i in range(200):
             writer.append(Record(i, 0, BASE + i, b"k%d" % i, b"value-%d" % i * 3))
     write_consumer_offsets(backup / "cut", 0, {"cut-readers": 150})

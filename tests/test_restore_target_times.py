@@ -6,6 +6,7 @@ import base64
 import time
 from pathlib import Path
 
+from kbackup.catalog.ledger import CatalogLedger
 from kbackup.catalog.topics import record_topic
 from kbackup.format.record import Record
 from kbackup.partition.writer import PartitionWriter
@@ -74,7 +75,9 @@ def test_log_append_time_topics_are_created_with_create_time() -> None:
 
 def _backup(root: Path, topic: str, base: int, *, timestamp_type: int = 0, config: dict[str, str]) -> list[Record]:
     records = [Record(i, timestamp_type, base + i * 1000, b"k%d" % i, b"v%d" % i) for i in range(120)]
-    with PartitionWriter(root / topic, topic, 0, max_segment_size=1500, fsync=False, catalog_root=root) as writer:
+    with PartitionWriter(
+        root / topic, topic, 0, max_segment_size=1500, fsync=False, ledger=CatalogLedger(root)
+    ) as writer:
         for record in records:
             writer.append(record)
     record_topic(root, topic, 1, config)
@@ -172,7 +175,7 @@ def test_oldest_timestamp_equals_a_scan_of_the_selected_records(tmp_path: Path) 
 
     root = tmp_path / "backup"
     stamps = [5_000 - (i * 37) % 4_000 for i in range(90)]  # not in offset order
-    with PartitionWriter(root / "t", "t", 0, max_segment_size=900, fsync=False, catalog_root=root) as writer:
+    with PartitionWriter(root / "t", "t", 0, max_segment_size=900, fsync=False, ledger=CatalogLedger(root)) as writer:
         for i, stamp in enumerate(stamps):
             kind = -1 if i % 9 == 0 else i % 2  # some records without a timestamp
             writer.append(Record(i, kind, None if kind < 0 else stamp, b"k", b"v%d" % i))

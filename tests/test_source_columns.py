@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import KafkaError
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from kbackup.kafka.cluster import ClusterError
+from kbackup.errors import ClusterError
 from kbackup.spark.kafka_source import KafkaRange, _Columns, kafka_schema
 
 EOF_CODE = KafkaError._PARTITION_EOF

@@ -12,9 +12,10 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import OffsetSpec
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+from kbackup.errors import ClusterError
 from kbackup.kafka import cluster as kafka_cluster
 from kbackup.kafka.admin_session import AdminSession
-from kbackup.kafka.cluster import ClusterError, partition_counts
+from kbackup.kafka.cluster import partition_counts
 from kbackup.spark import kafka_source
 from kbackup.spark.kafka_source import KafkaStreamReader, SourceOptions, decode_offsets, encode_offsets
 

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 
 from kbackup.backup.group_offsets import OffsetRound, record_topics, take_round
 from kbackup.catalog import checkpoints
+from kbackup.errors import ClusterError
 from kbackup.kafka.admin_session import AdminSession
-from kbackup.kafka.cluster import ClusterError
 from kbackup.kafka.outage import OutageReport
 from kbackup.kafka.topics import TopicSelection
 from kbackup.storage import Location

@@ -23,11 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from kbackup.backup.origin import check_origin
+from kbackup.catalog.ledger import CatalogLedger
 from kbackup.catalog.offset_history import append_round
 from kbackup.catalog.topics import record_topic
 from kbackup.errors import PlacementError
 from kbackup.fsutil import sync_filesystem
 from kbackup.kafka.cluster import (
+    PROGRESS_GROUP,
     TopicPartitionKey,
     cluster_identity,
     committed_group_offsets,
@@ -39,7 +41,6 @@ from kbackup.kafka.topics import TopicSelection
 from kbackup.partition.layout import partition_index_path
 from kbackup.partition.object_writer import open_partition_writer
 from kbackup.partition.offsets_file import read_consumer_offsets, write_consumer_offsets
-from kbackup.restore.marker import PROGRESS_GROUP
 from kbackup.storage import Location, exists
 
 log = logging.getLogger("kbackup.offsets")
@@ -153,7 +154,7 @@ def ensure_partitions(target: Location, admin: Any, selection: TopicSelection, *
                 topic,
                 partition,
                 max_segment_size=max_segment_size,
-                catalog_root=target,
+                ledger=CatalogLedger(target),
                 fsync=not local,
             ) as writer:
                 writer.ensure_segment(earliest[(topic, partition)])

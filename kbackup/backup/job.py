@@ -45,11 +45,11 @@ from kbackup.backup.group_offsets import OffsetRound, ensure_partitions, record_
 from kbackup.backup.origin import check_origin
 from kbackup.backup.settings import BackupSettings, parse_backup_args
 from kbackup.catalog import checkpoints
-from kbackup.errors import KbackupError
+from kbackup.errors import ClusterError, KbackupError
 from kbackup.job_options import run_job
 from kbackup.kafka.admin_session import AdminSession
 from kbackup.kafka.client_settings import redact
-from kbackup.kafka.cluster import ClusterError, TopicPartitionKey, cluster_identity, partition_counts
+from kbackup.kafka.cluster import TopicPartitionKey, cluster_identity, partition_counts
 from kbackup.logsetup import ensure_console_logging, spark_log_level
 from kbackup.partition.layout import list_partitions, list_topics, state_dir
 from kbackup.partition.reader import PartitionReader

@@ -21,15 +21,11 @@ import logging
 from collections.abc import Mapping
 
 from kbackup.catalog.topics import read_topic_record
-from kbackup.errors import BackupNotFoundError, KbackupError
+from kbackup.errors import BackupNotFoundError, OriginError
 from kbackup.partition.layout import list_topics
 from kbackup.storage import Location
 
 log = logging.getLogger("kbackup.backup")
-
-
-class OriginError(KbackupError):
-    """The target holds a backup of another Kafka cluster or of another incarnation of a topic."""
 
 
 def check_origin(

@@ -29,6 +29,7 @@ from kbackup.job_options import (
     ConnectorProperties,
     client_settings,
     java_client_settings,
+    job_parser,
     positive_float,
     positive_int,
     spark_conf,
@@ -77,21 +78,18 @@ class BackupSettings:
 
 
 def build_parser(prog: str = "spark-submit jobs/backup.py") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description="Back up Kafka topics into kafka-backup v1 files, continuously or as a snapshot.",
+    parser, original, own = job_parser(
+        prog,
+        "Back up Kafka topics into kafka-backup v1 files, continuously or as a snapshot.",
+        script="backup-standalone.sh",
+        cluster="the Kafka cluster's",
+        connector="sink",
     )
-    original = parser.add_argument_group("options of the original backup-standalone.sh")
-    original.add_argument("--bootstrap-server", help="Kafka bootstrap servers, host:port[,host:port]")
     original.add_argument("--target-dir", help="the backup root: one directory per topic is written inside")
     original.add_argument("--topics", help="comma-separated topics to back up")
     original.add_argument("--topics-regex", help="back up every topic whose whole name matches this regex")
     original.add_argument("--max-segment-size", type=positive_int, help="roll segments above this many bytes")
-    original.add_argument("--command-config", type=Path, help="Kafka client settings file (SSL/SASL)")
     original.add_argument("--snapshot", action="store_true", help="back up what exists now, then exit")
-    original.add_argument("--debug", action="store_true", help="log more")
-    own = parser.add_argument_group("kbackup options")
-    own.add_argument("--properties", type=Path, help="the original sink connector's .properties file")
     own.add_argument(
         "--checkpoint-location",
         type=Path,
@@ -122,13 +120,6 @@ def build_parser(prog: str = "spark-submit jobs/backup.py") -> argparse.Argument
         "--prune-groups",
         action="store_true",
         help="drop groups that no longer exist on the cluster from the stored consumer offsets",
-    )
-    own.add_argument(
-        "--spark-conf",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a Spark setting for the session (repeatable)",
     )
     return parser
 

@@ -8,12 +8,13 @@ from pathlib import Path
 import crc32c
 import numpy as np
 
-from kbackup.catalog.model import PartitionCatalog, SegmentEntry, TailEntry
+from kbackup.catalog.model import PartitionCatalog, SegmentEntry
 from kbackup.catalog.store import read_catalog, write_catalog
 from kbackup.catalog.tail import prefix_crc32c
 from kbackup.errors import FormatError
 from kbackup.format.segment_index import ENTRY_SIZE
 from kbackup.partition.layout import list_partitions
+from kbackup.partition.ledger import TailEntry
 from kbackup.partition.reader import PartitionReader
 from kbackup.partition.segment_reader import SegmentIndexFile, iter_segment
 from kbackup.progress import Progress

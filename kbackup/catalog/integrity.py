@@ -13,17 +13,8 @@ from kbackup.catalog.build import file_crc32c
 from kbackup.catalog.model import SegmentEntry
 from kbackup.catalog.store import read_catalog
 from kbackup.catalog.tail import tail_problem
-from kbackup.errors import KbackupError
 from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from kbackup.storage import Location, exists
-
-
-class ChecksumError(KbackupError):
-    """A segment's files differ from what the catalog recorded."""
-
-
-class DamagedBackupError(KbackupError):
-    """Segments of the backup are damaged or lost; a read would leave their records out."""
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kbackup.errors import FormatError
+from kbackup.partition.ledger import TailEntry
 
 CATALOG_VERSION = 1
 
@@ -22,26 +23,6 @@ class SegmentEntry:
     records: int
     min_timestamp: int | None
     max_timestamp: int | None
-    records_bytes: int
-    index_bytes: int
-    records_crc32c: int
-    index_crc32c: int
-
-
-@dataclass(frozen=True)
-class TailEntry:
-    """The committed prefix of the newest segment, which may still grow.
-
-    ``records_bytes``/``index_bytes`` bytes of its two files (from byte 0,
-    magic byte included) hold ``records`` records, committed by a writer that
-    synced them; the CRC32Cs cover exactly those prefixes. Bytes past them are
-    a batch in flight (or left by a crash), not yet covered.
-    """
-
-    name: str
-    first_offset: int | None
-    last_offset: int | None
-    records: int
     records_bytes: int
     index_bytes: int
     records_crc32c: int

@@ -24,9 +24,10 @@ from dataclasses import replace
 
 import crc32c
 
-from kbackup.catalog.model import PartitionCatalog, TailEntry
+from kbackup.catalog.model import PartitionCatalog
 from kbackup.catalog.store import read_catalog, write_catalog
 from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
+from kbackup.partition.ledger import TailEntry
 from kbackup.storage import Location, storage_for
 
 CHUNK = 1 << 20

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from kbackup.errors import FormatError
+from kbackup.errors import EncodingError, FormatError
 
 #: A consumer offsets file larger than this is refused before it is parsed.
 MAX_FILE_SIZE = 256 * 1024 * 1024
@@ -22,9 +22,9 @@ def encode_consumer_offsets(offsets: Mapping[str, int]) -> bytes:
     """Return the file's bytes for ``{group: committed offset}``."""
     for group, offset in offsets.items():
         if not isinstance(group, str) or isinstance(offset, bool) or not isinstance(offset, int):
-            raise ValueError(f"consumer offsets need str groups and int offsets: {group!r}: {offset!r}")
+            raise EncodingError(f"consumer offsets need str groups and int offsets: {group!r}: {offset!r}")
         if not 0 <= offset < 2**63:
-            raise ValueError(f"group {group!r}: offset {offset} is outside [0, 2**63)")
+            raise EncodingError(f"group {group!r}: offset {offset} is outside [0, 2**63)")
     return json.dumps(dict(sorted(offsets.items())), separators=(",", ":"), ensure_ascii=False).encode()
 
 

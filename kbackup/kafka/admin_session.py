@@ -28,7 +28,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from kbackup.kafka.cluster import ClusterError, admin_client
+from kbackup.errors import ClusterError
+from kbackup.kafka.cluster import admin_client
 
 log = logging.getLogger("kbackup.kafka")
 

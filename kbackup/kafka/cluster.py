@@ -10,22 +10,9 @@ import time
 from collections.abc import Generator, Iterable, Mapping
 from typing import Any
 
-from kbackup.errors import KbackupError
+from kbackup.errors import ClusterError
 
 TopicPartitionKey = tuple[str, int]
-
-
-class ClusterError(KbackupError):
-    """The Kafka cluster could not be reached or refused a request.
-
-    ``transient``: the cause is one the cluster recovers from by itself (no
-    connection, no leader, a timeout), as opposed to a refusal (authorization,
-    an invalid request) that asking again will not change.
-    """
-
-    def __init__(self, message: str, *, transient: bool = False) -> None:
-        super().__init__(message)
-        self.transient = transient
 
 
 #: Names of librdkafka error codes a client recovers from by itself: connections, leaders, coordinators moving.
@@ -58,6 +45,10 @@ TRANSIENT_ERRORS = frozenset(
     }
 )
 
+
+#: kbackup's own consumer group: its offsets on a restore's target partitions are the restore's progress
+#: markers (:mod:`kbackup.restore.marker`), not a consumer's position, so no backup or remap carries them.
+PROGRESS_GROUP = "kbackup-restore-progress"
 
 #: How long :func:`list_offsets` asks again after a transient error.
 OFFSETS_RETRY_SECONDS = 10.0

@@ -7,7 +7,7 @@ rolling segments at ``max_segment_size`` as on disk), then published at
 
     1. upload each new segment's records object, then its index object (whole PUTs)
     2. replace the partition index object: the old entries plus the new segments
-    3. replace the partition's catalog object: the old entries plus the new segments
+    3. tell the ledger (the backup's catalog): the old entries plus the new segments
 
 So every segment on the store is written once and never changes, and a
 micro-batch starts new segments rather than continuing old ones (choose a
@@ -36,15 +36,13 @@ from pathlib import Path
 
 import numpy as np
 
-from kbackup.catalog.build import describe_segment
-from kbackup.catalog.model import PartitionCatalog, SegmentEntry
-from kbackup.catalog.store import read_catalog, write_catalog
 from kbackup.errors import PlacementError
 from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from kbackup.format.partition_index import PartitionIndexEntry, encode_partition_index
 from kbackup.format.record import Record, encode_record
 from kbackup.format.record_columns import EncodedRecords
 from kbackup.partition.layout import list_segment_files, partition_index_path
+from kbackup.partition.ledger import SegmentLedger
 from kbackup.partition.reader import PartitionReader
 from kbackup.partition.segment_reader import SegmentIndexFile
 from kbackup.partition.writer import (
@@ -74,13 +72,13 @@ class ObjectPartitionWriter(ClosingWriter):
         partition: int,
         *,
         max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE,
-        catalog_root: Location | None = None,
+        ledger: SegmentLedger | None = None,
     ) -> None:
         self.topic_dir = topic_dir
         self.topic = topic
         self.partition = partition
         self.max_segment_size = max_segment_size
-        self._catalog_root = catalog_root
+        self._ledger = ledger
         self._storage = storage_for(topic_dir)
         self.appended_bytes = 0
         #: No lock on an object store (see the module docstring): never waits.
@@ -217,8 +215,6 @@ class ObjectPartitionWriter(ClosingWriter):
         spool_dir = self._spool_root / self.topic
         spool_reader = PartitionReader(spool_dir, self.partition)
         spooled = spool_reader.segments
-        # Described from the local spool: the same bytes as the objects, without reading them back.
-        fresh = {segment.name: describe_segment(spool_reader, i) for i, segment in enumerate(spooled)}
         for segment in spooled:
             for suffix in (RECORDS_SUFFIX, INDEX_SUFFIX):
                 self._storage.upload(self.topic_dir / (segment.name + suffix), spool_dir / (segment.name + suffix))
@@ -238,29 +234,8 @@ class ObjectPartitionWriter(ClosingWriter):
         self._segments = [*kept, *spooled]
         write_whole(partition_index_path(self.topic_dir, self.partition), encode_partition_index(self._segments))
         self._stored_last = self._last_offset
-        if self._catalog_root is not None:
-            self._update_catalog(self._catalog_root, fresh)
-
-    def _update_catalog(self, root: Location, fresh: dict[str, SegmentEntry]) -> None:
-        """Add every named segment the catalog lacks: this batch's, and any a crash left out."""
-        catalog = read_catalog(root, self.topic, self.partition) or PartitionCatalog(self.topic, self.partition)
-        current = {segment.name for segment in self._segments}
-        # Entries of replaced placeholders and of segments no longer named go; fresh ones come in.
-        kept = [entry for entry in catalog.segments if entry.name in current and entry.name not in fresh]
-        named = {entry.name for entry in kept}
-        stored: PartitionReader | None = None
-        added = []
-        for number, segment in enumerate(self._segments):
-            if segment.name in named:
-                continue
-            if segment.name in fresh:
-                added.append(fresh[segment.name])
-            else:
-                stored = stored or PartitionReader(self.topic_dir, self.partition)
-                added.append(describe_segment(stored, number))
-        if added or len(kept) != len(catalog.segments):
-            entries = sorted((*kept, *added), key=lambda entry: entry.start_offset)
-            write_catalog(root, PartitionCatalog(self.topic, self.partition, tuple(entries)))
+        if self._ledger is not None:
+            self._ledger.segments_published(self.topic_dir, self.partition, self._segments, spool_reader)
 
     def _drop_spool(self) -> None:
         self._spool = None
@@ -291,15 +266,11 @@ def open_partition_writer(
     max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE,
     fsync: bool = True,
     lock_timeout: float = 0,
-    catalog_root: Location | None = None,
+    ledger: SegmentLedger | None = None,
 ) -> PartitionWriter | ObjectPartitionWriter:
     """The writer for where ``topic_dir`` lives: appending on disk, whole objects on a store."""
     if isinstance(topic_dir, ObjectPath):
-        return ObjectPartitionWriter(
-            topic_dir, topic, partition, max_segment_size=max_segment_size, catalog_root=catalog_root
-        )
-    if catalog_root is not None and not isinstance(catalog_root, Path):
-        raise TypeError("a local partition needs a local catalog root")
+        return ObjectPartitionWriter(topic_dir, topic, partition, max_segment_size=max_segment_size, ledger=ledger)
     return PartitionWriter(
         topic_dir,
         topic,
@@ -307,5 +278,5 @@ def open_partition_writer(
         max_segment_size=max_segment_size,
         fsync=fsync,
         lock_timeout=lock_timeout,
-        catalog_root=catalog_root,
+        ledger=ledger,
     )

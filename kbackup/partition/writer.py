@@ -59,7 +59,7 @@ import crc32c
 import numpy as np
 import numpy.typing as npt
 
-from kbackup.errors import FormatError, OffsetConflictError, PlacementError
+from kbackup.errors import FormatError, OffsetConflictError, PlacementError, UsageError
 from kbackup.format.magic import MAGIC_V1, check_magic
 from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from kbackup.format.partition_index import PartitionIndexEntry, decode_partition_index, encode_entry
@@ -74,6 +74,7 @@ from kbackup.partition.layout import (
     partition_index_path,
     segment_files,
 )
+from kbackup.partition.ledger import SegmentLedger, TailEntry
 from kbackup.partition.segment_reader import SegmentIndexFile
 from kbackup.storage import as_local
 
@@ -126,8 +127,9 @@ class PartitionWriter(ClosingWriter):
     larger than it, a new segment starts with this record. ``fsync=False``
     skips fsync calls (tests and throwaway output only). ``lock_timeout``
     is how long to wait for another writer of the partition to finish.
-    ``catalog_root`` (the backup root) makes the writer add each segment it
-    finishes to the catalog (see ``formats/catalog.md``).
+    ``ledger`` (the backup's catalog) is told of each segment the writer
+    finishes and of the newest one's committed prefix (see
+    :mod:`kbackup.partition.ledger` and ``formats/catalog.md``).
     """
 
     def __init__(
@@ -140,15 +142,15 @@ class PartitionWriter(ClosingWriter):
         fsync: bool = True,
         buffer_size: int = DEFAULT_BUFFER_SIZE,
         lock_timeout: float = 0,
-        catalog_root: Path | None = None,
+        ledger: SegmentLedger | None = None,
     ) -> None:
         if max_segment_size <= 0:
-            raise ValueError("max_segment_size must be positive")
+            raise UsageError(f"the maximum segment size must be positive, not {max_segment_size}")
         self.topic_dir = topic_dir
         self.topic = topic
         self.partition = partition
         self.max_segment_size = max_segment_size
-        self._catalog_root = catalog_root
+        self._ledger = ledger
         self._fsync = fsync
         self._buffer_size = buffer_size
         self._records_buffer = bytearray()
@@ -162,7 +164,7 @@ class PartitionWriter(ClosingWriter):
         self._lookup: tuple[str, SegmentIndexFile, int] | None = None
         self._replay_hint = -2  # index position of the last replayed record in the cached segment
         self._closed = False
-        #: CRC32Cs of the newest segment's files as written (with ``catalog_root``: recorded at close).
+        #: CRC32Cs of the newest segment's files as written (with a ``ledger``: recorded at close).
         self._coverage: _Coverage | None = None
 
         created = not topic_dir.exists()
@@ -182,8 +184,8 @@ class PartitionWriter(ClosingWriter):
             self._reconcile_segment_files()
             if self.segments:
                 self._open_tail_segment()
-                if catalog_root is not None:
-                    self._coverage = self._load_coverage(catalog_root)
+                if ledger is not None:
+                    self._coverage = self._load_coverage(ledger)
         except BaseException:
             self._release()
             raise
@@ -566,20 +568,17 @@ class PartitionWriter(ClosingWriter):
             return False
         return record.offset == entry.offset and end == entry.length
 
-    def _load_coverage(self, root: Path) -> _Coverage:
-        """The newest segment's CRC32Cs as committed: from the catalog's tail, extended over newer synced bytes.
+    def _load_coverage(self, ledger: SegmentLedger) -> _Coverage:
+        """The newest segment's CRC32Cs as committed: from the ledger's tail, extended over newer synced bytes.
 
-        Without a recorded tail (a segment the catalog has not seen), the files are read whole once.
+        Without a recorded tail (a segment the ledger has not seen), the files are read whole once.
         """
-        from kbackup.catalog.store import read_catalog
-
         assert self._records_fd is not None
         assert self._index_fd is not None
         name = self.segments[-1].name
         records_end = self._records_size
         index_end = os.lseek(self._index_fd, 0, os.SEEK_CUR)
-        catalog = read_catalog(root, self.topic, self.partition)
-        tail = catalog.tail_of(name) if catalog is not None else None
+        tail = ledger.committed_tail(self.topic, self.partition, name)
         if tail is not None and (tail.records_bytes > records_end or tail.index_bytes > index_end):
             raise FormatError(
                 f"the catalog says {tail.records_bytes} bytes of records were committed in this segment, "
@@ -599,11 +598,8 @@ class PartitionWriter(ClosingWriter):
 
     def _record_tail(self) -> None:
         coverage = self._coverage
-        if coverage is None or self._catalog_root is None:
+        if coverage is None or self._ledger is None:
             return
-        from kbackup.catalog.model import TailEntry
-        from kbackup.catalog.tail import record_tail
-
         records = (coverage.index_bytes - 1) // ENTRY_SIZE
         tail = TailEntry(
             name=coverage.name,
@@ -617,7 +613,7 @@ class PartitionWriter(ClosingWriter):
         )
         # Synced even when the segment files are not (a new target's placeholders): a catalog that a power
         # loss left empty would stop the partition's next writer, where empty segment files are repaired.
-        record_tail(self._catalog_root, self.topic, self.partition, tail)
+        self._ledger.record_tail(self.topic, self.partition, tail)
 
     def _last_offset_of(self, segment: PartitionIndexEntry) -> int | None:
         with SegmentIndexFile(self.topic_dir / (segment.name + INDEX_SUFFIX)) as index:
@@ -648,15 +644,13 @@ class PartitionWriter(ClosingWriter):
         self._records_fd = os.open(files.records, os.O_RDWR | os.O_APPEND)
         self._index_fd = os.open(files.index, os.O_RDWR | os.O_APPEND)
         self._records_size = 1
-        if self._catalog_root is not None:
+        if self._ledger is not None:
             magic_crc = crc32c.crc32c(MAGIC_V1)
             self._coverage = _Coverage(entry.name, magic_crc, 1, magic_crc, 1, None)
-        if self._catalog_root is not None and len(self.segments) > 1:
+        if self._ledger is not None and len(self.segments) > 1:
             # The previous segment is synced and, now that a newer one exists,
-            # finished: the catalog may name it (and any it missed after a crash).
-            from kbackup.catalog.build import catch_up_catalog
-
-            catch_up_catalog(self._catalog_root, self.topic_dir, self.partition)
+            # finished: the ledger may account for it (and any it missed after a crash).
+            self._ledger.segments_finished(self.topic_dir, self.partition)
 
     def _check_stored(self, record: Record) -> None:
         """Raise unless ``record`` is stored with identical bytes."""

@@ -14,7 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kbackup.kafka.cluster import ClusterError, TopicPartitionKey, _reason
+from kbackup.errors import ClusterError
+from kbackup.kafka.cluster import TopicPartitionKey, _reason
 
 log = logging.getLogger("kbackup.restore")
 

@@ -22,10 +22,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from kbackup.errors import KbackupError
+from kbackup.errors import ClusterError, KbackupError, RestoreFencedError
 from kbackup.job_options import run_job
 from kbackup.kafka.client_settings import redact
-from kbackup.kafka.cluster import ClusterError, TopicPartitionKey, admin_client, create_topics, partition_counts
+from kbackup.kafka.cluster import TopicPartitionKey, admin_client, create_topics, partition_counts
 from kbackup.logsetup import spark_log_level
 from kbackup.partition.reader import PartitionReader
 from kbackup.progress import Progress
@@ -40,10 +40,6 @@ from kbackup.spark.failures import failure_cause
 from kbackup.storage import check_writable_root
 
 log = logging.getLogger("kbackup.restore")
-
-
-class RestoreFencedError(KbackupError):
-    """A newer restore of the same target partitions fenced this one's producers."""
 
 
 #: Spark job group of the restore's tasks (progress is read from it).

@@ -9,7 +9,7 @@ its next write fails with ``_FENCED``. Two restores never both write a
 partition.
 
 Each transaction carries, beside its records, the restore's **progress
-marker**: an offset commit of the consumer group :data:`PROGRESS_GROUP` on the
+marker**: an offset commit of the consumer group :data:`~kbackup.kafka.cluster.PROGRESS_GROUP` on the
 target partition. Kafka makes the two one unit, so the marker always describes
 exactly the committed records::
 
@@ -39,10 +39,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kbackup.kafka.cluster import PROGRESS_GROUP
 from kbackup.restore.selection import Window
-
-#: The consumer group whose offsets on the target partitions are the restores' progress markers.
-PROGRESS_GROUP = "kbackup-restore-progress"
 
 #: Records per transaction: a crash redoes at most this many; each commit adds one offset to the partition.
 TRANSACTION_RECORDS = 50_000
@@ -107,7 +105,7 @@ _COORDINATOR_NOT_READY = frozenset({16, 15, 14})
 
 
 def marker_consumer(client: Mapping[str, str]) -> Any:
-    """A consumer of :data:`PROGRESS_GROUP` that reads markers and lends its group to transactions (never joins)."""
+    """A consumer of kbackup's progress group: reads markers and lends its group to transactions (never joins)."""
     from confluent_kafka import Consumer
 
     from kbackup.kafka.client_settings import consumer_settings
@@ -121,7 +119,7 @@ def read_markers(
     """The committed markers of these target partitions (partitions without one are left out)."""
     from confluent_kafka import KafkaException, TopicPartition
 
-    from kbackup.kafka.cluster import ClusterError
+    from kbackup.errors import ClusterError
 
     wanted = [TopicPartition(topic, partition) for topic, partition in partitions]
     if not wanted:

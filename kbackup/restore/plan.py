@@ -30,21 +30,27 @@ from pathlib import Path
 from typing import Any
 
 from kbackup.catalog import checkpoints
-from kbackup.catalog.integrity import BadSegment, DamagedBackupError, bad_segments
+from kbackup.catalog.integrity import BadSegment, bad_segments
 from kbackup.catalog.offset_history import has_history, offsets_as_of
 from kbackup.catalog.prune import pending_deletions
 from kbackup.catalog.segment_set import lost_segments
 from kbackup.catalog.store import read_catalog
 from kbackup.catalog.topics import read_topic_record
-from kbackup.errors import BackupNotFoundError, KbackupError, UsageError
+from kbackup.errors import (
+    BackupNotFoundError,
+    DamagedBackupError,
+    KbackupError,
+    RetentionError,
+    TargetNotEmptyError,
+    UsageError,
+)
 from kbackup.format.record import Record
-from kbackup.kafka.cluster import list_offsets, partition_counts
+from kbackup.kafka.cluster import PROGRESS_GROUP, list_offsets, partition_counts
 from kbackup.partition.layout import list_partitions, list_topics
 from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import PartitionReader
-from kbackup.restore.marker import PROGRESS_GROUP, marker_consumer, read_markers, restore_identity
+from kbackup.restore.marker import marker_consumer, read_markers, restore_identity
 from kbackup.restore.retention import (
-    RetentionError,
     TimeLimits,
     age_problem,
     broker_configs,
@@ -56,10 +62,6 @@ from kbackup.restore.retention import (
 from kbackup.restore.selection import Window, count_selected, nth_selected
 from kbackup.restore.settings import RestoreSettings
 from kbackup.restore.timestamp_type import LOG_APPEND_TIME, TIMESTAMP_TYPE, PendingTimestampTypes, creation_config
-
-
-class TargetNotEmptyError(KbackupError):
-    """A target partition holds records that are not an earlier run of this restore."""
 
 
 @dataclass

@@ -27,9 +27,8 @@ from typing import Any
 
 from kbackup.catalog.build import segment_time_range
 from kbackup.catalog.model import PartitionCatalog, SegmentEntry
-from kbackup.errors import KbackupError
+from kbackup.errors import ClusterError
 from kbackup.format.record import TimestampType
-from kbackup.kafka.cluster import ClusterError
 from kbackup.partition.reader import PartitionReader
 from kbackup.partition.segment_reader import SegmentIndexFile, iter_segment
 from kbackup.restore.selection import Window
@@ -37,10 +36,6 @@ from kbackup.restore.selection import Window
 #: Kafka's "no limit" for both settings.
 UNLIMITED = -1
 _LONG_MAX = (1 << 63) - 1
-
-
-class RetentionError(KbackupError):
-    """The target would delete or reject restored records because of their age."""
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kbackup.errors import UsageError
-from kbackup.job_options import ConnectorProperties, client_settings, positive_int, spark_conf
+from kbackup.job_options import ConnectorProperties, client_settings, job_parser, positive_int, spark_conf
 from kbackup.kafka.topics import TopicSelection
 from kbackup.partition.layout import state_dir
 from kbackup.restore.selection import Window
@@ -96,19 +96,16 @@ class RestoreSettings:
 
 
 def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description="Restore a kafka-backup v1 backup into a Kafka cluster and remap consumer group offsets.",
+    parser, original, own = job_parser(
+        prog,
+        "Restore a kafka-backup v1 backup into a Kafka cluster and remap consumer group offsets.",
+        script="restore-standalone.sh",
+        cluster="the target cluster's",
+        connector="source",
     )
-    original = parser.add_argument_group("options of the original restore-standalone.sh")
-    original.add_argument("--bootstrap-server", help="the target cluster's bootstrap servers")
     original.add_argument("--source-dir", help="the backup root (one directory per topic)")
     original.add_argument("--topics", help="comma-separated topics to restore (default: every topic in the backup)")
     original.add_argument("--batch-size", type=positive_int, help="producer batch size in bytes (default 1 MiB)")
-    original.add_argument("--command-config", type=Path, help="Kafka client settings file (SSL/SASL)")
-    original.add_argument("--debug", action="store_true", help="log more")
-    own = parser.add_argument_group("kbackup options")
-    own.add_argument("--properties", type=Path, help="the original source connector's .properties file")
     own.add_argument(
         "--max-rate",
         type=positive_int,
@@ -184,7 +181,6 @@ def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.Argumen
         help="where the restore notes topics whose timestamp type it sets afterwards "
         "(default: the backup's state directory, restore/)",
     )
-    own.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting")
     return parser
 
 

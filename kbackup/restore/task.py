@@ -34,8 +34,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from kbackup.catalog.integrity import ChecksumError, bad_segments
-from kbackup.errors import KbackupError
+from kbackup.catalog.integrity import bad_segments
+from kbackup.errors import ChecksumError, DeliveryError, TargetChangedError
 from kbackup.format.record import Record
 from kbackup.partition.reader import PartitionReader
 from kbackup.restore.marker import (
@@ -102,14 +102,6 @@ class PartitionResult:
     fenced: str | None = None
     #: Set when this task found another restore's progress beyond its plan and went on from there.
     taken_over: str | None = None
-
-
-class DeliveryError(KbackupError):
-    """The target cluster refused records."""
-
-
-class TargetChangedError(KbackupError):
-    """The target partition holds another restore's records, written after this restore was planned."""
 
 
 class _FencedError(Exception):

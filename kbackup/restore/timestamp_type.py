@@ -23,8 +23,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kbackup.errors import KbackupError
-from kbackup.kafka.cluster import ClusterError
+from kbackup.errors import ClusterError, KbackupError
 from kbackup.storage import Location, exists, read_limited, write_whole
 
 TIMESTAMP_TYPE = "message.timestamp.type"

@@ -19,7 +19,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from kbackup.jars import Artifact, ArtifactError, resolve, resolved_dir
+from kbackup.errors import ArtifactError
+from kbackup.jars import Artifact, resolve, resolved_dir
 
 #: Connector releases known to be on Maven Central (newest last), for a Spark without its own.
 CENTRAL_CONNECTOR_VERSIONS = ("4.0.4", "4.1.3", "4.2.0")

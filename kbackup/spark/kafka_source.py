@@ -90,16 +90,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from kbackup.errors import KbackupError, UsageError
+from kbackup.errors import ClusterError, KbackupError, UsageError
 from kbackup.kafka.admin_session import AdminSession
 from kbackup.kafka.client_settings import consumer_settings, redact
-from kbackup.kafka.cluster import (
-    ClusterError,
-    TopicPartitionKey,
-    is_transient,
-    list_offsets,
-    partition_counts,
-)
+from kbackup.kafka.cluster import TopicPartitionKey, is_transient, list_offsets, partition_counts
 from kbackup.kafka.outage import OutageReport
 from kbackup.kafka.topics import TopicSelection
 from kbackup.logsetup import ensure_console_logging

@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from kbackup.catalog.ledger import CatalogLedger
 from kbackup.errors import UsageError
 from kbackup.format.record_columns import encode_columns
 from kbackup.logsetup import ensure_console_logging
@@ -173,7 +174,7 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
                     max_segment_size=self.options.max_segment_size,
                     fsync=self.options.fsync,
                     lock_timeout=self.options.lock_timeout,
-                    catalog_root=self.options.target,
+                    ledger=CatalogLedger(self.options.target),
                 )
                 if key not in stats:
                     stats[key] = PartitionWrite(key[0], key[1], int(offsets[start]), int(offsets[start]))

@@ -14,7 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from kbackup.errors import StorageError
+from kbackup.errors import StorageError, UsageError
 from kbackup.storage.base import Location, ReadHandle, Storage
 from kbackup.storage.local import LOCAL
 from kbackup.storage.object_path import ObjectPath
@@ -113,5 +113,5 @@ def check_writable_root(root: Location, *, what: str = "backup target") -> None:
 def as_local(location: Location) -> Path:
     """``location`` as a local path; code that appends or renames in place works only on disk."""
     if not isinstance(location, Path):
-        raise TypeError(f"{location}: a local path is needed here")
+        raise UsageError(f"{location}: this works on a local path only (it appends or renames files in place)")
     return location

@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 
-from kbackup.errors import KbackupError
+from kbackup.errors import KbackupError, LeaseHeldError, LeaseLostError
 from kbackup.storage.base import Location
 from kbackup.storage.object_path import ObjectPath
 
@@ -50,14 +50,6 @@ LEASE_OBJECT = "lease.json"
 #: An object-store lease not renewed for this long may be taken over.
 TTL_SECONDS = 60.0
 RENEW_SECONDS = 15.0
-
-
-class LeaseHeldError(KbackupError):
-    """Another job holds the target's lease."""
-
-
-class LeaseLostError(KbackupError):
-    """Another job took over this job's lease (object stores: it was not renewed in time)."""
 
 
 @dataclass(frozen=True)

@@ -77,9 +77,3 @@ def job_environment(*, importable: Path | None = None) -> dict[str, str]:
     if importable is not None:
         env["PYTHONPATH"] = str(importable) + os.pathsep + os.environ.get("PYTHONPATH", "")
     return env
-
-
-def client_config_file(path: Path, settings: dict[str, str]) -> Path:
-    """Write Kafka client settings (without ``bootstrap.servers``) as a ``--command-config`` file."""
-    path.write_text("".join(f"{key}={value}\n" for key, value in settings.items() if key != "bootstrap.servers"))
-    return path

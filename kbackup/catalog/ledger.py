@@ -1,0 +1,71 @@
+"""The catalog as the partition writers' ledger: each finished segment and the newest one's prefix, recorded.
+
+:class:`CatalogLedger` is what the backup's writers are given
+(:class:`kbackup.partition.ledger.SegmentLedger`); it holds only the backup's root, so
+it pickles to Spark executors and is built anywhere. Crash safety is the writers':
+they call it after the bytes it records are durable (formats/catalog.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbackup.catalog.build import catch_up_catalog, describe_segment
+from kbackup.catalog.model import PartitionCatalog, SegmentEntry
+from kbackup.catalog.store import read_catalog, write_catalog
+from kbackup.catalog.tail import record_tail
+from kbackup.format.partition_index import PartitionIndexEntry
+from kbackup.partition.ledger import TailEntry
+from kbackup.partition.reader import PartitionReader
+from kbackup.storage import Location
+
+
+@dataclass(frozen=True)
+class CatalogLedger:
+    """The catalog of the backup under ``root`` (a directory or an object-store prefix)."""
+
+    root: Location
+
+    def committed_tail(self, topic: str, partition: int, segment: str) -> TailEntry | None:
+        catalog = read_catalog(self.root, topic, partition)
+        return catalog.tail_of(segment) if catalog is not None else None
+
+    def record_tail(self, topic: str, partition: int, tail: TailEntry) -> None:
+        record_tail(self.root, topic, partition, tail)
+
+    def segments_finished(self, topic_dir: Path, partition: int) -> None:
+        catch_up_catalog(self.root, topic_dir, partition)
+
+    def segments_published(
+        self,
+        topic_dir: Location,
+        partition: int,
+        named: Sequence[PartitionIndexEntry],
+        spool: PartitionReader,
+    ) -> None:
+        """Add every named segment the catalog lacks: the spool's (described from its local copy, the same bytes
+        without reading the objects back), and any that a crash left out; drop entries no longer named."""
+        topic = topic_dir.name
+        fresh: dict[str, SegmentEntry] = {
+            segment.name: describe_segment(spool, number) for number, segment in enumerate(spool.segments)
+        }
+        catalog = read_catalog(self.root, topic, partition) or PartitionCatalog(topic, partition)
+        current = {segment.name for segment in named}
+        # Entries of replaced placeholders and of segments no longer named go; fresh ones come in.
+        kept = [entry for entry in catalog.segments if entry.name in current and entry.name not in fresh]
+        accounted = {entry.name for entry in kept}
+        stored: PartitionReader | None = None
+        added = []
+        for number, segment in enumerate(named):
+            if segment.name in accounted:
+                continue
+            if segment.name in fresh:
+                added.append(fresh[segment.name])
+            else:
+                stored = stored or PartitionReader(topic_dir, partition)
+                added.append(describe_segment(stored, number))
+        if added or len(kept) != len(catalog.segments):
+            entries = sorted((*kept, *added), key=lambda entry: entry.start_offset)
+            write_catalog(self.root, PartitionCatalog(topic, partition, tuple(entries)))

@@ -1,0 +1,77 @@
+"""What a partition's writers report about the segments they write, to whoever keeps account of them.
+
+The writers (:mod:`kbackup.partition.writer` on disk, :mod:`kbackup.partition.object_writer`
+on an object store) know when bytes are committed and when a segment is finished; the
+backup's catalog (:class:`kbackup.catalog.ledger.CatalogLedger`, a layer above) keeps
+their checksums. A writer given no ledger keeps no account (a spool, a test's files).
+
+Calls and what they promise, in the order a writer makes them:
+
+* ``committed_tail`` once when a local writer opens a partition with segments: the newest
+  segment's prefix as last recorded, which the writer extends instead of reading the files.
+* ``record_tail`` when a local writer closes after syncing: the newest segment's committed
+  prefix (the bytes it names are on disk before the call).
+* ``segments_finished`` when a local writer starts a new segment: every older one is synced
+  and will not change again.
+* ``segments_published`` after an object writer replaced the partition index: the index
+  names ``named``; the new ones among them are readable from ``spool`` as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from kbackup.format.partition_index import PartitionIndexEntry
+from kbackup.storage import Location
+
+if TYPE_CHECKING:
+    from kbackup.partition.reader import PartitionReader
+
+
+@dataclass(frozen=True)
+class TailEntry:
+    """The committed prefix of the newest segment, which may still grow.
+
+    ``records_bytes``/``index_bytes`` bytes of its two files (from byte 0,
+    magic byte included) hold ``records`` records, committed by a writer that
+    synced them; the CRC32Cs cover exactly those prefixes. Bytes past them are
+    a batch in flight (or left by a crash), not yet covered.
+    """
+
+    name: str
+    first_offset: int | None
+    last_offset: int | None
+    records: int
+    records_bytes: int
+    index_bytes: int
+    records_crc32c: int
+    index_crc32c: int
+
+
+class SegmentLedger(Protocol):
+    """Keeps account of one backup's segments (see the module docstring for when each call comes)."""
+
+    def committed_tail(self, topic: str, partition: int, segment: str) -> TailEntry | None:
+        """The committed prefix last recorded for ``segment`` as the newest, unfinished one (else ``None``)."""
+        ...
+
+    def record_tail(self, topic: str, partition: int, tail: TailEntry) -> None:
+        """Replace the recorded prefix of the partition's newest segment."""
+        ...
+
+    def segments_finished(self, topic_dir: Path, partition: int) -> None:
+        """Every segment but the newest of a local partition is finished: account for any not yet accounted."""
+        ...
+
+    def segments_published(
+        self,
+        topic_dir: Location,
+        partition: int,
+        named: Sequence[PartitionIndexEntry],
+        spool: PartitionReader,
+    ) -> None:
+        """An object store's partition index now names ``named``; ``spool`` holds the ones just uploaded."""
+        ...
