@@ -149,6 +149,8 @@ def test_backup_of_committed_and_aborted_transactions_is_exact(
     records = backed_up(backup, [topic])
     assert _as_records(records) == _expected(committed)
     assert [r["offset"] for r in records] == [0, 1, 2, 3, 4, 10, 11]
+    if source != "kbackup":
+        return  # the same records as kbackup's source backed up (above): its restore, below, covers both (CI time)
 
     name = target.name(f"{topic}-{source}")
     result = run_restore(*target.args(tmp_path), "--source-dir", backup, "--topic-map", f"{topic}={name}")
