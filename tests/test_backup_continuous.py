@@ -10,7 +10,6 @@ import random
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from kbackup.catalog import checkpoints
 from kbackup.partition.layout import list_partitions
 from kbackup.partition.reader import PartitionReader
 from tests.broker import BrokerUnderTest
-from tests.kafka_helpers import backed_up, consume_all, create_topics, run_backup, start_backup
+from tests.kafka_helpers import backed_up, consume_all, create_topics, run_backup, run_kbackup, start_backup
 from tests.live_load import Producer, batches, client_args, more_batches, wait_for
 
 
@@ -94,9 +93,7 @@ def test_new_topic_is_picked_up_and_sigterm_stops_cleanly(kafka: BrokerUnderTest
 
         wait_for(caught_up, 120, "the backup to hold both topics")
         # A checkpoint asked of the running backup: its cut covers both topics, and it completes.
-        requested = subprocess.run(
-            [sys.executable, "-m", "kbackup", "checkpoint", "create", str(target)], capture_output=True, text=True
-        )
+        requested = run_kbackup("checkpoint", "create", target)
         assert requested.stdout.startswith("checkpoint 1 requested"), requested.stderr
         wait_for(lambda: checkpoints.read_checkpoint(target, 1).status == "completed", 60, "checkpoint 1")
         cut = checkpoints.read_checkpoint(target, 1).ends
@@ -135,7 +132,7 @@ def test_sigterm_to_the_spark_submit_jvm_exits_143_and_the_rerun_completes_exact
             os.killpg(process.pid, signal.SIGKILL)
         producer.stop()
     assert "Traceback" not in log.read_text()
-    verified = subprocess.run([sys.executable, "-m", "kbackup", "verify", str(target)], capture_output=True, text=True)
+    verified = run_kbackup("verify", target)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     rerun = run_backup(*args, "--snapshot")
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]

@@ -15,7 +15,7 @@ from kbackup.errors import BackupNotFoundError
 from kbackup.partition.layout import state_dir
 from kbackup.storage import as_local
 from kbackup.storage.lease import TargetLease
-from tests.conftest import REPO
+from tests.kafka_helpers import run_kbackup
 
 
 def test_requests_get_increasing_ids_and_move_through_their_lifecycle(tmp_path: Path) -> None:
@@ -60,7 +60,7 @@ def test_missing_checkpoint_is_named(tmp_path: Path) -> None:
 
 def test_cli(tmp_path: Path) -> None:
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "kbackup", *args], capture_output=True, text=True, cwd=REPO)
+        return run_kbackup(*args)
 
     with TargetLease(state_dir(tmp_path), checkpoints.CONTINUOUS_BACKUP):  # what a running continuous backup holds
         assert run("checkpoint", "create", str(tmp_path)).stdout.startswith("checkpoint 1 requested")
@@ -85,9 +85,7 @@ def test_a_checkpoint_is_refused_when_no_continuous_backup_runs(tmp_path: Path) 
     """Nothing would ever take the cut: one line and exit 1 instead of a request that stays ``requested``."""
 
     def create() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "kbackup", "checkpoint", "create", str(tmp_path)], capture_output=True, text=True
-        )
+        return run_kbackup("checkpoint", "create", tmp_path)
 
     def refused(result: subprocess.CompletedProcess[str]) -> bool:
         lines = result.stderr.strip().splitlines()

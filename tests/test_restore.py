@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from datetime import UTC
 from pathlib import Path
@@ -645,7 +644,7 @@ def test_a_topic_whose_name_starts_with_a_dot_is_a_topic(target: Target, tmp_pat
                 writer.append(record)
     ls = kbackup_lines("ls", backup)
     assert any(line.startswith(".hidden") for line in ls), ls
-    verified = subprocess.run([sys.executable, "-m", "kbackup", "verify", str(backup)], capture_output=True, text=True)
+    verified = run_kbackup("verify", backup)
     assert verified.returncode == 0 and ".hidden/0: ok (1 segment, 500 records)" in verified.stdout
     assert ".hidden: 500 records" in "\n".join(kbackup_lines("describe", backup))
     name = target.name("dot-restored")

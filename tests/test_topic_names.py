@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 from tests.broker import BrokerUnderTest
-from tests.conftest import REPO
-from tests.kafka_helpers import backed_up, consume_all, create_topics, run_backup
+from tests.kafka_helpers import backed_up, consume_all, create_topics, run_backup, run_kbackup
 from tests.restore_helpers import Target, comparable, run_restore
 
 #: Names starting with "." and "_", the old state directory's name, both separators, and the longest legal name.
@@ -33,13 +30,11 @@ def test_every_legal_topic_name_is_backed_up_listed_and_restored(
     done = run_backup("--bootstrap-server", kafka.bootstrap_servers, "--target-dir", backup,
                       "--topics", ",".join(names), "--snapshot")  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    listed = subprocess.run([sys.executable, "-m", "kbackup", "ls", str(backup)], capture_output=True, text=True,
-                            cwd=REPO, timeout=120)  # fmt: skip
+    listed = run_kbackup("ls", backup)
     assert listed.returncode == 0, listed.stderr
     for name in names:
         assert name in listed.stdout
-    verified = subprocess.run([sys.executable, "-m", "kbackup", "verify", str(backup)], capture_output=True,
-                              text=True, cwd=REPO, timeout=300)  # fmt: skip
+    verified = run_kbackup("verify", backup)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     source = consume_all(kafka, names)
     assert backed_up(backup, names) == source

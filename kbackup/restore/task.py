@@ -15,6 +15,15 @@ A task fenced by a newer restore of the same partition stops producing and
 returns ``fenced`` (not an exception: Spark would retry it and fence the newer
 one back).
 
+librdkafka can wait for ever in a transactional call despite its timeout when
+the coordinator's broker left the cluster (librdkafka issues #5456 and #5511:
+a coordinator request's timeout is never checked, and a decommissioned cached
+coordinator is never asked again). So each transactional call runs on a
+thread of its own and is given up :data:`STUCK_GRACE_SECONDS` after its own
+timeout: the task then leaves that producer where it hangs, starts a new one
+(which fences it and aborts its open transaction), reads the marker again and
+goes on from there, at most :data:`PRODUCER_ATTEMPTS` times.
+
 Memory: the reader's 1 MiB chunks plus the producer's queue (bounded by
 ``queue.buffering.max.kbytes``), whatever the partition's size.
 
@@ -29,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -104,6 +114,47 @@ class PartitionResult:
     taken_over: str | None = None
 
 
+class _StuckProducerError(Exception):
+    """A transactional call did not return within its timeout and the grace after it (internal to the task)."""
+
+
+#: How long after its own timeout a transactional call is given up (see the module docstring).
+STUCK_GRACE_SECONDS = 15.0
+
+#: Producers one task starts before it fails: the first, and one after each call given up.
+PRODUCER_ATTEMPTS = 3
+
+#: The timeouts given to librdkafka's transactional calls (seconds).
+INIT_SECONDS = 120.0
+SEND_OFFSETS_SECONDS = 60.0
+COMMIT_SECONDS = 120.0
+ABORT_SECONDS = 10.0
+
+
+def _within(seconds: float, call: Any, *args: Any) -> Any:
+    """``call(*args)`` on a daemon thread; its result or exception, or :class:`_StuckProducerError` after
+    ``seconds + STUCK_GRACE_SECONDS`` (the call goes on waiting on its thread, holding its producer)."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call(*args)
+        except BaseException as exc:  # re-raised on the task's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name="kbackup-restore-transaction", daemon=True)
+    thread.start()
+    thread.join(seconds + STUCK_GRACE_SECONDS)
+    if thread.is_alive():
+        raise _StuckProducerError(
+            f"{getattr(call, '__name__', 'a transactional call')} did not return within {seconds:.0f} s "
+            f"+ {STUCK_GRACE_SECONDS:.0f} s"
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
 class _FencedError(Exception):
     """A newer producer with the partition's transactional id took over (internal to the task)."""
 
@@ -125,6 +176,7 @@ def producer_settings(client: dict[str, str], batch_size: int) -> dict[str, obje
 
 
 #: librdkafka logs a fenced producer as FATAL on stderr; the task reports it itself.
+_task_log = logging.getLogger("kbackup.restore")
 _client_log = logging.getLogger("kbackup.restore.producer")
 _client_log.addHandler(logging.NullHandler())
 _client_log.propagate = False
@@ -146,7 +198,25 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
     ):
         _check_segments(task, staged)
         reader = PartitionReader(staged.topic_dir, task.source_partition, legacy=task.legacy)
-        return _restore_from(task, reader, result)
+        where = f"topic {task.target_topic!r} partition {task.target_partition}"
+        for attempt in range(1, PRODUCER_ATTEMPTS + 1):
+            try:
+                done = _restore_from(task, reader, result)
+                if attempt > 1:
+                    done.taken_over = None  # the progress found was this task's own earlier producer's
+                return done
+            except _StuckProducerError as exc:
+                stuck = str(exc)
+                if attempt < PRODUCER_ATTEMPTS:
+                    _task_log.warning("%s: %s; going on with a new producer", where, stuck)
+                result = PartitionResult(
+                    task.source_topic, task.source_partition, task.target_topic, task.target_partition,
+                    started_at=result.started_at,
+                )  # fmt: skip
+        raise DeliveryError(
+            f"{where}: the target cluster did not complete a transaction with {PRODUCER_ATTEMPTS} producers "
+            f"(last: {stuck}); what was committed stays, run the restore again"
+        )
 
 
 def _restore_from(task: PartitionTask, reader: PartitionReader, result: PartitionResult) -> PartitionResult:
@@ -171,7 +241,7 @@ def _restore_from(task: PartitionTask, reader: PartitionReader, result: Partitio
         # and again after (what the fenced one committed until then is what counts).
         _foreign(read_markers(consumer, [key]).get(key), task, where)
         try:
-            producer.init_transactions(120)
+            _within(INIT_SECONDS, producer.init_transactions, INIT_SECONDS)
         except KafkaException as exc:
             raise DeliveryError(f"{where}: cannot start a transactional producer: {exc.args[0].str()}") from None
         marker = _foreign(read_markers(consumer, [key]).get(key), task, where)
@@ -182,6 +252,8 @@ def _restore_from(task: PartitionTask, reader: PartitionReader, result: Partitio
                 "this one went on from there"
             )
         run.produce_all(reader, result)
+    except _StuckProducerError:
+        raise  # the producer is held by the call that hangs: nothing more is asked of it
     except _FencedError as exc:
         result.fenced = f"{where}: {exc.reason}"
     except KafkaException as exc:
@@ -239,8 +311,8 @@ def _abort(producer: Any) -> None:
     from confluent_kafka import KafkaException
 
     # None open, or the producer is unusable: then the broker aborts it after its timeout.
-    with contextlib.suppress(KafkaException):
-        producer.abort_transaction(10)
+    with contextlib.suppress(KafkaException, _StuckProducerError):
+        _within(ABORT_SECONDS, producer.abort_transaction, ABORT_SECONDS)
 
 
 class _Deliveries:
@@ -380,8 +452,11 @@ class _Run:
         position = TopicPartition(
             self.task.target_topic, self.task.target_partition, resume_from, metadata=marker.metadata()
         )
-        self.producer.send_offsets_to_transaction([position], self.consumer.consumer_group_metadata(), 60)
-        self.producer.commit_transaction(120)
+        metadata = self.consumer.consumer_group_metadata()
+        _within(
+            SEND_OFFSETS_SECONDS, self.producer.send_offsets_to_transaction, [position], metadata, SEND_OFFSETS_SECONDS
+        )
+        _within(COMMIT_SECONDS, self.producer.commit_transaction, COMMIT_SECONDS)
         self.in_transaction = 0
         self.resume_from, self.next = resume_from, marker.next
 
