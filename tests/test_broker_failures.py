@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from kbackup.devkit.kafka_cluster import KafkaCluster
+from kbackup.kafka.cluster import PROGRESS_GROUP
 from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.spark.stack_dumps import ENVIRONMENT_VARIABLE
 from tests.broker import BrokerUnderTest
@@ -39,7 +40,16 @@ from tests.restore_helpers import (
 @pytest.fixture(scope="module")
 def cluster_of_three() -> Iterator[tuple[KafkaCluster, BrokerUnderTest]]:
     # Failover timings are Kafka's defaults (broker.session.timeout.ms and the rest); the quick JIT only saves CPU.
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
     with KafkaCluster(3, quick_jit=True) as cluster:
+        # What the failure tests rely on: a new topic gets three replicas and min.insync.replicas=2.
+        admin = AdminClient(cluster.client_settings())
+        create_topics(cluster.client_settings(), {"three-nodes": 2}, replication=-1)
+        partitions = admin.list_topics("three-nodes", timeout=10).topics["three-nodes"].partitions
+        assert sorted(partitions) == [0, 1] and all(len(p.replicas) == 3 for p in partitions.values())
+        described = next(iter(admin.describe_configs([ConfigResource("TOPIC", "three-nodes")]).values())).result(30)
+        assert described["min.insync.replicas"].value == "2"
         yield cluster, BrokerUnderTest("local", cluster.bootstrap_servers, description=cluster.describe())
 
 
@@ -61,6 +71,21 @@ def _leader(broker: BrokerUnderTest, topic: str, partition: int) -> int:
     leader: int = metadata.topics[topic].partitions[partition].leader
     assert leader >= 0, f"{topic}/{partition} has no leader"
     return leader
+
+
+def _coordinator(broker: BrokerUnderTest, group: str) -> int:
+    """The group's coordinator: the leader of its ``__consumer_offsets`` partition, which Kafka picks as
+    ``abs(Java hashCode of the group id) % partitions`` (describing a group without members is not answered)."""
+    from confluent_kafka.admin import AdminClient
+
+    code = 0
+    for char in group:
+        code = (31 * code + ord(char)) & 0xFFFFFFFF
+    code = code - (1 << 32) if code >= 1 << 31 else code
+    offsets = AdminClient(broker.client_settings()).list_topics("__consumer_offsets", timeout=30).topics
+    partitions = offsets["__consumer_offsets"].partitions
+    # Kafka's Utils.abs: Integer.MIN_VALUE maps to 0.
+    return int(partitions[(code & 0x7FFFFFFF) % len(partitions)].leader)
 
 
 def _all_up(cluster: KafkaCluster, broker: BrokerUnderTest) -> None:
@@ -170,8 +195,13 @@ def test_restore_through_a_leader_failover(
                  "the restore to commit its first records")  # fmt: skip
         time.sleep(random.Random(2).uniform(0.5, 2))
         assert process.poll() is None, log.read_text()[-3000:]
-        # The leader of a partition being written dies and comes back 10 s later.
-        leader = _leader(broker, topic, 1)
+        # The leader of a partition being written dies and comes back 10 s later; when the group coordinator of
+        # the restore's progress markers leads one of the partitions, that node (librdkafka #5456/#5511: a
+        # transactional call can wait for ever when its coordinator's broker leaves the cluster).
+        leaders = {_leader(broker, topic, p) for p in range(partitions)}
+        coordinator = _coordinator(broker, PROGRESS_GROUP)
+        leader = coordinator if coordinator in leaders else _leader(broker, topic, 1)
+        print(f"killing node {leader} (progress group coordinator: {coordinator}, leaders: {sorted(leaders)})")
         cluster.kill_node(leader)
         time.sleep(10)
         cluster.start_node(leader)
@@ -183,6 +213,7 @@ def test_restore_through_a_leader_failover(
     finally:
         kill_job(process)
     output = log.read_text()
+    print(f"stuck producers replaced: {output.count('going on with a new producer')}")
     assert "Traceback" not in output
     if first != 0:
         # Allowed: one clear line, and the rerun completes it.

@@ -258,7 +258,7 @@ def test_runnable_blocks_run(document: Path, docs_cluster: BrokerUnderTest, targ
             capture_output=True,
             text=True,
             env=env,
-            cwd=REPO,
+            cwd=tmp_path,  # a reader's directory, not the checkout
             timeout=600,
         )
         assert result.returncode == 0, (

@@ -15,7 +15,6 @@ import pytest
 
 from kbackup.devkit.kafka_cluster import KAFKA_VERSION, KafkaCluster
 from tests.conftest import REPO
-from tests.kafka_helpers import create_topics
 from tests.leftovers import marked_processes
 
 
@@ -129,36 +128,3 @@ def test_a_killed_owner_takes_its_brokers_with_it(tmp_path: Path) -> None:
     finally:
         if owner.poll() is None:
             owner.kill()
-
-
-def test_three_nodes_replicate_and_survive_one_node_down() -> None:
-    """The fault-test cluster: RF 3 and min.insync.replicas=2 by default; acks=all works with a node down."""
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, ConfigResource
-
-    with KafkaCluster(3) as cluster:
-        admin = AdminClient(cluster.client_settings())
-        assert len(admin.list_topics(timeout=10).brokers) == 3
-        create_topics(cluster.client_settings(), {"three-nodes": 2}, replication=-1)
-        metadata = admin.list_topics("three-nodes", timeout=10).topics["three-nodes"]
-        assert sorted(metadata.partitions) == [0, 1]
-        assert all(len(p.replicas) == 3 for p in metadata.partitions.values())
-        config = admin.describe_configs([ConfigResource("TOPIC", "three-nodes")])
-        described = next(iter(config.values())).result(30)
-        assert described["min.insync.replicas"].value == "2"
-
-        down = metadata.partitions[0].leader
-        cluster.kill_node(down)
-        producer = Producer({**cluster.client_settings(), "acks": "all", "message.timeout.ms": "60000"})
-        delivered: list[object] = []
-        for i in range(20):
-            producer.produce("three-nodes", value=b"%d" % i, partition=0, on_delivery=lambda e, m: delivered.append(e))
-        producer.flush(90)
-        assert delivered == [None] * 20
-        cluster.start_node(down)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if len(admin.list_topics(timeout=10).brokers) == 3:
-                break
-            time.sleep(0.5)
-        assert len(admin.list_topics(timeout=10).brokers) == 3

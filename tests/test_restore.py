@@ -117,13 +117,9 @@ def test_backup_then_restore_round_trip(kafka: BrokerUnderTest, target: Target, 
     assert offsets[(target.name("rt-orders"), 0)] == 50
     assert offsets[(target.name("rt-tx"), 0)] == 5
 
-    again = run_restore(*target.args(tmp_path), "--source-dir", backup, *maps)
-    assert again.returncode == 0, again.stdout[-3000:]
-    assert "608 records were already in the target" in again.stdout
-    assert consume_all(target.broker, [target.name("rt-orders"), target.name("rt-tx")]) == restored
-
     # The progress markers are a group's offsets, which Kafka expires (offsets.retention.minutes): without them
-    # the restore recognises its committed records by content, and still produces nothing.
+    # the restore recognises its committed records by content, and still produces nothing. (A rerun with its
+    # markers: test_sigkill_and_rerun_restores_exactly_once.)
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient(target.broker.client_settings())
@@ -414,12 +410,12 @@ def test_allow_non_empty_appends_once_across_a_rerun_and_force_offsets_moves_a_g
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     # The first restored record is at target offset 3, so readers (source offset 4) would go to 7, behind 9.
     assert f"group readers: {name}/0 left alone: would move back from 9 to 7" in first.stdout
-    assert group_offsets(target.broker, "readers") == {(name, 0): 9}
+    assert group_offsets(target.broker, "readers").get((name, 0)) == 9
 
     again = run_restore(*args, "--force-offsets")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "10 records were already in the target" in again.stdout
-    assert group_offsets(target.broker, "readers") == {(name, 0): 7}
+    assert group_offsets(target.broker, "readers").get((name, 0)) == 7
     restored = consume_all(target.broker, [name])
     assert [r["key"] for r in restored] == [b64(b"f%d" % i) for i in range(3)] + [b64(b"k%d" % i) for i in range(10)]
     assert [r["offset"] for r in restored][:4] == [0, 1, 2, 3]
