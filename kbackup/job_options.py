@@ -54,6 +54,21 @@ class ConnectorProperties:
             raise UsageError(f"{flag} {value!r} disagrees with {key}={from_file!r} in {self.source}")
         return value if value is not None else from_file
 
+    def required(self, flag: str, value: str | None, key: str, *, needs: str) -> str:
+        """:meth:`merge`, and an error saying what the job ``needs`` when neither is given."""
+        merged = self.merge(flag, value, key)
+        if not merged:
+            raise UsageError(f"{needs}: {flag} DIR (or {key} in --properties)")
+        return merged
+
+    def positive(self, flag: str, value: int | None, key: str, *, default: int) -> int:
+        """:meth:`merge` of a whole number above 0 (``default`` when neither is given)."""
+        text = self.merge(flag, None if value is None else str(value), key)
+        try:
+            return positive_int(text) if text else default
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"{self.source}: {key}: {exc}") from None
+
 
 def client_settings(
     properties: ConnectorProperties, command_config: Path | None, bootstrap: str | None

@@ -128,9 +128,9 @@ def parse_backup_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/bac
     """Parse and check; raise :class:`UsageError` for anything wrong (argparse exits for bad flags)."""
     args = build_parser(prog).parse_args(argv)
     properties = ConnectorProperties.load(args.properties, _PROPERTY_KEYS)
-    target = properties.merge("--target-dir", args.target_dir, "target.dir")
-    if not target:
-        raise UsageError("the backup needs a target directory: --target-dir DIR (or target.dir in --properties)")
+    target = properties.required(
+        "--target-dir", args.target_dir, "target.dir", needs="the backup needs a target directory"
+    )
     topics = properties.merge("--topics", args.topics, "topics")
     regex = properties.merge("--topics-regex", args.topics_regex, "topics.regex")
     if topics and regex:
@@ -139,12 +139,9 @@ def parse_backup_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/bac
         raise UsageError("say what to back up: --topics LIST or --topics-regex REGEX")
     selection = TopicSelection.from_list(topics) if topics else TopicSelection(pattern=regex)
 
-    size_flag = None if args.max_segment_size is None else str(args.max_segment_size)
-    size_text = properties.merge("--max-segment-size", size_flag, "max.segment.size.bytes")
-    try:
-        max_segment_size = positive_int(size_text) if size_text else DEFAULT_MAX_SEGMENT_SIZE
-    except argparse.ArgumentTypeError as exc:
-        raise UsageError(f"{properties.source}: max.segment.size.bytes: {exc}") from None
+    max_segment_size = properties.positive(
+        "--max-segment-size", args.max_segment_size, "max.segment.size.bytes", default=DEFAULT_MAX_SEGMENT_SIZE
+    )
 
     snapshot_property = properties.values.get("snapshot", "false").strip().lower()
     if snapshot_property not in ("true", "false"):

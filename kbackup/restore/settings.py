@@ -188,9 +188,7 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
     """Parse and check; raise :class:`UsageError` for anything wrong (argparse exits for bad flags)."""
     args = build_parser(prog).parse_args(argv)
     properties = ConnectorProperties.load(args.properties, _PROPERTY_KEYS)
-    source = properties.merge("--source-dir", args.source_dir, "source.dir")
-    if not source:
-        raise UsageError("the restore needs a backup: --source-dir DIR (or source.dir in --properties)")
+    source = properties.required("--source-dir", args.source_dir, "source.dir", needs="the restore needs a backup")
     topics = properties.merge("--topics", args.topics, "topics")
     if topics and args.topics_regex:
         raise UsageError("give topics or a topics regex, not both")
@@ -201,12 +199,7 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
         if args.topics_regex
         else None
     )
-    batch_flag = None if args.batch_size is None else str(args.batch_size)
-    batch_text = properties.merge("--batch-size", batch_flag, "batch.size")
-    try:
-        batch_size = positive_int(batch_text) if batch_text else DEFAULT_BATCH_SIZE
-    except argparse.ArgumentTypeError as exc:
-        raise UsageError(f"batch size: {exc}") from None
+    batch_size = properties.positive("--batch-size", args.batch_size, "batch.size", default=DEFAULT_BATCH_SIZE)
     client = client_settings(properties, args.command_config, args.bootstrap_server)
 
     topic_map = _pairs(args.topic_map, "--topic-map", "OLD=NEW")
