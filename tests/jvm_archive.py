@@ -9,7 +9,8 @@ without it, 5.9 s and 5.9 s with it (this machine, PySpark 4.3, Java 17).
 The archive is made once per machine, Java and PySpark (named by a hash of
 them) in kbackup's cache, by the controlling pytest process before workers
 start. A JVM that cannot use it (another Java behind ``java``) runs without it:
-sharing stays in its default ``auto`` mode. Only the tests use it; the jobs,
+sharing stays in its default ``auto`` mode, and ``cds`` logging is off so that
+such a JVM prints no warning into a job's output. Only the tests use it; the jobs,
 the demo and the benchmarks keep the JVM's defaults.
 """
 
@@ -47,7 +48,11 @@ def archive_path(cache: Path, jvm_options: str) -> Path | None:
     java = _java()
     if java is None:
         return None
-    key = f"{java}:{java.stat().st_mtime_ns}:{pyspark.__version__}:{Path(pyspark.__file__).parent}:{jvm_options}"
+    # A dynamic archive is valid only for the very jar files it was made from (the JVM checks their sizes and
+    # times and refuses it otherwise): a new install of the same PySpark needs a new one.
+    jars = sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+    stamps = "".join(f"{jar.name}:{jar.stat().st_size}:{jar.stat().st_mtime_ns};" for jar in jars)
+    key = f"{java}:{java.stat().st_mtime_ns}:{pyspark.__version__}:{stamps}:{jvm_options}"
     return cache / f"spark-driver-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
 
 
@@ -83,4 +88,7 @@ def ensure_archive(cache: Path, jvm_options: str, env: dict[str, str]) -> Path |
         partial.unlink(missing_ok=True)
         return None
     os.replace(partial, path)  # whole or absent: a JVM never maps a half-written archive
+    for old in cache.glob("spark-driver-*.jsa"):  # archives of other installs: 150 MB each, kept from growing
+        if old != path:
+            old.unlink(missing_ok=True)
     return path

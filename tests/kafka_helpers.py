@@ -33,9 +33,9 @@ def job_env() -> dict[str, str]:
     """Environment for spark-submit: this interpreter on driver and executors, this checkout importable."""
     env = job_environment()
     archive = os.environ.get(ARCHIVE_ENV)
-    env.setdefault(
-        "SPARK_SUBMIT_OPTS", f"{TEST_JVM_OPTIONS} -XX:SharedArchiveFile={archive}" if archive else TEST_JVM_OPTIONS
-    )
+    # cds logging off: a JVM that cannot map the archive runs without it and says nothing into the job's output.
+    shared = f" -XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off" if archive else ""
+    env.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS + shared)
     return env
 
 

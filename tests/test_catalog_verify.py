@@ -429,3 +429,23 @@ def test_no_catalog_note_when_there_is_nothing_to_catalog(tmp_path: Path) -> Non
     result = run_kbackup("verify", root)
     assert result.returncode == 0 and result.stdout == "fresh/0: ok (1 segment, 3 records)\n"
     assert run_kbackup("catalog", "rebuild", root).stdout == "fresh/0: 0 finished segments, 0 records\n"
+
+
+def test_a_segment_a_running_backup_names_after_the_read_is_not_lost(tmp_path: Path) -> None:
+    """A reader's partition index predates a segment the backup started since (named, then filled): not lost."""
+    from kbackup.catalog.segment_set import lost_segments
+    from kbackup.partition.reader import PartitionReader
+
+    ledger = CatalogLedger(tmp_path)
+    with PartitionWriter(tmp_path / "t", "t", 0, max_segment_size=300, fsync=False, ledger=ledger) as writer:
+        for offset in range(5):
+            writer.append(Record(offset, 0, 1_700_000_000_000, b"k", b"v" * 50))
+    before = PartitionReader(tmp_path / "t", 0)
+    with PartitionWriter(tmp_path / "t", "t", 0, max_segment_size=300, fsync=False, ledger=ledger) as writer:
+        for offset in range(5, 40):
+            writer.append(Record(offset, 0, 1_700_000_000_000, b"k", b"v" * 50))
+    assert len(PartitionReader(tmp_path / "t", 0).segments) > len(before.segments)
+    assert lost_segments(tmp_path, "t", 0, before) == []
+    # A segment really missing from the partition index is still found.
+    (tmp_path / "t" / "index_partition_000").write_bytes(b"\x01")
+    assert [bad.name for bad in lost_segments(tmp_path, "t", 0, before)]

@@ -12,7 +12,9 @@ disagreement with the partition index is a lost segment:
   that the partition index does not name.
 
 Segments an unfinished prune is deleting are expected to go and are not
-reported. Checksums of the segments the index does name are
+reported, and a segment a running backup names after the caller read the
+partition index is not lost (both are looked at again before reporting).
+Checksums of the segments the index does name are
 :mod:`kbackup.catalog.integrity`'s job.
 """
 
@@ -69,6 +71,13 @@ def lost_segments(
             entry.last_offset,
             f"the catalog names it ({entry.records} records) but the partition index does not",
         )
+    if lost:
+        # ``reader`` may predate what was listed: a running backup names a new segment in the partition index
+        # before it writes records there, and a prune records its intent before it drops one. So what the
+        # partition index and the prune intent say now decides (a segment lost for real stays lost).
+        named = {segment.name for segment in PartitionReader(topic_dir, partition).segments}
+        pending = {name for t, p, name in pending_deletions(root) if (t, p) == (topic, partition)}
+        lost = {name: bad for name, bad in lost.items() if name not in named and name not in pending}
     return sorted(lost.values(), key=lambda bad: (bad.first_offset is None, bad.first_offset or 0, bad.name))
 
 
