@@ -54,11 +54,11 @@ class ConnectorProperties:
             raise UsageError(f"{flag} {value!r} disagrees with {key}={from_file!r} in {self.source}")
         return value if value is not None else from_file
 
-    def required(self, flag: str, value: str | None, key: str, *, needs: str) -> str:
-        """:meth:`merge`, and an error saying what the job ``needs`` when neither is given."""
+    def required(self, flag: str, value: str | None, key: str, *, missing: str) -> str:
+        """:meth:`merge`, and the error ``missing`` when neither is given."""
         merged = self.merge(flag, value, key)
         if not merged:
-            raise UsageError(f"{needs}: {flag} DIR (or {key} in --properties)")
+            raise UsageError(missing)
         return merged
 
     def positive(self, flag: str, value: int | None, key: str, *, default: int) -> int:
@@ -169,12 +169,34 @@ def run_job(
         return 1
 
 
-def job_parser(
-    prog: str, description: str, *, script: str, cluster: str, connector: str
-) -> tuple[argparse.ArgumentParser, argparse._ArgumentGroup, argparse._ArgumentGroup]:
-    """A job's parser with the options both jobs have; returns it with its two groups (the original script's
+@dataclass(frozen=True)
+class JobTexts:
+    """What a job's ``--help`` says about the job itself."""
+
+    description: str
+    script: str  # the original tool's script the job stands in for
+    cluster: str  # whose bootstrap servers --bootstrap-server names
+    connector: str  # the original connector whose properties --properties reads
+
+
+JOB_TEXTS = {
+    "backup": JobTexts(
+        "Back up Kafka topics into kafka-backup v1 files, continuously or as a snapshot.",
+        "backup-standalone.sh", "the Kafka cluster's", "sink",
+    ),
+    "restore": JobTexts(
+        "Restore a kafka-backup v1 backup into a Kafka cluster and remap consumer group offsets.",
+        "restore-standalone.sh", "the target cluster's", "source",
+    ),
+}  # fmt: skip
+
+
+def job_parser(prog: str, job: str) -> tuple[argparse.ArgumentParser, argparse._ArgumentGroup, argparse._ArgumentGroup]:
+    """Job ``job``'s parser with the options both jobs have; returns it with its two groups (the original script's
     options, kbackup's own) for the job to add the rest."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    texts = JOB_TEXTS[job]
+    script, cluster, connector = texts.script, texts.cluster, texts.connector
+    parser = argparse.ArgumentParser(prog=prog, description=texts.description)
     original = parser.add_argument_group(f"options of the original {script}")
     original.add_argument("--bootstrap-server", help=f"{cluster} bootstrap servers, host:port[,host:port]")
     original.add_argument("--command-config", type=Path, help="Kafka client settings file (SSL/SASL)")

@@ -78,13 +78,7 @@ class BackupSettings:
 
 
 def build_parser(prog: str = "spark-submit jobs/backup.py") -> argparse.ArgumentParser:
-    parser, original, own = job_parser(
-        prog,
-        "Back up Kafka topics into kafka-backup v1 files, continuously or as a snapshot.",
-        script="backup-standalone.sh",
-        cluster="the Kafka cluster's",
-        connector="sink",
-    )
+    parser, original, own = job_parser(prog, "backup")
     original.add_argument("--target-dir", help="the backup root: one directory per topic is written inside")
     original.add_argument("--topics", help="comma-separated topics to back up")
     original.add_argument("--topics-regex", help="back up every topic whose whole name matches this regex")
@@ -129,8 +123,9 @@ def parse_backup_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/bac
     args = build_parser(prog).parse_args(argv)
     properties = ConnectorProperties.load(args.properties, _PROPERTY_KEYS)
     target = properties.required(
-        "--target-dir", args.target_dir, "target.dir", needs="the backup needs a target directory"
-    )
+        "--target-dir", args.target_dir, "target.dir",
+        missing="the backup needs a target directory: --target-dir DIR (or target.dir in --properties)",
+    )  # fmt: skip
     topics = properties.merge("--topics", args.topics, "topics")
     regex = properties.merge("--topics-regex", args.topics_regex, "topics.regex")
     if topics and regex:

@@ -96,13 +96,7 @@ class RestoreSettings:
 
 
 def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.ArgumentParser:
-    parser, original, own = job_parser(
-        prog,
-        "Restore a kafka-backup v1 backup into a Kafka cluster and remap consumer group offsets.",
-        script="restore-standalone.sh",
-        cluster="the target cluster's",
-        connector="source",
-    )
+    parser, original, own = job_parser(prog, "restore")
     original.add_argument("--source-dir", help="the backup root (one directory per topic)")
     original.add_argument("--topics", help="comma-separated topics to restore (default: every topic in the backup)")
     original.add_argument("--batch-size", type=positive_int, help="producer batch size in bytes (default 1 MiB)")
@@ -188,7 +182,10 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
     """Parse and check; raise :class:`UsageError` for anything wrong (argparse exits for bad flags)."""
     args = build_parser(prog).parse_args(argv)
     properties = ConnectorProperties.load(args.properties, _PROPERTY_KEYS)
-    source = properties.required("--source-dir", args.source_dir, "source.dir", needs="the restore needs a backup")
+    source = properties.required(
+        "--source-dir", args.source_dir, "source.dir",
+        missing="the restore needs a backup: --source-dir DIR (or source.dir in --properties)",
+    )  # fmt: skip
     topics = properties.merge("--topics", args.topics, "topics")
     if topics and args.topics_regex:
         raise UsageError("give topics or a topics regex, not both")
