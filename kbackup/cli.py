@@ -21,6 +21,7 @@ from kbackup.errors import BackupNotFoundError, KbackupError, UsageError
 from kbackup.format.naming import INDEX_SUFFIX, parse_partition_index_file_name
 from kbackup.format.partition_index import decode_partition_index
 from kbackup.format.record import Record, TimestampType
+from kbackup.fsutil import restrict_new_files
 from kbackup.partition.layout import STATE_DIR, list_partitions, list_segment_files, list_topics
 from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import MAX_PARTITION_INDEX_SIZE, PartitionReader
@@ -550,6 +551,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return launch(arguments[0], arguments[1:])
     parser = build_parser()
     args = parser.parse_args(arguments)
+    restrict_new_files(None)  # what prune, rebuild and checkpoint create write: nothing for others
     low, high = getattr(args, "from_offset", None), getattr(args, "to_offset", None)
     if low is not None and high is not None and low > high:
         args.command_parser.error(f"--from-offset {low} is after --to-offset {high} (both inclusive): nothing to print")

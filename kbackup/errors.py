@@ -26,6 +26,7 @@ The tree is shallow::
     ├── LeaseLostError           another job took this job's lease over
     ├── OriginError              the target holds a backup of another cluster or topic incarnation
     ├── ClusterError             a Kafka cluster cannot be reached or refused (``transient`` says which)
+    ├── AccessDeniedError        the cluster's ACLs do not grant the job an operation it needs
     ├── DeliveryError            the restore's target cluster refused records
     ├── TargetNotEmptyError      a target partition holds records of something else
     ├── TargetChangedError       another restore wrote there after this one was planned
@@ -156,6 +157,11 @@ class ClusterError(KbackupError):
     def __init__(self, message: str, *, transient: bool = False) -> None:
         super().__init__(message)
         self.transient = transient
+
+
+class AccessDeniedError(KbackupError):
+    """The cluster's ACLs do not grant the job an operation it needs (the message names it, the resource and the
+    principal)."""
 
 
 class ArtifactError(KbackupError):

@@ -19,6 +19,56 @@ from kbackup.errors import StorageError
 
 TMP_SUFFIX = ".kbackup-tmp"
 
+#: What kbackup takes away from the permissions of every file and directory it creates, unless ``--umask`` says
+#: otherwise: nothing for others, no writing for the group (files 0640, directories 0750). A backup holds every
+#: record of its topics; it deserves the protection of the cluster it came from.
+DEFAULT_UMASK = 0o027
+
+
+def parse_umask(text: str) -> int:
+    """An octal umask such as ``027`` or ``0077`` (what ``--umask`` takes)."""
+    try:
+        value = int(text, 8)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 0o777:
+        raise ValueError(f"expected an octal umask between 000 and 777 (e.g. 027), got {text!r}")
+    return value
+
+
+def restrict_new_files(umask: int | None) -> int:
+    """Set this process's umask: ``umask`` itself, or (None) the inherited one with :data:`DEFAULT_UMASK` added.
+
+    Returns the umask now in force. Called where a kbackup process starts writing: the job drivers, the Spark
+    tasks on the executors (each a Python worker of their own), the CLI.
+    """
+    inherited = os.umask(0o077)
+    chosen = (inherited | DEFAULT_UMASK) if umask is None else umask
+    os.umask(chosen)
+    return chosen
+
+
+def world_writable(root: Path, *, limit: int = 5) -> tuple[int, list[Path]]:
+    """How many of ``root`` and the files and directories below it others may write, and the first ``limit``."""
+    import stat
+
+    count = 0
+    found: list[Path] = []
+    for directory, dirs, files in os.walk(root):
+        base = Path(directory)
+        paths = [base] if base == root else []
+        paths += [base / name for name in (*dirs, *files)]
+        for path in paths:
+            try:
+                mode = path.lstat().st_mode
+            except OSError:
+                continue  # removed meanwhile (a prune, a running backup's temporary file)
+            if mode & stat.S_IWOTH and not stat.S_ISLNK(mode):
+                count += 1
+                if len(found) < limit:
+                    found.append(path)
+    return count, found
+
 
 def disk_error(exc: OSError, path: Path, *, writing: int | None = None) -> StorageError:
     """The one-line error for a failed write to a local file: the file, and for a full disk the space it needed."""

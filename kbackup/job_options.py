@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from kbackup.errors import KbackupError, UsageError
+from kbackup.fsutil import parse_umask
 from kbackup.kafka.client_settings import librdkafka_refusal
 from kbackup.kafka.java_client_settings import JAVA_SOURCES, librdkafka_settings
 from kbackup.logsetup import ensure_console_logging, print_error
@@ -206,7 +207,21 @@ def job_parser(prog: str, job: str) -> tuple[argparse.ArgumentParser, argparse._
     own.add_argument(
         "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting (repeatable)"
     )
+    own.add_argument(
+        "--umask",
+        type=umask,
+        help="octal umask of every file and directory the job creates (default: the inherited umask plus 027, "
+        "i.e. nothing for others)",
+    )
     return parser, original, own
+
+
+def umask(text: str) -> int:
+    """An argparse type: an octal umask (see :func:`kbackup.fsutil.parse_umask`)."""
+    try:
+        return parse_umask(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def positive_int(text: str) -> int:

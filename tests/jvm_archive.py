@@ -16,10 +16,12 @@ the demo and the benchmarks keep the JVM's defaults.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 #: The variable through which workers learn the archive's path (set by the controlling process).
@@ -88,7 +90,11 @@ def ensure_archive(cache: Path, jvm_options: str, env: dict[str, str]) -> Path |
         partial.unlink(missing_ok=True)
         return None
     os.replace(partial, path)  # whole or absent: a JVM never maps a half-written archive
-    for old in cache.glob("spark-driver-*.jsa"):  # archives of other installs: 150 MB each, kept from growing
-        if old != path:
-            old.unlink(missing_ok=True)
+    # Archives of other installs (150 MB each) are removed once nobody has made one for a day: another checkout's
+    # suite running at the same time maps its own (removing it would make that run's JVMs start without it).
+    day_ago = time.time() - 86_400
+    for old in cache.glob("spark-driver-*.jsa"):
+        with contextlib.suppress(OSError):
+            if old != path and old.stat().st_mtime < day_ago:
+                old.unlink()
     return path

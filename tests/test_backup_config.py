@@ -100,11 +100,48 @@ def test_settings_errors(args: list[str], message: str) -> None:
         parse_backup_args(args)
 
 
-def test_java_keystores_are_refused_with_the_librdkafka_equivalent() -> None:
-    with pytest.raises(UsageError, match=r"ssl.truststore.location .* use ssl.ca.location"):
+def test_an_unreadable_trust_store_and_other_login_modules_are_refused_in_one_line() -> None:
+    # Stores that can be read are tested in test_key_stores.py.
+    with pytest.raises(UsageError, match=r"cc: ssl.truststore.location /x.jks: cannot be read \(No such file"):
         librdkafka_settings({"ssl.truststore.location": "/x.jks"}, source="cc")
     with pytest.raises(UsageError, match="GssapiLoginModule"):
         librdkafka_settings({"sasl.jaas.config": "com.sun.GssapiLoginModule required;"}, source="cc")
+
+
+def test_oauthbearer_login_module_becomes_librdkafka_oidc_or_unsecured_tokens() -> None:
+    from kbackup.kafka.client_settings import librdkafka_refusal, redact
+
+    module = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+    java = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "OAUTHBEARER",
+        "sasl.login.callback.handler.class": module.replace("LoginModule", "LoginCallbackHandler"),
+        "sasl.oauthbearer.token.endpoint.url": "https://idp.example/token",
+        "sasl.jaas.config": f'{module} required clientId="kbackup" clientSecret="s3cr3t" scope="kafka" '
+        'extension_tenant="t1";',
+    }
+    oidc = librdkafka_settings(java, source="cc")
+    assert oidc == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "OAUTHBEARER",
+        "sasl.oauthbearer.token.endpoint.url": "https://idp.example/token",
+        "sasl.oauthbearer.method": "oidc",
+        "sasl.oauthbearer.client.id": "kbackup",
+        "sasl.oauthbearer.client.secret": "s3cr3t",
+        "sasl.oauthbearer.scope": "kafka",
+        "sasl.oauthbearer.extensions": "tenant=t1",
+    }
+    assert librdkafka_refusal({**oidc, "bootstrap.servers": "k:9093"}) is None  # librdkafka takes them as they are
+    assert "s3cr3t" not in str(redact(oidc))
+    unsecured = librdkafka_settings(
+        {**java, "sasl.jaas.config": f'{module} required unsecuredLoginStringClaim_sub="backup";'}, source="cc"
+    )
+    assert unsecured["enable.sasl.oauthbearer.unsecure.jwt"] == "true"
+    assert unsecured["sasl.oauthbearer.config"] == "principal=backup"
+    with pytest.raises(
+        UsageError, match=r"cc: sasl.jaas.config for .*OAuthBearerLoginModule needs clientId and clientSecret"
+    ):
+        librdkafka_settings({"sasl.jaas.config": f'{module} required clientId="kbackup";'}, source="cc")
 
 
 def test_topic_selection() -> None:

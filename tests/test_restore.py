@@ -343,6 +343,20 @@ def test_dry_run_prints_the_plan_and_touches_nothing(target: Target, tmp_path: P
     assert renamed not in AdminClient(target.broker.client_settings()).list_topics(timeout=10).topics
 
 
+def test_a_backup_others_can_write_to_is_restored_with_a_warning(
+    target: Target, tmp_path: Path, small_backup: Path
+) -> None:
+    segment = next((small_backup / "sel").glob("*records*"))
+    for path in (small_backup / "sel", segment):
+        path.chmod(path.stat().st_mode | 0o002)
+    result = restore_python(*target.args(tmp_path), "--source-dir", small_backup, "--topic-map",
+                            f"sel={target.name('sel-open')}", "--dry-run")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in (result.stdout + result.stderr).splitlines() if "WARNING" in line]
+    assert len(warnings) == 1 and "others can write to 2 files or directories of the backup" in warnings[0], warnings
+    assert str(segment) in warnings[0] and f"chmod -R o-w {small_backup}" in warnings[0]
+
+
 def test_rename_with_time_and_offset_windows(target: Target, tmp_path: Path, small_backup: Path) -> None:
     renamed = target.name("sel-window")
     result = run_restore(*target.args(tmp_path), "--source-dir", small_backup, "--topic-map", f"sel={renamed}",

@@ -40,22 +40,26 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
+from kbackup.backup.access import backup_permissions
 from kbackup.backup.cluster_watch import ClusterWatch
 from kbackup.backup.group_offsets import OffsetRound, ensure_partitions, record_topics, store_round, take_round
 from kbackup.backup.origin import check_origin
 from kbackup.backup.settings import BackupSettings, parse_backup_args
 from kbackup.catalog import checkpoints
 from kbackup.errors import ClusterError, KbackupError
+from kbackup.fsutil import restrict_new_files
 from kbackup.job_options import run_job
 from kbackup.kafka.admin_session import AdminSession
 from kbackup.kafka.client_settings import redact
 from kbackup.kafka.cluster import TopicPartitionKey, cluster_identity, partition_counts
-from kbackup.logsetup import ensure_console_logging, spark_log_level
+from kbackup.kafka.permissions import Permission, refuse_missing, secured
+from kbackup.logsetup import ensure_console_logging
 from kbackup.partition.layout import list_partitions, list_topics, state_dir
 from kbackup.partition.reader import PartitionReader
 from kbackup.spark.failures import failure_cause
 from kbackup.spark.kafka_connector import SPARK_KAFKA_FORMAT, connector_loaded, package_coordinate, spark_source_client
 from kbackup.spark.kafka_source import SOURCE_NAME, KafkaSource, decode_offsets
+from kbackup.spark.session import job_session
 from kbackup.spark.v1_sink import SINK_NAME, V1Sink
 from kbackup.storage import check_writable_root, prepare_root
 from kbackup.storage.lease import TargetLease
@@ -86,9 +90,11 @@ class BackupJob:
     _batch_seconds: float = 0.0  # the micro-batches' own time (Spark's triggerExecution), start-up excluded
     _began: float = field(default_factory=time.monotonic)  # the job's start, before Spark
     _lease: TargetLease | None = None
+    _umask: int = 0o022
 
     def run(self) -> int:
         settings = self.settings
+        self._umask = restrict_new_files(settings.umask)
         safe = redact(settings.client)
         log.info(
             "backing up %s from %s into %s (%s)",
@@ -198,6 +204,7 @@ class BackupJob:
     # -- steps ---------------------------------------------------------------
 
     def _preflight(self, session: AdminSession) -> None:
+        settings = self.settings
         try:  # one attempt: an unreachable cluster is reported at once
             counts = session.call(lambda admin, _: partition_counts(admin, timeout=15), patience=0)
         except ClusterError as exc:
@@ -205,6 +212,10 @@ class BackupJob:
         selection = self.settings.selection
         if selection.topics is not None:
             missing = [topic for topic in selection.topics if topic not in counts]
+            if missing and secured(settings.client):
+                # Kafka hides a topic from a principal that may not DESCRIBE it: say which permission is missing.
+                reading = [Permission("READ", "TOPIC", topic, "read its records") for topic in missing]
+                session.call(lambda admin, _: refuse_missing(admin, reading, settings.client))
             if missing:
                 raise KbackupError(
                     f"topic(s) {', '.join(missing)} do not exist on {self.settings.client['bootstrap.servers']}"
@@ -225,6 +236,7 @@ class BackupJob:
                 f"state in the directory {state} (made by an older kbackup); back it up into a new target, or leave "
                 "it out of --topics / --topics-regex"
             )
+        session.call(lambda admin, timeout: refuse_missing(admin, backup_permissions(admin, chosen), settings.client))
         servers = self.settings.client["bootstrap.servers"]
         cluster_id, topic_ids = session.call(
             lambda admin, timeout: cluster_identity(admin, selection.select(counts), timeout=timeout)
@@ -253,14 +265,9 @@ class BackupJob:
             log.info("topic configuration recorded for %s", count(changed, "topic"))
 
     def _session(self) -> Any:
-        from pyspark.sql import SparkSession
-
-        log_level = spark_log_level(debug=self.settings.debug)
-        builder = SparkSession.builder.appName("kbackup-backup").config("spark.log.level", log_level)
-        for key, value in self.settings.spark_conf.items():
-            builder = builder.config(key, value)
-        spark = builder.getOrCreate()
-        spark.sparkContext.setLogLevel(log_level)
+        spark = job_session(
+            "kbackup-backup", debug=self.settings.debug, spark_conf=self.settings.spark_conf, umask=self._umask
+        )
         spark.dataSource.register(KafkaSource)
         spark.dataSource.register(V1Sink)
         if self.settings.kafka_source == "spark" and not connector_loaded(spark):
@@ -297,6 +304,7 @@ class BackupJob:
             .queryName("kbackup-backup")
             .option("checkpointLocation", str(settings.checkpoint))
             .option("maxSegmentSize", str(settings.max_segment_size))
+            .option("umask", f"{self._umask:03o}")
         )
         if settings.snapshot:
             writer = writer.trigger(availableNow=True)

@@ -67,6 +67,8 @@ class BackupSettings:
     prune_groups: bool = False
     debug: bool = False
     spark_conf: dict[str, str] = field(default_factory=dict)
+    #: ``--umask``; None: the inherited one plus :data:`kbackup.fsutil.DEFAULT_UMASK`.
+    umask: int | None = None
 
     @property
     def checkpoint(self) -> Path:
@@ -161,4 +163,5 @@ def parse_backup_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/bac
         prune_groups=args.prune_groups,
         debug=args.debug,
         spark_conf=spark_conf(args.spark_conf),
+        umask=args.umask,
     )

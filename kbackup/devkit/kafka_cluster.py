@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from kbackup.devkit.kafka_security import BrokerSecurity
 from kbackup.errors import KbackupError
 from kbackup.jars import Artifact, classpath, resolve
 
@@ -102,6 +103,9 @@ class KafkaNode:
     controller_port: int
     directory: Path
     process: subprocess.Popen[bytes] | None = None
+    #: Ports of the TLS and SASL_SSL listeners of a secured cluster (0: none).
+    ssl_port: int = 0
+    sasl_ssl_port: int = 0
 
     @property
     def address(self) -> str:
@@ -136,6 +140,8 @@ class KafkaCluster:
     #: start. Benchmarks and the demo keep the JVM's defaults.
     quick_jit: bool = False
     start_timeout: float = 120.0
+    #: TLS, SASL_SSL and ACLs (see :mod:`kbackup.devkit.kafka_security`); None: PLAINTEXT only, no authorizer.
+    security: BrokerSecurity | None = None
     nodes: list[KafkaNode] = field(default_factory=list, init=False)
     directory: Path | None = field(default=None, init=False)
     cluster_id: str = field(default_factory=lambda: base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22])
@@ -144,7 +150,18 @@ class KafkaCluster:
     def bootstrap_servers(self) -> str:
         return ",".join(node.address for node in self.nodes)
 
+    @property
+    def ssl_bootstrap_servers(self) -> str:
+        """The TLS listeners (client certificate required) of a secured cluster."""
+        return ",".join(f"127.0.0.1:{node.ssl_port}" for node in self.nodes)
+
+    @property
+    def sasl_ssl_bootstrap_servers(self) -> str:
+        """The SASL_SSL (SCRAM) listeners of a secured cluster."""
+        return ",".join(f"127.0.0.1:{node.sasl_ssl_port}" for node in self.nodes)
+
     def client_settings(self) -> dict[str, str]:
+        """The PLAINTEXT listeners (a super user's on a secured cluster)."""
         return {"bootstrap.servers": self.bootstrap_servers}
 
     def describe(self) -> str:
@@ -159,6 +176,9 @@ class KafkaCluster:
             KafkaNode(node_id, free_port(), free_port(), self.directory / f"node-{node_id}")
             for node_id in range(1, self.nodes_count + 1)
         ]
+        if self.security is not None:
+            for node in self.nodes:
+                node.ssl_port, node.sasl_ssl_port = free_port(), free_port()
         try:
             for node in self.nodes:
                 self._write_config(node)
@@ -244,6 +264,15 @@ class KafkaCluster:
             "log.cleaner.backoff.ms": "500",
             "log.retention.check.interval.ms": "5000",
         }
+        if self.security is not None:
+            settings.update(
+                self.security.listener_settings(
+                    node.address,
+                    f"127.0.0.1:{node.ssl_port}",
+                    f"127.0.0.1:{node.sasl_ssl_port}",
+                    f"127.0.0.1:{node.controller_port}",
+                )
+            )
         settings.update(self.broker_config)
         return settings
 
@@ -280,6 +309,7 @@ class KafkaCluster:
             f"--cluster-id={self.cluster_id}",
             "--config",
             str(node.directory / "server.properties"),
+            *(self.security.format_arguments() if self.security is not None else []),
             heap="256m",
         )
         result = subprocess.run(command, capture_output=True, text=True, timeout=120)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-_SECRET = re.compile(r"(password|secret|jaas|token|credential|sasl\.oauthbearer\.config|ssl\.key\.pem|ssl_key)", re.I)
+#: Settings keys whose values are secrets (a regular expression Python and Java read alike, case-insensitive).
+SECRET_KEY_PATTERN = r"(?i)(password|secret|jaas|token|credential|sasl\.oauthbearer\.config|ssl\.key\.pem|ssl_key)"
+_SECRET = re.compile(SECRET_KEY_PATTERN)
 
 
 def redact(settings: Mapping[str, str]) -> dict[str, str]:

@@ -20,24 +20,29 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from kbackup.errors import ClusterError, KbackupError, RestoreFencedError
+from kbackup.fsutil import restrict_new_files, world_writable
 from kbackup.job_options import run_job
 from kbackup.kafka.client_settings import redact
 from kbackup.kafka.cluster import TopicPartitionKey, admin_client, create_topics, partition_counts
-from kbackup.logsetup import spark_log_level
+from kbackup.kafka.permissions import refuse_missing
 from kbackup.partition.reader import PartitionReader
 from kbackup.progress import Progress
+from kbackup.restore.access import check_transactions, restore_permissions
 from kbackup.restore.group_offsets import commit_group_offsets
-from kbackup.restore.marker import TRANSACTION_RECORDS, TRANSACTION_SECONDS
+from kbackup.restore.marker import TRANSACTION_RECORDS, TRANSACTION_SECONDS, transactional_id
 from kbackup.restore.plan import PartitionPlan, RestorePlan, build_plan, refuse_damage
 from kbackup.restore.selection import count_selected
 from kbackup.restore.settings import RestoreSettings, parse_restore_args
 from kbackup.restore.task import PartitionResult, PartitionTask, restore_partition
 from kbackup.restore.timestamp_type import TIMESTAMP_TYPE, PendingTimestampTypes, set_timestamp_types
 from kbackup.spark.failures import failure_cause
-from kbackup.storage import check_writable_root
+from kbackup.spark.session import job_session
+from kbackup.storage import Location, check_writable_root
+from kbackup.text import count
 
 log = logging.getLogger("kbackup.restore")
 
@@ -54,6 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(settings: RestoreSettings) -> int:
     safe = redact(settings.client)
     log.info("restoring %s into %s", settings.source, safe["bootstrap.servers"])
+    umask = restrict_new_files(settings.umask)
+    _warn_if_others_can_write(settings.source)
     if settings.state_dir is not None:
         check_writable_root(settings.state_dir, what="restore state directory")
     admin = admin_client({**settings.client, "socket.timeout.ms": "10000"})
@@ -71,6 +78,9 @@ def run(settings: RestoreSettings) -> int:
             print(line)
         refuse_damage(plan, settings)  # the real run would refuse: so does the dry run, after the report
         return 0
+    first = next((part for part in plan.partitions if part.to_produce > 0 or part.groups), None)
+    if first is not None:  # the one permission Kafka cannot be asked about, before anything is created
+        check_transactions(settings.client, transactional_id(first.target_topic, first.target_partition))
     to_create = {t.target_topic: t.create_partitions for t in plan.topics if t.create_partitions is not None}
     later = {t.target_topic: t.set_timestamp_type for t in plan.topics if t.set_timestamp_type is not None}
     pending = PendingTimestampTypes(settings.state_file("timestamp-types"))
@@ -83,9 +93,14 @@ def run(settings: RestoreSettings) -> int:
         )
         if created:
             log.info("created topic(s): %s", ", ".join(f"{t} ({to_create[t]} partitions)" for t in created))
-    tasks = [_task(part, settings) for part in plan.partitions if part.to_produce > 0 or part.groups]
+            # What ACLs allow on a topic shows only once it exists.
+            on_created = [p for p in restore_permissions(plan) if p.resource_type == "TOPIC" and p.name in created]
+            refuse_missing(
+                admin, on_created, settings.client, done=f"only the (empty) topics {', '.join(created)} were created"
+            )
+    tasks = [_task(part, settings, umask) for part in plan.partitions if part.to_produce > 0 or part.groups]
     started = time.monotonic()
-    results = _run_tasks(tasks, settings) if tasks else []
+    results = _run_tasks(tasks, settings, umask) if tasks else []
     seconds = time.monotonic() - started
     fenced = [result.fenced for result in results if result.fenced]
     if fenced:
@@ -135,7 +150,24 @@ def run(settings: RestoreSettings) -> int:
     return 0
 
 
-def _task(part: PartitionPlan, settings: RestoreSettings) -> PartitionTask:
+def _warn_if_others_can_write(source: Location) -> None:
+    """A warning when users other than the owner and group may write to the backup being restored."""
+    if not isinstance(source, Path):
+        return  # object storage: its access policy is the bucket's
+    writable, first = world_writable(source)
+    if writable:
+        log.warning(
+            "others can write to %s of the backup %s (first: %s): anyone on this machine could have changed "
+            "what is restored; checksums catch changed segments, not a backup replaced as a whole "
+            "(chmod -R o-w %s)",
+            count(writable, "file or directory", "files or directories"),
+            source,
+            ", ".join(str(path) for path in first),
+            source,
+        )
+
+
+def _task(part: PartitionPlan, settings: RestoreSettings, umask: int) -> PartitionTask:
     return PartitionTask(
         source_dir=str(settings.source / part.source_topic),
         source_topic=part.source_topic,
@@ -153,18 +185,12 @@ def _task(part: PartitionPlan, settings: RestoreSettings) -> PartitionTask:
         batch_size=settings.batch_size,
         max_rate=settings.max_rate,
         legacy=settings.legacy,
+        umask=umask,
     )
 
 
-def _run_tasks(tasks: list[PartitionTask], settings: RestoreSettings) -> list[PartitionResult]:
-    from pyspark.sql import SparkSession
-
-    log_level = spark_log_level(debug=settings.debug)
-    builder = SparkSession.builder.appName("kbackup-restore").config("spark.log.level", log_level)
-    for key, value in settings.spark_conf.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(log_level)
+def _run_tasks(tasks: list[PartitionTask], settings: RestoreSettings, umask: int) -> list[PartitionResult]:
+    spark = job_session("kbackup-restore", debug=settings.debug, spark_conf=settings.spark_conf, umask=umask)
     try:
         context = spark.sparkContext
         rdd = context.parallelize(tasks, len(tasks))

@@ -75,9 +75,13 @@ class ProgressMarker:
             return cls("unknown", offset, -1, -1)
 
 
+#: What every restore's transactional id starts with (ACLs grant WRITE on this prefix).
+TRANSACTIONAL_ID_PREFIX = "kbackup-restore."
+
+
 def transactional_id(topic: str, partition: int) -> str:
     """The id every restore into this target partition produces with (so that the newest one fences the others)."""
-    return f"kbackup-restore.{topic}.{partition}"
+    return f"{TRANSACTIONAL_ID_PREFIX}{topic}.{partition}"
 
 
 def restore_identity(

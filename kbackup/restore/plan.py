@@ -46,9 +46,11 @@ from kbackup.errors import (
 )
 from kbackup.format.record import Record
 from kbackup.kafka.cluster import PROGRESS_GROUP, list_offsets, partition_counts
+from kbackup.kafka.permissions import refuse_missing
 from kbackup.partition.layout import list_partitions, list_topics
 from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import PartitionReader
+from kbackup.restore.access import restore_permissions
 from kbackup.restore.marker import marker_consumer, read_markers, restore_identity
 from kbackup.restore.retention import (
     TimeLimits,
@@ -207,6 +209,7 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
             )
     if not settings.dry_run:
         refuse_damage(plan, settings)
+    refuse_missing(admin, restore_permissions(plan), settings.client)
     _place(plan, settings, admin, existing)
     _check_target_times(plan, settings, admin)
     return plan

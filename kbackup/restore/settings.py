@@ -60,6 +60,8 @@ class RestoreSettings:
     drop_topic_config: frozenset[str] = frozenset()
     state_dir: Path | None = None
     spark_conf: dict[str, str] = field(default_factory=dict)
+    #: ``--umask``; None: the inherited one plus :data:`kbackup.fsutil.DEFAULT_UMASK`.
+    umask: int | None = None
     debug: bool = False
 
     def target_topic(self, source_topic: str) -> str:
@@ -248,6 +250,7 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
         drop_topic_config=frozenset(args.drop_topic_config),
         state_dir=args.state_dir,
         spark_conf=spark_conf(args.spark_conf),
+        umask=args.umask,
         debug=args.debug,
     )
     if selection is not None and selection.topics is not None:

@@ -47,6 +47,7 @@ from typing import Any, TypeVar
 from kbackup.catalog.integrity import bad_segments
 from kbackup.errors import ChecksumError, DeliveryError, TargetChangedError
 from kbackup.format.record import Record
+from kbackup.fsutil import restrict_new_files
 from kbackup.partition.reader import PartitionReader
 from kbackup.restore.marker import (
     TRANSACTION_RECORDS,
@@ -91,6 +92,8 @@ class PartitionTask:
     batch_size: int
     max_rate: int | None = None
     legacy: bool = False
+    #: The umask of the files the task creates (its staged copy of an object-storage backup).
+    umask: int | None = None
 
 
 @dataclass
@@ -188,6 +191,7 @@ _FATAL = -150  # an operation refused because the producer had a fatal error (se
 def restore_partition(task: PartitionTask) -> PartitionResult:
     """Produce the task's records; return what was done and the groups' new offsets."""
 
+    restrict_new_files(task.umask)
     result = PartitionResult(task.source_topic, task.source_partition, task.target_topic, task.target_partition)
     result.started_at = time.time()
     with (

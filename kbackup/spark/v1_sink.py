@@ -43,6 +43,7 @@ from pyspark.sql.types import StructType
 from kbackup.catalog.ledger import CatalogLedger
 from kbackup.errors import UsageError
 from kbackup.format.record_columns import encode_columns
+from kbackup.fsutil import parse_umask, restrict_new_files
 from kbackup.logsetup import ensure_console_logging
 from kbackup.partition.object_writer import ObjectPartitionWriter, open_partition_writer
 from kbackup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE, PartitionWriter
@@ -67,10 +68,12 @@ class SinkOptions:
     max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE
     lock_timeout: float = 600
     fsync: bool = True
+    #: The umask of the files the tasks create (None: the executor's own plus kbackup's default).
+    umask: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
-        known = {"path", "maxsegmentsize", "locktimeoutseconds", "fsync", "checkpointlocation", "queryname"}
+        known = {"path", "maxsegmentsize", "locktimeoutseconds", "fsync", "umask", "checkpointlocation", "queryname"}
         lowered = {key.lower(): value for key, value in options.items()}
         for key in options:
             if key.lower() not in known:
@@ -83,6 +86,7 @@ class SinkOptions:
                 max_segment_size=int(lowered.get("maxsegmentsize", DEFAULT_MAX_SEGMENT_SIZE)),
                 lock_timeout=float(lowered.get("locktimeoutseconds", 600)),
                 fsync=lowered.get("fsync", "true").lower() != "false",
+                umask=parse_umask(lowered["umask"]) if "umask" in lowered else None,
             )
         except ValueError as exc:
             raise UsageError(f"invalid option for the {SINK_NAME} sink: {exc}") from None
@@ -133,6 +137,7 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BackupCommitMessage:
         """Executor side: append every record, then sync each partition it touched."""
+        restrict_new_files(self.options.umask)
         writers: dict[tuple[str, int], AnyWriter] = {}
         stats: dict[tuple[str, int], PartitionWrite] = {}
         try:

@@ -1,0 +1,41 @@
+"""The Spark session of a kbackup job: its name, log level, the user's settings and redaction of secrets."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kbackup.kafka.client_settings import SECRET_KEY_PATTERN
+from kbackup.logsetup import spark_log_level
+
+#: Spark's own default for ``spark.redaction.regex``, which names the settings whose values the UI, the event log
+#: and the logs show as ``*********(redacted)``.
+_SPARK_DEFAULT_REDACTION = "(?i)secret|password|token|access[.]?key"
+
+#: What kbackup sets instead: Spark's default plus every Kafka client key that can hold a secret
+#: (``sasl.jaas.config``, ``ssl.key.pem``, ``sasl.oauthbearer.config`` ...), also as a data source option
+#: (``kafka.sasl.password``) in a query plan, through ``spark.sql.redaction.options.regex``.
+SPARK_REDACTION = f"{_SPARK_DEFAULT_REDACTION}|{SECRET_KEY_PATTERN}"
+
+
+def job_session(app_name: str, *, debug: bool, spark_conf: Mapping[str, str], umask: int) -> Any:
+    """The job's ``SparkSession`` (made, or the one ``spark-submit`` already made), with ``spark_conf`` applied.
+
+    ``umask`` is also Hadoop's for the files Spark writes (the checkpoint). A ``spark.redaction.regex``,
+    ``spark.sql.redaction.options.regex`` or ``spark.hadoop.fs.permissions.umask-mode`` the user gives wins.
+    """
+    from pyspark.sql import SparkSession
+
+    log_level = spark_log_level(debug=debug)
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .config("spark.log.level", log_level)
+        .config("spark.redaction.regex", SPARK_REDACTION)
+        .config("spark.sql.redaction.options.regex", SPARK_REDACTION)
+        .config("spark.hadoop.fs.permissions.umask-mode", f"{umask:03o}")
+    )
+    for key, value in spark_conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(log_level)
+    return spark

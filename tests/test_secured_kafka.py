@@ -1,0 +1,329 @@
+"""Backup and restore against a secured Apache Kafka: TLS, SASL_SSL with SCRAM-SHA-512 users, ACLs.
+
+One local node (:mod:`kbackup.devkit.kafka_security`) with a certificate made
+here, Kafka's StandardAuthorizer and no access where no ACL grants it. The
+jobs get the original tool's Java-style client settings (``sasl.jaas.config``,
+a JKS, PKCS12 or PEM trust store) through ``--command-config``, and the ACLs
+``docs/operations.md`` lists, no more: the round trip works with exactly those,
+and without any one of them each job refuses in one line before it changes
+anything. Every secret is then looked for in everything the jobs printed and
+wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kbackup.devkit.kafka_cluster import KafkaCluster
+from kbackup.devkit.kafka_security import BrokerSecurity
+from kbackup.devkit.tls import CertificateSet, java_trust_store, make_certificates
+from tests.broker import BrokerUnderTest
+from tests.conftest import REPO
+from tests.kafka_helpers import consume_all, create_topics, job_env, kbackup_lines, run_backup
+from tests.restore_helpers import comparable, group_offsets, restore_python, run_restore
+
+TOPIC = "sec-orders"
+RESTORED = "sec-restored"
+GROUP = "sec-readers"
+BACKUP_USER, BACKUP_PASSWORD = "backup", "bk-Pw-6f1d-secret"
+RESTORE_USER, RESTORE_PASSWORD = "restore", "rs-Pw-90ab-secret"
+TRUST_PASSWORD = "ts-Pw-77c3-secret"
+
+#: The ACLs docs/operations.md lists for a backup of TOPIC (type, name, pattern, operation).
+BACKUP_ACLS = [
+    ("CLUSTER", "kafka-cluster", "LITERAL", "DESCRIBE"),
+    ("TOPIC", TOPIC, "LITERAL", "READ"),
+    ("TOPIC", TOPIC, "LITERAL", "DESCRIBE_CONFIGS"),
+    ("GROUP", "*", "LITERAL", "DESCRIBE"),
+]
+#: ... and for its restore into RESTORED, a topic the restore creates, with GROUP's offsets remapped.
+RESTORE_ACLS = [
+    ("CLUSTER", "kafka-cluster", "LITERAL", "DESCRIBE_CONFIGS"),
+    ("TOPIC", RESTORED, "LITERAL", "CREATE"),
+    ("TOPIC", RESTORED, "LITERAL", "WRITE"),
+    ("TOPIC", RESTORED, "LITERAL", "READ"),
+    ("GROUP", "kbackup-restore-progress", "LITERAL", "READ"),
+    ("GROUP", GROUP, "LITERAL", "READ"),
+    ("TRANSACTIONAL_ID", "kbackup-restore.", "PREFIXED", "WRITE"),
+]
+
+
+@dataclass
+class Secured:
+    cluster: KafkaCluster
+    security: BrokerSecurity
+    directory: Path  # the users' settings files and stores (they hold the secrets by design)
+
+    @property
+    def harness(self) -> BrokerUnderTest:
+        """The PLAINTEXT listener: a super user, for setting up and checking."""
+        return BrokerUnderTest("local", self.cluster.bootstrap_servers)
+
+    def admin(self) -> object:
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient(self.cluster.client_settings())
+
+    def acls(self, user: str, rows: list[tuple[str, str, str, str]], *, grant: bool) -> None:
+        from confluent_kafka.admin import (
+            AclBinding,
+            AclBindingFilter,
+            AclOperation,
+            AclPermissionType,
+            ResourcePatternType,
+            ResourceType,
+        )
+
+        admin = self.admin()
+        bindings = []
+        for kind, name, pattern, operation in rows:
+            # librdkafka calls the cluster resource BROKER (Kafka's resource type 4).
+            resource = ResourceType["BROKER" if kind == "CLUSTER" else kind]
+            cls = AclBinding if grant else AclBindingFilter
+            bindings.append(
+                cls(resource, name, ResourcePatternType[pattern], f"User:{user}", "*", AclOperation[operation],
+                    AclPermissionType.ALLOW)
+            )  # fmt: skip
+        futures = admin.create_acls(bindings) if grant else admin.delete_acls(bindings)  # type: ignore[attr-defined]
+        for future in futures.values():
+            future.result()
+
+    def java_settings(self, user: str, password: str, store_type: str) -> Path:
+        """A ``--command-config`` file as a Java client's user writes it, trusting the CA through ``store_type``."""
+        if store_type == "PEM":
+            trust = f"ssl.truststore.type=PEM\nssl.truststore.location={self.security.certificates.ca_pem}\n"
+        else:
+            store = self.directory / f"truststore.{store_type.lower()}"
+            if not store.exists():
+                java_trust_store(self.security.certificates.ca_pem, store, store_type, TRUST_PASSWORD)
+            trust = (
+                f"ssl.truststore.type={store_type}\nssl.truststore.location={store}\n"
+                f"ssl.truststore.password={TRUST_PASSWORD}\n"
+            )
+        path = self.directory / f"{user}-{store_type.lower()}.properties"
+        path.write_text(
+            "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+            "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{user}" password="{password}";\n' + trust
+        )
+        return path
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    directory = tmp_path_factory.mktemp("secrets")
+    security = BrokerSecurity(make_certificates(directory / "certificates"))
+    with KafkaCluster(security=security, quick_jit=True) as cluster:
+        setup = Secured(cluster, security, directory)
+        upserts = [
+            UserScramCredentialUpsertion(
+                user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), password.encode()
+            )
+            for user, password in ((BACKUP_USER, BACKUP_PASSWORD), (RESTORE_USER, RESTORE_PASSWORD))
+        ]
+        admin = setup.admin()  # kept until the futures are answered: a dropped client cancels them
+        for future in admin.alter_user_scram_credentials(upserts).values():  # type: ignore[attr-defined]
+            future.result()
+        fill(setup)
+        yield setup
+
+
+def fill(secured: Secured) -> None:
+    from confluent_kafka import Producer
+
+    create_topics(secured.harness, {TOPIC: 2})
+    producer = Producer(secured.cluster.client_settings())
+    for i in range(300):
+        producer.produce(
+            TOPIC,
+            key=None if i % 7 == 0 else b"k%d" % i,
+            value=b"v%d" % i * (1 + i % 3),
+            headers=[("h", b"%d" % i)] if i % 5 == 0 else None,
+            partition=i % 2,
+        )
+    producer.flush(30)
+    from tests.kafka_helpers import commit_offsets
+
+    commit_offsets(secured.harness, GROUP, {(TOPIC, 0): 40, (TOPIC, 1): 150})
+
+
+def secured_args(secured: Secured, config: Path) -> list[str | Path]:
+    return ["--bootstrap-server", secured.cluster.sasl_ssl_bootstrap_servers, "--command-config", config]
+
+
+def error_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in (result.stdout + result.stderr).splitlines() if "error:" in line]
+
+
+def test_round_trip_through_sasl_ssl_with_exactly_the_documented_acls_and_no_secret_anywhere(
+    secured: Secured, tmp_path: Path
+) -> None:
+    secured.acls(BACKUP_USER, BACKUP_ACLS, grant=True)
+    secured.acls(RESTORE_USER, RESTORE_ACLS, grant=True)
+    backup, events = tmp_path / "backup", tmp_path / "spark-events"
+    events.mkdir()
+    # The Spark UI's environment and SQL pages are what the event log records (uncompressed, to be searched).
+    spark_ui = [f"--spark-conf={key}={value}" for key, value in (
+        ("spark.eventLog.enabled", "true"), ("spark.eventLog.dir", events.as_uri()),
+        ("spark.eventLog.compress", "false"),
+    )]  # fmt: skip
+    done = run_backup(*secured_args(secured, secured.java_settings(BACKUP_USER, BACKUP_PASSWORD, "JKS")),
+                      "--target-dir", backup, "--topics", TOPIC, "--snapshot", *spark_ui)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    restore_config = secured.java_settings(RESTORE_USER, RESTORE_PASSWORD, "PKCS12")
+    restore_args = [
+        *secured_args(secured, restore_config),
+        "--source-dir",
+        backup,
+        "--topic-map",
+        f"{TOPIC}={RESTORED}",
+    ]
+    dry = restore_python(*restore_args, "--dry-run")
+    assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
+    restored = run_restore(*restore_args, *spark_ui)
+    assert restored.returncode == 0, restored.stdout[-3000:] + restored.stderr[-3000:]
+
+    source = consume_all(secured.harness, [TOPIC])
+    assert len(source) == 300
+    assert comparable([json.loads(line) for line in kbackup_lines("cat", backup, "--topic", TOPIC)]) == comparable(
+        source
+    )
+    assert comparable(consume_all(secured.harness, [RESTORED])) == comparable(source)
+    offsets = group_offsets(secured.harness, GROUP)
+    # Remapped onto the restored topic (the same offsets: the source has no gaps), the source's left as they were.
+    assert offsets == {(TOPIC, 0): 40, (TOPIC, 1): 150, (RESTORED, 0): 40, (RESTORED, 1): 150}
+
+    # No secret in anything printed or written: the jobs' output, the dry run, the backup (catalog, topic
+    # configurations, consumer offsets, Spark checkpoint, restore state) and the Spark event logs.
+    secrets = [BACKUP_PASSWORD, RESTORE_PASSWORD, TRUST_PASSWORD]
+    outputs = {"backup": done.stdout + done.stderr, "dry run": dry.stdout + dry.stderr,
+               "restore": restored.stdout + restored.stderr}  # fmt: skip
+    files = [path for path in tmp_path.rglob("*") if path.is_file()]
+    logs = [path for path in files if events in path.parents]
+    assert len({path.parent for path in logs}) == 2, "both jobs wrote an event log"
+    assert (backup / "kbackup~state" / "spark-checkpoint" / "offsets").is_dir()
+    for secret in secrets:
+        for name, text in outputs.items():
+            assert secret not in text, f"{name} printed a secret"
+        for path in files:
+            assert secret.encode() not in path.read_bytes(), f"{path} holds a secret"
+    # Files at rest: nothing the backup made (segments by the executors, catalog by the driver, Spark's checkpoint
+    # by the JVM) is open to others or writable by the group (the default umask 027).
+    loose = [f"{path} {path.stat().st_mode & 0o777:o}" for path in [backup, *backup.rglob("*")]
+             if path.stat().st_mode & 0o027]  # fmt: skip
+    assert not loose, loose
+    # What the Spark UI shows was in the logs searched: its environment page and the queries' plans.
+    events_seen = b"".join(path.read_bytes() for path in logs)
+    assert b"SparkListenerEnvironmentUpdate" in events_seen and b"SparkListenerSQLExecutionStart" in events_seen
+
+
+def test_each_missing_acl_is_refused_in_one_line_before_anything_changes(secured: Secured, tmp_path: Path) -> None:
+    """Without any one documented ACL, each job stops before it writes a file, creates a topic or commits."""
+    from confluent_kafka.admin import NewTopic
+
+    source = tmp_path / "source-backup"
+    config = secured.java_settings(BACKUP_USER, BACKUP_PASSWORD, "JKS")
+    for row in BACKUP_ACLS:
+        secured.acls(BACKUP_USER, [row], grant=False)
+        try:
+            target = tmp_path / f"backup-{row[3].lower()}-{row[0].lower()}"
+            result = subprocess.run(
+                [sys.executable, str(REPO / "jobs" / "backup.py"), *map(str, secured_args(secured, config)),
+                 "--target-dir", str(target), "--topics", TOPIC, "--snapshot"],
+                capture_output=True, text=True, env=job_env(), timeout=120,
+            )  # fmt: skip
+        finally:
+            secured.acls(BACKUP_USER, [row], grant=True)
+        kind, name, _, operation = row
+        # Without DESCRIBE on every group, the first group the cluster lists is named.
+        resource = "the cluster" if kind == "CLUSTER" else f"{kind.lower()} '{name}'" if name != "*" else "group '.+'"
+        errors = error_lines(result)
+        assert result.returncode == 1 and len(errors) == 1, (row, result.stdout[-2000:], result.stderr[-2000:])
+        assert re.search(f"User:{BACKUP_USER} may not {operation} {resource}", errors[0]), (row, errors)
+        assert "nothing was done" in errors[0] and "kafka-acls.sh" in errors[0]
+        assert not target.exists() or not any(target.iterdir()), f"{row}: the backup wrote {list(target.rglob('*'))}"
+
+    # The restore: into a topic it would create (CREATE and the cluster's configuration), and into one that exists.
+    done = run_backup(*secured_args(secured, config), "--target-dir", source, "--topics", TOPIC, "--snapshot")
+    assert done.returncode == 0, done.stdout[-3000:]
+    existing = "sec-existing"
+    admin = secured.admin()
+    for future in admin.create_topics([NewTopic(existing, 2)]).values():  # type: ignore[attr-defined]
+        future.result()
+    restore_config = secured.java_settings(RESTORE_USER, RESTORE_PASSWORD, "PEM")
+    before = group_offsets(secured.harness, GROUP)
+    secured.acls(RESTORE_USER, RESTORE_ACLS, grant=False)  # the round trip's grants, if it ran first
+    for row in RESTORE_ACLS:
+        into_existing = row[3] not in ("CREATE", "DESCRIBE_CONFIGS")
+        target_topic = existing if into_existing else f"{RESTORED}-{row[0].lower()}-{row[3].lower()}"
+        grants = [(k, target_topic if n == RESTORED else n, p, o) for k, n, p, o in RESTORE_ACLS if (k, n, p, o) != row]
+        if into_existing:  # DESCRIBE_CONFIGS on an existing topic instead of CREATE
+            grants = [g for g in grants if g[3] != "CREATE"] + [("TOPIC", existing, "LITERAL", "DESCRIBE_CONFIGS")]
+        secured.acls(RESTORE_USER, grants, grant=True)
+        try:
+            result = restore_python(*secured_args(secured, restore_config), "--source-dir", source,
+                                    "--topic-map", f"{TOPIC}={target_topic}")  # fmt: skip
+        finally:
+            secured.acls(RESTORE_USER, grants, grant=False)
+        kind, name, pattern, operation = row
+        name = target_topic if name == RESTORED else name
+        if kind == "CLUSTER":
+            resource = "the cluster"
+        elif pattern == "PREFIXED":
+            resource = f"transactional ids {name}*"
+        else:
+            resource = f"{kind.lower()} '{name}'"
+        errors = error_lines(result)
+        assert result.returncode == 1 and len(errors) == 1, (row, result.stdout[-2000:], result.stderr[-2000:])
+        assert f"User:{RESTORE_USER} may not {operation} {resource}" in errors[0], (row, errors)
+        assert "nothing was done" in errors[0]
+        assert target_topic == existing or target_topic not in secured.admin().list_topics(timeout=10).topics  # type: ignore[attr-defined]
+        assert consume_all(secured.harness, [existing]) == []
+        assert group_offsets(secured.harness, GROUP) == before
+
+
+def test_the_tls_listener_names_the_certificate_principal(secured: Secured, tmp_path: Path) -> None:
+    """Client certificate from a PKCS12 key store, CA from a PEM trust store; no ACL for that principal."""
+    certificates: CertificateSet = secured.security.certificates
+    config = tmp_path / "tls.properties"
+    config.write_text(
+        "security.protocol=SSL\n"
+        f"ssl.keystore.type=PKCS12\nssl.keystore.location={certificates.client_keystore}\n"
+        f"ssl.keystore.password={certificates.password}\nssl.key.password={certificates.password}\n"
+        f"ssl.truststore.type=PEM\nssl.truststore.location={certificates.ca_pem}\n"
+    )
+    source = tmp_path / "backup"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "jobs" / "backup.py"), "--bootstrap-server",
+         secured.cluster.ssl_bootstrap_servers, "--command-config", str(config), "--target-dir", str(source),
+         "--topics", TOPIC, "--snapshot"],
+        capture_output=True, text=True, env=job_env(), timeout=120,
+    )  # fmt: skip
+    errors = error_lines(result)
+    assert result.returncode == 1 and len(errors) == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    # No ACL names this principal: the topic is invisible to it, and the error says which permission that is.
+    assert f"User:{certificates.client_subject} may not READ topic '{TOPIC}'" in errors[0], errors
+    assert certificates.password not in result.stdout + result.stderr
+
+
+def test_the_operations_guide_lists_exactly_the_tested_acls() -> None:
+    """docs/operations.md's tables name the same (resource type, operation) pairs this file grants."""
+    text = (REPO / "docs" / "operations.md").read_text()
+    listed: dict[str, set[tuple[str, str]]] = {"backup": set(), "restore": set()}
+    for job, resource, operation in re.findall(r"^\| (backup|restore) \| ([^|]+) \| ([A-Z_]+) \|", text, re.M):
+        kind = next(k for word, k in (("transactional", "TRANSACTIONAL_ID"), ("group", "GROUP"), ("topic", "TOPIC"),
+                                      ("cluster", "CLUSTER")) if word in resource)  # fmt: skip
+        listed[job].add((kind, operation))
+    assert listed["backup"] == {(kind, operation) for kind, _, _, operation in BACKUP_ACLS}
+    assert listed["restore"] == {(kind, operation) for kind, _, _, operation in RESTORE_ACLS}
