@@ -20,7 +20,8 @@ from kbackup.errors import KbackupError, UsageError
 from kbackup.fsutil import parse_umask
 from kbackup.kafka.client_settings import librdkafka_refusal
 from kbackup.kafka.java_client_settings import JAVA_SOURCES, librdkafka_settings
-from kbackup.logsetup import ensure_console_logging, print_error
+from kbackup.logsetup import LOG_FORMATS, ensure_console_logging, print_error
+from kbackup.metrics import MetricsPublisher, parse_listen_address
 from kbackup.properties import read_properties, read_properties_with_lines
 
 S = TypeVar("S")
@@ -213,7 +214,59 @@ def job_parser(prog: str, job: str) -> tuple[argparse.ArgumentParser, argparse._
         help="octal umask of every file and directory the job creates (default: the inherited umask plus 027, "
         "i.e. nothing for others)",
     )
+    watch = parser.add_argument_group("monitoring (docs/operations.md, Metrics and alerts)")
+    watch.add_argument(
+        "--metrics-port",
+        metavar="[HOST:]PORT",
+        help="serve the job's metrics for Prometheus at http://HOST:PORT/metrics (HOST default: every interface)",
+    )
+    watch.add_argument(
+        "--metrics-file",
+        type=Path,
+        metavar="PATH",
+        help="replace PATH with the job's metrics every interval and at the end: Prometheus text when PATH ends "
+        "in .prom (node_exporter's textfile collector), JSON otherwise",
+    )
+    watch.add_argument(
+        "--metrics-interval",
+        type=positive_float,
+        default=15.0,
+        metavar="SECONDS",
+        help="how often the metrics are refreshed (default 15)",
+    )
+    watch.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="text lines (default) or one JSON object per line for log collectors",
+    )
     return parser, original, own
+
+
+@dataclass(frozen=True)
+class Monitoring:
+    """Where a job publishes its metrics and how it logs (the ``monitoring`` options of :func:`job_parser`)."""
+
+    metrics_file: Path | None = None
+    metrics_listen: tuple[str, int] | None = None
+    metrics_interval: float = 15.0
+    log_format: str = "text"
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Monitoring:
+        if args.metrics_file is not None and not args.metrics_file.parent.is_dir():
+            raise UsageError(
+                f"--metrics-file {args.metrics_file}: the directory {args.metrics_file.parent} does not exist"
+            )
+        return cls(
+            metrics_file=args.metrics_file,
+            metrics_listen=parse_listen_address(args.metrics_port) if args.metrics_port else None,
+            metrics_interval=args.metrics_interval,
+            log_format=args.log_format,
+        )
+
+    def publisher(self, job: str) -> MetricsPublisher:
+        return MetricsPublisher(job, file=self.metrics_file, listen=self.metrics_listen)
 
 
 def umask(text: str) -> int:

@@ -2,25 +2,52 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
+import time
 from typing import TextIO
 
+#: ``--log-format``: ``text`` (``12:00:01 kbackup INFO ...``) or ``json`` (:class:`JsonLines`).
+LOG_FORMATS = ("text", "json")
 
-def ensure_console_logging(*, debug: bool = False) -> None:
-    """Send the ``kbackup`` loggers to stdout, once per process (errors go to stderr separately).
+#: Set by :func:`ensure_console_logging` for the processes a job starts after it (Spark's Python workers).
+LOG_FORMAT_VARIABLE = "KBACKUP_LOG_FORMAT"
+
+
+class JsonLines(logging.Formatter):
+    """One JSON object per line: ``{"time": ISO 8601 UTC, "level", "logger", "message"}``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
+        entry = {"time": stamp, "level": record.levelname, "logger": record.name, "message": record.getMessage()}
+        if record.exc_info:
+            entry["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def ensure_console_logging(*, debug: bool = False, log_format: str | None = None) -> None:
+    """Send the ``kbackup`` loggers to stdout (errors go to stderr separately).
 
     The Kafka client's own log (``kbackup.librdkafka``) is shown only with ``debug``:
     its connection errors reach the user as kbackup's one-line errors.
+    ``log_format`` (:data:`LOG_FORMATS`) replaces the format; None keeps the
+    one chosen before in this process, or in the environment the job set.
     """
     logging.getLogger("kbackup.librdkafka").setLevel(logging.DEBUG if debug else logging.CRITICAL)
     logger = logging.getLogger("kbackup")
+    if log_format is not None:
+        os.environ[LOG_FORMAT_VARIABLE] = log_format
+    chosen = os.environ.get(LOG_FORMAT_VARIABLE, "text")
     if not logger.handlers:
-        handler = logging.StreamHandler(sys.stdout)
-        handler.setFormatter(logging.Formatter("%(asctime)s kbackup %(levelname)s %(message)s", "%H:%M:%S"))
-        logger.addHandler(handler)
+        logger.addHandler(logging.StreamHandler(sys.stdout))
         logger.propagate = False
+    for handler in logger.handlers:
+        if chosen == "json":
+            handler.setFormatter(JsonLines())
+        else:
+            handler.setFormatter(logging.Formatter("%(asctime)s kbackup %(levelname)s %(message)s", "%H:%M:%S"))
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
 
 
@@ -32,6 +59,8 @@ def print_error(line: str) -> None:
     spark-submit the line is written to the launching JVM's own standard error
     (``/proc/<parent>/fd/2``), and to this process's otherwise.
     """
+    if os.environ.get(LOG_FORMAT_VARIABLE) == "json":
+        logging.getLogger("kbackup").error("%s", line)  # the log collector sees the failure too
     stream = _submitter_stderr()
     try:
         print(line, file=stream or sys.stderr, flush=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -273,3 +274,37 @@ def test_topic_map_onto_a_restored_topic_is_refused_when_parsed() -> None:
     swapped = parse_restore_args([*base, "--topics", "small,dmg", "--topic-map", "small=dmg", "--topic-map", "dmg=x"])
     assert [swapped.target_topic(t) for t in ("small", "dmg")] == ["dmg", "x"]
     parse_restore_args([*base, "--topics", "small", "--topic-map", "small=dmg"])
+
+
+def test_monitoring_options_of_both_jobs(tmp_path: Path) -> None:
+    from kbackup.restore.settings import parse_restore_args
+
+    base = ["--bootstrap-server", "b:9092", "--target-dir", str(tmp_path), "--topics", "t"]
+    settings = parse_backup_args(
+        [*base, "--metrics-port", "127.0.0.1:9108", "--metrics-file", str(tmp_path / "m.prom"), "--log-format", "json"]
+    )
+    assert settings.monitoring.metrics_listen == ("127.0.0.1", 9108)
+    assert settings.monitoring.metrics_file == tmp_path / "m.prom"
+    assert settings.monitoring.log_format == "json" and settings.monitoring.metrics_interval == 15
+    assert not parse_backup_args(base).monitoring.publisher("backup").enabled
+    restore = parse_restore_args(["--bootstrap-server", "b:9092", "--source-dir", str(tmp_path), "--metrics-port", "0"])
+    assert restore.monitoring.metrics_listen == ("0.0.0.0", 0)
+    with pytest.raises(UsageError, match=r"--metrics-port: expected PORT or HOST:PORT .* got 'x:99999'"):
+        parse_backup_args([*base, "--metrics-port", "x:99999"])
+    with pytest.raises(
+        UsageError, match=re.escape(f"--metrics-file {tmp_path}/no/m.json: the directory {tmp_path}/no")
+    ):
+        parse_backup_args([*base, "--metrics-file", str(tmp_path / "no" / "m.json")])
+    sink = SinkOptions.parse({"path": str(tmp_path), "logFormat": "json", "statsDir": str(tmp_path)})
+    assert sink.log_format == "json" and sink.stats_dir == tmp_path
+
+
+def test_batch_stats_are_consumed_once_in_batch_order(tmp_path: Path) -> None:
+    from kbackup.spark.v1_sink import read_batch_stats, write_batch_stats
+
+    write_batch_stats(tmp_path, 12, {"b": [5, 50, 0]})
+    write_batch_stats(tmp_path, 3, {"a": [1, 10, 2]})
+    (tmp_path / "batch-7.json").write_text("{torn")  # a reader never sees this (atomic rename); skipped if it did
+    assert read_batch_stats(tmp_path) == [(3, {"a": (1, 10)}), (12, {"b": (5, 50)})]
+    assert read_batch_stats(tmp_path) == []
+    write_batch_stats(tmp_path / "gone", 4, {"a": [1, 1, 0]})  # the job ended: nothing to report to, no error

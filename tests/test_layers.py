@@ -18,6 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "kbackup"
 LAYERS: list[set[str]] = [
     {"kbackup", "errors"},
     {"text", "fsutil", "properties", "progress", "logsetup", "jars"},
+    {"metrics"},
     {"format"},
     {"storage"},
     {"partition"},

@@ -210,13 +210,20 @@ def test_below_counter_table() -> None:
 # -- kill and rerun ---------------------------------------------------------------------
 
 
+PER_PARTITION = 40_000
+
+
 def test_sigkill_and_rerun_restores_exactly_once(target: Target, tmp_path: Path) -> None:
+    """Three runs killed inside a transaction, each after committing one; the fourth completes, a fifth adds nothing.
+
+    3 runs x at most 10,000 committed records per partition < PER_PARTITION: the fourth always has work left.
+    """
     backup = tmp_path / "backup"
     topic = "kill-restore"
     expected = []
     for partition in range(2):
         with PartitionWriter(backup / topic, topic, partition, fsync=False) as writer:
-            for i in range(100_000):
+            for i in range(PER_PARTITION):
                 record = Record(i * 2, 0, BASE + i, b"key-%d" % i, b"value-%d-" % i * 8,
                                 (("p", str(partition).encode()),) if i % 5 == 0 else ())  # fmt: skip
                 writer.append(record)
@@ -224,9 +231,9 @@ def test_sigkill_and_rerun_restores_exactly_once(target: Target, tmp_path: Path)
     name = target.name(topic)
     maps = ["--topic-map", f"{topic}={name}"] if target.prefix else []
     args = [*target.args(tmp_path), "--source-dir", str(backup), "--batch-size", "512", *maps]
-    # At most RATE records a second per partition, so every transaction is cut by time (5 s, fewer than
-    # 50,000 records): a run commits one transaction per partition before it is killed, never the whole topic.
-    args += ["--max-rate", "4000"]
+    # At most 2,000 records a second per partition, so every transaction is cut by time (5 s, 10,000 records):
+    # a run commits one transaction per partition before it is killed, never the whole topic.
+    args += ["--max-rate", "2000"]
     kills = 0
     previous = 0
     for attempt in range(3):
@@ -248,16 +255,16 @@ def test_sigkill_and_rerun_restores_exactly_once(target: Target, tmp_path: Path)
         assert count >= previous  # a prefix only grows
         previous = count
     assert kills == 3
-    assert 0 < previous < 200_000  # offsets: committed records and one commit marker per transaction
+    assert 0 < previous < 2 * PER_PARTITION  # offsets: committed records and one commit marker per transaction
     final = run_restore(*args)
     assert final.returncode == 0, final.stdout[-3000:]
     restored = consume_all(target.broker, [name])
-    assert len(restored) == len(expected) == 200_000
+    assert len(restored) == len(expected) == 2 * PER_PARTITION
     assert comparable(restored) == comparable(backed_up(backup, [topic]))
     again = run_restore(*args)
     assert again.returncode == 0
-    assert "200000 records were already in the target" in again.stdout
-    assert len(consume_all(target.broker, [name])) == 200_000
+    assert f"{2 * PER_PARTITION} records were already in the target" in again.stdout
+    assert len(consume_all(target.broker, [name])) == 2 * PER_PARTITION
 
 
 def test_a_second_restore_of_the_same_target_fences_the_first(target: Target, tmp_path: Path) -> None:

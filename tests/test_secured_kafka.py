@@ -12,11 +12,15 @@ wrote.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,10 +28,20 @@ import pytest
 
 from kbackup.devkit.kafka_cluster import KafkaCluster
 from kbackup.devkit.kafka_security import BrokerSecurity
+from kbackup.devkit.oidc import TokenIssuer
 from kbackup.devkit.tls import CertificateSet, java_trust_store, make_certificates
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
-from tests.kafka_helpers import consume_all, create_topics, job_env, kbackup_lines, run_backup
+from tests.kafka_helpers import (
+    backed_up,
+    consume_all,
+    create_topics,
+    job_env,
+    kbackup_lines,
+    kill_job,
+    run_backup,
+    start_backup,
+)
 from tests.restore_helpers import comparable, group_offsets, restore_python, run_restore
 
 TOPIC = "sec-orders"
@@ -36,6 +50,7 @@ GROUP = "sec-readers"
 BACKUP_USER, BACKUP_PASSWORD = "backup", "bk-Pw-6f1d-secret"
 RESTORE_USER, RESTORE_PASSWORD = "restore", "rs-Pw-90ab-secret"
 TRUST_PASSWORD = "ts-Pw-77c3-secret"
+OIDC_CLIENT, OIDC_SECRET = "oidc-backup", "oi-Sc-51e2-secret"
 
 #: The ACLs docs/operations.md lists for a backup of TOPIC (type, name, pattern, operation).
 BACKUP_ACLS = [
@@ -61,6 +76,7 @@ class Secured:
     cluster: KafkaCluster
     security: BrokerSecurity
     directory: Path  # the users' settings files and stores (they hold the secrets by design)
+    issuer: TokenIssuer  # the OpenID Connect provider whose tokens the SASL_SSL listener accepts
 
     @property
     def harness(self) -> BrokerUnderTest:
@@ -122,9 +138,10 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
     directory = tmp_path_factory.mktemp("secrets")
-    security = BrokerSecurity(make_certificates(directory / "certificates"))
+    issuer = TokenIssuer({OIDC_CLIENT: OIDC_SECRET}).start()
+    security = BrokerSecurity(make_certificates(directory / "certificates"), oauth_jwks_url=issuer.jwks_url)
     with KafkaCluster(security=security, quick_jit=True) as cluster:
-        setup = Secured(cluster, security, directory)
+        setup = Secured(cluster, security, directory, issuer)
         upserts = [
             UserScramCredentialUpsertion(
                 user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), password.encode()
@@ -136,6 +153,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
             future.result()
         fill(setup)
         yield setup
+    issuer.stop()
 
 
 def fill(secured: Secured) -> None:
@@ -177,9 +195,18 @@ def test_round_trip_through_sasl_ssl_with_exactly_the_documented_acls_and_no_sec
         ("spark.eventLog.enabled", "true"), ("spark.eventLog.dir", events.as_uri()),
         ("spark.eventLog.compress", "false"),
     )]  # fmt: skip
+    backup_metrics, restore_metrics = tmp_path / "backup.prom", tmp_path / "restore.json"
     done = run_backup(*secured_args(secured, secured.java_settings(BACKUP_USER, BACKUP_PASSWORD, "JKS")),
-                      "--target-dir", backup, "--topics", TOPIC, "--snapshot", *spark_ui)  # fmt: skip
+                      "--target-dir", backup, "--topics", TOPIC, "--snapshot", *spark_ui,
+                      "--metrics-file", backup_metrics)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # A cron-run snapshot leaves its outcome for node_exporter's textfile collector.
+    exposed = backup_metrics.read_text()
+    for partition, records in ((0, 150), (1, 150)):
+        assert f'kbackup_backup_lag_records{{topic="{TOPIC}",partition="{partition}"}} 0\n' in exposed
+        assert f'kbackup_backup_backed_up_offset{{topic="{TOPIC}",partition="{partition}"}} {records}\n' in exposed
+    assert f'kbackup_backup_records_written_total{{topic="{TOPIC}"}} 300\n' in exposed
+    assert "kbackup_backup_up 0\n" in exposed and "\nkbackup_backup_last_success_timestamp_seconds " in exposed
 
     restore_config = secured.java_settings(RESTORE_USER, RESTORE_PASSWORD, "PKCS12")
     restore_args = [
@@ -191,8 +218,16 @@ def test_round_trip_through_sasl_ssl_with_exactly_the_documented_acls_and_no_sec
     ]
     dry = restore_python(*restore_args, "--dry-run")
     assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
-    restored = run_restore(*restore_args, *spark_ui)
+    restored = run_restore(*restore_args, *spark_ui, "--metrics-file", restore_metrics)
     assert restored.returncode == 0, restored.stdout[-3000:] + restored.stderr[-3000:]
+    document = json.loads(restore_metrics.read_text())
+    progress = {(m["name"], m["labels"].get("partition")): m["value"] for m in document["metrics"]}
+    for label in ("0", "1"):
+        assert progress[("kbackup_restore_records_planned", label)] == 150
+        assert progress[("kbackup_restore_records_restored", label)] == 150
+        assert progress[("kbackup_restore_records_remaining", label)] == 0
+    assert progress[("kbackup_restore_partitions_done", None)] == 2 and progress[("kbackup_restore_up", None)] == 0
+    assert ("kbackup_restore_last_success_timestamp_seconds", None) in progress
 
     source = consume_all(secured.harness, [TOPIC])
     assert len(source) == 300
@@ -327,3 +362,200 @@ def test_the_operations_guide_lists_exactly_the_tested_acls() -> None:
         listed[job].add((kind, operation))
     assert listed["backup"] == {(kind, operation) for kind, _, _, operation in BACKUP_ACLS}
     assert listed["restore"] == {(kind, operation) for kind, _, _, operation in RESTORE_ACLS}
+
+
+def test_metrics_show_the_lag_measured_independently_and_a_stalled_backup(secured: Secured, tmp_path: Path) -> None:
+    """A continuous backup through SASL_SSL with metrics by HTTP and to a JSON file, and logs as JSON lines.
+
+    An open transaction is not lag (the last stable offset stops before it); a backup whose writer cannot
+    take its partition's lock makes no progress while records arrive: its lag then equals the cluster's last
+    stable offset, asked here, less the end of what the backup's files hold, read here.
+    """
+    from confluent_kafka import Producer
+
+    from kbackup.devkit.kafka_cluster import free_port
+    from kbackup.partition.layout import partition_index_path
+    from kbackup.partition.writer import lock_partition_index
+    from kbackup.storage import as_local
+
+    topic = "sec-metrics"
+    grants = topic_to_back_up(secured, BACKUP_USER, topic)
+    producer = Producer(secured.cluster.client_settings())
+    for i in range(100):
+        producer.produce(topic, value=b"committed %d" % i)
+    producer.flush(30)
+    transactional = Producer({**secured.cluster.client_settings(), "transactional.id": "sec-metrics-tx"})
+    transactional.init_transactions(30)
+    transactional.begin_transaction()
+    for i in range(10):
+        transactional.produce(topic, value=b"open %d" % i)
+    transactional.flush(30)
+    assert offsets_of(secured, topic) == (100, 110)  # (last stable offset, high watermark)
+
+    backup, log, metrics_file = tmp_path / "backup", tmp_path / "backup.log", tmp_path / "backup-metrics.json"
+    port = free_port()
+    job = start_backup(
+        *secured_args(secured, secured.java_settings(BACKUP_USER, BACKUP_PASSWORD, "JKS")),
+        "--target-dir", backup, "--topics", topic, "--trigger-interval", "1", "--offsets-interval", "2",
+        "--metrics-interval", "1", "--metrics-port", f"127.0.0.1:{port}", "--metrics-file", metrics_file,
+        "--log-format", "json", log=log,
+    )  # fmt: skip
+
+    def metric(name: str) -> float | None:
+        if not metrics_file.exists():
+            return None
+        document = json.loads(metrics_file.read_text())
+        wanted = {"topic": topic, "partition": "0"}
+        found = [
+            m["value"]
+            for m in document["metrics"]
+            if m["name"] == name and m["labels"] in (wanted, {"topic": topic}, {})
+        ]
+        return found[0] if found else None
+
+    def wait_for(condition: Callable[[], bool], what: str, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert job.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, f"{what}: {metrics_file.read_text() if metrics_file.exists() else ''}"
+            time.sleep(0.5)
+
+    try:
+        wait_for(lambda: metric("kbackup_backup_backed_up_offset") == 100, "backed up to the open transaction")
+        wait_for(lambda: metric("kbackup_backup_last_stable_offset") == 100, "sampled")
+        assert metric("kbackup_backup_lag_records") == 0  # the open transaction's 10 records are not lag
+        assert files_end(backup, topic) == 100
+
+        # Stall the backup: its next batch waits for the partition's lock (lockTimeoutSeconds is 600).
+        index = as_local(partition_index_path(backup / topic, 0))
+        held = lock_partition_index(index, timeout=30, topic=topic, partition=0)
+        stalled_at = time.time()
+        try:
+            transactional.commit_transaction(30)
+            # The commit marker is written after commit_transaction returns: at 110 before the next records.
+            wait_for(lambda: offsets_of(secured, topic) == (111, 111), "the transaction's marker written", 60)
+            for i in range(50):
+                producer.produce(topic, value=b"later %d" % i)
+            producer.flush(30)
+            assert offsets_of(secured, topic) == (161, 161)
+            lso = offsets_of(secured, topic)[0]
+            wait_for(lambda: metric("kbackup_backup_last_stable_offset") == lso, "the new last stable offset sampled")
+            wait_for(lambda: (metric("kbackup_backup_lag_seconds") or 0) >= 2, "the lag's age grows")
+            end = files_end(backup, topic)  # the writer waits for the lock: the files stand still
+            assert end == 100 and metric("kbackup_backup_backed_up_offset") == end
+            assert metric("kbackup_backup_lag_records") == lso - end
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+                scraped = answer.read().decode()
+            assert f'kbackup_backup_lag_records{{topic="{topic}",partition="0"}} {lso - end}\n' in scraped
+            assert f'kbackup_backup_last_stable_offset{{topic="{topic}",partition="0"}} {lso}\n' in scraped
+            # What "no successful batch in M minutes" alerts on: no trigger completed since the stall began.
+            assert (metric("kbackup_backup_last_batch_timestamp_seconds") or 0) <= stalled_at + 1
+        finally:
+            os.close(held)
+        wait_for(lambda: metric("kbackup_backup_backed_up_offset") == 161, "caught up after the stall")
+        assert files_end(backup, topic) == 161
+        wait_for(lambda: metric("kbackup_backup_lag_seconds") == 0, "no lag left")
+        assert metric("kbackup_backup_lag_records") == 0
+        assert metric("kbackup_backup_records_written_total") == 160  # each record once; the marker is no record
+        assert (metric("kbackup_backup_bytes_written_total") or 0) > 160 * 10
+        wait_for(lambda: metric("kbackup_backup_last_offsets_round_timestamp_seconds") is not None, "a round stored")
+    finally:
+        kill_job(job)
+        secured.acls(BACKUP_USER, grants, grant=False)
+    # Every line kbackup logged, on the driver and in Spark's driver-side workers (the sink's batch lines), is JSON.
+    lines = log.read_text().splitlines()
+    assert not [line for line in lines if re.match(r"\d\d:\d\d:\d\d kbackup ", line)], "a text log line"
+    entries = [json.loads(line) for line in lines if line.startswith('{"time"')]
+    assert any(e["logger"] == "kbackup.sink" and "records," in e["message"] for e in entries), lines[-20:]
+    assert any(e["logger"] == "kbackup.backup" and e["message"].startswith("backing up") for e in entries)
+
+
+def topic_to_back_up(secured: Secured, user: str, topic: str) -> list[tuple[str, str, str, str]]:
+    """Create ``topic`` (one partition) and grant ``user`` the backup's ACLs on it; returns them, to revoke."""
+    create_topics(secured.harness, {topic: 1})
+    grants = [(kind, topic if name == TOPIC else name, pattern, op) for kind, name, pattern, op in BACKUP_ACLS]
+    secured.acls(user, grants, grant=True)
+    return grants
+
+
+def offsets_of(secured: Secured, topic: str) -> tuple[int, int]:
+    """(last stable offset, high watermark) of partition 0, asked of the cluster by this test."""
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient(secured.cluster.client_settings())
+    request = {TopicPartition(topic, 0): OffsetSpec.latest()}
+    answers = [
+        next(iter(admin.list_offsets(request, isolation_level=level).values())).result().offset
+        for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED)
+    ]
+    return answers[0], answers[1]
+
+
+def files_end(backup: Path, topic: str) -> int:
+    """One past the last offset the backup's files hold for partition 0, read from the files."""
+    from kbackup.partition.reader import PartitionReader
+
+    last = -1
+    for batch in PartitionReader(backup / topic, 0).record_batches():
+        for record in batch.records():
+            last = max(last, record.offset)
+    return last + 1
+
+
+def test_oauthbearer_through_an_oidc_token_endpoint(secured: Secured, tmp_path: Path) -> None:
+    """The Java client's OIDC settings (KIP-768) back up through SASL_SSL OAUTHBEARER; a wrong secret is one line."""
+    from confluent_kafka import Producer
+
+    topic = "sec-oidc"
+    grants = topic_to_back_up(secured, OIDC_CLIENT, topic)
+    producer = Producer(secured.cluster.client_settings())
+    for i in range(25):
+        producer.produce(topic, key=b"%d" % i, value=b"token %d" % i)
+    producer.flush(30)
+
+    def settings(secret: str) -> Path:
+        path = tmp_path / f"oidc-{len(secured.issuer.issued)}-{secret[:2]}.properties"
+        path.write_text(
+            "security.protocol=SASL_SSL\nsasl.mechanism=OAUTHBEARER\n"
+            f"sasl.oauthbearer.token.endpoint.url={secured.issuer.token_url}\n"
+            "sasl.login.callback.handler.class="
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler\n"
+            "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+            f'clientId="{OIDC_CLIENT}" clientSecret="{secret}" scope="kafka";\n'
+            f"ssl.truststore.type=PEM\nssl.truststore.location={secured.security.certificates.ca_pem}\n"
+        )
+        return path
+
+    try:
+        backup = tmp_path / "backup"
+        done = run_backup(*secured_args(secured, settings(OIDC_SECRET)), "--target-dir", backup, "--topics", topic,
+                          "--snapshot")  # fmt: skip
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert OIDC_CLIENT in secured.issuer.issued  # the token came from the endpoint, not a fallback
+        values = [base64.b64decode(r["value"]) for r in backed_up(backup, [topic])]
+        assert values == [b"token %d" % i for i in range(25)]
+        assert OIDC_SECRET not in done.stdout + done.stderr
+
+        wrong = subprocess.run(
+            [sys.executable, str(REPO / "jobs" / "backup.py"), *map(str, secured_args(secured, settings("wrong"))),
+             "--target-dir", str(tmp_path / "refused"), "--topics", topic, "--snapshot"],
+            capture_output=True, text=True, env=job_env(), timeout=120,
+        )  # fmt: skip
+        errors = error_lines(wrong)
+        assert wrong.returncode == 1 and len(errors) == 1, wrong.stdout[-2000:] + wrong.stderr[-2000:]
+        # librdkafka's own words would be "broker transport failure": the line says what the endpoint answered.
+        assert "the cluster refused this client's login: Failed to acquire SASL OAUTHBEARER token" in errors[0]
+        assert "invalid_client" in errors[0], errors
+        scram = subprocess.run(
+            [sys.executable, str(REPO / "jobs" / "backup.py"),
+             *map(str, secured_args(secured, secured.java_settings(BACKUP_USER, "not-the-password", "PEM"))),
+             "--target-dir", str(tmp_path / "refused"), "--topics", topic, "--snapshot"],
+            capture_output=True, text=True, env=job_env(), timeout=120,
+        )  # fmt: skip
+        errors = error_lines(scram)
+        assert scram.returncode == 1 and len(errors) == 1, scram.stdout[-2000:] + scram.stderr[-2000:]
+        assert "the cluster refused this client's login: " in errors[0] and "SCRAM-SHA-512" in errors[0], errors
+        assert not (tmp_path / "refused").exists() or not any((tmp_path / "refused").iterdir())
+    finally:
+        secured.acls(OIDC_CLIENT, grants, grant=False)

@@ -3,7 +3,8 @@
 Every ``interval`` seconds the watch (1) records the selected topics'
 configuration in the catalog (at most every :data:`TOPICS_INTERVAL_SECONDS`)
 and (2) takes a consumer offset round (:func:`~kbackup.backup.group_offsets.take_round`);
-every :data:`REQUESTS_CHECK_SECONDS` it (3) takes the cut of each checkpoint
+every ``sample_every`` seconds between rounds it reads the last stable
+offsets alone for the job's metrics; every :data:`REQUESTS_CHECK_SECONDS` it (3) takes the cut of each checkpoint
 requested since the last look.
 Rounds and cuts are handed to the job's loop, which stores a round and
 completes a checkpoint once the backup has reached it: only the job's loop
@@ -34,10 +35,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kbackup.backup.group_offsets import OffsetRound, record_topics, take_round
+from kbackup.backup.group_offsets import OffsetRound, last_stable_offsets, record_topics, take_round
 from kbackup.catalog import checkpoints
 from kbackup.errors import ClusterError
 from kbackup.kafka.admin_session import AdminSession
+from kbackup.kafka.cluster import TopicPartitionKey
 from kbackup.kafka.outage import OutageReport
 from kbackup.kafka.topics import TopicSelection
 from kbackup.storage import Location
@@ -61,6 +63,8 @@ class Collected:
 
     rounds: list[OffsetRound] = field(default_factory=list)
     cuts: list[checkpoints.Checkpoint] = field(default_factory=list)
+    #: (unix time, last stable offsets) of the selected partitions: every round's, and one per ``sample_every``.
+    samples: list[tuple[float, dict[TopicPartitionKey, int]]] = field(default_factory=list)
 
 
 class ClusterWatch:
@@ -76,6 +80,7 @@ class ClusterWatch:
         interval: float,
         seen_checkpoint: int,
         topics_recorded_at: float,
+        sample_every: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._target = target
@@ -83,6 +88,7 @@ class ClusterWatch:
         self._session = session
         self._servers = servers
         self._interval = interval
+        self._sample_every = sample_every
         self._seen_checkpoint = seen_checkpoint  # requests get increasing ids: only newer files hold new ones
         self._topics_due = topics_recorded_at + TOPICS_INTERVAL_SECONDS
         self._clock = clock
@@ -120,21 +126,32 @@ class ClusterWatch:
 
     def _run(self) -> None:
         next_round = self._clock() + self._interval
+        next_sample = self._clock() + (self._sample_every or 0)
         while not self._stopping.wait(min(REQUESTS_CHECK_SECONDS, self._interval)):
             try:
                 due = self._clock() >= next_round
                 if due:
                     next_round = self._clock() + self._interval
-                self.ask_once(with_round=due)
+                sample = not due and self._sample_every is not None and self._clock() >= next_sample
+                if due or sample:
+                    next_sample = self._clock() + (self._sample_every or 0)
+                self.ask_once(with_round=due, with_sample=sample)
             except BaseException as exc:  # handed to the job's thread, which ends the backup with it
                 with self._lock:
                     self._failure = exc
                 return
 
-    def ask_once(self, *, with_round: bool = True) -> None:
-        """One pass: topics (when due) and a round (``with_round``), then the cuts of new checkpoint requests."""
+    def ask_once(self, *, with_round: bool = True, with_sample: bool = False) -> None:
+        """One pass: topics (when due) and a round (``with_round``) or the last stable offsets alone
+        (``with_sample``), then the cuts of new checkpoint requests."""
         asked = self._clock()
         try:
+            if with_sample:
+                sampled = self._session.call(
+                    lambda admin, timeout: last_stable_offsets(admin, self._selection, timeout=timeout)
+                )
+                with self._lock:
+                    self._found.samples.append(sampled)
             if with_round:
                 if asked >= self._topics_due:
                     self._record_topics()
@@ -142,6 +159,7 @@ class ClusterWatch:
                 round_ = self._session.call(lambda admin, timeout: take_round(admin, self._selection, timeout=timeout))
                 with self._lock:
                     self._found.rounds.append(round_)
+                    self._found.samples.append((round_.taken_at, round_.ends))
             cut = self._take_cuts()
         except ClusterError as exc:
             if not exc.transient:
@@ -152,7 +170,7 @@ class ClusterWatch:
                 "consumer offset rounds and checkpoint cuts wait; retrying, the backup resumes when it answers",
             )
             return
-        if with_round or cut:  # a pass that asked the cluster nothing says nothing about it
+        if with_round or with_sample or cut:  # a pass that asked the cluster nothing says nothing about it
             self._outage.answered()
 
     def _record_topics(self) -> None:

@@ -66,6 +66,15 @@ def selected_partitions(admin: Any, selection: TopicSelection, *, timeout: float
     return [(topic, partition) for topic in selection.select(counts) for partition in range(counts[topic])]
 
 
+def last_stable_offsets(
+    admin: Any, selection: TopicSelection, *, timeout: float = 30
+) -> tuple[float, dict[TopicPartitionKey, int]]:
+    """(unix time, the selected partitions' last stable offsets): what a ``read_committed`` consumer can read."""
+    keys = selected_partitions(admin, selection, timeout=timeout)
+    taken_at = time.time()
+    return taken_at, list_offsets(admin, keys, latest=True, read_committed=True, timeout=timeout)
+
+
 def take_round(
     admin: Any, selection: TopicSelection, *, read_committed: bool = True, timeout: float = 30
 ) -> OffsetRound:

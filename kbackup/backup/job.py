@@ -33,16 +33,27 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from kbackup.backup.access import backup_permissions
 from kbackup.backup.cluster_watch import ClusterWatch
-from kbackup.backup.group_offsets import OffsetRound, ensure_partitions, record_topics, store_round, take_round
+from kbackup.backup.group_offsets import (
+    OffsetRound,
+    ensure_partitions,
+    last_stable_offsets,
+    record_topics,
+    store_round,
+    take_round,
+)
+from kbackup.backup.metrics import BackupMetrics, BatchWritten
 from kbackup.backup.origin import check_origin
 from kbackup.backup.settings import BackupSettings, parse_backup_args
 from kbackup.catalog import checkpoints
@@ -54,13 +65,14 @@ from kbackup.kafka.client_settings import redact
 from kbackup.kafka.cluster import TopicPartitionKey, cluster_identity, partition_counts
 from kbackup.kafka.permissions import Permission, refuse_missing, secured
 from kbackup.logsetup import ensure_console_logging
+from kbackup.metrics import MetricsPublisher
 from kbackup.partition.layout import list_partitions, list_topics, state_dir
 from kbackup.partition.reader import PartitionReader
 from kbackup.spark.failures import failure_cause
 from kbackup.spark.kafka_connector import SPARK_KAFKA_FORMAT, connector_loaded, package_coordinate, spark_source_client
 from kbackup.spark.kafka_source import SOURCE_NAME, KafkaSource, decode_offsets
 from kbackup.spark.session import job_session
-from kbackup.spark.v1_sink import SINK_NAME, V1Sink
+from kbackup.spark.v1_sink import SINK_NAME, V1Sink, read_batch_stats
 from kbackup.storage import check_writable_root, prepare_root
 from kbackup.storage.lease import TargetLease
 from kbackup.text import count
@@ -74,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(settings: BackupSettings) -> int:
-    ensure_console_logging(debug=settings.debug)
+    ensure_console_logging(debug=settings.debug, log_format=settings.monitoring.log_format)
     return BackupJob(settings).run()
 
 
@@ -91,6 +103,11 @@ class BackupJob:
     _began: float = field(default_factory=time.monotonic)  # the job's start, before Spark
     _lease: TargetLease | None = None
     _umask: int = 0o022
+    _metrics: BackupMetrics = field(default_factory=BackupMetrics)
+    _publisher: MetricsPublisher | None = None
+    _published_at: float = float("-inf")
+    _stats_dir: Path | None = None
+    _progress_seen: str = ""  # the timestamp of the last query progress the metrics took in
 
     def run(self) -> int:
         settings = self.settings
@@ -108,15 +125,29 @@ class BackupJob:
             check_writable_root(settings.checkpoint_location, what="Spark checkpoint location")
         session = AdminSession({**settings.client, "socket.timeout.ms": "10000"})
         self._preflight(session)
-        # One job per target, from before Spark starts (its checkpoint is in the target too) until the end.
-        with TargetLease(state_dir(settings.target), self._purpose) as lease, self._checkpoint_lease():
-            self._lease = lease
-            # Spark before the first write to the target: a missing connector is refused with nothing written.
-            spark = self._session()
-            try:
-                return self._back_up(spark, session)
-            finally:
-                spark.stop()
+        publisher = self._publisher = settings.monitoring.publisher("backup")
+        publisher.start()  # a port in use is refused before anything is written
+        if publisher.enabled:
+            self._stats_dir = Path(tempfile.mkdtemp(prefix="kbackup-batches-"))
+        finished = False
+        try:
+            # One job per target, from before Spark starts (its checkpoint is in the target too) until the end.
+            with TargetLease(state_dir(settings.target), self._purpose) as lease, self._checkpoint_lease():
+                self._lease = lease
+                # Spark before the first write to the target: a missing connector is refused with nothing written.
+                spark = self._session()
+                try:
+                    code = self._back_up(spark, session)
+                    finished = settings.snapshot and self._stop_signal is None
+                    return code
+                finally:
+                    spark.stop()
+        finally:
+            self._metrics.observe_stopped(time.time(), finished=finished)
+            self._publish(force=True)
+            publisher.close()
+            if self._stats_dir is not None:
+                shutil.rmtree(self._stats_dir, ignore_errors=True)
 
     def _back_up(self, spark: Any, session: AdminSession) -> int:
         settings = self.settings
@@ -132,6 +163,7 @@ class BackupJob:
         topics_recorded_at = time.monotonic()
         first_round = session.call(lambda admin, timeout: take_round(admin, settings.selection, timeout=timeout))
         self._pending.append(first_round)
+        self._metrics.observe_last_stable_offsets(first_round.ends, first_round.taken_at)
         existing = checkpoints.list_checkpoints(settings.target)
         self._checkpoints = [c for c in existing if c.status == "pending"]
         # Read again from the oldest request still waiting (one may predate a snapshot's checkpoint).
@@ -152,6 +184,7 @@ class BackupJob:
                 interval=settings.offsets_interval,
                 seen_checkpoint=self._seen_checkpoint,
                 topics_recorded_at=topics_recorded_at,
+                sample_every=settings.monitoring.metrics_interval if self._publisher_enabled else None,
             )
             watch.start()
         try:
@@ -171,6 +204,7 @@ class BackupJob:
                 if watch is not None:
                     self._take_over(watch, query)
                 self._store_reached_rounds(query)
+                self._publish()
             self._report_progress(query)
             failure = query.exception()
             if failure is not None:
@@ -183,6 +217,9 @@ class BackupJob:
                     settings.target, first_round.groups, first_round.ends, int(first_round.taken_at * 1000)
                 )
                 log.info("checkpoint %d completed", done.id)
+                self._metrics.observe_checkpoints(waiting=0, completed_at=time.time())
+                if self._publisher_enabled:
+                    self._sample_at_end(session)
                 self._summary(time.monotonic() - started)
             else:
                 if watch is not None:
@@ -244,6 +281,38 @@ class BackupJob:
         check_origin(self.settings.target, cluster_id, topic_ids, servers=servers)
         log.info("cluster %s; topic ids: %s", cluster_id, ", ".join(f"{t} {i}" for t, i in topic_ids.items()) or "none")
 
+    @property
+    def _publisher_enabled(self) -> bool:
+        return self._publisher is not None and self._publisher.enabled
+
+    def _publish(self, *, force: bool = False) -> None:
+        """Refresh the metrics every ``--metrics-interval`` (``force``: now)."""
+        if not self._publisher_enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self._published_at < self.settings.monitoring.metrics_interval:
+            return
+        self._published_at = now
+        if self._stats_dir is not None:
+            for batch_id, by_topic in read_batch_stats(self._stats_dir):
+                self._metrics.observe_written(BatchWritten(batch_id, by_topic, time.time()))
+        assert self._publisher is not None
+        try:
+            self._publisher.publish(self._metrics.samples())
+        except KbackupError as exc:  # a full disk under the metrics file must not stop the backup
+            log.warning("metrics not written: %s", exc)
+
+    def _sample_at_end(self, session: AdminSession) -> None:
+        """A finished snapshot's last look at the cluster: its lag now (records that arrived while it ran)."""
+        try:
+            at, ends = session.call(
+                lambda admin, timeout: last_stable_offsets(admin, self.settings.selection, timeout=timeout)
+            )
+        except ClusterError as exc:
+            log.warning("the last stable offsets could not be read for the metrics: %s", exc)
+            return
+        self._metrics.observe_last_stable_offsets(ends, at)
+
     def _checkpoint_lease(self) -> TargetLease:
         """The Spark checkpoint is leased too (it may be outside the target): two jobs never share one."""
         checkpoint = self.settings.checkpoint
@@ -266,7 +335,11 @@ class BackupJob:
 
     def _session(self) -> Any:
         spark = job_session(
-            "kbackup-backup", debug=self.settings.debug, spark_conf=self.settings.spark_conf, umask=self._umask
+            "kbackup-backup",
+            debug=self.settings.debug,
+            spark_conf=self.settings.spark_conf,
+            umask=self._umask,
+            log_format=self.settings.monitoring.log_format,
         )
         spark.dataSource.register(KafkaSource)
         spark.dataSource.register(V1Sink)
@@ -288,6 +361,7 @@ class BackupJob:
                 "minPartitions", str(spark.sparkContext.defaultParallelism)
             )
             client = settings.client
+            reader = reader.option("logFormat", settings.monitoring.log_format)
         for key, value in client.items():
             reader = reader.option(f"kafka.{key}", value)
         if settings.selection.topics is not None:
@@ -305,7 +379,10 @@ class BackupJob:
             .option("checkpointLocation", str(settings.checkpoint))
             .option("maxSegmentSize", str(settings.max_segment_size))
             .option("umask", f"{self._umask:03o}")
+            .option("logFormat", settings.monitoring.log_format)
         )
+        if self._stats_dir is not None:
+            writer = writer.option("statsDir", str(self._stats_dir))
         if settings.snapshot:
             writer = writer.trigger(availableNow=True)
         else:
@@ -316,7 +393,13 @@ class BackupJob:
         self._stop_signal = signum
 
     def _report_progress(self, query: Any) -> None:
-        for progress in query.recentProgress:
+        recent = query.recentProgress
+        if recent and recent[-1].get("timestamp", "") != self._progress_seen:
+            # A trigger completed (with data or without: an idle query reports one every 10 s or so).
+            self._progress_seen = recent[-1].get("timestamp", "")
+            self._metrics.observe_trigger(time.time())
+            self._metrics.observe_backed_up(_backed_up_offsets(query))
+        for progress in recent:
             batch = progress.get("batchId", -1)
             if batch <= self._logged_batch:
                 continue
@@ -325,6 +408,7 @@ class BackupJob:
             seconds = (progress.get("durationMs") or {}).get("triggerExecution", 0) / 1000
             self._rows += rows
             self._batch_seconds += seconds
+            self._metrics.observe_batch(batch)
             lag = _lag_by_topic(progress)
             lag_text = ", ".join(f"{topic} {count}" for topic, count in sorted(lag.items())) or "none"
             log.info("batch %d: %d records read in %.1f s; remaining lag: %s", batch, rows, seconds, lag_text)
@@ -334,6 +418,9 @@ class BackupJob:
         found = watch.collect()
         self._pending.extend(found.rounds)
         self._checkpoints.extend(found.cuts)
+        for at, ends in found.samples:
+            self._metrics.observe_last_stable_offsets(ends, at)
+        self._metrics.observe_checkpoints(waiting=len(self._checkpoints))
         if not self._checkpoints:
             return
         backed_up = _backed_up_offsets(query)
@@ -342,9 +429,11 @@ class BackupJob:
             if OffsetRound(waiting.groups, waiting.ends, 0).reached_by(backed_up):
                 checkpoints.finish(self.settings.target, waiting)
                 log.info("checkpoint %d completed", waiting.id)
+                self._metrics.observe_checkpoints(waiting=len(self._checkpoints) - 1, completed_at=time.time())
             else:
                 still.append(waiting)
         self._checkpoints = still
+        self._metrics.observe_checkpoints(waiting=len(still))
 
     def _store_reached_rounds(self, query: Any, *, finished_snapshot: bool = False) -> None:
         if not self._pending:
@@ -355,6 +444,7 @@ class BackupJob:
             changed = store_round(self.settings.target, round_, prune=self.settings.prune_groups)
             groups = len(round_.groups)
             log.info("consumer offsets of %s stored (%s changed)", count(groups, "group"), count(changed, "file"))
+            self._metrics.observe_round_stored(time.time())
 
     def _summary(self, seconds: float) -> None:
         target = self.settings.target

@@ -27,6 +27,7 @@ from pathlib import Path
 from kbackup.errors import UsageError
 from kbackup.job_options import (
     ConnectorProperties,
+    Monitoring,
     client_settings,
     java_client_settings,
     job_parser,
@@ -69,6 +70,8 @@ class BackupSettings:
     spark_conf: dict[str, str] = field(default_factory=dict)
     #: ``--umask``; None: the inherited one plus :data:`kbackup.fsutil.DEFAULT_UMASK`.
     umask: int | None = None
+    #: ``--metrics-*`` and ``--log-format``.
+    monitoring: Monitoring = field(default_factory=Monitoring)
 
     @property
     def checkpoint(self) -> Path:
@@ -164,4 +167,5 @@ def parse_backup_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/bac
         debug=args.debug,
         spark_conf=spark_conf(args.spark_conf),
         umask=args.umask,
+        monitoring=Monitoring.from_args(args),
     )

@@ -292,6 +292,7 @@ class KafkaCluster:
             # them faster and spends less CPU on compiling.
             *(["-XX:TieredStopAtLevel=1"] if main != "kafka.Kafka" or self.quick_jit else []),
             "-Djava.awt.headless=true",
+            *(self.security.jvm_properties() if self.security is not None else []),
             f"-Dlog4j2.configurationFile={node.directory / 'log4j2.properties'}",
             "-cp",
             classpath(jars),

@@ -6,6 +6,7 @@ errors from the cluster become :class:`ClusterError` with what was asked.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Generator, Iterable, Mapping
 from typing import Any
@@ -62,12 +63,44 @@ def is_transient(error: Any) -> bool:
 
 
 def admin_client(settings: Mapping[str, str]) -> Any:
-    """An admin client whose log goes to the ``kbackup.librdkafka`` logger, not to stderr."""
+    """An admin client whose log goes to the ``kbackup.librdkafka`` logger, not to stderr.
+
+    It remembers the last authentication failure librdkafka reported (a refused SASL login, a token endpoint
+    that refused the client, a failed TLS handshake): a request that then fails says why, instead of
+    librdkafka's "broker transport failure".
+    """
     import logging
 
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient(dict(settings), logger=logging.getLogger("kbackup.librdkafka"))
+    failures: list[Any] = []
+
+    def remember(error: Any) -> None:
+        if error.code() in _AUTHENTICATION_CODES:
+            failures[:] = [error]
+
+    admin = AdminClient({**settings, "error_cb": remember}, logger=logging.getLogger("kbackup.librdkafka"))
+    if len(_AUTHENTICATION_FAILURES) >= 256:  # a long outage makes many clients: forget the oldest
+        del _AUTHENTICATION_FAILURES[next(iter(_AUTHENTICATION_FAILURES))]
+    _AUTHENTICATION_FAILURES[id(admin)] = failures
+    return admin
+
+
+#: librdkafka's error codes of a refused login or TLS handshake (``_AUTHENTICATION``, ``_SSL``,
+#: SASL_AUTHENTICATION_FAILED).
+_AUTHENTICATION_CODES = {-169, -181, 58}
+#: Each admin client's remembered failure, by ``id`` (an AdminClient takes no attributes).
+_AUTHENTICATION_FAILURES: dict[int, list[Any]] = {}
+
+
+def authentication_failure(admin: Any) -> str | None:
+    """The authentication failure librdkafka last reported for ``admin`` (serving its pending events first)."""
+    failures = _AUTHENTICATION_FAILURES.get(id(admin))
+    if failures is None:
+        return None
+    with contextlib.suppress(Exception):  # a closed client: nothing more to learn
+        admin.poll(0.5)
+    return str(failures[0].str()) if failures else None
 
 
 def partition_counts(admin: Any, *, timeout: float = 30) -> dict[str, int]:
@@ -75,6 +108,9 @@ def partition_counts(admin: Any, *, timeout: float = 30) -> dict[str, int]:
     try:
         metadata = admin.list_topics(timeout=timeout)
     except Exception as exc:
+        refused = authentication_failure(admin)
+        if refused is not None:
+            raise ClusterError(f"the cluster refused this client's login: {refused}", transient=False) from None
         raise _failed("cannot list topics", exc) from None
     return {name: len(topic.partitions) for name, topic in metadata.topics.items() if topic.error is None}
 

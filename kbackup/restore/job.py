@@ -29,11 +29,19 @@ from kbackup.job_options import run_job
 from kbackup.kafka.client_settings import redact
 from kbackup.kafka.cluster import TopicPartitionKey, admin_client, create_topics, partition_counts
 from kbackup.kafka.permissions import refuse_missing
+from kbackup.logsetup import ensure_console_logging
 from kbackup.partition.reader import PartitionReader
 from kbackup.progress import Progress
 from kbackup.restore.access import check_transactions, restore_permissions
 from kbackup.restore.group_offsets import commit_group_offsets
-from kbackup.restore.marker import TRANSACTION_RECORDS, TRANSACTION_SECONDS, transactional_id
+from kbackup.restore.marker import (
+    TRANSACTION_RECORDS,
+    TRANSACTION_SECONDS,
+    marker_consumer,
+    read_markers,
+    transactional_id,
+)
+from kbackup.restore.metrics import RestoreMetrics
 from kbackup.restore.plan import PartitionPlan, RestorePlan, build_plan, refuse_damage
 from kbackup.restore.selection import count_selected
 from kbackup.restore.settings import RestoreSettings, parse_restore_args
@@ -57,6 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(settings: RestoreSettings) -> int:
+    ensure_console_logging(debug=settings.debug, log_format=settings.monitoring.log_format)
     safe = redact(settings.client)
     log.info("restoring %s into %s", settings.source, safe["bootstrap.servers"])
     umask = restrict_new_files(settings.umask)
@@ -78,6 +87,19 @@ def run(settings: RestoreSettings) -> int:
             print(line)
         refuse_damage(plan, settings)  # the real run would refuse: so does the dry run, after the report
         return 0
+    watch = RestoreWatch(settings, plan)
+    watch.start()  # a port in use is refused before anything is created or produced
+    succeeded = False
+    try:
+        _restore(settings, plan, admin, umask, watch)
+        succeeded = True
+    finally:
+        watch.stop(succeeded=succeeded)
+    return 0
+
+
+def _restore(settings: RestoreSettings, plan: RestorePlan, admin: Any, umask: int, watch: RestoreWatch) -> None:
+    """Steps 2 to 5 of the module docstring."""
     first = next((part for part in plan.partitions if part.to_produce > 0 or part.groups), None)
     if first is not None:  # the one permission Kafka cannot be asked about, before anything is created
         check_transactions(settings.client, transactional_id(first.target_topic, first.target_partition))
@@ -100,7 +122,8 @@ def run(settings: RestoreSettings) -> int:
             )
     tasks = [_task(part, settings, umask) for part in plan.partitions if part.to_produce > 0 or part.groups]
     started = time.monotonic()
-    results = _run_tasks(tasks, settings, umask) if tasks else []
+    results = _run_tasks(tasks, settings, umask, watch) if tasks else []
+    watch.metrics.observe_results({(r.target_topic, r.target_partition): r.produced for r in results})
     seconds = time.monotonic() - started
     fenced = [result.fenced for result in results if result.fenced]
     if fenced:
@@ -147,7 +170,59 @@ def run(settings: RestoreSettings) -> int:
             log.info("group %s: %s/%d committed at %d", decision.group, topic, partition, offset)
         for (topic, partition), reason in sorted(decision.left_alone.items()):
             log.info("group %s: %s/%d left alone: %s", decision.group, topic, partition, reason)
-    return 0
+
+
+class RestoreWatch:
+    """The restore's metrics (:mod:`kbackup.restore.metrics`): markers read and published every interval.
+
+    Lifecycle: :meth:`start` before the tasks, :meth:`poll` from the driver's loop while they run, :meth:`stop`
+    at the end (the last snapshot says whether the restore succeeded). Reading the markers can fail (the target
+    lost a node): the restore goes on and the metrics keep their last values.
+    """
+
+    def __init__(self, settings: RestoreSettings, plan: RestorePlan) -> None:
+        self.settings = settings
+        self.metrics = RestoreMetrics(part for part in plan.partitions if part.to_produce > 0 or part.groups)
+        self.publisher = settings.monitoring.publisher("restore")
+        self._keys = [(p.target_topic, p.target_partition) for p in plan.partitions if p.to_produce > 0]
+        self._consumer: Any = None
+        self._polled_at = float("-inf")
+
+    def start(self) -> None:
+        self.publisher.start()
+        self.metrics.observe_tasks_started(time.time())
+        self._publish()
+
+    def poll(self, partitions_done: int) -> None:
+        if not self.publisher.enabled:
+            return
+        self.metrics.observe_partitions_done(partitions_done)
+        now = time.monotonic()
+        if now - self._polled_at < self.settings.monitoring.metrics_interval:
+            return
+        self._polled_at = now
+        try:
+            if self._consumer is None:
+                self._consumer = marker_consumer(self.settings.client)
+            self.metrics.observe_markers(read_markers(self._consumer, self._keys, timeout=10))
+        except KbackupError as exc:
+            log.debug("restore progress not read for the metrics: %s", exc)
+        self._publish()
+
+    def stop(self, *, succeeded: bool) -> None:
+        self.metrics.observe_stopped(time.time(), succeeded=succeeded)
+        self._publish()
+        self.publisher.close()
+        if self._consumer is not None:
+            self._consumer.close()
+
+    def _publish(self) -> None:
+        if not self.publisher.enabled:
+            return
+        try:
+            self.publisher.publish(self.metrics.samples())
+        except KbackupError as exc:  # a full disk under the metrics file must not stop the restore
+            log.warning("metrics not written: %s", exc)
 
 
 def _warn_if_others_can_write(source: Location) -> None:
@@ -189,8 +264,16 @@ def _task(part: PartitionPlan, settings: RestoreSettings, umask: int) -> Partiti
     )
 
 
-def _run_tasks(tasks: list[PartitionTask], settings: RestoreSettings, umask: int) -> list[PartitionResult]:
-    spark = job_session("kbackup-restore", debug=settings.debug, spark_conf=settings.spark_conf, umask=umask)
+def _run_tasks(
+    tasks: list[PartitionTask], settings: RestoreSettings, umask: int, watch: RestoreWatch
+) -> list[PartitionResult]:
+    spark = job_session(
+        "kbackup-restore",
+        debug=settings.debug,
+        spark_conf=settings.spark_conf,
+        umask=umask,
+        log_format=settings.monitoring.log_format,
+    )
     try:
         context = spark.sparkContext
         rdd = context.parallelize(tasks, len(tasks))
@@ -211,6 +294,7 @@ def _run_tasks(tasks: list[PartitionTask], settings: RestoreSettings, umask: int
                 finished = _finished_tasks(context)
                 if finished > shown.done:
                     shown.advance(finished - shown.done)
+                watch.poll(finished)
         if "error" in outcome:
             raise outcome["error"]
         results: list[PartitionResult] = outcome["results"]

@@ -21,7 +21,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kbackup.errors import UsageError
-from kbackup.job_options import ConnectorProperties, client_settings, job_parser, positive_int, spark_conf
+from kbackup.job_options import (
+    ConnectorProperties,
+    Monitoring,
+    client_settings,
+    job_parser,
+    positive_int,
+    spark_conf,
+)
 from kbackup.kafka.topics import TopicSelection
 from kbackup.partition.layout import state_dir
 from kbackup.restore.selection import Window
@@ -62,6 +69,8 @@ class RestoreSettings:
     spark_conf: dict[str, str] = field(default_factory=dict)
     #: ``--umask``; None: the inherited one plus :data:`kbackup.fsutil.DEFAULT_UMASK`.
     umask: int | None = None
+    #: ``--metrics-*`` and ``--log-format``.
+    monitoring: Monitoring = field(default_factory=Monitoring)
     debug: bool = False
 
     def target_topic(self, source_topic: str) -> str:
@@ -251,6 +260,7 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
         state_dir=args.state_dir,
         spark_conf=spark_conf(args.spark_conf),
         umask=args.umask,
+        monitoring=Monitoring.from_args(args),
         debug=args.debug,
     )
     if selection is not None and selection.topics is not None:

@@ -133,6 +133,7 @@ def kafka_schema(include_headers: bool) -> StructType:
 OFFSETS_VERSION = 1
 
 _KNOWN_OPTIONS = {
+    "logformat",
     "subscribe",
     "subscribepattern",
     "startingoffsets",
@@ -187,6 +188,8 @@ class SourceOptions:
     read_timeout: float
     min_partitions: int = 1
     snapshot_unreachable: float = 300
+    #: The job's ``--log-format`` for what the source logs on the driver (None: text).
+    log_format: str | None = None
 
     @property
     def read_committed(self) -> bool:
@@ -223,6 +226,7 @@ class SourceOptions:
             read_timeout=float(_positive_int(other, "readtimeoutseconds") or 120),
             min_partitions=_positive_int(other, "minpartitions") or 1,
             snapshot_unreachable=float(_positive_int(other, "snapshotunreachableseconds") or 300),
+            log_format=other.get("logformat"),
         )
 
 
@@ -409,7 +413,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )  # fmt: skip
 
     def initialOffset(self) -> dict[str, Any]:
-        ensure_console_logging()
+        ensure_console_logging(log_format=self.options.log_format)
         earliest, latest = self._current()
         for (topic, partition), low in sorted(earliest.items()):
             if low > 0:
@@ -465,7 +469,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return current
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        ensure_console_logging()
+        ensure_console_logging(log_format=self.options.log_format)
         begin = decode_offsets(start)
         current = self._current_or_wait()
         if current is None:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kbackup.kafka.client_settings import SECRET_KEY_PATTERN
-from kbackup.logsetup import spark_log_level
+from kbackup.logsetup import LOG_FORMAT_VARIABLE, spark_log_level
 
 #: Spark's own default for ``spark.redaction.regex``, which names the settings whose values the UI, the event log
 #: and the logs show as ``*********(redacted)``.
@@ -18,11 +18,15 @@ _SPARK_DEFAULT_REDACTION = "(?i)secret|password|token|access[.]?key"
 SPARK_REDACTION = f"{_SPARK_DEFAULT_REDACTION}|{SECRET_KEY_PATTERN}"
 
 
-def job_session(app_name: str, *, debug: bool, spark_conf: Mapping[str, str], umask: int) -> Any:
+def job_session(
+    app_name: str, *, debug: bool, spark_conf: Mapping[str, str], umask: int, log_format: str = "text"
+) -> Any:
     """The job's ``SparkSession`` (made, or the one ``spark-submit`` already made), with ``spark_conf`` applied.
 
-    ``umask`` is also Hadoop's for the files Spark writes (the checkpoint). A ``spark.redaction.regex``,
-    ``spark.sql.redaction.options.regex`` or ``spark.hadoop.fs.permissions.umask-mode`` the user gives wins.
+    ``umask`` is also Hadoop's for the files Spark writes (the checkpoint); ``log_format`` reaches the executors'
+    Python workers. Streaming queries report to Spark's metrics system (its sinks, e.g. the Prometheus servlet).
+    A ``spark.redaction.regex``, ``spark.sql.redaction.options.regex``, ``spark.hadoop.fs.permissions.umask-mode``
+    or ``spark.sql.streaming.metricsEnabled`` the user gives wins.
     """
     from pyspark.sql import SparkSession
 
@@ -33,6 +37,8 @@ def job_session(app_name: str, *, debug: bool, spark_conf: Mapping[str, str], um
         .config("spark.redaction.regex", SPARK_REDACTION)
         .config("spark.sql.redaction.options.regex", SPARK_REDACTION)
         .config("spark.hadoop.fs.permissions.umask-mode", f"{umask:03o}")
+        .config("spark.sql.streaming.metricsEnabled", "true")
+        .config(f"spark.executorEnv.{LOG_FORMAT_VARIABLE}", log_format)
     )
     for key, value in spark_conf.items():
         builder = builder.config(key, value)

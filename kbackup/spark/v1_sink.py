@@ -23,15 +23,20 @@ Two attempts of the same task cannot write a partition at once: the second
 waits for the first's lock.
 
 Options: ``path`` (the backup root, required), ``maxSegmentSize`` (bytes,
-default 1 GiB), ``lockTimeoutSeconds`` (default 600), ``fsync`` (default true).
+default 1 GiB), ``lockTimeoutSeconds`` (default 600), ``fsync`` (default true),
+``umask`` (octal), ``logFormat`` (``text`` or ``json``), ``statsDir`` (see
+:func:`write_batch_stats`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -41,9 +46,9 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, Writ
 from pyspark.sql.types import StructType
 
 from kbackup.catalog.ledger import CatalogLedger
-from kbackup.errors import UsageError
+from kbackup.errors import StorageError, UsageError
 from kbackup.format.record_columns import encode_columns
-from kbackup.fsutil import parse_umask, restrict_new_files
+from kbackup.fsutil import atomic_write, parse_umask, restrict_new_files
 from kbackup.logsetup import ensure_console_logging
 from kbackup.partition.object_writer import ObjectPartitionWriter, open_partition_writer
 from kbackup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE, PartitionWriter
@@ -70,10 +75,18 @@ class SinkOptions:
     fsync: bool = True
     #: The umask of the files the tasks create (None: the executor's own plus kbackup's default).
     umask: int | None = None
+    #: The job's ``--log-format`` for the batch lines the sink logs on the driver (None: text).
+    log_format: str | None = None
+    #: A directory on the driver's machine where each committed batch leaves ``batch-N.json`` (records and bytes
+    #: written per topic) for the job's metrics (:mod:`kbackup.backup.metrics`), which consumes them.
+    stats_dir: Path | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
-        known = {"path", "maxsegmentsize", "locktimeoutseconds", "fsync", "umask", "checkpointlocation", "queryname"}
+        known = {
+            "path", "maxsegmentsize", "locktimeoutseconds", "fsync", "umask", "checkpointlocation", "queryname",
+            "logformat", "statsdir",
+        }  # fmt: skip
         lowered = {key.lower(): value for key, value in options.items()}
         for key in options:
             if key.lower() not in known:
@@ -87,6 +100,8 @@ class SinkOptions:
                 lock_timeout=float(lowered.get("locktimeoutseconds", 600)),
                 fsync=lowered.get("fsync", "true").lower() != "false",
                 umask=parse_umask(lowered["umask"]) if "umask" in lowered else None,
+                log_format=lowered.get("logformat"),
+                stats_dir=Path(lowered["statsdir"]) if lowered.get("statsdir") else None,
             )
         except ValueError as exc:
             raise UsageError(f"invalid option for the {SINK_NAME} sink: {exc}") from None
@@ -211,7 +226,7 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver side: report what the batch wrote, in one line (and one per topic at debug level)."""
-        ensure_console_logging()
+        ensure_console_logging(log_format=self.options.log_format)
         per_topic: dict[str, list[int]] = {}
         partitions = 0
         longest: PartitionWrite | None = None
@@ -238,6 +253,8 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
             log.info(
                 "batch %d: %s records, %s bytes written to %s%s", batchId, f"{written:,}", f"{size:,}", where, extra
             )
+        if self.options.stats_dir is not None:
+            write_batch_stats(self.options.stats_dir, batchId, per_topic)
         if longest is not None:
             log.info(
                 "batch %d: waited %.1f s for the lock of %s/%d, held by an earlier attempt (a lost or slow task)",
@@ -245,11 +262,35 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
             )  # fmt: skip
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        ensure_console_logging()  # a Python worker of Spark's, not the job's driver process
+        ensure_console_logging(log_format=self.options.log_format)  # a Python worker of Spark's, not the job's
         log.warning(
             "batch %d failed; what its tasks wrote but did not sync is repaired when the partition is next opened",
             batchId,
         )
+
+
+def write_batch_stats(directory: Path, batch_id: int, per_topic: Mapping[str, list[int]]) -> None:
+    """Leave ``batch-N.json`` (``{"batch": N, "topics": {topic: [records, bytes]}}``) for the job's metrics.
+
+    A missing directory (the job ended) or a full disk costs the metrics one batch, never the backup.
+    """
+    document = {"batch": batch_id, "topics": {topic: totals[:2] for topic, totals in per_topic.items()}}
+    with contextlib.suppress(OSError, StorageError):
+        atomic_write(directory / f"batch-{batch_id}.json", json.dumps(document).encode(), sync=False)
+
+
+def read_batch_stats(directory: Path) -> list[tuple[int, dict[str, tuple[int, int]]]]:
+    """Consume the ``batch-N.json`` files :func:`write_batch_stats` left, in batch order."""
+    found = []
+    for path in directory.glob("batch-*.json"):
+        try:
+            document = json.loads(path.read_bytes())
+            path.unlink()
+        except (OSError, ValueError):
+            continue
+        topics = {str(topic): (int(totals[0]), int(totals[1])) for topic, totals in document["topics"].items()}
+        found.append((int(document["batch"]), topics))
+    return sorted(found, key=lambda item: item[0])
 
 
 def partition_runs(topics: pa.Array, partitions: npt.NDArray[np.int32]) -> list[tuple[int, int]]:

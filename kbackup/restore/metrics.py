@@ -1,0 +1,113 @@
+"""What a running restore tells its monitoring: progress and remaining records per target partition.
+
+Per target partition (labels ``topic`` and ``partition`` of the target):
+
+``records_planned``
+    Records this run produces there (the plan's selection, less what an
+    earlier run already restored).
+``records_restored``
+    Records of this run committed there. While the restore runs it is read
+    from the restore's progress marker (:mod:`kbackup.restore.marker`), which
+    names the next source offset: counted in source offsets, exact where the
+    backed-up offsets have no gaps and no time window leaves records out (gaps
+    and time windows make it an overestimate, capped at ``records_planned``).
+    Once the tasks are done it is their exact count.
+``records_remaining``
+    ``records_planned - records_restored``.
+
+Job-wide: planned and finished partitions, records per second since the
+tasks started, ``up`` and, once the restore has succeeded,
+``last_success_timestamp_seconds``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from kbackup.kafka.cluster import TopicPartitionKey
+from kbackup.metrics import Sample
+from kbackup.restore.marker import ProgressMarker
+from kbackup.restore.plan import PartitionPlan
+
+PREFIX = "kbackup_restore_"
+
+
+@dataclass
+class _Partition:
+    identity: str
+    resume_from: int
+    planned: int
+    restored: int = 0
+
+
+class RestoreMetrics:
+    """The restore's metrics state (module docstring)."""
+
+    def __init__(self, parts: Iterable[PartitionPlan], *, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._parts = {
+            (part.target_topic, part.target_partition): _Partition(
+                part.identity, max(part.resume_from, part.window.from_offset or 0), part.to_produce
+            )
+            for part in parts
+        }
+        self._started_at = clock()
+        self._tasks_started_at: float | None = None
+        self._partitions_done = 0
+        self._finished_at: float | None = None
+        self._stopped = False
+
+    def observe_tasks_started(self, at: float) -> None:
+        self._tasks_started_at = at
+
+    def observe_markers(self, markers: Mapping[TopicPartitionKey, ProgressMarker]) -> None:
+        """The progress markers read from the target: this restore's own move its partitions on."""
+        for key, marker in markers.items():
+            state = self._parts.get(key)
+            if state is None or marker.restore != state.identity:
+                continue  # another restore's marker, or one from before this run's plan
+            done = min(state.planned, max(0, marker.resume_from - state.resume_from))
+            state.restored = max(state.restored, done)
+
+    def observe_partitions_done(self, finished: int) -> None:
+        self._partitions_done = finished
+
+    def observe_results(self, produced: Mapping[TopicPartitionKey, int]) -> None:
+        """The tasks' own counts, once they are done: exact."""
+        for key, records in produced.items():
+            if key in self._parts:
+                self._parts[key].restored = records
+        self._partitions_done = len(self._parts)
+
+    def observe_stopped(self, at: float, *, succeeded: bool) -> None:
+        self._stopped = True
+        if succeeded:
+            self._finished_at = at
+
+    def remaining(self) -> int:
+        return sum(state.planned - state.restored for state in self._parts.values())
+
+    def samples(self) -> list[Sample]:
+        out: list[Sample] = []
+        for (topic, partition), state in sorted(self._parts.items()):
+            labels = {"topic": topic, "partition": str(partition)}
+            out.append(Sample(PREFIX + "records_planned", state.planned, "Records this run produces", labels))
+            out.append(Sample(PREFIX + "records_restored", state.restored, "Records of this run committed", labels))
+            out.append(
+                Sample(PREFIX + "records_remaining", state.planned - state.restored, "Records still to produce", labels)
+            )
+        out.append(Sample(PREFIX + "partitions_planned", len(self._parts), "Target partitions this run restores"))
+        out.append(Sample(PREFIX + "partitions_done", self._partitions_done, "Target partitions finished"))
+        if self._tasks_started_at is not None:
+            elapsed = max(self._clock() - self._tasks_started_at, 1e-9)
+            restored = sum(state.restored for state in self._parts.values())
+            out.append(Sample(PREFIX + "records_per_second", restored / elapsed, "Records committed per second"))
+        out.append(Sample(PREFIX + "started_timestamp_seconds", self._started_at, "Unix time the job started"))
+        if self._finished_at is not None:
+            out.append(
+                Sample(PREFIX + "last_success_timestamp_seconds", self._finished_at, "Unix time the restore succeeded")
+            )
+        out.append(Sample(PREFIX + "up", 0 if self._stopped else 1, "1 while the restore runs"))
+        return out

@@ -1,0 +1,160 @@
+"""The metrics' definitions (pure logic) and their publication (HTTP, files), without a cluster."""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from kbackup.backup.metrics import BackupMetrics, BatchWritten
+from kbackup.errors import UsageError
+from kbackup.logsetup import JsonLines
+from kbackup.metrics import MetricsPublisher, Sample, parse_listen_address, render_prometheus
+
+
+class Clock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def values(samples: list[Sample], name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    return {tuple(sorted(s.labels.items())): s.value for s in samples if s.name == name}
+
+
+def test_lag_is_last_stable_offset_minus_backed_up_and_its_age_starts_at_the_first_sample_above() -> None:
+    clock = Clock(1000)
+    metrics = BackupMetrics(clock=clock)
+    key = ("orders", 0)
+    assert metrics.lag(key) is None  # nothing known yet: no value rather than a made-up 0
+    metrics.observe_last_stable_offsets({key: 100}, at=1000)
+    assert metrics.lag(key) is None  # the backed-up offset is not known yet
+    metrics.observe_backed_up({key: 40})
+    clock.now = 1010
+    assert metrics.lag(key) == (60, 10.0)
+    metrics.observe_last_stable_offsets({key: 150}, at=1015)
+    clock.now = 1020
+    metrics.observe_backed_up({key: 100})  # reached the first sample: the second is the oldest not reached
+    assert metrics.lag(key) == (50, 5.0)
+    metrics.observe_backed_up({key: 150})
+    assert metrics.lag(key) == (0, 0.0)
+    metrics.observe_backed_up({key: 120})  # an older progress report never moves the backup back
+    assert metrics.lag(key) == (0, 0.0)
+
+
+def test_a_recreated_partition_starts_its_lag_over() -> None:
+    clock = Clock(2000)
+    metrics = BackupMetrics(clock=clock)
+    key = ("t", 1)
+    metrics.observe_backed_up({key: 10})
+    metrics.observe_last_stable_offsets({key: 500}, at=1000)
+    metrics.observe_last_stable_offsets({key: 20}, at=1990)
+    assert metrics.lag(key) == (10, 10.0)
+
+
+def test_samples_carry_labels_counters_rates_and_times() -> None:
+    clock = Clock(5000)
+    metrics = BackupMetrics(clock=clock)
+    metrics.observe_last_stable_offsets({("a", 0): 7, ("b", 2): 3}, at=4990)
+    metrics.observe_backed_up({("a", 0): 7, ("b", 2): 1})
+    metrics.observe_trigger(4995)
+    metrics.observe_batch(4)
+    metrics.observe_written(BatchWritten(4, {"a": (7, 700), "b": (1, 100)}, at=4995))
+    metrics.observe_written(BatchWritten(4, {"a": (7, 700)}, at=4996))  # the batch again after a crash: once
+    metrics.observe_round_stored(4996)
+    clock.now = 5000
+    samples = metrics.samples()
+    assert values(samples, "kbackup_backup_lag_records") == {
+        (("partition", "0"), ("topic", "a")): 0,
+        (("partition", "2"), ("topic", "b")): 2,
+    }
+    assert values(samples, "kbackup_backup_records_written_total") == {(("topic", "a"),): 7, (("topic", "b"),): 1}
+    assert values(samples, "kbackup_backup_bytes_written_total") == {(("topic", "a"),): 700, (("topic", "b"),): 100}
+    assert values(samples, "kbackup_backup_last_batch_id") == {(): 4}
+    assert values(samples, "kbackup_backup_last_batch_timestamp_seconds") == {(): 4995}
+    assert values(samples, "kbackup_backup_last_offsets_round_timestamp_seconds") == {(): 4996}
+    assert values(samples, "kbackup_backup_up") == {(): 1}
+    metrics.observe_stopped(5001, finished=True)
+    after = metrics.samples()
+    assert values(after, "kbackup_backup_up") == {(): 0}
+    assert values(after, "kbackup_backup_last_success_timestamp_seconds") == {(): 5001}
+
+
+def test_rates_count_the_last_minute_only() -> None:
+    clock = Clock(0)
+    metrics = BackupMetrics(clock=clock)
+    metrics.observe_written(BatchWritten(1, {"a": (6000, 60_000)}, at=10))
+    clock.now = 60
+    assert values(metrics.samples(), "kbackup_backup_records_per_second") == {(): 100}
+    clock.now = 200
+    assert values(metrics.samples(), "kbackup_backup_records_per_second") == {(): 0}
+
+
+def test_prometheus_text_escapes_labels_and_groups_each_metric() -> None:
+    text = render_prometheus(
+        [
+            Sample("m_total", 3, "a counter", {"topic": 'we"ird\\name'}, "counter"),
+            Sample("g", 1.5, "a gauge"),
+            Sample("m_total", 4, "a counter", {"topic": "b"}, "counter"),
+        ]
+    )
+    assert text == (
+        "# HELP g a gauge\n# TYPE g gauge\ng 1.5\n"
+        "# HELP m_total a counter\n# TYPE m_total counter\n"
+        'm_total{topic="we\\"ird\\\\name"} 3\nm_total{topic="b"} 4\n'
+    )
+
+
+def test_publisher_serves_http_and_replaces_files(tmp_path: Path) -> None:
+    prom, document = tmp_path / "backup.prom", tmp_path / "backup.json"
+    samples = [Sample("kbackup_backup_up", 1, "up", {"x": "y"})]
+    with_port = MetricsPublisher("backup", file=prom, listen=("127.0.0.1", 0))
+    with_port.start()
+    try:
+        with_port.publish(samples)
+        with urllib.request.urlopen(f"http://127.0.0.1:{with_port.port}/metrics", timeout=5) as answer:
+            assert answer.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            assert answer.read().decode() == render_prometheus(samples)
+    finally:
+        with_port.close()
+    assert prom.read_text() == render_prometheus(samples)
+    to_json = MetricsPublisher("backup", file=document)
+    to_json.publish(samples, now=12.5)
+    assert json.loads(document.read_text()) == {
+        "job": "backup",
+        "updated_at": 12.5,
+        "metrics": [{"name": "kbackup_backup_up", "labels": {"x": "y"}, "value": 1}],
+    }
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["backup.json", "backup.prom"]  # no temporary file left
+
+
+def test_a_port_in_use_or_malformed_is_one_usage_error() -> None:
+    first = MetricsPublisher("backup", listen=("127.0.0.1", 0))
+    first.start()
+    try:
+        second = MetricsPublisher("backup", listen=("127.0.0.1", first.port or 0))
+        with pytest.raises(UsageError, match=r"--metrics-port: cannot listen on 127\.0\.0\.1:\d+"):
+            second.start()
+    finally:
+        first.close()
+    assert parse_listen_address("9108") == ("0.0.0.0", 9108)
+    assert parse_listen_address("127.0.0.1:9108") == ("127.0.0.1", 9108)
+    with pytest.raises(UsageError, match="expected PORT or HOST:PORT"):
+        parse_listen_address("localhost:http")
+
+
+def test_json_log_lines_are_one_object_each() -> None:
+    record = logging.LogRecord("kbackup.backup", logging.INFO, __file__, 1, "batch %d: %s", (3, 'a "b"\nc'), None)
+    record.created, record.msecs = 0.25, 250
+    entry = json.loads(JsonLines().format(record))
+    assert entry == {
+        "time": "1970-01-01T00:00:00.250Z",
+        "level": "INFO",
+        "logger": "kbackup.backup",
+        "message": 'batch 3: a "b"\nc',
+    }
