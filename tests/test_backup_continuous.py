@@ -30,9 +30,10 @@ def test_sigkill_during_continuous_backup_loses_and_duplicates_nothing(
     topic = f"crash-orders-{source}"
     create_topics(kafka, {topic: 3})
     target = tmp_path / "backup"
-    args = [*client_args(kafka, tmp_path), "--target-dir", str(target), "--topics", topic,
-            "--trigger-interval", "1", "--offsets-interval", "2", "--max-offsets-per-trigger", "700",
-            "--max-segment-size", "16384", "--kafka-source", source]  # fmt: skip
+    common = [*client_args(kafka, tmp_path), "--target-dir", str(target), "--topics", topic,
+              "--max-segment-size", "16384", "--kafka-source", source]  # fmt: skip
+    # Small batches while killed (a kill lands inside one); the last run takes the rest in a few.
+    args = [*common, "--trigger-interval", "1", "--offsets-interval", "2", "--max-offsets-per-trigger", "700"]
     producer = Producer(kafka, topic, 3)
     producer.start()
     rng = random.Random(7)
@@ -63,7 +64,7 @@ def test_sigkill_during_continuous_backup_loses_and_duplicates_nothing(
     finally:
         producer.stop()
     assert producer.sent > 1000
-    result = run_backup(*args, "--snapshot")
+    result = run_backup(*common, "--snapshot")
     assert result.returncode == 0, result.stdout[-3000:]
     expected = consume_all(kafka, [topic])
     got = backed_up(target, [topic])

@@ -158,3 +158,40 @@ def test_json_log_lines_are_one_object_each() -> None:
         "logger": "kbackup.backup",
         "message": 'batch 3: a "b"\nc',
     }
+
+
+def test_restore_progress_follows_its_own_markers_and_ends_exact() -> None:
+    from kbackup.restore.marker import ProgressMarker
+    from kbackup.restore.metrics import RestoreMetrics
+    from kbackup.restore.plan import PartitionPlan
+    from kbackup.restore.selection import Window
+
+    parts = [
+        PartitionPlan("src", 0, "dst", 0, Window(), selected=100, groups={}, identity="mine", resume_from=0),
+        PartitionPlan("src", 1, "dst", 1, Window(from_offset=50), selected=30, groups={}, identity="mine", skip=10,
+                      resume_from=20),
+    ]  # fmt: skip
+    clock = Clock(100)
+    metrics = RestoreMetrics(parts, clock=clock)
+    metrics.observe_markers(
+        {
+            ("dst", 0): ProgressMarker("mine", 40, 0, 41),
+            ("dst", 1): ProgressMarker("another restore", 90, 0, 1),  # not this restore's: ignored
+        }
+    )
+    assert metrics.remaining() == 60 + 20
+    metrics.observe_markers({("dst", 1): ProgressMarker("mine", 65, 0, 16)})  # 15 source offsets past 50
+    metrics.observe_markers({("dst", 0): ProgressMarker("mine", 30, 0, 31)})  # an older marker: no step back
+    assert metrics.remaining() == 60 + 5
+    metrics.observe_markers({("dst", 1): ProgressMarker("mine", 500, 0, 100)})  # capped at the plan
+    assert metrics.remaining() == 60
+    metrics.observe_results({("dst", 0): 98, ("dst", 1): 20})  # done: the tasks' own counts
+    metrics.observe_stopped(120, succeeded=True)
+    samples = metrics.samples()
+    assert values(samples, "kbackup_restore_records_remaining") == {
+        (("partition", "0"), ("topic", "dst")): 0,
+        (("partition", "1"), ("topic", "dst")): 0,
+    }
+    assert values(samples, "kbackup_restore_partitions_done") == {(): 2}
+    assert values(samples, "kbackup_restore_last_success_timestamp_seconds") == {(): 120}
+    assert values(samples, "kbackup_restore_up") == {(): 0}

@@ -137,9 +137,10 @@ def test_continuous_backup_survives_a_lost_executor_and_a_lost_driver(
     topic = "cluster-orders"
     create_topics(kafka, {topic: 4})
     target = tmp_path / "backup"
-    args = [*client_args(kafka, tmp_path), "--target-dir", str(target), "--topics", topic,
-            "--trigger-interval", "1", "--offsets-interval", "2", "--max-offsets-per-trigger", "4000",
-            "--max-segment-size", "65536"]  # fmt: skip
+    common = [*client_args(kafka, tmp_path), "--target-dir", str(target), "--topics", topic,
+              "--max-segment-size", "65536"]  # fmt: skip
+    # Small batches while executors and the driver die; the rerun takes the rest in a few.
+    args = [*common, "--trigger-interval", "1", "--offsets-interval", "2", "--max-offsets-per-trigger", "4000"]
     producer = Producer(kafka, topic, 4, rate=1500)
     producer.start()
     rng = random.Random(11)
@@ -193,7 +194,7 @@ def test_continuous_backup_survives_a_lost_executor_and_a_lost_driver(
     for group, offsets in groups.items():
         commit_offsets(kafka, group, offsets)
 
-    rerun = run_backup(*args, "--snapshot", master=spark.master_url, timeout=600)
+    rerun = run_backup(*common, "--snapshot", master=spark.master_url, timeout=600)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     expected = consume_all(kafka, [topic])
     assert len(expected) == producer.sent

@@ -4,7 +4,7 @@ Per target partition (labels ``topic`` and ``partition`` of the target):
 
 ``records_planned``
     Records this run produces there (the plan's selection, less what an
-    earlier run already restored).
+    earlier run already restored; once the tasks are done, what they produced).
 ``records_restored``
     Records of this run committed there. While the restore runs it is read
     from the restore's progress marker (:mod:`kbackup.restore.marker`), which
@@ -75,10 +75,11 @@ class RestoreMetrics:
         self._partitions_done = finished
 
     def observe_results(self, produced: Mapping[TopicPartitionKey, int]) -> None:
-        """The tasks' own counts, once they are done: exact."""
+        """The tasks' own counts, once every task succeeded: exact, and nothing remains (a task that found more
+        of its records already in the target than the plan did produced fewer, and planned that many)."""
         for key, records in produced.items():
             if key in self._parts:
-                self._parts[key].restored = records
+                self._parts[key].restored = self._parts[key].planned = records
         self._partitions_done = len(self._parts)
 
     def observe_stopped(self, at: float, *, succeeded: bool) -> None:
