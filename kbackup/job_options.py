@@ -265,8 +265,9 @@ class Monitoring:
             log_format=args.log_format,
         )
 
-    def publisher(self, job: str) -> MetricsPublisher:
-        return MetricsPublisher(job, file=self.metrics_file, listen=self.metrics_listen)
+    def publisher(self, job: str, labels: Mapping[str, str] | None = None) -> MetricsPublisher:
+        """``labels``: on every sample (which backup or restore the series are of)."""
+        return MetricsPublisher(job, file=self.metrics_file, listen=self.metrics_listen, labels=labels)
 
 
 def umask(text: str) -> int:

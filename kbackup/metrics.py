@@ -25,17 +25,21 @@ Prometheus text format, as written here::
 from __future__ import annotations
 
 import json
+import logging
 import math
+import socket
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from kbackup.errors import UsageError
 from kbackup.fsutil import atomic_write
+
+log = logging.getLogger("kbackup.metrics")
 
 
 @dataclass(frozen=True)
@@ -79,8 +83,9 @@ def render_json(job: str, samples: Iterable[Sample], *, updated_at: float) -> st
 
 
 def parse_listen_address(text: str) -> tuple[str, int]:
-    """``PORT`` (every interface) or ``HOST:PORT`` -> (host, port); a :class:`UsageError` otherwise."""
+    """``PORT`` (every interface), ``HOST:PORT`` or ``[IPV6]:PORT`` -> (host, port); a :class:`UsageError` otherwise."""
     host, _, port_text = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
     try:
         port = int(port_text)
     except ValueError:
@@ -98,10 +103,19 @@ class MetricsPublisher:
     :meth:`close` at the end (stops serving; the file stays).
     """
 
-    def __init__(self, job: str, *, file: Path | None = None, listen: tuple[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        job: str,
+        *,
+        file: Path | None = None,
+        listen: tuple[str, int] | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
+        """``labels`` are added to every sample: what tells two jobs' series apart (the backup's target)."""
         self.job = job
         self.file = file
         self.listen = listen
+        self.labels = dict(labels or {})
         self._text = ""
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -121,6 +135,8 @@ class MetricsPublisher:
         publisher = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = 10  # a scraper that stops reading does not hold a thread
+
             def do_GET(self) -> None:
                 if self.path.split("?")[0] not in ("/metrics", "/"):
                     self.send_error(404, "kbackup serves /metrics")
@@ -136,8 +152,15 @@ class MetricsPublisher:
                 return
 
         host, port = self.listen
+
+        class Server(ThreadingHTTPServer):
+            address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                log.debug("metrics request from %s failed", client_address, exc_info=True)  # a scraper hung up
+
         try:
-            self._server = ThreadingHTTPServer((host, port), Handler)
+            self._server = Server((host, port), Handler)
         except OSError as exc:
             raise UsageError(f"--metrics-port: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
         self._server.daemon_threads = True
@@ -149,6 +172,8 @@ class MetricsPublisher:
 
     def publish(self, samples: Sequence[Sample], *, now: float | None = None) -> None:
         """Make ``samples`` the current snapshot (served at once; the file replaced)."""
+        if self.labels:
+            samples = [replace(sample, labels={**self.labels, **sample.labels}) for sample in samples]
         text = render_prometheus(samples)
         with self._lock:
             self._text = text

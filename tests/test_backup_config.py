@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -304,7 +305,10 @@ def test_batch_stats_are_consumed_once_in_batch_order(tmp_path: Path) -> None:
 
     write_batch_stats(tmp_path, 12, {"b": [5, 50, 0]})
     write_batch_stats(tmp_path, 3, {"a": [1, 10, 2]})
-    (tmp_path / "batch-7.json").write_text("{torn")  # a reader never sees this (atomic rename); skipped if it did
-    assert read_batch_stats(tmp_path) == [(3, {"a": (1, 10)}), (12, {"b": (5, 50)})]
-    assert read_batch_stats(tmp_path) == []
+    (tmp_path / "batch-7.json").write_text("{torn")  # a reader never sees this (atomic rename); dropped if it did
+    (tmp_path / "batch-8.json").write_text('{"batch": 8}')
+    found = read_batch_stats(tmp_path)
+    assert [(batch, topics) for batch, _, topics in found] == [(3, {"a": (1, 10)}), (12, {"b": (5, 50)})]
+    assert all(abs(at - time.time()) < 60 for _, at, _ in found)
+    assert read_batch_stats(tmp_path) == [] and not list(tmp_path.iterdir())
     write_batch_stats(tmp_path / "gone", 4, {"a": [1, 1, 0]})  # the job ended: nothing to report to, no error

@@ -30,6 +30,8 @@ from tests.kafka_helpers import backed_up, client_config_file, consume_all, crea
 from tests.restore_helpers import Target, comparable, group_offsets, run_restore
 
 SOURCES = ["kbackup", "spark"]
+#: Spark's source is run on the shapes where it has its own logic (transaction markers, and the 5 MB record's fetch
+#: sizes); compaction gaps and a moved log start it reads like any consumer, and CI time is short.
 
 
 @dataclass(frozen=True)
@@ -215,7 +217,7 @@ def compacted(kafka: BrokerUnderTest) -> tuple[str, list[Produced]]:
     return topic, produced
 
 
-@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("source", ["kbackup"])
 def test_backup_of_a_compacted_topic_is_exact(
     kafka: BrokerUnderTest, compacted: tuple[str, list[Produced]], tmp_path: Path, source: str
 ) -> None:
@@ -258,7 +260,7 @@ def head_deleted(kafka: BrokerUnderTest) -> tuple[str, list[Produced]]:
     return topic, produced
 
 
-@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("source", ["kbackup"])
 def test_backup_after_delete_records_starts_at_the_new_log_start(
     kafka: BrokerUnderTest, head_deleted: tuple[str, list[Produced]], tmp_path: Path, source: str
 ) -> None:

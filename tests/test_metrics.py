@@ -43,8 +43,29 @@ def test_lag_is_last_stable_offset_minus_backed_up_and_its_age_starts_at_the_fir
     assert metrics.lag(key) == (50, 5.0)
     metrics.observe_backed_up({key: 150})
     assert metrics.lag(key) == (0, 0.0)
-    metrics.observe_backed_up({key: 120})  # an older progress report never moves the backup back
-    assert metrics.lag(key) == (0, 0.0)
+    # A complete sample without the partition: its topic was deleted; its lag is not reported for ever.
+    metrics.observe_last_stable_offsets({("other", 0): 5}, at=1030)
+    assert metrics.lag(key) is None
+    assert {s.labels["topic"] for s in metrics.samples() if s.name == "kbackup_backup_last_stable_offset"} == {"other"}
+
+
+def test_a_long_lag_keeps_its_oldest_sample_in_bounded_memory() -> None:
+    from kbackup.backup.metrics import MAX_SAMPLES_BEHIND
+
+    clock = Clock(0)
+    metrics = BackupMetrics(clock=clock)
+    key = ("t", 0)
+    metrics.observe_backed_up({key: 0})
+    for step in range(1, 10 * MAX_SAMPLES_BEHIND):
+        metrics.observe_last_stable_offsets({key: step * 10}, at=step)
+    clock.now = 100_000
+    assert metrics.lag(key) == (10 * (10 * MAX_SAMPLES_BEHIND - 1), 100_000 - 1)
+    assert len(metrics._partitions[key].behind) <= MAX_SAMPLES_BEHIND
+    # Half way: the first sample above 5000 was taken at 501; thinned, the one kept is a little later (the lag's
+    # age is never overstated, and understated by at most the spacing of the samples kept).
+    metrics.observe_backed_up({key: 5000})
+    lag = metrics.lag(key)
+    assert lag is not None and 100_000 - 501 - 64 <= lag[1] <= 100_000 - 501
 
 
 def test_a_recreated_partition_starts_its_lag_over() -> None:
@@ -54,7 +75,9 @@ def test_a_recreated_partition_starts_its_lag_over() -> None:
     metrics.observe_backed_up({key: 10})
     metrics.observe_last_stable_offsets({key: 500}, at=1000)
     metrics.observe_last_stable_offsets({key: 20}, at=1990)
-    assert metrics.lag(key) == (10, 10.0)
+    assert metrics.lag(key) is None  # what was backed up is the old incarnation's: unknown until the next batch
+    metrics.observe_backed_up({key: 5})
+    assert metrics.lag(key) == (15, 10.0)
 
 
 def test_samples_carry_labels_counters_rates_and_times() -> None:
@@ -79,6 +102,11 @@ def test_samples_carry_labels_counters_rates_and_times() -> None:
     assert values(samples, "kbackup_backup_last_batch_timestamp_seconds") == {(): 4995}
     assert values(samples, "kbackup_backup_last_offsets_round_timestamp_seconds") == {(): 4996}
     assert values(samples, "kbackup_backup_up") == {(): 1}
+    fresh = BackupMetrics(clock=Clock(77))  # no trigger completed yet: stalled since the job's start
+    assert values(fresh.samples(), "kbackup_backup_last_batch_timestamp_seconds") == {(): 77}
+    fresh.observe_checkpoints(waiting=0, completed_at=50)  # seeded from the catalog
+    fresh.observe_checkpoints(waiting=1, completed_at=40)  # never older than what is known
+    assert values(fresh.samples(), "kbackup_backup_last_checkpoint_timestamp_seconds") == {(): 50}
     metrics.observe_stopped(5001, finished=True)
     after = metrics.samples()
     assert values(after, "kbackup_backup_up") == {(): 0}

@@ -203,10 +203,12 @@ def test_round_trip_through_sasl_ssl_with_exactly_the_documented_acls_and_no_sec
     # A cron-run snapshot leaves its outcome for node_exporter's textfile collector.
     exposed = backup_metrics.read_text()
     for partition, records in ((0, 150), (1, 150)):
-        assert f'kbackup_backup_lag_records{{topic="{TOPIC}",partition="{partition}"}} 0\n' in exposed
-        assert f'kbackup_backup_backed_up_offset{{topic="{TOPIC}",partition="{partition}"}} {records}\n' in exposed
-    assert f'kbackup_backup_records_written_total{{topic="{TOPIC}"}} 300\n' in exposed
-    assert "kbackup_backup_up 0\n" in exposed and "\nkbackup_backup_last_success_timestamp_seconds " in exposed
+        labels = f'target="{backup}",topic="{TOPIC}",partition="{partition}"'
+        assert f"kbackup_backup_lag_records{{{labels}}} 0\n" in exposed
+        assert f"kbackup_backup_backed_up_offset{{{labels}}} {records}\n" in exposed
+    assert f'kbackup_backup_records_written_total{{target="{backup}",topic="{TOPIC}"}} 300\n' in exposed
+    assert f'kbackup_backup_up{{target="{backup}"}} 0\n' in exposed
+    assert f'\nkbackup_backup_last_success_timestamp_seconds{{target="{backup}"}} ' in exposed
 
     restore_config = secured.java_settings(RESTORE_USER, RESTORE_PASSWORD, "PKCS12")
     restore_args = [
@@ -409,7 +411,9 @@ def test_metrics_show_the_lag_measured_independently_and_a_stalled_backup(secure
         found = [
             m["value"]
             for m in document["metrics"]
-            if m["name"] == name and m["labels"] in (wanted, {"topic": topic}, {})
+            if m["name"] == name
+            and m["labels"].pop("target") == str(backup)
+            and m["labels"] in (wanted, {"topic": topic}, {})
         ]
         return found[0] if found else None
 
@@ -446,8 +450,9 @@ def test_metrics_show_the_lag_measured_independently_and_a_stalled_backup(secure
             assert metric("kbackup_backup_lag_records") == lso - end
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
                 scraped = answer.read().decode()
-            assert f'kbackup_backup_lag_records{{topic="{topic}",partition="0"}} {lso - end}\n' in scraped
-            assert f'kbackup_backup_last_stable_offset{{topic="{topic}",partition="0"}} {lso}\n' in scraped
+            labels = f'target="{backup}",topic="{topic}",partition="0"'
+            assert f"kbackup_backup_lag_records{{{labels}}} {lso - end}\n" in scraped
+            assert f"kbackup_backup_last_stable_offset{{{labels}}} {lso}\n" in scraped
             # What "no successful batch in M minutes" alerts on: no trigger completed since the stall began.
             assert (metric("kbackup_backup_last_batch_timestamp_seconds") or 0) <= stalled_at + 1
         finally:
@@ -559,3 +564,22 @@ def test_oauthbearer_through_an_oidc_token_endpoint(secured: Secured, tmp_path: 
         assert not (tmp_path / "refused").exists() or not any((tmp_path / "refused").iterdir())
     finally:
         secured.acls(OIDC_CLIENT, grants, grant=False)
+
+
+def test_spark_kafka_source_through_sasl_ssl_with_the_same_acls(secured: Secured, tmp_path: Path) -> None:
+    """``--kafka-source spark``: Spark's Java consumer gets the Java settings as they are (JKS trust store read by
+    the JVM itself) and needs no ACL beyond the backup's."""
+    secured.acls(BACKUP_USER, BACKUP_ACLS, grant=True)
+    try:
+        backup = tmp_path / "backup"
+        config = secured.java_settings(BACKUP_USER, BACKUP_PASSWORD, "JKS")
+        done = run_backup(*secured_args(secured, config), "--target-dir", backup, "--topics", TOPIC, "--snapshot",
+                          "--kafka-source", "spark")  # fmt: skip
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert comparable([json.loads(line) for line in kbackup_lines("cat", backup, "--topic", TOPIC)]) == (
+            comparable(consume_all(secured.harness, [TOPIC]))
+        )
+        for secret in (BACKUP_PASSWORD, TRUST_PASSWORD):
+            assert secret not in done.stdout + done.stderr
+    finally:
+        secured.acls(BACKUP_USER, BACKUP_ACLS, grant=False)

@@ -146,12 +146,7 @@ class ClusterWatch:
         (``with_sample``), then the cuts of new checkpoint requests."""
         asked = self._clock()
         try:
-            if with_sample:
-                sampled = self._session.call(
-                    lambda admin, timeout: last_stable_offsets(admin, self._selection, timeout=timeout)
-                )
-                with self._lock:
-                    self._found.samples.append(sampled)
+            sampled = self._sample() if with_sample else False
             if with_round:
                 if asked >= self._topics_due:
                     self._record_topics()
@@ -170,8 +165,23 @@ class ClusterWatch:
                 "consumer offset rounds and checkpoint cuts wait; retrying, the backup resumes when it answers",
             )
             return
-        if with_round or with_sample or cut:  # a pass that asked the cluster nothing says nothing about it
+        if with_round or sampled or cut:  # a pass that asked the cluster nothing says nothing about it
             self._outage.answered()
+
+    def _sample(self) -> bool:
+        """The last stable offsets for the metrics alone: a failure costs one sample, never the backup.
+
+        Whether the cluster answered."""
+        try:
+            sampled = self._session.call(
+                lambda admin, timeout: last_stable_offsets(admin, self._selection, timeout=timeout), patience=0
+            )
+        except Exception as exc:
+            log.debug("last stable offsets not sampled: %s", exc)
+            return False
+        with self._lock:
+            self._found.samples.append(sampled)
+        return True
 
     def _record_topics(self) -> None:
         def record(admin: object, timeout: float) -> int:

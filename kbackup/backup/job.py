@@ -125,8 +125,10 @@ class BackupJob:
             check_writable_root(settings.checkpoint_location, what="Spark checkpoint location")
         session = AdminSession({**settings.client, "socket.timeout.ms": "10000"})
         self._preflight(session)
-        publisher = self._publisher = settings.monitoring.publisher("backup")
+        self._metrics = BackupMetrics(rate_window=settings.monitoring.metrics_interval)
+        publisher = self._publisher = settings.monitoring.publisher("backup", {"target": str(settings.target)})
         publisher.start()  # a port in use is refused before anything is written
+        self._publish(force=True)  # up, from the start
         if publisher.enabled:
             self._stats_dir = Path(tempfile.mkdtemp(prefix="kbackup-batches-"))
         finished = False
@@ -166,6 +168,10 @@ class BackupJob:
         self._metrics.observe_last_stable_offsets(first_round.ends, first_round.taken_at)
         existing = checkpoints.list_checkpoints(settings.target)
         self._checkpoints = [c for c in existing if c.status == "pending"]
+        completed = [c.taken_at for c in existing if c.status == "completed" and c.taken_at is not None]
+        self._metrics.observe_checkpoints(
+            waiting=len(self._checkpoints), completed_at=max(completed) / 1000 if completed else None
+        )
         # Read again from the oldest request still waiting (one may predate a snapshot's checkpoint).
         outstanding = [c.id for c in existing if c.status == "requested"]
         self._seen_checkpoint = min(outstanding) - 1 if outstanding else max((c.id for c in existing), default=0)
@@ -293,13 +299,13 @@ class BackupJob:
         if not force and now - self._published_at < self.settings.monitoring.metrics_interval:
             return
         self._published_at = now
-        if self._stats_dir is not None:
-            for batch_id, by_topic in read_batch_stats(self._stats_dir):
-                self._metrics.observe_written(BatchWritten(batch_id, by_topic, time.time()))
         assert self._publisher is not None
         try:
+            if self._stats_dir is not None:
+                for batch_id, at, by_topic in read_batch_stats(self._stats_dir):
+                    self._metrics.observe_written(BatchWritten(batch_id, by_topic, at))
             self._publisher.publish(self._metrics.samples())
-        except KbackupError as exc:  # a full disk under the metrics file must not stop the backup
+        except Exception as exc:  # a full disk under the metrics file must not stop the backup
             log.warning("metrics not written: %s", exc)
 
     def _sample_at_end(self, session: AdminSession) -> None:

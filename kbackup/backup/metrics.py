@@ -44,8 +44,9 @@ from kbackup.metrics import Sample
 
 #: Throughput is averaged over this many seconds of committed micro-batches.
 RATE_WINDOW_SECONDS = 60.0
-#: LSO samples kept per partition while the backup is behind them (at 15 s each, about 40 hours).
-MAX_SAMPLES_BEHIND = 10_000
+#: LSO samples kept per partition while the backup is behind them; when full, every other one is dropped (the
+#: oldest stays: it alone makes ``lag_seconds``), so a long lag costs little memory and loses only resolution.
+MAX_SAMPLES_BEHIND = 64
 
 PREFIX = "kbackup_backup_"
 
@@ -64,7 +65,7 @@ class _Partition:
 
 @dataclass
 class BatchWritten:
-    """What one committed micro-batch wrote, per topic (records, bytes): the sink's report."""
+    """What one committed micro-batch wrote, per topic (records, bytes), and when: the sink's report."""
 
     batch_id: int
     by_topic: dict[str, tuple[int, int]]
@@ -74,42 +75,56 @@ class BatchWritten:
 class BackupMetrics:
     """The backup's metrics state: fed by the job's loop, read as :class:`Sample` lists (module docstring)."""
 
-    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, *, rate_window: float = RATE_WINDOW_SECONDS, clock: Callable[[], float] = time.time) -> None:
+        """``rate_window``: seconds of batches the rates average (at least a minute)."""
         self._clock = clock
+        self._rate_window = max(RATE_WINDOW_SECONDS, rate_window)
         self._partitions: dict[TopicPartitionKey, _Partition] = {}
         self._records: dict[str, int] = {}
         self._bytes: dict[str, int] = {}
         self._recent: deque[BatchWritten] = deque()
         self._counted_batches: set[int] = set()
+        self._started_at = clock()
         self._last_batch_id: int | None = None
-        self._last_batch_at: float | None = None
+        # Until a trigger completes, the job's start: a query that never completes one is stalled since then.
+        self._last_batch_at: float = self._started_at
         self._last_round_at: float | None = None
         self._last_checkpoint_at: float | None = None
         self._checkpoints_waiting = 0
-        self._started_at = clock()
         self._finished_at: float | None = None
         self._stopped = False
 
     # -- what happened -------------------------------------------------------
 
-    def observe_last_stable_offsets(self, ends: Mapping[TopicPartitionKey, int], at: float) -> None:
-        """A sample of the cluster's LSOs taken at unix time ``at``."""
+    def observe_last_stable_offsets(
+        self, ends: Mapping[TopicPartitionKey, int], at: float, *, complete: bool = True
+    ) -> None:
+        """A sample of the cluster's LSOs taken at unix time ``at``; ``complete``: of every selected partition,
+        so a partition left out of it is gone (its topic deleted or no longer selected) and is forgotten."""
+        if complete:
+            for key in [key for key in self._partitions if key not in ends]:
+                del self._partitions[key]
         for key, lso in ends.items():
             state = self._partitions.setdefault(key, _Partition())
             if state.lso is not None and lso < state.lso:
-                # The partition was recreated or truncated (delete-records does not lower the LSO): start over.
+                # The topic was recreated (delete-records does not lower the LSO): what was backed up is another
+                # incarnation's; unknown until the backup's next batch reports the new one.
                 state.behind.clear()
+                state.backed_up = None
             state.lso = lso
             ahead = state.backed_up is None or lso > state.backed_up
             newer = not state.behind or lso > state.behind[-1][1]
-            if ahead and newer and len(state.behind) < MAX_SAMPLES_BEHIND:
+            if ahead and newer:
+                if len(state.behind) >= MAX_SAMPLES_BEHIND:
+                    oldest = state.behind[0]
+                    state.behind = deque([oldest, *list(state.behind)[2::2]])
                 state.behind.append((at, lso))
 
     def observe_backed_up(self, offsets: Mapping[TopicPartitionKey, int]) -> None:
         """End offsets of the last committed micro-batch: everything below is durable in the backup."""
         for key, offset in offsets.items():
             state = self._partitions.setdefault(key, _Partition())
-            state.backed_up = offset if state.backed_up is None else max(state.backed_up, offset)
+            state.backed_up = offset
             state.drop_reached()
 
     def observe_trigger(self, at: float) -> None:
@@ -138,9 +153,11 @@ class BackupMetrics:
         self._last_round_at = at
 
     def observe_checkpoints(self, *, waiting: int, completed_at: float | None = None) -> None:
+        """Checkpoints waiting for the backup; ``completed_at``: when the newest completed one was (the job seeds
+        it from the catalog at its start, so a snapshot run that fails still shows the last good one)."""
         self._checkpoints_waiting = waiting
         if completed_at is not None:
-            self._last_checkpoint_at = completed_at
+            self._last_checkpoint_at = max(completed_at, self._last_checkpoint_at or completed_at)
 
     def observe_stopped(self, at: float, *, finished: bool) -> None:
         """The job ends; ``finished``: a snapshot that backed up everything up to its start's LSOs."""
@@ -219,21 +236,34 @@ class BackupMetrics:
                     "counter",
                 )
             )
-        while self._recent and self._recent[0].at < now - RATE_WINDOW_SECONDS:
+        while self._recent and self._recent[0].at < now - self._rate_window:
             self._recent.popleft()
-        window = min(RATE_WINDOW_SECONDS, max(now - self._started_at, 1e-9))
+        window = min(self._rate_window, max(now - self._started_at, 1e-9))
         records = sum(r for batch in self._recent for r, _ in batch.by_topic.values())
         size = sum(b for batch in self._recent for _, b in batch.by_topic.values())
         out.append(
-            Sample(PREFIX + "records_per_second", records / window, "Records written per second over the last minute")
+            Sample(
+                PREFIX + "records_per_second",
+                records / window,
+                "Records written per second over the last minute (or metrics interval)",
+            )
         )
-        out.append(Sample(PREFIX + "bytes_per_second", size / window, "Bytes written per second over the last minute"))
-        optional = (
-            (
-                "last_batch_timestamp_seconds",
+        out.append(
+            Sample(
+                PREFIX + "bytes_per_second",
+                size / window,
+                "Bytes written per second over the last minute (or metrics interval)",
+            )
+        )
+        out.append(
+            Sample(
+                PREFIX + "last_batch_timestamp_seconds",
                 self._last_batch_at,
-                "Unix time the query last completed a trigger (a micro-batch, or a look that found nothing new)",
-            ),
+                "Unix time the query last completed a trigger (a micro-batch, or a look that found nothing new); "
+                "the job's start until one completes",
+            )
+        )
+        optional = (
             ("last_batch_id", self._last_batch_id, "Id of the last committed micro-batch in the Spark checkpoint"),
             (
                 "last_offsets_round_timestamp_seconds",

@@ -7,6 +7,7 @@ errors from the cluster become :class:`ClusterError` with what was asked.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Generator, Iterable, Mapping
 from typing import Any
@@ -65,24 +66,25 @@ def is_transient(error: Any) -> bool:
 def admin_client(settings: Mapping[str, str]) -> Any:
     """An admin client whose log goes to the ``kbackup.librdkafka`` logger, not to stderr.
 
-    It remembers the last authentication failure librdkafka reported (a refused SASL login, a token endpoint
-    that refused the client, a failed TLS handshake): a request that then fails says why, instead of
+    It remembers when librdkafka last reported an authentication failure (a refused SASL login, a token endpoint
+    that refused the client, a failed TLS handshake): a request that fails after one says why, instead of
     librdkafka's "broker transport failure".
     """
     import logging
 
     from confluent_kafka.admin import AdminClient
 
-    failures: list[Any] = []
+    failures: list[tuple[float, Any]] = []
 
     def remember(error: Any) -> None:
         if error.code() in _AUTHENTICATION_CODES:
-            failures[:] = [error]
+            failures[:] = [(time.monotonic(), error)]
 
     admin = AdminClient({**settings, "error_cb": remember}, logger=logging.getLogger("kbackup.librdkafka"))
-    if len(_AUTHENTICATION_FAILURES) >= 256:  # a long outage makes many clients: forget the oldest
-        del _AUTHENTICATION_FAILURES[next(iter(_AUTHENTICATION_FAILURES))]
-    _AUTHENTICATION_FAILURES[id(admin)] = failures
+    with _FAILURES_LOCK:
+        if len(_AUTHENTICATION_FAILURES) >= 256:  # a long outage makes many clients: forget the oldest
+            del _AUTHENTICATION_FAILURES[next(iter(_AUTHENTICATION_FAILURES))]
+        _AUTHENTICATION_FAILURES[id(admin)] = failures
     return admin
 
 
@@ -90,27 +92,36 @@ def admin_client(settings: Mapping[str, str]) -> Any:
 #: SASL_AUTHENTICATION_FAILED).
 _AUTHENTICATION_CODES = {-169, -181, 58}
 #: Each admin client's remembered failure, by ``id`` (an AdminClient takes no attributes).
-_AUTHENTICATION_FAILURES: dict[int, list[Any]] = {}
+_AUTHENTICATION_FAILURES: dict[int, list[tuple[float, Any]]] = {}
+_FAILURES_LOCK = threading.Lock()
 
 
-def authentication_failure(admin: Any) -> str | None:
-    """The authentication failure librdkafka last reported for ``admin`` (serving its pending events first)."""
-    failures = _AUTHENTICATION_FAILURES.get(id(admin))
+def authentication_failure(admin: Any, *, since: float) -> str | None:
+    """The authentication failure librdkafka reported for ``admin`` at or after ``since`` (``time.monotonic``),
+    serving the client's pending events first; None when there was none."""
+    with _FAILURES_LOCK:
+        failures = _AUTHENTICATION_FAILURES.get(id(admin))
     if failures is None:
         return None
     with contextlib.suppress(Exception):  # a closed client: nothing more to learn
         admin.poll(0.5)
-    return str(failures[0].str()) if failures else None
+    if not failures or failures[0][0] < since:
+        return None
+    return str(failures[0][1].str())
 
 
 def partition_counts(admin: Any, *, timeout: float = 30) -> dict[str, int]:
     """Every topic the cluster reports, with its partition count."""
+    with contextlib.suppress(Exception):
+        admin.poll(0)  # serve what librdkafka reported before this request: only a failure during it counts
+    asked = time.monotonic()
     try:
         metadata = admin.list_topics(timeout=timeout)
     except Exception as exc:
-        refused = authentication_failure(admin)
+        refused = authentication_failure(admin, since=asked)
         if refused is not None:
-            raise ClusterError(f"the cluster refused this client's login: {refused}", transient=False) from None
+            # Transient: a token endpoint can fail for a while; a job's first request is asked once anyway.
+            raise ClusterError(f"the cluster refused this client's login: {refused}", transient=True) from None
         raise _failed("cannot list topics", exc) from None
     return {name: len(topic.partitions) for name, topic in metadata.topics.items() if topic.error is None}
 

@@ -16,6 +16,7 @@ on where the target log says it stopped (see the plan module).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -122,6 +123,7 @@ def _restore(settings: RestoreSettings, plan: RestorePlan, admin: Any, umask: in
             )
     tasks = [_task(part, settings, umask) for part in plan.partitions if part.to_produce > 0 or part.groups]
     started = time.monotonic()
+    watch.tasks_started()
     results = _run_tasks(tasks, settings, umask, watch) if tasks else []
     watch.metrics.observe_results({(r.target_topic, r.target_partition): r.produced for r in results})
     seconds = time.monotonic() - started
@@ -182,16 +184,44 @@ class RestoreWatch:
 
     def __init__(self, settings: RestoreSettings, plan: RestorePlan) -> None:
         self.settings = settings
-        self.metrics = RestoreMetrics(part for part in plan.partitions if part.to_produce > 0 or part.groups)
-        self.publisher = settings.monitoring.publisher("restore")
-        self._keys = [(p.target_topic, p.target_partition) for p in plan.partitions if p.to_produce > 0]
+        self._parts = {(p.target_topic, p.target_partition): p for p in plan.partitions if p.to_produce > 0 or p.groups}
+        self.publisher = settings.monitoring.publisher("restore", {"source": str(settings.source)})
+        local = isinstance(settings.source, Path)
+        self.metrics = RestoreMetrics(
+            self._parts.values(),
+            first_offsets={} if local or not self.publisher.enabled else self._first_offsets(),
+            count=self._count if local else None,
+        )
+        self._keys = [key for key, part in self._parts.items() if part.to_produce > 0]
         self._consumer: Any = None
         self._polled_at = float("-inf")
 
     def start(self) -> None:
         self.publisher.start()
-        self.metrics.observe_tasks_started(time.time())
         self._publish()
+
+    def tasks_started(self) -> None:
+        self.metrics.observe_tasks_started(time.time())
+
+    def _count(self, key: TopicPartitionKey, below: int) -> int | None:
+        """This run's records below source offset ``below``, from the segment indexes (None with a time window)."""
+        part = self._parts[key]
+        if part.window.by_time:
+            return None
+        reader = PartitionReader(self.settings.source / part.source_topic, part.source_partition,
+                                 legacy=self.settings.legacy)  # fmt: skip
+        return count_selected(reader, part.window, below=below) - part.skip
+
+    def _first_offsets(self) -> dict[TopicPartitionKey, int]:
+        """Each partition's first backed-up offset, from its partition index (one read per partition)."""
+        found = {}
+        for key, part in self._parts.items():
+            with contextlib.suppress(KbackupError):
+                reader = PartitionReader(self.settings.source / part.source_topic, part.source_partition,
+                                         legacy=self.settings.legacy)  # fmt: skip
+                if reader.segments:
+                    found[key] = reader.segments[0].start_offset
+        return found
 
     def poll(self, partitions_done: int) -> None:
         if not self.publisher.enabled:
@@ -205,7 +235,7 @@ class RestoreWatch:
             if self._consumer is None:
                 self._consumer = marker_consumer(self.settings.client)
             self.metrics.observe_markers(read_markers(self._consumer, self._keys, timeout=10))
-        except KbackupError as exc:
+        except Exception as exc:  # the metrics must never stop the restore
             log.debug("restore progress not read for the metrics: %s", exc)
         self._publish()
 
@@ -221,7 +251,7 @@ class RestoreWatch:
             return
         try:
             self.publisher.publish(self.metrics.samples())
-        except KbackupError as exc:  # a full disk under the metrics file must not stop the restore
+        except Exception as exc:  # a full disk under the metrics file must not stop the restore
             log.warning("metrics not written: %s", exc)
 
 

@@ -8,10 +8,11 @@ Per target partition (labels ``topic`` and ``partition`` of the target):
 ``records_restored``
     Records of this run committed there. While the restore runs it is read
     from the restore's progress marker (:mod:`kbackup.restore.marker`), which
-    names the next source offset: counted in source offsets, exact where the
-    backed-up offsets have no gaps and no time window leaves records out (gaps
-    and time windows make it an overestimate, capped at ``records_planned``).
-    Once the tasks are done it is their exact count.
+    names the next source offset: the selected records below it are counted in
+    the backup's segment indexes (a local backup and no time window), or else
+    estimated in source offsets from the first backed-up offset (gaps and time
+    windows make that an overestimate, capped at ``records_planned``). Once the
+    tasks are done it is their exact count.
 ``records_remaining``
     ``records_planned - records_restored``.
 
@@ -42,17 +43,38 @@ class _Partition:
     restored: int = 0
 
 
+#: Counts the records of this run below a source offset on a target partition (None: cannot be counted cheaply).
+Counter = Callable[[TopicPartitionKey, int], "int | None"]
+
+
 class RestoreMetrics:
     """The restore's metrics state (module docstring)."""
 
-    def __init__(self, parts: Iterable[PartitionPlan], *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        parts: Iterable[PartitionPlan],
+        *,
+        first_offsets: Mapping[TopicPartitionKey, int] | None = None,
+        count: Counter | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``first_offsets``: each target partition's first backed-up source offset (the estimate's base);
+        ``count``: exact counts where it can make them."""
         self._clock = clock
+        firsts = first_offsets or {}
         self._parts = {
             (part.target_topic, part.target_partition): _Partition(
-                part.identity, max(part.resume_from, part.window.from_offset or 0), part.to_produce
+                part.identity,
+                max(
+                    part.resume_from,
+                    part.window.from_offset or 0,
+                    firsts.get((part.target_topic, part.target_partition), 0),
+                ),
+                part.to_produce,
             )
             for part in parts
         }
+        self._count = count
         self._started_at = clock()
         self._tasks_started_at: float | None = None
         self._partitions_done = 0
@@ -60,6 +82,7 @@ class RestoreMetrics:
         self._stopped = False
 
     def observe_tasks_started(self, at: float) -> None:
+        """The restore's Spark tasks start (its rate counts from here)."""
         self._tasks_started_at = at
 
     def observe_markers(self, markers: Mapping[TopicPartitionKey, ProgressMarker]) -> None:
@@ -68,8 +91,9 @@ class RestoreMetrics:
             state = self._parts.get(key)
             if state is None or marker.restore != state.identity:
                 continue  # another restore's marker, or one from before this run's plan
-            done = min(state.planned, max(0, marker.resume_from - state.resume_from))
-            state.restored = max(state.restored, done)
+            counted = self._count(key, marker.resume_from) if self._count is not None else None
+            estimate = marker.resume_from - state.resume_from if counted is None else counted
+            state.restored = max(state.restored, min(state.planned, max(0, estimate)))
 
     def observe_partitions_done(self, finished: int) -> None:
         self._partitions_done = finished

@@ -34,6 +34,7 @@ import contextlib
 import itertools
 import json
 import logging
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -270,26 +271,31 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
 
 
 def write_batch_stats(directory: Path, batch_id: int, per_topic: Mapping[str, list[int]]) -> None:
-    """Leave ``batch-N.json`` (``{"batch": N, "topics": {topic: [records, bytes]}}``) for the job's metrics.
+    """Leave ``batch-N.json`` (``{"batch": N, "at": UNIX_TIME, "topics": {topic: [records, bytes]}}``) for the
+    job's metrics.
 
     A missing directory (the job ended) or a full disk costs the metrics one batch, never the backup.
     """
-    document = {"batch": batch_id, "topics": {topic: totals[:2] for topic, totals in per_topic.items()}}
+    document = {"batch": batch_id, "at": time.time(), "topics": {t: totals[:2] for t, totals in per_topic.items()}}
     with contextlib.suppress(OSError, StorageError):
         atomic_write(directory / f"batch-{batch_id}.json", json.dumps(document).encode(), sync=False)
 
 
-def read_batch_stats(directory: Path) -> list[tuple[int, dict[str, tuple[int, int]]]]:
-    """Consume the ``batch-N.json`` files :func:`write_batch_stats` left, in batch order."""
+def read_batch_stats(directory: Path) -> list[tuple[int, float, dict[str, tuple[int, int]]]]:
+    """Consume the ``batch-N.json`` files :func:`write_batch_stats` left, in batch order: (batch, time, topics).
+
+    A file that cannot be read or understood is removed and left out: the metrics lose one batch.
+    """
     found = []
     for path in directory.glob("batch-*.json"):
         try:
             document = json.loads(path.read_bytes())
+            topics = {str(topic): (int(totals[0]), int(totals[1])) for topic, totals in document["topics"].items()}
+            found.append((int(document["batch"]), float(document["at"]), topics))
+        except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+            pass
+        with contextlib.suppress(OSError):
             path.unlink()
-        except (OSError, ValueError):
-            continue
-        topics = {str(topic): (int(totals[0]), int(totals[1])) for topic, totals in document["topics"].items()}
-        found.append((int(document["batch"]), topics))
     return sorted(found, key=lambda item: item[0])
 
 
