@@ -66,7 +66,7 @@ def is_transient(error: Any) -> bool:
 def admin_client(settings: Mapping[str, str]) -> Any:
     """An admin client whose log goes to the ``kbackup.librdkafka`` logger, not to stderr.
 
-    It remembers when librdkafka last reported an authentication failure (a refused SASL login, a token endpoint
+    It remembers the last authentication failure librdkafka reported (a refused SASL login, a token endpoint
     that refused the client, a failed TLS handshake): a request that fails after one says why, instead of
     librdkafka's "broker transport failure".
     """
@@ -74,11 +74,11 @@ def admin_client(settings: Mapping[str, str]) -> Any:
 
     from confluent_kafka.admin import AdminClient
 
-    failures: list[tuple[float, Any]] = []
+    failures: list[Any] = []
 
     def remember(error: Any) -> None:
         if error.code() in _AUTHENTICATION_CODES:
-            failures[:] = [(time.monotonic(), error)]
+            failures[:] = [error]
 
     admin = AdminClient({**settings, "error_cb": remember}, logger=logging.getLogger("kbackup.librdkafka"))
     with _FAILURES_LOCK:
@@ -92,37 +92,34 @@ def admin_client(settings: Mapping[str, str]) -> Any:
 #: SASL_AUTHENTICATION_FAILED).
 _AUTHENTICATION_CODES = {-169, -181, 58}
 #: Each admin client's remembered failure, by ``id`` (an AdminClient takes no attributes).
-_AUTHENTICATION_FAILURES: dict[int, list[tuple[float, Any]]] = {}
+_AUTHENTICATION_FAILURES: dict[int, list[Any]] = {}
 _FAILURES_LOCK = threading.Lock()
 
 
-def authentication_failure(admin: Any, *, since: float) -> str | None:
-    """The authentication failure librdkafka reported for ``admin`` at or after ``since`` (``time.monotonic``),
-    serving the client's pending events first; None when there was none."""
+def authentication_failure(admin: Any) -> str | None:
+    """The authentication failure librdkafka reported for ``admin`` since its last successful metadata request
+    (its pending events served first); None when there was none."""
     with _FAILURES_LOCK:
         failures = _AUTHENTICATION_FAILURES.get(id(admin))
     if failures is None:
         return None
     with contextlib.suppress(Exception):  # a closed client: nothing more to learn
         admin.poll(0.5)
-    if not failures or failures[0][0] < since:
-        return None
-    return str(failures[0][1].str())
+    return str(failures[0].str()) if failures else None
 
 
 def partition_counts(admin: Any, *, timeout: float = 30) -> dict[str, int]:
     """Every topic the cluster reports, with its partition count."""
-    with contextlib.suppress(Exception):
-        admin.poll(0)  # serve what librdkafka reported before this request: only a failure during it counts
-    asked = time.monotonic()
     try:
         metadata = admin.list_topics(timeout=timeout)
     except Exception as exc:
-        refused = authentication_failure(admin, since=asked)
+        refused = authentication_failure(admin)
         if refused is not None:
             # Transient: a token endpoint can fail for a while; a job's first request is asked once anyway.
             raise ClusterError(f"the cluster refused this client's login: {refused}", transient=True) from None
         raise _failed("cannot list topics", exc) from None
+    with _FAILURES_LOCK:  # logged in since: an earlier failure says nothing about a later outage
+        _AUTHENTICATION_FAILURES.get(id(admin), []).clear()
     return {name: len(topic.partitions) for name, topic in metadata.topics.items() if topic.error is None}
 
 
