@@ -359,12 +359,19 @@ def test_backup_verify_and_restore_through_s3(
     }
 
     maps = [a for t in ("s3-orders", "s3-audit") if target.prefix for a in ("--topic-map", f"{t}={target.name(t)}")]
-    result = run_restore(*target.args(tmp_path), "--source-dir", root, *maps)
+    progress = tmp_path / "restore.json"
+    result = run_restore(*target.args(tmp_path), "--source-dir", root, *maps, "--metrics-file", progress)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     source = consume_all(kafka, ["s3-orders", "s3-audit"])
     restored = consume_all(target.broker, [target.name("s3-orders"), target.name("s3-audit")])
     for topic in ("s3-orders", "s3-audit"):
         assert comparable(restored, topic=target.name(topic)) == comparable(source, topic=topic)
+    # Progress of a restore from the store (estimated from source offsets while it runs): exact at the end.
+    metrics = json.loads(progress.read_text())["metrics"]
+    assert {m["labels"]["source"] for m in metrics} == {root}
+    remaining = [m["value"] for m in metrics if m["name"] == "kbackup_restore_records_remaining"]
+    restored_counts = [m["value"] for m in metrics if m["name"] == "kbackup_restore_records_restored"]
+    assert remaining and set(remaining) == {0} and sum(restored_counts) == len(source)
     assert group_offsets(target.broker, "s3-readers") == {
         (target.name("s3-orders"), 0): 40,
         (target.name("s3-audit"), 0): 25,

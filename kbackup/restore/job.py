@@ -208,20 +208,21 @@ class RestoreWatch:
         part = self._parts[key]
         if part.window.by_time:
             return None
-        reader = PartitionReader(self.settings.source / part.source_topic, part.source_partition,
-                                 legacy=self.settings.legacy)  # fmt: skip
-        return count_selected(reader, part.window, below=below) - part.skip
+        return count_selected(self._reader(part), part.window, below=below) - part.skip
 
     def _first_offsets(self) -> dict[TopicPartitionKey, int]:
         """Each partition's first backed-up offset, from its partition index (one read per partition)."""
         found = {}
         for key, part in self._parts.items():
-            with contextlib.suppress(KbackupError):
-                reader = PartitionReader(self.settings.source / part.source_topic, part.source_partition,
-                                         legacy=self.settings.legacy)  # fmt: skip
-                if reader.segments:
-                    found[key] = reader.segments[0].start_offset
+            with contextlib.suppress(Exception):  # the estimate's base only: the metrics never stop the restore
+                segments = self._reader(part).segments
+                if segments:
+                    found[key] = segments[0].start_offset
         return found
+
+    def _reader(self, part: PartitionPlan) -> PartitionReader:
+        return PartitionReader(self.settings.source / part.source_topic, part.source_partition,
+                               legacy=self.settings.legacy)  # fmt: skip
 
     def poll(self, partitions_done: int) -> None:
         if not self.publisher.enabled:
