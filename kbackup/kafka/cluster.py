@@ -63,6 +63,10 @@ def is_transient(error: Any) -> bool:
     return bool(error.retriable()) or error.name() in TRANSIENT_ERRORS
 
 
+#: A group coordinator moving, being created (a cluster's first group) or loading: asked again, as a consumer would.
+COORDINATOR_NOT_READY = frozenset({"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE"})
+
+
 def admin_client(settings: Mapping[str, str]) -> Any:
     """An admin client whose log goes to the ``kbackup.librdkafka`` logger, not to stderr.
 

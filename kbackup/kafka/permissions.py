@@ -18,11 +18,12 @@ asks for them (``kbackup-restore.*``).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kbackup.errors import AccessDeniedError, ClusterError
+from kbackup.kafka.cluster import COORDINATOR_NOT_READY
 
 #: Kafka's name of the cluster resource in ACLs.
 CLUSTER = "kafka-cluster"
@@ -213,9 +214,6 @@ def _creatable(admin: Any, topics: list[str], timeout: float) -> list[str]:
     return allowed
 
 
-_COORDINATOR_NOT_READY = ("NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE")
-
-
 def _group_operations(admin: Any, groups: list[str], timeout: float) -> dict[tuple[str, str], set[str]]:
     """Each group's operations; asked again while its coordinator is not ready.
 
@@ -228,7 +226,7 @@ def _group_operations(admin: Any, groups: list[str], timeout: float) -> dict[tup
     while pending:
         futures = admin.describe_consumer_groups(pending, include_authorized_operations=True, request_timeout=timeout)
         retry = time.monotonic() < deadline
-        answered = _operations("GROUP", futures, retry=_COORDINATOR_NOT_READY if retry else ())
+        answered = _operations("GROUP", futures, retry=COORDINATOR_NOT_READY if retry else ())
         result.update(answered)
         pending = [group for group in pending if ("GROUP", group) not in answered]
         if pending:
@@ -236,7 +234,9 @@ def _group_operations(admin: Any, groups: list[str], timeout: float) -> dict[tup
     return result
 
 
-def _operations(kind: str, futures: Mapping[Any, Any], *, retry: Sequence[str] = ()) -> dict[tuple[str, str], set[str]]:
+def _operations(
+    kind: str, futures: Mapping[Any, Any], *, retry: Collection[str] = ()
+) -> dict[tuple[str, str], set[str]]:
     """Each described resource's operations (none when Kafka refused to describe it).
 
     A resource whose error is one of ``retry`` is left out of the answer.

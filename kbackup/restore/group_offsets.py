@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kbackup.errors import ClusterError
-from kbackup.kafka.cluster import TopicPartitionKey, _reason
+from kbackup.kafka.cluster import COORDINATOR_NOT_READY, TopicPartitionKey, _reason
 
 log = logging.getLogger("kbackup.restore")
 
@@ -84,9 +84,6 @@ def commit_group_offsets(
 #: How long one admin request about groups may wait (a future without a timeout could wait for ever).
 ADMIN_SECONDS = 30
 
-#: Group coordinator errors that pass: the coordinator is moving, being created or loading.
-_COORDINATOR_ERRORS = ("NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE")
-
 
 def _with_coordinator_retries(call: Callable[[], T], failure: str, *, timeout: float = 60) -> T:
     """``call()``, again while the group coordinator is not ready (up to ``timeout`` seconds); else one ClusterError."""
@@ -96,7 +93,7 @@ def _with_coordinator_retries(call: Callable[[], T], failure: str, *, timeout: f
             return call()
         except Exception as exc:
             reason = _reason(exc)
-            if not any(code in reason for code in _COORDINATOR_ERRORS) or time.monotonic() > deadline:
+            if not any(code in reason for code in COORDINATOR_NOT_READY) or time.monotonic() > deadline:
                 raise ClusterError(f"{failure}: {reason}") from None
             time.sleep(0.5)
 

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kbackup.kafka.cluster import PROGRESS_GROUP
+from kbackup.kafka.cluster import COORDINATOR_NOT_READY, PROGRESS_GROUP
 from kbackup.restore.selection import Window
 
 #: Records per transaction: a crash redoes at most this many; each commit adds one offset to the partition.
@@ -104,10 +104,6 @@ def restore_identity(
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-#: NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS: retried.
-_COORDINATOR_NOT_READY = frozenset({16, 15, 14})
-
-
 def marker_consumer(client: Mapping[str, str]) -> Any:
     """A consumer of kbackup's progress group: reads markers and lends its group to transactions (never joins)."""
     from confluent_kafka import Consumer
@@ -136,7 +132,7 @@ def read_markers(
         except KafkaException as exc:
             error = exc.args[0]
             # A new cluster's group coordinator may still be starting or loading: wait for it, as a consumer would.
-            not_ready = error.code() in _COORDINATOR_NOT_READY or "coordinator" in error.str().lower()
+            not_ready = error.name() in COORDINATOR_NOT_READY or "coordinator" in error.str().lower()
             if not_ready and time.monotonic() < deadline:
                 time.sleep(0.5)
                 continue
