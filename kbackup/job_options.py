@@ -289,6 +289,20 @@ def positive_int(text: str) -> int:
     return value
 
 
+_BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def byte_count(text: str) -> int:
+    """An argparse type: a byte count above 0, optionally with a binary unit (``512K``, ``20M``, ``1G``)."""
+    cleaned = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = cleaned[-1:] if cleaned[-1:] in _BYTE_UNITS else ""
+    digits = cleaned[: len(cleaned) - len(unit)]
+    value = int(digits) * _BYTE_UNITS[unit] if digits.isdigit() else 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a byte count > 0 such as 1048576, 512K, 20M or 1G, got {text!r}")
+    return value
+
+
 def positive_float(text: str) -> float:
     """An argparse type: a number above 0."""
     try:

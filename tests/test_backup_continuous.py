@@ -33,7 +33,7 @@ def test_sigkill_during_continuous_backup_loses_and_duplicates_nothing(
     common = [*client_args(kafka, tmp_path), "--target-dir", str(target), "--topics", topic,
               "--max-segment-size", "16384", "--kafka-source", source]  # fmt: skip
     # Small batches while killed (a kill lands inside one); the last run takes the rest in a few.
-    args = [*common, "--trigger-interval", "1", "--offsets-interval", "2", "--max-offsets-per-trigger", "700"]
+    args = [*common, "--trigger-interval", "1", "--offsets-interval", "2", "--max-records-per-trigger", "700"]
     producer = Producer(kafka, topic, 3)
     producer.start()
     rng = random.Random(7)

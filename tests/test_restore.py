@@ -267,6 +267,34 @@ def test_sigkill_and_rerun_restores_exactly_once(target: Target, tmp_path: Path)
     assert len(consume_all(target.broker, [name])) == 2 * PER_PARTITION
 
 
+def test_a_throttled_restore_shares_its_byte_limit_between_the_partitions_restored_at_once(
+    target: Target, tmp_path: Path
+) -> None:
+    """Two partitions of 300 KB each under a whole-restore limit of 120K bytes per second: the two tasks that run
+    at once (local[2]) get 60K each, so producing takes about 5 s (2.5 s if each took the whole limit)."""
+    backup = tmp_path / "backup"
+    topic = "throttled"
+    for partition in range(2):
+        with PartitionWriter(backup / topic, topic, partition, fsync=False) as writer:
+            for i in range(600):
+                writer.append(Record(i, 0, BASE + i, b"k%05d" % i, bytes([65 + partition]) * 494,
+                                     (("h", b"x"),) if i % 2 else ()))  # fmt: skip
+    name = target.name(topic)
+    maps = ["--topic-map", f"{topic}={name}"] if target.prefix else []
+    result = run_restore(*target.args(tmp_path), "--source-dir", backup, *maps,
+                         "--max-bytes-per-second", "120K", "--max-records-per-second", "100000")  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert (
+        "throttled to 100,000 records/s and 122,880 bytes/s in all: "
+        "50,000 records/s and 61,440 bytes/s for each of the 2 partitions restored at once"
+    ) in result.stdout
+    # 600 records of 6 + 494 bytes (and half of them a 2-byte header) per partition: 300,600 bytes at 61,440/s.
+    line = next(line for line in result.stdout.splitlines() if f"restored {name}: 1200 records" in line)
+    seconds = float(line.rsplit(" in ", 1)[1].split(" s ")[0])
+    assert seconds >= 4.5, line
+    assert comparable(consume_all(target.broker, [name])) == comparable(backed_up(backup, [topic]))
+
+
 def test_a_second_restore_of_the_same_target_fences_the_first(target: Target, tmp_path: Path) -> None:
     """Two restores of one backup into one cluster at once leave one copy; the fenced one says why and exits 1."""
     backup = tmp_path / "backup"

@@ -107,7 +107,14 @@ def build_parser(prog: str = "spark-submit jobs/backup.py") -> argparse.Argument
         default=10.0,
         help="seconds between micro-batches in continuous mode (default 10)",
     )
-    own.add_argument("--max-offsets-per-trigger", type=positive_int, help="at most this many records per micro-batch")
+    own.add_argument(
+        "--max-records-per-trigger",
+        "--max-offsets-per-trigger",
+        dest="max_offsets_per_trigger",
+        type=positive_int,
+        metavar="RECORDS",
+        help="at most this many offsets per micro-batch, over all partitions (Spark's maxOffsetsPerTrigger)",
+    )
     own.add_argument(
         "--kafka-source",
         choices=KAFKA_SOURCES,

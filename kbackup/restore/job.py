@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from kbackup.restore.plan import PartitionPlan, RestorePlan, build_plan, refuse_
 from kbackup.restore.selection import count_selected
 from kbackup.restore.settings import RestoreSettings, parse_restore_args
 from kbackup.restore.task import PartitionResult, PartitionTask, restore_partition
+from kbackup.restore.throttle import Throttle
 from kbackup.restore.timestamp_type import TIMESTAMP_TYPE, PendingTimestampTypes, set_timestamp_types
 from kbackup.spark.failures import failure_cause
 from kbackup.spark.session import job_session
@@ -289,10 +291,25 @@ def _task(part: PartitionPlan, settings: RestoreSettings, umask: int) -> Partiti
         groups=part.groups,
         client=settings.client,
         batch_size=settings.batch_size,
-        max_rate=settings.max_rate,
+        throttle=Throttle(settings.max_rate),
         legacy=settings.legacy,
         umask=umask,
     )
+
+
+def _shared_throttle(tasks: list[PartitionTask], settings: RestoreSettings, slots: int) -> list[PartitionTask]:
+    """The tasks, each with its part of the whole restore's rate limits (see :mod:`kbackup.restore.throttle`)."""
+    if not settings.throttle.limited:
+        return tasks
+    at_once = max(1, min(len(tasks), slots))
+    part = settings.throttle.share(at_once, per_partition_records=settings.max_rate)
+    log.info(
+        "throttled to %s in all: %s for each of the %d partitions restored at once",
+        settings.throttle.describe(),
+        part.describe(),
+        at_once,
+    )
+    return [replace(task, throttle=part) for task in tasks]
 
 
 def _run_tasks(
@@ -307,6 +324,7 @@ def _run_tasks(
     )
     try:
         context = spark.sparkContext
+        tasks = _shared_throttle(tasks, settings, context.defaultParallelism)
         rdd = context.parallelize(tasks, len(tasks))
         outcome: dict[str, Any] = {}
 

@@ -24,6 +24,7 @@ from kbackup.errors import UsageError
 from kbackup.job_options import (
     ConnectorProperties,
     Monitoring,
+    byte_count,
     client_settings,
     job_parser,
     positive_int,
@@ -32,6 +33,7 @@ from kbackup.job_options import (
 from kbackup.kafka.topics import TopicSelection
 from kbackup.partition.layout import state_dir
 from kbackup.restore.selection import Window
+from kbackup.restore.throttle import Throttle
 from kbackup.storage import Location, parse_location
 
 DEFAULT_BATCH_SIZE = 1 << 20
@@ -55,6 +57,8 @@ class RestoreSettings:
     batch_size: int = DEFAULT_BATCH_SIZE
     #: Records per second per partition, at most (``None``: as fast as the target takes them).
     max_rate: int | None = None
+    #: Records and bytes per second for the whole restore (shared out to its tasks).
+    throttle: Throttle = field(default_factory=Throttle)
     allow_non_empty: bool = False
     skip_bad_segments: bool = False
     accept_retention_loss: bool = False
@@ -116,6 +120,18 @@ def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.Argumen
         type=positive_int,
         metavar="RECORDS",
         help="produce at most RECORDS records per second into each partition (spares a busy target)",
+    )
+    own.add_argument(
+        "--max-records-per-second",
+        type=positive_int,
+        metavar="RECORDS",
+        help="produce at most RECORDS records per second in all (shared by the partitions restored at once)",
+    )
+    own.add_argument(
+        "--max-bytes-per-second",
+        type=byte_count,
+        metavar="BYTES",
+        help="produce at most BYTES (keys, values, headers; 512K, 20M, 1G) per second in all",
     )
     own.add_argument("--topics-regex", help="restore topics whose whole name matches this regex")
     own.add_argument("--topic-map", action="append", default=[], metavar="OLD=NEW", help="restore OLD as NEW")
@@ -247,6 +263,7 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
         offset_windows=windows,
         batch_size=batch_size,
         max_rate=args.max_rate,
+        throttle=Throttle(args.max_records_per_second, args.max_bytes_per_second),
         allow_non_empty=args.allow_non_empty,
         skip_bad_segments=args.skip_bad_segments,
         accept_retention_loss=args.accept_retention_loss,

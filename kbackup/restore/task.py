@@ -60,6 +60,7 @@ from kbackup.restore.marker import (
 )
 from kbackup.restore.selection import Window, selected_records
 from kbackup.restore.staging import Staged, staged_topic_dir
+from kbackup.restore.throttle import Pace, Throttle
 from kbackup.spark.stack_dumps import stacks_if_slow
 from kbackup.storage import parse_location
 
@@ -90,7 +91,8 @@ class PartitionTask:
     groups: dict[str, int]
     client: dict[str, str]
     batch_size: int
-    max_rate: int | None = None
+    #: This task's part of the restore's rate limits (see :mod:`kbackup.restore.throttle`).
+    throttle: Throttle = field(default_factory=Throttle)
     legacy: bool = False
     #: The umask of the files the task creates (its staged copy of an object-storage backup).
     umask: int | None = None
@@ -382,7 +384,10 @@ class _Run:
         index = 0
         first_index = -1
         transaction_ends = 0.0
-        pace = _Pace(task.max_rate) if task.max_rate else None
+        pace = Pace(task.throttle) if task.throttle.limited else None
+        # Large records can exceed a byte limit within a few records: then every record is paced.
+        pace_every = 1 if task.throttle.bytes_per_second else 100
+        paced_bytes = 0
         for record, is_last in _with_last(selected_records(reader, task.window)):
             while waiting and waiting[0][0] <= record.offset:
                 _, group = waiting.pop(0)
@@ -410,14 +415,17 @@ class _Run:
                 except BufferError:
                     self.producer.poll(0.1)
             result.produced += 1
-            result.produced_bytes += len(record.key or b"") + len(record.value or b"")
+            size = len(record.key or b"") + len(record.value or b"")
+            result.produced_bytes += size
             self.in_transaction += 1
             if result.produced % 10_000 == 0:
                 self.producer.poll(0)
                 if self.deliveries.failure is not None:
                     self._flush()  # raises
-            if pace is not None and result.produced % 100 == 0:
-                pace.wait(result.produced, until=transaction_ends)
+            if pace is not None:
+                paced_bytes += size + (sum(len(k) + len(v or b"") for k, v in headers) if headers else 0)
+                if result.produced % pace_every == 0:
+                    pace.wait(result.produced, paced_bytes, until=transaction_ends)
             if is_last or self.in_transaction >= TRANSACTION_RECORDS or time.monotonic() >= transaction_ends:
                 if self.first is None:
                     self._flush()
@@ -483,22 +491,6 @@ class _Run:
                 "so consumer group offsets cannot be placed; restore into a new topic"
             )
         return int(found[0])
-
-
-class _Pace:
-    """Keeps a producing loop at or below a rate (records per second), sleeping as needed."""
-
-    def __init__(self, rate: int) -> None:
-        self.rate = rate
-        self.started = time.monotonic()
-
-    def wait(self, produced: int, *, until: float) -> None:
-        """Sleep until ``produced`` records are due, but not past ``until`` (the open transaction's commit time:
-        a transaction left open longer than the broker's timeout would be aborted)."""
-        now = time.monotonic()
-        pause = min(self.started + produced / self.rate, until) - now
-        if pause > 0:
-            time.sleep(pause)
 
 
 def _with_last(items: Iterable[T]) -> Iterator[tuple[T, bool]]:
