@@ -75,6 +75,7 @@ LONG_FILES = (
     "test_secured_kafka.py",
     "test_concurrency.py",
     "test_docs.py",
+    "test_restore_repartition.py",
     "test_topic_names.py",
     "test_crash_repair.py",
     "test_full_disk.py",

@@ -208,7 +208,7 @@ def test_a_staged_restore_checks_what_it_copied_and_not_an_empty_placeholder_bel
     )
     with staged_topic_dir(bucket / "ph", 0, window, legacy=False) as staged:
         assert staged.names is not None and PartitionReader(bucket / "ph", 0).segments[0].name not in staged.names
-        restore_task._check_segments(task, staged)  # type: ignore[arg-type]
+        restore_task._check_segments(task, 0, window, staged)  # type: ignore[arg-type]
         assert [r.offset for r in PartitionReader(staged.topic_dir, 0).records(30)] == list(range(30, 40))
 
 

@@ -141,7 +141,14 @@ def _restore(settings: RestoreSettings, plan: RestorePlan, admin: Any, umask: in
         if result.taken_over:
             log.warning("%s", result.taken_over)
     _summary(plan, results, seconds)
-    for part in plan.partitions:
+    for result in results:
+        for group, records in sorted(result.read_again.items()):
+            log.info(
+                "group %s: %s/%d was repartitioned: the group resumes at the first record it had not read, and reads "
+                "%d records it had read before again",
+                group, result.target_topic, result.target_partition, records,
+            )  # fmt: skip
+    for part in plan.source_parts():
         for bad in part.bad_segments:
             log.warning(
                 "not restored: %s/%d offsets %s..%s (segment %s: %s)",
@@ -208,7 +215,7 @@ class RestoreWatch:
     def _count(self, key: TopicPartitionKey, below: int) -> int | None:
         """This run's records below source offset ``below``, from the segment indexes (None with a time window)."""
         part = self._parts[key]
-        if part.window.by_time:
+        if part.window.by_time or part.repartition is not None:
             return None
         return count_selected(self._reader(part), part.window, below=below) - part.skip
 
@@ -216,6 +223,8 @@ class RestoreWatch:
         """Each partition's first backed-up offset, from its partition index (one read per partition)."""
         found = {}
         for key, part in self._parts.items():
+            if part.repartition is not None:
+                continue  # positions of a merged stream, not offsets
             with contextlib.suppress(Exception):  # the estimate's base only: the metrics never stop the restore
                 segments = self._reader(part).segments
                 if segments:
@@ -294,6 +303,7 @@ def _task(part: PartitionPlan, settings: RestoreSettings, umask: int) -> Partiti
         throttle=Throttle(settings.max_rate),
         legacy=settings.legacy,
         umask=umask,
+        repartition=part.repartition,
     )
 
 
@@ -388,8 +398,8 @@ def _summary(plan: RestorePlan, results: list[PartitionResult], seconds: float) 
             rate,
         )
     # A task counts what it found in the target after fencing; a partition without a task, what the plan found.
-    found = {(r.source_topic, r.source_partition): r.skipped for r in results}
-    skipped = sum(found.get((p.source_topic, p.source_partition), p.skip) for p in plan.partitions)
+    found = {(r.target_topic, r.target_partition): r.skipped for r in results}
+    skipped = sum(found.get((p.target_topic, p.target_partition), p.skip) for p in plan.partitions)
     if skipped:
         log.info("%d records were already in the target from an earlier run and were not produced again", skipped)
     log.info("restore finished in %.1f s", seconds)
@@ -411,7 +421,23 @@ def describe(plan: RestorePlan, settings: RestoreSettings) -> list[str]:
             lines.append(f"topic {topic.target_topic} exists with {topic.existing_partitions} partitions")
         if topic.set_timestamp_type is not None:
             lines.append(f"  then set {TIMESTAMP_TYPE}={topic.set_timestamp_type} (records keep their timestamps)")
+    for source in plan.merged_sources:
+        for bad in source.bad_segments:
+            verdict = "left out" if settings.skip_bad_segments else "damaged, the restore refuses"
+            lines.append(
+                f"  {source.source_topic}/{source.source_partition} {verdict}: offsets {bad.first_offset}.."
+                f"{bad.last_offset} (segment {bad.name}: {bad.reason})"
+            )
     for part in plan.partitions:
+        if part.repartition is not None:
+            lines.append(
+                f"{part.source_topic}/* -> {part.target_topic}/{part.target_partition} "
+                f"(repartitioned, {part.repartition.describe()}): {part.selected} records selected, "
+                f"{part.to_produce} to produce; target {part.status}, offsets from {part.baseline}"
+            )
+            for group in sorted(part.groups):
+                lines.append(f"  group {group}: at the first record it had not read (approximate, see docs/restore.md)")
+            continue
         reader = PartitionReader(settings.source / part.source_topic, part.source_partition, legacy=settings.legacy)
         size = sum(len(r.key or b"") + len(r.value or b"") for r in _selected(reader, part))
         lines.append(

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ from typing import Any
 
 from kbackup.kafka.cluster import COORDINATOR_NOT_READY, PROGRESS_GROUP
 from kbackup.restore.selection import Window
+
+_log = logging.getLogger("kbackup.restore")
 
 #: Records per transaction: a crash redoes at most this many; each commit adds one offset to the partition.
 TRANSACTION_RECORDS = 50_000
@@ -51,6 +54,10 @@ TRANSACTION_SECONDS = 5.0
 #: A transaction open this long is aborted by the broker: a restore that died mid-transaction holds back
 #: ``read_committed`` consumers of its partition at most this long (its rerun aborts it at once).
 TRANSACTION_TIMEOUT_MS = 60_000
+
+#: How long the plan waits to read the markers: a marker left pending by a killed restore is readable once the
+#: broker aborted its transaction.
+PLAN_MARKER_SECONDS = TRANSACTION_TIMEOUT_MS / 1000 + 30
 
 
 @dataclass(frozen=True)
@@ -90,8 +97,13 @@ def restore_identity(
     origin: tuple[str | None, str | None],
     location: str,
     window: Window,
+    spread: str | None = None,
 ) -> str:
     """A short name for "these selected records of this backed-up partition".
+
+    For a target partition of a repartitioned topic, ``source_partition`` is the target partition and ``spread``
+    names the mode, the partition count and every backed-up partition's selection
+    (:meth:`kbackup.restore.repartition.Repartition.identity_part`).
 
     Segments left out (``--skip-bad-segments``) are part of it: a rerun that
     would produce records below the marker (a repaired segment) must not
@@ -100,7 +112,10 @@ def restore_identity(
     """
     where: list[Any] = list(origin) if origin[0] is not None else [location]
     bounds = [window.from_offset, window.to_offset, window.from_time, window.to_time, sorted(window.skip_segments)]
-    text = json.dumps([source_topic, source_partition, where, bounds])
+    named: list[Any] = [source_topic, source_partition, where, bounds]
+    if spread is not None:
+        named.append(spread)
+    text = json.dumps(named)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -117,7 +132,7 @@ def read_markers(
     consumer: Any, partitions: Iterable[tuple[str, int]], *, timeout: float = 30
 ) -> dict[tuple[str, int], ProgressMarker]:
     """The committed markers of these target partitions (partitions without one are left out)."""
-    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
     from kbackup.errors import ClusterError
 
@@ -125,15 +140,27 @@ def read_markers(
     if not wanted:
         return {}
     deadline = time.monotonic() + timeout
+    told = False
     while True:
         try:
-            committed = consumer.committed(wanted, timeout)
+            committed = consumer.committed(wanted, max(1.0, min(deadline - time.monotonic(), 30.0)))
             break
         except KafkaException as exc:
             error = exc.args[0]
             # A new cluster's group coordinator may still be starting or loading: wait for it, as a consumer would.
             not_ready = error.name() in COORDINATOR_NOT_READY or "coordinator" in error.str().lower()
-            if not_ready and time.monotonic() < deadline:
+            # A restore killed between sending its marker to its transaction and committing it leaves the marker
+            # pending: the broker answers UNSTABLE_OFFSET_COMMIT (librdkafka retries until it times out) until it
+            # aborts that transaction, within transaction.timeout.ms.
+            pending = error.code() == KafkaError._TIMED_OUT
+            if (not_ready or pending) and time.monotonic() < deadline:
+                if pending and not told:
+                    told = True
+                    _log.info(
+                        "the restore progress is not readable yet (a transaction of a stopped restore is still "
+                        "open, the broker aborts it within %d s): waiting",
+                        TRANSACTION_TIMEOUT_MS // 1000,
+                    )
                 time.sleep(0.5)
                 continue
             raise ClusterError(f"cannot read the restore progress (group {PROGRESS_GROUP}): {error.str()}") from None

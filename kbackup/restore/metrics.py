@@ -41,6 +41,9 @@ class _Partition:
     resume_from: int
     planned: int
     restored: int = 0
+    #: Marker positions per record of this partition: 1 for source offsets (at least; gaps make it more), the
+    #: target's partition count for a repartitioned topic's merged stream (an estimate: records spread evenly).
+    spread: int = 1
 
 
 #: Counts the records of this run below a source offset on a target partition (None: cannot be counted cheaply).
@@ -71,6 +74,7 @@ class RestoreMetrics:
                     firsts.get((part.target_topic, part.target_partition), 0),
                 ),
                 part.to_produce,
+                spread=part.repartition.partitions if part.repartition is not None else 1,
             )
             for part in parts
         }
@@ -92,7 +96,7 @@ class RestoreMetrics:
             if state is None or marker.restore != state.identity:
                 continue  # another restore's marker, or one from before this run's plan
             counted = self._count(key, marker.resume_from) if self._count is not None else None
-            estimate = marker.resume_from - state.resume_from if counted is None else counted
+            estimate = (marker.resume_from - state.resume_from) // state.spread if counted is None else counted
             state.restored = max(state.restored, min(state.planned, max(0, estimate)))
 
     def observe_partitions_done(self, finished: int) -> None:

@@ -51,7 +51,8 @@ from kbackup.partition.layout import list_partitions, list_topics
 from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import PartitionReader
 from kbackup.restore.access import restore_permissions
-from kbackup.restore.marker import marker_consumer, read_markers, restore_identity
+from kbackup.restore.marker import PLAN_MARKER_SECONDS, ProgressMarker, marker_consumer, read_markers, restore_identity
+from kbackup.restore.repartition import KEEP, Repartition, Source, count_routed
 from kbackup.restore.retention import (
     TimeLimits,
     age_problem,
@@ -109,6 +110,9 @@ class PartitionPlan:
     resume_from: int = 0
     #: Identity of another restore's marker on the target partition that this restore may replace.
     replaces: str | None = None
+    #: Set when the topic is repartitioned: this target partition takes its share of every backed-up partition
+    #: (``source_partition`` is then -1, and positions replace source offsets, see :mod:`kbackup.restore.repartition`).
+    repartition: Repartition | None = None
 
     @property
     def to_produce(self) -> int:
@@ -121,6 +125,12 @@ class RestorePlan:
     partitions: list[PartitionPlan] = field(default_factory=list)
     #: When group offsets come from the offset history: the round's time (epoch ms).
     groups_round: int | None = None
+    #: The backed-up partitions of repartitioned topics (checked like the others; the tasks are in ``partitions``).
+    merged_sources: list[PartitionPlan] = field(default_factory=list)
+
+    def source_parts(self) -> list[PartitionPlan]:
+        """One plan per backed-up partition restored, repartitioned or not."""
+        return [part for part in self.partitions if part.repartition is None] + self.merged_sources
 
 
 def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
@@ -156,15 +166,19 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
         count = max(partitions) + 1
         target = settings.target_topic(topic)
         wanted = settings.partitions.get(target)
-        if wanted is not None and wanted < count:
-            raise UsageError(f"--partitions {target}={wanted} is below the backup's {count} partitions")
+        spread = settings.repartition != KEEP
+        if wanted is not None and wanted < count and not spread:
+            raise UsageError(
+                f"--partitions {target}={wanted} is below the backup's {count} partitions "
+                "(--repartition murmur2 or round-robin spreads the records over fewer)"
+            )
         recorded = read_topic_record(settings.source, topic)
         origin = (recorded.cluster_id, recorded.topic_id) if recorded is not None else (None, None)
         if target in existing:
-            if existing[target] < count:
+            if existing[target] < count and not spread:
                 raise KbackupError(
                     f"target topic {target!r} has {existing[target]} partitions, the backup of {topic!r} has {count}: "
-                    "records would not keep their partition"
+                    "records would not keep their partition (--repartition murmur2 or round-robin spreads them)"
                 )
             plan.topics.append(TopicPlan(topic, target, count, existing[target], None, {}, *origin))
         else:
@@ -207,12 +221,53 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
                     identity=identity,
                 )
             )
+        if spread:
+            sources = plan.partitions[-len(partitions) :]
+            del plan.partitions[-len(partitions) :]
+            target_count = existing.get(target) or wanted or count
+            plan.merged_sources.extend(sources)
+            plan.partitions.extend(_spread(settings, sources, target_count, origin))
     if not settings.dry_run:
         refuse_damage(plan, settings)
     refuse_missing(admin, restore_permissions(plan), settings.client)
     _place(plan, settings, admin, existing)
     _check_target_times(plan, settings, admin)
     return plan
+
+
+def _spread(
+    settings: RestoreSettings, sources: list[PartitionPlan], partitions: int, origin: tuple[str | None, str | None]
+) -> list[PartitionPlan]:
+    """The target partitions of a repartitioned topic, with what each receives (one pass over the topic)."""
+    groups: dict[str, dict[int, int]] = {}
+    for part in sources:
+        for group, offset in part.groups.items():
+            groups.setdefault(group, {})[part.source_partition] = offset
+    repartition = Repartition(
+        settings.repartition,
+        partitions,
+        tuple(Source(part.source_partition, part.window) for part in sources),
+        groups,
+    )
+    topic, target = sources[0].source_topic, sources[0].target_topic
+    readers = {p.source_partition: PartitionReader(settings.source / topic, p.source_partition,
+                                                   legacy=settings.legacy) for p in sources}  # fmt: skip
+    counts, _ = count_routed(repartition, readers)
+    location = str(settings.source.resolve()) if isinstance(settings.source, Path) else str(settings.source)
+    return [
+        PartitionPlan(
+            topic,
+            -1,
+            target,
+            partition,
+            Window(),
+            counts[partition],
+            dict.fromkeys(groups, 0),
+            identity=restore_identity(topic, partition, origin, location, Window(), repartition.identity_part()),
+            repartition=repartition,
+        )
+        for partition in range(partitions)
+    ]
 
 
 def _check_target_times(plan: RestorePlan, settings: RestoreSettings, admin: Any) -> None:
@@ -254,7 +309,7 @@ def _check_target_times(plan: RestorePlan, settings: RestoreSettings, admin: Any
         if limits.retention_ms is None and limits.before_max_ms is None:
             continue
         oldest = None
-        for part in plan.partitions:
+        for part in plan.source_parts():
             if part.target_topic != topic.target_topic:
                 continue
             reader = PartitionReader(settings.source / part.source_topic, part.source_partition, legacy=settings.legacy)
@@ -277,7 +332,9 @@ def refuse_damage(plan: RestorePlan, settings: RestoreSettings) -> None:
     if settings.skip_bad_segments:
         return
     found = [
-        bad.describe(part.source_topic, part.source_partition) for part in plan.partitions for bad in part.bad_segments
+        bad.describe(part.source_topic, part.source_partition)
+        for part in plan.source_parts()
+        for bad in part.bad_segments
     ]
     if found:
         raise DamagedBackupError(
@@ -329,15 +386,20 @@ def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: d
     latest = list_offsets(admin, on_target, latest=True, read_committed=False)
     consumer = marker_consumer(settings.client)
     try:
-        markers = read_markers(consumer, on_target)
+        markers = read_markers(consumer, on_target, timeout=PLAN_MARKER_SECONDS)
     finally:
         consumer.close()
     problems = []
     for part in plan.partitions:
         key = (part.target_topic, part.target_partition)
         part.target_start, part.target_end = earliest.get(key, 0), latest.get(key, 0)
-        reader = PartitionReader(settings.source / part.source_topic, part.source_partition, legacy=settings.legacy)
         marker = markers.get(key)
+        if part.repartition is not None:
+            problem = _place_spread(settings, part, marker)
+            if problem:
+                problems.append(problem)
+            continue
+        reader = PartitionReader(settings.source / part.source_topic, part.source_partition, legacy=settings.legacy)
         if marker is not None and marker.restore == part.identity:
             part.resume_from, part.baseline, part.after_last = marker.resume_from, marker.first, marker.next
             part.skip = count_selected(reader, part.window, below=marker.resume_from)
@@ -366,6 +428,37 @@ def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: d
             + "; restore into empty partitions, or add --allow-non-empty to restore after those records "
             "(consumer offsets are then remapped onto the new positions)"
         )
+
+
+def _place_spread(settings: RestoreSettings, part: PartitionPlan, marker: ProgressMarker | None) -> str | None:
+    """A repartitioned target partition's starting point: its marker, or empty (a problem otherwise)."""
+    assert part.repartition is not None
+    if marker is not None and marker.restore == part.identity:
+        part.resume_from, part.baseline, part.after_last = marker.resume_from, marker.first, marker.next
+        readers = {
+            s.partition: PartitionReader(settings.source / part.source_topic, s.partition, legacy=settings.legacy)
+            for s in part.repartition.sources
+        }
+        _, below = count_routed(part.repartition, readers, below={part.target_partition: marker.resume_from})
+        part.skip = below[part.target_partition]
+        part.status = "already restored" if part.skip == part.selected else "resume"
+        return None
+    part.replaces = marker.restore if marker is not None else None
+    part.after_last = part.baseline = part.target_end
+    if part.target_end == part.target_start:
+        return None
+    from kbackup.kafka.cluster import read_committed_records
+
+    records = read_committed_records(settings.client, part.target_topic, part.target_partition, part.target_start)
+    try:
+        if next(records, None) is None:
+            return None  # aborted transactions only
+    finally:
+        records.close()
+    if settings.allow_non_empty:
+        part.status = "after existing records"
+        return None
+    return f"{part.target_topic}/{part.target_partition} ({part.target_end - part.target_start} records)"
 
 
 def _committed_prefix(

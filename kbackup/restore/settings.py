@@ -32,6 +32,7 @@ from kbackup.job_options import (
 )
 from kbackup.kafka.topics import TopicSelection
 from kbackup.partition.layout import state_dir
+from kbackup.restore.repartition import KEEP, MODES
 from kbackup.restore.selection import Window
 from kbackup.restore.throttle import Throttle
 from kbackup.storage import Location, parse_location
@@ -71,6 +72,8 @@ class RestoreSettings:
     drop_topic_config: frozenset[str] = frozenset()
     state_dir: Path | None = None
     spark_conf: dict[str, str] = field(default_factory=dict)
+    #: ``--repartition``: how records find their target partition (see :mod:`kbackup.restore.repartition`).
+    repartition: str = KEEP
     #: ``--umask``; None: the inherited one plus :data:`kbackup.fsutil.DEFAULT_UMASK`.
     umask: int | None = None
     #: ``--metrics-*`` and ``--log-format``.
@@ -137,6 +140,14 @@ def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.Argumen
     own.add_argument("--topic-map", action="append", default=[], metavar="OLD=NEW", help="restore OLD as NEW")
     own.add_argument(
         "--partitions", action="append", default=[], metavar="TOPIC=N", help="create TOPIC with N partitions"
+    )
+    own.add_argument(
+        "--repartition",
+        choices=MODES,
+        default=KEEP,
+        help="keep: backed-up partition P goes to target partition P (default); murmur2: by key, as Kafka's default "
+        "partitioner would place it among the target's partitions (records without key round-robin); "
+        "round-robin: every record to the next partition. Group offsets are then approximate (docs/restore.md)",
     )
     own.add_argument("--from-time", help="only records at or after this time (ISO 8601 or epoch ms)")
     own.add_argument("--to-time", help="only records at or before this time (ISO 8601 or epoch ms)")
@@ -276,6 +287,7 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
         drop_topic_config=frozenset(args.drop_topic_config),
         state_dir=args.state_dir,
         spark_conf=spark_conf(args.spark_conf),
+        repartition=args.repartition,
         umask=args.umask,
         monitoring=Monitoring.from_args(args),
         debug=args.debug,

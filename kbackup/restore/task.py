@@ -58,6 +58,7 @@ from kbackup.restore.marker import (
     read_markers,
     transactional_id,
 )
+from kbackup.restore.repartition import Repartition, routed_records
 from kbackup.restore.selection import Window, selected_records
 from kbackup.restore.staging import Staged, staged_topic_dir
 from kbackup.restore.throttle import Pace, Throttle
@@ -96,6 +97,36 @@ class PartitionTask:
     legacy: bool = False
     #: The umask of the files the task creates (its staged copy of an object-storage backup).
     umask: int | None = None
+    #: Set for a target partition of a repartitioned topic (``source_partition`` is then -1, ``groups`` only names
+    #: the groups, and positions of the merged stream replace source offsets: :mod:`kbackup.restore.repartition`).
+    repartition: Repartition | None = None
+
+    def sources(self) -> list[tuple[int, Window]]:
+        """The backed-up partitions this task reads, with their selections."""
+        if self.repartition is None:
+            return [(self.source_partition, self.window)]
+        return [(source.partition, source.window) for source in self.repartition.sources]
+
+    def group_positions(self) -> dict[int, list[tuple[int, str]]]:
+        """Per backed-up partition, ``(committed offset, group)`` in offset order: a group is placed at the first
+        record of that partition at or past its offset (or of any partition, repartitioned, whichever comes first)."""
+        if self.repartition is None:
+            return {self.source_partition: sorted((offset, group) for group, offset in self.groups.items())}
+        found: dict[int, list[tuple[int, str]]] = {}
+        for group, offsets in self.repartition.groups.items():
+            for source in self.repartition.sources:
+                # No offset stored on a partition: every record there is unread.
+                found.setdefault(source.partition, []).append((offsets.get(source.partition, -1), group))
+        return {partition: sorted(items) for partition, items in found.items()}
+
+    def stream(self, readers: dict[int, PartitionReader]) -> Iterator[tuple[int, int, Record]]:
+        """``(position, backed-up partition, record)`` of what this task produces, in order; the position is the
+        source offset, or the merged stream's position when repartitioned."""
+        if self.repartition is None:
+            for record in selected_records(readers[self.source_partition], self.window):
+                yield record.offset, self.source_partition, record
+        else:
+            yield from routed_records(self.repartition, readers, self.target_partition)
 
 
 @dataclass
@@ -117,6 +148,8 @@ class PartitionResult:
     fenced: str | None = None
     #: Set when this task found another restore's progress beyond its plan and went on from there.
     taken_over: str | None = None
+    #: Repartitioned: per group, records after its new offset that it had read on the source (read again).
+    read_again: dict[str, int] = field(default_factory=dict)
 
 
 class _StuckProducerError(Exception):
@@ -196,18 +229,18 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
     restrict_new_files(task.umask)
     result = PartitionResult(task.source_topic, task.source_partition, task.target_topic, task.target_partition)
     result.started_at = time.time()
-    with (
-        stacks_if_slow(),
-        staged_topic_dir(
-            parse_location(task.source_dir), task.source_partition, task.window, legacy=task.legacy
-        ) as staged,
-    ):
-        _check_segments(task, staged)
-        reader = PartitionReader(staged.topic_dir, task.source_partition, legacy=task.legacy)
+    with stacks_if_slow(), contextlib.ExitStack() as stack:
+        readers = {}
+        for partition, window in task.sources():
+            staged = stack.enter_context(
+                staged_topic_dir(parse_location(task.source_dir), partition, window, legacy=task.legacy)
+            )
+            _check_segments(task, partition, window, staged)
+            readers[partition] = PartitionReader(staged.topic_dir, partition, legacy=task.legacy)
         where = f"topic {task.target_topic!r} partition {task.target_partition}"
         for attempt in range(1, PRODUCER_ATTEMPTS + 1):
             try:
-                done = _restore_from(task, reader, result)
+                done = _restore_from(task, readers, result)
                 if attempt > 1:
                     done.taken_over = None  # the progress found was this task's own earlier producer's
                 return done
@@ -225,7 +258,7 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
         )
 
 
-def _restore_from(task: PartitionTask, reader: PartitionReader, result: PartitionResult) -> PartitionResult:
+def _restore_from(task: PartitionTask, readers: dict[int, PartitionReader], result: PartitionResult) -> PartitionResult:
     from confluent_kafka import KafkaException, Producer
 
     where = f"topic {task.target_topic!r} partition {task.target_partition}"
@@ -254,10 +287,10 @@ def _restore_from(task: PartitionTask, reader: PartitionReader, result: Partitio
         run = _Run(task, producer, consumer, deliveries, marker)
         if marker is not None and marker.resume_from > task.resume_from:
             result.taken_over = (
-                f"{where}: another restore of the same records had reached source offset {marker.resume_from}; "
+                f"{where}: another restore of the same records had reached {_position(task)} {marker.resume_from}; "
                 "this one went on from there"
             )
-        run.produce_all(reader, result)
+        run.produce_all(readers, result)
     except _StuckProducerError:
         raise  # the producer is held by the call that hangs: nothing more is asked of it
     except _FencedError as exc:
@@ -373,14 +406,17 @@ class _Run:
         self.next = marker.next if marker is not None else task.after_last
         self.in_transaction = 0
 
-    def produce_all(self, reader: PartitionReader, result: PartitionResult) -> None:
+    def produce_all(self, readers: dict[int, PartitionReader], result: PartitionResult) -> None:
         task = self.task
         produce = self.producer.produce
         topic, partition = task.target_topic, task.target_partition
-        waiting = sorted((offset, group) for group, offset in task.groups.items())
+        waiting = task.group_positions()
+        placed: set[str] = set()
         # group -> index of its record among the selected, and the record, when an earlier run produced it
         earlier: dict[str, tuple[int, Record]] = {}
         this_run: dict[str, int] = {}  # group -> delivery index of its record in this run
+        # Repartitioned: what each placed group had read on the source, to count the records it will read again.
+        read_by = dict(task.repartition.groups) if task.repartition else {}
         index = 0
         first_index = -1
         transaction_ends = 0.0
@@ -388,16 +424,24 @@ class _Run:
         # Large records can exceed a byte limit within a few records: then every record is paced.
         pace_every = 1 if task.throttle.bytes_per_second else 100
         paced_bytes = 0
-        for record, is_last in _with_last(selected_records(reader, task.window)):
-            while waiting and waiting[0][0] <= record.offset:
-                _, group = waiting.pop(0)
-                if record.offset < self.resume_from:
+        for (position, source, record), is_last in _with_last(task.stream(readers)):
+            if read_by:
+                for group in placed.intersection(read_by):
+                    if record.offset < read_by[group].get(source, -1):
+                        result.read_again[group] = result.read_again.get(group, 0) + 1
+            queue = waiting.get(source)
+            while queue and queue[0][0] <= record.offset:
+                _, group = queue.pop(0)
+                if group in placed:
+                    continue
+                placed.add(group)
+                if position < self.resume_from:
                     earlier[group] = (index, record)
                 else:
                     this_run[group] = result.produced
                     self.deliveries.wanted.add(result.produced)
             index += 1
-            if record.offset < self.resume_from:
+            if position < self.resume_from:
                 result.skipped += 1
                 continue
             if self.in_transaction == 0:
@@ -430,13 +474,14 @@ class _Run:
                 if self.first is None:
                     self._flush()
                     self.first = self.deliveries.found[first_index]
-                self._commit(record.offset + 1)
+                self._commit(position + 1)
         result.selected = index
         offsets = {group: self.deliveries.found[at] for group, at in this_run.items()}
         for group, (nth, expected) in earlier.items():
             offsets[group] = self._earlier_offset(nth, expected)
-        for _, group in waiting:
-            offsets[group] = self.next  # after the last restored record
+        for group in task.groups:
+            if group not in placed:
+                offsets[group] = self.next  # after the last restored record
         result.group_offsets = offsets
         result.end_offset = self.next
 
@@ -506,28 +551,32 @@ def _with_last(items: Iterable[T]) -> Iterator[tuple[T, bool]]:
     yield current, True
 
 
-def _check_segments(task: PartitionTask, staged: Staged) -> None:
+def _position(task: PartitionTask) -> str:
+    """What the marker's number counts, for messages."""
+    return "source offset" if task.repartition is None else "position"
+
+
+def _check_segments(task: PartitionTask, partition: int, window: Window, staged: Staged) -> None:
     """Refuse to produce from a partition whose cataloged segments fail their checksums.
 
     Segments the plan chose to leave out (``--skip-bad-segments``) and segments outside the offset window are
     not checked: they are not read.
     """
     topic_dir = parse_location(task.source_dir)
-    window = task.window
     found = bad_segments(
         topic_dir.parent,
         task.source_topic,
-        task.source_partition,
+        partition,
         from_offset=window.from_offset,
         to_offset=window.to_offset,
         files=staged.topic_dir,
         only=staged.names,
     )
     for bad in found:
-        if bad.name in task.window.skip_segments:
+        if bad.name in window.skip_segments:
             continue
         raise ChecksumError(
-            f"topic {task.source_topic!r} partition {task.source_partition}: segment {bad.name} "
+            f"topic {task.source_topic!r} partition {partition}: segment {bad.name} "
             f"(offsets {bad.first_offset}..{bad.last_offset}) is damaged: {bad.reason}; nothing was produced "
             "from this partition (--skip-bad-segments restores the rest and reports what was left out)"
         )
