@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from datetime import UTC
 from pathlib import Path
@@ -356,6 +357,36 @@ def small_backup(tmp_path: Path) -> Path:
             writer.append(Record(i, 0, BASE + i * 1000, b"k%d" % i, b"v%d" % i))
     write_consumer_offsets(backup / "sel", 0, {"readers": 4})
     return backup
+
+
+def test_a_marker_left_pending_by_a_killed_restore_is_waited_for(
+    target: Target, tmp_path: Path, small_backup: Path
+) -> None:
+    """A process killed between sending a marker to its transaction and committing it: the marker is unreadable
+    (UNSTABLE_OFFSET_COMMIT) until the broker aborts the transaction; the rerun's plan waits, then restores."""
+    name = target.name("sel-pending")
+    create_topics(target.broker, {name: 1})
+    child = f"""
+import os
+from confluent_kafka import Consumer, Producer, TopicPartition
+settings = {dict(target.broker.client_settings())!r}
+producer = Producer({{**settings, "transactional.id": "kbackup-test-pending", "transaction.timeout.ms": "12000"}})
+producer.init_transactions(30)
+producer.begin_transaction()
+producer.produce({name!r}, b"aborted", b"k", 0)
+group = Consumer({{**settings, "group.id": "kbackup-restore-progress"}}).consumer_group_metadata()
+producer.send_offsets_to_transaction([TopicPartition({name!r}, 0, 5, metadata="{{}}")], group, 30)
+producer.flush(30)
+os._exit(0)  # as if killed: the transaction stays open
+"""
+    subprocess.run([sys.executable, "-c", child], check=True, timeout=120, env=job_env())
+    maps = ["--topic-map", f"sel={name}"]
+    result = run_restore(*target.args(tmp_path), "--source-dir", small_backup, *maps)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "the restore progress is not readable yet" in result.stdout
+    restored = consume_all(target.broker, [name])
+    assert [r["value"] for r in restored] == [b64(b"v%d" % i) for i in range(10)]
+    assert group_offsets(target.broker, "readers")[(name, 0)] == restored[4]["offset"]
 
 
 def test_dry_run_prints_the_plan_and_touches_nothing(target: Target, tmp_path: Path, small_backup: Path) -> None:

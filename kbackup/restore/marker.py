@@ -143,7 +143,8 @@ def read_markers(
     told = False
     while True:
         try:
-            committed = consumer.committed(wanted, max(1.0, min(deadline - time.monotonic(), 30.0)))
+            # Short calls, so that a wait for a pending marker is told (librdkafka retries within a call).
+            committed = consumer.committed(wanted, max(1.0, min(deadline - time.monotonic(), 5.0)))
             break
         except KafkaException as exc:
             error = exc.args[0]
