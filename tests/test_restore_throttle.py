@@ -71,3 +71,15 @@ def test_the_flags_reach_the_settings() -> None:
                                    "--max-rate", "700"])  # fmt: skip
     assert settings.throttle == Throttle(5000, 10 << 20)
     assert settings.max_rate == 700
+
+
+def test_time_spent_producing_nothing_is_not_saved_up_for_a_burst() -> None:
+    clock = FakeClock()
+    pace = Pace(Throttle(records_per_second=100), clock=clock, sleep=clock.sleep)
+    clock.now += 600  # ten minutes skipping records already restored
+    pace.wait(100, 0, until=1e9)  # one second of credit at most: 100 records go at once
+    assert clock.slept == []
+    pace.wait(300, 0, until=1e9)  # 100 more of the credit, then 100 records a second (without the cap: no sleep)
+    assert clock.slept == [pytest.approx(1.0)]
+    pace.wait(500, 0, until=1e9)
+    assert clock.now == pytest.approx(703.0)

@@ -198,7 +198,8 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
             lost = lost_segments(settings.source, topic, partition, reader, deleting=deleting)
             # Checksums read every byte: on the driver only when asked to skip or to report (dry run);
             # otherwise each task checks its own partition before producing.
-            checked = settings.skip_bad_segments or settings.dry_run
+            # A repartitioned topic is read whole on the driver anyway (to count what goes where): checked first.
+            checked = settings.skip_bad_segments or settings.dry_run or spread
             bad = bad_segments(settings.source, topic, partition) if checked else []
             if bad:
                 window = replace(window, skip_segments=frozenset(segment.name for segment in bad))
@@ -224,6 +225,9 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
         if spread:
             sources = plan.partitions[-len(partitions) :]
             del plan.partitions[-len(partitions) :]
+            if not settings.skip_bad_segments and any(part.bad_segments for part in sources):
+                plan.merged_sources.extend(sources)
+                refuse_damage(plan, settings)
             target_count = existing.get(target) or wanted or count
             plan.merged_sources.extend(sources)
             plan.partitions.extend(_spread(settings, sources, target_count, origin))
@@ -243,15 +247,15 @@ def _spread(
     for part in sources:
         for group, offset in part.groups.items():
             groups.setdefault(group, {})[part.source_partition] = offset
-    repartition = Repartition(
-        settings.repartition,
-        partitions,
-        tuple(Source(part.source_partition, part.window) for part in sources),
-        groups,
-    )
     topic, target = sources[0].source_topic, sources[0].target_topic
     readers = {p.source_partition: PartitionReader(settings.source / topic, p.source_partition,
                                                    legacy=settings.legacy) for p in sources}  # fmt: skip
+    repartition = Repartition(
+        settings.repartition,
+        partitions,
+        tuple(Source(part.source_partition, _pinned(readers[part.source_partition], part.window)) for part in sources),
+        groups,
+    )
     counts, _ = count_routed(repartition, readers)
     location = str(settings.source.resolve()) if isinstance(settings.source, Path) else str(settings.source)
     return [
@@ -268,6 +272,21 @@ def _spread(
         )
         for partition in range(partitions)
     ]
+
+
+def _pinned(reader: PartitionReader, window: Window) -> Window:
+    """The window bounded by what the partition holds now: a position in the merged stream must name the same
+    record on every run, so records backed up later are left out, and a rerun after the backup grew past the
+    window or lost its head (prune) has another identity and is refused, never placed differently."""
+    held = [(s.first_offset, s.last_offset) for s in reader.summaries() if s.first_offset is not None]
+    if not held:
+        return replace(window, from_offset=0, to_offset=-1)
+    first, last = held[0][0], held[-1][1]
+    assert first is not None
+    assert last is not None
+    low = first if window.from_offset is None else max(first, window.from_offset)
+    high = last if window.to_offset is None else min(last, window.to_offset)
+    return replace(window, from_offset=low, to_offset=high)
 
 
 def _check_target_times(plan: RestorePlan, settings: RestoreSettings, admin: Any) -> None:
@@ -421,6 +440,7 @@ def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: d
             part.baseline, part.status = part.target_end, "after existing records"
         else:
             problems.append(f"{part.target_topic}/{part.target_partition} ({held} records)")
+    _count_resumed(settings, [p for p in plan.partitions if p.repartition is not None and p.status == "resume"])
     if problems:
         raise TargetNotEmptyError(
             "target partition(s) already hold records that are not an earlier run of this restore: "
@@ -430,18 +450,29 @@ def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: d
         )
 
 
+def _count_resumed(settings: RestoreSettings, parts: list[PartitionPlan]) -> None:
+    """How many of their records resumed repartitioned target partitions hold: one pass per topic."""
+    by_topic: dict[str, list[PartitionPlan]] = {}
+    for part in parts:
+        by_topic.setdefault(part.target_topic, []).append(part)
+    for topic_parts in by_topic.values():
+        repartition = topic_parts[0].repartition
+        assert repartition is not None
+        source = settings.source / topic_parts[0].source_topic
+        readers = {s.partition: PartitionReader(source, s.partition, legacy=settings.legacy)
+                   for s in repartition.sources}  # fmt: skip
+        _, below = count_routed(repartition, readers, below={p.target_partition: p.resume_from for p in topic_parts})
+        for part in topic_parts:
+            part.skip = below[part.target_partition]
+            part.status = "already restored" if part.skip == part.selected else "resume"
+
+
 def _place_spread(settings: RestoreSettings, part: PartitionPlan, marker: ProgressMarker | None) -> str | None:
     """A repartitioned target partition's starting point: its marker, or empty (a problem otherwise)."""
     assert part.repartition is not None
     if marker is not None and marker.restore == part.identity:
         part.resume_from, part.baseline, part.after_last = marker.resume_from, marker.first, marker.next
-        readers = {
-            s.partition: PartitionReader(settings.source / part.source_topic, s.partition, legacy=settings.legacy)
-            for s in part.repartition.sources
-        }
-        _, below = count_routed(part.repartition, readers, below={part.target_partition: marker.resume_from})
-        part.skip = below[part.target_partition]
-        part.status = "already restored" if part.skip == part.selected else "resume"
+        part.status = "resume"  # skip and status set by _count_resumed, in one pass per topic
         return None
     part.replaces = marker.restore if marker is not None else None
     part.after_last = part.baseline = part.target_end

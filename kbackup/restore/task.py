@@ -467,7 +467,7 @@ class _Run:
                 if self.deliveries.failure is not None:
                     self._flush()  # raises
             if pace is not None:
-                paced_bytes += size + (sum(len(k) + len(v or b"") for k, v in headers) if headers else 0)
+                paced_bytes += size + (sum(len(k.encode()) + len(v or b"") for k, v in headers) if headers else 0)
                 if result.produced % pace_every == 0:
                     pace.wait(result.produced, paced_bytes, until=transaction_ends)
             if is_last or self.in_transaction >= TRANSACTION_RECORDS or time.monotonic() >= transaction_ends:

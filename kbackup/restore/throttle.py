@@ -54,6 +54,10 @@ class Throttle:
         return " and ".join(parts) or "no limit"
 
 
+#: How far behind its limit a producer may fall and then catch up at full speed.
+BURST_SECONDS = 1.0
+
+
 class Pace:
     """Keeps one producing loop within a :class:`Throttle`, sleeping as needed.
 
@@ -84,6 +88,12 @@ class Pace:
     def wait(self, records: int, size: int, *, until: float) -> None:
         """Sleep until ``records`` records and ``size`` bytes are due, but not past ``until`` (the open
         transaction's commit time: a transaction left open past the broker's timeout would be aborted)."""
-        pause = min(self.due(records, size), until) - self._clock()
+        now = self._clock()
+        due = self.due(records, size)
+        if due < now - BURST_SECONDS:
+            # Time spent producing nothing (skipping records already restored, reading other partitions' records)
+            # is not credit: at most BURST_SECONDS of it may be made up at full speed.
+            self.started += now - BURST_SECONDS - due
+        pause = min(due, until) - now
         if pause > 0:
             self._sleep(pause)

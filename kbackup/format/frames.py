@@ -1,0 +1,234 @@
+"""Codec for a compressed records file: a v1 records file cut into independently compressed frames.
+
+A finished segment's records file may be stored compressed under its own
+name (``--compression``, issue 18). Its *content* stays the exact bytes of
+the plain v1 records file, magic byte included, so the segment index keeps
+its positions: a reader maps a position to its frame, decompresses that one
+frame and takes the bytes from it. Reading from an offset is a seek plus one
+frame, never the whole file.
+
+Byte layout (integers big-endian)::
+
+    header (16 bytes)
+      magic            4 bytes  0x8B 'K' 'B' 'Z'  (never 0x01: the original tool refuses the file
+                                                   instead of misreading it)
+      version          uint8    1
+      codec            uint8    1 zstd, 2 lz4 (LZ4 frame format), 3 gzip
+      reserved         uint16   0
+      frame size       uint32   uncompressed bytes per frame (the last frame may hold fewer)
+      reserved         uint32   0
+    frames             each frame's compressed bytes, one after the other, from byte 16
+    frame table, per frame (12 bytes):
+      stored length    uint32   its compressed bytes
+      plain length     uint32   its uncompressed bytes
+      plain crc32c     uint32   CRC32C of its uncompressed bytes
+    trailer (24 bytes)
+      frames           uint32   entries in the frame table
+      plain size       uint64   the uncompressed file's size (sum of the plain lengths)
+      table crc32c     uint32   CRC32C of the frame table
+      magic            4 bytes  'K' 'B' 'Z' 0x8B
+      version          uint8    1
+      reserved         3 bytes  0
+
+A frame's stored position is 16 plus the stored lengths before it; its plain
+position is the plain lengths before it. Every frame but the last holds
+exactly ``frame size`` plain bytes. The file's size must be 16 + the stored
+lengths + 12 per frame + 24; anything else is a :class:`FormatError` naming
+the file and byte, before any large allocation (lengths are checked against
+the file's size and the frame size first).
+
+This module works on bytes and a ``pread(length, position)`` function; it never opens a path.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import crc32c
+import numpy as np
+
+from kbackup.errors import FormatError, TruncatedError
+
+MAGIC = b"\x8bKBZ"
+END_MAGIC = b"KBZ\x8b"
+VERSION = 1
+HEADER = struct.Struct(">4sBBHII")
+FRAME_ENTRY = struct.Struct(">III")
+TRAILER = struct.Struct(">IQI4sB3s")
+
+#: Codec numbers in the header, by the name ``--compression`` takes.
+CODECS = {"zstd": 1, "lz4": 2, "gzip": 3}
+CODEC_NAMES = {number: name for name, number in CODECS.items()}
+
+#: Plain bytes per frame by default: a read from an offset decompresses at most this much.
+DEFAULT_FRAME_SIZE = 1 << 20
+#: The largest frame size a file may declare (a corrupt header must not make a reader allocate more).
+MAX_FRAME_SIZE = 64 << 20
+
+
+def is_framed(head: bytes) -> bool:
+    """Whether a file starting with ``head`` (at least 4 bytes) is a compressed records file."""
+    return head[:4] == MAGIC
+
+
+def _codec(name: str, level: int | None = None) -> object:
+    import pyarrow as pa
+
+    return pa.Codec(name, compression_level=level) if level is not None else pa.Codec(name)
+
+
+def compress_frames(
+    chunks: Iterable[bytes], codec: str, *, frame_size: int = DEFAULT_FRAME_SIZE, level: int | None = None
+) -> Iterator[bytes]:
+    """The compressed file, in pieces, of the plain bytes ``chunks`` (any sizes) cut into frames of ``frame_size``."""
+    if codec not in CODECS:
+        raise ValueError(f"unknown codec {codec!r} (known: {', '.join(CODECS)})")
+    if not 0 < frame_size <= MAX_FRAME_SIZE:
+        raise ValueError(f"frame size {frame_size} is outside 1..{MAX_FRAME_SIZE}")
+    compressor = _codec(codec, level)
+    yield HEADER.pack(MAGIC, VERSION, CODECS[codec], 0, frame_size, 0)
+    table = bytearray()
+    frames = 0
+    plain_size = 0
+    pending = bytearray()
+
+    def frame(plain: bytes) -> bytes:
+        nonlocal frames, plain_size
+        stored: bytes = compressor.compress(plain, asbytes=True)  # type: ignore[attr-defined]
+        table.extend(FRAME_ENTRY.pack(len(stored), len(plain), crc32c.crc32c(plain)))
+        frames += 1
+        plain_size += len(plain)
+        return stored
+
+    for chunk in chunks:
+        pending += chunk
+        while len(pending) >= frame_size:
+            yield frame(bytes(pending[:frame_size]))
+            del pending[:frame_size]
+    if pending or frames == 0:
+        yield frame(bytes(pending))
+    yield bytes(table)
+    yield TRAILER.pack(frames, plain_size, crc32c.crc32c(table), END_MAGIC, VERSION, b"\0\0\0")
+
+
+@dataclass(frozen=True)
+class FrameTable:
+    """Where each frame lives, in both files."""
+
+    codec: str
+    frame_size: int
+    plain_size: int
+    stored_starts: np.ndarray  # int64, one per frame
+    stored_lengths: np.ndarray
+    plain_starts: np.ndarray
+    plain_lengths: np.ndarray
+    crcs: np.ndarray
+
+    @property
+    def frames(self) -> int:
+        return len(self.plain_starts)
+
+
+def read_frame_table(pread: Callable[[int, int], bytes], size: int, *, file: str) -> FrameTable:
+    """Check a compressed file's header, trailer and frame table (three small reads) and return the table."""
+    minimum = HEADER.size + TRAILER.size
+    if size < minimum:
+        raise TruncatedError(f"a compressed records file is at least {minimum} bytes", file=file, position=0,
+                             found=f"{size} bytes")  # fmt: skip
+    magic, version, codec, _, frame_size, _ = HEADER.unpack(pread(HEADER.size, 0))
+    if magic != MAGIC:
+        raise FormatError("not a compressed records file", file=file, position=0, expected=MAGIC.hex(),
+                          found=magic.hex())  # fmt: skip
+    if version != VERSION:
+        raise FormatError("unknown compressed records version", file=file, position=4, expected=str(VERSION),
+                          found=str(version))  # fmt: skip
+    if codec not in CODEC_NAMES:
+        raise FormatError("unknown compression codec", file=file, position=5,
+                          expected=" or ".join(f"{n} ({name})" for n, name in CODEC_NAMES.items()),
+                          found=str(codec))  # fmt: skip
+    if not 0 < frame_size <= MAX_FRAME_SIZE:
+        raise FormatError("implausible frame size", file=file, position=8, expected=f"1..{MAX_FRAME_SIZE}",
+                          found=str(frame_size))  # fmt: skip
+    at = size - TRAILER.size
+    frames, plain_size, table_crc, end, end_version, _ = TRAILER.unpack(pread(TRAILER.size, at))
+    if end != END_MAGIC or end_version != VERSION:
+        raise FormatError("the trailer is damaged or the file is cut short", file=file, position=at + 16,
+                          expected=END_MAGIC.hex(), found=end.hex())  # fmt: skip
+    table_at = at - frames * FRAME_ENTRY.size
+    if frames == 0 or table_at < HEADER.size:
+        fits = (at - HEADER.size) // FRAME_ENTRY.size
+        raise FormatError("the frame count does not fit the file", file=file, position=at,
+                          expected=f"1..{fits} frames", found=str(frames))  # fmt: skip
+    table = pread(frames * FRAME_ENTRY.size, table_at)
+    if crc32c.crc32c(table) != table_crc:
+        raise FormatError("the frame table does not match its checksum", file=file, position=table_at)
+    entries = np.frombuffer(table, dtype=">u4").reshape(frames, 3).astype(np.int64)
+    stored_lengths, plain_lengths, crcs = entries[:, 0], entries[:, 1], entries[:, 2]
+    stored_starts = HEADER.size + np.concatenate(([0], np.cumsum(stored_lengths)[:-1]))
+    plain_starts = np.concatenate(([0], np.cumsum(plain_lengths)[:-1]))
+    if int(stored_lengths.sum()) != table_at - HEADER.size:
+        raise FormatError("the frames do not fill the file up to the frame table", file=file, position=table_at,
+                          expected=f"{table_at - HEADER.size} bytes of frames",
+                          found=f"{int(stored_lengths.sum())}")  # fmt: skip
+    if (
+        int(plain_lengths.sum()) != plain_size
+        or bool((plain_lengths[:-1] != frame_size).any())
+        or int(plain_lengths[-1]) > frame_size
+    ):
+        raise FormatError("the frame table's plain lengths are inconsistent", file=file, position=table_at,
+                          expected=f"frames of {frame_size} bytes summing to {plain_size}")  # fmt: skip
+    return FrameTable(CODEC_NAMES[codec], frame_size, plain_size, stored_starts, stored_lengths, plain_starts,
+                      plain_lengths, crcs)  # fmt: skip
+
+
+class FramedReader:
+    """The plain bytes of a compressed records file, by position: ``pread`` decompresses only the frames it needs.
+
+    Holds the last frame it decompressed (reads from one offset onwards stay within one frame at a time).
+    """
+
+    def __init__(self, pread: Callable[[int, int], bytes], size: int, *, file: str) -> None:
+        self._pread = pread
+        self.file = file
+        self.table = read_frame_table(pread, size, file=file)
+        self._codec = _codec(self.table.codec)
+        self._cached: tuple[int, bytes] | None = None
+
+    @property
+    def size(self) -> int:
+        return self.table.plain_size
+
+    def frame(self, number: int) -> bytes:
+        """Frame ``number``'s plain bytes, checked against its CRC32C."""
+        if self._cached is not None and self._cached[0] == number:
+            return self._cached[1]
+        table = self.table
+        start, length = int(table.stored_starts[number]), int(table.stored_lengths[number])
+        stored = self._pread(length, start)
+        expected = int(table.plain_lengths[number])
+        try:
+            plain: bytes = self._codec.decompress(stored, decompressed_size=expected, asbytes=True)  # type: ignore[attr-defined]
+        except Exception as exc:  # the codec's own error: the frame is damaged
+            raise FormatError(f"frame {number} does not decompress ({exc})", file=self.file, position=start) from None
+        if len(plain) != expected or crc32c.crc32c(plain) != int(table.crcs[number]):
+            raise FormatError(f"frame {number} does not match its checksum", file=self.file, position=start,
+                              expected=f"{expected} bytes with CRC32C {int(table.crcs[number]):08x}",
+                              found=f"{len(plain)} bytes with CRC32C {crc32c.crc32c(plain):08x}")  # fmt: skip
+        self._cached = (number, plain)
+        return plain
+
+    def pread(self, length: int, position: int) -> bytes:
+        """Up to ``length`` plain bytes from ``position`` (fewer at the end, like a file's pread)."""
+        end = min(position + max(length, 0), self.size)
+        if position >= end:
+            return b""
+        first = position // self.table.frame_size
+        last = (end - 1) // self.table.frame_size
+        parts = []
+        for number in range(first, last + 1):
+            plain = self.frame(number)
+            base = number * self.table.frame_size
+            parts.append(plain[max(position - base, 0) : end - base])
+        return b"".join(parts)
