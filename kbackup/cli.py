@@ -156,6 +156,7 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
                             "lastOffset": s.last_offset,
                             "recordsBytes": s.records_bytes,
                             "indexBytes": s.index_bytes,
+                            "compression": s.compression,
                         }
                         for s in segments
                     ],
@@ -179,8 +180,10 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
             )
             for s in p["segments"]:
                 span = "empty" if s["records"] == 0 else f"offsets {s['firstOffset']}..{s['lastOffset']}"
+                stored = f" ({s['compression']})" if s["compression"] else ""
                 out.write(
-                    f"    {s['name']}: {count(s['records'], 'record')}, {span}, {count(s['recordsBytes'], 'byte')}\n"
+                    f"    {s['name']}: {count(s['records'], 'record')}, {span}, "
+                    f"{count(s['recordsBytes'], 'byte')}{stored}\n"
                 )
 
 

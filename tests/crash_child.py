@@ -8,7 +8,8 @@ records up to index ``i`` are synced, then ``done``.
 With ``KILL_AT = n`` the process SIGKILLs itself at its n-th file system call
 (write, pwrite, fsync, ftruncate, replace) after opening; a dying ``write``
 first writes half of its bytes, as a torn write would. With the environment
-variable ``KBACKUP_TEST_CATALOG`` set, the writer also maintains the catalog.
+variable ``KBACKUP_TEST_CATALOG`` set, the writer also maintains the catalog; with
+``KBACKUP_TEST_COMPRESSION=CODEC`` it compresses finished segments.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def main() -> None:
         max_segment_size=int(max_segment),
         buffer_size=int(buffer),
         ledger=ledger,
+        compression=os.environ.get("KBACKUP_TEST_COMPRESSION") or None,
     )
     print(f"resumed {writer.last_offset}", flush=True)
     if len(sys.argv) > 7:

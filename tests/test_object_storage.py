@@ -21,6 +21,7 @@ from kbackup.catalog.ledger import CatalogLedger
 from kbackup.catalog.store import read_catalog
 from kbackup.catalog.verify import verify_partition
 from kbackup.errors import BackupNotFoundError, OffsetConflictError, StorageError
+from kbackup.format.frames import is_framed
 from kbackup.format.record import Record
 from kbackup.partition.layout import list_segment_files, list_topics
 from kbackup.partition.object_writer import ObjectPartitionWriter
@@ -131,6 +132,26 @@ def test_each_publish_adds_whole_segments_and_replays_are_checked(bucket: Object
     with ObjectPartitionWriter(topic_dir, "orders", 0) as writer, pytest.raises(OffsetConflictError) as caught:
         writer.append(record(7, b"different"))
     assert (caught.value.topic, caught.value.partition, caught.value.offset) == ("orders", 0, 7)
+
+
+def test_every_published_records_object_is_compressed_when_asked_and_reads_back(bucket: ObjectPath) -> None:
+    topic_dir = bucket / "zipped"
+    for offsets in (range(0, 10), range(5, 20)):  # the second replays five records against compressed objects
+        with ObjectPartitionWriter(topic_dir, "zipped", 0, max_segment_size=200, ledger=CatalogLedger(bucket),
+                                   compression="zstd") as writer:  # fmt: skip
+            for offset in offsets:
+                writer.append(record(offset))
+    reader = PartitionReader(topic_dir, 0)
+    assert [r.offset for r in reader.records()] == list(range(20))
+    assert [r.offset for r in reader.records(from_offset=13)] == list(range(13, 20))
+    stored = [read_limited(topic_dir / f"{s.name}_records", 1 << 20) for s in reader.segments]
+    assert all(is_framed(data) for data in stored) and len(stored) >= 3  # the last one too: objects are final
+    catalog = read_catalog(bucket, "zipped", 0)
+    assert catalog is not None and {entry.compression for entry in catalog.segments} == {"zstd"}
+    report = verify_partition(bucket, "zipped", 0, deep=True)
+    assert report.ok and not report.notes, report
+    with ObjectPartitionWriter(topic_dir, "zipped", 0) as writer, pytest.raises(OffsetConflictError):
+        writer.append(record(12, b"different"))
 
 
 def test_batches_publish_what_single_appends_publish(bucket: ObjectPath) -> None:
@@ -315,7 +336,7 @@ def test_backup_verify_and_restore_through_s3(
     client_config_file(config, kafka.extra_settings)
     backup_args: list[str | Path] = [
         "--bootstrap-server", kafka.bootstrap_servers, "--command-config", config, "--target-dir", root,
-        "--topics", "s3-orders,s3-audit", "--snapshot", "--max-segment-size", "4000",
+        "--topics", "s3-orders,s3-audit", "--snapshot", "--max-segment-size", "4000", "--compression", "lz4",
     ]  # fmt: skip
     # Refused while parsing, before Spark starts (so plain Python runs the job file here).
     refused = subprocess.run(
@@ -351,6 +372,12 @@ def test_backup_verify_and_restore_through_s3(
     # A second snapshot adds nothing and changes no published object: not one is written again.
     before = _objects(s3, root)
     assert any("/s3-orders/segment_" in key for key in before)
+    records_objects = [key for key in before if key.endswith("_records")]
+    client: Any = s3.client()
+    bucket_name = parse_location(root).bucket  # type: ignore[union-attr]
+    heads = [client.get_object(Bucket=bucket_name, Key=key, Range="bytes=0-3")["Body"].read()
+             for key in records_objects]  # fmt: skip
+    assert records_objects and all(is_framed(head) for head in heads)  # --compression lz4: every records object
     again = run_backup(*backup_args, "--checkpoint-location", tmp_path / "spark-state-2")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     after = _objects(s3, root)

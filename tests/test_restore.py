@@ -95,9 +95,14 @@ def test_backup_then_restore_round_trip(kafka: BrokerUnderTest, target: Target, 
     backup = tmp_path / "backup"
     config = tmp_path / "source.properties"
     client_config_file(config, kafka.extra_settings)
+    # Compressed: every segment but each partition's newest is stored in zstd frames (formats/compressed-records.md).
     done = run_backup("--bootstrap-server", kafka.bootstrap_servers, "--command-config", config,
-                      "--target-dir", backup, "--topics", "rt-orders,rt-tx", "--snapshot")  # fmt: skip
+                      "--target-dir", backup, "--topics", "rt-orders,rt-tx", "--snapshot",
+                      "--max-segment-size", "2000", "--compression", "zstd")  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:]
+    heads = [path.read_bytes()[:4] for path in (backup / "rt-orders").glob("*_records")]
+    framed = sum(head == b"\x8bKBZ" for head in heads)
+    assert framed >= 3 and len(heads) - framed == 3  # each partition's newest segment stays plain
 
     maps = [a for t in ("rt-orders", "rt-tx") if target.prefix for a in ("--topic-map", f"{t}={target.name(t)}")]
     result = run_restore(*target.args(tmp_path), "--source-dir", backup, *maps)

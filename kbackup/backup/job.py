@@ -384,6 +384,7 @@ class BackupJob:
             .queryName("kbackup-backup")
             .option("checkpointLocation", str(settings.checkpoint))
             .option("maxSegmentSize", str(settings.max_segment_size))
+            .option("compression", settings.compression)
             .option("umask", f"{self._umask:03o}")
             .option("logFormat", settings.monitoring.log_format)
         )

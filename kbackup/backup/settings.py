@@ -37,6 +37,7 @@ from kbackup.job_options import (
 )
 from kbackup.kafka.topics import TopicSelection
 from kbackup.partition.layout import STATE_DIR, state_dir
+from kbackup.partition.records_file import COMPRESSIONS
 from kbackup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE
 from kbackup.storage import Location, as_local, parse_location
 
@@ -65,6 +66,8 @@ class BackupSettings:
     offsets_interval: float = 60.0
     trigger_interval: float = 10.0
     max_offsets_per_trigger: int | None = None
+    #: ``--compression``: codec of finished segments' records files ("none": plain v1, the original tool's).
+    compression: str = "none"
     prune_groups: bool = False
     debug: bool = False
     spark_conf: dict[str, str] = field(default_factory=dict)
@@ -106,6 +109,13 @@ def build_parser(prog: str = "spark-submit jobs/backup.py") -> argparse.Argument
         type=positive_float,
         default=10.0,
         help="seconds between micro-batches in continuous mode (default 10)",
+    )
+    own.add_argument(
+        "--compression",
+        choices=COMPRESSIONS,
+        default="none",
+        help="store finished segments' records files compressed (zstd, lz4, gzip) in frames read one at a time; "
+        "none (default) keeps the original tool's plain files (formats/compressed-records.md)",
     )
     own.add_argument(
         "--max-records-per-trigger",
@@ -170,6 +180,7 @@ def parse_backup_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/bac
         offsets_interval=args.offsets_interval,
         trigger_interval=args.trigger_interval,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
+        compression=args.compression,
         prune_groups=args.prune_groups,
         debug=args.debug,
         spark_conf=spark_conf(args.spark_conf),

@@ -12,10 +12,12 @@ from kbackup.catalog.model import PartitionCatalog, SegmentEntry
 from kbackup.catalog.store import read_catalog, write_catalog
 from kbackup.catalog.tail import prefix_crc32c
 from kbackup.errors import FormatError
+from kbackup.format.frames import is_framed
 from kbackup.format.segment_index import ENTRY_SIZE
 from kbackup.partition.layout import list_partitions
 from kbackup.partition.ledger import TailEntry
 from kbackup.partition.reader import PartitionReader
+from kbackup.partition.records_file import FramedHandle, open_records
 from kbackup.partition.segment_reader import SegmentIndexFile, iter_segment
 from kbackup.progress import Progress
 from kbackup.storage import Location, storage_for
@@ -48,7 +50,7 @@ def segment_time_range(
     in chunks from a memory map: about a second per GiB. Objects are read
     by streaming the segment's records.
     """
-    if not isinstance(records_path, Path) or not isinstance(index_path, Path):
+    if not isinstance(records_path, Path) or not isinstance(index_path, Path) or _compressed(records_path):
         return _streamed_time_range(records_path, index_path, legacy=legacy)
     with SegmentIndexFile(index_path, legacy=legacy) as index:
         count, start, shifted = index.count, index.data_start, bool(index.shifts)
@@ -76,6 +78,11 @@ def segment_time_range(
     return low, high
 
 
+def _compressed(records_path: Path) -> bool:
+    with open(records_path, "rb") as handle:
+        return is_framed(handle.read(4))
+
+
 def _streamed_time_range(
     records_path: Location, index_path: Location, *, legacy: bool
 ) -> tuple[int | None, int | None]:
@@ -99,6 +106,12 @@ def describe_segment(reader: PartitionReader, index: int) -> SegmentEntry:
     low, high = segment_time_range(records_path, index_path, legacy=reader.legacy) if count else (None, None)
     records_crc, records_size = file_crc32c(records_path)
     index_crc, index_size = file_crc32c(index_path)
+    stored = open_records(records_path)
+    try:
+        framed = stored if isinstance(stored, FramedHandle) else None
+        compression = (framed.codec, framed.size, framed.frames.table.frames) if framed else (None, None, None)
+    finally:
+        stored.close()
     return SegmentEntry(
         name=segment.name,
         start_offset=segment.start_offset,
@@ -111,6 +124,9 @@ def describe_segment(reader: PartitionReader, index: int) -> SegmentEntry:
         index_bytes=index_size,
         records_crc32c=records_crc,
         index_crc32c=index_crc,
+        compression=compression[0],
+        plain_bytes=compression[1],
+        frames=compression[2],
     )
 
 

@@ -27,6 +27,11 @@ class SegmentEntry:
     index_bytes: int
     records_crc32c: int
     index_crc32c: int
+    #: A compressed records file (formats/compressed-records.md): its codec, plain size and frame count; ``None``
+    #: for a plain one (then left out of the JSON, which stays the same as before compression existed).
+    compression: str | None = None
+    plain_bytes: int | None = None
+    frames: int | None = None
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,7 @@ class PartitionCatalog:
             "version": CATALOG_VERSION,
             "topic": self.topic,
             "partition": self.partition,
-            "segments": [_camel(asdict(entry)) for entry in self.segments],
+            "segments": [_camel(_present(asdict(entry))) for entry in self.segments],
         }
         if self.tail is not None:
             document["tail"] = _camel(asdict(self.tail))
@@ -85,8 +90,16 @@ _FIELDS = {
     "index_bytes": "indexBytes",
     "records_crc32c": "recordsCrc32c",
     "index_crc32c": "indexCrc32c",
+    "compression": "compression",
+    "plain_bytes": "plainBytes",
+    "frames": "frames",
 }
+_OPTIONAL = ("compression", "plain_bytes", "frames")
 _BACK = {value: key for key, value in _FIELDS.items()}
+
+
+def _present(item: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in item.items() if key not in _OPTIONAL or value is not None}
 
 
 def _camel(item: dict[str, Any]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from kbackup.format.naming import RECORDS_SUFFIX
 from kbackup.partition.layout import list_partitions, list_segment_files
 from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import PartitionReader
+from kbackup.partition.records_file import open_records
 from kbackup.partition.segment_reader import SegmentIndexFile, iter_segment
 from kbackup.progress import Progress
 from kbackup.storage import Location, ObjectPath, exists
@@ -99,7 +100,9 @@ def verify_partition(
             report.records += count
             if tail and number < len(reader.segments) - 1:
                 report.errors.append(f"{index_path.name}: ends in a partial entry ({tail} bytes)")
-            size = file_size(records_path) or 0
+            records = open_records(records_path)  # a compressed file's frame table is checked here
+            size = records.size  # plain bytes: index positions are plain positions
+            records.close()
             if size < end:
                 report.errors.append(f"{records_path.name}: truncated: {size} bytes, its index needs {end}")
             elif size > end and number < len(reader.segments) - 1:

@@ -62,6 +62,9 @@ TRAILER = struct.Struct(">IQI4sB3s")
 CODECS = {"zstd": 1, "lz4": 2, "gzip": 3}
 CODEC_NAMES = {number: name for name, number in CODECS.items()}
 
+#: Compression levels: those of the command-line tools' defaults (``zstd -3``, ``gzip -6``; lz4's default).
+LEVELS: dict[str, int | None] = {"zstd": 3, "lz4": None, "gzip": 6}
+
 #: Plain bytes per frame by default: a read from an offset decompresses at most this much.
 DEFAULT_FRAME_SIZE = 1 << 20
 #: The largest frame size a file may declare (a corrupt header must not make a reader allocate more).
@@ -87,7 +90,7 @@ def compress_frames(
         raise ValueError(f"unknown codec {codec!r} (known: {', '.join(CODECS)})")
     if not 0 < frame_size <= MAX_FRAME_SIZE:
         raise ValueError(f"frame size {frame_size} is outside 1..{MAX_FRAME_SIZE}")
-    compressor = _codec(codec, level)
+    compressor = _codec(codec, level if level is not None else LEVELS[codec])
     yield HEADER.pack(MAGIC, VERSION, CODECS[codec], 0, frame_size, 0)
     table = bytearray()
     frames = 0

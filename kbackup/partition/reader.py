@@ -21,9 +21,10 @@ from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from kbackup.format.partition_index import PartitionIndexEntry, decode_partition_index
 from kbackup.format.record import Record
 from kbackup.partition.layout import check_segment_names, partition_index_path
+from kbackup.partition.records_file import FramedHandle, open_records
 from kbackup.partition.segment_batches import RecordBatch, iter_segment_batches
 from kbackup.partition.segment_reader import SegmentIndexFile, iter_segment
-from kbackup.storage import Location, storage_for
+from kbackup.storage import Location, exists, storage_for
 
 #: A partition index larger than this is refused before it is read.
 MAX_PARTITION_INDEX_SIZE = 1 << 30
@@ -40,6 +41,8 @@ class SegmentSummary:
     last_offset: int | None
     records_bytes: int
     index_bytes: int
+    #: Set for a compressed records file: its codec (``records_bytes`` is then the stored size).
+    compression: str | None = None
 
 
 class PartitionReader:
@@ -146,6 +149,7 @@ class PartitionReader:
                     last_offset=last,
                     records_bytes=_size(records_path),
                     index_bytes=_size(index_path),
+                    compression=_codec(records_path),
                 )
             )
         return result
@@ -167,6 +171,17 @@ def _check_follows(segment: PartitionIndexEntry, records_path: Location, offset:
             expected=f"offsets >= {segment.start_offset}",
             found=str(offset),
         )
+
+
+def _codec(records_path: Location) -> str | None:
+    """The codec of a compressed records file, ``None`` for a plain (or missing) one."""
+    if not exists(records_path):
+        return None
+    handle = open_records(records_path)
+    try:
+        return handle.codec if isinstance(handle, FramedHandle) else None
+    finally:
+        handle.close()
 
 
 def _size(path: Location) -> int:

@@ -25,6 +25,7 @@ from kbackup.format.record import Record
 from kbackup.format.segment_index import ENTRY
 from kbackup.fsutil import TMP_SUFFIX, atomic_write, disk_error, fsync_dir
 from kbackup.partition.layout import list_segment_files, partition_index_path
+from kbackup.partition.records_file import open_records
 from kbackup.partition.segment_reader import iter_segment_entries, stream_records
 from kbackup.storage import as_local
 
@@ -54,8 +55,10 @@ def rebuild_segment_index(records_path: Path, index_path: Path, *, legacy: bool 
     a record stored twice in a row with the same bytes is indexed once, at
     its later copy (where the original indexed it).
     """
-    with open(records_path, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
+    records = open_records(records_path)  # plain or compressed: its plain bytes
+    with contextlib.closing(records):
+        handle = records.stream
+        size = records.size
         start = check_magic(handle.read(1), file=str(records_path), legacy=legacy)
         tmp = index_path.with_name(f".{index_path.name}.{os.getpid()}{TMP_SUFFIX}")
         entries = _Entries(str(records_path))

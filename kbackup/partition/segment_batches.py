@@ -23,8 +23,9 @@ import pyarrow as pa
 from kbackup.errors import FormatError, TruncatedError
 from kbackup.format.record import Record
 from kbackup.format.record_columns import DecodedRecords, binary_column, decode_columns
+from kbackup.partition.records_file import open_records
 from kbackup.partition.segment_reader import SegmentIndexFile, check_segment_pair, warn_once
-from kbackup.storage import Location, storage_for
+from kbackup.storage import Location
 
 BATCH_RECORDS = 10_000
 BATCH_BYTES = 8 << 20
@@ -108,7 +109,7 @@ def iter_segment_batches(
 ) -> Iterator[RecordBatch]:
     """Yield the records the segment's index lists, from ``from_offset`` on, in batches."""
     with SegmentIndexFile(index_path, legacy=legacy) as index:
-        records = storage_for(records_path).open_read(records_path)
+        records = open_records(records_path)
         try:
             label = str(records_path)
             check_segment_pair(index, records, records_path, legacy=legacy)

@@ -30,6 +30,7 @@ from kbackup.format.magic import check_magic
 from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from kbackup.format.record import Record, decode_records
 from kbackup.format.segment_index import ENTRY, ENTRY_SIZE, SegmentIndexEntry
+from kbackup.partition.records_file import open_records
 from kbackup.storage import Location, ReadHandle, storage_for
 
 CHUNK_SIZE = 1 << 20
@@ -276,7 +277,7 @@ def iter_segment_entries(
 ) -> Iterator[tuple[Record, int, int]]:
     """Yield ``(record, position, length)`` for each record the index lists, checked against its entry."""
     with SegmentIndexFile(index_path, legacy=legacy) as index:
-        records = storage_for(records_path).open_read(records_path)
+        records = open_records(records_path)
         try:
             yield from _iter_indexed(index, records, records_path, from_offset=from_offset, legacy=legacy)
         finally:
@@ -386,7 +387,13 @@ def _records_size_beside(index_path: Location) -> int | None:
     if not name.endswith(INDEX_SUFFIX):
         return None
     records = index_path.parent / (name[: -len(INDEX_SUFFIX)] + RECORDS_SUFFIX)
-    return storage_for(records).size(records)
+    if storage_for(records).size(records) is None:
+        return None
+    handle = open_records(records)  # the plain size: index positions are plain positions
+    try:
+        return handle.size
+    finally:
+        handle.close()
 
 
 _warned: set[str] = set()

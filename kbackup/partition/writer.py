@@ -75,8 +75,9 @@ from kbackup.partition.layout import (
     segment_files,
 )
 from kbackup.partition.ledger import SegmentLedger, TailEntry
+from kbackup.partition.records_file import compress_records_file, open_records
 from kbackup.partition.segment_reader import SegmentIndexFile
-from kbackup.storage import as_local
+from kbackup.storage import ReadHandle, as_local
 
 #: kbackup's default segment size. The original documents 1 GiB but its code
 #: says ``1024 ^ 3`` (XOR in Java), which is 1027 bytes.
@@ -143,6 +144,7 @@ class PartitionWriter(ClosingWriter):
         buffer_size: int = DEFAULT_BUFFER_SIZE,
         lock_timeout: float = 0,
         ledger: SegmentLedger | None = None,
+        compression: str | None = None,
     ) -> None:
         if max_segment_size <= 0:
             raise UsageError(f"the maximum segment size must be positive, not {max_segment_size}")
@@ -152,6 +154,8 @@ class PartitionWriter(ClosingWriter):
         self.max_segment_size = max_segment_size
         self._ledger = ledger
         self._fsync = fsync
+        #: Codec finished segments' records files are compressed with (``None``: kept plain, as the original).
+        self._compression = compression
         self._buffer_size = buffer_size
         self._records_buffer = bytearray()
         self._index_buffer = bytearray()
@@ -161,7 +165,7 @@ class PartitionWriter(ClosingWriter):
         self._last_offset: int | None = None
         #: Bytes of records appended (not skipped) since opening.
         self.appended_bytes = 0
-        self._lookup: tuple[str, SegmentIndexFile, int] | None = None
+        self._lookup: tuple[str, SegmentIndexFile, ReadHandle] | None = None
         self._replay_hint = -2  # index position of the last replayed record in the cached segment
         self._closed = False
         #: CRC32Cs of the newest segment's files as written (with a ``ledger``: recorded at close).
@@ -295,7 +299,7 @@ class PartitionWriter(ClosingWriter):
         Problems are found in offset order, as one-by-one appends find them: a record not stored, stored with
         another length, or stored with other bytes.
         """
-        index, records_fd = self._lookup_handles(segment)
+        index, records = self._lookup_handles(segment)
         offsets = run.offsets
         first = index.bisect(int(offsets[0]))
         stop = index.bisect(int(offsets[-1]) + 1)
@@ -310,11 +314,11 @@ class PartitionWriter(ClosingWriter):
         positions = stored["position"].astype(np.int64)[at]
         lengths = stored["length"].astype(np.int64)[at]
         # An entry pointing outside the records file (a damaged index) matches nothing: checked before any read.
-        size = os.fstat(records_fd).st_size
+        size = records.refresh_size()
         inside = (positions >= 0) & (lengths > 0) & (lengths <= size) & (positions <= size - lengths)
         same_length = (lengths == run.lengths[:limit]) & inside
         comparable = limit if same_length.all() else int(np.flatnonzero(~same_length)[0])
-        differs = self._first_different(run, records_fd, positions[:comparable], lengths[:comparable])
+        differs = self._first_different(run, records, positions[:comparable], lengths[:comparable])
         if differs is not None:
             self._replay_mismatch(run, differs, b"")
         if comparable < limit:
@@ -323,7 +327,11 @@ class PartitionWriter(ClosingWriter):
             self._replay_mismatch(run, limit, None)
 
     def _first_different(
-        self, run: EncodedRecords, records_fd: int, positions: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64]
+        self,
+        run: EncodedRecords,
+        records: ReadHandle,
+        positions: npt.NDArray[np.int64],
+        lengths: npt.NDArray[np.int64],
     ) -> int | None:
         """The first of the run's records (as many as ``positions``) whose stored bytes differ, or ``None``."""
         count = len(positions)
@@ -334,7 +342,7 @@ class PartitionWriter(ClosingWriter):
         ordered = bool((positions[1:] >= positions[:-1] + lengths[:-1]).all())
         stored_bytes = b""
         if ordered and low >= 0 and high - low <= 4 * len(ours) + (1 << 20):
-            span = os.pread(records_fd, high - low, low)
+            span = records.pread(high - low, low)
             if len(span) == high - low:
                 contiguous = bool((positions[1:] == positions[:-1] + lengths[:-1]).all())
                 view = np.frombuffer(span, dtype=np.uint8)
@@ -349,7 +357,7 @@ class PartitionWriter(ClosingWriter):
         # A stored segment that is damaged or far apart: record by record.
         for row in range(count):
             length = int(lengths[row])
-            stored = os.pread(records_fd, length, int(positions[row])) if positions[row] >= 0 else b""
+            stored = records.pread(length, int(positions[row])) if positions[row] >= 0 else b""
             if stored != run.data[int(run.bounds[row]) : int(run.bounds[row + 1])]:
                 return row
         return None
@@ -647,6 +655,14 @@ class PartitionWriter(ClosingWriter):
         if self._ledger is not None:
             magic_crc = crc32c.crc32c(MAGIC_V1)
             self._coverage = _Coverage(entry.name, magic_crc, 1, magic_crc, 1, None)
+        if self._compression is not None and len(self.segments) > 1:
+            # The previous segment is synced and no longer the newest (a reopened writer never appends to it):
+            # its records file is replaced by its compressed form, whole, before the ledger describes it.
+            previous = self.segments[-2]
+            if self._lookup is not None and self._lookup[0] == previous.name:
+                self._drop_lookup()
+            compress_records_file(self.topic_dir / (previous.name + RECORDS_SUFFIX), self._compression,
+                                  sync=self._fsync)  # fmt: skip
         if self._ledger is not None and len(self.segments) > 1:
             # The previous segment is synced and, now that a newer one exists,
             # finished: the ledger may account for it (and any it missed after a crash).
@@ -658,7 +674,7 @@ class PartitionWriter(ClosingWriter):
         at = bisect.bisect_right(self._starts, record.offset) - 1
         stored: bytes | None = None
         if at >= 0:
-            index, records_fd = self._lookup_handles(self.segments[at])
+            index, records = self._lookup_handles(self.segments[at])
             # A replay is sequential: try the entry after the last one found before searching.
             position = self._replay_hint + 1
             if not (0 <= position < index.count and index.entry(position).offset == record.offset):
@@ -667,13 +683,13 @@ class PartitionWriter(ClosingWriter):
                 entry = index.entry(position)
                 if entry.offset == record.offset:
                     self._replay_hint = position
-                    size = os.fstat(records_fd).st_size
+                    size = records.refresh_size()
                     inside = entry.position >= 0 and 0 < entry.length <= size - entry.position
                     # An entry pointing outside the records file (a damaged index) matches no record.
-                    stored = os.pread(records_fd, entry.length, entry.position) if inside else b""
+                    stored = records.pread(entry.length, entry.position) if inside else b""
         check_replayed(self.topic, self.partition, record.offset, encode_record(record), stored, self._last_offset)
 
-    def _lookup_handles(self, segment: PartitionIndexEntry) -> tuple[SegmentIndexFile, int]:
+    def _lookup_handles(self, segment: PartitionIndexEntry) -> tuple[SegmentIndexFile, ReadHandle]:
         """Open (or reuse) read handles on a segment for replay checks.
 
         The tail segment keeps growing, so its entry count is refreshed on reuse.
@@ -686,14 +702,14 @@ class PartitionWriter(ClosingWriter):
         self._drop_lookup()
         self._replay_hint = -2
         index = SegmentIndexFile(self.topic_dir / (segment.name + INDEX_SUFFIX))
-        records_fd = os.open(self.topic_dir / (segment.name + RECORDS_SUFFIX), os.O_RDONLY)
-        self._lookup = (segment.name, index, records_fd)
-        return index, records_fd
+        records = open_records(self.topic_dir / (segment.name + RECORDS_SUFFIX))  # plain or compressed
+        self._lookup = (segment.name, index, records)
+        return index, records
 
     def _drop_lookup(self) -> None:
         if self._lookup is not None:
             self._lookup[1].close()
-            os.close(self._lookup[2])
+            self._lookup[2].close()
             self._lookup = None
 
     # -- plumbing -----------------------------------------------------------

@@ -25,7 +25,8 @@ waits for the first's lock.
 Options: ``path`` (the backup root, required), ``maxSegmentSize`` (bytes,
 default 1 GiB), ``lockTimeoutSeconds`` (default 600), ``fsync`` (default true),
 ``umask`` (octal), ``logFormat`` (``text`` or ``json``), ``statsDir`` (see
-:func:`write_batch_stats`).
+:func:`write_batch_stats`), ``compression`` (``none``, ``zstd``, ``lz4`` or ``gzip``: how finished segments'
+records files are stored, see ``formats/compressed-records.md``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from kbackup.format.record_columns import encode_columns
 from kbackup.fsutil import atomic_write, parse_umask, restrict_new_files
 from kbackup.logsetup import ensure_console_logging
 from kbackup.partition.object_writer import ObjectPartitionWriter, open_partition_writer
+from kbackup.partition.records_file import COMPRESSIONS
 from kbackup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE, PartitionWriter
 from kbackup.storage import Location, parse_location
 
@@ -81,12 +83,14 @@ class SinkOptions:
     #: A directory on the driver's machine where each committed batch leaves ``batch-N.json`` (records and bytes
     #: written per topic) for the job's metrics (:mod:`kbackup.backup.metrics`), which consumes them.
     stats_dir: Path | None = None
+    #: Codec of finished segments' records files (None: plain v1, readable by the original tool).
+    compression: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         known = {
             "path", "maxsegmentsize", "locktimeoutseconds", "fsync", "umask", "checkpointlocation", "queryname",
-            "logformat", "statsdir",
+            "logformat", "statsdir", "compression",
         }  # fmt: skip
         lowered = {key.lower(): value for key, value in options.items()}
         for key in options:
@@ -94,6 +98,10 @@ class SinkOptions:
                 raise UsageError(f"unknown option {key!r} for the {SINK_NAME} sink")
         if not lowered.get("path"):
             raise UsageError(f"the {SINK_NAME} sink needs a path: writeStream...start(PATH)")
+        compression = lowered.get("compression", "none").lower()
+        if compression not in COMPRESSIONS:
+            codecs = ", ".join(COMPRESSIONS)
+            raise UsageError(f"the {SINK_NAME} sink's compression is one of {codecs}, not {compression!r}")
         try:
             return cls(
                 target=parse_location(lowered["path"]),
@@ -103,6 +111,7 @@ class SinkOptions:
                 umask=parse_umask(lowered["umask"]) if "umask" in lowered else None,
                 log_format=lowered.get("logformat"),
                 stats_dir=Path(lowered["statsdir"]) if lowered.get("statsdir") else None,
+                compression=None if compression == "none" else compression,
             )
         except ValueError as exc:
             raise UsageError(f"invalid option for the {SINK_NAME} sink: {exc}") from None
@@ -196,6 +205,7 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
                     fsync=self.options.fsync,
                     lock_timeout=self.options.lock_timeout,
                     ledger=CatalogLedger(self.options.target),
+                    compression=self.options.compression,
                 )
                 if key not in stats:
                     stats[key] = PartitionWrite(key[0], key[1], int(offsets[start]), int(offsets[start]))

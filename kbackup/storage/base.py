@@ -12,10 +12,11 @@ Two rules shape it, so that one commit protocol fits both kinds:
 
 from __future__ import annotations
 
+import io
 import os
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import BinaryIO, Protocol, TypeAlias
+from typing import Any, BinaryIO, Protocol, TypeAlias
 
 from kbackup.errors import FormatError
 from kbackup.storage.object_path import ObjectPath
@@ -109,3 +110,35 @@ class FileHandle:
 
     def close(self) -> None:
         self.stream.close()
+
+
+class PositionalRaw(io.RawIOBase):
+    """A seekable raw stream whose reads go to ``fetch(length, position)`` (buffer it with io.BufferedReader)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._position = 0
+
+    def fetch(self, length: int, position: int) -> bytes:
+        raise NotImplementedError
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self.fetch(len(view), self._position)
+        view[: len(data)] = data
+        self._position += len(data)
+        return len(data)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from kbackup.errors import BackupNotFoundError, StorageError
-from kbackup.storage.base import Location, Storage
+from kbackup.storage.base import Location, PositionalRaw, Storage
 from kbackup.storage.object_path import ObjectPath
 
 #: Bytes fetched per GET by sequential reads.
@@ -87,28 +87,13 @@ def _is_missing(exc: Exception) -> bool:
     return str(response.get("Error", {}).get("Code", "")) in ("404", "NoSuchKey", "NotFound")
 
 
-class _RangedRaw(io.RawIOBase):
+class _RangedRaw(PositionalRaw):
     """A seekable raw stream over one object; each ``readinto`` is one ranged GET."""
 
     def __init__(self, client: Any, location: ObjectPath, size: int) -> None:
+        super().__init__(size)
         self._client = client
         self._location = location
-        self._size = size
-        self._position = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
-        self._position = max(0, base + offset)
-        return self._position
 
     def fetch(self, length: int, position: int) -> bytes:
         length = min(length, self._size - position)
@@ -124,13 +109,6 @@ class _RangedRaw(io.RawIOBase):
         except Exception as exc:
             raise _fail(self._location, "read", exc) from None
         return data
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        data = self.fetch(len(view), self._position)
-        view[: len(data)] = data
-        self._position += len(data)
-        return len(data)
 
 
 class ObjectHandle:

@@ -1,0 +1,111 @@
+"""Compressed segments on real files: written by the partition writer, read by every reader (no broker, no Spark)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kbackup.catalog.ledger import CatalogLedger
+from kbackup.catalog.store import read_catalog
+from kbackup.catalog.verify import verify_backup
+from kbackup.errors import FormatError, OffsetConflictError
+from kbackup.format.frames import is_framed
+from kbackup.format.record import Record
+from kbackup.partition.reader import PartitionReader
+from kbackup.partition.rebuild import rebuild_segment_index
+from kbackup.partition.records_file import FramedHandle, open_records
+from kbackup.partition.writer import PartitionWriter
+from tests.kafka_helpers import run_kbackup
+from tests.recordgen import sample_record
+
+RECORDS = 300
+
+
+def _write(root: Path, offsets: range, compression: str | None) -> None:
+    with PartitionWriter(root / "t", "t", 0, max_segment_size=4000, fsync=False, ledger=CatalogLedger(root),
+                         compression=compression) as writer:  # fmt: skip
+        for i in offsets:
+            writer.append(sample_record(i))
+
+
+def _records_files(root: Path) -> list[Path]:
+    return sorted((root / "t").glob("segment_partition_000_*_records"))
+
+
+@pytest.fixture(params=["zstd", "lz4", "gzip"])
+def mixed(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """Partition t/0: plain segments written without compression, then compressed ones after a reopen."""
+    root = tmp_path / "backup"
+    _write(root, range(0, RECORDS // 2), None)
+    _write(root, range(RECORDS // 2, RECORDS), request.param)
+    return root
+
+
+def test_finished_segments_are_compressed_and_every_reader_gets_the_same_records(mixed: Path) -> None:
+    files = _records_files(mixed)
+    framed = [is_framed(path.read_bytes()[:4]) for path in files]
+    assert framed[-1] is False  # the newest segment is still appended to
+    assert True in framed and False in framed[:-1]  # mixed: plain ones from the first writer, compressed after
+    reader = PartitionReader(mixed / "t", 0)
+    assert list(reader.records()) == [sample_record(i) for i in range(RECORDS)]  # offsets 0, 3, 6, ...
+    assert [r.offset for r in reader.records(from_offset=750)] == list(range(750, 3 * RECORDS, 3))
+    batches = [r for batch in reader.record_batches(360, 780) for r in batch.records()]
+    assert [r.offset for r in batches] == list(range(360, 781, 3))
+    # The catalog names codec, plain size and frames of compressed segments, and its checksums are the stored
+    # bytes': verify (deep: every record decoded) passes.
+    catalog = read_catalog(mixed, "t", 0)
+    assert catalog is not None
+    for entry in catalog.segments:
+        path = mixed / "t" / f"{entry.name}_records"
+        assert entry.records_bytes == path.stat().st_size
+        handle = open_records(path)
+        with_codec = isinstance(handle, FramedHandle)
+        assert (entry.compression is not None) == with_codec
+        if with_codec:
+            assert entry.plain_bytes == handle.size > entry.records_bytes
+        handle.close()
+    assert all(report.ok for report in verify_backup(mixed, ["t"], deep=True))
+
+
+def test_replays_are_checked_against_compressed_segments(mixed: Path) -> None:
+    with PartitionWriter(mixed / "t", "t", 0, max_segment_size=4000, fsync=False, compression="zstd") as writer:
+        for i in range(140, 200):
+            assert writer.append(sample_record(i)) is False  # stored: a no-op
+        changed = sample_record(170)
+        with pytest.raises(OffsetConflictError, match="offset 510"):
+            writer.append(Record(510, changed.timestamp_type, changed.timestamp, b"other", changed.value))
+
+
+def test_the_cli_reads_compressed_backups(mixed: Path) -> None:
+    cat = run_kbackup("cat", mixed, check=True)
+    assert [json.loads(line)["offset"] for line in cat.stdout.splitlines()] == list(range(0, 3 * RECORDS, 3))
+    listing = run_kbackup("ls", mixed, check=True).stdout
+    assert "partition 0: 300 records" in listing
+    compressed = [line for line in listing.splitlines() if line.endswith(" bytes (zstd)") or line.endswith("(lz4)")
+                  or line.endswith("(gzip)")]  # fmt: skip
+    assert len(compressed) >= 2
+    assert run_kbackup("verify", mixed, "--deep").returncode == 0
+    assert run_kbackup("describe", mixed).returncode == 0
+
+
+def test_index_rebuild_reads_a_compressed_records_file(mixed: Path) -> None:
+    path = next(p for p in _records_files(mixed) if is_framed(p.read_bytes()[:4]))
+    index = path.with_name(path.name.replace("_records", "_index"))
+    before = index.read_bytes()
+    index.unlink()
+    rebuilt = rebuild_segment_index(path, index)
+    assert index.read_bytes() == before and rebuilt.bad_tail_position is None
+
+
+def test_a_damaged_frame_is_named_and_verify_reports_the_segment(mixed: Path) -> None:
+    path = next(p for p in _records_files(mixed) if is_framed(p.read_bytes()[:4]))
+    data = bytearray(path.read_bytes())
+    data[40] ^= 0x20
+    path.write_bytes(bytes(data))
+    with pytest.raises(FormatError, match=rf"{path}.*frame 0"):
+        list(PartitionReader(mixed / "t", 0).records())
+    result = run_kbackup("verify", mixed)
+    assert result.returncode == 1
+    assert f"{path.name}: checksum mismatch" in result.stdout
