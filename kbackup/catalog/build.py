@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from kbackup.catalog.model import PartitionCatalog, SegmentEntry
 from kbackup.catalog.store import read_catalog, write_catalog
 from kbackup.catalog.tail import prefix_crc32c
 from kbackup.errors import FormatError
-from kbackup.format.frames import is_framed
+from kbackup.format.frames import FramedReader, is_framed
 from kbackup.format.segment_index import ENTRY_SIZE
 from kbackup.partition.layout import list_partitions
 from kbackup.partition.ledger import TailEntry
@@ -47,10 +48,11 @@ def segment_time_range(
     On disk, read at fixed places rather than by decoding: each index entry
     gives a record's position; its timestamp type is the int32 at +8 and,
     for types 0 and 1, its timestamp the int64 at +12. Gathered with numpy
-    in chunks from a memory map: about a second per GiB. Objects are read
+    in chunks from a memory map (about a second per GiB), or frame by frame
+    from a compressed file (each frame decompressed once). Objects are read
     by streaming the segment's records.
     """
-    if not isinstance(records_path, Path) or not isinstance(index_path, Path) or _compressed(records_path):
+    if not isinstance(records_path, Path) or not isinstance(index_path, Path):
         return _streamed_time_range(records_path, index_path, legacy=legacy)
     with SegmentIndexFile(index_path, legacy=legacy) as index:
         count, start, shifted = index.count, index.data_start, bool(index.shifts)
@@ -61,26 +63,58 @@ def segment_time_range(
     # Only whole entries: a partial last entry is not committed.
     entries = np.memmap(index_path, dtype=">i8", mode="r", offset=start, shape=(count * 3,))
     positions_all = entries.reshape(-1, 3)[:, 1]
-    records = np.memmap(records_path, dtype=np.uint8, mode="r")
-    low: int | None = None
-    high: int | None = None
-    head = np.arange(8, 20)
-    for begin in range(0, len(positions_all), 1 << 20):
-        positions = np.asarray(positions_all[begin : begin + (1 << 20)])
-        fields = records[positions[:, None] + head]  # type, then timestamp, per record
-        kinds = fields[:, :4].copy().view(">i4").ravel()
-        stamps = fields[:, 4:].copy().view(">i8").ravel()
-        stamped = stamps[(kinds == 0) | (kinds == 1)]
-        if len(stamped):
-            chunk_low, chunk_high = int(stamped.min()), int(stamped.max())
-            low = chunk_low if low is None else min(low, chunk_low)
-            high = chunk_high if high is None else max(high, chunk_high)
+    # One open: a backup compressing the segment meanwhile renames a new file in, this one stays whole.
+    with open(records_path, "rb") as handle:
+        if is_framed(handle.read(4)):
+            fd = handle.fileno()
+            frames = FramedReader(lambda length, at: os.pread(fd, length, at), os.fstat(fd).st_size,
+                                  file=str(records_path))  # fmt: skip
+            return _framed_time_range(frames, np.asarray(positions_all))
+        records = np.memmap(handle, dtype=np.uint8, mode="r")
+        low: int | None = None
+        high: int | None = None
+        for begin in range(0, len(positions_all), 1 << 20):
+            positions = np.asarray(positions_all[begin : begin + (1 << 20)])
+            low, high = _fold(records[positions[:, None] + _HEAD], low, high)
     return low, high
 
 
-def _compressed(records_path: Path) -> bool:
-    with open(records_path, "rb") as handle:
-        return is_framed(handle.read(4))
+#: The timestamp type (int32) and timestamp (int64) of a record: bytes 8 to 20 from its start.
+_HEAD = np.arange(8, 20)
+
+
+def _fold(fields: np.ndarray, low: int | None, high: int | None) -> tuple[int | None, int | None]:
+    """``low``/``high`` widened by the timestamps in ``fields`` (12 bytes per record: type, then timestamp)."""
+    kinds = fields[:, :4].copy().view(">i4").ravel()
+    stamps = fields[:, 4:].copy().view(">i8").ravel()
+    stamped = stamps[(kinds == 0) | (kinds == 1)]
+    if len(stamped):
+        chunk_low, chunk_high = int(stamped.min()), int(stamped.max())
+        low = chunk_low if low is None else min(low, chunk_low)
+        high = chunk_high if high is None else max(high, chunk_high)
+    return low, high
+
+
+def _framed_time_range(frames: FramedReader, positions: np.ndarray) -> tuple[int | None, int | None]:
+    """The time range of a compressed segment: each frame decompressed once, fields gathered with numpy; the few
+    records whose 12 bytes cross a frame boundary read one by one."""
+    size = frames.table.frame_size
+    starts = positions.astype(np.int64) + 8
+    first = starts // size
+    last = (starts + 11) // size
+    low: int | None = None
+    high: int | None = None
+    for number in np.unique(first):
+        lo, hi = np.searchsorted(first, number, "left"), np.searchsorted(first, number, "right")
+        plain = np.frombuffer(frames.frame(int(number)), dtype=np.uint8)
+        here = starts[lo:hi]
+        inside = last[lo:hi] == number
+        within = here[inside] - int(number) * size
+        low, high = _fold(plain[within[:, None] + np.arange(12)], low, high)
+        for at in here[~inside]:
+            fields = np.frombuffer(frames.pread(12, int(at)), dtype=np.uint8).reshape(1, 12)
+            low, high = _fold(fields, low, high)
+    return low, high
 
 
 def _streamed_time_range(

@@ -28,6 +28,7 @@ from kbackup.catalog.model import PartitionCatalog
 from kbackup.catalog.store import read_catalog, write_catalog
 from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from kbackup.partition.ledger import TailEntry
+from kbackup.partition.records_file import open_records
 from kbackup.storage import Location, storage_for
 
 CHUNK = 1 << 20
@@ -41,10 +42,14 @@ def record_tail(root: Location, topic: str, partition: int, tail: TailEntry, *, 
 
 
 def prefix_crc32c(path: Location, length: int) -> tuple[int, int]:
-    """The CRC32C of the first ``length`` bytes of a file, and how many bytes it has (at most ``length``)."""
+    """The CRC32C of the first ``length`` bytes of a file, and how many bytes it has (at most ``length``).
+
+    The file's plain bytes: a records file compressed after its prefix was recorded (the segment finished, and the
+    catalog names it as finished only a moment later) still holds the same plain prefix.
+    """
     value = 0
     done = 0
-    handle = storage_for(path).open_read(path)
+    handle = open_records(path)
     try:
         while done < length:
             chunk = handle.pread(min(CHUNK, length - done), done)

@@ -263,6 +263,8 @@ class KafkaCluster:
             "log.initial.task.delay.ms": "0",
             "log.cleaner.backoff.ms": "500",
             "log.retention.check.interval.ms": "5000",
+            # Transactions past their timeout are aborted within a second (default: ten).
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
         }
         if self.security is not None:
             settings.update(

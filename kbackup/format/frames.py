@@ -224,6 +224,8 @@ class FramedReader:
 
     def pread(self, length: int, position: int) -> bytes:
         """Up to ``length`` plain bytes from ``position`` (fewer at the end, like a file's pread)."""
+        if position < 0:
+            raise ValueError(f"negative position {position}")
         end = min(position + max(length, 0), self.size)
         if position >= end:
             return b""

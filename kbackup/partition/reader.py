@@ -17,14 +17,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from kbackup.errors import BackupNotFoundError, FormatError
+from kbackup.format.frames import CODEC_NAMES, is_framed
 from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from kbackup.format.partition_index import PartitionIndexEntry, decode_partition_index
 from kbackup.format.record import Record
 from kbackup.partition.layout import check_segment_names, partition_index_path
-from kbackup.partition.records_file import FramedHandle, open_records
 from kbackup.partition.segment_batches import RecordBatch, iter_segment_batches
 from kbackup.partition.segment_reader import SegmentIndexFile, iter_segment
-from kbackup.storage import Location, exists, storage_for
+from kbackup.storage import Location, storage_for
 
 #: A partition index larger than this is refused before it is read.
 MAX_PARTITION_INDEX_SIZE = 1 << 30
@@ -174,14 +174,17 @@ def _check_follows(segment: PartitionIndexEntry, records_path: Location, offset:
 
 
 def _codec(records_path: Location) -> str | None:
-    """The codec of a compressed records file, ``None`` for a plain (or missing) one."""
-    if not exists(records_path):
+    """The codec a compressed records file's header names (``None`` for a plain or missing one): its first six
+    bytes only, so that a listing neither fails on a damaged frame table nor reads it."""
+    storage = storage_for(records_path)
+    if not storage.exists(records_path):
         return None
-    handle = open_records(records_path)
+    handle = storage.open_read(records_path)
     try:
-        return handle.codec if isinstance(handle, FramedHandle) else None
+        head = handle.pread(6, 0)
     finally:
         handle.close()
+    return CODEC_NAMES.get(head[5], f"unknown codec {head[5]}") if len(head) == 6 and is_framed(head) else None
 
 
 def _size(path: Location) -> int:
