@@ -18,14 +18,17 @@ from typing import Any, TextIO
 
 from kbackup import __version__
 from kbackup.errors import BackupNotFoundError, KbackupError, UsageError
+from kbackup.format.encryption import KeyRing
 from kbackup.format.naming import INDEX_SUFFIX, parse_partition_index_file_name
 from kbackup.format.partition_index import decode_partition_index
 from kbackup.format.record import Record, TimestampType
 from kbackup.fsutil import restrict_new_files
+from kbackup.job_options import add_encryption_flags, encryption_key_source
 from kbackup.partition.layout import STATE_DIR, list_partitions, list_segment_files, list_topics
 from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import MAX_PARTITION_INDEX_SIZE, PartitionReader
 from kbackup.partition.rebuild import rebuild_partition_index, rebuild_segment_index
+from kbackup.partition.records_file import install_keys
 from kbackup.partition.segment_reader import SegmentIndexFile
 from kbackup.progress import Progress
 from kbackup.report.summary import OffsetRange, describe_missing, missing_offsets
@@ -447,6 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="read files written before the v1 magic byte existed (mid 2019)",
     )
+    add_encryption_flags(legacy.add_argument_group("encrypted segments"), purpose="encrypted segments were sealed with")
     select = argparse.ArgumentParser(add_help=False)
     select.add_argument("dir", metavar="DIR", help="backup root (one directory per topic)")
     select.add_argument("--topic", help="only this topic")
@@ -559,6 +563,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if low is not None and high is not None and low > high:
         args.command_parser.error(f"--from-offset {low} is after --to-offset {high} (both inclusive): nothing to print")
     try:
+        if getattr(args, "encryption_key_file", None) is not None or getattr(args, "encryption_key_env", None):
+            source = encryption_key_source(args)
+            install_keys(KeyRing.of([source.key] if source is not None else []))
         args.func(args, sys.stdout)
         sys.stdout.flush()
     except KbackupError as exc:

@@ -20,6 +20,7 @@ The tree is shallow::
     │   └── OffsetConflictError  same offset already stored with other bytes
     ├── BackupNotFoundError      a backup root, topic or partition is absent
     ├── ChecksumError            a segment's files differ from what the catalog recorded
+    ├── DecryptionKeyError       an encrypted segment's key was not given (or is not a valid key)
     ├── DamagedBackupError       segments are damaged or lost; a read would leave records out
     ├── StorageError             the storage (a disk, an S3 endpoint, a bucket) failed or refused
     ├── LeaseHeldError           another job holds the target's lease
@@ -132,6 +133,10 @@ class UsageError(KbackupError):
 
 class ChecksumError(KbackupError):
     """A segment's files differ from what the catalog recorded."""
+
+
+class DecryptionKeyError(KbackupError):
+    """An encrypted segment needs a key-encryption key that was not given, or a given key is not a key."""
 
 
 class DamagedBackupError(KbackupError):

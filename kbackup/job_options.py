@@ -312,3 +312,37 @@ def positive_float(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
     return value
+
+
+@dataclass(frozen=True)
+class EncryptionKeySource:
+    """Where a key-encryption key is read: a file or an environment variable (never the key itself on a command
+    line). ``key`` is read once on the driver to check it."""
+
+    file: Path | None
+    env: str | None
+    key: bytes
+
+
+def add_encryption_flags(group: argparse._ArgumentGroup, *, purpose: str) -> None:
+    """``--encryption-key-file`` and ``--encryption-key-env`` (docs/backup.md, Encrypted segments)."""
+    group.add_argument(
+        "--encryption-key-file",
+        type=Path,
+        metavar="FILE",
+        help=f"a 256-bit key-encryption key (32 bytes, 64 hex digits or base64) that {purpose}",
+    )
+    group.add_argument("--encryption-key-env", metavar="VAR", help="the same key from this environment variable")
+
+
+def encryption_key_source(args: argparse.Namespace) -> EncryptionKeySource | None:
+    """The key the flags name, read and checked; ``None`` without them."""
+    from kbackup.partition.records_file import load_key
+
+    file, env = args.encryption_key_file, args.encryption_key_env
+    if file is not None and env is not None:
+        raise UsageError("give --encryption-key-file or --encryption-key-env, not both")
+    if file is None and env is None:
+        return None
+    path = file.resolve() if file is not None else None
+    return EncryptionKeySource(path, env, load_key(file=path, env=env))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,85 @@ def test_a_crash_between_compressing_a_segment_and_cataloging_it_damages_nothing
     assert run_kbackup("cat", root).returncode == 0
     _write(root, range(40, 300), "zstd")  # the rerun replays and catches the catalog up
     assert all(report.ok for report in verify_backup(root, ["t"], deep=True))
+
+
+# -- encrypted segments -----------------------------------------------------------------
+
+KEK = bytes(range(32))
+
+
+@pytest.fixture
+def no_keys() -> Iterator[None]:
+    """The process's installed keys are reset after the test."""
+    from kbackup.format.encryption import KeyRing
+    from kbackup.partition.records_file import install_keys
+
+    yield
+    install_keys(KeyRing({}))
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_encrypted_segments_need_their_key_to_be_read_but_not_to_be_verified(
+    tmp_path: Path, compression: str | None, no_keys: None
+) -> None:
+    from kbackup.errors import DecryptionKeyError
+    from kbackup.format.encryption import KeyRing, key_id
+    from kbackup.partition.records_file import install_keys
+
+    root = tmp_path / "backup"
+    with PartitionWriter(root / "t", "t", 0, max_segment_size=4000, fsync=False, ledger=CatalogLedger(root),
+                         compression=compression, encryption_key=KEK) as writer:  # fmt: skip
+        for i in range(RECORDS):
+            writer.append(sample_record(i))
+    sealed = [p for p in _records_files(root) if is_framed(p.read_bytes()[:4])]
+    assert len(sealed) == len(_records_files(root)) - 1
+    assert b"value-7-" not in sealed[0].read_bytes()  # nothing readable at rest
+    catalog = read_catalog(root, "t", 0)
+    assert catalog is not None and {e.key_id for e in catalog.segments} == {key_id(KEK).hex()}
+    install_keys(KeyRing({}))  # a reader without the key (the writer's own process could read what it sealed)
+    assert all(report.ok for report in verify_backup(root, ["t"]))  # sizes and checksums of the ciphertext
+    with pytest.raises(DecryptionKeyError, match=f"is encrypted with key id {key_id(KEK).hex()}; no key was given"):
+        list(PartitionReader(root / "t", 0).records())
+    install_keys(KeyRing.of([KEK]))
+    assert list(PartitionReader(root / "t", 0).records()) == [sample_record(i) for i in range(RECORDS)]
+    assert all(report.ok for report in verify_backup(root, ["t"], deep=True))
+
+
+def test_the_cli_takes_the_key_from_a_file_or_a_variable_and_names_a_missing_or_wrong_one(
+    tmp_path: Path, no_keys: None
+) -> None:
+    from kbackup.format.encryption import key_id
+
+    root = tmp_path / "backup"
+    with PartitionWriter(root / "t", "t", 0, max_segment_size=4000, fsync=False, ledger=CatalogLedger(root),
+                         compression="lz4", encryption_key=KEK) as writer:  # fmt: skip
+        for i in range(RECORDS):
+            writer.append(sample_record(i))
+    key_file = tmp_path / "kek.hex"
+    key_file.write_text(KEK.hex() + "\n")
+    other = tmp_path / "other.hex"
+    other.write_text(bytes(32).hex())
+    missing = run_kbackup("cat", root)
+    assert missing.returncode == 1 and len(missing.stderr.strip().splitlines()) == 1
+    assert f"is encrypted with key id {key_id(KEK).hex()}; no key was given" in missing.stderr
+    wrong = run_kbackup("cat", root, "--encryption-key-file", other)
+    assert wrong.returncode == 1 and f"the key(s) given have id(s) {key_id(bytes(32)).hex()}" in wrong.stderr
+    cat = run_kbackup("cat", root, "--encryption-key-file", key_file, check=True)
+    assert len(cat.stdout.splitlines()) == RECORDS
+    assert run_kbackup("verify", root).returncode == 0  # no key needed for checksums
+    deep = run_kbackup("verify", root, "--deep")
+    assert deep.returncode == 1 and "no key was given" in deep.stdout
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    from tests.kafka_helpers import job_env
+
+    env = {**job_env(), "MY_KEK": KEK.hex()}
+    by_env = subprocess.run([sys.executable, "-m", "kbackup", "verify", str(root), "--deep", "--encryption-key-env",
+                             "MY_KEK"], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)  # fmt: skip
+    assert by_env.returncode == 0, by_env.stdout + by_env.stderr
+    bad = run_kbackup("cat", root, "--encryption-key-file", tmp_path / "nothing")
+    assert bad.returncode == 1 and "cannot read the key file" in bad.stderr
+    assert os.environ.get("MY_KEK") is None

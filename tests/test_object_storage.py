@@ -154,6 +154,29 @@ def test_every_published_records_object_is_compressed_when_asked_and_reads_back(
         writer.append(record(12, b"different"))
 
 
+def test_encrypted_objects_verify_without_the_key_and_read_with_it(bucket: ObjectPath) -> None:
+    from kbackup.errors import DecryptionKeyError
+    from kbackup.format.encryption import KeyRing
+    from kbackup.partition.records_file import install_keys
+
+    topic_dir = bucket / "sealed"
+    kek = bytes(range(100, 132))
+    try:
+        with ObjectPartitionWriter(topic_dir, "sealed", 0, max_segment_size=200, ledger=CatalogLedger(bucket),
+                                   encryption_key=kek) as writer:  # fmt: skip
+            for offset in range(12):
+                writer.append(record(offset))
+        install_keys(KeyRing({}))  # a reader elsewhere, without the key
+        assert verify_partition(bucket, "sealed", 0).ok  # checksums of the ciphertext
+        with pytest.raises(DecryptionKeyError, match="no key was given"):
+            list(PartitionReader(topic_dir, 0).records())
+        install_keys(KeyRing.of([kek]))
+        assert [r.offset for r in PartitionReader(topic_dir, 0).records()] == list(range(12))
+        assert verify_partition(bucket, "sealed", 0, deep=True).ok
+    finally:
+        install_keys(KeyRing({}))
+
+
 def test_batches_publish_what_single_appends_publish(bucket: ObjectPath) -> None:
     """The sink's columnar path: the same objects as record by record, replays compared."""
     from kbackup.format.record_columns import encode_columns

@@ -95,16 +95,24 @@ def test_backup_then_restore_round_trip(kafka: BrokerUnderTest, target: Target, 
     backup = tmp_path / "backup"
     config = tmp_path / "source.properties"
     client_config_file(config, kafka.extra_settings)
-    # Compressed: every segment but each partition's newest is stored in zstd frames (formats/compressed-records.md).
+    # Compressed and encrypted: every segment but each partition's newest is stored in zstd frames sealed with
+    # AES-256-GCM under a key from a file (formats/compressed-records.md).
+    key = tmp_path / "backup.key"
+    key.write_text(os.urandom(32).hex())
     done = run_backup("--bootstrap-server", kafka.bootstrap_servers, "--command-config", config,
                       "--target-dir", backup, "--topics", "rt-orders,rt-tx", "--snapshot",
-                      "--max-segment-size", "2000", "--compression", "zstd")  # fmt: skip
+                      "--max-segment-size", "2000", "--compression", "zstd", "--encryption-key-file", key)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:]
     heads = [path.read_bytes()[:4] for path in (backup / "rt-orders").glob("*_records")]
     framed = sum(head == b"\x8bKBZ" for head in heads)
     assert framed >= 3 and len(heads) - framed == 3  # each partition's newest segment stays plain
 
     maps = [a for t in ("rt-orders", "rt-tx") if target.prefix for a in ("--topic-map", f"{t}={target.name(t)}")]
+    refused = restore_python(*target.args(tmp_path), "--source-dir", backup, *maps)
+    said = refused.stdout + refused.stderr
+    assert refused.returncode == 1 and "are encrypted with key id(s)" in said and "no key was given" in said, said
+    assert "Traceback" not in said
+    maps += ["--encryption-key-file", str(key)]
     result = run_restore(*target.args(tmp_path), "--source-dir", backup, *maps)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"restored {target.name('rt-orders')}: 600 records" in result.stdout

@@ -390,6 +390,11 @@ class BackupJob:
         )
         if self._stats_dir is not None:
             writer = writer.option("statsDir", str(self._stats_dir))
+        encryption = settings.encryption
+        if encryption is not None and encryption.file is not None:
+            writer = writer.option("encryptionKeyFile", str(encryption.file))
+        elif encryption is not None and encryption.env is not None:
+            writer = writer.option("encryptionKeyEnv", encryption.env)
         if settings.snapshot:
             writer = writer.trigger(availableNow=True)
         else:

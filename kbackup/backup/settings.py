@@ -27,8 +27,11 @@ from pathlib import Path
 from kbackup.errors import UsageError
 from kbackup.job_options import (
     ConnectorProperties,
+    EncryptionKeySource,
     Monitoring,
+    add_encryption_flags,
     client_settings,
+    encryption_key_source,
     java_client_settings,
     job_parser,
     positive_float,
@@ -68,6 +71,8 @@ class BackupSettings:
     max_offsets_per_trigger: int | None = None
     #: ``--compression``: codec of finished segments' records files ("none": plain v1, the original tool's).
     compression: str = "none"
+    #: ``--encryption-key-file`` / ``--encryption-key-env``: seal finished segments (None: not encrypted).
+    encryption: EncryptionKeySource | None = None
     prune_groups: bool = False
     debug: bool = False
     spark_conf: dict[str, str] = field(default_factory=dict)
@@ -117,6 +122,7 @@ def build_parser(prog: str = "spark-submit jobs/backup.py") -> argparse.Argument
         help="store finished segments' records files compressed (zstd, lz4, gzip) in frames read one at a time; "
         "none (default) keeps the original tool's plain files (formats/compressed-records.md)",
     )
+    add_encryption_flags(own, purpose="seals finished segments with AES-256-GCM (each under its own data key)")
     own.add_argument(
         "--max-records-per-trigger",
         "--max-offsets-per-trigger",
@@ -181,6 +187,7 @@ def parse_backup_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/bac
         trigger_interval=args.trigger_interval,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         compression=args.compression,
+        encryption=encryption_key_source(args),
         prune_groups=args.prune_groups,
         debug=args.debug,
         spark_conf=spark_conf(args.spark_conf),

@@ -18,7 +18,7 @@ from kbackup.format.segment_index import ENTRY_SIZE
 from kbackup.partition.layout import list_partitions
 from kbackup.partition.ledger import TailEntry
 from kbackup.partition.reader import PartitionReader
-from kbackup.partition.records_file import FramedHandle, open_records
+from kbackup.partition.records_file import FramedHandle, installed_keys, open_records
 from kbackup.partition.segment_reader import SegmentIndexFile, iter_segment
 from kbackup.progress import Progress
 from kbackup.storage import Location, storage_for
@@ -68,7 +68,7 @@ def segment_time_range(
         if is_framed(handle.read(4)):
             fd = handle.fileno()
             frames = FramedReader(lambda length, at: os.pread(fd, length, at), os.fstat(fd).st_size,
-                                  file=str(records_path))  # fmt: skip
+                                  file=str(records_path), keys=installed_keys())  # fmt: skip
             return _framed_time_range(frames, np.asarray(positions_all))
         records = np.memmap(handle, dtype=np.uint8, mode="r")
         low: int | None = None
@@ -143,7 +143,11 @@ def describe_segment(reader: PartitionReader, index: int) -> SegmentEntry:
     stored = open_records(records_path)
     try:
         framed = stored if isinstance(stored, FramedHandle) else None
-        compression = (framed.codec, framed.size, framed.frames.table.frames) if framed else (None, None, None)
+        compression = (
+            (framed.codec, framed.size, framed.frames.table.frames, framed.frames.key_id)
+            if framed
+            else (None, None, None, None)
+        )
     finally:
         stored.close()
     return SegmentEntry(
@@ -161,6 +165,7 @@ def describe_segment(reader: PartitionReader, index: int) -> SegmentEntry:
         compression=compression[0],
         plain_bytes=compression[1],
         frames=compression[2],
+        key_id=compression[3],
     )
 
 

@@ -32,6 +32,8 @@ class SegmentEntry:
     compression: str | None = None
     plain_bytes: int | None = None
     frames: int | None = None
+    #: The id (hex) of the key-encryption key an encrypted records file needs (``None``: not encrypted).
+    key_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -93,8 +95,9 @@ _FIELDS = {
     "compression": "compression",
     "plain_bytes": "plainBytes",
     "frames": "frames",
+    "key_id": "keyId",
 }
-_OPTIONAL = ("compression", "plain_bytes", "frames")
+_OPTIONAL = ("compression", "plain_bytes", "frames", "key_id")
 _BACK = {value: key for key, value in _FIELDS.items()}
 
 

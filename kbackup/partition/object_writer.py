@@ -44,7 +44,7 @@ from kbackup.format.record_columns import EncodedRecords
 from kbackup.partition.layout import list_segment_files, partition_index_path
 from kbackup.partition.ledger import SegmentLedger
 from kbackup.partition.reader import PartitionReader
-from kbackup.partition.records_file import compress_records_file
+from kbackup.partition.records_file import add_key, compress_records_file
 from kbackup.partition.segment_reader import SegmentIndexFile
 from kbackup.partition.writer import (
     DEFAULT_MAX_SEGMENT_SIZE,
@@ -75,8 +75,12 @@ class ObjectPartitionWriter(ClosingWriter):
         max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE,
         ledger: SegmentLedger | None = None,
         compression: str | None = None,
+        encryption_key: bytes | None = None,
     ) -> None:
         self.topic_dir = topic_dir
+        self._encryption_key = encryption_key
+        if encryption_key is not None:
+            add_key(encryption_key)  # the catalog reads back what this writer sealed
         #: Codec every uploaded records object is compressed with (``None``: plain, as the original).
         self._compression = compression
         self.topic = topic
@@ -220,8 +224,9 @@ class ObjectPartitionWriter(ClosingWriter):
         spool_reader = PartitionReader(spool_dir, self.partition)
         spooled = spool_reader.segments
         for segment in spooled:
-            if self._compression is not None:  # every object is finished once uploaded: all are compressed
-                compress_records_file(spool_dir / (segment.name + RECORDS_SUFFIX), self._compression, sync=False)
+            if self._compression is not None or self._encryption_key is not None:  # objects are final once uploaded
+                compress_records_file(spool_dir / (segment.name + RECORDS_SUFFIX), self._compression or "none",
+                                      sync=False, encryption_key=self._encryption_key)  # fmt: skip
             for suffix in (RECORDS_SUFFIX, INDEX_SUFFIX):
                 self._storage.upload(self.topic_dir / (segment.name + suffix), spool_dir / (segment.name + suffix))
         # Only an empty segment can share a name with a new one (every stored record is
@@ -274,11 +279,12 @@ def open_partition_writer(
     lock_timeout: float = 0,
     ledger: SegmentLedger | None = None,
     compression: str | None = None,
+    encryption_key: bytes | None = None,
 ) -> PartitionWriter | ObjectPartitionWriter:
     """The writer for where ``topic_dir`` lives: appending on disk, whole objects on a store."""
     if isinstance(topic_dir, ObjectPath):
         return ObjectPartitionWriter(topic_dir, topic, partition, max_segment_size=max_segment_size, ledger=ledger,
-                                     compression=compression)  # fmt: skip
+                                     compression=compression, encryption_key=encryption_key)  # fmt: skip
     return PartitionWriter(
         topic_dir,
         topic,
@@ -288,4 +294,5 @@ def open_partition_writer(
         lock_timeout=lock_timeout,
         ledger=ledger,
         compression=compression,
+        encryption_key=encryption_key,
     )

@@ -21,6 +21,8 @@ import os
 from pathlib import Path
 from typing import BinaryIO
 
+from kbackup.errors import DecryptionKeyError
+from kbackup.format.encryption import FileCipher, KeyRing, parse_key
 from kbackup.format.frames import DEFAULT_FRAME_SIZE, FramedReader, compress_frames, is_framed
 from kbackup.fsutil import TMP_SUFFIX, disk_error, fsync_dir
 from kbackup.storage import Location, ReadHandle, storage_for
@@ -28,6 +30,44 @@ from kbackup.storage.base import PositionalRaw
 
 #: Compression codecs ``--compression`` offers ("none" keeps the original tool's plain files).
 COMPRESSIONS = ("none", "zstd", "lz4", "gzip")
+
+#: The key-encryption keys this process may decrypt with (see :func:`install_keys`).
+_keys = KeyRing({})
+
+
+def install_keys(keys: KeyRing) -> None:
+    """Make ``keys`` the key-encryption keys every records file opened in this process may be decrypted with (the
+    CLI and the jobs call it once with the keys they were given; a restore task with the ones it carries)."""
+    global _keys
+    _keys = keys
+
+
+def installed_keys() -> KeyRing:
+    """The key-encryption keys this process may decrypt with."""
+    return _keys
+
+
+def add_key(kek: bytes) -> None:
+    """Let this process also read what it seals with ``kek`` (a writer describes the segments it sealed)."""
+    install_keys(KeyRing({**_keys.keys, **KeyRing.of([kek]).keys}))
+
+
+def load_key(*, file: str | Path | None = None, env: str | None = None) -> bytes:
+    """A key-encryption key from a key file or an environment variable (see
+    :func:`kbackup.format.encryption.parse_key`)."""
+    if file is not None:
+        try:
+            data = Path(file).read_bytes()
+        except OSError as exc:
+            raise DecryptionKeyError(f"cannot read the key file {file}: {exc.strerror or exc}") from None
+        return parse_key(data, source=f"the key file {file}")
+    if env is not None:
+        value = os.environ.get(env)
+        if not value:
+            raise DecryptionKeyError(f"the environment variable {env} (the encryption key) is not set")
+        return parse_key(value.encode(), source=f"the environment variable {env}")
+    raise DecryptionKeyError("no key: give a key file or an environment variable")
+
 
 _CHUNK = 1 << 20
 
@@ -48,7 +88,7 @@ class FramedHandle:
 
     def __init__(self, stored: ReadHandle, path: Location) -> None:
         self._stored = stored
-        self.frames = FramedReader(stored.pread, stored.size, file=str(path))
+        self.frames = FramedReader(stored.pread, stored.size, file=str(path), keys=_keys)
         self.size = self.frames.size
         self.stream: BinaryIO = io.BufferedReader(_FramedRaw(self.frames), buffer_size=_CHUNK)
 
@@ -79,11 +119,20 @@ def open_records(path: Location) -> ReadHandle:
     return stored
 
 
-def compress_records_file(path: Path, codec: str, *, frame_size: int = DEFAULT_FRAME_SIZE, sync: bool = True) -> int:
-    """Replace the plain records file ``path`` by its compressed form; return the stored size.
+def compress_records_file(
+    path: Path,
+    codec: str,
+    *,
+    frame_size: int = DEFAULT_FRAME_SIZE,
+    sync: bool = True,
+    encryption_key: bytes | None = None,
+) -> int:
+    """Replace the plain records file ``path`` by its compressed form (sealed with a new data key wrapped by
+    ``encryption_key`` when given; ``codec`` may then be ``none``); return the stored size.
 
     A file already compressed is left as it is (a writer reopened after a crash may meet one).
     """
+    cipher = FileCipher.new(encryption_key) if encryption_key is not None else None
     with open(path, "rb") as plain:
         if is_framed(plain.read(4)):
             return os.fstat(plain.fileno()).st_size
@@ -92,7 +141,8 @@ def compress_records_file(path: Path, codec: str, *, frame_size: int = DEFAULT_F
         written = 0
         try:
             with open(tmp, "wb") as out:
-                for piece in compress_frames(iter(lambda: plain.read(_CHUNK), b""), codec, frame_size=frame_size):
+                chunks = iter(lambda: plain.read(_CHUNK), b"")
+                for piece in compress_frames(chunks, codec, frame_size=frame_size, cipher=cipher):
                     out.write(piece)
                     written += len(piece)
                 out.flush()

@@ -75,7 +75,7 @@ from kbackup.partition.layout import (
     segment_files,
 )
 from kbackup.partition.ledger import SegmentLedger, TailEntry
-from kbackup.partition.records_file import compress_records_file, open_records
+from kbackup.partition.records_file import add_key, compress_records_file, open_records
 from kbackup.partition.segment_reader import SegmentIndexFile
 from kbackup.storage import ReadHandle, as_local
 
@@ -145,6 +145,7 @@ class PartitionWriter(ClosingWriter):
         lock_timeout: float = 0,
         ledger: SegmentLedger | None = None,
         compression: str | None = None,
+        encryption_key: bytes | None = None,
     ) -> None:
         if max_segment_size <= 0:
             raise UsageError(f"the maximum segment size must be positive, not {max_segment_size}")
@@ -156,6 +157,10 @@ class PartitionWriter(ClosingWriter):
         self._fsync = fsync
         #: Codec finished segments' records files are compressed with (``None``: kept plain, as the original).
         self._compression = compression
+        #: Key-encryption key finished segments' records files are sealed with (``None``: not encrypted).
+        self._encryption_key = encryption_key
+        if encryption_key is not None:
+            add_key(encryption_key)  # the catalog reads back what this writer sealed
         self._buffer_size = buffer_size
         self._records_buffer = bytearray()
         self._index_buffer = bytearray()
@@ -655,14 +660,14 @@ class PartitionWriter(ClosingWriter):
         if self._ledger is not None:
             magic_crc = crc32c.crc32c(MAGIC_V1)
             self._coverage = _Coverage(entry.name, magic_crc, 1, magic_crc, 1, None)
-        if self._compression is not None and len(self.segments) > 1:
+        if (self._compression is not None or self._encryption_key is not None) and len(self.segments) > 1:
             # The previous segment is synced and no longer the newest (a reopened writer never appends to it):
             # its records file is replaced by its compressed form, whole, before the ledger describes it.
             previous = self.segments[-2]
             if self._lookup is not None and self._lookup[0] == previous.name:
                 self._drop_lookup()
-            compress_records_file(self.topic_dir / (previous.name + RECORDS_SUFFIX), self._compression,
-                                  sync=self._fsync)  # fmt: skip
+            compress_records_file(self.topic_dir / (previous.name + RECORDS_SUFFIX), self._compression or "none",
+                                  sync=self._fsync, encryption_key=self._encryption_key)  # fmt: skip
         if self._ledger is not None and len(self.segments) > 1:
             # The previous segment is synced and, now that a newer one exists,
             # finished: the ledger may account for it (and any it missed after a crash).

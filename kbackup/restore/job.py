@@ -33,6 +33,7 @@ from kbackup.kafka.cluster import TopicPartitionKey, admin_client, create_topics
 from kbackup.kafka.permissions import refuse_missing
 from kbackup.logsetup import ensure_console_logging
 from kbackup.partition.reader import PartitionReader
+from kbackup.partition.records_file import install_keys
 from kbackup.progress import Progress
 from kbackup.restore.access import check_transactions, restore_permissions
 from kbackup.restore.group_offsets import commit_group_offsets
@@ -72,6 +73,7 @@ def run(settings: RestoreSettings) -> int:
     safe = redact(settings.client)
     log.info("restoring %s into %s", settings.source, safe["bootstrap.servers"])
     umask = restrict_new_files(settings.umask)
+    install_keys(settings.keys)  # the plan reads records of encrypted segments too
     _warn_if_others_can_write(settings.source)
     if settings.state_dir is not None:
         check_writable_root(settings.state_dir, what="restore state directory")
@@ -304,6 +306,7 @@ def _task(part: PartitionPlan, settings: RestoreSettings, umask: int) -> Partiti
         legacy=settings.legacy,
         umask=umask,
         repartition=part.repartition,
+        keys=settings.keys,
     )
 
 

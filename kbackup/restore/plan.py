@@ -39,6 +39,7 @@ from kbackup.catalog.topics import read_topic_record
 from kbackup.errors import (
     BackupNotFoundError,
     DamagedBackupError,
+    DecryptionKeyError,
     KbackupError,
     RetentionError,
     TargetNotEmptyError,
@@ -233,6 +234,7 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
             plan.partitions.extend(_spread(settings, sources, target_count, origin))
     if not settings.dry_run:
         refuse_damage(plan, settings)
+    _refuse_missing_keys(plan, settings)
     refuse_missing(admin, restore_permissions(plan), settings.client)
     _place(plan, settings, admin, existing)
     _check_target_times(plan, settings, admin)
@@ -344,6 +346,22 @@ def _check_target_times(plan: RestorePlan, settings: RestoreSettings, admin: Any
                 problems.append(problem + ", or accept the loss with --accept-retention-loss")
     if problems:
         raise RetentionError("; ".join(problems))
+
+
+def _refuse_missing_keys(plan: RestorePlan, settings: RestoreSettings) -> None:
+    """Refuse, before anything is produced, a restore of encrypted segments whose key was not given (the catalog
+    names each encrypted segment's key id)."""
+    given = {identity.hex() for identity in settings.keys.keys}
+    for part in plan.source_parts():
+        catalog = read_catalog(settings.source, part.source_topic, part.source_partition)
+        needed = sorted({e.key_id for e in catalog.segments if e.key_id} - given) if catalog is not None else []
+        if needed:
+            have = f"the key(s) given have id(s) {', '.join(sorted(given))}" if given else "no key was given"
+            raise DecryptionKeyError(
+                f"segments of {part.source_topic}/{part.source_partition} are encrypted with key id(s) "
+                f"{', '.join(needed)}; {have} (--encryption-key-file FILE or --encryption-key-env VAR); "
+                "nothing was produced"
+            )
 
 
 def refuse_damage(plan: RestorePlan, settings: RestoreSettings) -> None:

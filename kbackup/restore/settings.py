@@ -21,11 +21,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kbackup.errors import UsageError
+from kbackup.format.encryption import KeyRing
 from kbackup.job_options import (
     ConnectorProperties,
     Monitoring,
+    add_encryption_flags,
     byte_count,
     client_settings,
+    encryption_key_source,
     job_parser,
     positive_int,
     spark_conf,
@@ -74,6 +77,8 @@ class RestoreSettings:
     spark_conf: dict[str, str] = field(default_factory=dict)
     #: ``--repartition``: how records find their target partition (see :mod:`kbackup.restore.repartition`).
     repartition: str = KEEP
+    #: Key-encryption keys for encrypted segments (``--encryption-key-file`` / ``--encryption-key-env``).
+    keys: KeyRing = field(default_factory=lambda: KeyRing({}))
     #: ``--umask``; None: the inherited one plus :data:`kbackup.fsutil.DEFAULT_UMASK`.
     umask: int | None = None
     #: ``--metrics-*`` and ``--log-format``.
@@ -149,6 +154,7 @@ def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.Argumen
         "partitioner would place it among the target's partitions (records without key round-robin); "
         "round-robin: every record to the next partition. Group offsets are then approximate (docs/restore.md)",
     )
+    add_encryption_flags(own, purpose="encrypted segments of the backup were sealed with")
     own.add_argument("--from-time", help="only records at or after this time (ISO 8601 or epoch ms)")
     own.add_argument("--to-time", help="only records at or before this time (ISO 8601 or epoch ms)")
     own.add_argument(
@@ -288,6 +294,7 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
         state_dir=args.state_dir,
         spark_conf=spark_conf(args.spark_conf),
         repartition=args.repartition,
+        keys=KeyRing.of([found.key] if (found := encryption_key_source(args)) else []),
         umask=args.umask,
         monitoring=Monitoring.from_args(args),
         debug=args.debug,

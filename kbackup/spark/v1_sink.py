@@ -26,7 +26,9 @@ Options: ``path`` (the backup root, required), ``maxSegmentSize`` (bytes,
 default 1 GiB), ``lockTimeoutSeconds`` (default 600), ``fsync`` (default true),
 ``umask`` (octal), ``logFormat`` (``text`` or ``json``), ``statsDir`` (see
 :func:`write_batch_stats`), ``compression`` (``none``, ``zstd``, ``lz4`` or ``gzip``: how finished segments'
-records files are stored, see ``formats/compressed-records.md``).
+records files are stored, see ``formats/compressed-records.md``), ``encryptionKeyFile`` or ``encryptionKeyEnv``
+(where each task reads the key-encryption key finished segments are sealed with: a file on every executor's machine,
+or a variable in every executor's environment; never the key itself, which Spark would show in its UI).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from kbackup.format.record_columns import encode_columns
 from kbackup.fsutil import atomic_write, parse_umask, restrict_new_files
 from kbackup.logsetup import ensure_console_logging
 from kbackup.partition.object_writer import ObjectPartitionWriter, open_partition_writer
-from kbackup.partition.records_file import COMPRESSIONS
+from kbackup.partition.records_file import COMPRESSIONS, load_key
 from kbackup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE, PartitionWriter
 from kbackup.storage import Location, parse_location
 
@@ -85,12 +87,20 @@ class SinkOptions:
     stats_dir: Path | None = None
     #: Codec of finished segments' records files (None: plain v1, readable by the original tool).
     compression: str | None = None
+    encryption_key_file: str | None = None
+    encryption_key_env: str | None = None
+
+    def encryption_key(self) -> bytes | None:
+        """The key-encryption key, read where this runs (an executor), or ``None`` without encryption."""
+        if self.encryption_key_file is None and self.encryption_key_env is None:
+            return None
+        return load_key(file=self.encryption_key_file, env=self.encryption_key_env)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         known = {
             "path", "maxsegmentsize", "locktimeoutseconds", "fsync", "umask", "checkpointlocation", "queryname",
-            "logformat", "statsdir", "compression",
+            "logformat", "statsdir", "compression", "encryptionkeyfile", "encryptionkeyenv",
         }  # fmt: skip
         lowered = {key.lower(): value for key, value in options.items()}
         for key in options:
@@ -112,6 +122,8 @@ class SinkOptions:
                 log_format=lowered.get("logformat"),
                 stats_dir=Path(lowered["statsdir"]) if lowered.get("statsdir") else None,
                 compression=None if compression == "none" else compression,
+                encryption_key_file=lowered.get("encryptionkeyfile") or None,
+                encryption_key_env=lowered.get("encryptionkeyenv") or None,
             )
         except ValueError as exc:
             raise UsageError(f"invalid option for the {SINK_NAME} sink: {exc}") from None
@@ -159,10 +171,12 @@ class V1Sink(DataSource):
 class V1StreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
+        self._encryption_key: bytes | None = None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BackupCommitMessage:
         """Executor side: append every record, then sync each partition it touched."""
         restrict_new_files(self.options.umask)
+        self._encryption_key = self.options.encryption_key()
         writers: dict[tuple[str, int], AnyWriter] = {}
         stats: dict[tuple[str, int], PartitionWrite] = {}
         try:
@@ -206,6 +220,7 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
                     lock_timeout=self.options.lock_timeout,
                     ledger=CatalogLedger(self.options.target),
                     compression=self.options.compression,
+                    encryption_key=self._encryption_key,
                 )
                 if key not in stats:
                     stats[key] = PartitionWrite(key[0], key[1], int(offsets[start]), int(offsets[start]))
