@@ -23,7 +23,7 @@ from kbackup.format.naming import INDEX_SUFFIX, parse_partition_index_file_name
 from kbackup.format.partition_index import decode_partition_index
 from kbackup.format.record import Record, TimestampType
 from kbackup.fsutil import restrict_new_files
-from kbackup.job_options import add_encryption_flags, encryption_key_source
+from kbackup.job_options import add_encryption_flags, encryption_key_sources
 from kbackup.partition.layout import STATE_DIR, list_partitions, list_segment_files, list_topics
 from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import MAX_PARTITION_INDEX_SIZE, PartitionReader
@@ -450,7 +450,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="read files written before the v1 magic byte existed (mid 2019)",
     )
-    add_encryption_flags(legacy.add_argument_group("encrypted segments"), purpose="encrypted segments were sealed with")
+    add_encryption_flags(
+        legacy.add_argument_group("encrypted segments"), purpose="encrypted segments were sealed with", several=True
+    )
     select = argparse.ArgumentParser(add_help=False)
     select.add_argument("dir", metavar="DIR", help="backup root (one directory per topic)")
     select.add_argument("--topic", help="only this topic")
@@ -563,9 +565,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if low is not None and high is not None and low > high:
         args.command_parser.error(f"--from-offset {low} is after --to-offset {high} (both inclusive): nothing to print")
     try:
-        if getattr(args, "encryption_key_file", None) is not None or getattr(args, "encryption_key_env", None):
-            source = encryption_key_source(args)
-            install_keys(KeyRing.of([source.key] if source is not None else []))
+        if getattr(args, "encryption_key_file", None) or getattr(args, "encryption_key_env", None):
+            install_keys(KeyRing.of(source.key for source in encryption_key_sources(args)))
         args.func(args, sys.stdout)
         sys.stdout.flush()
     except KbackupError as exc:

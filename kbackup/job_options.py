@@ -12,7 +12,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -317,32 +317,50 @@ def positive_float(text: str) -> float:
 @dataclass(frozen=True)
 class EncryptionKeySource:
     """Where a key-encryption key is read: a file or an environment variable (never the key itself on a command
-    line). ``key`` is read once on the driver to check it."""
+    line, in a Spark option or in a task). ``key`` is read once on the driver to check it."""
 
-    file: Path | None
+    file: str | None
     env: str | None
-    key: bytes
+    key: bytes = field(repr=False)
+
+    def where(self) -> tuple[str | None, str | None]:
+        """What travels to executors: the file's path or the variable's name."""
+        return self.file, self.env
 
 
-def add_encryption_flags(group: argparse._ArgumentGroup, *, purpose: str) -> None:
-    """``--encryption-key-file`` and ``--encryption-key-env`` (docs/backup.md, Encrypted segments)."""
+def add_encryption_flags(group: argparse._ArgumentGroup, *, purpose: str, several: bool = False) -> None:
+    """``--encryption-key-file`` and ``--encryption-key-env`` (docs/backup.md, Encrypted segments); ``several``:
+    repeatable (a reader of a backup written under more than one key)."""
+    more = " (repeatable)" if several else ""
+    action = "append" if several else "store"
     group.add_argument(
         "--encryption-key-file",
-        type=Path,
+        action=action,
         metavar="FILE",
-        help=f"a 256-bit key-encryption key (32 bytes, 64 hex digits or base64) that {purpose}",
+        help=f"a 256-bit key-encryption key (32 raw bytes, 64 hex digits or base64) that {purpose}{more}",
     )
-    group.add_argument("--encryption-key-env", metavar="VAR", help="the same key from this environment variable")
+    group.add_argument("--encryption-key-env", action=action, metavar="VAR",
+                       help=f"the same from this environment variable{more}")  # fmt: skip
+
+
+def encryption_key_sources(args: argparse.Namespace) -> list[EncryptionKeySource]:
+    """The keys the flags name, each read and checked."""
+    from kbackup.partition.records_file import load_key
+
+    def listed(value: object) -> list[str]:
+        return [] if value is None else [str(v) for v in value] if isinstance(value, list) else [str(value)]
+
+    found = [
+        EncryptionKeySource(str(Path(file).resolve()), None, load_key(file=Path(file).resolve()))
+        for file in listed(args.encryption_key_file)
+    ]
+    found += [EncryptionKeySource(None, env, load_key(env=env)) for env in listed(args.encryption_key_env)]
+    return found
 
 
 def encryption_key_source(args: argparse.Namespace) -> EncryptionKeySource | None:
-    """The key the flags name, read and checked; ``None`` without them."""
-    from kbackup.partition.records_file import load_key
-
-    file, env = args.encryption_key_file, args.encryption_key_env
-    if file is not None and env is not None:
+    """The one key a writer seals with (``None`` without the flags)."""
+    found = encryption_key_sources(args)
+    if len(found) > 1:
         raise UsageError("give --encryption-key-file or --encryption-key-env, not both")
-    if file is None and env is None:
-        return None
-    path = file.resolve() if file is not None else None
-    return EncryptionKeySource(path, env, load_key(file=path, env=env))
+    return found[0] if found else None

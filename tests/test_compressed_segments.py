@@ -225,3 +225,45 @@ def test_the_cli_takes_the_key_from_a_file_or_a_variable_and_names_a_missing_or_
     bad = run_kbackup("cat", root, "--encryption-key-file", tmp_path / "nothing")
     assert bad.returncode == 1 and "cannot read the key file" in bad.stderr
     assert os.environ.get("MY_KEK") is None
+
+
+def test_a_segment_left_unsealed_by_a_kill_is_sealed_when_the_partition_is_reopened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_keys: None
+) -> None:
+    root = tmp_path / "backup"
+
+    def write(offsets: range) -> None:
+        with PartitionWriter(root / "t", "t", 0, max_segment_size=4000, fsync=False, ledger=CatalogLedger(root),
+                             encryption_key=KEK) as writer:  # fmt: skip
+            for i in offsets:
+                writer.append(sample_record(i))
+
+    write(range(0, 100))
+    monkeypatch.setattr(PartitionWriter, "_seal_previous", lambda self: (_ for _ in ()).throw(SystemExit))
+    with pytest.raises(SystemExit):
+        write(range(100, 300))  # "killed" right after starting a segment, before sealing the one before
+    monkeypatch.undo()
+    plain = [p.name for p in _records_files(root)[:-1] if not is_framed(p.read_bytes()[:4])]
+    assert len(plain) == 1
+    write(range(100, 300))  # the rerun replays, and seals what the kill left plain
+    assert all(is_framed(p.read_bytes()[:4]) for p in _records_files(root)[:-1])
+    assert all(report.ok for report in verify_backup(root, ["t"], deep=True))
+    assert list(PartitionReader(root / "t", 0).records()) == [sample_record(i) for i in range(RECORDS)]
+
+
+def test_a_backup_sealed_under_two_keys_reads_with_both(tmp_path: Path, no_keys: None) -> None:
+    root = tmp_path / "backup"
+    second = bytes(range(40, 72))
+    for key, offsets in ((KEK, range(0, 150)), (second, range(150, 300))):
+        with PartitionWriter(root / "t", "t", 0, max_segment_size=4000, fsync=False, ledger=CatalogLedger(root),
+                             encryption_key=key) as writer:  # fmt: skip
+            for i in offsets:
+                writer.append(sample_record(i))
+    files = []
+    for number, key in enumerate((KEK, second)):
+        files.append(tmp_path / f"k{number}")
+        files[-1].write_text(key.hex())
+    one = run_kbackup("cat", root, "--encryption-key-file", files[0])
+    assert one.returncode == 1 and "the key(s) given have id(s)" in one.stderr
+    both = run_kbackup("cat", root, "--encryption-key-file", files[0], "--encryption-key-file", files[1], check=True)
+    assert len(both.stdout.splitlines()) == RECORDS

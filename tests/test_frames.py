@@ -182,3 +182,7 @@ def test_key_files_take_raw_hex_or_base64_keys() -> None:
     assert parse_key(base64.b64encode(KEK) + b"\n", source="k") == KEK
     with pytest.raises(DecryptionKeyError, match=r"key\.txt does not hold a 256-bit key: expected 32 bytes"):
         parse_key(b"short", source="key.txt")
+    for text in (b"correct horse battery staple 123", bytes(16).hex().encode()):  # 32 printable bytes: not a key
+        assert len(text) == 32
+        with pytest.raises(DecryptionKeyError, match="does not hold a 256-bit key"):
+            parse_key(text, source="key.txt")

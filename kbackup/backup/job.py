@@ -464,12 +464,13 @@ class BackupJob:
             if not self.settings.selection.matches(topic):
                 continue
             topic_dir = target / topic
-            records = size = 0
+            records = size = plain = 0
             partitions = list_partitions(topic_dir)
             for partition in partitions:
                 for segment in PartitionReader(topic_dir, partition).summaries():
                     records += segment.record_count
                     size += segment.records_bytes
+                    plain += segment.record_count if segment.compression is None else 0
             log.info(
                 "snapshot: %s: %d partitions, %d records, %d bytes in the backup",
                 topic_dir.name,
@@ -477,6 +478,14 @@ class BackupJob:
                 records,
                 size,
             )
+            if self.settings.encryption is not None and plain and isinstance(target, Path):
+                log.warning(
+                    "snapshot: %s: %d records are in plain newest segments, not encrypted: on local disk a segment "
+                    "is sealed once the next one starts (a smaller --max-segment-size seals more; object storage "
+                    "seals every segment)",
+                    topic_dir.name,
+                    plain,
+                )
         rate = self._rows / self._batch_seconds if self._batch_seconds > 0 else 0.0
         log.info(
             "snapshot finished: %d records read in %.1f s of micro-batches (%.0f records/s); %.1f s from the job's "

@@ -25,7 +25,7 @@ import hashlib
 import os
 import struct
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kbackup.errors import DecryptionKeyError, FormatError
 
@@ -48,7 +48,10 @@ def key_id(kek: bytes) -> bytes:
 class KeyRing:
     """Key-encryption keys by key id (picklable: a restore task carries the ones it needs)."""
 
-    keys: Mapping[bytes, bytes]
+    keys: Mapping[bytes, bytes] = field(repr=False)
+
+    def __repr__(self) -> str:
+        return f"KeyRing(ids={self.describe()})"
 
     @classmethod
     def of(cls, keks: Iterable[bytes]) -> KeyRing:
@@ -125,12 +128,16 @@ class FileCipher:
 
 
 def parse_key(data: bytes, *, source: str) -> bytes:
-    """A 256-bit key from a key file's or variable's content: 32 raw bytes, 64 hex digits or base64 of 32 bytes."""
+    """A 256-bit key from a key file's or variable's content: 32 raw bytes, 64 hex digits or base64 of 32 bytes.
+
+    32 bytes that are all printable text (a passphrase, a shorter key in hex) are refused, not taken as a raw key:
+    a random raw key is printable text with negligible probability.
+    """
     import base64
     import binascii
 
     text = data.strip()
-    if len(data) == KEY_SIZE:
+    if len(data) == KEY_SIZE and not (data.isascii() and data.decode("ascii").isprintable()):
         return data
     try:
         if len(text) == 2 * KEY_SIZE:

@@ -66,6 +66,10 @@ class SegmentLedger(Protocol):
         """Every segment but the newest of a local partition is finished: account for any not yet accounted."""
         ...
 
+    def accounted(self, topic: str, partition: int) -> set[str]:
+        """The names of the finished segments already accounted for."""
+        ...
+
     def segments_published(
         self,
         topic_dir: Location,

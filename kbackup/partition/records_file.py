@@ -62,10 +62,10 @@ def load_key(*, file: str | Path | None = None, env: str | None = None) -> bytes
             raise DecryptionKeyError(f"cannot read the key file {file}: {exc.strerror or exc}") from None
         return parse_key(data, source=f"the key file {file}")
     if env is not None:
-        value = os.environ.get(env)
+        value = os.environb.get(env.encode())
         if not value:
             raise DecryptionKeyError(f"the environment variable {env} (the encryption key) is not set")
-        return parse_key(value.encode(), source=f"the environment variable {env}")
+        return parse_key(value, source=f"the environment variable {env}")
     raise DecryptionKeyError("no key: give a key file or an environment variable")
 
 

@@ -60,6 +60,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kbackup.errors import FormatError, OffsetConflictError, PlacementError, UsageError
+from kbackup.format.frames import is_framed
 from kbackup.format.magic import MAGIC_V1, check_magic
 from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from kbackup.format.partition_index import PartitionIndexEntry, decode_partition_index, encode_entry
@@ -195,6 +196,7 @@ class PartitionWriter(ClosingWriter):
                 self._open_tail_segment()
                 if ledger is not None:
                     self._coverage = self._load_coverage(ledger)
+                self._seal_left_plain()
         except BaseException:
             self._release()
             raise
@@ -663,14 +665,34 @@ class PartitionWriter(ClosingWriter):
         if (self._compression is not None or self._encryption_key is not None) and len(self.segments) > 1:
             # The previous segment is synced and no longer the newest (a reopened writer never appends to it):
             # its records file is replaced by its compressed form, whole, before the ledger describes it.
-            previous = self.segments[-2]
-            if self._lookup is not None and self._lookup[0] == previous.name:
-                self._drop_lookup()
-            compress_records_file(self.topic_dir / (previous.name + RECORDS_SUFFIX), self._compression or "none",
-                                  sync=self._fsync, encryption_key=self._encryption_key)  # fmt: skip
+            self._seal_previous()
         if self._ledger is not None and len(self.segments) > 1:
             # The previous segment is synced and, now that a newer one exists,
             # finished: the ledger may account for it (and any it missed after a crash).
+            self._ledger.segments_finished(self.topic_dir, self.partition)
+
+    def _seal_previous(self) -> None:
+        """Compress (and seal) the segment before the newest one: synced and no longer appended to."""
+        previous = self.segments[-2]
+        if self._lookup is not None and self._lookup[0] == previous.name:
+            self._drop_lookup()
+        compress_records_file(self.topic_dir / (previous.name + RECORDS_SUFFIX), self._compression or "none",
+                              sync=self._fsync, encryption_key=self._encryption_key)  # fmt: skip
+
+    def _seal_left_plain(self) -> None:
+        """A writer killed between starting a segment and sealing the one before leaves that one plain: sealed now,
+        unless the catalog already accounts for it plain (a backup switched to compression or encryption keeps its
+        older plain segments)."""
+        if (self._compression is None and self._encryption_key is None) or len(self.segments) < 2:
+            return
+        previous = self.segments[-2]
+        if self._ledger is not None and previous.name in self._ledger.accounted(self.topic, self.partition):
+            return
+        with open(self.topic_dir / (previous.name + RECORDS_SUFFIX), "rb") as handle:
+            if is_framed(handle.read(4)):
+                return
+        self._seal_previous()
+        if self._ledger is not None:
             self._ledger.segments_finished(self.topic_dir, self.partition)
 
     def _check_stored(self, record: Record) -> None:

@@ -306,7 +306,7 @@ def _task(part: PartitionPlan, settings: RestoreSettings, umask: int) -> Partiti
         legacy=settings.legacy,
         umask=umask,
         repartition=part.repartition,
-        keys=settings.keys,
+        key_sources=settings.key_sources,
     )
 
 

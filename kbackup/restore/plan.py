@@ -354,7 +354,15 @@ def _refuse_missing_keys(plan: RestorePlan, settings: RestoreSettings) -> None:
     given = {identity.hex() for identity in settings.keys.keys}
     for part in plan.source_parts():
         catalog = read_catalog(settings.source, part.source_topic, part.source_partition)
-        needed = sorted({e.key_id for e in catalog.segments if e.key_id} - given) if catalog is not None else []
+        window = part.window
+        read = [
+            e
+            for e in (catalog.segments if catalog is not None else ())
+            if e.name not in window.skip_segments
+            and (window.from_offset is None or e.last_offset is None or e.last_offset >= window.from_offset)
+            and (window.to_offset is None or e.first_offset is None or e.first_offset <= window.to_offset)
+        ]  # the segments the restore reads
+        needed = sorted({e.key_id for e in read if e.key_id} - given)
         if needed:
             have = f"the key(s) given have id(s) {', '.join(sorted(given))}" if given else "no key was given"
             raise DecryptionKeyError(

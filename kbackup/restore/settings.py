@@ -28,7 +28,7 @@ from kbackup.job_options import (
     add_encryption_flags,
     byte_count,
     client_settings,
-    encryption_key_source,
+    encryption_key_sources,
     job_parser,
     positive_int,
     spark_conf,
@@ -77,8 +77,10 @@ class RestoreSettings:
     spark_conf: dict[str, str] = field(default_factory=dict)
     #: ``--repartition``: how records find their target partition (see :mod:`kbackup.restore.repartition`).
     repartition: str = KEEP
-    #: Key-encryption keys for encrypted segments (``--encryption-key-file`` / ``--encryption-key-env``).
+    #: Key-encryption keys for encrypted segments (``--encryption-key-file`` / ``--encryption-key-env``), read on
+    #: the driver; the tasks get where to read them (files' paths, variables' names), never the keys.
     keys: KeyRing = field(default_factory=lambda: KeyRing({}))
+    key_sources: tuple[tuple[str | None, str | None], ...] = ()
     #: ``--umask``; None: the inherited one plus :data:`kbackup.fsutil.DEFAULT_UMASK`.
     umask: int | None = None
     #: ``--metrics-*`` and ``--log-format``.
@@ -154,7 +156,7 @@ def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.Argumen
         "partitioner would place it among the target's partitions (records without key round-robin); "
         "round-robin: every record to the next partition. Group offsets are then approximate (docs/restore.md)",
     )
-    add_encryption_flags(own, purpose="encrypted segments of the backup were sealed with")
+    add_encryption_flags(own, purpose="encrypted segments of the backup were sealed with", several=True)
     own.add_argument("--from-time", help="only records at or after this time (ISO 8601 or epoch ms)")
     own.add_argument("--to-time", help="only records at or before this time (ISO 8601 or epoch ms)")
     own.add_argument(
@@ -267,6 +269,7 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
             raise UsageError(f"--offset-window {item!r}: FROM is above TO")
         part = int(match["partition"]) if match["partition"] is not None else None
         windows[(match["topic"], part)] = (low, high)
+    sources = encryption_key_sources(args)
     settings = RestoreSettings(
         source=parse_location(source),
         client=client,
@@ -294,7 +297,8 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
         state_dir=args.state_dir,
         spark_conf=spark_conf(args.spark_conf),
         repartition=args.repartition,
-        keys=KeyRing.of([found.key] if (found := encryption_key_source(args)) else []),
+        keys=KeyRing.of(source.key for source in sources),
+        key_sources=tuple(source.where() for source in sources),
         umask=args.umask,
         monitoring=Monitoring.from_args(args),
         debug=args.debug,

@@ -50,7 +50,7 @@ from kbackup.format.encryption import KeyRing
 from kbackup.format.record import Record
 from kbackup.fsutil import restrict_new_files
 from kbackup.partition.reader import PartitionReader
-from kbackup.partition.records_file import install_keys
+from kbackup.partition.records_file import install_keys, load_key
 from kbackup.restore.marker import (
     TRANSACTION_RECORDS,
     TRANSACTION_SECONDS,
@@ -102,8 +102,8 @@ class PartitionTask:
     #: Set for a target partition of a repartitioned topic (``source_partition`` is then -1, ``groups`` only names
     #: the groups, and positions of the merged stream replace source offsets: :mod:`kbackup.restore.repartition`).
     repartition: Repartition | None = None
-    #: Key-encryption keys for encrypted segments.
-    keys: KeyRing = field(default_factory=lambda: KeyRing({}))
+    #: Where this task reads the key-encryption keys of encrypted segments: (file path, variable name) pairs.
+    key_sources: tuple[tuple[str | None, str | None], ...] = ()
 
     def sources(self) -> list[tuple[int, Window]]:
         """The backed-up partitions this task reads, with their selections."""
@@ -231,7 +231,7 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
     """Produce the task's records; return what was done and the groups' new offsets."""
 
     restrict_new_files(task.umask)
-    install_keys(task.keys)
+    install_keys(KeyRing.of(load_key(file=file, env=env) for file, env in task.key_sources))
     result = PartitionResult(task.source_topic, task.source_partition, task.target_topic, task.target_partition)
     result.started_at = time.time()
     with stacks_if_slow(), contextlib.ExitStack() as stack:
