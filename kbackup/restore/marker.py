@@ -143,8 +143,10 @@ def read_markers(
     told = False
     while True:
         try:
-            # Short calls, so that a wait for a pending marker is told (librdkafka retries within a call).
-            committed = consumer.committed(wanted, max(1.0, min(deadline - time.monotonic(), 5.0)))
+            # A long wait (the plan's) asks first for 10 s, so that waiting for a pending marker is told (librdkafka
+            # retries within a call), then for up to 30 s at a time; a short one in one call, as a consumer would.
+            call = timeout if timeout <= 30 else 10.0 if not told else 30.0
+            committed = consumer.committed(wanted, max(1.0, min(deadline - time.monotonic(), call)))
             break
         except KafkaException as exc:
             error = exc.args[0]
@@ -159,7 +161,7 @@ def read_markers(
                     told = True
                     _log.info(
                         "the restore progress is not readable yet (a transaction of a stopped restore is still "
-                        "open, the broker aborts it within %d s): waiting",
+                        "open, which the broker aborts within %d s, or the group coordinator is starting): waiting",
                         TRANSACTION_TIMEOUT_MS // 1000,
                     )
                 time.sleep(0.5)
