@@ -21,7 +21,7 @@ from kbackup.partition.writer import PartitionWriter
 from kbackup.restore.repartition import key_partition, murmur2
 from tests.conftest import REPO
 from tests.kafka_helpers import consume_all, create_topics, job_env
-from tests.restore_helpers import Target, committed_end, group_offsets, restore_command, run_restore
+from tests.restore_helpers import Target, committed_end, group_offsets, restore_command, restore_python, run_restore
 
 BASE = (int(time.time()) // 60 - 60) * 60_000
 SOURCE_PARTITIONS = 3
@@ -120,8 +120,8 @@ def test_murmur2_puts_keys_where_kafka_would_and_groups_at_their_first_unread_re
     where = _backup(backup, "orders", 1000)
     name = target.name("orders")
     maps = ["--topic-map", f"orders={name}"] if target.prefix else []
-    dry = run_restore(*target.args(tmp_path), "--source-dir", backup, *maps, "--repartition", "murmur2",
-                      "--partitions", f"{name}=5", "--dry-run")  # fmt: skip
+    dry = restore_python(*target.args(tmp_path), "--source-dir", backup, *maps, "--repartition", "murmur2",
+                         "--partitions", f"{name}=5", "--dry-run")  # fmt: skip
     assert dry.returncode == 0, dry.stdout[-3000:]
     assert f"orders/* -> {name}/4 (repartitioned, murmur2 over 5 partitions): " in dry.stdout
     # Killed once after its first commit (a transaction is cut by time at 5 s: 100 records/s per partition).
