@@ -383,7 +383,7 @@ def test_a_marker_left_pending_by_a_killed_restore_is_waited_for(
 import os
 from confluent_kafka import Consumer, Producer, TopicPartition
 settings = {dict(target.broker.client_settings())!r}
-producer = Producer({{**settings, "transactional.id": "kbackup-test-pending", "transaction.timeout.ms": "15000"}})
+producer = Producer({{**settings, "transactional.id": "kbackup-test-pending", "transaction.timeout.ms": "25000"}})
 producer.init_transactions(30)
 producer.begin_transaction()
 producer.produce({name!r}, b"aborted", b"k", 0)
