@@ -70,7 +70,7 @@ def bad_segments(
         return []
     found = []
     for entry in catalog.segments:
-        if not _overlaps(entry.first_offset, entry.last_offset, from_offset, to_offset):
+        if not offsets_overlap(entry.first_offset, entry.last_offset, from_offset, to_offset):
             continue
         if only is not None and entry.name not in only:
             continue
@@ -80,7 +80,7 @@ def bad_segments(
     tail = catalog.tail_of(catalog.tail.name) if catalog.tail is not None else None
     if (
         tail is not None
-        and _overlaps(tail.first_offset, tail.last_offset, from_offset, to_offset)
+        and offsets_overlap(tail.first_offset, tail.last_offset, from_offset, to_offset)
         and (only is None or tail.name in only)
     ):
         problem = tail_problem(topic_dir, tail)
@@ -89,7 +89,8 @@ def bad_segments(
     return found
 
 
-def _overlaps(first: int | None, last: int | None, low: int | None, high: int | None) -> bool:
+def offsets_overlap(first: int | None, last: int | None, low: int | None, high: int | None) -> bool:
+    """Whether offsets ``first..last`` meet the window ``low..high`` (``None``: unknown or open)."""
     if low is not None and last is not None and last < low:
         return False
     return high is None or first is None or first <= high

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from kbackup.catalog import checkpoints
-from kbackup.catalog.integrity import BadSegment, bad_segments
+from kbackup.catalog.integrity import BadSegment, bad_segments, offsets_overlap
 from kbackup.catalog.offset_history import has_history, offsets_as_of
 from kbackup.catalog.prune import pending_deletions
 from kbackup.catalog.segment_set import lost_segments
@@ -359,8 +359,7 @@ def _refuse_missing_keys(plan: RestorePlan, settings: RestoreSettings) -> None:
             e
             for e in (catalog.segments if catalog is not None else ())
             if e.name not in window.skip_segments
-            and (window.from_offset is None or e.last_offset is None or e.last_offset >= window.from_offset)
-            and (window.to_offset is None or e.first_offset is None or e.first_offset <= window.to_offset)
+            and offsets_overlap(e.first_offset, e.last_offset, window.from_offset, window.to_offset)
         ]  # the segments the restore reads
         needed = sorted({e.key_id for e in read if e.key_id} - given)
         if needed:
