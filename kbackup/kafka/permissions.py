@@ -214,19 +214,25 @@ def _creatable(admin: Any, topics: list[str], timeout: float) -> list[str]:
     return allowed
 
 
+#: How long a group's coordinator may take to answer on a cluster no consumer has used yet.
+GROUP_COORDINATOR_SECONDS = 60.0
+
+
 def _group_operations(admin: Any, groups: list[str], timeout: float) -> dict[tuple[str, str], set[str]]:
     """Each group's operations; asked again while its coordinator is not ready.
 
     On a cluster no consumer has used yet, the first describe creates ``__consumer_offsets`` and answers
-    NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS for a second or so.
+    NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS for a second or so, or (on a loaded machine) times out while
+    the topic's partitions are created: asked again for up to a minute.
     """
     result: dict[tuple[str, str], set[str]] = {}
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + max(timeout, GROUP_COORDINATOR_SECONDS)
     pending = list(groups)
     while pending:
-        futures = admin.describe_consumer_groups(pending, include_authorized_operations=True, request_timeout=timeout)
+        ask = max(1.0, min(timeout, deadline - time.monotonic()))
+        futures = admin.describe_consumer_groups(pending, include_authorized_operations=True, request_timeout=ask)
         retry = time.monotonic() < deadline
-        answered = _operations("GROUP", futures, retry=COORDINATOR_NOT_READY if retry else ())
+        answered = _operations("GROUP", futures, retry=(*COORDINATOR_NOT_READY, "_TIMED_OUT") if retry else ())
         result.update(answered)
         pending = [group for group in pending if ("GROUP", group) not in answered]
         if pending:
