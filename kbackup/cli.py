@@ -30,6 +30,7 @@ from kbackup.partition.reader import MAX_PARTITION_INDEX_SIZE, PartitionReader
 from kbackup.partition.rebuild import rebuild_partition_index, rebuild_segment_index
 from kbackup.partition.records_file import install_keys
 from kbackup.partition.segment_reader import SegmentIndexFile
+from kbackup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE
 from kbackup.progress import Progress
 from kbackup.report.summary import OffsetRange, describe_missing, missing_offsets
 from kbackup.storage import Location, as_local, exists, parse_location, read_limited, storage_for
@@ -399,6 +400,35 @@ def cmd_prune(args: argparse.Namespace, out: TextIO) -> None:
     )
 
 
+def cmd_merge(args: argparse.Namespace, out: TextIO) -> None:
+    from kbackup.catalog.merge import finish_intent, merge, plan_merge
+    from kbackup.catalog.prune import prune_lease
+
+    root = parse_location(args.dir)
+    if args.dry_run:
+        groups = plan_merge(root, _topics(root, args.topic), max_segment_size=args.max_segment_size)
+        _list_merged(out, "would merge", groups)
+        return
+    with prune_lease(root):
+        if finish_intent(root):
+            out.write("finished an interrupted merge\n")
+        groups = plan_merge(root, _topics(root, args.topic), max_segment_size=args.max_segment_size)
+        _list_merged(out, "merging", groups)
+        out.flush()
+        merge(root, groups, progress=True)
+    replaced = sum(len(group.sources) for group in groups)
+    out.write(f"merged {count(replaced, 'segment')} into {count(len(groups), 'segment')}\n")
+
+
+def _list_merged(out: TextIO, verb: str, groups: list[Any]) -> None:
+    for group in groups:
+        first, last = group.sources[0], group.sources[-1]
+        out.write(
+            f"{verb} {group.topic}/{group.partition} {first.name}..{last.name}: {len(group.sources)} segments, "
+            f"{group.records} records, {group.plain_bytes} plain bytes into {group.merged}\n"
+        )
+
+
 def _list_pruned(out: TextIO, verb: str, doomed: list[Any], dropped: list[Any]) -> None:
     for item in doomed:
         entry = item.entry
@@ -430,6 +460,13 @@ def _non_negative(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = _non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected a number > 0, got 0")
     return value
 
 
@@ -520,6 +557,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     prune.add_argument("--dry-run", action="store_true", help="list what would go; delete nothing")
     prune.set_defaults(func=cmd_prune)
+
+    merging = sub.add_parser("merge", help="merge small finished segments into segments of the configured size")
+    merging.add_argument("dir", metavar="DIR", help="backup root")
+    merging.add_argument("--topic", help="only this topic")
+    merging.add_argument(
+        "--max-segment-size", type=_positive, default=DEFAULT_MAX_SEGMENT_SIZE, metavar="BYTES",
+        help=f"merged segments hold up to this many plain bytes (default {DEFAULT_MAX_SEGMENT_SIZE})",
+    )  # fmt: skip
+    merging.add_argument("--dry-run", action="store_true", help="list what would be merged; change nothing")
+    add_encryption_flags(
+        merging.add_argument_group("encrypted segments"), purpose="encrypted segments were sealed with", several=True
+    )
+    merging.set_defaults(func=cmd_merge)
 
     checkpoint = sub.add_parser("checkpoint", help="consistent cuts of a backup: create, list, describe")
     checkpoint_sub = checkpoint.add_subparsers(dest="checkpoint_command", required=True, metavar="ACTION")

@@ -23,13 +23,21 @@ from kbackup.catalog.verify import verify_partition
 from kbackup.errors import BackupNotFoundError, OffsetConflictError, StorageError
 from kbackup.format.frames import is_framed
 from kbackup.format.record import Record
-from kbackup.partition.layout import list_segment_files, list_topics
+from kbackup.partition.layout import STATE_DIR, list_segment_files, list_topics
 from kbackup.partition.object_writer import ObjectPartitionWriter
 from kbackup.partition.reader import PartitionReader
 from kbackup.storage import ObjectPath, parse_location, read_limited, storage_for
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
-from tests.kafka_helpers import client_config_file, consume_all, create_topics, job_env, run_backup, run_kbackup
+from tests.kafka_helpers import (
+    client_config_file,
+    consume_all,
+    create_topics,
+    job_env,
+    kbackup_in_process,
+    run_backup,
+    run_kbackup,
+)
 from tests.restore_helpers import Target, comparable, group_offsets, run_restore
 from tests.s3_server import S3Server
 
@@ -359,7 +367,7 @@ def test_backup_verify_and_restore_through_s3(
     client_config_file(config, kafka.extra_settings)
     backup_args: list[str | Path] = [
         "--bootstrap-server", kafka.bootstrap_servers, "--command-config", config, "--target-dir", root,
-        "--topics", "s3-orders,s3-audit", "--snapshot", "--max-segment-size", "4000", "--compression", "lz4",
+        "--topics", "s3-orders,s3-audit", "--snapshot", "--max-segment-size", "1500", "--compression", "lz4",
     ]  # fmt: skip
     # Refused while parsing, before Spark starts (so plain Python runs the job file here).
     refused = subprocess.run(
@@ -407,6 +415,13 @@ def test_backup_verify_and_restore_through_s3(
     assert {key: after.get(key) for key in before if "/s3-" in key} == {
         key: value for key, value in before.items() if "/s3-" in key
     }
+
+    # Merged on the store (issue 18): fewer, larger segments, then restored from them.
+    segments_before = len(PartitionReader(parse_location(root) / "s3-orders", 0).segments)
+    merged = run_kbackup("merge", root, "--max-segment-size", "20000")
+    assert merged.returncode == 0 and "_merged_1" in merged.stdout, merged.stdout + merged.stderr
+    assert len(PartitionReader(parse_location(root) / "s3-orders", 0).segments) < segments_before
+    assert run_kbackup("verify", root, "--deep").returncode == 0
 
     maps = [a for t in ("s3-orders", "s3-audit") if target.prefix for a in ("--topic-map", f"{t}={target.name(t)}")]
     progress = tmp_path / "restore.json"
@@ -482,6 +497,37 @@ def test_prune_on_the_store_keeps_it_verifiable(bucket: ObjectPath) -> None:
     assert verify_partition(bucket, "old", 0, deep=True).ok
     offsets = [r.offset for r in PartitionReader(topic_dir, 0).records()]
     assert offsets and offsets == list(range(offsets[0], 12))
+
+
+def test_merge_on_the_store_replaces_small_objects_and_reads_the_same_records(bucket: ObjectPath) -> None:
+    from kbackup.catalog.merge import intent_path
+    from kbackup.storage import exists
+    from kbackup.storage.lease import TargetLease
+
+    topic_dir = bucket / "small"
+    for first in range(0, 60, 5):  # one publish per micro-batch, as a backup on the store writes
+        with ObjectPartitionWriter(topic_dir, "small", 0, max_segment_size=300, ledger=CatalogLedger(bucket),
+                                   compression="zstd") as writer:  # fmt: skip
+            for offset in range(first, first + 5):
+                writer.append(record(offset))
+    before = list(PartitionReader(topic_dir, 0).records())
+    segments = PartitionReader(topic_dir, 0).segments
+    assert len(segments) > 10
+    # Refused while another job holds the target's lease (a backup writing the store).
+    with TargetLease(bucket / STATE_DIR, "backup"):
+        refused = kbackup_in_process("merge", str(bucket))
+    assert refused.returncode == 1 and "backup" in refused.stderr, refused.stderr
+    done = kbackup_in_process("merge", str(bucket), "--max-segment-size", "4000")
+    assert done.returncode == 0, done.stdout + done.stderr
+    after = PartitionReader(topic_dir, 0).segments
+    assert len(after) < len(segments) / 3 and after[-1] == segments[-1]
+    assert list(PartitionReader(topic_dir, 0).records()) == before
+    assert len(list_segment_files(topic_dir, 0)) == len(after)  # the replaced objects are deleted
+    assert not exists(intent_path(bucket))
+    catalog = read_catalog(bucket, "small", 0)
+    assert catalog is not None and {e.compression for e in catalog.segments} == {"zstd"}
+    report = verify_partition(bucket, "small", 0, deep=True)
+    assert report.ok and not report.notes, report
 
 
 def test_the_target_lease_on_the_store_is_exclusive_expires_and_is_taken_over(bucket: ObjectPath) -> None:

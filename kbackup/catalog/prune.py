@@ -209,9 +209,12 @@ def prune_lease(root: Location) -> TargetLease:
 
 
 def pending_deletions(root: Location) -> set[tuple[str, int, str]]:
-    """Segments an unfinished prune is deleting."""
+    """Segments an unfinished prune is deleting, and those an unfinished merge is replacing or writing."""
+    from kbackup.catalog.merge import pending_merge
+
+    pending = pending_merge(root)
     path = intent_path(root)
     if not exists(path):
-        return set()
+        return pending
     segments = json.loads(read_limited(path, 1 << 30))["segments"]
-    return {(topic, partition, name) for topic, partition, name in segments}
+    return pending | {(topic, partition, name) for topic, partition, name in segments}

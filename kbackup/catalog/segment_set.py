@@ -11,7 +11,7 @@ disagreement with the partition index is a lost segment:
 - **the catalog**: a finished segment the catalog names (with its offsets)
   that the partition index does not name.
 
-Segments an unfinished prune is deleting are expected to go and are not
+Segments an unfinished prune is deleting (or a merge replacing or writing) are expected to go and are not
 reported, and a segment a running backup names after the caller read the
 partition index is not lost (both are looked at again before reporting).
 Checksums of the segments the index does name are

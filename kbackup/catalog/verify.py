@@ -74,7 +74,10 @@ def verify_partition(
     for files in list_segment_files(topic_dir, partition):
         name = files.records.name[: -len(RECORDS_SUFFIX)]
         if name in pending:
-            report.notes.append(f"segment {name} is being deleted by an unfinished prune (run kbackup prune again)")
+            report.notes.append(
+                f"segment {name} is being deleted or written by an unfinished prune or merge "
+                "(run that command again to finish it)"
+            )
         elif name not in listed:
             if max(file_size(path) or 0 for path in (files.records, files.index)) > 1:
                 report.errors.append(f"extra segment {name}: not in the partition index")

@@ -12,6 +12,13 @@ per partition ``P`` and segment start offset ``N``::
 the offset zero-padded to at least 10: partition 1234 is written ``1234`` and
 offset 12345678901 is written in full. Names are parsed leniently (any
 number of digits), as the original's reader does.
+
+``kbackup merge`` writes a segment that replaces several under a name of its
+own, ``segment_partition_PPP_from_offset_NNNNNNNNNN_merged_G_records`` (and
+``_index``), ``G`` counting merges of that start offset from 1, because the
+first segment it replaces still has the plain name until the partition index
+switches over. The original reads such a segment like any other: it opens the
+name the partition index gives.
 """
 
 from __future__ import annotations
@@ -22,14 +29,16 @@ from typing import NamedTuple
 RECORDS_SUFFIX = "_records"
 INDEX_SUFFIX = "_index"
 
-_SEGMENT = re.compile(r"^segment_partition_([0-9]+)_from_offset_([0-9]+)_(records|index)$")
+_SEGMENT = re.compile(r"^segment_partition_([0-9]+)_from_offset_([0-9]+)(?:_merged_([1-9][0-9]*))?_(records|index)$")
 _PARTITION_INDEX = re.compile(r"^index_partition_([0-9]+)$")
 _CONSUMER_OFFSETS = re.compile(r"^consumer_offsets_partition_([0-9]+)$")
 
 
-def segment_prefix(partition: int, start_offset: int) -> str:
-    """The name shared by a segment's two files, as stored in the partition index."""
-    return f"segment_partition_{partition:03d}_from_offset_{start_offset:010d}"
+def segment_prefix(partition: int, start_offset: int, generation: int = 0) -> str:
+    """The name shared by a segment's two files, as stored in the partition index (``generation`` > 0: the
+    segment written by that many merges of segments starting at ``start_offset``)."""
+    merged = f"_merged_{generation}" if generation else ""
+    return f"segment_partition_{partition:03d}_from_offset_{start_offset:010d}{merged}"
 
 
 def records_file_name(partition: int, start_offset: int) -> str:
@@ -54,6 +63,7 @@ class SegmentFileName(NamedTuple):
     partition: int
     start_offset: int
     kind: str  # "records" or "index"
+    generation: int = 0  # > 0 for a segment written by kbackup merge
 
 
 def parse_segment_file_name(name: str) -> SegmentFileName | None:
@@ -61,7 +71,7 @@ def parse_segment_file_name(name: str) -> SegmentFileName | None:
     match = _SEGMENT.match(name)
     if match is None:
         return None
-    return SegmentFileName(int(match[1]), int(match[2]), match[3])
+    return SegmentFileName(int(match[1]), int(match[2]), match[4], int(match[3] or 0))
 
 
 def parse_partition_index_file_name(name: str) -> int | None:

@@ -10,13 +10,14 @@ from dataclasses import dataclass
 
 from kbackup.errors import BackupNotFoundError, FormatError
 from kbackup.format.naming import (
+    INDEX_SUFFIX,
+    RECORDS_SUFFIX,
     consumer_offsets_file_name,
     parse_consumer_offsets_file_name,
     parse_partition_index_file_name,
     parse_segment_file_name,
     partition_index_file_name,
-    records_file_name,
-    segment_index_file_name,
+    segment_prefix,
 )
 from kbackup.format.partition_index import PartitionIndexEntry
 from kbackup.storage import Location, ObjectPath, prepare_root, storage_for
@@ -30,15 +31,20 @@ class SegmentFiles:
     start_offset: int
     records: Location
     index: Location
+    #: > 0 for a segment written by ``kbackup merge`` (see :mod:`kbackup.format.naming`).
+    generation: int = 0
+
+    @property
+    def name(self) -> str:
+        """The name the partition index gives the segment."""
+        return self.records.name[: -len(RECORDS_SUFFIX)]
 
 
-def segment_files(topic_dir: Location, partition: int, start_offset: int) -> SegmentFiles:
+def segment_files(topic_dir: Location, partition: int, start_offset: int, generation: int = 0) -> SegmentFiles:
     """The canonical paths of a segment (kbackup's own naming)."""
+    prefix = segment_prefix(partition, start_offset, generation)
     return SegmentFiles(
-        partition,
-        start_offset,
-        topic_dir / records_file_name(partition, start_offset),
-        topic_dir / segment_index_file_name(partition, start_offset),
+        partition, start_offset, topic_dir / (prefix + RECORDS_SUFFIX), topic_dir / (prefix + INDEX_SUFFIX), generation
     )
 
 
@@ -68,26 +74,27 @@ def consumer_offsets_path(topic_dir: Location, partition: int) -> Location:
 
 
 def list_segment_files(topic_dir: Location, partition: int) -> list[SegmentFiles]:
-    """Every segment of ``partition`` that has at least one file, by start offset.
+    """Every segment of ``partition`` that has at least one file, by start offset (then merge generation).
 
     Paths are the names as found on disk (so unusual padding is kept).
     """
-    found: dict[int, dict[str, Location]] = {}
+    found: dict[tuple[int, int], dict[str, Location]] = {}
     for entry in _scan(topic_dir):
         parsed = parse_segment_file_name(entry)
         if parsed is None or parsed.partition != partition:
             continue
-        found.setdefault(parsed.start_offset, {})[parsed.kind] = topic_dir / entry
+        found.setdefault((parsed.start_offset, parsed.generation), {})[parsed.kind] = topic_dir / entry
     result = []
-    for start in sorted(found):
-        canonical = segment_files(topic_dir, partition, start)
-        kinds = found[start]
+    for start, generation in sorted(found):
+        canonical = segment_files(topic_dir, partition, start, generation)
+        kinds = found[(start, generation)]
         result.append(
             SegmentFiles(
                 partition,
                 start,
                 kinds.get("records", canonical.records),
                 kinds.get("index", canonical.index),
+                generation,
             )
         )
     return result
