@@ -27,6 +27,7 @@ from kbackup.partition.reader import PartitionReader
 from kbackup.partition.rebuild import rebuild_partition_index
 from kbackup.partition.records_file import install_keys
 from kbackup.partition.writer import PartitionWriter
+from kbackup.storage import as_local
 from tests.conftest import REPO
 from tests.kafka_helpers import kbackup_in_process, run_kbackup
 from tests.recordgen import sample_record
@@ -89,14 +90,14 @@ def test_small_segments_merge_into_segments_of_the_size_and_every_reader_gets_th
     assert {e.compression for e in merged.segments} == {None, "zstd"}
     assert all(report.ok and not report.notes for report in verify_backup(mixed, ["t"], deep=True))
     assert len(list_segment_files(mixed / "t", 0)) == len(after)  # the old files are gone
-    assert not intent_path(mixed).exists()
+    assert not as_local(intent_path(mixed)).exists()
     listed = run_kbackup("ls", mixed)
     assert f"{len(after)} segments" in listed.stdout or listed.returncode == 0
 
     # The partition index rebuilt from the files is the same; merging again finds nothing more at that size.
-    index = partition_index_path(mixed / "t", 0).read_bytes()
+    index = as_local(partition_index_path(mixed / "t", 0)).read_bytes()
     rebuild_partition_index(mixed / "t", 0)
-    assert partition_index_path(mixed / "t", 0).read_bytes() == index
+    assert as_local(partition_index_path(mixed / "t", 0)).read_bytes() == index
     assert plan_merge(mixed, ["t"], max_segment_size=9000) == []
     # A backup goes on appending to the merged partition.
     _write(mixed, range(RECORDS, RECORDS + 40))
@@ -116,7 +117,7 @@ def test_encrypted_segments_are_merged_with_their_key_and_stay_sealed(tmp_path: 
     assert refused.returncode == 1
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and key_id(KEK).hex() in lines[0] and "Traceback" not in refused.stderr, refused.stderr
-    assert _names(root) == before_names and not intent_path(root).exists()
+    assert _names(root) == before_names and not as_local(intent_path(root)).exists()
     assert not any(".tmp" in p.name for p in (root / "t").iterdir())
 
     key_file = tmp_path / "kek.hex"
@@ -145,7 +146,7 @@ def test_a_damaged_segment_is_not_merged_and_nothing_changes(mixed: Path) -> Non
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and victim.name in lines[0] and "damaged, not merged" in lines[0], refused.stderr
     assert sorted(p.name for p in (mixed / "t").iterdir()) == files
-    assert _names(mixed) == names and not intent_path(mixed).exists()
+    assert _names(mixed) == names and not as_local(intent_path(mixed)).exists()
 
 
 def test_a_merge_killed_at_any_step_loses_and_duplicates_nothing(tmp_path: Path) -> None:
@@ -176,7 +177,7 @@ def test_a_merge_killed_at_any_step_loses_and_duplicates_nothing(tmp_path: Path)
         # A merge run again finishes the job.
         again = kbackup_in_process("merge", root, "--max-segment-size", "40000")
         assert again.returncode == 0, again.stdout + again.stderr
-        assert not intent_path(root).exists()
+        assert not as_local(intent_path(root)).exists()
         assert _records(root) == before
         assert plan_merge(root, ["t"], max_segment_size=40000) == []
         assert all(report.ok and not report.notes for report in verify_backup(root, ["t"], deep=True)), kill_at
