@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from kbackup.catalog import checkpoints
+from kbackup.format.frames import is_framed
 from kbackup.partition.layout import list_partitions
 from kbackup.partition.reader import PartitionReader
 from tests.broker import BrokerUnderTest
@@ -82,7 +83,7 @@ def test_new_topic_is_picked_up_and_sigterm_stops_cleanly(kafka: BrokerUnderTest
     log = tmp_path / "backup.log"
     process = start_backup(
         *client_args(kafka, tmp_path), "--target-dir", str(target), "--topics-regex", "grow-.*",
-        "--trigger-interval", "1", "--offsets-interval", "1", log=log,
+        "--trigger-interval", "1", "--offsets-interval", "1", "--compression", "gzip", log=log,
     )  # fmt: skip
     try:
         wait_for(lambda: any(rows > 0 for _, rows in batches(log)), 180, "a batch with records")
@@ -117,3 +118,8 @@ def test_new_topic_is_picked_up_and_sigterm_stops_cleanly(kafka: BrokerUnderTest
     assert backed_up(target, ["grow-first", "grow-second"]) == consume_all(kafka, ["grow-first", "grow-second"])
     assert sorted(list_partitions(target / "grow-second")) == [0, 1, 2]
     assert "stopping" in log.read_text()
+    # --compression: a clean stop compresses each partition's newest segment too, so nothing stays plain.
+    assert "sealed the newest segment of 5 partitions (compressed with gzip)" in log.read_text()
+    heads = [path.read_bytes()[:4] for path in target.glob("grow-*/*_records")]
+    assert heads and all(is_framed(head) for head in heads), heads
+    assert run_kbackup("verify", target, "--deep").returncode == 0

@@ -267,3 +267,49 @@ def test_a_backup_sealed_under_two_keys_reads_with_both(tmp_path: Path, no_keys:
     assert one.returncode == 1 and "the key(s) given have id(s)" in one.stderr
     both = run_kbackup("cat", root, "--encryption-key-file", files[0], "--encryption-key-file", files[1], check=True)
     assert len(both.stdout.splitlines()) == RECORDS
+
+
+def test_the_newest_segment_is_sealed_at_a_clean_stop_and_the_next_run_starts_a_new_one(
+    tmp_path: Path, no_keys: None
+) -> None:
+    """What a snapshot (or a stopped continuous backup) does on local disk, and what the next run finds."""
+    from kbackup.catalog.store import catalog_path
+    from kbackup.format.encryption import KeyRing
+    from kbackup.partition.records_file import install_keys
+    from kbackup.storage import as_local
+
+    root = tmp_path / "backup"
+    options: dict[str, object] = {"compression": "zstd", "encryption_key": KEK, "max_segment_size": 4000}
+    with PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root), **options) as writer:  # type: ignore[arg-type]
+        for i in range(60):
+            writer.append(sample_record(i))
+        assert writer.seal_newest() and not writer.seal_newest()  # sealed once
+    assert all(is_framed(path.read_bytes()[:4]) for path in _records_files(root))  # nothing plain at rest
+    catalog = read_catalog(root, "t", 0)
+    assert catalog is not None and catalog.tail is None
+    assert [e.name for e in catalog.segments] == [s.name for s in PartitionReader(root / "t", 0).segments]
+    install_keys(KeyRing({}))
+    assert all(report.ok for report in verify_backup(root, ["t"]))  # the ciphertext's checksums, without the key
+    install_keys(KeyRing.of([KEK]))
+    assert all(report.ok and not report.notes for report in verify_backup(root, ["t"], deep=True))
+
+    # A kill between sealing and cataloging: the catalog still describes the newest segment as an open prefix.
+    with PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root), **options) as writer:  # type: ignore[arg-type]
+        for i in range(55, 80):  # five replayed against the sealed segment, then new records
+            writer.append(sample_record(i))
+    stored = as_local(catalog_path(root, "t", 0))
+    before_seal = stored.read_bytes()
+    with PartitionWriter(root / "t", "t", 0, fsync=False, **options) as writer:  # type: ignore[arg-type]
+        assert writer.seal_newest()
+    stored.write_bytes(before_seal)
+    assert all(report.ok for report in verify_backup(root, ["t"], deep=True))
+    # The next run catalogs the sealed segment, starts a new one for its records, and reads back exactly.
+    with PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root), **options) as writer:  # type: ignore[arg-type]
+        assert writer.last_offset == sample_record(79).offset
+        for i in range(80, 90):
+            writer.append(sample_record(i))
+    catalog = read_catalog(root, "t", 0)
+    names = [s.name for s in PartitionReader(root / "t", 0).segments]
+    assert catalog is not None and [e.name for e in catalog.segments] == names[:-1]
+    assert list(PartitionReader(root / "t", 0).records()) == [sample_record(i) for i in range(90)]
+    assert all(report.ok and not report.notes for report in verify_backup(root, ["t"], deep=True))

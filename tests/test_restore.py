@@ -95,17 +95,18 @@ def test_backup_then_restore_round_trip(kafka: BrokerUnderTest, target: Target, 
     backup = tmp_path / "backup"
     config = tmp_path / "source.properties"
     client_config_file(config, kafka.extra_settings)
-    # Compressed and encrypted: every segment but each partition's newest is stored in zstd frames sealed with
-    # AES-256-GCM under a key from a file (formats/compressed-records.md).
+    # Compressed and encrypted: every segment is stored in zstd frames sealed with AES-256-GCM under a key from a
+    # file (formats/compressed-records.md); each partition's newest one once the snapshot has ended.
     key = tmp_path / "backup.key"
     key.write_text(os.urandom(32).hex())
     done = run_backup("--bootstrap-server", kafka.bootstrap_servers, "--command-config", config,
                       "--target-dir", backup, "--topics", "rt-orders,rt-tx", "--snapshot",
                       "--max-segment-size", "2000", "--compression", "zstd", "--encryption-key-file", key)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:]
-    heads = [path.read_bytes()[:4] for path in (backup / "rt-orders").glob("*_records")]
-    framed = sum(head == b"\x8bKBZ" for head in heads)
-    assert framed >= 3 and len(heads) - framed == 3  # each partition's newest segment stays plain
+    heads = [path.read_bytes()[:4] for topic in ("rt-orders", "rt-tx") for path in (backup / topic).glob("*_records")]
+    assert len(heads) > 4 and all(head == b"\x8bKBZ" for head in heads), heads  # nothing plain at rest
+    assert "sealed the newest segment of 4 partitions (encrypted)" in done.stdout + done.stderr
+    assert run_kbackup("verify", backup, "--deep", "--encryption-key-file", key).returncode == 0
 
     maps = [a for t in ("rt-orders", "rt-tx") if target.prefix for a in ("--topic-map", f"{t}={target.name(t)}")]
     refused = restore_python(*target.args(tmp_path), "--source-dir", backup, *maps)

@@ -57,6 +57,7 @@ from kbackup.backup.metrics import BackupMetrics, BatchWritten
 from kbackup.backup.origin import check_origin
 from kbackup.backup.settings import BackupSettings, parse_backup_args
 from kbackup.catalog import checkpoints
+from kbackup.catalog.ledger import CatalogLedger
 from kbackup.errors import ClusterError, KbackupError
 from kbackup.fsutil import restrict_new_files
 from kbackup.job_options import run_job
@@ -68,6 +69,7 @@ from kbackup.logsetup import ensure_console_logging
 from kbackup.metrics import MetricsPublisher
 from kbackup.partition.layout import list_partitions, list_topics, state_dir
 from kbackup.partition.reader import PartitionReader
+from kbackup.partition.writer import PartitionWriter
 from kbackup.spark.failures import failure_cause
 from kbackup.spark.kafka_connector import SPARK_KAFKA_FORMAT, connector_loaded, package_coordinate, spark_source_client
 from kbackup.spark.kafka_source import SOURCE_NAME, KafkaSource, decode_offsets
@@ -226,6 +228,7 @@ class BackupJob:
                 self._metrics.observe_checkpoints(waiting=0, completed_at=time.time())
                 if self._publisher_enabled:
                     self._sample_at_end(session)
+                self._seal_newest_segments()
                 self._summary(time.monotonic() - started)
             else:
                 if watch is not None:
@@ -237,6 +240,8 @@ class BackupJob:
                         settings.target, waiting, failed_reason="the backup stopped before it reached the cut"
                     )
                     log.info("checkpoint %d failed: the backup stopped before it reached the cut", waiting.id)
+                if failure is None:
+                    self._seal_newest_segments()
         finally:
             if watch is not None:
                 watch.stop()
@@ -458,6 +463,32 @@ class BackupJob:
             log.info("consumer offsets of %s stored (%s changed)", count(groups, "group"), count(changed, "file"))
             self._metrics.observe_round_stored(time.time())
 
+    #: How long sealing waits for a partition's lock (a task of the stopped query still closing its writer).
+    SEAL_LOCK_SECONDS = 600.0
+
+    def _seal_newest_segments(self) -> None:
+        """At a clean stop on local disk with ``--compression`` or an encryption key: every partition's newest segment
+        is sealed too (a later run starts a new one), so no record stays plain at rest. On a store every object is
+        sealed when it is published already."""
+        settings = self.settings
+        target = settings.target
+        compression = None if settings.compression == "none" else settings.compression
+        key = settings.encryption.key if settings.encryption is not None else None
+        if not isinstance(target, Path) or (compression is None and key is None):
+            return
+        sealed = 0
+        ledger = CatalogLedger(target)
+        for topic in list_topics(target):
+            if not settings.selection.matches(topic):
+                continue
+            for partition in list_partitions(target / topic):
+                with PartitionWriter(target / topic, topic, partition, max_segment_size=settings.max_segment_size,
+                                     lock_timeout=self.SEAL_LOCK_SECONDS, ledger=ledger, compression=compression,
+                                     encryption_key=key) as writer:  # fmt: skip
+                    sealed += writer.seal_newest()
+        log.info("sealed the newest segment of %s (%s)", count(sealed, "partition"),
+                 "encrypted" if key is not None else f"compressed with {compression}")  # fmt: skip
+
     def _summary(self, seconds: float) -> None:
         target = self.settings.target
         for topic in list_topics(target):
@@ -478,14 +509,8 @@ class BackupJob:
                 records,
                 size,
             )
-            if self.settings.encryption is not None and plain and isinstance(target, Path):
-                log.warning(
-                    "snapshot: %s: %d records are in plain newest segments, not encrypted: on local disk a segment "
-                    "is sealed once the next one starts (a smaller --max-segment-size seals more; object storage "
-                    "seals every segment)",
-                    topic_dir.name,
-                    plain,
-                )
+            if self.settings.encryption is not None and plain:
+                log.warning("snapshot: %s: %d records are in segments that are not encrypted", topic_dir.name, plain)
         rate = self._rows / self._batch_seconds if self._batch_seconds > 0 else 0.0
         log.info(
             "snapshot finished: %d records read in %.1f s of micro-batches (%.0f records/s); %.1f s from the job's "

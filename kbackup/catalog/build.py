@@ -217,19 +217,20 @@ def file_size(path: Location) -> int | None:
     return storage_for(path).size(path)
 
 
-def catch_up_catalog(root: Location, topic_dir: Location, partition: int) -> int:
+def catch_up_catalog(root: Location, topic_dir: Location, partition: int, *, newest_too: bool = False) -> int:
     """Add every finished segment the partition's catalog does not name yet; return how many.
 
     Called by the backup's writer after it starts a new segment, so the
-    segments it adds are synced and will not change (see formats/catalog.md).
+    segments it adds are synced and will not change (see formats/catalog.md);
+    ``newest_too`` after it sealed the newest one (whose recorded prefix then goes).
     """
     reader = PartitionReader(topic_dir, partition)
     catalog = read_catalog(root, topic_dir.name, partition) or PartitionCatalog(topic_dir.name, partition)
     named = {entry.name for entry in catalog.segments}
-    added = [
-        describe_segment(reader, i) for i in range(len(reader.segments) - 1) if reader.segments[i].name not in named
-    ]
-    if added:
+    finished = len(reader.segments) if newest_too else len(reader.segments) - 1
+    added = [describe_segment(reader, i) for i in range(finished) if reader.segments[i].name not in named]
+    stale_tail = bool(newest_too and reader.segments and catalog.tail and catalog.tail.name == reader.segments[-1].name)
+    if added or stale_tail:
         entries = sorted((*catalog.segments, *added), key=lambda entry: entry.start_offset)
-        write_catalog(root, replace(catalog, segments=tuple(entries)))
+        write_catalog(root, replace(catalog, segments=tuple(entries), tail=None if stale_tail else catalog.tail))
     return len(added)

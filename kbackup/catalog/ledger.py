@@ -38,6 +38,9 @@ class CatalogLedger:
     def segments_finished(self, topic_dir: Path, partition: int) -> None:
         catch_up_catalog(self.root, topic_dir, partition)
 
+    def newest_sealed(self, topic_dir: Path, partition: int) -> None:
+        catch_up_catalog(self.root, topic_dir, partition, newest_too=True)
+
     def accounted(self, topic: str, partition: int) -> set[str]:
         catalog = read_catalog(self.root, topic, partition)
         return {entry.name for entry in catalog.segments} if catalog is not None else set()

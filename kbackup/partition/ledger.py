@@ -13,6 +13,8 @@ Calls and what they promise, in the order a writer makes them:
   prefix (the bytes it names are on disk before the call).
 * ``segments_finished`` when a local writer starts a new segment: every older one is synced
   and will not change again.
+* ``newest_sealed`` when a local writer sealed its newest segment (``seal_newest``), and when one
+  opens a partition whose newest segment is sealed: every segment, the newest included, is finished.
 * ``segments_published`` after an object writer replaced the partition index: the index
   names ``named``; the new ones among them are readable from ``spool`` as well.
 """
@@ -64,6 +66,11 @@ class SegmentLedger(Protocol):
 
     def segments_finished(self, topic_dir: Path, partition: int) -> None:
         """Every segment but the newest of a local partition is finished: account for any not yet accounted."""
+        ...
+
+    def newest_sealed(self, topic_dir: Path, partition: int) -> None:
+        """Every segment of a local partition is finished, the newest included: account for any not yet accounted,
+        and drop the newest one's recorded prefix."""
         ...
 
     def accounted(self, topic: str, partition: int) -> set[str]:

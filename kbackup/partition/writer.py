@@ -194,8 +194,12 @@ class PartitionWriter(ClosingWriter):
             self._reconcile_segment_files()
             if self.segments:
                 self._open_tail_segment()
-                if ledger is not None:
+                if ledger is not None and self._records_fd is not None:
                     self._coverage = self._load_coverage(ledger)
+                elif ledger is not None:
+                    # A sealed newest segment (seal_newest, or a backup copied from an object store): finished;
+                    # cataloged again in case a kill came between sealing it and cataloging it.
+                    ledger.newest_sealed(self.topic_dir, self.partition)
                 self._seal_left_plain()
         except BaseException:
             self._release()
@@ -381,6 +385,32 @@ class PartitionWriter(ClosingWriter):
         )
         raise AssertionError("a replay mismatch was reported for a matching record")
 
+    def seal_newest(self) -> bool:
+        """Compress (and encrypt) the newest segment as well, which ends it: a record appended later starts a new
+        segment. For the end of a snapshot and a stopped continuous backup, so that no record stays plain at rest.
+
+        A no-op (``False``) without ``compression`` or ``encryption_key``, and for a newest segment that holds no
+        record or is sealed already. The segment is synced, replaced by its sealed form (temporary file fsynced,
+        renamed, directory fsynced), then cataloged as finished; a kill before the catalog is caught up by the
+        partition's next writer.
+        """
+        self._check_open()
+        if (self._compression is None and self._encryption_key is None) or self._records_fd is None:
+            return False
+        self.sync()
+        if self._records_size <= 1:
+            return False
+        newest = self.segments[-1]
+        if self._lookup is not None and self._lookup[0] == newest.name:
+            self._drop_lookup()
+        self._close_segment_files()
+        self._coverage = None
+        compress_records_file(self.topic_dir / (newest.name + RECORDS_SUFFIX), self._compression or "none",
+                              sync=self._fsync, encryption_key=self._encryption_key)  # fmt: skip
+        if self._ledger is not None:
+            self._ledger.newest_sealed(self.topic_dir, self.partition)
+        return True
+
     def ensure_segment(self, start_offset: int) -> None:
         """Give an empty partition its first (empty) segment, named ``start_offset``.
 
@@ -483,6 +513,11 @@ class PartitionWriter(ClosingWriter):
                 self.topic_dir / (tail.name + INDEX_SUFFIX),
             )
         )
+        if files.records.exists() and files.index.exists() and _is_framed_file(files.records):
+            # Sealed (compressed or encrypted) whole: never appended to again; the next record starts a segment.
+            last = self._last_offset_of(tail)
+            self._last_offset = last if last is not None else self._last_offset_before_tail()
+            return
         if not files.records.exists() or not files.index.exists():
             present = files.index if files.index.exists() else files.records
             if present.exists() and _holds_data(present):
@@ -517,10 +552,10 @@ class PartitionWriter(ClosingWriter):
         os.lseek(self._records_fd, records_end, os.SEEK_SET)
         os.lseek(self._index_fd, 1 + kept * ENTRY_SIZE, os.SEEK_SET)
         self._records_size = records_end
-        if last is not None:
-            self._last_offset = last
-        elif len(self.segments) > 1:
-            self._last_offset = self._last_offset_of(self.segments[-2])
+        self._last_offset = last if last is not None else self._last_offset_before_tail()
+
+    def _last_offset_before_tail(self) -> int | None:
+        return self._last_offset_of(self.segments[-2]) if len(self.segments) > 1 else None
 
     def _repair_tail(self, files: _LocalSegmentFiles) -> tuple[int, int, int | None]:
         """Truncate the tail segment to its last verified record.
@@ -688,9 +723,8 @@ class PartitionWriter(ClosingWriter):
         previous = self.segments[-2]
         if self._ledger is not None and previous.name in self._ledger.accounted(self.topic, self.partition):
             return
-        with open(self.topic_dir / (previous.name + RECORDS_SUFFIX), "rb") as handle:
-            if is_framed(handle.read(4)):
-                return
+        if _is_framed_file(self.topic_dir / (previous.name + RECORDS_SUFFIX)):
+            return
         self._seal_previous()
         if self._ledger is not None:
             self._ledger.segments_finished(self.topic_dir, self.partition)
@@ -870,6 +904,11 @@ class _LocalSegmentFiles:
 
 def _local_files(files: SegmentFiles) -> _LocalSegmentFiles:
     return _LocalSegmentFiles(as_local(files.records), as_local(files.index))
+
+
+def _is_framed_file(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return is_framed(handle.read(4))
 
 
 def _holds_data(path: Path) -> bool:
