@@ -370,7 +370,7 @@ def cmd_checkpoint_describe(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def cmd_prune(args: argparse.Namespace, out: TextIO) -> None:
-    from kbackup.catalog.prune import finish_intent, plan_prune, prune, prune_lease
+    from kbackup.catalog.prune import plan_prune, prune, prune_lease
 
     root = parse_location(args.dir)
     if args.older_than is None and args.keep_checkpoints is None:
@@ -384,12 +384,10 @@ def cmd_prune(args: argparse.Namespace, out: TextIO) -> None:
         freed = sum(item.entry.records_bytes + item.entry.index_bytes for item in doomed)
         out.write(f"{count(len(doomed), 'segment')}, {count(freed, 'byte')} would be freed\n")
         return
+    topics = _topics(root, args.topic)
     with prune_lease(root):
-        if finish_intent(root, progress=True):
-            out.write("finished an interrupted prune\n")
-        doomed, dropped = plan_prune(
-            root, _topics(root, args.topic), cutoff_ms=cutoff, keep_checkpoints=args.keep_checkpoints
-        )
+        _finish_interrupted(root, out)
+        doomed, dropped = plan_prune(root, topics, cutoff_ms=cutoff, keep_checkpoints=args.keep_checkpoints)
         _list_pruned(out, "deleting", doomed, dropped)
         out.flush()
         prune(root, doomed, dropped, progress=True)
@@ -401,23 +399,38 @@ def cmd_prune(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def cmd_merge(args: argparse.Namespace, out: TextIO) -> None:
-    from kbackup.catalog.merge import finish_intent, merge, plan_merge
+    from kbackup.catalog.merge import merge, plan_merge
     from kbackup.catalog.prune import prune_lease
+    from kbackup.catalog.store import read_catalog
 
     root = parse_location(args.dir)
+    topics = _topics(root, args.topic)
+    for topic in topics:
+        for partition in list_partitions(root / topic):
+            if read_catalog(root, topic, partition) is None:
+                out.write(f"{topic}/{partition}: no catalog, not merged (kbackup catalog rebuild {root} writes it)\n")
     if args.dry_run:
-        groups = plan_merge(root, _topics(root, args.topic), max_segment_size=args.max_segment_size)
+        groups = plan_merge(root, topics, max_segment_size=args.max_segment_size)
         _list_merged(out, "would merge", groups)
         return
     with prune_lease(root):
-        if finish_intent(root):
-            out.write("finished an interrupted merge\n")
-        groups = plan_merge(root, _topics(root, args.topic), max_segment_size=args.max_segment_size)
+        _finish_interrupted(root, out)
+        groups = plan_merge(root, topics, max_segment_size=args.max_segment_size)
         _list_merged(out, "merging", groups)
         out.flush()
         merge(root, groups, progress=True)
     replaced = sum(len(group.sources) for group in groups)
     out.write(f"merged {count(replaced, 'segment')} into {count(len(groups), 'segment')}\n")
+
+
+def _finish_interrupted(root: Location, out: TextIO) -> None:
+    """Prune and merge finish each other's interrupted work before planning their own (they share the lease)."""
+    from kbackup.catalog import merge, prune
+
+    if prune.finish_intent(root, progress=True):
+        out.write("finished an interrupted prune\n")
+    if merge.finish_intent(root):
+        out.write("finished an interrupted merge\n")
 
 
 def _list_merged(out: TextIO, verb: str, groups: list[Any]) -> None:

@@ -313,3 +313,20 @@ def test_the_newest_segment_is_sealed_at_a_clean_stop_and_the_next_run_starts_a_
     assert catalog is not None and [e.name for e in catalog.segments] == names[:-1]
     assert list(PartitionReader(root / "t", 0).records()) == [sample_record(i) for i in range(90)]
     assert all(report.ok and not report.notes for report in verify_backup(root, ["t"], deep=True))
+
+
+def test_an_empty_sealed_placeholder_is_appended_to_after_a_copy_down_from_object_storage(tmp_path: Path) -> None:
+    """An empty partition backed up to a store has one compressed empty segment; a local writer takes it over."""
+    root = tmp_path / "backup"
+    with PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root), compression="zstd") as writer:
+        writer.ensure_segment(0)
+    (placeholder,) = _records_files(root)
+    compress_records_file(placeholder, "zstd", sync=False)
+    catalog = read_catalog(root, "t", 0)
+    assert catalog is not None
+    with PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root), compression="zstd") as writer:
+        for i in range(3):
+            writer.append(sample_record(i))
+    assert list(PartitionReader(root / "t", 0).records()) == [sample_record(i) for i in range(3)]
+    assert len(_records_files(root)) == 1
+    assert all(report.ok and not report.notes for report in verify_backup(root, ["t"], deep=True))

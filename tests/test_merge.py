@@ -6,6 +6,7 @@ merged backup).
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
@@ -16,13 +17,14 @@ from pathlib import Path
 import pytest
 
 from kbackup.catalog.ledger import CatalogLedger
-from kbackup.catalog.merge import intent_path, plan_merge
+from kbackup.catalog.merge import plan_merge
 from kbackup.catalog.store import read_catalog
 from kbackup.catalog.verify import verify_backup
 from kbackup.format.encryption import KeyRing, key_id
 from kbackup.format.frames import is_framed
 from kbackup.format.record import Record
 from kbackup.partition.layout import list_segment_files, partition_index_path
+from kbackup.partition.merge_intent import intent_path
 from kbackup.partition.reader import PartitionReader
 from kbackup.partition.rebuild import rebuild_partition_index
 from kbackup.partition.records_file import install_keys
@@ -153,6 +155,11 @@ def test_a_merge_killed_at_any_step_loses_and_duplicates_nothing(tmp_path: Path)
     source = tmp_path / "source"  # one group: every kill point of one merge, for a test that stays short
     _write(source, range(RECORDS // 4))
     _write(source, range(RECORDS // 4, RECORDS // 2), compression="gzip")
+    # Merged once already at a smaller size: the killed merge replaces plain and merged segments alike.
+    assert kbackup_in_process("merge", source, "--max-segment-size", "4500").returncode == 0
+    _write(source, range(RECORDS // 2, RECORDS // 2 + 30), compression="gzip")
+    (group,) = plan_merge(source, ["t"], max_segment_size=40000)
+    assert {entry.name.endswith("_merged_1") for entry in group.sources} == {True, False}
     before = _records(source)
     for kill_at in range(1, 200):
         root = tmp_path / f"backup-{kill_at}"
@@ -185,3 +192,43 @@ def test_a_merge_killed_at_any_step_loses_and_duplicates_nothing(tmp_path: Path)
     else:
         raise AssertionError("the merge never finished: raise the kill range")
     assert kill_at > 10
+
+
+def _interrupted_merge(root: Path, size: int) -> None:
+    """A merge killed right after its switch: intent, merged segment and partition index written, nothing after."""
+    from kbackup.catalog.merge import _sealing_key, _switch, _write_merged
+    from kbackup.storage import write_whole
+
+    group = plan_merge(root, ["t"], max_segment_size=size)[0]
+    write_whole(intent_path(root), group.encode())
+    _write_merged(root, group, _sealing_key(root / "t", group))
+    _switch(root, group)
+
+
+def test_prune_and_merge_finish_each_others_interrupted_work_first(mixed: Path) -> None:
+    from kbackup.catalog.prune import intent_path as prune_intent_path
+    from kbackup.catalog.prune import plan_prune
+    from kbackup.storage import write_whole
+
+    before = _records(mixed)
+    _interrupted_merge(mixed, 9000)
+    assert _records(mixed) == before
+    pruned = kbackup_in_process("prune", mixed, "--older-than", "10000d")
+    assert pruned.returncode == 0 and "finished an interrupted merge" in pruned.stdout, pruned.stdout + pruned.stderr
+    assert not as_local(intent_path(mixed)).exists()
+    assert len(list_segment_files(mixed / "t", 0)) == len(_names(mixed))  # the replaced files are gone
+    assert all(report.ok and not report.notes for report in verify_backup(mixed, ["t"], deep=True))
+    assert _records(mixed) == before
+
+    # A prune killed after writing down its intent: the next merge deletes those segments first, then merges.
+    doomed, _ = plan_prune(mixed, ["t"], cutoff_ms=2_000_000_000_000, keep_checkpoints=None)
+    doomed = doomed[:2]
+    gone = {
+        offset for item in doomed for offset in range(item.entry.first_offset or 0, (item.entry.last_offset or 0) + 1)
+    }
+    intent = {"segments": [[d.topic, d.partition, d.entry.name] for d in doomed], "checkpoints": []}
+    write_whole(prune_intent_path(mixed), json.dumps(intent).encode())
+    merged = kbackup_in_process("merge", mixed, "--max-segment-size", "30000")
+    assert merged.returncode == 0 and "finished an interrupted prune" in merged.stdout, merged.stdout + merged.stderr
+    assert _records(mixed) == [r for r in before if r.offset not in gone]
+    assert all(report.ok and not report.notes for report in verify_backup(mixed, ["t"], deep=True))

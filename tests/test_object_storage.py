@@ -500,7 +500,7 @@ def test_prune_on_the_store_keeps_it_verifiable(bucket: ObjectPath) -> None:
 
 
 def test_merge_on_the_store_replaces_small_objects_and_reads_the_same_records(bucket: ObjectPath) -> None:
-    from kbackup.catalog.merge import intent_path
+    from kbackup.partition.merge_intent import intent_path
     from kbackup.storage import exists
     from kbackup.storage.lease import TargetLease
 

@@ -9,7 +9,7 @@ they call it after the bytes it records are durable (formats/catalog.md).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kbackup.catalog.build import catch_up_catalog, describe_segment
@@ -40,6 +40,12 @@ class CatalogLedger:
 
     def newest_sealed(self, topic_dir: Path, partition: int) -> None:
         catch_up_catalog(self.root, topic_dir, partition, newest_too=True)
+
+    def segment_reopened(self, topic: str, partition: int, segment: str) -> None:
+        catalog = read_catalog(self.root, topic, partition)
+        if catalog is not None and any(entry.name == segment for entry in catalog.segments):
+            kept = tuple(entry for entry in catalog.segments if entry.name != segment)
+            write_catalog(self.root, replace(catalog, segments=kept))
 
     def accounted(self, topic: str, partition: int) -> set[str]:
         catalog = read_catalog(self.root, topic, partition)

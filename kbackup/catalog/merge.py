@@ -55,12 +55,14 @@ from kbackup.format.magic import MAGIC_V1
 from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX, parse_segment_file_name, segment_prefix
 from kbackup.format.partition_index import PartitionIndexEntry, encode_partition_index
 from kbackup.fsutil import TMP_SUFFIX, disk_error, fsync_dir
-from kbackup.partition.layout import list_partitions, state_dir
+from kbackup.partition.layout import list_partitions
+from kbackup.partition.merge_intent import intent_path, pending_intent
+from kbackup.partition.object_writer import SPOOL_DIR_ENV
 from kbackup.partition.reader import PartitionReader
 from kbackup.partition.records_file import compress_records_file, installed_keys, open_records
 from kbackup.partition.segment_reader import SegmentIndexFile
 from kbackup.progress import Progress
-from kbackup.storage import Location, exists, read_limited, storage_for, write_whole
+from kbackup.storage import Location, exists, storage_for, write_whole
 
 #: Plain bytes copied per read.
 CHUNK = 8 << 20
@@ -69,11 +71,6 @@ CHUNK = 8 << 20
 ENTRIES_PER_STEP = 1 << 16
 
 _ENTRY = np.dtype([("offset", ">i8"), ("position", ">i8"), ("length", ">i8")])
-
-
-def intent_path(root: Location) -> Location:
-    """Where an unfinished merge's intent is written down."""
-    return state_dir(root) / "merge-intent.json"
 
 
 @dataclass(frozen=True)
@@ -169,14 +166,15 @@ def merge(root: Location, groups: list[MergeGroup], *, progress: bool = False) -
 
 def _sealing_key(topic_dir: Location, group: MergeGroup) -> bytes | None:
     """The key-encryption key the merged segment is sealed with: the sources' (``None``: they are not sealed)."""
-    sealing = next((entry.key_id for entry in group.sources if entry.key_id), None)
+    sealing = next((entry.key_id for entry in reversed(group.sources) if entry.key_id), None)  # the newest key
     if sealing is None:
         return None
     for entry in group.sources:
         if entry.key_id is not None and bytes.fromhex(entry.key_id) not in installed_keys().keys:
             raise DecryptionKeyError(
                 f"{topic_dir / (entry.name + RECORDS_SUFFIX)}: is encrypted with key id {entry.key_id}; merging "
-                "needs that key (--encryption-key-file or --encryption-key-env): nothing merged"
+                f"needs that key (--encryption-key-file or --encryption-key-env): {group.sources[0].name} and the "
+                "segments after it are not merged"
             )
     return installed_keys().keys[bytes.fromhex(sealing)]
 
@@ -184,8 +182,12 @@ def _sealing_key(topic_dir: Location, group: MergeGroup) -> bytes | None:
 def _write_merged(root: Location, group: MergeGroup, kek: bytes | None) -> None:
     """Step 2: the merged segment's files under their final names, complete and synced."""
     topic_dir = root / group.topic
-    codec = next((entry.compression for entry in group.sources if entry.compression), None)
-    spool = topic_dir if isinstance(topic_dir, Path) else Path(tempfile.mkdtemp(prefix="kbackup-merge-"))
+    codec = next((entry.compression for entry in reversed(group.sources) if entry.compression), None)
+    spool = (
+        topic_dir
+        if isinstance(topic_dir, Path)
+        else Path(tempfile.mkdtemp(prefix="kbackup-merge-", dir=os.environ.get(SPOOL_DIR_ENV)))
+    )
     tag = f".{group.merged}.{os.getpid()}"
     records_tmp = spool / f"{tag}{RECORDS_SUFFIX}{TMP_SUFFIX}"
     index_tmp = spool / f"{tag}{INDEX_SUFFIX}{TMP_SUFFIX}"
@@ -297,32 +299,46 @@ def _switch(root: Location, group: MergeGroup) -> None:
 
 
 def finish_intent(root: Location) -> bool:
-    """Complete a recorded merge (idempotent: forwards if the partition index names the merged segment, else
-    backwards); return whether there was one."""
+    """Complete a recorded merge (idempotent); return whether there was one.
+
+    Backwards while the partition index still names every replaced segment (the switch did not happen): the merged
+    files go. Otherwise forwards: the switch happened (the merged segment may even be pruned since), so the catalog
+    loses the replaced segments and gains the merged one if it is named, and the replaced segments' files go, never
+    one the partition index names.
+    """
     path = intent_path(root)
-    if not exists(path):
+    intent = pending_intent(root)
+    if intent is None:
         return False
-    intent = json.loads(read_limited(path, 1 << 30))
-    topic, partition, names, merged = intent["topic"], intent["partition"], intent["segments"], intent["merged"]
+    topic, partition, names, merged = intent.topic, intent.partition, intent.segments, intent.merged
     topic_dir = root / topic
     storage = storage_for(root)
+    if storage.list_files(topic_dir) is None:  # the topic was deleted since: nothing left to finish
+        storage.delete(path)
+        return True
     with _partition_locked(topic_dir, topic, partition):
         reader = PartitionReader(topic_dir, partition)
+        named = {segment.name for segment in reader.segments}
         at = next((i for i, s in enumerate(reader.segments) if s.name == merged), None)
-        if at is None:
+        if at is None and all(name in named for name in names):
             doomed = [merged]
+            if isinstance(topic_dir, Path):
+                for leftover in topic_dir.glob(f".{merged}.*{TMP_SUFFIX}"):  # a write killed midway
+                    leftover.unlink(missing_ok=True)
         else:
-            doomed = names
-            entry = describe_segment(reader, at)
+            doomed = [name for name in names if name not in named]
+            entry = describe_segment(reader, at) if at is not None else None
             catalog = read_catalog(root, topic, partition)
-            if catalog is not None and any(e.name in names for e in catalog.segments):
-                kept: list[SegmentEntry] = []
-                for old in catalog.segments:
-                    if old.name == names[0]:
-                        kept.append(entry)
-                    elif old.name not in names and old.name != merged:
-                        kept.append(old)
-                write_catalog(root, replace(catalog, segments=tuple(kept)))
+            if catalog is not None and any(e.name in doomed or e.name == merged for e in catalog.segments):
+                kept = [e for e in catalog.segments if e.name not in doomed and e.name != merged]
+                if entry is not None:
+                    kept.append(entry)
+                kept.sort(key=lambda e: e.start_offset)
+                if tuple(kept) != catalog.segments:
+                    write_catalog(root, replace(catalog, segments=tuple(kept)))
+            elif catalog is not None and entry is not None:
+                write_catalog(root, replace(catalog, segments=tuple(sorted(
+                    (*catalog.segments, entry), key=lambda e: e.start_offset))))  # fmt: skip
         for name in doomed:
             # The records file last: a merged segment whose records file has its final name is complete.
             for suffix in (INDEX_SUFFIX, RECORDS_SUFFIX) if name != merged else (RECORDS_SUFFIX, INDEX_SUFFIX):
@@ -337,9 +353,7 @@ def finish_intent(root: Location) -> bool:
 
 def pending_merge(root: Location) -> set[tuple[str, int, str]]:
     """The segments an unfinished merge is replacing, and the merged one it is writing."""
-    path = intent_path(root)
-    if not exists(path):
+    intent = pending_intent(root)
+    if intent is None:
         return set()
-    intent = json.loads(read_limited(path, 1 << 30))
-    names = [*intent["segments"], intent["merged"]]
-    return {(intent["topic"], intent["partition"], name) for name in names}
+    return {(intent.topic, intent.partition, name) for name in (*intent.segments, intent.merged)}

@@ -13,6 +13,7 @@ Calls and what they promise, in the order a writer makes them:
   prefix (the bytes it names are on disk before the call).
 * ``segments_finished`` when a local writer starts a new segment: every older one is synced
   and will not change again.
+* ``segment_reopened`` when a local writer makes an empty sealed newest segment plain again.
 * ``newest_sealed`` when a local writer sealed its newest segment (``seal_newest``), and when one
   opens a partition whose newest segment is sealed: every segment, the newest included, is finished.
 * ``segments_published`` after an object writer replaced the partition index: the index
@@ -71,6 +72,10 @@ class SegmentLedger(Protocol):
     def newest_sealed(self, topic_dir: Path, partition: int) -> None:
         """Every segment of a local partition is finished, the newest included: account for any not yet accounted,
         and drop the newest one's recorded prefix."""
+        ...
+
+    def segment_reopened(self, topic: str, partition: int, segment: str) -> None:
+        """An empty sealed newest segment is made plain again to be appended to: no longer finished."""
         ...
 
     def accounted(self, topic: str, partition: int) -> set[str]:

@@ -25,9 +25,10 @@ from kbackup.format.record import Record
 from kbackup.format.segment_index import ENTRY
 from kbackup.fsutil import TMP_SUFFIX, atomic_write, disk_error, fsync_dir
 from kbackup.partition.layout import list_segment_files, partition_index_path
+from kbackup.partition.merge_intent import pending_intent
 from kbackup.partition.records_file import open_records
-from kbackup.partition.segment_reader import SegmentIndexFile, iter_segment_entries, stream_records
-from kbackup.storage import Location, as_local
+from kbackup.partition.segment_reader import iter_segment_entries, stream_records
+from kbackup.storage import as_local
 
 
 @dataclass(frozen=True)
@@ -148,21 +149,21 @@ def rebuild_partition_index(topic_dir: Path, partition: int) -> list[PartitionIn
     does; a segment whose records file is missing is left out.
     """
     present = [files for files in list_segment_files(topic_dir, partition) if as_local(files.records).exists()]
-    # A merged segment (kbackup merge) whose records file has its final name is complete: it replaces the segments
-    # of lower generations starting within its offsets, whichever a crash left beside it.
-    merged = [(f.start_offset, _last_offset(f.index), f.generation) for f in present if f.generation]
-    entries = [
-        PartitionIndexEntry(files.name, files.start_offset)
-        for files in present
-        if not any(
-            start <= files.start_offset <= last and generation > files.generation for start, last, generation in merged
-        )
-    ]
+    # A merge killed after writing its segment leaves it beside the segments it replaces (its records file has its
+    # final name only once complete): the merged one is kept, the replaced ones named in the intent are not.
+    replaced = _replaced_by_merge(topic_dir, partition, {files.name for files in present})
+    entries = [PartitionIndexEntry(files.name, files.start_offset) for files in present if files.name not in replaced]
     atomic_write(as_local(partition_index_path(topic_dir, partition)), encode_partition_index(entries))
     return entries
 
 
-def _last_offset(index_path: Location) -> int:
-    """The last offset a segment index names (-1 for none)."""
-    with SegmentIndexFile(index_path) as index:
-        return index.entry(index.count - 1).offset if index.count else -1
+def _replaced_by_merge(topic_dir: Path, partition: int, present: set[str]) -> set[str]:
+    """The segments an unfinished merge of this partition replaces, once its merged segment is complete."""
+    intent = pending_intent(topic_dir.parent)
+    if (
+        intent is None
+        or (intent.topic, intent.partition) != (topic_dir.name, partition)
+        or intent.merged not in present
+    ):
+        return set()
+    return set(intent.segments)

@@ -514,10 +514,17 @@ class PartitionWriter(ClosingWriter):
             )
         )
         if files.records.exists() and files.index.exists() and _is_framed_file(files.records):
-            # Sealed (compressed or encrypted) whole: never appended to again; the next record starts a segment.
             last = self._last_offset_of(tail)
-            self._last_offset = last if last is not None else self._last_offset_before_tail()
-            return
+            if last is not None:
+                # Sealed (compressed or encrypted) whole: never appended to again; the next record starts a segment.
+                self._last_offset = last
+                return
+            # A sealed segment without records (an object store's placeholder of an empty partition, copied down):
+            # plain again, to be appended to. Out of the catalog first: a kill between the two leaves a sealed
+            # uncataloged placeholder, which this repeats.
+            if self._ledger is not None:
+                self._ledger.segment_reopened(self.topic, self.partition, tail.name)
+            atomic_write(files.records, MAGIC_V1, sync=self._fsync)
         if not files.records.exists() or not files.index.exists():
             present = files.index if files.index.exists() else files.records
             if present.exists() and _holds_data(present):
