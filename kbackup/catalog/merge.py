@@ -11,9 +11,9 @@ target size (``--max-segment-size``, the backup's default 1 GiB); a group of one
 two files must match the checksums in the catalog, or the merge refuses (a damaged segment is not copied into a new
 one that would then look sound).
 
-The merged segment is named ``<first segment's name>_merged_G`` (:mod:`kbackup.format.naming`): the first segment
-it replaces keeps its plain name until the switch, and a reader following the partition index sees either the old
-segments or the new one, never both.
+The merged segment is named ``segment_partition_PPP_from_offset_N_merged_G`` after the first replaced segment's
+start offset (:mod:`kbackup.format.naming`): the first segment it replaces keeps its own name until the switch, and a
+reader following the partition index sees either the old segments or the new one, never both.
 
 Crash safety (``kill -9`` anywhere), per group:
 
@@ -48,7 +48,7 @@ import numpy as np
 
 from kbackup.catalog.build import describe_segment, file_crc32c
 from kbackup.catalog.model import SegmentEntry
-from kbackup.catalog.prune import _partition_locked
+from kbackup.catalog.prune import partition_locked
 from kbackup.catalog.store import read_catalog, write_catalog
 from kbackup.errors import ChecksumError, DecryptionKeyError, FormatError
 from kbackup.format.magic import MAGIC_V1
@@ -158,7 +158,11 @@ def merge(root: Location, groups: list[MergeGroup], *, progress: bool = False) -
         except BaseException:
             finish_intent(root)  # backwards: the partition index does not name the merged segment yet
             raise
-        _switch(root, group)
+        try:
+            _switch(root, group)
+        except BaseException:
+            finish_intent(root)  # backwards if the partition index changed under the plan
+            raise
         finish_intent(root)
         shown.advance(note=f"{group.topic}/{group.partition}: {len(group.sources)} segments into {group.merged}")
     shown.close()
@@ -286,7 +290,7 @@ def _switch(root: Location, group: MergeGroup) -> None:
     have added segments since the plan)."""
     topic_dir = root / group.topic
     names = [entry.name for entry in group.sources]
-    with _partition_locked(topic_dir, group.topic, group.partition) as held:
+    with partition_locked(topic_dir, group.topic, group.partition) as held:
         segments = PartitionReader(topic_dir, group.partition).segments
         at = next((i for i, s in enumerate(segments) if s.name == names[0]), None)
         if at is None or [s.name for s in segments[at : at + len(names)]] != names or at + len(names) >= len(segments):
@@ -316,7 +320,7 @@ def finish_intent(root: Location) -> bool:
     if storage.list_files(topic_dir) is None:  # the topic was deleted since: nothing left to finish
         storage.delete(path)
         return True
-    with _partition_locked(topic_dir, topic, partition):
+    with partition_locked(topic_dir, topic, partition):
         reader = PartitionReader(topic_dir, partition)
         named = {segment.name for segment in reader.segments}
         at = next((i for i, s in enumerate(reader.segments) if s.name == merged), None)

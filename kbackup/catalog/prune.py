@@ -131,7 +131,7 @@ def finish_intent(root: Location, *, progress: bool = False) -> bool:
     shown = Progress("prune", len(by_partition), "partitions", enabled=progress)
     for (topic, partition), names in by_partition.items():
         topic_dir = root / topic
-        with _partition_locked(topic_dir, topic, partition) as held:
+        with partition_locked(topic_dir, topic, partition) as held:
             reader = PartitionReader(topic_dir, partition)
             kept = [segment for segment in reader.segments if segment.name not in names]
             if len(kept) != len(reader.segments):
@@ -188,7 +188,7 @@ class _LockedPartition:
 
 
 @contextmanager
-def _partition_locked(topic_dir: Location, topic: str, partition: int) -> Iterator[_LockedPartition]:
+def partition_locked(topic_dir: Location, topic: str, partition: int) -> Iterator[_LockedPartition]:
     """Hold the partition writer's lock (local and shared file systems; object stores have none)."""
     path = partition_index_path(topic_dir, partition)
     held = _LockedPartition(path)
