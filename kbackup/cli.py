@@ -23,7 +23,7 @@ from kbackup.format.naming import INDEX_SUFFIX, parse_partition_index_file_name
 from kbackup.format.partition_index import decode_partition_index
 from kbackup.format.record import Record, TimestampType
 from kbackup.fsutil import restrict_new_files
-from kbackup.job_options import add_encryption_flags, encryption_key_sources
+from kbackup.job_options import add_encryption_flags, add_schema_registry_flags, encryption_key_sources
 from kbackup.partition.layout import STATE_DIR, list_partitions, list_segment_files, list_topics
 from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import MAX_PARTITION_INDEX_SIZE, PartitionReader
@@ -369,6 +369,49 @@ def cmd_checkpoint_describe(args: argparse.Namespace, out: TextIO) -> None:
     out.write(read_checkpoint(parse_location(args.dir), args.id).encode().decode())
 
 
+def cmd_schemas_list(args: argparse.Namespace, out: TextIO) -> None:
+    from kbackup.schema_registry.capture import read_registry_copy, registry_copy_path
+
+    root = parse_location(args.dir)
+    _topics(root, None)  # a path that is no backup is named as such
+    copy = read_registry_copy(root)
+    if copy is None:
+        out.write(f"{root}: no schema registry is backed up ({registry_copy_path(root)} is missing)\n")
+        return
+    if args.json:
+        out.write(copy.encode().decode())
+        return
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(copy.captured_at / 1000))
+    out.write(
+        f"registry {copy.registry}, last changed by the capture at {stamp}; compatibility "
+        f"{copy.compatibility or 'unknown'}, mode {copy.mode or 'unknown'}; {count(len(copy.schemas), 'schema')}\n"
+    )
+    for subject in copy.subjects.values():
+        if args.subject is not None and subject.name != args.subject:
+            continue
+        level = f" (compatibility {subject.compatibility})" if subject.compatibility else ""
+        versions = ", ".join(f"{v.version}: id {v.id}" + (" deleted" if v.deleted else "") for v in subject.versions)
+        out.write(f"{subject.name}{level}: {versions}\n")
+
+
+def cmd_schemas_capture(args: argparse.Namespace, out: TextIO) -> None:
+    from kbackup.job_options import schema_registry_address
+    from kbackup.schema_registry.capture import capture_into, registry_copy_path
+
+    root = parse_location(args.dir)
+    _topics(root, None)
+    address = schema_registry_address(args)
+    if address is None:
+        raise UsageError("say which registry: --schema-registry URL")
+    copy, changed = capture_into(root, address)
+    versions = sum(len(subject.versions) for subject in copy.subjects.values())
+    what = "written to" if changed else "unchanged in"
+    out.write(
+        f"{count(len(copy.subjects), 'subject')}, {count(versions, 'version')}, {count(len(copy.schemas), 'schema')} "
+        f"of {address.shown}: {what} {registry_copy_path(root)}\n"
+    )
+
+
 def cmd_prune(args: argparse.Namespace, out: TextIO) -> None:
     from kbackup.catalog.prune import plan_prune, prune, prune_lease
 
@@ -597,6 +640,17 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_argument("id", type=_non_negative, metavar="ID")
     describe.set_defaults(func=cmd_checkpoint_describe)
 
+    schemas = sub.add_parser("schemas", help="the backup's copy of its schema registry: list, capture")
+    schemas_sub = schemas.add_subparsers(dest="schemas_command", required=True, metavar="ACTION")
+    listed = schemas_sub.add_parser("list", help="subjects, versions and ids the backup holds")
+    listed.add_argument("dir", metavar="DIR", help="backup root")
+    listed.add_argument("--subject", help="only this subject")
+    listed.add_argument("--json", action="store_true", help="the whole copy as JSON (formats/schema-registry.md)")
+    listed.set_defaults(func=cmd_schemas_list)
+    capture = schemas_sub.add_parser("capture", help="capture a schema registry into the backup now")
+    capture.add_argument("dir", metavar="DIR", help="backup root")
+    add_schema_registry_flags(capture, purpose="to capture")
+    capture.set_defaults(func=cmd_schemas_capture)
     index = sub.add_parser("index", help="list or rebuild segment and partition indexes")
     index_sub = index.add_subparsers(dest="index_command", required=True, metavar="ACTION")
     show = index_sub.add_parser("show", parents=[legacy], help="list the entries of an index file")

@@ -33,6 +33,8 @@ The tree is shallow::
     ├── TargetChangedError       another restore wrote there after this one was planned
     ├── RestoreFencedError       a newer restore of the same partitions took over
     ├── RetentionError           the target would delete or reject restored records for their age
+    ├── SchemaRegistryError      a schema registry cannot be reached, refused, or contradicts the backup's copy
+    │   └── SchemaIdError        a record names a schema id the backup's copy of the registry does not hold
     └── ArtifactError            Java artifacts (Spark's Kafka connector, Kafka) cannot be resolved
 
 Test and demo scaffolding (:mod:`kbackup.devkit`) adds ``KafkaClusterError``
@@ -195,3 +197,19 @@ class RetentionError(KbackupError):
 
 class OriginError(KbackupError):
     """The target holds a backup of another Kafka cluster or of another incarnation of a topic."""
+
+
+class SchemaRegistryError(KbackupError):
+    """A schema registry could not be reached or refused a request, or its schemas contradict the backup's copy."""
+
+
+class SchemaIdError(SchemaRegistryError):
+    """A record's key or value names a schema id that the backup's copy of the registry does not hold.
+
+    ``schema_id`` is the id, ``field`` ``"key"`` or ``"value"``; the message names topic, partition and offset.
+    """
+
+    def __init__(self, message: str, *, schema_id: int, field: str) -> None:
+        self.schema_id = schema_id
+        self.field = field
+        super().__init__(message)

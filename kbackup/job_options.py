@@ -23,6 +23,7 @@ from kbackup.kafka.java_client_settings import JAVA_SOURCES, librdkafka_settings
 from kbackup.logsetup import LOG_FORMATS, ensure_console_logging, print_error
 from kbackup.metrics import MetricsPublisher, parse_listen_address
 from kbackup.properties import read_properties, read_properties_with_lines
+from kbackup.schema_registry.client import RegistryAddress
 
 S = TypeVar("S")
 
@@ -364,3 +365,30 @@ def encryption_key_source(args: argparse.Namespace) -> EncryptionKeySource | Non
     if len(found) > 1:
         raise UsageError("give --encryption-key-file or --encryption-key-env, not both")
     return found[0] if found else None
+
+
+def add_schema_registry_flags(group: argparse._ActionsContainer, *, purpose: str) -> None:
+    """``--schema-registry`` and its login flags (docs/schema-registry.md)."""
+    group.add_argument(
+        "--schema-registry",
+        metavar="URL",
+        help=f"a Confluent-compatible schema registry (Confluent, Karapace, ...) {purpose}",
+    )
+    group.add_argument(
+        "--schema-registry-user-info-env",
+        metavar="VAR",
+        help="environment variable holding the registry's USER:PASSWORD (basic authentication)",
+    )
+    group.add_argument("--schema-registry-ca-file", metavar="FILE",
+                       help="CA certificates (PEM) to check an https registry with")  # fmt: skip
+
+
+def schema_registry_address(args: argparse.Namespace) -> RegistryAddress | None:
+    """The registry the flags name (``None`` without ``--schema-registry``)."""
+    if args.schema_registry is None:
+        if args.schema_registry_user_info_env or args.schema_registry_ca_file:
+            raise UsageError("--schema-registry-user-info-env and --schema-registry-ca-file need --schema-registry")
+        return None
+    return RegistryAddress.parse(
+        args.schema_registry, user_info_env=args.schema_registry_user_info_env, ca_file=args.schema_registry_ca_file
+    )

@@ -23,6 +23,7 @@ LAYERS: list[set[str]] = [
     {"storage"},
     {"partition"},
     {"catalog"},
+    {"schema_registry"},
     {"kafka"},
     {"spark"},
     {"job_options"},

@@ -55,10 +55,11 @@ from kbackup.backup.group_offsets import (
 )
 from kbackup.backup.metrics import BackupMetrics, BatchWritten
 from kbackup.backup.origin import check_origin
+from kbackup.backup.schemas import RegistryWatch
 from kbackup.backup.settings import BackupSettings, parse_backup_args
 from kbackup.catalog import checkpoints
 from kbackup.catalog.ledger import CatalogLedger
-from kbackup.errors import ClusterError, KbackupError
+from kbackup.errors import ClusterError, KbackupError, SchemaRegistryError
 from kbackup.fsutil import restrict_new_files
 from kbackup.job_options import run_job
 from kbackup.kafka.admin_session import AdminSession
@@ -110,6 +111,7 @@ class BackupJob:
     _published_at: float = float("-inf")
     _stats_dir: Path | None = None
     _progress_seen: str = ""  # the timestamp of the last query progress the metrics took in
+    _registry: RegistryWatch | None = None
 
     def run(self) -> int:
         settings = self.settings
@@ -127,6 +129,10 @@ class BackupJob:
             check_writable_root(settings.checkpoint_location, what="Spark checkpoint location")
         session = AdminSession({**settings.client, "socket.timeout.ms": "10000"})
         self._preflight(session)
+        if settings.schema_registry is not None:
+            interval = settings.offsets_interval
+            self._registry = RegistryWatch(settings.target, settings.schema_registry, interval=interval)
+            self._registry.check()
         self._metrics = BackupMetrics(rate_window=settings.monitoring.metrics_interval)
         publisher = self._publisher = settings.monitoring.publisher("backup", {"target": str(settings.target)})
         publisher.start()  # a port in use is refused before anything is written
@@ -165,6 +171,8 @@ class BackupJob:
             log.info("%s prepared in the backup", count(created, "new partition"))
         self._record_topics(session)
         topics_recorded_at = time.monotonic()
+        if self._registry is not None:
+            self._registry.capture_now(when="at the start")
         first_round = session.call(lambda admin, timeout: take_round(admin, settings.selection, timeout=timeout))
         self._pending.append(first_round)
         self._metrics.observe_last_stable_offsets(first_round.ends, first_round.taken_at)
@@ -212,6 +220,8 @@ class BackupJob:
                 if watch is not None:
                     self._take_over(watch, query)
                 self._store_reached_rounds(query)
+                if self._registry is not None and not settings.snapshot:
+                    self._registry.poll()
                 self._publish()
             self._report_progress(query)
             failure = query.exception()
@@ -221,6 +231,8 @@ class BackupJob:
                 # A finished snapshot holds everything up to the end offsets it
                 # captured at its start, and every round was taken before that.
                 self._store_reached_rounds(query, finished_snapshot=True)
+                if self._registry is not None:
+                    self._capture_after_snapshot()
                 done = checkpoints.record_completed(
                     settings.target, first_round.groups, first_round.ends, int(first_round.taken_at * 1000)
                 )
@@ -235,6 +247,8 @@ class BackupJob:
                     watch.stop()
                     self._take_over(watch, query)
                 self._store_reached_rounds(query)
+                if self._registry is not None:
+                    self._capture_at_stop()
                 for waiting in self._checkpoints:
                     checkpoints.finish(
                         settings.target, waiting, failed_reason="the backup stopped before it reached the cut"
@@ -245,11 +259,32 @@ class BackupJob:
         finally:
             if watch is not None:
                 watch.stop()
+            if self._registry is not None:
+                self._registry.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return 0
 
     # -- steps ---------------------------------------------------------------
+
+    def _capture_after_snapshot(self) -> None:
+        """Every schema the snapshot's records name was registered before they were read: a capture now holds it."""
+        assert self._registry is not None
+        try:
+            self._registry.capture_now(when="at the end of the snapshot")
+        except KbackupError as exc:
+            raise SchemaRegistryError(
+                f"the snapshot's records are backed up, but the schema registry could not be captured after them, "
+                f"so schemas registered while it ran may be missing from the backup: {exc}; capture it with "
+                f"kbackup schemas capture {self.settings.target} --schema-registry URL"
+            ) from None
+
+    def _capture_at_stop(self) -> None:
+        assert self._registry is not None
+        try:
+            self._registry.capture_now(when="at the stop")
+        except KbackupError as exc:
+            log.warning("schema registry not captured at the stop (the last capture stays): %s", exc)
 
     def _preflight(self, session: AdminSession) -> None:
         settings = self.settings

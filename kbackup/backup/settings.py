@@ -30,18 +30,21 @@ from kbackup.job_options import (
     EncryptionKeySource,
     Monitoring,
     add_encryption_flags,
+    add_schema_registry_flags,
     client_settings,
     encryption_key_source,
     java_client_settings,
     job_parser,
     positive_float,
     positive_int,
+    schema_registry_address,
     spark_conf,
 )
 from kbackup.kafka.topics import TopicSelection
 from kbackup.partition.layout import STATE_DIR, state_dir
 from kbackup.partition.records_file import COMPRESSIONS
 from kbackup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE
+from kbackup.schema_registry.client import RegistryAddress
 from kbackup.storage import Location, as_local, parse_location
 
 #: Where the job keeps Spark's checkpoint and its own state inside the backup root.
@@ -74,6 +77,8 @@ class BackupSettings:
     #: ``--encryption-key-file`` / ``--encryption-key-env``: seal finished segments (None: not encrypted).
     encryption: EncryptionKeySource | None = None
     prune_groups: bool = False
+    #: ``--schema-registry``: the registry captured into the backup beside the records.
+    schema_registry: RegistryAddress | None = None
     debug: bool = False
     spark_conf: dict[str, str] = field(default_factory=dict)
     #: ``--umask``; None: the inherited one plus :data:`kbackup.fsutil.DEFAULT_UMASK`.
@@ -143,6 +148,12 @@ def build_parser(prog: str = "spark-submit jobs/backup.py") -> argparse.Argument
         action="store_true",
         help="drop groups that no longer exist on the cluster from the stored consumer offsets",
     )
+    registry = parser.add_argument_group("schema registry (docs/schema-registry.md)")
+    add_schema_registry_flags(
+        registry,
+        purpose="to back up beside the topics: subjects, versions, ids, compatibility levels (at the start, with "
+        "every offset round, at the end of a snapshot)",
+    )
     return parser
 
 
@@ -189,6 +200,7 @@ def parse_backup_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/bac
         compression=args.compression,
         encryption=encryption_key_source(args),
         prune_groups=args.prune_groups,
+        schema_registry=schema_registry_address(args),
         debug=args.debug,
         spark_conf=spark_conf(args.spark_conf),
         umask=args.umask,

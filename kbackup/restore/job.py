@@ -46,6 +46,7 @@ from kbackup.restore.marker import (
 )
 from kbackup.restore.metrics import RestoreMetrics
 from kbackup.restore.plan import PartitionPlan, RestorePlan, build_plan, refuse_damage
+from kbackup.restore.schemas import register_schemas
 from kbackup.restore.selection import count_selected
 from kbackup.restore.settings import RestoreSettings, parse_restore_args
 from kbackup.restore.task import PartitionResult, PartitionTask, restore_partition
@@ -82,13 +83,16 @@ def run(settings: RestoreSettings) -> int:
         partition_counts(admin, timeout=15)
     except ClusterError as exc:
         raise ClusterError(f"cannot reach Kafka at {settings.client['bootstrap.servers']}: {exc}") from None
+    registry_lines: list[str] = []
+    if settings.schema_registry is not None:
+        settings, registry_lines = register_schemas(settings)
     plan = build_plan(settings, admin)
     for topic_plan in plan.topics:
         log.info("%s", topic_plan.describe_origin())
     if plan.groups_round is not None:
         log.info("consumer group offsets are taken from the offset round at %d (epoch ms)", plan.groups_round)
     if settings.dry_run:
-        for line in describe(plan, settings):
+        for line in describe(plan, settings) + registry_lines:
             print(line)
         refuse_damage(plan, settings)  # the real run would refuse: so does the dry run, after the report
         return 0
@@ -307,6 +311,7 @@ def _task(part: PartitionPlan, settings: RestoreSettings, umask: int) -> Partiti
         umask=umask,
         repartition=part.repartition,
         key_sources=settings.key_sources,
+        id_rewrite=settings.id_rewrite(part.source_topic),
     )
 
 

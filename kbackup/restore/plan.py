@@ -25,6 +25,7 @@ produced.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -258,7 +259,7 @@ def _spread(
         tuple(Source(part.source_partition, _pinned(readers[part.source_partition], part.window)) for part in sources),
         groups,
     )
-    counts, _ = count_routed(repartition, readers)
+    counts, _ = count_routed(repartition, readers, produced=_produced_form(settings, topic))
     location = str(settings.source.resolve()) if isinstance(settings.source, Path) else str(settings.source)
     return [
         PartitionPlan(
@@ -486,7 +487,12 @@ def _count_resumed(settings: RestoreSettings, parts: list[PartitionPlan]) -> Non
         source = settings.source / topic_parts[0].source_topic
         readers = {s.partition: PartitionReader(source, s.partition, legacy=settings.legacy)
                    for s in repartition.sources}  # fmt: skip
-        _, below = count_routed(repartition, readers, below={p.target_partition: p.resume_from for p in topic_parts})
+        _, below = count_routed(
+            repartition,
+            readers,
+            below={p.target_partition: p.resume_from for p in topic_parts},
+            produced=_produced_form(settings, topic_parts[0].source_topic),
+        )
         for part in topic_parts:
             part.skip = below[part.target_partition]
             part.status = "already restored" if part.skip == part.selected else "resume"
@@ -530,12 +536,13 @@ def _committed_prefix(
     from kbackup.kafka.cluster import read_committed_records
 
     records = read_committed_records(settings.client, part.target_topic, part.target_partition, part.target_start)
+    produced = _produced_form(settings, part.source_topic) or (lambda record, _: record)
     try:
         first = next(records, None)
         if first is None:
             return 0, 0, 0
         expected = nth_selected(reader, part.window, 0)
-        if expected is None or not same_record(expected, first[1]):
+        if expected is None or not same_record(produced(expected, part.source_partition), first[1]):
             return None
         count, last = 1, first
         for found in records:
@@ -545,9 +552,17 @@ def _committed_prefix(
     finally:
         records.close()
     expected = nth_selected(reader, part.window, count - 1)
-    if expected is None or not same_record(expected, last[1]):
+    if expected is None or not same_record(produced(expected, part.source_partition), last[1]):
         return None
     return count, first[0], last[0]
+
+
+def _produced_form(settings: RestoreSettings, topic: str) -> Callable[[Record, int], Record] | None:
+    """How a stored record of ``topic`` (and partition) is produced, when that is not as stored (schema ids)."""
+    rewrite = settings.id_rewrite(topic)
+    if rewrite is None:
+        return None
+    return lambda record, partition: rewrite.record(record, topic=topic, partition=partition)
 
 
 def same_record(stored: Record, produced: Record) -> bool:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from kbackup.format.record import Record
@@ -149,28 +149,39 @@ def _order(item: tuple[int, int, Record]) -> tuple[int, int]:
 
 
 def routed_records(
-    repartition: Repartition, readers: dict[int, PartitionReader], target: int
+    repartition: Repartition,
+    readers: dict[int, PartitionReader],
+    target: int,
+    produced: Callable[[Record, int], Record] | None = None,
 ) -> Iterator[tuple[int, int, Record]]:
-    """``(position, backed-up partition, record)`` of the records target partition ``target`` receives."""
+    """``(position, backed-up partition, record)`` of the records target partition ``target`` receives.
+
+    ``produced``: a record (of a backed-up partition) as it will be produced, when that differs from the stored
+    one (schema ids of the target registry): murmur2 hashes the key the target's consumers will see.
+    """
     router = Router(repartition.mode, repartition.partitions)
     streams = [(s.partition, selected_records(readers[s.partition], s.window)) for s in repartition.sources]
     for position, (partition, record) in enumerate(merged_records(streams)):
-        if router.route(record) == target:
+        if router.route(record if produced is None else produced(record, partition)) == target:
             yield position, partition, record
 
 
 def count_routed(
-    repartition: Repartition, readers: dict[int, PartitionReader], *, below: dict[int, int] | None = None
+    repartition: Repartition,
+    readers: dict[int, PartitionReader],
+    *,
+    below: dict[int, int] | None = None,
+    produced: Callable[[Record, int], Record] | None = None,
 ) -> tuple[list[int], list[int]]:
     """Records each target partition receives, and how many of them lie below a position (``below``: per target
-    partition), in one pass over the topic."""
+    partition), in one pass over the topic (``produced`` as in :func:`routed_records`)."""
     router = Router(repartition.mode, repartition.partitions)
     counts = [0] * repartition.partitions
     under = [0] * repartition.partitions
     limits = below or {}
     streams = [(s.partition, selected_records(readers[s.partition], s.window)) for s in repartition.sources]
-    for position, (_, record) in enumerate(merged_records(streams)):
-        target = router.route(record)
+    for position, (partition, record) in enumerate(merged_records(streams)):
+        target = router.route(record if produced is None else produced(record, partition))
         counts[target] += 1
         if position < limits.get(target, 0):
             under[target] += 1

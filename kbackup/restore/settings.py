@@ -26,11 +26,13 @@ from kbackup.job_options import (
     ConnectorProperties,
     Monitoring,
     add_encryption_flags,
+    add_schema_registry_flags,
     byte_count,
     client_settings,
     encryption_key_sources,
     job_parser,
     positive_int,
+    schema_registry_address,
     spark_conf,
 )
 from kbackup.kafka.topics import TopicSelection
@@ -38,9 +40,14 @@ from kbackup.partition.layout import state_dir
 from kbackup.restore.repartition import KEEP, MODES
 from kbackup.restore.selection import Window
 from kbackup.restore.throttle import Throttle
+from kbackup.schema_registry.client import RegistryAddress
+from kbackup.schema_registry.wire import IdRewrite
 from kbackup.storage import Location, parse_location
 
 DEFAULT_BATCH_SIZE = 1 << 20
+
+#: ``--schema-ids``: which fields of restored records hold schema ids to rewrite (docs/schema-registry.md).
+SCHEMA_ID_FIELDS = ("auto", "values", "keys-and-values", "none")
 
 _PROPERTY_KEYS = {"source.dir", "topics", "batch.size"}
 _OFFSET_WINDOW = re.compile(r"^(?P<topic>[^:=]+)(?::(?P<partition>\d+))?=(?P<low>\d*)\.\.(?P<high>\d*)$")
@@ -85,7 +92,18 @@ class RestoreSettings:
     umask: int | None = None
     #: ``--metrics-*`` and ``--log-format``.
     monitoring: Monitoring = field(default_factory=Monitoring)
+    #: ``--schema-registry``: the target registry the backup's schemas are registered in.
+    schema_registry: RegistryAddress | None = None
+    schema_ids: str = "auto"
+    #: Per backed-up topic, the schema ids its records' keys and values get (filled once the schemas are
+    #: registered, :mod:`kbackup.restore.schemas`).
+    id_rewrites: dict[str, IdRewrite] = field(default_factory=dict)
     debug: bool = False
+
+    def id_rewrite(self, source_topic: str) -> IdRewrite | None:
+        """What the restore does to the schema ids of ``source_topic``'s records (``None``: nothing)."""
+        found = self.id_rewrites.get(source_topic)
+        return found if found is not None and (found.key or found.value) else None
 
     def target_topic(self, source_topic: str) -> str:
         return self.topic_map.get(source_topic, source_topic)
@@ -215,6 +233,17 @@ def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.Argumen
         metavar="KEY",
         help="do not copy this backed-up configuration key to created topics (repeatable)",
     )
+    registry = parser.add_argument_group("schema registry (docs/schema-registry.md)")
+    add_schema_registry_flags(
+        registry, purpose="to register the backup's schemas in, rewriting records' schema ids to the ids they get there"
+    )
+    registry.add_argument(
+        "--schema-ids",
+        choices=SCHEMA_ID_FIELDS,
+        default="auto",
+        help="which record fields hold schema ids to rewrite: auto (default) the keys and values of topics with a "
+        "TOPIC-key / TOPIC-value subject, values or keys-and-values of every topic, none (register only)",
+    )
     own.add_argument(
         "--state-dir",
         type=Path,
@@ -301,8 +330,12 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
         key_sources=tuple(source.where() for source in sources),
         umask=args.umask,
         monitoring=Monitoring.from_args(args),
+        schema_registry=schema_registry_address(args),
+        schema_ids=args.schema_ids,
         debug=args.debug,
     )
+    if settings.schema_registry is None and args.schema_ids != "auto":
+        raise UsageError("--schema-ids needs --schema-registry")
     if selection is not None and selection.topics is not None:
         settings.check_target_names(selection.topics)  # the rest is checked once the backup's topics are listed
     return settings

@@ -64,6 +64,7 @@ from kbackup.restore.repartition import Repartition, routed_records
 from kbackup.restore.selection import Window, selected_records
 from kbackup.restore.staging import Staged, staged_topic_dir
 from kbackup.restore.throttle import Pace, Throttle
+from kbackup.schema_registry.wire import IdRewrite
 from kbackup.spark.stack_dumps import stacks_if_slow
 from kbackup.storage import parse_location
 
@@ -104,6 +105,8 @@ class PartitionTask:
     repartition: Repartition | None = None
     #: Where this task reads the key-encryption keys of encrypted segments: (file path, variable name) pairs.
     key_sources: tuple[tuple[str | None, str | None], ...] = ()
+    #: The schema ids the records' keys and values get in the target registry (``--schema-registry``).
+    id_rewrite: IdRewrite | None = None
 
     def sources(self) -> list[tuple[int, Window]]:
         """The backed-up partitions this task reads, with their selections."""
@@ -130,7 +133,13 @@ class PartitionTask:
             for record in selected_records(readers[self.source_partition], self.window):
                 yield record.offset, self.source_partition, record
         else:
-            yield from routed_records(self.repartition, readers, self.target_partition)
+            yield from routed_records(self.repartition, readers, self.target_partition, self.rewritten)
+
+    def rewritten(self, record: Record, partition: int) -> Record:
+        """``record`` of backed-up ``partition`` as it is produced: with the target registry's schema ids."""
+        if self.id_rewrite is None:
+            return record
+        return self.id_rewrite.record(record, topic=self.source_topic, partition=partition)
 
 
 @dataclass
@@ -416,9 +425,11 @@ class _Run:
         produce = self.producer.produce
         topic, partition = task.target_topic, task.target_partition
         waiting = task.group_positions()
+        rewrite = task.rewritten if task.id_rewrite is not None else None
         placed: set[str] = set()
-        # group -> index of its record among the selected, and the record, when an earlier run produced it
-        earlier: dict[str, tuple[int, Record]] = {}
+        # group -> index of its record among the selected, the record and its partition, when an earlier run
+        # produced it
+        earlier: dict[str, tuple[int, Record, int]] = {}
         this_run: dict[str, int] = {}  # group -> delivery index of its record in this run
         # Repartitioned: what each placed group had read on the source, to count the records it will read again.
         read_by = dict(task.repartition.groups) if task.repartition else {}
@@ -441,7 +452,7 @@ class _Run:
                     continue
                 placed.add(group)
                 if position < self.resume_from:
-                    earlier[group] = (index, record)
+                    earlier[group] = (index, record, source)
                 else:
                     this_run[group] = result.produced
                     self.deliveries.wanted.add(result.produced)
@@ -455,6 +466,8 @@ class _Run:
                 if self.first is None:
                     self.deliveries.wanted.add(result.produced)
                     first_index = result.produced
+            if rewrite is not None:
+                record = rewrite(record, source)
             timestamp = record.timestamp if record.timestamp is not None and record.timestamp > 0 else 0
             headers = list(record.headers) if record.headers else None
             while True:
@@ -482,8 +495,8 @@ class _Run:
                 self._commit(position + 1)
         result.selected = index
         offsets = {group: self.deliveries.found[at] for group, at in this_run.items()}
-        for group, (nth, expected) in earlier.items():
-            offsets[group] = self._earlier_offset(nth, expected)
+        for group, (nth, expected, source) in earlier.items():
+            offsets[group] = self._earlier_offset(nth, task.rewritten(expected, source))
         for group in task.groups:
             if group not in placed:
                 offsets[group] = self.next  # after the last restored record

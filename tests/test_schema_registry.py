@@ -1,0 +1,310 @@
+"""Schema registry support: the records' wire format, the backup's copy of a registry, the import order, and the
+one-line errors of an unreachable registry or a backup without a copy.
+
+No schema registry server can be installed on the development machine from the registries it reaches (Karapace
+is not on PyPI, Confluent's is not on Maven Central, Apicurio's modules are not all there): the HTTP parts were
+checked by hand against Karapace 3.16 (docs/schema-registry.md says how), and here only against a closed port.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kbackup.errors import FormatError, KbackupError, SchemaIdError, SchemaRegistryError, UsageError
+from kbackup.format.record import Record
+from kbackup.schema_registry.client import RegistryAddress, RegistryClient
+from kbackup.schema_registry.registry_copy import (
+    RegistryCopy,
+    Schema,
+    SchemaReference,
+    Subject,
+    SubjectVersion,
+)
+from kbackup.schema_registry.registry_import import RegistryImportState, import_order, target_subjects
+from kbackup.schema_registry.wire import IdRewrite, schema_id, with_schema_id
+from tests.kafka_helpers import kbackup_in_process
+
+
+def framed(schema: int, payload: bytes = b"payload") -> bytes:
+    return b"\x00" + struct.pack(">I", schema) + payload
+
+
+# -- the wire format ----------------------------------------------------------------------------------------------
+
+
+def test_schema_id_reads_only_the_wire_format() -> None:
+    assert schema_id(framed(7)) == 7
+    assert schema_id(framed(2**32 - 1, b"")) == 2**32 - 1
+    assert schema_id(None) is None
+    assert schema_id(b"\x00\x00\x00\x07") is None  # four bytes: no room for an id
+    assert schema_id(b"\x01" + struct.pack(">I", 7)) is None  # another magic byte
+    assert schema_id(b'{"json": 1}') is None
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1), st.binary(max_size=64))
+def test_with_schema_id_changes_only_the_id(old: int, new: int, payload: bytes) -> None:
+    moved = with_schema_id(framed(old, payload), new)
+    assert schema_id(moved) == new
+    assert moved[5:] == payload and len(moved) == 5 + len(payload)
+
+
+def test_a_rewrite_moves_ids_in_the_fields_it_is_told_and_nothing_else() -> None:
+    record = Record(42, 0, 1_700_000_000_000, framed(1, b"k"), framed(2, b"v"), (("h", framed(2)),))
+    values_only = IdRewrite({1: 11, 2: 12}, value=True)
+    moved = values_only.record(record, topic="orders", partition=3)
+    assert moved.value == framed(12, b"v")
+    assert moved.key == record.key  # keys are not in the wire format for this topic
+    assert moved.headers == record.headers and moved.offset == 42 and moved.timestamp == record.timestamp
+    both = IdRewrite({1: 11, 2: 12}, key=True, value=True).record(record, topic="orders", partition=3)
+    assert (both.key, both.value) == (framed(11, b"k"), framed(12, b"v"))
+
+
+def test_a_rewrite_leaves_null_short_and_foreign_bytes_alone_and_returns_the_same_record_when_nothing_moves() -> None:
+    rewrite = IdRewrite({5: 5, 6: 60}, key=True, value=True)
+    for key, value in [(None, None), (b"\x00\x01", b"plain text"), (b"\x02" + bytes(4), framed(5))]:
+        record = Record(0, 0, 0, key, value)
+        assert rewrite.record(record, topic="t", partition=0) is record
+    assert IdRewrite({6: 60}).record(Record(0, 0, 0, framed(6), framed(6)), topic="t", partition=0).value == framed(6)
+
+
+def test_an_id_the_backup_does_not_hold_stops_the_restore_naming_the_record() -> None:
+    rewrite = IdRewrite({1: 10}, value=True)
+    with pytest.raises(SchemaIdError) as caught:
+        rewrite.record(Record(77, 0, 0, None, framed(9)), topic="orders", partition=2)
+    message = str(caught.value)
+    assert "topic 'orders' partition 2 offset 77" in message and "schema id 9" in message and "value" in message
+    assert caught.value.schema_id == 9 and caught.value.field == "value"
+
+
+# -- the backup's copy of a registry ---------------------------------------------------------------------------------
+
+
+def _copy(**subjects: list[tuple[int, int, bool]]) -> RegistryCopy:
+    """A copy whose subjects hold (version, id, deleted) triples; schema ``i`` is ``"s<i>"``."""
+    ids = {i for versions in subjects.values() for _, i, _ in versions}
+    return RegistryCopy(
+        "http://registry:8081",
+        1_000,
+        "BACKWARD",
+        "READWRITE",
+        {i: Schema(i, f'"s{i}"') for i in ids},
+        {
+            name.replace("_", "-"): Subject(name.replace("_", "-"), tuple(SubjectVersion(*v) for v in versions))
+            for name, versions in subjects.items()
+        },
+    )
+
+
+def test_a_copy_encodes_and_decodes_to_itself() -> None:
+    referencing = Schema(9, "syntax = 'proto3';", "PROTOBUF", (SchemaReference("c.proto", "customer", 1),))
+    copy = RegistryCopy(
+        "https://registry.example:8081/sr",
+        1_700_000_000_123,
+        "FULL",
+        None,
+        {1: Schema(1, '{"type": "string"}'), 2: Schema(2, '{"type": "object"}', "JSON"), 9: referencing},
+        {
+            "customer": Subject("customer", (SubjectVersion(1, 1),), "NONE"),
+            "orders-value": Subject("orders-value", (SubjectVersion(1, 2, True), SubjectVersion(2, 9))),
+        },
+    )
+    encoded = copy.encode()
+    assert RegistryCopy.decode(encoded, file="f") == copy
+    assert RegistryCopy.decode(encoded, file="f").encode() == encoded  # the same state gives the same bytes
+    document = json.loads(encoded)
+    assert document["subjects"][1]["versions"][0] == {"version": 1, "id": 2, "deleted": True}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.update(version=2), "unsupported schema registry copy version"),
+        (lambda d: d["subjects"][0]["versions"].append({"version": 1, "id": 1}), "not listed once each"),
+        (lambda d: d["subjects"][0]["versions"][0].update(id=99), "names schema id 99, which is not listed"),
+        (lambda d: d["schemas"][0].update(schemaType="XML"), "unknown schemaType 'XML'"),
+        (lambda d: d["schemas"][0].update(id=-1), "whole number >= 0"),
+        (lambda d: d["schemas"].append(dict(d["schemas"][0])), "schema id 1 is listed twice"),
+        (
+            lambda d: d["schemas"][0].update(references=[{"name": "x", "subject": "gone", "version": 1}]),
+            "references subject 'gone' version 1, which is not listed",
+        ),
+        (lambda d: d.pop("schemas"), "not a valid schema registry copy"),
+    ],
+)
+def test_a_damaged_copy_is_one_error_naming_the_file(change: object, message: str) -> None:
+    document = json.loads(_copy(a=[(1, 1, False)]).encode())
+    change(document)  # type: ignore[operator]
+    with pytest.raises(FormatError) as caught:
+        RegistryCopy.decode(json.dumps(document).encode(), file="/backup/kbackup~state/schema-registry.json")
+    assert message in str(caught.value)
+    assert str(caught.value).startswith("/backup/kbackup~state/schema-registry.json")
+
+
+def test_a_copy_that_is_not_json_is_one_error() -> None:
+    with pytest.raises(FormatError, match=r"copy\.json: not a valid schema registry copy"):
+        RegistryCopy.decode(b"\x00garbage", file="copy.json")
+
+
+def test_captures_only_add_what_the_registry_deleted_stays_marked_deleted() -> None:
+    earlier = _copy(orders_value=[(1, 1, False), (2, 2, False)], gone=[(1, 3, False)])
+    later = _copy(orders_value=[(1, 1, False), (3, 4, False)], fresh=[(1, 5, False)])
+    merged = earlier.merged(later)
+    versions = {name: [(v.version, v.id, v.deleted) for v in s.versions] for name, s in merged.subjects.items()}
+    assert versions == {
+        "orders-value": [(1, 1, False), (2, 2, True), (3, 4, False)],
+        "gone": [(1, 3, True)],
+        "fresh": [(1, 5, False)],
+    }
+    assert sorted(merged.schemas) == [1, 2, 3, 4, 5]
+    assert merged.captured_at == later.captured_at
+    assert RegistryCopy.decode(merged.encode(), file="f") == merged
+    assert merged.merged(later).content() == merged.content()  # capturing the same registry again changes nothing
+
+
+def test_a_capture_of_another_registry_is_refused() -> None:
+    earlier = _copy(a=[(1, 1, False)])
+    other_schema = RegistryCopy("http://other", 2_000, schemas={1: Schema(1, '"int"')}, subjects={})
+    with pytest.raises(SchemaRegistryError, match="schema id 1 is another schema"):
+        earlier.merged(other_schema)
+    moved_version = _copy(a=[(1, 2, False)])
+    with pytest.raises(SchemaRegistryError, match="subject 'a' version 1 is schema id 2"):
+        earlier.merged(moved_version)
+
+
+# -- registering a copy in another registry --------------------------------------------------------------------------
+
+
+def test_the_import_order_keeps_each_subjects_versions_in_order_and_references_first() -> None:
+    copy = RegistryCopy(
+        "r",
+        0,
+        schemas={
+            1: Schema(1, "a1"),
+            2: Schema(2, "b1", references=(SchemaReference("c", "common", 1),)),
+            3: Schema(3, "c1"),  # registered after the schema that references it: the source was an import
+            4: Schema(4, "a2", references=(SchemaReference("b", "b", 1),)),
+        },
+        subjects={
+            "a": Subject("a", (SubjectVersion(1, 1), SubjectVersion(2, 4))),
+            "b": Subject("b", (SubjectVersion(1, 2),)),
+            "common": Subject("common", (SubjectVersion(1, 3),)),
+        },
+    )
+    order = [(subject, version.version) for subject, version in import_order(copy)]
+    assert sorted(order) == [("a", 1), ("a", 2), ("b", 1), ("common", 1)]
+    assert order.index(("common", 1)) < order.index(("b", 1)) < order.index(("a", 2))
+    assert order.index(("a", 1)) < order.index(("a", 2))
+    assert order[0] == ("a", 1)  # among those free to go, the smallest id first
+
+
+def test_a_reference_cycle_is_refused() -> None:
+    copy = RegistryCopy(
+        "r",
+        0,
+        schemas={
+            1: Schema(1, "x", references=(SchemaReference("y", "y", 1),)),
+            2: Schema(2, "y", references=(SchemaReference("x", "x", 1),)),
+        },
+        subjects={"x": Subject("x", (SubjectVersion(1, 1),)), "y": Subject("y", (SubjectVersion(1, 2),))},
+    )
+    with pytest.raises(SchemaRegistryError, match="cycle"):
+        import_order(copy)
+
+
+def test_an_import_remembers_target_ids_and_refuses_a_registry_that_changed_them(tmp_path: Path) -> None:
+    path = tmp_path / "schemas-1234.json"
+    state = RegistryImportState(path)
+    state.ids.update({1: 10, 2: 20})
+    state.levels["orders-value"] = None
+    state.deletions.add(("orders-value", 2))
+    state.save()
+    again = RegistryImportState(path)
+    assert (again.ids, again.levels, again.deletions) == ({1: 10, 2: 20}, {"orders-value": None}, {("orders-value", 2)})
+    again.check_ids({1: 10, 2: 20, 3: 31}, "http://registry")  # more schemas since: fine
+    with pytest.raises(SchemaRegistryError) as caught:
+        again.check_ids({1: 10, 2: 21}, "http://registry")
+    assert "gives the backup's schema id 2 the id 21" in str(caught.value) and "naming 20" in str(caught.value)
+    assert str(path) in str(caught.value)
+    path.write_text("{")
+    with pytest.raises(KbackupError, match="unreadable restore state"):
+        RegistryImportState(path)
+
+
+def test_subjects_of_renamed_topics_follow_them() -> None:
+    copy = _copy(orders_value=[(1, 1, False)], orders_key=[(1, 2, False)], orders=[(1, 3, False)],
+                 com_example_Order=[(1, 4, False)])  # fmt: skip
+    assert target_subjects(copy, {"orders": "orders-restored"}) == {
+        "orders-value": "orders-restored-value",
+        "orders-key": "orders-restored-key",
+        "orders": "orders",  # not a TopicNameStrategy subject
+        "com-example-Order": "com-example-Order",
+    }
+    with pytest.raises(SchemaRegistryError, match="both be registered as 'b-value'"):
+        target_subjects(_copy(a_value=[(1, 1, False)], b_value=[(1, 2, False)]), {"a": "b"})
+
+
+# -- addresses and errors --------------------------------------------------------------------------------------------
+
+
+def test_credentials_never_show(monkeypatch: pytest.MonkeyPatch) -> None:
+    address = RegistryAddress.parse("https://alice:s%3Acret@registry.example:8081/sr/")
+    assert address.shown == "https://registry.example:8081/sr"
+    assert "s:cret" not in repr(address) and "s%3Acret" not in repr(address)
+    monkeypatch.setenv("SR_LOGIN", "bob:pw")
+    assert RegistryAddress.parse("http://registry", user_info_env="SR_LOGIN").shown == "http://registry"
+    for url, message in [
+        ("registry:8081", r"expected http\(s\)://host"),
+        ("ftp://registry", r"expected http\(s\)://host"),
+        ("http://registry:port", "the port is not a number"),
+    ]:
+        with pytest.raises(UsageError, match=message):
+            RegistryAddress.parse(url)
+    with pytest.raises(UsageError, match=r"\$SR_NOT_SET is not set to USER:PASSWORD"):
+        RegistryAddress.parse("http://registry", user_info_env="SR_NOT_SET")
+    with pytest.raises(UsageError, match="not both"):
+        RegistryAddress.parse("http://a:b@registry", user_info_env="SR_LOGIN")
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_an_unreachable_registry_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("kbackup.schema_registry.client.time.sleep", lambda seconds: None)
+    port = _closed_port()
+    with pytest.raises(SchemaRegistryError) as caught:
+        RegistryClient(RegistryAddress.parse(f"http://user:pw@127.0.0.1:{port}")).get("/subjects")
+    assert str(caught.value).startswith(f"schema registry http://127.0.0.1:{port}: GET /subjects: cannot reach")
+    assert "pw" not in str(caught.value)
+
+
+def test_the_cli_lists_and_captures_with_one_line_errors(tmp_path: Path) -> None:
+    root = tmp_path / "backup"
+    (root / "kbackup~state").mkdir(parents=True)
+    empty = kbackup_in_process("schemas", "list", root)
+    assert empty.returncode == 0 and "no schema registry is backed up" in empty.stdout
+    copy = _copy(orders_value=[(1, 1, False), (2, 2, True)])
+    (root / "kbackup~state" / "schema-registry.json").write_bytes(copy.encode())
+    listed = kbackup_in_process("schemas", "list", root)
+    assert "orders-value: 1: id 1, 2: id 2 deleted" in listed.stdout
+    as_json = kbackup_in_process("schemas", "list", root, "--json")
+    assert RegistryCopy.decode(as_json.stdout.encode(), file="stdout") == copy
+    port = _closed_port()
+    failed = kbackup_in_process("schemas", "capture", root, "--schema-registry", f"http://127.0.0.1:{port}")
+    assert failed.returncode == 1
+    assert failed.stderr.count("\n") == 1 and "cannot reach the registry" in failed.stderr
+    (tmp_path / "empty").mkdir()
+    not_a_backup = kbackup_in_process("schemas", "list", tmp_path / "empty")
+    assert not_a_backup.returncode == 1 and "not a kbackup backup" in not_a_backup.stderr
+    (root / "kbackup~state" / "schema-registry.json").write_bytes(b'{"version": 1}')
+    damaged = kbackup_in_process("schemas", "list", root)
+    assert damaged.returncode == 1 and "schema-registry.json: not a valid schema registry copy" in damaged.stderr
