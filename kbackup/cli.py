@@ -285,8 +285,30 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> None:
         for note in report.notes:
             out.write(f"  note: {note}\n")
         damaged += not report.ok
+    registry_damage = _verify_registry_copy(root, out)
     if damaged:
         raise KbackupError(f"{damaged} of {count(len(reports), 'partition')} failed verification")
+    if registry_damage:
+        raise KbackupError(f"the backup's copy of its schema registry failed verification: {registry_damage}")
+
+
+def _verify_registry_copy(root: Location, out: TextIO) -> str | None:
+    """The schema registry copy's line of ``verify`` (nothing when the backup has none); the damage found, if any."""
+    from kbackup.errors import FormatError
+    from kbackup.schema_registry.capture import read_registry_copy
+
+    try:
+        copy = read_registry_copy(root)
+    except FormatError as exc:
+        out.write(f"schema registry copy: DAMAGED\n  error: {exc}\n")
+        return str(exc)
+    if copy is not None:
+        versions = sum(len(subject.versions) for subject in copy.subjects.values())
+        out.write(
+            f"schema registry copy: ok ({count(len(copy.subjects), 'subject')}, {count(versions, 'version')}, "
+            f"{count(len(copy.schemas), 'schema')} of {copy.registry})\n"
+        )
+    return None
 
 
 def cmd_describe(args: argparse.Namespace, out: TextIO) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ from kbackup.schema_registry.registry_copy import (
     Subject,
     SubjectVersion,
 )
-from kbackup.schema_registry.registry_import import RegistryImportState, import_order, target_subjects
+from kbackup.schema_registry.registry_import import RegistryImportState, import_order, import_registry, target_subjects
 from kbackup.schema_registry.wire import IdRewrite, schema_id, with_schema_id
 from tests.kafka_helpers import kbackup_in_process
 
@@ -81,6 +82,36 @@ def test_an_id_the_backup_does_not_hold_stops_the_restore_naming_the_record() ->
     message = str(caught.value)
     assert "topic 'orders' partition 2 offset 77" in message and "schema id 9" in message and "value" in message
     assert caught.value.schema_id == 9 and caught.value.field == "value"
+
+
+def test_fields_that_are_not_rewritten_are_checked_and_a_dry_run_passes_ids_it_cannot_map_yet() -> None:
+    auto_without_subject = IdRewrite({1: 10, 2: 2}, check_key=True, check_value=True)
+    unchanged = Record(5, 0, 0, framed(2), framed(99))  # id 2 is 2 in the target; 99 is no schema of the backup
+    assert auto_without_subject.record(unchanged, topic="raw", partition=0) is unchanged
+    with pytest.raises(SchemaIdError) as caught:
+        auto_without_subject.record(Record(6, 0, 0, None, framed(1)), topic="raw", partition=1)
+    assert "offset 6: the value looks like the wire format of schema id 1, which is 10" in str(caught.value)
+    assert "--schema-ids raw=values" in str(caught.value) and "--schema-ids raw=none" in str(caught.value)
+    dry = IdRewrite({1: 10}, value=True, lenient=True)
+    assert dry.record(Record(7, 0, 0, None, framed(3)), topic="t", partition=0).value == framed(3)
+
+
+def test_schema_ids_are_given_for_every_topic_or_one() -> None:
+    from kbackup.restore.settings import parse_restore_args
+
+    base = ["--bootstrap-server", "kafka:9092", "--source-dir", "/backups", "--schema-registry", "http://sr:8081"]
+    settings = parse_restore_args([*base, "--schema-ids", "values", "--schema-ids", "raw=none"])
+    assert settings.schema_id_fields("orders") == "values" and settings.schema_id_fields("raw") == "none"
+    assert parse_restore_args(base).schema_id_fields("orders") == "auto"
+    for wrong, message in [
+        (["--schema-ids", "all"], "--schema-ids takes"),
+        (["--schema-ids", "=values"], "--schema-ids takes"),
+        (["--schema-ids", "a=none", "--schema-ids", "a=values"], "gives 'a' twice"),
+    ]:
+        with pytest.raises(UsageError, match=message):
+            parse_restore_args([*base, *wrong])
+    with pytest.raises(UsageError, match="--schema-ids needs --schema-registry"):
+        parse_restore_args([*base[:4], "--schema-ids", "values"])
 
 
 # -- the backup's copy of a registry ---------------------------------------------------------------------------------
@@ -260,12 +291,18 @@ def test_credentials_never_show(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SR_LOGIN", "bob:pw")
     assert RegistryAddress.parse("http://registry", user_info_env="SR_LOGIN").shown == "http://registry"
     for url, message in [
-        ("registry:8081", r"expected http\(s\)://host"),
-        ("ftp://registry", r"expected http\(s\)://host"),
+        ("registry:8081", r"expected http\(s\)://\[USER:PASSWORD@\]host"),
+        ("ftp://registry", r"expected http\(s\)://\[USER:PASSWORD@\]host"),
         ("http://registry:port", "the port is not a number"),
+        ("http://u:s3cr#t@registry:port", "the port is not a number"),  # an unencoded # in the password
+        ("http://registry:8081?x=1", "expected"),
     ]:
-        with pytest.raises(UsageError, match=message):
+        with pytest.raises(UsageError, match=message) as caught:
             RegistryAddress.parse(url)
+        assert "s3cr" not in str(caught.value)
+    # A password holding "/" or "@" unencoded: the credentials end at the last @.
+    odd = RegistryAddress.parse("https://admin:12/34@x@registry:8081")
+    assert odd.shown == "https://registry:8081" and odd._user_info == "admin:12/34@x"
     with pytest.raises(UsageError, match=r"\$SR_NOT_SET is not set to USER:PASSWORD"):
         RegistryAddress.parse("http://registry", user_info_env="SR_NOT_SET")
     with pytest.raises(UsageError, match="not both"):
@@ -305,6 +342,151 @@ def test_the_cli_lists_and_captures_with_one_line_errors(tmp_path: Path) -> None
     (tmp_path / "empty").mkdir()
     not_a_backup = kbackup_in_process("schemas", "list", tmp_path / "empty")
     assert not_a_backup.returncode == 1 and "not a kbackup backup" in not_a_backup.stderr
+    verified = kbackup_in_process("verify", root)
+    assert verified.returncode == 0 and "schema registry copy: ok (1 subject, 2 versions, 2 schemas" in verified.stdout
     (root / "kbackup~state" / "schema-registry.json").write_bytes(b'{"version": 1}')
     damaged = kbackup_in_process("schemas", "list", root)
     assert damaged.returncode == 1 and "schema-registry.json: not a valid schema registry copy" in damaged.stderr
+    verified = kbackup_in_process("verify", root)
+    assert verified.returncode == 1 and "schema registry copy: DAMAGED" in verified.stdout
+    assert "failed verification" in verified.stderr
+
+
+# -- the import's logic against a registry model --------------------------------------------------------------------
+#
+# The registry below models the REST semantics the import relies on, as Karapace 3.16 showed them by hand: one id per
+# schema text and references; registering a schema live under the subject returns its version, otherwise makes the
+# next version (after deleted ones too); lookups see deleted versions only with deleted=true; a referenced version
+# cannot be deleted; a subject's level refuses "incompatible" schemas (here: those whose text starts with "!").
+
+
+class ModelRegistry:
+    def __init__(self, first_id: int = 1) -> None:
+        self.ids: dict[tuple[str, str], int] = {}
+        self.next_id = first_id
+        self.subjects: dict[str, list[tuple[int, int, bool]]] = {}  # name -> [(version, id, deleted)]
+        self.levels: dict[str, str] = {}
+        self.requests = 0
+        self.fail_at: int | None = None
+
+    def request(self, method: str, path: str, body: object = None, query: dict[str, str] | None = None) -> object:
+        from kbackup.schema_registry.client import RegistryRefusalError
+
+        self.requests += 1
+        if self.fail_at is not None and self.requests >= self.fail_at:
+            raise KeyboardInterrupt("killed")  # what a kill leaves: nothing after this request happened
+        deleted = (query or {}).get("deleted") == "true"
+        parts = [urllib.parse.unquote(p) for p in path.strip("/").split("/")]
+
+        def refuse(status: int, code: int) -> RegistryRefusalError:
+            return RegistryRefusalError(f"{method} {path}: {code}", status=status, error_code=code)
+
+        if parts[0] == "config" and len(parts) == 2:
+            if method == "GET":
+                if parts[1] not in self.levels:
+                    raise refuse(404, 40408)
+                return {"compatibilityLevel": self.levels[parts[1]]}
+            if method == "PUT":
+                assert isinstance(body, dict)
+                self.levels[parts[1]] = body["compatibility"]
+                return body
+            self.levels.pop(parts[1], None)
+            return {"compatibility": "BACKWARD"}
+        name = parts[1]
+        versions = self.subjects.get(name, [])
+        assert isinstance(body, dict) or method in ("GET", "DELETE")
+        if method == "GET":  # /subjects/S/versions
+            return [v for v, _, gone in versions if deleted or not gone]
+        if method == "DELETE":  # /subjects/S/versions/V
+            number = int(parts[3])
+            if any(f'"{name}", {number}' in text for text, _ in self.ids):
+                raise refuse(422, 42206)
+            self.subjects[name] = [(v, i, gone or v == number) for v, i, gone in versions]
+            return number
+        assert isinstance(body, dict)
+        content = (body["schema"], json.dumps([[r["subject"], r["version"]] for r in body.get("references", ())]))
+        schema = self.ids.get(content)
+        if len(parts) == 2:  # lookup
+            for number, found, gone in versions:
+                if found == schema and (deleted or not gone):
+                    return {"id": found, "version": number}
+            raise refuse(404, 40403 if versions else 40401)
+        if any(found == schema and not gone for _, found, gone in versions):
+            return {"id": schema}
+        if body["schema"].startswith("!") and versions and self.levels.get(name) != "NONE":
+            raise refuse(409, 409)
+        if schema is None:
+            schema = self.ids[content] = self.next_id
+            self.next_id += 1
+        self.subjects[name] = [*versions, (max((v for v, _, _ in versions), default=0) + 1, schema, False)]
+        return {"id": schema}
+
+
+def _model_client(model: ModelRegistry) -> RegistryClient:
+    client = RegistryClient(RegistryAddress.parse("http://target:8081"))
+    client.request = model.request  # type: ignore[method-assign]
+    return client
+
+
+def _source_copy() -> RegistryCopy:
+    """A source registry's copy: a deleted version followed by the same schema again, a version that is incompatible
+    with the one before it (registered under NONE in the source), a reference, a deleted subject, a subject level."""
+    return RegistryCopy(
+        "http://source:8081",
+        0,
+        schemas={
+            11: Schema(11, "orders v1"),
+            12: Schema(12, "orders v2"),
+            13: Schema(13, "!orders v3, incompatible"),
+            14: Schema(14, "customer"),
+            15: Schema(15, "invoice", references=(SchemaReference("c", "customer", 1),)),
+            16: Schema(16, "old"),
+        },
+        subjects={
+            "orders-value": Subject(
+                "orders-value",
+                (SubjectVersion(1, 11), SubjectVersion(2, 12, True), SubjectVersion(3, 12), SubjectVersion(4, 13)),
+            ),
+            "customer": Subject("customer", (SubjectVersion(1, 14),), "FULL"),
+            "invoice-value": Subject("invoice-value", (SubjectVersion(1, 15),)),
+            "gone": Subject("gone", (SubjectVersion(1, 16, True),)),
+        },
+    )
+
+
+def _import(model: ModelRegistry, state: Path) -> object:
+    copy = _source_copy()
+    return import_registry(
+        _model_client(model), copy, target_subjects(copy, {"orders": "orders2"}), RegistryImportState(state)
+    )
+
+
+def test_an_import_registers_like_the_source_and_a_second_one_changes_nothing(tmp_path: Path) -> None:
+    model = ModelRegistry(first_id=101)
+    model.subjects["other"] = []
+    done = _import(model, tmp_path / "state.json")
+    assert model.subjects["orders2-value"] == [(1, 101, False), (2, 102, True), (3, 102, False), (4, 103, False)]
+    assert model.subjects["gone"] == [(1, 106, True)]
+    assert model.subjects["invoice-value"] == [(1, 105, False)]
+    assert model.levels == {"customer": "FULL"}  # orders2-value was relaxed for version 4, then given its level back
+    assert done.ids == {11: 101, 12: 102, 13: 103, 14: 104, 15: 105, 16: 106}  # type: ignore[attr-defined]
+    before = (dict(model.subjects), dict(model.levels), model.next_id)
+    again = _import(model, tmp_path / "state.json")
+    assert (dict(model.subjects), dict(model.levels), model.next_id) == before
+    assert again.registered == 0 and again.ids == done.ids  # type: ignore[attr-defined]
+
+
+def test_an_import_killed_at_any_request_is_finished_by_the_next_one(tmp_path: Path) -> None:
+    whole = ModelRegistry(first_id=101)
+    _import(whole, tmp_path / "whole.json")
+    expected = (whole.subjects, whole.levels)
+    for kill_at in range(1, whole.requests + 1):
+        model = ModelRegistry(first_id=101)
+        model.fail_at = kill_at
+        state = tmp_path / f"state-{kill_at}.json"
+        with pytest.raises(KeyboardInterrupt):
+            _import(model, state)
+        model.fail_at = None
+        _import(model, state)
+        assert (model.subjects, model.levels) == expected, f"killed at request {kill_at}"
+        assert RegistryImportState(state).levels == {} and RegistryImportState(state).deletions == set()

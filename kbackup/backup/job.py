@@ -231,8 +231,6 @@ class BackupJob:
                 # A finished snapshot holds everything up to the end offsets it
                 # captured at its start, and every round was taken before that.
                 self._store_reached_rounds(query, finished_snapshot=True)
-                if self._registry is not None:
-                    self._capture_after_snapshot()
                 done = checkpoints.record_completed(
                     settings.target, first_round.groups, first_round.ends, int(first_round.taken_at * 1000)
                 )
@@ -242,13 +240,13 @@ class BackupJob:
                     self._sample_at_end(session)
                 self._seal_newest_segments()
                 self._summary(time.monotonic() - started)
+                if self._registry is not None:  # last: the records are complete and sealed whatever it says
+                    self._capture_after("the snapshot's last record")
             else:
                 if watch is not None:
                     watch.stop()
                     self._take_over(watch, query)
                 self._store_reached_rounds(query)
-                if self._registry is not None:
-                    self._capture_at_stop()
                 for waiting in self._checkpoints:
                     checkpoints.finish(
                         settings.target, waiting, failed_reason="the backup stopped before it reached the cut"
@@ -256,6 +254,8 @@ class BackupJob:
                     log.info("checkpoint %d failed: the backup stopped before it reached the cut", waiting.id)
                 if failure is None:
                     self._seal_newest_segments()
+                if self._registry is not None:
+                    self._capture_after("the last records read before the stop")
         finally:
             if watch is not None:
                 watch.stop()
@@ -267,24 +267,18 @@ class BackupJob:
 
     # -- steps ---------------------------------------------------------------
 
-    def _capture_after_snapshot(self) -> None:
-        """Every schema the snapshot's records name was registered before they were read: a capture now holds it."""
+    def _capture_after(self, what: str) -> None:
+        """Capture the registry once more: every schema the records read so far name was registered before they were
+        read. A failure is exit 1 (the records are backed up; the copy may lack schemas they name)."""
         assert self._registry is not None
         try:
-            self._registry.capture_now(when="at the end of the snapshot")
+            self._registry.capture_now(when=f"after {what}")
         except KbackupError as exc:
             raise SchemaRegistryError(
-                f"the snapshot's records are backed up, but the schema registry could not be captured after them, "
-                f"so schemas registered while it ran may be missing from the backup: {exc}; capture it with "
+                f"the records are backed up, but the schema registry could not be captured after {what}, so "
+                f"schemas registered since the last capture may be missing from the backup: {exc}; capture it with "
                 f"kbackup schemas capture {self.settings.target} --schema-registry URL"
             ) from None
-
-    def _capture_at_stop(self) -> None:
-        assert self._registry is not None
-        try:
-            self._registry.capture_now(when="at the stop")
-        except KbackupError as exc:
-            log.warning("schema registry not captured at the stop (the last capture stays): %s", exc)
 
     def _preflight(self, session: AdminSession) -> None:
         settings = self.settings

@@ -23,6 +23,10 @@ from kbackup.text import count
 log = logging.getLogger("kbackup.backup")
 
 
+#: How long a stop waits for a capture under way.
+WAIT_SECONDS = 120.0
+
+
 class RegistryWatch:
     def __init__(self, target: Location, address: RegistryAddress, *, interval: float) -> None:
         self.target = target
@@ -40,8 +44,14 @@ class RegistryWatch:
             raise SchemaRegistryError(f"--schema-registry: {exc}") from None
 
     def capture_now(self, *, when: str) -> RegistryCopy:
-        """Capture on this thread (after any capture under way); errors propagate."""
+        """Capture on this thread (after any capture under way, waited for at most :data:`WAIT_SECONDS`); errors
+        propagate."""
         self.stop()
+        if self._thread is not None:
+            raise SchemaRegistryError(
+                f"schema registry {self.address.shown}: a capture started {time.monotonic() - self._started_at:.0f} s "
+                "ago has not ended (the registry does not answer)"
+            )
         self._started_at = time.monotonic()
         return self._capture(when)
 
@@ -56,9 +66,11 @@ class RegistryWatch:
         self._thread.start()
 
     def stop(self) -> None:
+        """Wait for a capture under way, at most :data:`WAIT_SECONDS` (it goes on, on its daemon thread, after)."""
         if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+            self._thread.join(WAIT_SECONDS)
+            if not self._thread.is_alive():
+                self._thread = None
 
     def _capture_logged(self) -> None:
         try:

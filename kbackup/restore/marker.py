@@ -98,12 +98,19 @@ def restore_identity(
     location: str,
     window: Window,
     spread: str | None = None,
+    schema_ids: dict[str, Any] | None = None,
 ) -> str:
     """A short name for "these selected records of this backed-up partition".
 
     For a target partition of a repartitioned topic, ``source_partition`` is the target partition and ``spread``
     names the mode, the partition count and every backed-up partition's selection
     (:meth:`kbackup.restore.repartition.Repartition.identity_part`).
+
+    ``schema_ids``: how the records' schema ids are rewritten (the target registry and the fields,
+    :meth:`kbackup.schema_registry.wire.IdRewrite.identity_part`), when they are: a rerun that would produce other
+    bytes (a restore killed and run again with or without ``--schema-registry``, or with other ``--schema-ids``) is
+    another restore, refused rather than mixing both in one partition. Which id each schema gets stays fixed per
+    target registry (:class:`kbackup.schema_registry.registry_import.RegistryImportState`).
 
     Segments left out (``--skip-bad-segments``) are part of it: a rerun that
     would produce records below the marker (a repaired segment) must not
@@ -115,6 +122,8 @@ def restore_identity(
     named: list[Any] = [source_topic, source_partition, where, bounds]
     if spread is not None:
         named.append(spread)
+    if schema_ids is not None:
+        named.append({"schemaIds": schema_ids})
     text = json.dumps(named)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 

@@ -206,7 +206,8 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
             if bad:
                 window = replace(window, skip_segments=frozenset(segment.name for segment in bad))
             location = str(settings.source.resolve()) if isinstance(settings.source, Path) else str(settings.source)
-            identity = restore_identity(topic, partition, origin, location, window)
+            ids = _ids_part(settings, topic)
+            identity = restore_identity(topic, partition, origin, location, window, schema_ids=ids)
             plan.partitions.append(
                 PartitionPlan(
                     topic,
@@ -270,7 +271,9 @@ def _spread(
             Window(),
             counts[partition],
             dict.fromkeys(groups, 0),
-            identity=restore_identity(topic, partition, origin, location, Window(), repartition.identity_part()),
+            identity=restore_identity(
+                topic, partition, origin, location, Window(), repartition.identity_part(), _ids_part(settings, topic)
+            ),
             repartition=repartition,
         )
         for partition in range(partitions)
@@ -555,6 +558,12 @@ def _committed_prefix(
     if expected is None or not same_record(produced(expected, part.source_partition), last[1]):
         return None
     return count, first[0], last[0]
+
+
+def _ids_part(settings: RestoreSettings, topic: str) -> dict[str, Any] | None:
+    """The schema id rewrite's part of the restore's identity (``None`` without one)."""
+    rewrite = settings.id_rewrite(topic)
+    return rewrite.identity_part() if rewrite is not None and rewrite.rewrites else None
 
 
 def _produced_form(settings: RestoreSettings, topic: str) -> Callable[[Record, int], Record] | None:

@@ -160,6 +160,7 @@ def routed_records(
     one (schema ids of the target registry): murmur2 hashes the key the target's consumers will see.
     """
     router = Router(repartition.mode, repartition.partitions)
+    produced = produced if repartition.mode == MURMUR2 else None  # only murmur2 reads the key
     streams = [(s.partition, selected_records(readers[s.partition], s.window)) for s in repartition.sources]
     for position, (partition, record) in enumerate(merged_records(streams)):
         if router.route(record if produced is None else produced(record, partition)) == target:
@@ -179,6 +180,7 @@ def count_routed(
     counts = [0] * repartition.partitions
     under = [0] * repartition.partitions
     limits = below or {}
+    produced = produced if repartition.mode == MURMUR2 else None
     streams = [(s.partition, selected_records(readers[s.partition], s.window)) for s in repartition.sources]
     for position, (partition, record) in enumerate(merged_records(streams)):
         target = router.route(record if produced is None else produced(record, partition))

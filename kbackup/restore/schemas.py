@@ -48,7 +48,8 @@ def register_schemas(settings: RestoreSettings) -> tuple[RestoreSettings, list[s
         )
     client = RegistryClient(address)
     subjects = target_subjects(copy, settings.topic_map)
-    digest = hashlib.sha256(address.shown.encode()).hexdigest()[:16]
+    # One state per target registry and cluster: the ids the records restored there name.
+    digest = hashlib.sha256(f"{address.shown}\n{settings.client['bootstrap.servers']}".encode()).hexdigest()[:16]
     state = settings.restore_state_dir / f"schemas-{digest}.json"
     pending = RegistryImportState(state) if not settings.dry_run or exists(state) else None
     done = import_registry(client, copy, subjects, pending, dry_run=settings.dry_run)
@@ -75,22 +76,35 @@ def register_schemas(settings: RestoreSettings) -> tuple[RestoreSettings, list[s
         lines.append(f"  {count(len(moved), 'schema id')} differ in the target: {shown}")
     else:
         lines.append("  every schema id is the same in the target" + (" (so far)" if done.missing else ""))
-    rewrites = {topic: _rewrite(topic, copy, done.ids, settings.schema_ids) for topic in list_topics(settings.source)}
+    rewrites = {
+        topic: _rewrite(
+            topic, copy, done.ids, settings.schema_id_fields(topic), address.shown, lenient=bool(done.missing)
+        )
+        for topic in list_topics(settings.source)
+    }
     if done.missing:
         lines.append("  schema ids are rewritten once the schemas are registered (their target ids are not known yet)")
     for topic, rewrite in sorted(rewrites.items()):
         fields = [name for name, on in (("keys", rewrite.key), ("values", rewrite.value)) if on]
         if fields:
             lines.append(f"  {topic}: schema ids in {' and '.join(fields)} are rewritten")
+        elif settings.schema_id_fields(topic) == "none":
+            lines.append(f"  {topic}: restored as it is (--schema-ids none)")
     if not settings.dry_run:  # a dry run prints them with its plan
         for line in lines:
             log.info("%s", line)
     return replace(settings, id_rewrites=rewrites), lines
 
 
-def _rewrite(topic: str, copy: RegistryCopy, ids: dict[int, int], fields: str) -> IdRewrite:
+def _rewrite(
+    topic: str, copy: RegistryCopy, ids: dict[int, int], fields: str, registry: str, *, lenient: bool
+) -> IdRewrite:
+    """``--schema-ids``: ``auto`` rewrites the fields of the topic's TopicNameStrategy subjects and checks the other
+    fields (a record there naming a moved id stops the restore); ``values`` rewrites values and checks keys."""
     if fields == "none":
-        return IdRewrite(ids)
+        return IdRewrite(ids, registry=registry)
     key = fields == "keys-and-values" or topic + KEY_SUFFIX in copy.subjects
     value = fields in ("values", "keys-and-values") or topic + VALUE_SUFFIX in copy.subjects
-    return IdRewrite(ids, key=key, value=value)
+    return IdRewrite(
+        ids, key=key, value=value, registry=registry, check_key=not key, check_value=not value, lenient=lenient
+    )

@@ -94,16 +94,21 @@ class RestoreSettings:
     monitoring: Monitoring = field(default_factory=Monitoring)
     #: ``--schema-registry``: the target registry the backup's schemas are registered in.
     schema_registry: RegistryAddress | None = None
-    schema_ids: str = "auto"
+    #: ``--schema-ids``: per backed-up topic (``None``: every other topic), which fields hold schema ids.
+    schema_ids: dict[str | None, str] = field(default_factory=lambda: {None: "auto"})
     #: Per backed-up topic, the schema ids its records' keys and values get (filled once the schemas are
     #: registered, :mod:`kbackup.restore.schemas`).
     id_rewrites: dict[str, IdRewrite] = field(default_factory=dict)
     debug: bool = False
 
+    def schema_id_fields(self, source_topic: str) -> str:
+        """``--schema-ids`` for ``source_topic``."""
+        return self.schema_ids.get(source_topic, self.schema_ids.get(None, "auto"))
+
     def id_rewrite(self, source_topic: str) -> IdRewrite | None:
         """What the restore does to the schema ids of ``source_topic``'s records (``None``: nothing)."""
         found = self.id_rewrites.get(source_topic)
-        return found if found is not None and (found.key or found.value) else None
+        return found if found is not None and found.active else None
 
     def target_topic(self, source_topic: str) -> str:
         return self.topic_map.get(source_topic, source_topic)
@@ -239,10 +244,12 @@ def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.Argumen
     )
     registry.add_argument(
         "--schema-ids",
-        choices=SCHEMA_ID_FIELDS,
-        default="auto",
-        help="which record fields hold schema ids to rewrite: auto (default) the keys and values of topics with a "
-        "TOPIC-key / TOPIC-value subject, values or keys-and-values of every topic, none (register only)",
+        action="append",
+        default=[],
+        metavar="[TOPIC=]FIELDS",
+        help="which record fields hold schema ids to rewrite, for every topic or one (repeatable): auto (default) the "
+        "keys and values of topics with a TOPIC-key / TOPIC-value subject, checking the other fields; values; "
+        "keys-and-values; none (register the schemas, restore the records as they are)",
     )
     own.add_argument(
         "--state-dir",
@@ -331,14 +338,30 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
         umask=args.umask,
         monitoring=Monitoring.from_args(args),
         schema_registry=schema_registry_address(args),
-        schema_ids=args.schema_ids,
+        schema_ids=_schema_id_fields(args.schema_ids),
         debug=args.debug,
     )
-    if settings.schema_registry is None and args.schema_ids != "auto":
+    if settings.schema_registry is None and args.schema_ids:
         raise UsageError("--schema-ids needs --schema-registry")
     if selection is not None and selection.topics is not None:
         settings.check_target_names(selection.topics)  # the rest is checked once the backup's topics are listed
     return settings
+
+
+def _schema_id_fields(items: Sequence[str]) -> dict[str | None, str]:
+    """``--schema-ids FIELDS`` and ``--schema-ids TOPIC=FIELDS`` items."""
+    found: dict[str | None, str] = {None: "auto"}
+    given: set[str | None] = set()
+    for item in items:
+        topic, sep, fields = item.rpartition("=")
+        name = topic if sep else None
+        if fields not in SCHEMA_ID_FIELDS or (sep and not topic):
+            raise UsageError(f"--schema-ids takes [TOPIC=]FIELDS, not {item!r} (FIELDS: {', '.join(SCHEMA_ID_FIELDS)})")
+        if name in given:
+            raise UsageError(f"--schema-ids gives {'every topic' if name is None else repr(name)} twice")
+        given.add(name)
+        found[name] = fields
+    return found
 
 
 def parse_time(text: str, flag: str) -> int:

@@ -61,12 +61,19 @@ def capture_into(root: Location, address: RegistryAddress) -> tuple[RegistryCopy
 
 
 def capture(client: RegistryClient, previous: RegistryCopy | None = None) -> RegistryCopy:
-    """What the registry holds now (versions ``previous`` already holds are not read again)."""
+    """What the registry holds now.
+
+    Live versions come from one listing of every schema (``GET /schemas``) where the registry has it, or are read
+    one by one: read again at every capture, so that a subject deleted for good and registered again (its versions
+    numbered from 1 again, with other ids) is seen, and refused by the merge. A deleted version cannot change: one
+    the previous copy holds is not read again.
+    """
     known = previous.subjects if previous is not None else {}
     schemas: dict[int, Schema] = {}
     subjects: dict[str, Subject] = {}
+    listed = _listed_versions(client, schemas)
     for name in _names(client.get("/subjects", deleted="true"), "GET /subjects"):
-        found = _subject(client, name, known.get(name), previous, schemas)
+        found = _subject(client, name, known.get(name), previous, schemas, listed)
         if found is not None:
             subjects[name] = found
     _referenced(client, subjects, schemas)
@@ -75,19 +82,40 @@ def capture(client: RegistryClient, previous: RegistryCopy | None = None) -> Reg
     return RegistryCopy(client.address.shown, int(time.time() * 1000), compatibility, mode, schemas, subjects)
 
 
+def _listed_versions(client: RegistryClient, schemas: dict[int, Schema]) -> dict[tuple[str, int], int] | None:
+    """``(subject, version) -> id`` of every live version, from ``GET /schemas``; ``None`` without that listing."""
+    try:
+        document = client.get("/schemas")
+    except RegistryRefusalError as exc:
+        if exc.status in (404, 405):
+            return None
+        raise
+    if not isinstance(document, list):
+        return None
+    found = {}
+    for item in document:
+        if not isinstance(item, dict) or "subject" not in item or "version" not in item:
+            return None  # not the listing this expects: read version by version
+        schema = _schema(item, client, "GET /schemas")
+        _add(schemas, schema, client, "GET /schemas")
+        found[(_text(item["subject"]), whole_number(item["version"]))] = schema.id
+    return found
+
+
 def _subject(
     client: RegistryClient,
     name: str,
     known: Subject | None,
     previous: RegistryCopy | None,
     schemas: dict[int, Schema],
+    listed: dict[tuple[str, int], int] | None,
 ) -> Subject | None:
     path = f"/subjects/{quoted(name)}/versions"
     try:
         every = _numbers(client.get(path, deleted="true"), f"GET {path}")
     except RegistryRefusalError as exc:
         if exc.not_found:
-            return None  # deleted for good since it was listed
+            return None  # deleted for good since it was listed, or a subject with a compatibility level only
         raise
     try:
         live = set(_numbers(client.get(path), f"GET {path}"))
@@ -98,8 +126,10 @@ def _subject(
     versions = []
     for number in sorted(set(every)):
         seen = known.version(number) if known is not None else None
-        if seen is not None and previous is not None:
-            schemas[seen.id] = previous.schemas[seen.id]
+        if listed is not None and (name, number) in listed:
+            schema_id = listed[(name, number)]
+        elif seen is not None and previous is not None and number not in live:
+            schemas.setdefault(seen.id, previous.schemas[seen.id])
             schema_id = seen.id
         else:
             schema_id = _read_version(client, name, number, schemas)
@@ -109,8 +139,13 @@ def _subject(
 
 def _read_version(client: RegistryClient, subject: str, version: int, schemas: dict[int, Schema]) -> int:
     path = f"/subjects/{quoted(subject)}/versions/{version}"
-    document = client.get(path, deleted="true")
-    what = f"schema registry {client.address.shown}: GET {path}"
+    schema = _schema(client.get(path, deleted="true"), client, f"GET {path}")
+    _add(schemas, schema, client, f"GET {path}")
+    return schema.id
+
+
+def _schema(document: Any, client: RegistryClient, request: str) -> Schema:
+    what = f"schema registry {client.address.shown}: {request}"
     try:
         schema = Schema(
             whole_number(document["id"]),
@@ -121,15 +156,20 @@ def _read_version(client: RegistryClient, subject: str, version: int, schemas: d
                 for r in document.get("references") or ()
             ),
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SchemaRegistryError(f"{what}: not a schema version ({exc!r})") from None
     if schema.schema_type not in SCHEMA_TYPES:
         raise SchemaRegistryError(f"{what}: unknown schemaType {schema.schema_type!r}")
+    return schema
+
+
+def _add(schemas: dict[int, Schema], schema: Schema, client: RegistryClient, request: str) -> None:
     known = schemas.get(schema.id)
-    if known is not None and known != schema:
-        raise SchemaRegistryError(f"{what}: schema id {schema.id} answered as two different schemas")
+    if known is not None and not known.same_as(schema):
+        raise SchemaRegistryError(
+            f"schema registry {client.address.shown}: {request}: schema id {schema.id} answered as two schemas"
+        )
     schemas[schema.id] = schema
-    return schema.id
 
 
 def _referenced(client: RegistryClient, subjects: dict[str, Subject], schemas: dict[int, Schema]) -> None:

@@ -16,6 +16,7 @@ request and the registry's answer; a refusal the caller can handle (a subject th
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
 import ssl
@@ -68,17 +69,24 @@ class RegistryAddress:
 
     @classmethod
     def parse(cls, url: str, *, user_info_env: str | None = None, ca_file: str | None = None) -> RegistryAddress:
-        """Check the flags' values (raises :class:`UsageError`)."""
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise UsageError(f"--schema-registry {_without_credentials(url)!r}: expected http(s)://host[:port][/path]")
-        try:
-            parts.port  # noqa: B018 - raises on a port that is not a number
-        except ValueError:
-            raise UsageError(f"--schema-registry {_without_credentials(url)!r}: the port is not a number") from None
+        """Check the flags' values (raises :class:`UsageError`, never showing the URL's credentials)."""
+        scheme, sep, rest = url.partition("://")
+        if not sep or scheme.lower() not in ("http", "https"):
+            raise UsageError("--schema-registry: expected http(s)://[USER:PASSWORD@]host[:port][/path]")
         user_info = None
-        if parts.username is not None:
-            user_info = urllib.parse.unquote(parts.username) + ":" + urllib.parse.unquote(parts.password or "")
+        at = rest.rfind("@")  # credentials end at the last @ (a password may hold /, ? or # unencoded)
+        if at >= 0:
+            user, _, password = rest[:at].partition(":")
+            user_info = urllib.parse.unquote(user) + ":" + urllib.parse.unquote(password)
+            rest = rest[at + 1 :]
+        clean = f"{scheme.lower()}://{rest}".rstrip("/")
+        parts = urllib.parse.urlsplit(clean)
+        try:
+            host, _ = parts.hostname, parts.port
+        except ValueError:
+            raise UsageError(f"--schema-registry {clean!r}: the port is not a number") from None
+        if not host or parts.query or parts.fragment:
+            raise UsageError(f"--schema-registry {clean!r}: expected http(s)://[USER:PASSWORD@]host[:port][/path]")
         if user_info_env is not None:
             if user_info is not None:
                 raise UsageError("give the schema registry's credentials in the URL or in a variable, not both")
@@ -87,7 +95,7 @@ class RegistryAddress:
                 raise UsageError(f"--schema-registry-user-info-env: ${user_info_env} is not set to USER:PASSWORD")
         if ca_file is not None and not os.path.isfile(ca_file):
             raise UsageError(f"--schema-registry-ca-file {ca_file}: no such file")
-        return cls(_without_credentials(url).rstrip("/"), user_info_env, ca_file, _user_info=user_info)
+        return cls(clean, user_info_env, ca_file, _user_info=user_info)
 
     @property
     def shown(self) -> str:
@@ -95,16 +103,11 @@ class RegistryAddress:
         return self.url
 
 
-def _without_credentials(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    netloc = parts.hostname or ""
-    if ":" in netloc:
-        netloc = f"[{netloc}]"
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A registry does not redirect; following one would send the credentials to another host."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
 
 
 def quoted(subject: str) -> str:
@@ -117,10 +120,7 @@ class RegistryClient:
 
     def __init__(self, address: RegistryAddress) -> None:
         self.address = address
-        parts = urllib.parse.urlsplit(address.url)
-        port = f":{parts.port}" if parts.port is not None else ""
-        host = f"[{parts.hostname}]" if parts.hostname and ":" in parts.hostname else parts.hostname
-        self._base = urllib.parse.urlunsplit((parts.scheme, f"{host}{port}", parts.path, "", ""))
+        self._base = address.url
         self._headers = {"Accept": f"{CONTENT_TYPE}, application/json"}
         user_info = address._user_info
         if user_info is None and address.user_info_env is not None:
@@ -128,7 +128,10 @@ class RegistryClient:
         if user_info:
             token = base64.b64encode(user_info.encode()).decode()
             self._headers["Authorization"] = f"Basic {token}"
-        self._context = ssl.create_default_context(cafile=address.ca_file) if parts.scheme == "https" else None
+        handlers: list[urllib.request.BaseHandler] = [_NoRedirects()]
+        if address.url.startswith("https:"):
+            handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=address.ca_file)))
+        self._opener = urllib.request.build_opener(*handlers)
 
     def get(self, path: str, **query: str) -> Any:
         return self.request("GET", path, query=query)
@@ -170,14 +173,14 @@ class RegistryClient:
         for attempt in range(1, ATTEMPTS + 1):
             request = urllib.request.Request(url, data=data, method=method, headers=headers)
             try:
-                with urllib.request.urlopen(request, timeout=self.address.timeout, context=self._context) as answer:
+                with self._opener.open(request, timeout=self.address.timeout) as answer:
                     payload = answer.read()
                 break
             except urllib.error.HTTPError as exc:
                 refusal = _refusal(what, exc)
                 if exc.code < 500 or attempt == ATTEMPTS:
                     raise refusal from None
-            except (urllib.error.URLError, OSError) as exc:
+            except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
                 reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
                 if attempt == ATTEMPTS:
                     raise SchemaRegistryError(f"{what}: cannot reach the registry ({reason})") from None
@@ -189,9 +192,12 @@ class RegistryClient:
 
 
 def _refusal(what: str, error: urllib.error.HTTPError) -> RegistryRefusalError:
-    body = error.read(4096)
+    try:
+        body = error.read(4096)
+    except (OSError, http.client.HTTPException):
+        body = b""
     code: int | None = None
-    message = body.decode("utf-8", "replace").strip() or (error.reason or "")
+    message = body.decode("utf-8", "replace") or str(error.reason or "")
     try:
         document = json.loads(body)
         if isinstance(document, dict):
@@ -200,6 +206,7 @@ def _refusal(what: str, error: urllib.error.HTTPError) -> RegistryRefusalError:
             message = str(document.get("message", message))
     except ValueError:
         pass
+    message = " ".join(message.split())[:300]  # one line, whatever the body (an HTML error page)
     text = f"{what}: HTTP {error.code}" + (f" (error {code})" if code is not None else "") + f": {message}"
     if error.code in (401, 403):
         text += " (check the registry's credentials: --schema-registry-user-info-env, or USER:PASSWORD@ in the URL)"

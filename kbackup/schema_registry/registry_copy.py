@@ -39,6 +39,20 @@ class Schema:
     schema_type: str = "AVRO"
     references: tuple[SchemaReference, ...] = ()
 
+    def same_as(self, other: Schema) -> bool:
+        """The same schema, written alike or not: Avro and JSON schemas compare as JSON (a registry upgrade may print
+        them otherwise), Protobuf ones as text."""
+        if (self.id, self.schema_type, self.references) != (other.id, other.schema_type, other.references):
+            return False
+        if self.schema == other.schema:
+            return True
+        if self.schema_type == "PROTOBUF":
+            return False
+        try:
+            return bool(json.loads(self.schema) == json.loads(other.schema))
+        except ValueError:
+            return False
+
 
 @dataclass(frozen=True)
 class SubjectVersion:
@@ -83,7 +97,7 @@ class RegistryCopy:
         schemas = dict(self.schemas)
         for schema_id, schema in newer.schemas.items():
             known = schemas.get(schema_id)
-            if known is not None and known != schema:
+            if known is not None and not known.same_as(schema):
                 raise SchemaRegistryError(
                     f"schema registry {newer.registry}: schema id {schema_id} is another schema than the one this "
                     f"backup's copy holds under that id (captured from {self.registry}); records already backed up "
@@ -105,8 +119,8 @@ class RegistryCopy:
                 elif now.id != kept.id:
                     raise SchemaRegistryError(
                         f"schema registry {newer.registry}: subject {name!r} version {kept.version} is schema id "
-                        f"{now.id}, but this backup's copy holds id {kept.id} there; the registry was replaced or "
-                        "refilled since. Back up into a new target"
+                        f"{now.id}, but this backup's copy holds id {kept.id} there: the subject was deleted for good "
+                        "and registered again, or the registry was replaced. Back up into a new target"
                     )
             subjects[name] = replace(new, versions=tuple(versions[v] for v in sorted(versions)))
         return RegistryCopy(newer.registry, newer.captured_at, newer.compatibility, newer.mode, schemas, subjects)

@@ -171,6 +171,10 @@ def import_registry(
     """
     done = RegistryImport()
     versions: dict[tuple[str, int], int] = {}  # (backup subject, backup version) -> target version
+    # Versions to soft-delete, deleted after every registration (referrers first: a registry refuses to delete a
+    # version others reference), except where a later live version of the same schema under the same subject needs
+    # it gone first (registered again while it is live, the schema would get no new version).
+    deferred: dict[tuple[str, int], int] = {}  # (target subject, backup id) -> target version
     for subject, version in import_order(copy):
         target = subjects[subject]
         schema = copy.schemas[version.id]
@@ -179,6 +183,8 @@ def import_registry(
             continue
         body = _body(schema, subjects, versions)
         key = (target, schema.id)
+        if not version.deleted and key in deferred:
+            _soft_delete(client, target, deferred.pop(key), key, pending, done)
         # A live version must be live in the target too (a deleted one with the same schema does not count: the
         # registry makes a new version when it is registered again); a deleted one may be there either way.
         found = _look_up(client, target, body, deleted=version.deleted)
@@ -206,19 +212,37 @@ def import_registry(
         done.ids.setdefault(schema.id, target_id)
         versions[(subject, version.version)] = target_version
         if version.deleted and pending is not None and key in pending.deletions and not dry_run:
-            # Registered by this import (or by one killed before it could delete it): deleted, as in the source.
-            if target_version in _live_versions(client, target):
-                client.delete(f"/subjects/{quoted(target)}/versions/{target_version}")
-                done.soft_deleted += 1
-            pending.deletions.discard(key)
-            pending.save()
+            deferred[key] = target_version  # registered by this import, or by one killed before it could delete it
     if not dry_run:
         assert pending is not None
+        for key, target_version in reversed(deferred.items()):
+            _soft_delete(client, key[0], target_version, key, pending, done)
         _set_levels(client, copy, subjects, pending)
         if any(pending.ids.get(old) != new for old, new in done.ids.items()):
             pending.ids.update(done.ids)
             pending.save()
     return done
+
+
+def _soft_delete(
+    client: RegistryClient,
+    subject: str,
+    version: int,
+    key: tuple[str, int],
+    pending: RegistryImportState | None,
+    done: RegistryImport,
+) -> None:
+    """Delete a version the import registered, as it was in the source (unless it is deleted already)."""
+    assert pending is not None
+    if version in _live_versions(client, subject):
+        try:
+            client.delete(f"/subjects/{quoted(subject)}/versions/{version}")
+            done.soft_deleted += 1
+        except RegistryRefusalError as exc:
+            if not exc.not_found:  # deleted meanwhile (a retried request whose first try went through)
+                raise
+    pending.deletions.discard(key)
+    pending.save()
 
 
 def _body(schema: Schema, subjects: Mapping[str, str], versions: Mapping[tuple[str, int], int]) -> dict[str, Any]:
@@ -264,14 +288,20 @@ def _register(
         client.post(path, body)
         return
     except RegistryRefusalError as exc:
-        if exc.status != INCOMPATIBLE_SCHEMA or subject in pending.levels:
+        if exc.status != INCOMPATIBLE_SCHEMA:
             raise SchemaRegistryError(f"{exc} (registering schema id {schema.id} of the backup)") from None
     # The source accepted this version in its time; the target's rules today may not: relax them for this subject.
-    pending.levels[subject] = client.compatibility(subject)
-    pending.save()
+    # Its own level is written down first (unless an earlier, killed import did: that one is the subject's).
+    if subject not in pending.levels:
+        pending.levels[subject] = client.compatibility(subject)
+        pending.save()
     client.put(f"/config/{quoted(subject)}", {"compatibility": "NONE"})
-    done.relaxed.append(subject)
-    client.post(path, body)
+    if subject not in done.relaxed:
+        done.relaxed.append(subject)
+    try:
+        client.post(path, body)
+    except RegistryRefusalError as exc:
+        raise SchemaRegistryError(f"{exc} (registering schema id {schema.id} of the backup)") from None
 
 
 def _set_levels(

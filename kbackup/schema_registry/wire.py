@@ -17,6 +17,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from kbackup.errors import SchemaIdError
 from kbackup.format.record import Record
@@ -53,24 +54,53 @@ class IdRewrite:
     ids: Mapping[int, int] = field(default_factory=dict)
     key: bool = False
     value: bool = False
+    #: The target registry (without credentials).
+    registry: str = ""
+    #: Fields not rewritten whose ids are still checked: a record there naming a schema id of the backup that has
+    #: another id in the target stops the restore (the field is in the wire format after all: see ``--schema-ids``).
+    check_key: bool = False
+    check_value: bool = False
+    #: A dry run before the schemas are registered: ids without a target id yet pass unchanged.
+    lenient: bool = False
+
+    @property
+    def rewrites(self) -> bool:
+        """Whether record bytes may change (a field is rewritten)."""
+        return self.key or self.value
+
+    @property
+    def active(self) -> bool:
+        """Whether the restore has anything to do with its records (rewrite or check a field)."""
+        return self.key or self.value or self.check_key or self.check_value
+
+    def identity_part(self) -> dict[str, Any]:
+        """What the restore's identity names of this rewrite: where the ids come from and which fields change."""
+        return {"registry": self.registry, "key": self.key, "value": self.value}
 
     def record(self, record: Record, *, topic: str, partition: int) -> Record:
         """``record`` with its key and value naming the target's schema ids (the same record when nothing moves)."""
         key, value = record.key, record.value
-        if self.key:
-            key = self._moved(key, "key", record.offset, topic, partition)
-        if self.value:
-            value = self._moved(value, "value", record.offset, topic, partition)
+        # Inline checks: this runs once per restored record.
+        if key is not None and len(key) >= HEADER_SIZE and key[0] == MAGIC:
+            if self.key:
+                key = self._moved(key, "key", record.offset, topic, partition)
+            elif self.check_key:
+                self._unmoved(key, "key", record.offset, topic, partition)
+        if value is not None and len(value) >= HEADER_SIZE and value[0] == MAGIC:
+            if self.value:
+                value = self._moved(value, "value", record.offset, topic, partition)
+            elif self.check_value:
+                self._unmoved(value, "value", record.offset, topic, partition)
         if key is record.key and value is record.value:
             return record
-        return record._replace(key=key, value=value)
+        return Record(record.offset, record.timestamp_type, record.timestamp, key, value, record.headers)
 
-    def _moved(self, data: bytes | None, what: str, offset: int, topic: str, partition: int) -> bytes | None:
-        found = schema_id(data)
-        if found is None:
-            return data
+    def _moved(self, data: bytes, what: str, offset: int, topic: str, partition: int) -> bytes:
+        found = _ID.unpack_from(data, 1)[0]
         new = self.ids.get(found)
         if new is None:
+            if self.lenient:
+                return data
             raise SchemaIdError(
                 f"topic {topic!r} partition {partition} offset {offset}: the {what} names schema id {found}, which "
                 "the backup's copy of the schema registry does not hold (registered after the last capture, or "
@@ -79,5 +109,19 @@ class IdRewrite:
                 schema_id=found,
                 field=what,
             )
-        assert data is not None
         return data if new == found else with_schema_id(data, new)
+
+    def _unmoved(self, data: bytes, what: str, offset: int, topic: str, partition: int) -> None:
+        found = _ID.unpack_from(data, 1)[0]
+        new = self.ids.get(found, found)
+        if new != found:
+            raise SchemaIdError(
+                f"topic {topic!r} partition {partition} offset {offset}: the {what} looks like the wire format of "
+                f"schema id {found}, which is {new} in the target registry, but the restore does not rewrite the "
+                f"{what}s of {topic!r} (the backup holds no {topic}-{what} subject): restored as it is, it would "
+                f"name another schema. Say what the {what}s are: --schema-ids {topic}="
+                + ("keys-and-values" if what == "key" else "values")
+                + f" rewrites them, --schema-ids {topic}=none restores the topic's records as they are",
+                schema_id=found,
+                field=what,
+            )
