@@ -877,7 +877,7 @@ def test_checkpoint_taken_while_producing_and_committing_restores_consistently(
     import re
     import threading
 
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
     from kbackup.catalog import checkpoints
     from tests.kafka_helpers import start_backup
@@ -905,10 +905,13 @@ def test_checkpoint_taken_while_producing_and_committing_restores_consistently(
         consumer = Consumer(kafka.client_settings(**{"group.id": "cp-readers", "enable.auto.commit": "false"}))
         while not stop.is_set():
             request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(2)}
-            ends = {tp.partition: f.result().offset for tp, f in admin.list_offsets(request).items()}
-            consumer.commit(
-                offsets=[TopicPartition(topic, p, max(0, e - 15)) for p, e in ends.items()], asynchronous=False
-            )
+            try:
+                ends = {tp.partition: f.result().offset for tp, f in admin.list_offsets(request).items()}
+                consumer.commit(
+                    offsets=[TopicPartition(topic, p, max(0, e - 15)) for p, e in ends.items()], asynchronous=False
+                )
+            except KafkaException:  # a new topic's leader not known yet (NOT_LEADER_FOR_PARTITION): ask again
+                pass
             time.sleep(0.1)
         consumer.close()
 
