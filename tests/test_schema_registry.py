@@ -490,3 +490,32 @@ def test_an_import_killed_at_any_request_is_finished_by_the_next_one(tmp_path: P
         _import(model, state)
         assert (model.subjects, model.levels) == expected, f"killed at request {kill_at}"
         assert RegistryImportState(state).levels == {} and RegistryImportState(state).deletions == set()
+
+
+def test_the_restore_refuses_a_backup_without_a_copy_and_unknown_topics_before_asking_the_registry(
+    tmp_path: Path,
+) -> None:
+    from kbackup.errors import BackupNotFoundError
+    from kbackup.partition.writer import PartitionWriter
+    from kbackup.restore.schemas import register_schemas
+    from kbackup.restore.settings import parse_restore_args
+    from tests.recordgen import sample_record
+
+    root = tmp_path / "backup"
+    with PartitionWriter(root / "orders", "orders", 0, fsync=False) as writer:
+        writer.append(sample_record(0))
+    port = _closed_port()  # nothing is asked of the registry before these refusals
+    base = [
+        "--bootstrap-server",
+        "kafka:9092",
+        "--source-dir",
+        str(root),
+        "--schema-registry",
+        f"http://127.0.0.1:{port}",
+    ]
+    with pytest.raises(BackupNotFoundError, match="holds no copy of a schema registry"):
+        register_schemas(parse_restore_args(base))
+    (root / "kbackup~state").mkdir(exist_ok=True)
+    (root / "kbackup~state" / "schema-registry.json").write_bytes(_copy(orders_value=[(1, 1, False)]).encode())
+    with pytest.raises(UsageError, match="--schema-ids names 'order', which the backup does not hold"):
+        register_schemas(parse_restore_args([*base, "--schema-ids", "order=values"]))

@@ -14,7 +14,7 @@ import hashlib
 import logging
 from dataclasses import replace
 
-from kbackup.errors import BackupNotFoundError
+from kbackup.errors import BackupNotFoundError, UsageError
 from kbackup.partition.layout import list_topics
 from kbackup.restore.settings import RestoreSettings
 from kbackup.schema_registry.capture import read_registry_copy, registry_copy_path
@@ -45,6 +45,13 @@ def register_schemas(settings: RestoreSettings) -> tuple[RestoreSettings, list[s
             f"--schema-registry: the backup {settings.source} holds no copy of a schema registry "
             f"({registry_copy_path(settings.source)} is missing): back up with --schema-registry, or run "
             "kbackup schemas capture"
+        )
+    topics = list_topics(settings.source)
+    unknown = sorted(topic for topic in settings.schema_ids if topic is not None and topic not in topics)
+    if unknown:
+        raise UsageError(
+            f"--schema-ids names {', '.join(map(repr, unknown))}, which the backup does not hold (its topics: "
+            f"{', '.join(topics) or 'none'}; name a topic as it was backed up)"
         )
     client = RegistryClient(address)
     subjects = target_subjects(copy, settings.topic_map)
@@ -80,7 +87,7 @@ def register_schemas(settings: RestoreSettings) -> tuple[RestoreSettings, list[s
         topic: _rewrite(
             topic, copy, done.ids, settings.schema_id_fields(topic), address.shown, lenient=bool(done.missing)
         )
-        for topic in list_topics(settings.source)
+        for topic in topics
     }
     if done.missing:
         lines.append("  schema ids are rewritten once the schemas are registered (their target ids are not known yet)")
