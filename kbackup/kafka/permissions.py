@@ -18,12 +18,14 @@ asks for them (``kbackup-restore.*``).
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kbackup.errors import AccessDeniedError, ClusterError
 from kbackup.kafka.cluster import COORDINATOR_NOT_READY
+
+T = TypeVar("T")
 
 #: Kafka's name of the cluster resource in ACLs.
 CLUSTER = "kafka-cluster"
@@ -148,9 +150,32 @@ def _reason(exc: BaseException) -> tuple[str, str]:
     return name, text
 
 
+#: How long the check asks the cluster again when it does not answer within a request's timeout (a loaded
+#: machine, a controller just elected).
+TIMEOUT_PATIENCE_SECONDS = 60.0
+
+#: librdkafka's and Kafka's names of a request that timed out.
+_TIMEOUTS = frozenset({"_TIMED_OUT", "_TIMED_OUT_QUEUE", "REQUEST_TIMED_OUT"})
+
+
+def _patiently(ask: Callable[[float], T], timeout: float) -> T:
+    """``ask(request timeout)``, asked again after a timeout until :data:`TIMEOUT_PATIENCE_SECONDS` have passed."""
+    deadline = time.monotonic() + max(timeout, TIMEOUT_PATIENCE_SECONDS)
+    while True:
+        try:
+            return ask(max(1.0, min(timeout, deadline - time.monotonic())))
+        except Exception as exc:
+            if _reason(exc)[0] not in _TIMEOUTS or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.5)
+
+
 def _cluster_operations(admin: Any, timeout: float) -> set[str]:
     try:
-        description = admin.describe_cluster(include_authorized_operations=True, request_timeout=timeout).result()
+        description = _patiently(
+            lambda ask: admin.describe_cluster(include_authorized_operations=True, request_timeout=ask).result(),
+            timeout,
+        )
     except Exception as exc:
         name, text = _reason(exc)
         if "AUTHORIZATION" in name:
@@ -168,9 +193,13 @@ def _may_describe_broker_configs(admin: Any, description: Any, timeout: float) -
     from confluent_kafka.admin import ConfigResource, ResourceType
 
     broker = str(min(node.id for node in description.nodes))
-    try:
+
+    def ask(seconds: float) -> None:
         for future in admin.describe_configs([ConfigResource(ResourceType.BROKER, broker)]).values():
-            future.result(timeout)
+            future.result(seconds)
+
+    try:
+        _patiently(ask, timeout)
     except Exception as exc:
         name, text = _reason(exc)
         if "AUTHORIZATION" in name:
@@ -232,7 +261,7 @@ def _group_operations(admin: Any, groups: list[str], timeout: float) -> dict[tup
         ask = max(1.0, min(timeout, deadline - time.monotonic()))
         futures = admin.describe_consumer_groups(pending, include_authorized_operations=True, request_timeout=ask)
         retry = time.monotonic() < deadline
-        answered = _operations("GROUP", futures, retry=(*COORDINATOR_NOT_READY, "_TIMED_OUT") if retry else ())
+        answered = _operations("GROUP", futures, retry=(*COORDINATOR_NOT_READY, *_TIMEOUTS) if retry else ())
         result.update(answered)
         pending = [group for group in pending if ("GROUP", group) not in answered]
         if pending:

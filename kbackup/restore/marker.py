@@ -164,7 +164,8 @@ def read_markers(
             # A restore killed between sending its marker to its transaction and committing it leaves the marker
             # pending: the broker answers UNSTABLE_OFFSET_COMMIT (librdkafka retries until it times out) until it
             # aborts that transaction, within transaction.timeout.ms.
-            pending = error.code() == KafkaError._TIMED_OUT
+            # (Under load the request may also time out in librdkafka's queue, before it is sent: _TIMED_OUT_QUEUE.)
+            pending = error.code() in (KafkaError._TIMED_OUT, KafkaError._TIMED_OUT_QUEUE)
             if (not_ready or pending) and time.monotonic() < deadline:
                 if pending and not told:
                     told = True
