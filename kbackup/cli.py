@@ -303,11 +303,7 @@ def _verify_registry_copy(root: Location, out: TextIO) -> str | None:
         out.write(f"schema registry copy: DAMAGED\n  error: {exc}\n")
         return str(exc)
     if copy is not None:
-        versions = sum(len(subject.versions) for subject in copy.subjects.values())
-        out.write(
-            f"schema registry copy: ok ({count(len(copy.subjects), 'subject')}, {count(versions, 'version')}, "
-            f"{count(len(copy.schemas), 'schema')} of {copy.registry})\n"
-        )
+        out.write(f"schema registry copy: ok ({copy.describe()} of {copy.registry})\n")
     return None
 
 
@@ -426,12 +422,8 @@ def cmd_schemas_capture(args: argparse.Namespace, out: TextIO) -> None:
     if address is None:
         raise UsageError("say which registry: --schema-registry URL")
     copy, changed = capture_into(root, address)
-    versions = sum(len(subject.versions) for subject in copy.subjects.values())
     what = "written to" if changed else "unchanged in"
-    out.write(
-        f"{count(len(copy.subjects), 'subject')}, {count(versions, 'version')}, {count(len(copy.schemas), 'schema')} "
-        f"of {address.shown}: {what} {registry_copy_path(root)}\n"
-    )
+    out.write(f"{copy.describe()} of {address.shown}: {what} {registry_copy_path(root)}\n")
 
 
 def cmd_prune(args: argparse.Namespace, out: TextIO) -> None:

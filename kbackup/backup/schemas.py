@@ -18,7 +18,6 @@ from kbackup.schema_registry.capture import capture_into, registry_copy_path
 from kbackup.schema_registry.client import RegistryAddress, RegistryClient
 from kbackup.schema_registry.registry_copy import RegistryCopy
 from kbackup.storage import Location
-from kbackup.text import count
 
 log = logging.getLogger("kbackup.backup")
 
@@ -88,14 +87,11 @@ class RegistryWatch:
         if not changed:
             log.debug("schema registry %s captured (%s): unchanged", self.address.shown, when)
         else:
-            versions = sum(len(subject.versions) for subject in copy.subjects.values())
             log.info(
-                "schema registry %s captured (%s): %s, %s, %s in %s",
+                "schema registry %s captured (%s): %s in %s",
                 self.address.shown,
                 when,
-                count(len(copy.subjects), "subject"),
-                count(versions, "version"),
-                count(len(copy.schemas), "schema"),
+                copy.describe(),
                 registry_copy_path(self.target),
             )
         return copy

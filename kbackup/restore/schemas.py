@@ -60,10 +60,9 @@ def register_schemas(settings: RestoreSettings) -> tuple[RestoreSettings, list[s
     state = settings.restore_state_dir / f"schemas-{digest}.json"
     pending = RegistryImportState(state) if not settings.dry_run or exists(state) else None
     done = import_registry(client, copy, subjects, pending, dry_run=settings.dry_run)
-    versions = sum(len(s.versions) for s in copy.subjects.values())
     lines = [
-        f"schema registry {address.shown}: {count(versions, 'subject version')} of "
-        f"{count(len(copy.subjects), 'subject')} in the backup (captured from {copy.registry}): "
+        f"schema registry {address.shown}: {copy.describe()} in the backup (captured from {copy.registry}), "
+        "subject versions "
         + (
             f"{done.found} there already, {len(done.missing)} to register"
             if settings.dry_run

@@ -1,19 +1,19 @@
 """Capturing a schema registry into a backup (``--schema-registry`` of the backup, ``kbackup schemas capture``).
 
 A capture lists every subject and version the registry holds, deleted ones included (records may name them),
-reads each version it has not read before (a subject version never changes), the subjects' and the registry's
-compatibility levels and mode, and the versions other schemas reference. The result is merged into the backup's
-copy (:meth:`~kbackup.schema_registry.registry_copy.RegistryCopy.merged`), which is replaced whole and only when
-something changed.
+reads every live version again (so that a subject deleted for good and registered again shows) and each deleted
+version once, the subjects' and the registry's compatibility levels and mode, and the versions other schemas
+reference. The result is merged into the backup's copy
+(:meth:`~kbackup.schema_registry.registry_copy.RegistryCopy.merged`), which is replaced whole and only when something
+changed.
 
 When a capture is consistent with the records: a record names a schema id that the registry held when the record
 was produced, so a capture taken after the records were read holds every id they name. The backup captures when
-it starts, with every consumer offset round it stores, and at the end of a snapshot.
+it starts, every ``--offsets-interval`` while it runs, and after the last records of a snapshot or a stop.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -30,8 +30,6 @@ from kbackup.schema_registry.registry_copy import (
     whole_number,
 )
 from kbackup.storage import Location, exists, read_limited, write_whole
-
-log = logging.getLogger("kbackup.schemas")
 
 #: Largest registry copy read back (a registry of 100,000 schema versions of a few KiB each fits).
 MAX_COPY_BYTES = 1 << 30
@@ -117,12 +115,7 @@ def _subject(
         if exc.not_found:
             return None  # deleted for good since it was listed, or a subject with a compatibility level only
         raise
-    try:
-        live = set(_numbers(client.get(path), f"GET {path}"))
-    except RegistryRefusalError as exc:
-        if not exc.not_found:
-            raise
-        live = set()  # every version soft-deleted
+    live = _live(client, name)
     versions = []
     for number in sorted(set(every)):
         seen = known.version(number) if known is not None else None
@@ -135,6 +128,17 @@ def _subject(
             schema_id = _read_version(client, name, number, schemas)
         versions.append(SubjectVersion(number, schema_id, deleted=number not in live))
     return Subject(name, tuple(versions), client.compatibility(name))
+
+
+def _live(client: RegistryClient, name: str) -> set[int]:
+    """The subject's live version numbers (asked: a registry's listing of every schema may hold deleted ones)."""
+    path = f"/subjects/{quoted(name)}/versions"
+    try:
+        return set(_numbers(client.get(path), f"GET {path}"))
+    except RegistryRefusalError as exc:
+        if not exc.not_found:
+            raise
+        return set()  # every version soft-deleted
 
 
 def _read_version(client: RegistryClient, subject: str, version: int, schemas: dict[int, Schema]) -> int:

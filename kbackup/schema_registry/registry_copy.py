@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kbackup.errors import FormatError, SchemaRegistryError
+from kbackup.text import count
 
 REGISTRY_COPY_VERSION = 1
 
@@ -82,6 +83,12 @@ class RegistryCopy:
     mode: str | None = None
     schemas: Mapping[int, Schema] = field(default_factory=dict)
     subjects: Mapping[str, Subject] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """``N subjects, N versions, N schemas`` (for messages)."""
+        versions = sum(len(subject.versions) for subject in self.subjects.values())
+        subjects, schemas = count(len(self.subjects), "subject"), count(len(self.schemas), "schema")
+        return f"{subjects}, {count(versions, 'version')}, {schemas}"
 
     def content(self) -> tuple[Any, ...]:
         """Everything but the capture time (whether a capture changed anything)."""

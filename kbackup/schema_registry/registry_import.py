@@ -6,7 +6,7 @@ that reference it (:func:`import_order`); references are rewritten to the target
 numbers. The registry answers with the target's id of each schema: the map from the backup's ids to those is what
 the restore writes into the records (:mod:`kbackup.schema_registry.wire`).
 
-Subjects of renamed topics (``--rename OLD=NEW``) follow their topics: ``OLD-key`` and ``OLD-value`` are
+Subjects of renamed topics (``--topic-map OLD=NEW``) follow their topics: ``OLD-key`` and ``OLD-value`` are
 registered as ``NEW-key`` and ``NEW-value`` (Confluent's default TopicNameStrategy).
 
 What the import changes besides registering, and how a crash is survived (a registration is idempotent: run
@@ -17,7 +17,7 @@ again, it finds what an earlier run registered):
   ``NONE``; the subject then gets the backup's level, or its own earlier one back;
 - each subject the backup holds a compatibility level for gets it.
 
-Undone work of the last two kinds is written to a small state file before it starts
+Undone work of the first two kinds is written to a small state file before it starts
 (:class:`RegistryImportState`), and a later import finishes it.
 """
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,8 +34,6 @@ from kbackup.errors import KbackupError, SchemaRegistryError
 from kbackup.schema_registry.client import INCOMPATIBLE_SCHEMA, RegistryClient, RegistryRefusalError, quoted
 from kbackup.schema_registry.registry_copy import RegistryCopy, Schema, SubjectVersion
 from kbackup.storage import Location, exists, read_limited, write_whole
-
-log = logging.getLogger("kbackup.schemas")
 
 #: Subject name suffixes of Confluent's TopicNameStrategy.
 KEY_SUFFIX, VALUE_SUFFIX = "-key", "-value"
