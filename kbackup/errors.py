@@ -32,7 +32,7 @@ The tree is shallow::
     ├── TargetNotEmptyError      a target partition holds records of something else
     ├── TargetChangedError       another restore wrote there after this one was planned
     ├── RestoreFencedError       a newer restore of the same partitions took over
-    ├── RetentionError           the target would delete or reject restored records for their age
+    ├── TargetLimitError         the target's settings would delete, reject or change restored records
     ├── SchemaRegistryError      a schema registry cannot be reached, refused, or contradicts the backup's copy
     │   └── SchemaIdError        a record names a schema id the backup's copy of the registry does not hold
     └── ArtifactError            Java artifacts (Spark's Kafka connector, Kafka) cannot be resolved
@@ -191,8 +191,9 @@ class RestoreFencedError(KbackupError):
     """A newer restore of the same target partitions fenced this one's producers."""
 
 
-class RetentionError(KbackupError):
-    """The target would delete or reject restored records because of their age."""
+class TargetLimitError(KbackupError):
+    """The target's settings (retention, compaction, timestamp and size limits) or the producer would delete,
+    reject or change restored records (see :mod:`kbackup.restore.target_limits`)."""
 
 
 class OriginError(KbackupError):

@@ -1,4 +1,5 @@
-"""Restores the target cluster would undo: retention older than the records, and LogAppendTime re-stamping."""
+"""Restores the target cluster would undo: retention older than the records, and LogAppendTime re-stamping
+(the other limits: tests/test_restore_target_limits.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from kbackup.catalog.ledger import CatalogLedger
 from kbackup.catalog.topics import record_topic
 from kbackup.format.record import Record
 from kbackup.partition.writer import PartitionWriter
-from kbackup.restore.retention import TimeLimits, age_problem, broker_topic_defaults
 from kbackup.restore.timestamp_type import creation_config
 from tests.kafka_helpers import consume_all, create_topics
 from tests.restore_helpers import Target, restore_python, run_restore
@@ -20,42 +20,6 @@ DAY = 86_400_000
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
-
-
-# -- the decisions, pure ------------------------------------------------------------------
-
-
-def test_time_limits_from_topic_and_broker_settings() -> None:
-    assert TimeLimits.from_config({"retention.ms": "604800000"}) == TimeLimits(604_800_000, None)
-    assert TimeLimits.from_config({"retention.ms": "-1"}) == TimeLimits(None, None)
-    assert TimeLimits.from_config({"retention.ms": "1000", "cleanup.policy": "compact"}) == TimeLimits(None, None)
-    assert TimeLimits.from_config({"retention.ms": "1000", "cleanup.policy": "compact,delete"}).retention_ms == 1000
-    long_max = str((1 << 63) - 1)
-    assert TimeLimits.from_config({"message.timestamp.before.max.ms": long_max}).before_max_ms is None
-    assert TimeLimits.from_config({"message.timestamp.before.max.ms": "3600000"}).before_max_ms == 3_600_000
-    # The broker's retention: ms over minutes over hours, as Kafka reads them.
-    assert broker_topic_defaults({"log.retention.hours": "168"})["retention.ms"] == str(7 * DAY)
-    assert broker_topic_defaults({"log.retention.hours": "168", "log.retention.minutes": "10"})["retention.ms"] == (
-        "600000"
-    )
-    assert broker_topic_defaults({"log.retention.hours": "1", "log.retention.ms": "5"})["retention.ms"] == "5"
-
-
-def test_age_problem_names_topic_oldest_timestamp_and_setting() -> None:
-    now = 1_795_334_400_000  # 2026-11-22T08:00:00Z
-    week = TimeLimits(7 * DAY, None)
-    assert age_problem("t", now - 6 * DAY, week, now_ms=now, created=True) is None
-    problem = age_problem("t", now - 365 * DAY, week, now_ms=now, created=True)
-    assert problem == (
-        "topic 't': the oldest restored record (2025-11-22T08:00:00.000Z) is older than its retention.ms=604800000: "
-        "the broker would delete it minutes after the restore; restore with --topic-config retention.ms=-1 "
-        "(or a longer retention)"
-    )
-    assert "raise the retention.ms of 't' first" in (age_problem("t", 0, week, now_ms=now, created=False) or "")
-    rejecting = TimeLimits(None, DAY)
-    assert "message.timestamp.before.max.ms=86400000 allows: the broker would reject it" in (
-        age_problem("t", now - 2 * DAY, rejecting, now_ms=now, created=True) or ""
-    )
 
 
 def test_log_append_time_topics_are_created_with_create_time() -> None:
@@ -92,37 +56,44 @@ def _topic_config(target: Target, topic: str, key: str) -> str:
     return str(described[key].value)
 
 
-def test_year_old_records_are_refused_by_default_retention_and_kept_with_retention_off(
+def test_year_old_records_get_a_created_topic_without_retention_and_an_existing_short_one_is_refused(
     target: Target, tmp_path: Path
 ) -> None:
     backup = tmp_path / "backup"
     year_ago = int(time.time() * 1000) - 365 * DAY
-    records = _backup(backup, "old", year_ago, config={})
+    records = _backup(backup, "old", year_ago, config={"retention.ms": str(7 * DAY)})
     name = target.name("old-restored")
     args = [*target.args(tmp_path), "--source-dir", str(backup), "--topic-map", f"old={name}"]
 
-    refused = restore_python(*args)
-    assert refused.returncode == 1
-    assert refused.stderr.startswith(f"kbackup restore: error: topic {name!r}: the oldest restored record ("), (
-        refused.stderr
+    # A value given with --topic-config is the user's: checked, not changed.
+    given = restore_python(*args, "--topic-config", f"retention.ms={30 * DAY}")
+    assert given.returncode == 1
+    assert given.stderr.startswith(f"kbackup restore: error: topic {name!r}: the oldest restored record ("), (
+        given.stderr
     )
-    assert "is older than its retention.ms=604800000" in refused.stderr
-    assert "--topic-config retention.ms=-1" in refused.stderr and "--accept-retention-loss" in refused.stderr
-    assert len(refused.stderr.strip().splitlines()) == 1
+    assert f"is older than retention.ms={30 * DAY}" in given.stderr
+    assert "give a larger --topic-config retention.ms" in given.stderr and "--accept-retention-loss" in given.stderr
+    assert len(given.stderr.strip().splitlines()) == 1
     from confluent_kafka.admin import AdminClient
 
     assert name not in AdminClient(target.broker.client_settings()).list_topics(timeout=10).topics
 
-    # An existing topic with a short retention is refused too, naming the topic's own setting.
+    # An existing topic with a short retention is refused, naming the topic's own setting.
     short = target.name("old-short")
     create_topics(target.broker, {short: 1}, {short: {"retention.ms": str(30 * DAY)}})
     existing = restore_python(*target.args(tmp_path), "--source-dir", str(backup), "--topic-map", f"old={short}")
     assert existing.returncode == 1
-    assert f"older than its retention.ms={30 * DAY}" in existing.stderr
-    assert f"raise the retention.ms of {short!r} first" in existing.stderr
+    assert f"older than retention.ms={30 * DAY}" in existing.stderr
+    assert f"raise retention.ms of {short!r} first" in existing.stderr
 
-    kept = run_restore(*args, "--topic-config", "retention.ms=-1")
+    # A topic the restore creates gets retention.ms=-1 instead of the backed-up week, and the restore says so.
+    dry = restore_python(*args, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert f"create topic {name} with 1 partitions, config retention.ms=-1" in dry.stdout
+    assert f"  {name}: created with retention.ms=-1 (the oldest restored record (" in dry.stdout
+    kept = run_restore(*args)
     assert kept.returncode == 0, kept.stdout[-3000:] + kept.stderr[-3000:]
+    assert f"{name}: created with retention.ms=-1" in kept.stdout + kept.stderr
     assert _topic_config(target, name, "retention.ms") == "-1"
     restored = consume_all(target.broker, [name])
     assert [(r["offset"], r["key"], r["value"], r["timestampType"], r["timestamp"]) for r in restored] == [
@@ -165,23 +136,3 @@ def test_log_append_time_topic_keeps_the_original_timestamps(target: Target, tmp
     assert refused.returncode == 1
     assert f"target topic {stamping!r} has message.timestamp.type=LogAppendTime" in refused.stderr
     assert "--restamp" in refused.stderr
-
-
-def test_oldest_timestamp_equals_a_scan_of_the_selected_records(tmp_path: Path) -> None:
-    from kbackup.catalog.store import read_catalog
-    from kbackup.partition.reader import PartitionReader
-    from kbackup.restore.retention import oldest_timestamp
-    from kbackup.restore.selection import Window, selected_records
-
-    root = tmp_path / "backup"
-    stamps = [5_000 - (i * 37) % 4_000 for i in range(90)]  # not in offset order
-    with PartitionWriter(root / "t", "t", 0, max_segment_size=900, fsync=False, ledger=CatalogLedger(root)) as writer:
-        for i, stamp in enumerate(stamps):
-            kind = -1 if i % 9 == 0 else i % 2  # some records without a timestamp
-            writer.append(Record(i, kind, None if kind < 0 else stamp, b"k", b"v%d" % i))
-    reader = PartitionReader(root / "t", 0)
-    catalog = read_catalog(root, "t", 0)
-    assert catalog is not None and catalog.segments and catalog.tail is not None
-    for window in (Window(), Window(from_offset=17), Window(to_offset=40), Window(from_time=2_000, to_time=4_000)):
-        scanned = [r.timestamp for r in selected_records(reader, window) if r.timestamp is not None]
-        assert oldest_timestamp(reader, window, catalog) == min(scanned), window

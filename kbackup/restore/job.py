@@ -45,7 +45,7 @@ from kbackup.restore.marker import (
     transactional_id,
 )
 from kbackup.restore.metrics import RestoreMetrics
-from kbackup.restore.plan import PartitionPlan, RestorePlan, build_plan, refuse_damage
+from kbackup.restore.plan import PartitionPlan, RestorePlan, TopicPlan, build_plan, refuse_damage
 from kbackup.restore.schemas import register_schemas
 from kbackup.restore.selection import count_selected
 from kbackup.restore.settings import RestoreSettings, parse_restore_args
@@ -89,8 +89,16 @@ def run(settings: RestoreSettings) -> int:
     plan = build_plan(settings, admin)
     for topic_plan in plan.topics:
         log.info("%s", topic_plan.describe_origin())
+        if not settings.dry_run:
+            for note in topic_plan.notes:
+                log.warning("%s", note)
     if plan.groups_round is not None:
         log.info("consumer group offsets are taken from the offset round at %d (epoch ms)", plan.groups_round)
+    if not settings.dry_run:
+        selected = sum(part.selected for part in plan.partitions)
+        found = sum(part.skip for part in plan.partitions)
+        log.info("plan: %d records selected, %d of them already in the target, %d to produce", selected, found,
+                 selected - found)  # fmt: skip
     if settings.dry_run:
         for line in describe(plan, settings) + registry_lines:
             print(line)
@@ -129,7 +137,9 @@ def _restore(settings: RestoreSettings, plan: RestorePlan, admin: Any, umask: in
             refuse_missing(
                 admin, on_created, settings.client, done=f"only the (empty) topics {', '.join(created)} were created"
             )
-    tasks = [_task(part, settings, umask) for part in plan.partitions if part.to_produce > 0 or part.groups]
+    topics = {topic.target_topic: topic for topic in plan.topics}
+    tasks = [_task(part, topics[part.target_topic], settings, umask) for part in plan.partitions
+             if part.to_produce > 0 or part.groups]  # fmt: skip
     started = time.monotonic()
     watch.tasks_started()
     results = _run_tasks(tasks, settings, umask, watch) if tasks else []
@@ -290,7 +300,8 @@ def _warn_if_others_can_write(source: Location) -> None:
         )
 
 
-def _task(part: PartitionPlan, settings: RestoreSettings, umask: int) -> PartitionTask:
+def _task(part: PartitionPlan, topic: TopicPlan, settings: RestoreSettings, umask: int) -> PartitionTask:
+    batch_size = settings.batch_size if topic.batch_limit is None else min(settings.batch_size, topic.batch_limit)
     return PartitionTask(
         source_dir=str(settings.source / part.source_topic),
         source_topic=part.source_topic,
@@ -305,13 +316,15 @@ def _task(part: PartitionPlan, settings: RestoreSettings, umask: int) -> Partiti
         after_last=part.after_last,
         groups=part.groups,
         client=settings.client,
-        batch_size=settings.batch_size,
+        batch_size=batch_size,
         throttle=Throttle(settings.max_rate),
         legacy=settings.legacy,
         umask=umask,
         repartition=part.repartition,
         key_sources=settings.key_sources,
         id_rewrite=settings.id_rewrite(part.source_topic),
+        message_bytes=topic.producer_message_bytes,
+        restamp_zero=settings.restamp_zero_timestamps,
     )
 
 
@@ -429,6 +442,7 @@ def describe(plan: RestorePlan, settings: RestoreSettings) -> list[str]:
             lines.append(f"topic {topic.target_topic} exists with {topic.existing_partitions} partitions")
         if topic.set_timestamp_type is not None:
             lines.append(f"  then set {TIMESTAMP_TYPE}={topic.set_timestamp_type} (records keep their timestamps)")
+        lines += [f"  {note}" for note in topic.notes]
     for source in plan.merged_sources:
         for bad in source.bad_segments:
             verdict = "left out" if settings.skip_bad_segments else "damaged, the restore refuses"

@@ -25,6 +25,7 @@ produced.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -42,7 +43,7 @@ from kbackup.errors import (
     DamagedBackupError,
     DecryptionKeyError,
     KbackupError,
-    RetentionError,
+    TargetLimitError,
     TargetNotEmptyError,
     UsageError,
 )
@@ -54,18 +55,21 @@ from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import PartitionReader
 from kbackup.restore.access import restore_permissions
 from kbackup.restore.marker import PLAN_MARKER_SECONDS, ProgressMarker, marker_consumer, read_markers, restore_identity
+from kbackup.restore.profile import RecordsProfile, profile_partition
 from kbackup.restore.repartition import KEEP, Repartition, Source, count_routed
-from kbackup.restore.retention import (
-    TimeLimits,
-    age_problem,
+from kbackup.restore.selection import Window, count_selected, nth_selected
+from kbackup.restore.settings import RestoreSettings
+from kbackup.restore.target_limits import (
+    PRODUCER_MESSAGE_BYTES,
+    Choices,
+    TopicLimits,
     broker_configs,
     broker_topic_defaults,
     effective_topic_configs,
+    judge,
     now_ms,
-    oldest_timestamp,
+    request_limit,
 )
-from kbackup.restore.selection import Window, count_selected, nth_selected
-from kbackup.restore.settings import RestoreSettings
 from kbackup.restore.timestamp_type import LOG_APPEND_TIME, TIMESTAMP_TYPE, PendingTimestampTypes, creation_config
 
 
@@ -82,6 +86,11 @@ class TopicPlan:
     origin_topic_id: str | None = None
     #: ``message.timestamp.type`` to set once the restore is done (see :mod:`kbackup.restore.timestamp_type`).
     set_timestamp_type: str | None = None
+    #: What the plan decided about the target's limits (:mod:`kbackup.restore.target_limits`), to say so.
+    notes: list[str] = field(default_factory=list)
+    #: The producer's ``message.max.bytes`` for the largest record, and the largest batch the topic takes.
+    producer_message_bytes: int = PRODUCER_MESSAGE_BYTES
+    batch_limit: int | None = None
 
     def describe_origin(self) -> str:
         if self.origin_cluster is None:
@@ -239,7 +248,7 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
     _refuse_missing_keys(plan, settings)
     refuse_missing(admin, restore_permissions(plan), settings.client)
     _place(plan, settings, admin, existing)
-    _check_target_times(plan, settings, admin)
+    _check_targets(plan, settings, admin)
     return plan
 
 
@@ -295,8 +304,9 @@ def _pinned(reader: PartitionReader, window: Window) -> Window:
     return replace(window, from_offset=low, to_offset=high)
 
 
-def _check_target_times(plan: RestorePlan, settings: RestoreSettings, admin: Any) -> None:
-    """Refuse targets that would re-stamp, delete or reject the records still to produce (see the modules named).
+def _check_targets(plan: RestorePlan, settings: RestoreSettings, admin: Any) -> None:
+    """Refuse targets that would re-stamp, delete, reject or change the records still to produce; give created
+    topics the settings that keep them (:mod:`kbackup.restore.target_limits`, :mod:`kbackup.restore.timestamp_type`).
 
     Topics with nothing left to produce (a finished restore run again) are not checked: there is nothing to refuse.
     """
@@ -304,52 +314,71 @@ def _check_target_times(plan: RestorePlan, settings: RestoreSettings, admin: Any
     existing = [t.target_topic for t in plan.topics if t.create_partitions is None and t.target_topic in producing]
     effective = effective_topic_configs(admin, existing)
     pending = PendingTimestampTypes(settings.state_file("timestamp-types")).data
+    broker: dict[str, str] | None = None
+    choices = Choices(
+        accept_retention_loss=settings.accept_retention_loss,
+        allow_compacted_target=settings.allow_compacted_target,
+        restamp_zero_timestamps=settings.restamp_zero_timestamps,
+        given=frozenset(settings.topic_config),
+    )
     problems = []
-    defaults: dict[str, str] | None = None
     for topic in plan.topics:
         if topic.create_partitions is None and topic.target_topic in pending:
             topic.set_timestamp_type = pending[topic.target_topic]  # created by an earlier run of this restore
         if topic.target_topic not in producing:
             continue
-        if topic.create_partitions is None:
-            config = effective.get(topic.target_topic, {})
-            if (
-                topic.set_timestamp_type is None
-                and config.get(TIMESTAMP_TYPE) == LOG_APPEND_TIME
-                and not settings.restamp
-            ):
-                problems.append(
-                    f"target topic {topic.target_topic!r} has message.timestamp.type=LogAppendTime: the broker would "
-                    "give every restored record a new timestamp; restore into a new topic (created with CreateTime "
-                    "and set to LogAppendTime afterwards), or accept new timestamps with --restamp"
-                )
-                continue
-        else:
-            if defaults is None:
-                defaults = broker_topic_defaults(broker_configs(admin))
-            config = {**defaults, **topic.config}
-        if config.get(TIMESTAMP_TYPE) == LOG_APPEND_TIME or settings.accept_retention_loss:
-            continue  # re-stamped records are new; or the user accepts the loss
-        limits = TimeLimits.from_config(config)
-        if limits.retention_ms is None and limits.before_max_ms is None:
-            continue
-        oldest = None
-        for part in plan.source_parts():
-            if part.target_topic != topic.target_topic:
-                continue
-            reader = PartitionReader(settings.source / part.source_topic, part.source_partition, legacy=settings.legacy)
-            catalog = read_catalog(settings.source, part.source_topic, part.source_partition)
-            found = oldest_timestamp(reader, part.window, catalog)
-            if found is not None:
-                oldest = found if oldest is None else min(oldest, found)
-        if oldest is not None:
-            problem = age_problem(
-                topic.target_topic, oldest, limits, now_ms=now_ms(), created=topic.create_partitions is not None
+        if broker is None:
+            broker = broker_configs(admin)
+        created = topic.create_partitions is not None
+        config = {**broker_topic_defaults(broker), **topic.config} if created else effective.get(topic.target_topic, {})
+        restamped = config.get(TIMESTAMP_TYPE) == LOG_APPEND_TIME
+        if restamped and not created and topic.set_timestamp_type is None and not settings.restamp:
+            problems.append(
+                f"target topic {topic.target_topic!r} has message.timestamp.type=LogAppendTime: the broker would "
+                "give every restored record a new timestamp; restore into a new topic (created with CreateTime "
+                "and set to LogAppendTime afterwards), or accept new timestamps with --restamp"
             )
-            if problem is not None:
-                problems.append(problem + ", or accept the loss with --accept-retention-loss")
+            continue
+        limits = TopicLimits.from_config(config)
+        parts = [part for part in plan.source_parts() if part.target_topic == topic.target_topic]
+        profiles = [_profile(settings, part, limits) for part in parts]
+        whole = profiles[0] if len(profiles) == 1 else functools.reduce(RecordsProfile.merge, profiles)
+        verdict = judge(
+            topic.target_topic,
+            topic.source_topic,
+            config,
+            whole,
+            created=created,
+            choices=choices,
+            largest_partition_bytes=_largest_partition_bytes(plan, topic, profiles),
+            now_ms=now_ms(),
+            request_limit=request_limit(broker),
+            restamped=restamped,
+        )
+        problems += verdict.problems
+        topic.config.update(verdict.settings if created else {})
+        topic.notes += verdict.notes
+        topic.producer_message_bytes, topic.batch_limit = verdict.producer_message_bytes, verdict.batch_limit
     if problems:
-        raise RetentionError("; ".join(problems))
+        raise TargetLimitError("; ".join(problems) + "; nothing was produced")
+
+
+def _profile(settings: RestoreSettings, part: PartitionPlan, limits: TopicLimits) -> RecordsProfile:
+    """What a backed-up partition's selected records are like, as ``limits`` see them."""
+    reader = PartitionReader(settings.source / part.source_topic, part.source_partition, legacy=settings.legacy)
+    catalog = read_catalog(settings.source, part.source_topic, part.source_partition)
+    size_limit = limits.max_message_bytes or PRODUCER_MESSAGE_BYTES
+    return profile_partition(reader, part.window, catalog, keys=limits.compacted, size_limit=size_limit)
+
+
+def _largest_partition_bytes(plan: RestorePlan, topic: TopicPlan, profiles: list[RecordsProfile]) -> int:
+    """The most bytes the restore writes into one target partition of ``topic`` (stored bytes: above Kafka's)."""
+    if not any(part.repartition is not None for part in plan.partitions if part.target_topic == topic.target_topic):
+        return max((profile.stored_bytes for profile in profiles), default=0)
+    targets = [part for part in plan.partitions if part.target_topic == topic.target_topic]
+    total = sum(profile.stored_bytes for profile in profiles)
+    selected = sum(part.selected for part in targets)
+    return max((total * part.selected // selected for part in targets), default=0) if selected else 0
 
 
 def _refuse_missing_keys(plan: RestorePlan, settings: RestoreSettings) -> None:

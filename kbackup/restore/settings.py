@@ -74,6 +74,11 @@ class RestoreSettings:
     skip_bad_segments: bool = False
     accept_retention_loss: bool = False
     restamp: bool = False
+    #: ``--restamp-zero-timestamps``: records stamped 0 are produced with the restore's time (librdkafka cannot
+    #: send 0); without it the plan refuses them.
+    restamp_zero_timestamps: bool = False
+    #: ``--allow-compacted-target``: restore into an existing compacted topic.
+    allow_compacted_target: bool = False
     force_offsets: bool = False
     dry_run: bool = False
     legacy: bool = False
@@ -214,7 +219,18 @@ def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.Argumen
     own.add_argument(
         "--accept-retention-loss",
         action="store_true",
-        help="restore records older than the target's retention.ms (the broker deletes them soon after)",
+        help="restore even where the target's retention.ms or retention.bytes deletes records soon after",
+    )
+    own.add_argument(
+        "--allow-compacted-target",
+        action="store_true",
+        help="restore into an existing topic with cleanup.policy=compact (it keeps only the newest record per key)",
+    )
+    own.add_argument(
+        "--restamp-zero-timestamps",
+        action="store_true",
+        help="produce records stamped 0 (1970-01-01) with the restore's time: librdkafka cannot send 0 "
+        "(default: the plan refuses them)",
     )
     own.add_argument(
         "--restamp",
@@ -324,6 +340,8 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
         skip_bad_segments=args.skip_bad_segments,
         accept_retention_loss=args.accept_retention_loss,
         restamp=args.restamp,
+        restamp_zero_timestamps=args.restamp_zero_timestamps,
+        allow_compacted_target=args.allow_compacted_target,
         force_offsets=args.force_offsets,
         dry_run=args.dry_run,
         legacy=args.legacy_no_magic,

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from kbackup.catalog.integrity import bad_segments
-from kbackup.errors import ChecksumError, DeliveryError, TargetChangedError
+from kbackup.errors import ChecksumError, DeliveryError, TargetChangedError, TargetLimitError
 from kbackup.format.encryption import KeyRing
 from kbackup.format.record import Record
 from kbackup.fsutil import restrict_new_files
@@ -107,6 +107,10 @@ class PartitionTask:
     key_sources: tuple[tuple[str | None, str | None], ...] = ()
     #: The schema ids the records' keys and values get in the target registry (``--schema-registry``).
     id_rewrite: IdRewrite | None = None
+    #: The producer's ``message.max.bytes``: at least the largest record (the plan measured it).
+    message_bytes: int = 1_000_000
+    #: ``--restamp-zero-timestamps``: a record stamped 0 is produced with the restore's time (else refused).
+    restamp_zero: bool = False
 
     def sources(self) -> list[tuple[int, Window]]:
         """The backed-up partitions this task reads, with their selections."""
@@ -214,12 +218,13 @@ class _FencedError(Exception):
         self.reason = reason
 
 
-def producer_settings(client: dict[str, str], batch_size: int) -> dict[str, object]:
+def producer_settings(client: dict[str, str], batch_size: int, message_bytes: int = 1_000_000) -> dict[str, object]:
     return {
         **client,
         "enable.idempotence": "true",
         "acks": "all",
         "max.in.flight.requests.per.connection": "5",
+        "message.max.bytes": str(max(message_bytes, batch_size)),
         "batch.size": str(batch_size),
         "linger.ms": "20",
         "queue.buffering.max.kbytes": str(max(64 * 1024, 4 * batch_size // 1024)),
@@ -276,10 +281,10 @@ def _restore_from(task: PartitionTask, readers: dict[int, PartitionReader], resu
     from confluent_kafka import KafkaException, Producer
 
     where = f"topic {task.target_topic!r} partition {task.target_partition}"
-    deliveries = _Deliveries()
+    deliveries = _Deliveries(task.source_topic)
     producer = Producer(
         {
-            **producer_settings(task.client, task.batch_size),
+            **producer_settings(task.client, task.batch_size, task.message_bytes),
             "transactional.id": transactional_id(task.target_topic, task.target_partition),
             "transaction.timeout.ms": str(TRANSACTION_TIMEOUT_MS),
             "on_delivery": deliveries.on_delivery,
@@ -368,10 +373,19 @@ def _abort(producer: Any) -> None:
         _within(ABORT_SECONDS, producer.abort_transaction, ABORT_SECONDS)
 
 
+#: Broker errors about one record of a batch: librdkafka gives every record of the batch the batch's error, so the
+#: task names the record that explains it (the most extreme timestamp, the largest record, a missing key).
+_INVALID_TIMESTAMP, _TOO_LARGE, _INVALID_RECORD, _CORRUPT = 32, 10, 87, 2
+_RECORD_ERRORS = frozenset({_INVALID_TIMESTAMP, _TOO_LARGE, _INVALID_RECORD, _CORRUPT})
+#: Messages purged from the producer's queue when a transaction is aborted: a consequence, never the cause.
+_PURGED = frozenset({-152, -151})
+
+
 class _Deliveries:
     """Delivery reports of one producer, in produce order (one partition: the broker keeps the order)."""
 
-    def __init__(self) -> None:
+    def __init__(self, source_topic: str = "") -> None:
+        self.source_topic = source_topic
         self.count = 0
         self.last_offset = -1
         self.failure: str | None = None
@@ -380,6 +394,11 @@ class _Deliveries:
         #: Delivery indexes whose offsets are wanted, and those found.
         self.wanted: set[int] = set()
         self.found: dict[int, int] = {}
+        #: (backed-up partition, offset, timestamp) of each record produced since delivery index ``sent_from`` (a
+        #: failed delivery report carries no timestamp).
+        self.sent: list[tuple[int, int, int]] = []
+        self.sent_from = 0
+        self._rank = -1  # how well the failure kept explains what went wrong (see _rank)
 
     def on_error(self, error: Any) -> None:
         if error.fatal() and self.fatal is None:
@@ -389,13 +408,52 @@ class _Deliveries:
         index = self.count
         self.count += 1
         if error is not None:
-            if self.failure is None:
-                self.failure = str(error.str())
+            rank = _rank(error.code(), message, self._timestamp(index))
+            if rank > self._rank:
+                self._rank = rank
+                self.failure = self._describe(index, error, message)
                 self.fenced = error.code() in _FENCED_CODES
             return
         self.last_offset = message.offset()
         if index in self.wanted:
             self.found[index] = self.last_offset
+
+    def sent_anew(self) -> None:
+        """Every record produced so far is delivered: forget where they came from."""
+        self.sent.clear()
+        self.sent_from = self.count
+
+    def _timestamp(self, index: int) -> int | None:
+        at = index - self.sent_from
+        return self.sent[at][2] if 0 <= at < len(self.sent) else None
+
+    def _describe(self, index: int, error: Any, message: Any) -> str:
+        """The broker's reason, and the record it is about when the error is about a record."""
+        reason = str(error.str())
+        if error.code() not in _RECORD_ERRORS:
+            return reason
+        at = index - self.sent_from
+        if not 0 <= at < len(self.sent):
+            return reason
+        partition, offset, stamp = self.sent[at]
+        size = len(message.key() or b"") + len(message.value() or b"")
+        detail = f"timestamp {stamp}" if error.code() == _INVALID_TIMESTAMP else f"{size} bytes of key and value"
+        if error.code() == _INVALID_RECORD and message.key() is None:
+            detail = "no key"
+        return f"the broker rejected the record of {self.source_topic}/{partition} offset {offset} ({detail}): {reason}"
+
+
+def _rank(code: int, message: Any, stamp: int | None) -> int:
+    """How well a failed delivery explains a failure: the record-level cause best, purged messages least."""
+    if code in _PURGED:
+        return 0
+    if code not in _RECORD_ERRORS:
+        return 1
+    if code == _INVALID_TIMESTAMP:
+        return 2 + (0 if stamp is None else min(abs(stamp - int(time.time() * 1000)), 1 << 62))
+    if code == _INVALID_RECORD:
+        return 2 + (1 << 62 if message.key() is None else 0)
+    return 2 + len(message.key() or b"") + len(message.value() or b"")
 
 
 class _Run:
@@ -468,7 +526,10 @@ class _Run:
                     first_index = result.produced
             if rewrite is not None:
                 record = rewrite(record, source)
-            timestamp = record.timestamp if record.timestamp is not None and record.timestamp > 0 else 0
+            # Kafka's "no timestamp" is -1, which librdkafka sends as it is; 0 it replaces with "now".
+            timestamp = -1 if record.timestamp is None else record.timestamp
+            if timestamp == 0 and not task.restamp_zero:
+                raise _zero_stamped(task, source, record)
             headers = list(record.headers) if record.headers else None
             while True:
                 try:
@@ -476,6 +537,7 @@ class _Run:
                     break
                 except BufferError:
                     self.producer.poll(0.1)
+            self.deliveries.sent.append((source, record.offset, timestamp))
             result.produced += 1
             size = len(record.key or b"") + len(record.value or b"")
             result.produced_bytes += size
@@ -532,6 +594,7 @@ class _Run:
             SEND_OFFSETS_SECONDS, self.producer.send_offsets_to_transaction, [position], metadata, SEND_OFFSETS_SECONDS
         )
         _within(COMMIT_SECONDS, self.producer.commit_transaction, COMMIT_SECONDS)
+        self.deliveries.sent_anew()
         self.in_transaction = 0
         self.resume_from, self.next = resume_from, marker.next
 
@@ -554,6 +617,16 @@ class _Run:
                 "so consumer group offsets cannot be placed; restore into a new topic"
             )
         return int(found[0])
+
+
+def _zero_stamped(task: PartitionTask, source: int, record: Record) -> TargetLimitError:
+    """A record stamped 0 the plan did not see (backed up since): librdkafka would give it the restore's time."""
+    return TargetLimitError(
+        f"topic {task.source_topic!r} partition {source} offset {record.offset} is stamped 0 "
+        "(1970-01-01T00:00:00.000Z): librdkafka, the producer under kbackup, sends 0 as 'now', so it would come "
+        "back with the restore's time; what is committed stays, run the restore again with "
+        "--restamp-zero-timestamps to accept that"
+    )
 
 
 def _with_last(items: Iterable[T]) -> Iterator[tuple[T, bool]]:
