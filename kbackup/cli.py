@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kbackup import __version__
+from kbackup.catalog.source_gaps import SourceGap, describe_gaps, read_gaps
 from kbackup.errors import BackupNotFoundError, KbackupError, UsageError
 from kbackup.format.encryption import KeyRing
 from kbackup.format.naming import INDEX_SUFFIX, parse_partition_index_file_name
@@ -139,7 +140,8 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
         for partition in _partitions(topic_dir, args.partition):
             reader = PartitionReader(topic_dir, partition, legacy=args.legacy_no_magic)
             segments = reader.summaries()
-            missing, missing_ranges = missing_offsets(reader, legacy=args.legacy_no_magic)
+            lost = read_gaps(root, topic, partition)
+            missing, missing_ranges = missing_offsets(reader, legacy=args.legacy_no_magic, lost_at_source=lost)
             firsts = [s.first_offset for s in segments if s.first_offset is not None]
             lasts = [s.last_offset for s in segments if s.last_offset is not None]
             partitions.append(
@@ -151,6 +153,8 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
                     "bytes": sum(s.records_bytes for s in segments),
                     "missingOffsets": missing,
                     "missingRanges": [asdict(r) for r in missing_ranges],
+                    "lostAtSourceOffsets": sum(g.count for g in lost),
+                    "lostAtSource": [{"first": g.first, "last": g.last, "how": g.how} for g in lost],
                     "segments": [
                         {
                             "name": s.name,
@@ -178,6 +182,10 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
             gaps = describe_missing(p["missingOffsets"], [OffsetRange(**r) for r in p["missingRanges"]])
             if gaps:
                 span += f", {gaps}"
+            lost_text = describe_gaps([SourceGap(topic_entry["topic"], p["partition"], g["first"], g["last"])
+                                       for g in p["lostAtSource"]])  # fmt: skip
+            if lost_text:
+                span += f", {lost_text}"
             out.write(
                 f"  partition {p['partition']}: {count(p['records'], 'record')}, {span}, "
                 f"{count(p['bytes'], 'byte')} in {count(len(p['segments']), 'segment')}\n"
@@ -321,7 +329,8 @@ def cmd_describe(args: argparse.Namespace, out: TextIO) -> None:
         out.write(f"{topic.topic}: {count(topic.records, 'record')}, {count(topic.bytes, 'byte')}\n")
         for p in topic.partitions:
             span = "empty" if p.first_offset is None else f"offsets {p.first_offset}..{p.last_offset}"
-            missing = describe_missing(p.missing, p.missing_ranges)
+            missing = ", ".join(text for text in (describe_missing(p.missing, p.missing_ranges),
+                                                  describe_gaps(p.lost_at_source)) if text)  # fmt: skip
             missing = f", {missing}" if missing else ""
             out.write(
                 f"  partition {p.partition}: {count(p.records, 'record')}, {span}{missing}, {count(p.bytes, 'byte')}\n"

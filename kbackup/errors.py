@@ -26,6 +26,7 @@ The tree is shallow::
     ├── LeaseHeldError           another job holds the target's lease
     ├── LeaseLostError           another job took this job's lease over
     ├── OriginError              the target holds a backup of another cluster or topic incarnation
+    ├── SourceLossError          the source deleted records (retention) before the backup could read them
     ├── ClusterError             a Kafka cluster cannot be reached or refused (``transient`` says which)
     ├── AccessDeniedError        the cluster's ACLs do not grant the job an operation it needs
     ├── DeliveryError            the restore's target cluster refused records
@@ -194,6 +195,10 @@ class RestoreFencedError(KbackupError):
 class TargetLimitError(KbackupError):
     """The target's settings (retention, compaction, timestamp and size limits) or the producer would delete,
     reject or change restored records (see :mod:`kbackup.restore.target_limits`)."""
+
+
+class SourceLossError(KbackupError):
+    """The source cluster deleted records before the backup could read them (a snapshot that is not whole)."""
 
 
 class OriginError(KbackupError):

@@ -73,7 +73,9 @@ def _submitter_stderr() -> TextIO | None:
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         return None  # not started by spark-submit
     try:
-        return open(f"/proc/{os.getppid()}/fd/2", "w", encoding="utf-8")
+        # Appending: opened for writing, a standard error redirected to a file ("> job.log 2>&1") would be cut to
+        # nothing first, and the job's whole log with it.
+        return open(f"/proc/{os.getppid()}/fd/2", "a", encoding="utf-8")
     except OSError:
         return None
 

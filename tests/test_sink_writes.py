@@ -11,7 +11,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from kbackup.format.record import Record
 from kbackup.partition.reader import PartitionReader
 from kbackup.spark import v1_sink
-from kbackup.spark.kafka_source import kafka_schema
+from kbackup.spark.kafka_reader import kafka_schema
 from kbackup.spark.v1_sink import SinkOptions, V1StreamWriter
 
 SCHEMA = to_arrow_schema(kafka_schema(True), timezone="UTC")

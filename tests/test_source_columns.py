@@ -11,7 +11,7 @@ from confluent_kafka import KafkaError
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from kbackup.errors import ClusterError
-from kbackup.spark.kafka_source import KafkaRange, _Columns, kafka_schema
+from kbackup.spark.kafka_reader import KafkaRange, _Columns, kafka_schema
 
 EOF_CODE = KafkaError._PARTITION_EOF
 
@@ -138,7 +138,7 @@ def range_of(topic: str, partition: int, size: int) -> KafkaRange:
 
 
 def test_large_partitions_are_tasks_of_their_own_small_ones_are_packed() -> None:
-    from kbackup.spark.kafka_source import PACK_RANGES, PACK_RECORDS, pack_ranges
+    from kbackup.spark.kafka_reader import PACK_RANGES, PACK_RECORDS, pack_ranges
 
     big = [range_of("big", p, PACK_RECORDS + p) for p in range(3)]
     small = [range_of(f"t{t:03d}", p, 1 + (t * p) % 7) for t in range(150) for p in range(10)]
@@ -164,7 +164,7 @@ def test_large_partitions_are_tasks_of_their_own_small_ones_are_packed() -> None
 
 
 def test_packed_tasks_keep_their_limits() -> None:
-    from kbackup.spark.kafka_source import PACK_RANGES, PACK_RECORDS, pack_ranges
+    from kbackup.spark.kafka_reader import PACK_RANGES, PACK_RECORDS, pack_ranges
 
     shapes = [
         [PACK_RECORDS - 1] + [1] * 999,  # one nearly large range and many tiny ones

@@ -57,9 +57,10 @@ from kbackup.backup.metrics import BackupMetrics, BatchWritten
 from kbackup.backup.origin import check_origin
 from kbackup.backup.schemas import RegistryWatch
 from kbackup.backup.settings import BackupSettings, parse_backup_args
+from kbackup.backup.source_loss import SourceLossReport
 from kbackup.catalog import checkpoints
 from kbackup.catalog.ledger import CatalogLedger
-from kbackup.errors import ClusterError, KbackupError, SchemaRegistryError
+from kbackup.errors import ClusterError, KbackupError, SchemaRegistryError, SourceLossError
 from kbackup.fsutil import restrict_new_files
 from kbackup.job_options import run_job
 from kbackup.kafka.admin_session import AdminSession
@@ -76,7 +77,7 @@ from kbackup.spark.kafka_connector import SPARK_KAFKA_FORMAT, connector_loaded, 
 from kbackup.spark.kafka_source import SOURCE_NAME, KafkaSource, decode_offsets
 from kbackup.spark.session import job_session
 from kbackup.spark.v1_sink import SINK_NAME, V1Sink, read_batch_stats
-from kbackup.storage import check_writable_root, prepare_root
+from kbackup.storage import Location, check_writable_root, prepare_root
 from kbackup.storage.lease import TargetLease
 from kbackup.text import count
 
@@ -112,6 +113,7 @@ class BackupJob:
     _stats_dir: Path | None = None
     _progress_seen: str = ""  # the timestamp of the last query progress the metrics took in
     _registry: RegistryWatch | None = None
+    _source_loss: SourceLossReport | None = None
 
     def run(self) -> int:
         settings = self.settings
@@ -186,6 +188,8 @@ class BackupJob:
         outstanding = [c.id for c in existing if c.status == "requested"]
         self._seen_checkpoint = min(outstanding) - 1 if outstanding else max((c.id for c in existing), default=0)
 
+        self._source_loss = SourceLossReport(settings.target, settings.selection,
+                                             every=min(settings.offsets_interval, 30.0))  # fmt: skip
         query = self._start(spark)
         log.info("running; stop with SIGTERM to the driver process %d (a snapshot stops by itself)", os.getpid())
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -222,6 +226,7 @@ class BackupJob:
                 self._store_reached_rounds(query)
                 if self._registry is not None and not settings.snapshot:
                     self._registry.poll()
+                self._source_loss.poll()
                 self._publish()
             self._report_progress(query)
             failure = query.exception()
@@ -242,6 +247,7 @@ class BackupJob:
                 self._summary(time.monotonic() - started)
                 if self._registry is not None:  # last: the records are complete and sealed whatever it says
                     self._capture_after("the snapshot's last record")
+                self._refuse_source_loss()
             else:
                 if watch is not None:
                     watch.stop()
@@ -256,6 +262,10 @@ class BackupJob:
                     self._seal_newest_segments()
                 if self._registry is not None:
                     self._capture_after("the last records read before the stop")
+                self._source_loss.poll(now=True)
+                if self._source_loss.gaps:
+                    log.warning("the source deleted records before this backup read them: %s (recorded in the "
+                                "backup as lost at the source)", self._source_loss.describe())  # fmt: skip
         finally:
             if watch is not None:
                 watch.stop()
@@ -266,6 +276,23 @@ class BackupJob:
         return 0
 
     # -- steps ---------------------------------------------------------------
+
+    def _refuse_source_loss(self) -> None:
+        """A finished snapshot is whole, or exits 1 naming what the source deleted before it was read."""
+        assert self._source_loss is not None
+        self._source_loss.poll(now=True)
+        lost = self._source_loss.describe()
+        if not lost:
+            log.info("snapshot: nothing was lost at the source")
+            return
+        if self.settings.accept_source_loss:
+            log.warning("snapshot: the source deleted %s before they were read (accepted with --accept-source-loss; "
+                        "recorded in the backup as lost at the source)", lost)  # fmt: skip
+            return
+        raise SourceLossError(
+            f"the snapshot holds everything else, but the source deleted {lost} before they were read (retention or "
+            "deleted records); they are recorded in the backup as lost at the source (--accept-source-loss exits 0)"
+        )
 
     def _capture_after(self, what: str) -> None:
         """Capture the registry once more: every schema the records read so far name was registered before they were
@@ -402,6 +429,7 @@ class BackupJob:
             )
             client = settings.client
             reader = reader.option("logFormat", settings.monitoring.log_format)
+            reader = reader.option("sourceGapsRoot", _location_text(settings.target))
         for key, value in client.items():
             reader = reader.option(f"kafka.{key}", value)
         if settings.selection.topics is not None:
@@ -424,6 +452,10 @@ class BackupJob:
         )
         if self._stats_dir is not None:
             writer = writer.option("statsDir", str(self._stats_dir))
+        if settings.kafka_source == "spark":  # Spark's source skips deleted offsets silently: the sink looks at gaps
+            writer = writer.option("inferSourceGaps", "true")
+            for key, value in settings.client.items():
+                writer = writer.option(f"kafka.{key}", value)
         encryption = settings.encryption
         if encryption is not None and encryption.file is not None:
             writer = writer.option("encryptionKeyFile", str(encryption.file))
@@ -546,6 +578,11 @@ class BackupJob:
             "start to its end, Spark's start-up included (%.1f s after the query started)",
             self._rows, self._batch_seconds, rate, time.monotonic() - self._began, seconds,
         )  # fmt: skip
+
+
+def _location_text(location: Location) -> str:
+    """A location as executors find it: a local path made absolute."""
+    return str(location.resolve()) if isinstance(location, Path) else str(location)
 
 
 def _offsets_field(progress: dict[str, Any], name: str) -> dict[TopicPartitionKey, int]:

@@ -77,6 +77,8 @@ class BackupSettings:
     #: ``--encryption-key-file`` / ``--encryption-key-env``: seal finished segments (None: not encrypted).
     encryption: EncryptionKeySource | None = None
     prune_groups: bool = False
+    #: ``--accept-source-loss``: a snapshot that found offsets deleted at the source before it read them exits 0.
+    accept_source_loss: bool = False
     #: ``--schema-registry``: the registry captured into the backup beside the records.
     schema_registry: RegistryAddress | None = None
     debug: bool = False
@@ -144,6 +146,12 @@ def build_parser(prog: str = "spark-submit jobs/backup.py") -> argparse.Argument
         f"org.apache.spark:spark-sql-kafka-0-10_2.13:VERSION); default {DEFAULT_KAFKA_SOURCE}",
     )
     own.add_argument(
+        "--accept-source-loss",
+        action="store_true",
+        help="let a snapshot exit 0 when the source deleted records (retention) before it could read them; they are "
+        "recorded in the backup and named either way (default: the snapshot exits 1 naming them)",
+    )
+    own.add_argument(
         "--prune-groups",
         action="store_true",
         help="drop groups that no longer exist on the cluster from the stored consumer offsets",
@@ -200,6 +208,7 @@ def parse_backup_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/bac
         compression=args.compression,
         encryption=encryption_key_source(args),
         prune_groups=args.prune_groups,
+        accept_source_loss=args.accept_source_loss,
         schema_registry=schema_registry_address(args),
         debug=args.debug,
         spark_conf=spark_conf(args.spark_conf),

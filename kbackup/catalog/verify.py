@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from kbackup.catalog.build import file_crc32c, file_size
 from kbackup.catalog.prune import pending_deletions
+from kbackup.catalog.source_gaps import READ, read_gaps
 from kbackup.catalog.store import catalog_path, read_catalog
 from kbackup.catalog.tail import tail_problem
 from kbackup.errors import KbackupError
@@ -124,6 +125,17 @@ def verify_partition(
         read_consumer_offsets(topic_dir, partition)
     except KbackupError as exc:
         report.errors.append(str(exc))
+    try:
+        lost = read_gaps(root, topic, partition)
+    except KbackupError as exc:
+        report.errors.append(f"the record of offsets lost at the source is unreadable: {exc}")
+        lost = []
+    for gap in lost:
+        how = "" if gap.how == READ else ", inferred from the log start behind Spark's Kafka source"
+        report.notes.append(
+            f"offsets {gap.first}..{gap.last} were deleted at the source before the backup read them ({gap.count} "
+            f"offsets{how}): lost at the source, not damage to the backup"
+        )
     return report
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import html
 
+from kbackup.catalog.source_gaps import describe_gaps
 from kbackup.report.summary import BackupSummary, PartitionSummary, TopicSummary, describe_missing
 from kbackup.text import count
 
@@ -26,7 +27,14 @@ ROW = 26
 BAR = 16
 MIN_GAP_PX = 2.0
 
-COLORS = {"covered": "#2e9d57", "gap": "#d93b3b", "before": "#c9ced6", "group": "#1f4fbf", "time": "#6c5ce7"}
+COLORS = {
+    "covered": "#2e9d57",
+    "gap": "#d93b3b",
+    "lost": "#d9a13b",
+    "before": "#c9ced6",
+    "group": "#1f4fbf",
+    "time": "#6c5ce7",
+}
 
 STYLE = """
 body { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; margin: 24px; color: #1d2230; }
@@ -38,7 +46,7 @@ th, td { border-bottom: 1px solid #e3e6ec; padding: 4px 10px; text-align: right;
 th { background: #f4f6f9; } td.l, th.l { text-align: left; }
 .legend span { display: inline-block; margin-right: 16px; font-size: 12px; }
 .legend i { display: inline-block; width: 12px; height: 12px; margin-right: 4px; vertical-align: -2px; }
-.bad { color: #d93b3b; font-weight: 600; } .ok { color: #2e9d57; }
+.bad { color: #d93b3b; font-weight: 600; } .ok { color: #2e9d57; } .lost { color: #9a6a12; }
 svg text { font-size: 12px; fill: #1d2230; }
 """
 
@@ -84,6 +92,7 @@ def _legend() -> str:
     items = [
         ("covered", "offsets in the backup"),
         ("gap", "gap: offsets between covered ranges"),
+        ("lost", "lost at the source: deleted there before the backup read them"),
         ("before", "below the first backed-up offset"),
         ("group", "consumer group offset"),
     ]
@@ -99,12 +108,16 @@ def _topic_section(topic: TopicSummary) -> str:
     )
     for p in topic.partitions:
         span = "empty" if p.first_offset is None else f"{p.first_offset}..{p.last_offset}"
+        lost = describe_gaps(p.lost_at_source)
         missing = describe_missing(p.missing, p.missing_ranges)
         gap_text = (
             f'<span class="{"bad" if p.gaps else "ok"}">{_e(missing)}</span>'
             if missing
             else '<span class="ok">none</span>'
         )
+        if lost:
+            gap_text += f'<br><span class="lost">{_e(lost)}</span>'
+
         groups = ", ".join(f"{_e(g)} @ {o}" for g, o in sorted(p.groups.items())) or DASH
         out.append(
             f'<tr><td class="l">{p.partition}</td><td>{p.records}</td><td>{_e(_size(p.bytes))}</td>'
@@ -167,13 +180,17 @@ def _partition_bars(topic: str, p: PartitionSummary, y: int, scale: float) -> li
             f'width="{width:.2f}" height="{BAR}" fill="{COLORS["covered"]}">'
             f"<title>partition {p.partition}: offsets {r.first}..{r.last} backed up</title></rect>"
         )
-    for g in p.gaps:
-        width = max(g.count * scale, MIN_GAP_PX)
-        x = LABEL + g.first * scale
+    marks = [("gap", g.first, g.last, "gap, offsets {}..{} not in the backup") for g in p.gaps] + [
+        ("lost", g.first, g.last, "offsets {}..{} deleted at the source before the backup read them")
+        for g in p.lost_at_source
+    ]
+    for kind, first, last, title in marks:
+        width = max((last - first + 1) * scale, MIN_GAP_PX)
+        x = LABEL + first * scale
         bars.append(
-            f'<rect class="gap" {data} data-first="{g.first}" data-last="{g.last}" x="{x:.2f}" y="{y}" '
-            f'width="{width:.2f}" height="{BAR}" fill="{COLORS["gap"]}">'
-            f"<title>partition {p.partition}: gap, offsets {g.first}..{g.last} not in the backup</title></rect>"
+            f'<rect class="{kind}" {data} data-first="{first}" data-last="{last}" x="{x:.2f}" y="{y}" '
+            f'width="{width:.2f}" height="{BAR}" fill="{COLORS[kind]}">'
+            f"<title>partition {p.partition}: {title.format(first, last)}</title></rect>"
         )
     for group, offset in sorted(p.groups.items()):
         x = LABEL + min(offset * scale, WIDTH)

@@ -21,6 +21,7 @@ import numpy as np
 
 from kbackup.catalog.build import file_size, segment_time_range
 from kbackup.catalog.checkpoints import Checkpoint, list_checkpoints
+from kbackup.catalog.source_gaps import SourceGap, read_gaps
 from kbackup.catalog.store import read_catalog
 from kbackup.partition.layout import list_partitions, list_topics
 from kbackup.partition.offsets_file import read_consumer_offsets
@@ -58,8 +59,11 @@ class PartitionSummary:
     index_bytes: int = 0
     groups: dict[str, int] = field(default_factory=dict)
     cataloged: bool = False
-    #: Offsets between first and last that the backup does not hold, gaps of every size included.
+    #: Offsets between first and last that the backup does not hold, gaps of every size included, less those
+    #: recorded as lost at the source.
     missing: int = 0
+    #: Ranges the source deleted before the backup read them (:mod:`kbackup.catalog.source_gaps`): not damage.
+    lost_at_source: list[SourceGap] = field(default_factory=list)
 
 
 @dataclass
@@ -124,6 +128,8 @@ def _partition_json(p: PartitionSummary) -> dict[str, Any]:
         "gaps": [asdict(r) for r in p.gaps],
         "missingOffsets": p.missing,
         "missingRanges": [asdict(r) for r in p.missing_ranges],
+        "lostAtSourceOffsets": sum(g.count for g in p.lost_at_source),
+        "lostAtSource": [{"first": g.first, "last": g.last, "how": g.how} for g in p.lost_at_source],
         "indexBytes": p.index_bytes,
         "groups": dict(sorted(p.groups.items())),
         "cataloged": p.cataloged,
@@ -146,6 +152,8 @@ def summarize_partition(
     summary = PartitionSummary(partition)
     reader = PartitionReader(root / topic, partition, legacy=legacy)
     summary.segments = len(reader.segments)
+    summary.lost_at_source = read_gaps(root, topic, partition)
+    explained = _Explained(summary.lost_at_source)
     previous: int | None = None
     run_start: int | None = None
     for entry in reader.segments:
@@ -158,13 +166,16 @@ def summarize_partition(
             if previous is None:
                 run_start = first
             elif first > previous + 1:
-                summary.missing += first - previous - 1
-                if len(summary.missing_ranges) < MISSING_LISTED:
-                    summary.missing_ranges.append(OffsetRange(previous + 1, first - 1))
+                unexplained = explained.rest(previous + 1, first - 1)
+                for part in unexplained:
+                    summary.missing += part.count
+                    if len(summary.missing_ranges) < MISSING_LISTED:
+                        summary.missing_ranges.append(part)
                 if first - previous - 1 >= min_gap:
                     assert run_start is not None
                     summary.covered.append(OffsetRange(run_start, previous))
-                    summary.gaps.append(OffsetRange(previous + 1, first - 1))
+                    if unexplained:  # a range lost at the source is drawn as such, not as a gap
+                        summary.gaps.append(OffsetRange(previous + 1, first - 1))
                     run_start = first
             previous = last
     if run_start is not None and previous is not None:
@@ -201,20 +212,48 @@ def summarize_backup(root: Location, topics: list[str] | None = None, *, legacy:
     return result
 
 
-def missing_offsets(reader: PartitionReader, *, legacy: bool = False) -> tuple[int, list[OffsetRange]]:
-    """How many offsets between a partition's first and last the backup does not hold, and the first runs of them."""
+def missing_offsets(
+    reader: PartitionReader, *, legacy: bool = False, lost_at_source: list[SourceGap] | None = None
+) -> tuple[int, list[OffsetRange]]:
+    """How many offsets between a partition's first and last the backup does not hold, and the first runs of them
+    (less the ranges recorded as lost at the source)."""
     missing = 0
     ranges: list[OffsetRange] = []
+    explained = _Explained(lost_at_source or [])
     previous: int | None = None
     for entry in reader.segments:
         _, index_path = reader.segment_paths(entry)
         for first, last in _runs(index_path, legacy=legacy):
             if previous is not None and first > previous + 1:
-                missing += first - previous - 1
-                if len(ranges) < MISSING_LISTED:
-                    ranges.append(OffsetRange(previous + 1, first - 1))
+                for unexplained in explained.rest(previous + 1, first - 1):
+                    missing += unexplained.count
+                    if len(ranges) < MISSING_LISTED:
+                        ranges.append(unexplained)
             previous = last
     return missing, ranges
+
+
+class _Explained:
+    """Takes the ranges lost at the source out of runs of missing offsets (runs come in increasing order)."""
+
+    def __init__(self, gaps: list[SourceGap]) -> None:
+        self._gaps = [(gap.first, gap.last) for gap in gaps]
+
+    def rest(self, first: int, last: int) -> list[OffsetRange]:
+        """The parts of ``first..last`` no recorded gap explains."""
+        parts = []
+        at = first
+        for low, high in self._gaps:
+            if high < at or low > last:
+                continue
+            if low > at:
+                parts.append(OffsetRange(at, low - 1))
+            at = max(at, high + 1)
+            if at > last:
+                break
+        if at <= last:
+            parts.append(OffsetRange(at, last))
+        return parts
 
 
 def describe_missing(missing: int, ranges: list[OffsetRange], *, shown: int = MISSING_SHOWN) -> str:

@@ -25,8 +25,14 @@ Options (unknown ones are an error):
   across partitions in proportion to what each has available.
 - ``includeHeaders``: add the ``headers`` column (default false, as in Spark).
 - ``failOnDataLoss``: when offsets the query still needed were deleted by
-  retention, fail (true, the default) or log a warning naming the topic,
-  partition and lost range and go on (false).
+  retention (before a trigger planned them, or while a task reads them), fail
+  (true, the default) or log a warning naming the topic, partition and lost
+  range and go on (false).
+- ``sourceGapsRoot``: a backup root (local path or ``s3://``) where each range
+  deleted at the source before it was read is recorded
+  (:mod:`kbackup.catalog.source_gaps`), by the task that finds it, before it
+  hands on any record after it; the warnings are then left to whoever reads
+  that record (the backup job).
 - ``readTimeoutSeconds``: how long a task waits without progress before it
   fails naming its partition (default 120).
 - ``snapshotUnreachableSeconds``: how long a snapshot (``Trigger.AvailableNow``)
@@ -63,9 +69,6 @@ each per partition.
 
 from __future__ import annotations
 
-import bisect
-import heapq
-import itertools
 import json
 import logging
 import math
@@ -74,29 +77,20 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
     StructType,
-    TimestampType,
 )
 
 from kbackup.errors import ClusterError, KbackupError, UsageError
 from kbackup.kafka.admin_session import AdminSession
-from kbackup.kafka.client_settings import consumer_settings, redact
-from kbackup.kafka.cluster import TopicPartitionKey, is_transient, list_offsets, partition_counts
+from kbackup.kafka.cluster import TopicPartitionKey, list_offsets, partition_counts
 from kbackup.kafka.outage import OutageReport
 from kbackup.kafka.topics import TopicSelection
 from kbackup.logsetup import ensure_console_logging
+from kbackup.spark.kafka_reader import KafkaRange, KafkaTask, kafka_schema, pack_ranges, read_task
 
 log = logging.getLogger("kbackup.source")
 
@@ -108,26 +102,6 @@ UNREACHABLE_RETRY_SECONDS = 2.0
 UNREACHABLE_LOG_SECONDS = 30.0
 #: How long one planning step goes on asking (with a new admin client after a failure) before it plans nothing.
 PLANNING_PATIENCE_SECONDS = 12.0
-
-HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
-BASE_FIELDS = [
-    StructField("key", BinaryType()),
-    StructField("value", BinaryType()),
-    StructField("topic", StringType()),
-    StructField("partition", IntegerType()),
-    StructField("offset", LongType()),
-    StructField("timestamp", TimestampType()),
-    StructField("timestampType", IntegerType()),
-]
-
-
-def kafka_schema(include_headers: bool) -> StructType:
-    """Spark's Kafka source schema (with ``headers`` when asked)."""
-    fields = list(BASE_FIELDS)
-    if include_headers:
-        fields.append(StructField("headers", HEADERS_TYPE))
-    return StructType(fields)
-
 
 #: The version of the offset JSON this source writes into Spark checkpoints.
 OFFSETS_VERSION = 1
@@ -143,11 +117,9 @@ _KNOWN_OPTIONS = {
     "snapshotunreachableseconds",
     "readtimeoutseconds",
     "minpartitions",
+    "sourcegapsroot",
     "path",
 }
-
-# confluent-kafka's timestamp types (0 none, 1 CreateTime, 2 LogAppendTime) -> Kafka's ids, as Spark reports them.
-_TIMESTAMP_KINDS = np.array([-1, 0, 1], dtype=np.int32)
 
 
 def encode_offsets(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, Any]:
@@ -190,6 +162,8 @@ class SourceOptions:
     snapshot_unreachable: float = 300
     #: The job's ``--log-format`` for what the source logs on the driver (None: text).
     log_format: str | None = None
+    #: Where ranges deleted at the source before they were read are recorded (``sourceGapsRoot``).
+    gaps_root: str | None = None
 
     @property
     def read_committed(self) -> bool:
@@ -227,6 +201,7 @@ class SourceOptions:
             min_partitions=_positive_int(other, "minpartitions") or 1,
             snapshot_unreachable=float(_positive_int(other, "snapshotunreachableseconds") or 300),
             log_format=other.get("logformat"),
+            gaps_root=other.get("sourcegapsroot") or None,
         )
 
 
@@ -265,68 +240,6 @@ def _boolean(options: Mapping[str, str], key: str, default: bool) -> bool:
     if value not in ("true", "false"):
         raise UsageError(f"option {key} must be true or false, not {options[key]!r}")
     return value == "true"
-
-
-@dataclass(frozen=True)
-class KafkaRange(InputPartition):
-    """One Kafka partition's offsets ``[start, end)`` to read: all a task needs."""
-
-    topic: str
-    partition: int
-    start: int
-    end: int
-    client: dict[str, str]
-    include_headers: bool
-    read_timeout: float
-
-
-#: A partition with at least this many offsets to read is a task of its own; smaller ones are packed up to it.
-PACK_RECORDS = 200_000
-#: At most this many partitions in one task.
-PACK_RANGES = 500
-
-
-@dataclass(frozen=True)
-class KafkaTask(InputPartition):
-    """The ranges one task reads with one consumer (see "Tasks" in the module docstring)."""
-
-    ranges: tuple[KafkaRange, ...]
-
-
-def pack_ranges(ranges: list[KafkaRange], min_tasks: int = 1) -> list[KafkaTask]:
-    """Group ranges into tasks: large ranges alone, small ones packed (see "Tasks" in the module docstring)."""
-    large = [r for r in ranges if r.end - r.start >= PACK_RECORDS]
-    small = sorted((r for r in ranges if r.end - r.start < PACK_RECORDS), key=lambda r: r.start - r.end)
-    tasks = [KafkaTask((r,)) for r in large]
-    if small:
-        total = sum(r.end - r.start for r in small)
-        count = max(min_tasks - len(large), -(-total // PACK_RECORDS), -(-len(small) // PACK_RANGES), 1)
-        bins: list[list[KafkaRange]] = [[] for _ in range(min(count, len(small)))]
-        loads = [0] * len(bins)
-        # Largest first, each to the least loaded task (the top of a heap of (load, ranges, task)) when it has
-        # room; else to the least loaded task that has, else to a new one (rare: ranges come largest first).
-        heap = [(0, 0, b) for b in range(len(bins))]
-        for r in small:
-            size = r.end - r.start
-            load, members, target = heap[0]
-            fits = members < PACK_RANGES and load + size <= PACK_RECORDS
-            if not fits:
-                room = [b for b in range(len(bins)) if len(bins[b]) < PACK_RANGES and loads[b] + size <= PACK_RECORDS]
-                if room:
-                    target = min(room, key=lambda b: (loads[b], len(bins[b])))
-                else:
-                    bins.append([])
-                    loads.append(0)
-                    target = len(bins) - 1
-            loads[target] += size
-            bins[target].append(r)
-            if fits:
-                heapq.heapreplace(heap, (loads[target], len(bins[target]), target))
-            else:
-                heap = [(loads[b], len(bins[b]), b) for b in range(len(bins))]
-                heapq.heapify(heap)
-        tasks += [KafkaTask(tuple(sorted(group, key=lambda r: (r.topic, r.partition)))) for group in bins if group]
-    return tasks
 
 
 class KafkaSource(DataSource):
@@ -503,7 +416,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
                 if self.options.fail_on_data_loss and key in begin:
                     raise KbackupError(message + " (set failOnDataLoss=false to go on)")
-                log.warning(message)
+                if self.options.gaps_root is None:  # else the task reading from there records it, and the job says so
+                    log.warning(message)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return encode_offsets(self._latest) if self._latest else None
@@ -523,6 +437,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         self.options.client,
                         self.options.include_headers,
                         self.options.read_timeout,
+                        self.options.fail_on_data_loss,
+                        self.options.gaps_root,
                     )
                 )
         return pack_ranges(ranges, self.options.min_partitions)
@@ -555,193 +471,3 @@ def _admit(
             take = min(count, budget)  # always make progress
         result[key] = first + take
     return result
-
-
-def read_task(task: KafkaTask, *, batch_rows: int = 10_000) -> Iterator[pa.RecordBatch]:
-    """Read the ranges of ``task`` with one consumer, as Arrow batches of one partition each (executor side).
-
-    One range is read alone. Several (small partitions packed together) are
-    assigned at once, so one fetch brings data of many of them: each
-    partition's rows gather in its own columns, which become a batch when the
-    range is complete or holds ``batch_rows`` rows, and a complete partition
-    is unassigned.
-    """
-    from confluent_kafka import Consumer
-
-    if not task.ranges:
-        return
-    first = task.ranges[0]
-    ensure_console_logging()  # a Python worker of Spark's: librdkafka's own log (a line per reconnect) stays quiet
-    consumer = Consumer(
-        consumer_settings(first.client, isolation_level=first.client.get("isolation.level", "read_committed")),
-        logger=logging.getLogger("kbackup.librdkafka"),
-    )
-    try:
-        if len(task.ranges) == 1:
-            yield from read_range(first, consumer, batch_rows=batch_rows)
-        else:
-            yield from _read_together(task.ranges, consumer, batch_rows=batch_rows)
-    finally:
-        consumer.close()
-
-
-def _read_together(ranges: tuple[KafkaRange, ...], consumer: Any, *, batch_rows: int) -> Iterator[pa.RecordBatch]:
-    from confluent_kafka import KafkaError, TopicPartition
-
-    schema = to_arrow_schema(kafka_schema(ranges[0].include_headers), timezone="UTC")
-    pending = {(r.topic, r.partition): _Columns(r, schema) for r in ranges}
-    consumer.incremental_assign([TopicPartition(r.topic, r.partition, r.start) for r in ranges])
-    last_progress = time.monotonic()
-    while pending:
-        messages = consumer.consume(num_messages=5000, timeout=1.0)
-        if not messages:
-            if time.monotonic() - last_progress > ranges[0].read_timeout:
-                stuck = min(pending)
-                item = pending[stuck].task
-                raise ClusterError(
-                    f"topic {item.topic!r} partition {item.partition}: no data for {item.read_timeout:.0f} s "
-                    f"while reading offsets {item.start}..{item.end - 1} from "
-                    f"{redact(item.client).get('bootstrap.servers')} ({len(pending)} partitions of this task unread)"
-                )
-            continue
-        last_progress = time.monotonic()
-        keys = [(message.topic(), message.partition()) for message in messages]
-        cuts = [0, *(i for i in range(1, len(keys)) if keys[i] != keys[i - 1]), len(keys)]
-        for start, stop in itertools.pairwise(cuts):
-            columns = pending.get(keys[start])
-            if columns is None:
-                error = messages[start].error()
-                if error is not None and error.code() != KafkaError._PARTITION_EOF and not is_transient(error):
-                    raise ClusterError(f"reading {len(pending)} partitions: {error.str()}")
-                continue  # a partition already complete: what was fetched past its range is not ours
-            done = columns.add_all(messages[start:stop], columns.task.end, KafkaError._PARTITION_EOF)
-            if columns.rows and (done or columns.rows >= batch_rows):
-                yield columns.batch()
-            if done:
-                del pending[keys[start]]
-                item = columns.task
-                consumer.incremental_unassign([TopicPartition(item.topic, item.partition)])
-
-
-def read_range(task: KafkaRange, consumer: Any, *, batch_rows: int = 10_000) -> Iterator[pa.RecordBatch]:
-    """Read offsets ``[start, end)`` of one partition as Arrow batches, with ``consumer`` assigned to it alone."""
-    from confluent_kafka import KafkaError, TopicPartition
-
-    schema = to_arrow_schema(kafka_schema(task.include_headers), timezone="UTC")
-    columns = _Columns(task, schema)
-    consumer.assign([TopicPartition(task.topic, task.partition, task.start)])
-    last_progress = time.monotonic()
-    done = False
-    while not done:
-        messages = consumer.consume(num_messages=5000, timeout=1.0)
-        if not messages:
-            if time.monotonic() - last_progress > task.read_timeout:
-                raise ClusterError(
-                    f"topic {task.topic!r} partition {task.partition}: no data for {task.read_timeout:.0f} s "
-                    f"while reading offsets {task.start}..{task.end - 1} from "
-                    f"{redact(task.client).get('bootstrap.servers')}"
-                )
-            continue
-        last_progress = time.monotonic()
-        done = columns.add_all(messages, task.end, KafkaError._PARTITION_EOF)
-        if columns.rows >= batch_rows:
-            yield columns.batch()
-    if columns.rows:
-        yield columns.batch()
-
-
-class _Columns:
-    """Column lists for one Arrow batch of Kafka messages.
-
-    Each field is pulled from a whole ``consume`` result by one list
-    comprehension and converted by Arrow in C++ (headers included), rather
-    than handled message by message in a Python loop.
-    """
-
-    def __init__(self, task: KafkaRange, schema: pa.Schema) -> None:
-        self.task = task
-        self.schema = schema
-        self._headers_type = schema.field("headers").type if task.include_headers else None
-        self._reset()
-
-    def _reset(self) -> None:
-        self.rows = 0
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.offsets: list[int] = []
-        self.timestamps: list[tuple[int, int]] = []
-        self.headers: list[list[tuple[str, bytes | None]] | None] = []
-
-    def add_all(self, messages: list[Any], end: int, eof_code: int) -> bool:
-        """Add the messages below ``end``; return whether the range is complete.
-
-        The range is complete at offset ``end - 1``, at the first offset
-        ``>= end``, or at a partition-EOF event at or past ``end`` (committed
-        data ends there; the last offsets were transaction markers).
-        """
-        if not messages:
-            return False
-        if any([message.error() is not None for message in messages]):
-            return self._add_with_events(messages, end, eof_code)
-        mine = (self.task.topic, self.task.partition)
-        if (messages[0].topic(), messages[0].partition()) != mine or (
-            messages[-1].topic(),
-            messages[-1].partition(),
-        ) != mine:
-            # Left from the range this consumer read before (a new assignment drops them; never trust it).
-            messages = [m for m in messages if (m.topic(), m.partition()) == mine]
-            if not messages:
-                return False
-        offsets = [message.offset() for message in messages]
-        cut = bisect.bisect_left(offsets, end)  # one partition's messages come in offset order
-        complete = cut < len(offsets) or (cut > 0 and offsets[cut - 1] >= end - 1)
-        if cut < len(messages):
-            messages, offsets = messages[:cut], offsets[:cut]
-        self.offsets += offsets
-        self.keys += [message.key() for message in messages]
-        self.values += [message.value() for message in messages]
-        self.timestamps += [message.timestamp() for message in messages]
-        if self._headers_type is not None:
-            self.headers += [message.headers() for message in messages]
-        self.rows += len(messages)
-        return complete
-
-    def _add_with_events(self, messages: list[Any], end: int, eof_code: int) -> bool:
-        """:meth:`add_all` for a result holding events (partition EOF) or errors, message by message."""
-        for at, message in enumerate(messages):
-            error = message.error()
-            if error is None:
-                continue
-            if is_transient(error):
-                # A connection or leader event: the client recovers by itself; readTimeoutSeconds bounds the wait.
-                log.info(
-                    "topic %r partition %d: %s (the client retries)", self.task.topic, self.task.partition, error.str()
-                )
-                return self.add_all([*messages[:at], *messages[at + 1 :]], end, eof_code)
-            if error.code() != eof_code:
-                raise ClusterError(f"topic {self.task.topic!r} partition {self.task.partition}: {error.str()}")
-            if self.add_all(messages[:at], end, eof_code):
-                return True
-            if message.offset() >= end:
-                return True
-            return self.add_all(messages[at + 1 :], end, eof_code)
-        return self.add_all(messages, end, eof_code)
-
-    def batch(self) -> pa.RecordBatch:
-        n = self.rows
-        times = np.array(self.timestamps, dtype=np.int64).reshape(n, 2)
-        kinds = _TIMESTAMP_KINDS[np.clip(times[:, 0], 0, 2)]
-        arrays = [
-            pa.array(self.keys, pa.binary()),
-            pa.array(self.values, pa.binary()),
-            pa.array([self.task.topic] * n, pa.string()),
-            pa.array(np.full(n, self.task.partition, dtype=np.int32)),
-            pa.array(np.array(self.offsets, dtype=np.int64)),
-            pa.array(times[:, 1] * 1000, pa.timestamp("us", tz="UTC")),
-            pa.array(kinds),
-        ]
-        if self._headers_type is not None:
-            arrays.append(pa.array(self.headers, self._headers_type))
-        batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
-        self._reset()
-        return batch

@@ -28,7 +28,15 @@ default 1 GiB), ``lockTimeoutSeconds`` (default 600), ``fsync`` (default true),
 :func:`write_batch_stats`), ``compression`` (``none``, ``zstd``, ``lz4`` or ``gzip``: how finished segments'
 records files are stored, see ``formats/compressed-records.md``), ``encryptionKeyFile`` or ``encryptionKeyEnv``
 (where each task reads the key-encryption key finished segments are sealed with: a file on every executor's machine,
-or a variable in every executor's environment; never the key itself, which Spark would show in its UI).
+or a variable in every executor's environment; never the key itself, which Spark would show in its UI),
+``inferSourceGaps`` (``true`` behind Spark's Kafka source, with its ``kafka.*`` client settings: see below).
+
+Offsets lost at the source: behind Spark's Kafka source (``failOnDataLoss=false``), offsets the source deleted
+before they were read are skipped silently by Spark. With ``inferSourceGaps`` the sink looks at every gap in a
+partition's offsets (between its last stored record and the next, and between consecutive records): a gap that
+starts below the partition's log start now is recorded as lost at the source (:mod:`kbackup.catalog.source_gaps`,
+``how: inferred``) before the records after it are written. Transaction markers and aborted records that retention
+deleted after they were read may be counted among them; kbackup's own source reports exactly instead.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -50,9 +59,11 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, Writ
 from pyspark.sql.types import StructType
 
 from kbackup.catalog.ledger import CatalogLedger
-from kbackup.errors import StorageError, UsageError
+from kbackup.catalog.source_gaps import INFERRED, record_gap
+from kbackup.errors import ClusterError, StorageError, UsageError
 from kbackup.format.record_columns import encode_columns
 from kbackup.fsutil import atomic_write, parse_umask, restrict_new_files
+from kbackup.kafka.client_settings import consumer_settings
 from kbackup.logsetup import ensure_console_logging
 from kbackup.partition.object_writer import ObjectPartitionWriter, open_partition_writer
 from kbackup.partition.records_file import COMPRESSIONS, load_key
@@ -89,6 +100,10 @@ class SinkOptions:
     compression: str | None = None
     encryption_key_file: str | None = None
     encryption_key_env: str | None = None
+    #: Record gaps below the source's log start as lost at the source (behind Spark's Kafka source), asking the
+    #: cluster these client settings reach (``kafka.*`` options).
+    infer_source_gaps: bool = False
+    client: dict[str, str] = field(default_factory=dict)
 
     def encryption_key(self) -> bytes | None:
         """The key-encryption key, read where this runs (an executor), or ``None`` without encryption."""
@@ -102,9 +117,11 @@ class SinkOptions:
             "path", "maxsegmentsize", "locktimeoutseconds", "fsync", "umask", "checkpointlocation", "queryname",
             "logformat", "statsdir", "compression", "encryptionkeyfile", "encryptionkeyenv",
         }  # fmt: skip
+        known.add("infersourcegaps")
         lowered = {key.lower(): value for key, value in options.items()}
+        client = {key[len("kafka.") :]: value for key, value in options.items() if key.lower().startswith("kafka.")}
         for key in options:
-            if key.lower() not in known:
+            if key.lower() not in known and not key.lower().startswith("kafka."):
                 raise UsageError(f"unknown option {key!r} for the {SINK_NAME} sink")
         if not lowered.get("path"):
             raise UsageError(f"the {SINK_NAME} sink needs a path: writeStream...start(PATH)")
@@ -124,6 +141,8 @@ class SinkOptions:
                 compression=None if compression == "none" else compression,
                 encryption_key_file=lowered.get("encryptionkeyfile") or None,
                 encryption_key_env=lowered.get("encryptionkeyenv") or None,
+                infer_source_gaps=lowered.get("infersourcegaps", "false").lower() == "true",
+                client=client,
             )
         except ValueError as exc:
             raise UsageError(f"invalid option for the {SINK_NAME} sink: {exc}") from None
@@ -172,11 +191,14 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
         self._encryption_key: bytes | None = None
+        self._gaps: SourceGapFinder | None = None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BackupCommitMessage:
         """Executor side: append every record, then sync each partition it touched."""
         restrict_new_files(self.options.umask)
         self._encryption_key = self.options.encryption_key()
+        if self.options.infer_source_gaps:
+            self._gaps = SourceGapFinder(self.options.target, self.options.client)
         writers: dict[tuple[str, int], AnyWriter] = {}
         stats: dict[tuple[str, int], PartitionWrite] = {}
         try:
@@ -188,6 +210,9 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
             for writer in writers.values():
                 writer.abandon()
             raise
+        finally:
+            if self._gaps is not None:
+                self._gaps.close()
         return BackupCommitMessage(sorted(stats.values(), key=lambda s: (s.topic, s.partition)))
 
     def _write_batch(
@@ -227,6 +252,8 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
                 stats[key].lock_wait += writer.lock_wait
             writers[key] = writer  # most recently written last
             size = stop - start
+            if self._gaps is not None:  # before the records after a gap are written (see the module docstring)
+                self._gaps.check(key[0], key[1], writer.last_offset, offsets[start:stop])
             encoded = encode_columns(
                 offsets[start:stop],
                 types[start:stop],
@@ -293,6 +320,51 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
             "batch %d failed; what its tasks wrote but did not sync is repaired when the partition is next opened",
             batchId,
         )
+
+
+class SourceGapFinder:
+    """Records gaps below the source's log start as lost at the source (``inferSourceGaps``, module docstring)."""
+
+    def __init__(self, root: Location, client: Mapping[str, str]) -> None:
+        self._root = root
+        self._client = dict(client)
+        self._consumer: Any = None
+
+    def check(self, topic: str, partition: int, stored: int | None, offsets: npt.NDArray[np.int64]) -> None:
+        """Look at the gaps before and between ``offsets`` (a partition's next records; ``stored``: its last)."""
+        fresh = offsets[offsets > stored] if stored is not None else offsets
+        if not len(fresh):
+            return
+        ends = np.flatnonzero(np.diff(fresh) > 1)
+        gaps = [(int(fresh[i]) + 1, int(fresh[i + 1]) - 1) for i in ends]
+        if stored is not None and fresh[0] > stored + 1:
+            gaps.insert(0, (stored + 1, int(fresh[0]) - 1))
+        if not gaps:
+            return
+        start = self._log_start(topic, partition)
+        for first, last in gaps:
+            if first < start:
+                gap = record_gap(self._root, topic, partition, first, min(last, start - 1), how=INFERRED)
+                log.info("%s: lost at the source (below its log start %d when read)", gap.describe(), start)
+
+    def _log_start(self, topic: str, partition: int) -> int:
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        if self._consumer is None:
+            self._consumer = Consumer(consumer_settings(self._client), logger=logging.getLogger("kbackup.librdkafka"))
+        try:
+            low, _ = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+        except KafkaException as exc:
+            raise ClusterError(
+                f"topic {topic!r} partition {partition}: the log start offset cannot be read to tell a gap in the "
+                f"offsets read from records lost at the source: {exc}"
+            ) from exc
+        return int(low)
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
 
 
 def write_batch_stats(directory: Path, batch_id: int, per_topic: Mapping[str, list[int]]) -> None:

@@ -1,0 +1,75 @@
+"""The backup job's account of records the source deleted before they could be read.
+
+The tasks that find such ranges record them in the backup
+(:mod:`kbackup.catalog.source_gaps`); the job reads what was recorded since
+it started, names each new range in one line as it appears (on the driver,
+wherever the tasks ran), and counts them at the end. A snapshot that lost
+records this way exits 1 naming them, unless ``--accept-source-loss``: its
+user asks "is everything there?", and it is not. A continuous backup goes on
+and says so (the ranges stay in the backup for ``ls``, ``describe``,
+``report`` and ``verify``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from kbackup.catalog.source_gaps import SourceGap, read_gaps
+from kbackup.errors import BackupNotFoundError
+from kbackup.kafka.topics import TopicSelection
+from kbackup.partition.layout import list_topics
+from kbackup.storage import Location
+from kbackup.text import count
+
+log = logging.getLogger("kbackup.backup")
+
+#: How many ranges the final line names (all are counted).
+NAMED = 5
+
+
+class SourceLossReport:
+    """Ranges lost at the source, recorded in ``target`` since the job started (module docstring)."""
+
+    def __init__(self, target: Location, selection: TopicSelection, *, every: float) -> None:
+        self._target = target
+        self._selection = selection
+        self._since = int(time.time() * 1000)
+        self._every = every
+        self._next = time.monotonic() + every
+        self._seen: dict[tuple[str, int, int], SourceGap] = {}
+
+    def poll(self, *, now: bool = False) -> None:
+        """Log the ranges recorded since the last look (at most every ``every`` seconds unless ``now``)."""
+        if not now and time.monotonic() < self._next:
+            return
+        self._next = time.monotonic() + self._every
+        try:
+            topics = [topic for topic in list_topics(self._target) if self._selection.matches(topic)]
+        except BackupNotFoundError:
+            return
+        for topic in topics:
+            for gap in read_gaps(self._target, topic):
+                if gap.seen_at < self._since:
+                    continue
+                key = (gap.topic, gap.partition, gap.first)
+                known = self._seen.get(key)
+                if known is not None and known.last >= gap.last:
+                    continue
+                self._seen[key] = gap
+                how = "" if gap.how == "read" else " (inferred: below the log start when read)"
+                log.warning("%s were deleted at the source before the backup read them%s: lost at the source, "
+                            "recorded in the backup", gap.describe(), how)  # fmt: skip
+
+    @property
+    def gaps(self) -> list[SourceGap]:
+        return sorted(self._seen.values(), key=lambda g: (g.topic, g.partition, g.first))
+
+    def describe(self) -> str:
+        """``"120 offsets in 2 ranges: t/0 offsets 5..64, t/1 offsets 0..59"`` (empty without any)."""
+        gaps = self.gaps
+        if not gaps:
+            return ""
+        named = ", ".join(gap.describe() for gap in gaps[:NAMED])
+        more = f" and {len(gaps) - NAMED} more" if len(gaps) > NAMED else ""
+        return f"{count(sum(g.count for g in gaps), 'offset')} in {count(len(gaps), 'range')}: {named}{more}"
