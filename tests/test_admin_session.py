@@ -144,6 +144,8 @@ class ScriptedSession:
         self.answers = answers
 
     def call(self, request: Any, *, patience: float | None = None) -> Any:
+        if getattr(request, "__name__", "") == "prepare":
+            return 0  # new partitions' files: none to make here
         answer = self.answers.pop(0)
         if isinstance(answer, BaseException):
             raise answer

@@ -2,19 +2,30 @@
 
 Records the source deletes before they are read (retention, ``kafka-delete-records``) are named, recorded in the
 backup as lost at the source, shown as such by ``ls``, ``describe`` and ``verify``, and end a snapshot with exit 1.
+Partitions added under a backup are followed, and a topic deleted and created again is refused alone.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import re
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from kbackup.catalog import checkpoints
 from kbackup.catalog.source_gaps import read_gaps
+from kbackup.catalog.topics import read_topic_record
+from kbackup.partition.layout import list_partitions
 from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import backed_up, consume_all, create_topics, run_backup, run_kbackup, start_backup
 from tests.live_load import client_args, more_batches, wait_for
+from tests.restore_helpers import Target, restore_python
 
 
 def produce_small_batches(kafka: BrokerUnderTest, topic: str, partitions: int, count: int) -> None:
@@ -89,3 +100,116 @@ def test_records_deleted_before_a_snapshot_reads_them_are_named_recorded_and_fai
     again = run_backup(*args, "--snapshot")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "snapshot: nothing was lost at the source" in again.stdout + again.stderr
+
+
+def _held(backup: Path, topics: list[str]) -> int:
+    """How many records the backup holds of ``topics`` (0 while one is not in it yet)."""
+    try:
+        return len(backed_up(backup, topics))
+    except subprocess.CalledProcessError:
+        return 0
+
+
+def _ids(kafka: BrokerUnderTest, topic: str) -> str:
+    from confluent_kafka.admin import AdminClient
+
+    from kbackup.kafka.cluster import topic_ids
+
+    return topic_ids(AdminClient(kafka.client_settings()), [topic])[topic]
+
+
+def _produce(kafka: BrokerUnderTest, topic: str, partition: int, values: list[bytes]) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer(kafka.client_settings())
+    for value in values:
+        producer.produce(topic, value=value, key=value[:4], partition=partition)
+    assert producer.flush(30) == 0
+
+
+def _recreate(kafka: BrokerUnderTest, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(kafka.client_settings())
+    admin.delete_topics([topic])[topic].result(30)
+    deadline = time.monotonic() + 60
+    while True:  # KRaft answers the deletion before every broker has forgotten the topic
+        try:
+            create_topics(kafka, {topic: 1})
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+@pytest.mark.parametrize("source", ["kbackup", "spark"])
+def test_a_topic_that_grows_is_followed_and_one_created_again_is_refused_alone(
+    kafka: BrokerUnderTest, tmp_path: Path, target: Target, source: str
+) -> None:
+    """Under a continuous backup: partitions are added to one topic (one of them stays empty) and another is deleted
+    and created again with more records than it had. The new partitions are backed up and prepared, and a restore
+    creates the partition count of its cut; the new incarnation's records never reach the old one's files (the
+    old behaviour appended them from its next offset); the job names the topic with both ids and exits 1."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    grow, phoenix = f"grow-{source}", f"phoenix-{source}"
+    create_topics(kafka, {grow: 2, phoenix: 1})
+    for partition in (0, 1):
+        _produce(kafka, grow, partition, [b"g%d-%d" % (partition, i) for i in range(50)])
+    _produce(kafka, phoenix, 0, [b"old-%d" % i for i in range(100)])
+    old_id = _ids(kafka, phoenix)
+    backup = tmp_path / "backup"
+    log = tmp_path / "backup.log"
+    process = start_backup(*client_args(kafka, tmp_path), "--target-dir", str(backup), "--topics", f"{grow},{phoenix}",
+                           "--kafka-source", source, "--trigger-interval", "1", "--offsets-interval", "1",
+                           log=log)  # fmt: skip
+    try:
+        wait_for(lambda: _held(backup, [grow, phoenix]) == 200, 240, "the first records")
+        assert run_kbackup("checkpoint", "create", backup).returncode == 0
+        wait_for(lambda: checkpoints.read_checkpoint(backup, 1).status == "completed", 120, "checkpoint 1")
+
+        admin = AdminClient(kafka.client_settings())
+        admin.create_partitions([NewPartitions(grow, 4)])[grow].result(30)
+        _produce(kafka, grow, 2, [b"g2-%d" % i for i in range(30)])  # partition 3 stays empty
+        _recreate(kafka, phoenix)
+        new_id = _ids(kafka, phoenix)
+        assert new_id != old_id
+        _produce(kafka, phoenix, 0, [b"new-%d" % i for i in range(150)])
+
+        wait_for(lambda: _held(backup, [grow]) == 130 and 3 in list_partitions(backup / grow), 180,
+                 "the new partitions")  # fmt: skip
+        time.sleep(8)  # several triggers after the new incarnation's records exist
+        pid = int(re.findall(r"stop with SIGTERM to the driver process (\d+)", log.read_text())[-1])
+        os.kill(pid, signal.SIGTERM)
+        code = process.wait(90)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    output = log.read_text(errors="replace")
+    assert code == 1, output[-3000:]
+    errors = [line for line in output.splitlines() if line.startswith("kbackup backup: error:")]
+    assert len(errors) == 1, output[-3000:]
+    assert f"topic {phoenix!r} in {backup} was backed up from topic id {old_id}, but on cluster " in errors[0]
+    assert f"it now has topic id {new_id} (deleted and created again)" in errors[0]
+
+    # The old incarnation alone, exactly; the grown topic whole, its empty new partition prepared.
+    held = backed_up(backup, [phoenix])
+    assert [(r["offset"], r["value"]) for r in held] == [
+        (i, base64.b64encode(b"old-%d" % i).decode()) for i in range(100)
+    ]
+    assert backed_up(backup, [grow]) == consume_all(kafka, [grow])
+    assert sorted(list_partitions(backup / grow)) == [0, 1, 2, 3]
+    recorded = read_topic_record(backup, grow)
+    assert recorded is not None and recorded.partitions == 4
+    assert [count for _, count in recorded.partition_history] == [2, 4]
+    assert run_kbackup("verify", backup).returncode == 0
+
+    # A restore creates the partition count of its cut: 2 at checkpoint 1, 4 now (not the directories it finds).
+    base = [*target.args(tmp_path), "--source-dir", str(backup), "--topics", grow, "--dry-run"]
+    at_cut = restore_python(*base, "--checkpoint", "1", "--topic-map", f"{grow}=cut-{grow}")
+    assert at_cut.returncode == 0, at_cut.stderr
+    assert f"create topic cut-{grow} with 2 partitions" in at_cut.stdout
+    now = restore_python(*base, "--topic-map", f"{grow}=now-{grow}")
+    assert now.returncode == 0, now.stderr
+    assert f"create topic now-{grow} with 4 partitions" in now.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 
@@ -123,3 +124,37 @@ def test_offsets_deleted_under_a_reading_task_are_recorded_as_lost_at_the_source
     failing = KafkaRange(topic, 0, 0, 300, client, False, 30, fail_on_data_loss=True)
     with pytest.raises(KbackupError, match=rf"topic '{topic}' partition 0: offsets 0\.\.99 were deleted at the source"):
         list(read_task(KafkaTask((failing,))))
+
+
+def test_records_of_a_topic_created_again_after_planning_are_not_handed_on(kafka: BrokerUnderTest) -> None:
+    """A range planned on one incarnation and read on the next (deleted and created again, with more records than
+    the range's start): no record is handed on, alone or packed with a partition of another topic, which is read."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+
+    from kbackup.kafka.cluster import topic_ids
+
+    topic, other = f"again-{uuid.uuid4().hex[:8]}", f"steady-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka, {topic: 1, other: 1})
+    admin = AdminClient(kafka.client_settings())
+    planned = topic_ids(admin, [topic, other])
+    admin.delete_topics([topic])[topic].result(30)
+    for _ in range(120):
+        try:
+            create_topics(kafka, {topic: 1})
+            break
+        except Exception:
+            time.sleep(0.5)
+    assert topic_ids(admin, [topic])[topic] != planned[topic]
+    producer = Producer(kafka.client_settings())
+    for i in range(300):
+        producer.produce(topic, value=b"new-%d" % i, partition=0)
+        producer.produce(other, value=b"other-%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    client = kafka.client_settings()
+    again = KafkaRange(topic, 0, 100, 300, client, False, 30, topic_id=planned[topic])
+    steady = KafkaRange(other, 0, 0, 300, client, False, 30, topic_id=planned[other])
+    assert list(read_task(KafkaTask((again,)))) == []
+    read = [b for b in read_task(KafkaTask((again, steady)))]
+    assert {b.column("topic")[0].as_py() for b in read} == {other}
+    assert [o for b in read for o in b.column("offset").to_pylist()] == list(range(300))

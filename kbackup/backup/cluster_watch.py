@@ -32,16 +32,26 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from kbackup.backup.group_offsets import OffsetRound, last_stable_offsets, record_topics, take_round
+from kbackup.backup.group_offsets import (
+    OffsetRound,
+    RecordedTopics,
+    ensure_partitions,
+    last_stable_offsets,
+    record_topics,
+    take_round,
+)
+from kbackup.backup.origin import Recreated
 from kbackup.catalog import checkpoints
+from kbackup.catalog.topics import read_topic_record
 from kbackup.errors import ClusterError
 from kbackup.kafka.admin_session import AdminSession
-from kbackup.kafka.cluster import TopicPartitionKey
+from kbackup.kafka.cluster import TopicPartitionKey, topic_ids
 from kbackup.kafka.outage import OutageReport
 from kbackup.kafka.topics import TopicSelection
+from kbackup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE
 from kbackup.storage import Location
 from kbackup.text import count
 
@@ -65,6 +75,8 @@ class Collected:
     cuts: list[checkpoints.Checkpoint] = field(default_factory=list)
     #: (unix time, last stable offsets) of the selected partitions: every round's, and one per ``sample_every``.
     samples: list[tuple[float, dict[TopicPartitionKey, int]]] = field(default_factory=list)
+    #: Topics found deleted and created again (the cluster id with them, for the message).
+    recreated: list[tuple[str, Recreated]] = field(default_factory=list)
 
 
 class ClusterWatch:
@@ -80,6 +92,8 @@ class ClusterWatch:
         interval: float,
         seen_checkpoint: int,
         topics_recorded_at: float,
+        max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE,
+        prepared: Iterable[TopicPartitionKey] = (),
         sample_every: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -91,6 +105,8 @@ class ClusterWatch:
         self._sample_every = sample_every
         self._seen_checkpoint = seen_checkpoint  # requests get increasing ids: only newer files hold new ones
         self._topics_due = topics_recorded_at + TOPICS_INTERVAL_SECONDS
+        self._max_segment_size = max_segment_size
+        self._prepared: set[TopicPartitionKey] = set(prepared)  # partitions known to have their files
         self._clock = clock
         self._outage = OutageReport(log, every=OUTAGE_LOG_SECONDS, clock=clock)
         self._found = Collected()
@@ -152,6 +168,7 @@ class ClusterWatch:
                     self._record_topics()
                     self._topics_due = asked + TOPICS_INTERVAL_SECONDS
                 round_ = self._session.call(lambda admin, timeout: take_round(admin, self._selection, timeout=timeout))
+                self._prepare(round_.ends)
                 with self._lock:
                     self._found.rounds.append(round_)
                     self._found.samples.append((round_.taken_at, round_.ends))
@@ -184,12 +201,35 @@ class ClusterWatch:
         return True
 
     def _record_topics(self) -> None:
-        def record(admin: object, timeout: float) -> int:
+        def record(admin: object, timeout: float) -> RecordedTopics:
             return record_topics(self._target, admin, self._selection, servers=self._servers, timeout=timeout)
 
-        changed = self._session.call(record)
-        if changed:
-            log.info("topic configuration recorded for %s", count(changed, "topic"))
+        recorded = self._session.call(record)
+        if recorded.changed:
+            log.info("topic configuration recorded for %s", count(recorded.changed, "topic"))
+        if recorded.recreated:
+            with self._lock:
+                self._found.recreated += [(recorded.cluster_id, item) for item in recorded.recreated]
+
+    def _prepare(self, partitions: Iterable[TopicPartitionKey]) -> None:
+        """Give partitions that appeared since the last round (a topic grew, a new topic matched) their files, so
+        that the backup shows them, empty ones too."""
+        new = sorted(set(partitions) - self._prepared)
+        if not new:
+            return
+
+        def prepare(admin: object, timeout: float) -> int:
+            # Not for a topic deleted and created again: its new partitions are not the backed-up incarnation's.
+            ids = topic_ids(admin, {topic for topic, _ in new}, timeout=timeout)
+            same = [(t, p) for t, p in new if (record := read_topic_record(self._target, t)) is None
+                    or record.topic_id in (None, ids.get(t))]  # fmt: skip
+            return ensure_partitions(self._target, admin, self._selection, max_segment_size=self._max_segment_size,
+                                     only=same)  # fmt: skip
+
+        created = self._session.call(prepare)
+        self._prepared.update(new)
+        if created:
+            log.info("%s prepared in the backup", count(created, "new partition"))
 
     def _take_cuts(self) -> bool:
         """Take the cut of each new checkpoint request; whether there was one."""

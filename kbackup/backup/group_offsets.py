@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kbackup.backup.origin import check_origin
+from kbackup.backup.origin import Recreated, check_origin
 from kbackup.catalog.ledger import CatalogLedger
 from kbackup.catalog.offset_history import append_round
 from kbackup.catalog.topics import record_topic
@@ -112,19 +112,32 @@ def store_round(target: Location, round_: OffsetRound, *, prune: bool, live_grou
     return changed
 
 
-def record_topics(target: Location, admin: Any, selection: TopicSelection, *, servers: str, timeout: float = 30) -> int:
+@dataclass(frozen=True)
+class RecordedTopics:
+    """What :func:`record_topics` did: records changed, and topics refused for another incarnation."""
+
+    changed: int
+    cluster_id: str
+    recreated: list[Recreated]
+
+
+def record_topics(
+    target: Location, admin: Any, selection: TopicSelection, *, servers: str, timeout: float = 30
+) -> RecordedTopics:
     """Keep the catalog's record of each selected topic (origin, partition count, configuration).
 
     Raises :class:`~kbackup.backup.origin.OriginError` first when the target
-    holds another cluster's or another incarnation's backup of a topic.
-    Returns how many records changed. ``timeout``: of each request to the cluster.
+    holds another cluster's backup; a topic the target holds from another
+    incarnation is left as recorded and returned. ``timeout``: of each request to the cluster.
     """
     counts = partition_counts(admin, timeout=timeout)
     topics = selection.select(counts)
     cluster_id, topic_ids = cluster_identity(admin, topics, timeout=timeout)
-    check_origin(target, cluster_id, topic_ids, servers=servers, warn=False)  # the job's preflight warned
+    recreated = check_origin(target, cluster_id, topic_ids, servers=servers, warn=False)  # the preflight warned
+    refused = {item.topic for item in recreated}
+    topics = [topic for topic in topics if topic not in refused]
     configs = topic_configs(admin, topics, timeout=timeout)
-    return sum(
+    changed = sum(
         record_topic(
             target,
             topic,
@@ -135,19 +148,25 @@ def record_topics(target: Location, admin: Any, selection: TopicSelection, *, se
         )
         for topic in topics
     )
+    return RecordedTopics(changed, cluster_id, recreated)
 
 
-def ensure_partitions(target: Location, admin: Any, selection: TopicSelection, *, max_segment_size: int) -> int:
-    """Give every selected partition that has no files yet its partition index and an empty segment.
+def ensure_partitions(
+    target: Location,
+    admin: Any,
+    selection: TopicSelection,
+    *,
+    max_segment_size: int,
+    only: Iterable[TopicPartitionKey] | None = None,
+) -> int:
+    """Give every selected partition (of ``only``, when given) that has no files yet its partition index and an
+    empty segment.
 
     The empty segment is named after the partition's log-start offset, so the
     original tool can read the partition too. Returns how many were created.
     """
-    keys = [
-        key
-        for key in selected_partitions(admin, selection)
-        if not exists(partition_index_path(target / key[0], key[1]))
-    ]
+    candidates = selected_partitions(admin, selection) if only is None else list(only)
+    keys = [key for key in candidates if not exists(partition_index_path(target / key[0], key[1]))]
     if not keys:
         return 0
     earliest = list_offsets(admin, keys, latest=False)

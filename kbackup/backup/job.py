@@ -30,6 +30,7 @@ Lifecycle:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -38,7 +39,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -54,13 +55,13 @@ from kbackup.backup.group_offsets import (
     take_round,
 )
 from kbackup.backup.metrics import BackupMetrics, BatchWritten
-from kbackup.backup.origin import check_origin
+from kbackup.backup.origin import Recreated, check_origin
 from kbackup.backup.schemas import RegistryWatch
 from kbackup.backup.settings import BackupSettings, parse_backup_args
 from kbackup.backup.source_loss import SourceLossReport
 from kbackup.catalog import checkpoints
 from kbackup.catalog.ledger import CatalogLedger
-from kbackup.errors import ClusterError, KbackupError, SchemaRegistryError, SourceLossError
+from kbackup.errors import ClusterError, KbackupError, OriginError, SchemaRegistryError, SourceLossError
 from kbackup.fsutil import restrict_new_files
 from kbackup.job_options import run_job
 from kbackup.kafka.admin_session import AdminSession
@@ -114,6 +115,8 @@ class BackupJob:
     _progress_seen: str = ""  # the timestamp of the last query progress the metrics took in
     _registry: RegistryWatch | None = None
     _source_loss: SourceLossReport | None = None
+    #: Topics refused because they were deleted and created again (see :mod:`kbackup.backup.origin`).
+    _recreated: dict[str, str] = field(default_factory=dict)
 
     def run(self) -> int:
         settings = self.settings
@@ -204,6 +207,8 @@ class BackupJob:
                 interval=settings.offsets_interval,
                 seen_checkpoint=self._seen_checkpoint,
                 topics_recorded_at=topics_recorded_at,
+                max_segment_size=settings.max_segment_size,
+                prepared=first_round.ends,  # ensure_partitions gave them their files
                 sample_every=settings.monitoring.metrics_interval if self._publisher_enabled else None,
             )
             watch.start()
@@ -248,6 +253,7 @@ class BackupJob:
                 if self._registry is not None:  # last: the records are complete and sealed whatever it says
                     self._capture_after("the snapshot's last record")
                 self._refuse_source_loss()
+                self._refuse_at_end(session)
             else:
                 if watch is not None:
                     watch.stop()
@@ -266,6 +272,8 @@ class BackupJob:
                 if self._source_loss.gaps:
                     log.warning("the source deleted records before this backup read them: %s (recorded in the "
                                 "backup as lost at the source)", self._source_loss.describe())  # fmt: skip
+                if failure is None:
+                    self._refuse_at_end(session)
         finally:
             if watch is not None:
                 watch.stop()
@@ -345,8 +353,15 @@ class BackupJob:
         cluster_id, topic_ids = session.call(
             lambda admin, timeout: cluster_identity(admin, selection.select(counts), timeout=timeout)
         )
-        check_origin(self.settings.target, cluster_id, topic_ids, servers=servers)
+        recreated = check_origin(self.settings.target, cluster_id, topic_ids, servers=servers)
         log.info("cluster %s; topic ids: %s", cluster_id, ", ".join(f"{t} {i}" for t, i in topic_ids.items()) or "none")
+        self._refuse_recreated(cluster_id, recreated)
+        if recreated:  # the readers are not even asked for them
+            refused = {item.topic for item in recreated}
+            remaining = selection.without(refused)
+            if remaining is None:
+                raise OriginError("; ".join(item.describe(self.settings.target, cluster_id) for item in recreated))
+            self.settings = replace(self.settings, selection=remaining)
 
     @property
     def _publisher_enabled(self) -> bool:
@@ -392,13 +407,31 @@ class BackupJob:
 
     def _record_topics(self, session: AdminSession) -> None:
         servers = self.settings.client["bootstrap.servers"]
-        changed = session.call(
+        recorded = session.call(
             lambda admin, timeout: record_topics(
                 self.settings.target, admin, self.settings.selection, servers=servers, timeout=timeout
             )
         )
-        if changed:
-            log.info("topic configuration recorded for %s", count(changed, "topic"))
+        if recorded.changed:
+            log.info("topic configuration recorded for %s", count(recorded.changed, "topic"))
+        self._refuse_recreated(recorded.cluster_id, recorded.recreated)
+
+    def _refuse_recreated(self, cluster_id: str, recreated: list[Recreated]) -> None:
+        """Name each topic found deleted and created again, once; the job exits 1 at its end for them."""
+        for item in recreated:
+            if item.topic not in self._recreated:
+                self._recreated[item.topic] = item.describe(self.settings.target, cluster_id)
+                log.error("%s", self._recreated[item.topic])
+
+    def _refuse_at_end(self, session: AdminSession) -> None:
+        """The last look: a topic recreated since the last round is named too; any refused topic is exit 1."""
+        with contextlib.suppress(ClusterError):  # the records are stored; an unreachable cluster changes nothing
+            self._record_topics(session)
+        if self._recreated:
+            raise OriginError(
+                "everything else is backed up, but "
+                + "; ".join(self._recreated[topic] for topic in sorted(self._recreated))
+            )
 
     def _session(self) -> Any:
         spark = job_session(
@@ -452,8 +485,8 @@ class BackupJob:
         )
         if self._stats_dir is not None:
             writer = writer.option("statsDir", str(self._stats_dir))
-        if settings.kafka_source == "spark":  # Spark's source skips deleted offsets silently: the sink looks at gaps
-            writer = writer.option("inferSourceGaps", "true")
+        if settings.kafka_source == "spark":  # Spark's source skips deleted offsets and reads recreated topics on
+            writer = writer.option("checkSource", "true")
             for key, value in settings.client.items():
                 writer = writer.option(f"kafka.{key}", value)
         encryption = settings.encryption
@@ -494,6 +527,8 @@ class BackupJob:
     def _take_over(self, watch: ClusterWatch, query: Any) -> None:
         """Pick up the watch's rounds and checkpoint cuts; complete the checkpoints the backup has reached."""
         found = watch.collect()
+        for cluster_id, item in found.recreated:
+            self._refuse_recreated(cluster_id, [item])
         self._pending.extend(found.rounds)
         self._checkpoints.extend(found.cuts)
         for at, ends in found.samples:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from kbackup.catalog.topics import read_topic_record
 from kbackup.errors import BackupNotFoundError, OriginError
@@ -28,10 +29,28 @@ from kbackup.storage import Location
 log = logging.getLogger("kbackup.backup")
 
 
+@dataclass(frozen=True)
+class Recreated:
+    """A topic the target holds from another incarnation: ``recorded`` is the backup's id, ``found`` the cluster's."""
+
+    topic: str
+    recorded: str
+    found: str
+
+    def describe(self, target: Location, cluster_id: str) -> str:
+        return (
+            f"topic {self.topic!r} in {target} was backed up from topic id {self.recorded}, but on cluster "
+            f"{cluster_id} it now has topic id {self.found} (deleted and created again): its offsets start over and "
+            "would mix with the backed-up ones, so it is not backed up here (the other topics are); back it up into "
+            "a new target directory"
+        )
+
+
 def check_origin(
     target: Location, cluster_id: str, topic_ids: Mapping[str, str], *, servers: str, warn: bool = True
-) -> None:
-    """Refuse a target whose recorded cluster id or topic ids differ from the cluster's.
+) -> list[Recreated]:
+    """Refuse a target whose recorded cluster id differs from the cluster's; return the topics it holds from
+    another incarnation (module docstring).
 
     ``topic_ids`` holds the selected topics that exist on the cluster; every
     topic the target holds must come from ``cluster_id``. ``warn`` logs the
@@ -40,7 +59,8 @@ def check_origin(
     try:
         held = list_topics(target)
     except BackupNotFoundError:
-        return  # a new target
+        return []  # a new target
+    recreated = []
     for topic in held:
         recorded = read_topic_record(target, topic)
         if recorded is None or recorded.cluster_id is None:
@@ -62,8 +82,5 @@ def check_origin(
             )
         found = topic_ids.get(topic)
         if found is not None and recorded.topic_id is not None and found != recorded.topic_id:
-            raise OriginError(
-                f"topic {topic!r} in {target} was backed up from topic id {recorded.topic_id}, but on cluster "
-                f"{cluster_id} it now has topic id {found} (deleted and created again): its offsets start over "
-                "and would mix with the backed-up ones; back up into a new target directory"
-            )
+            recreated.append(Recreated(topic, recorded.topic_id, found))
+    return recreated

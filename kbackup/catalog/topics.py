@@ -1,4 +1,4 @@
-"""The catalog's record of each backed-up topic: origin, partition count and topic configuration.
+"""The catalog's record of each backed-up topic: origin, partition count (and its history) and configuration.
 
 ``ROOT/kbackup~state/catalog/<topic>/topic.json``, replaced atomically, written by
 the backup when it starts and at every consumer offset round (only when
@@ -30,6 +30,19 @@ class TopicRecord:
     captured_at: int = 0  # epoch ms
     cluster_id: str | None = None
     topic_id: str | None = None
+    #: (epoch ms, partition count) from the first record on, one entry per change: partitions added while the
+    #: backup ran are known with the time they were first seen (a restore to a cut creates the count then).
+    partition_history: tuple[tuple[int, int], ...] = ()
+
+    def partitions_at(self, when: int) -> int:
+        """The partition count recorded at epoch ms ``when`` (the first one known, for a time before it)."""
+        history = self.partition_history or ((self.captured_at, self.partitions),)
+        count = history[0][1]
+        for at, partitions in history:
+            if at > when:
+                break
+            count = partitions
+        return count
 
     def encode(self) -> bytes:
         document: dict[str, object] = {
@@ -43,6 +56,8 @@ class TopicRecord:
             document["clusterId"] = self.cluster_id
         if self.topic_id is not None:
             document["topicId"] = self.topic_id
+        if self.partition_history:
+            document["partitionHistory"] = [list(entry) for entry in self.partition_history]
         return json.dumps(document, indent=1).encode() + b"\n"
 
     @classmethod
@@ -53,6 +68,7 @@ class TopicRecord:
                 raise FormatError("unsupported topic record version", file=file, found=repr(document.get("version")))
             config = {str(k): str(v) for k, v in document["config"].items()}
             cluster_id, topic_id = document.get("clusterId"), document.get("topicId")
+            history = tuple((int(at), int(count)) for at, count in document.get("partitionHistory", ()))
             return cls(
                 str(document["topic"]),
                 int(document["partitions"]),
@@ -60,10 +76,11 @@ class TopicRecord:
                 int(document["capturedAt"]),
                 None if cluster_id is None else str(cluster_id),
                 None if topic_id is None else str(topic_id),
+                history,
             )
         except FormatError:
             raise
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise FormatError(f"not a valid topic record ({exc})", file=file) from None
 
 
@@ -92,6 +109,13 @@ def record_topic(
     wanted = (partitions, config, cluster_id, topic_id)
     if current is not None and (current.partitions, current.config, current.cluster_id, current.topic_id) == wanted:
         return False
-    record = TopicRecord(topic, partitions, config, int(time.time() * 1000), cluster_id, topic_id)
+    now = int(time.time() * 1000)
+    if current is None:
+        history: tuple[tuple[int, int], ...] = ((now, partitions),)
+    else:
+        history = current.partition_history or ((current.captured_at, current.partitions),)
+        if history[-1][1] != partitions:
+            history += ((now, partitions),)
+    record = TopicRecord(topic, partitions, config, now, cluster_id, topic_id, history)
     write_whole(topic_record_path(root, topic), record.encode())
     return True

@@ -134,24 +134,33 @@ def cluster_identity(admin: Any, topics: Iterable[str], *, timeout: float = 30) 
     creating it again under the same name gives it a new id. Topics that do
     not exist are left out.
     """
+    try:
+        cluster_id = admin.describe_cluster(request_timeout=timeout).result().cluster_id
+    except Exception as exc:
+        raise _failed("cannot read the cluster id and topic ids", exc) from None
+    return kafka_id(str(cluster_id)), topic_ids(admin, topics, timeout=timeout)
+
+
+def topic_ids(admin: Any, topics: Iterable[str], *, timeout: float = 30) -> dict[str, str]:
+    """Each existing topic's id (see :func:`cluster_identity`); topics that do not exist are left out."""
     from confluent_kafka import KafkaError, TopicCollection
 
     names = sorted(set(topics))
+    ids: dict[str, str] = {}
+    if not names:
+        return ids
     try:
-        cluster_id = admin.describe_cluster(request_timeout=timeout).result().cluster_id
-        ids: dict[str, str] = {}
-        if names:
-            for name, future in admin.describe_topics(TopicCollection(names), request_timeout=timeout).items():
-                try:
-                    ids[name] = kafka_id(str(future.result().topic_id))
-                except Exception as exc:
-                    error = exc.args[0] if exc.args else None
-                    if getattr(error, "code", lambda: None)() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                        continue
-                    raise
+        for name, future in admin.describe_topics(TopicCollection(names), request_timeout=timeout).items():
+            try:
+                ids[name] = kafka_id(str(future.result().topic_id))
+            except Exception as exc:
+                error = exc.args[0] if exc.args else None
+                if getattr(error, "code", lambda: None)() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    continue
+                raise
     except Exception as exc:
-        raise _failed("cannot read the cluster id and topic ids", exc) from None
-    return kafka_id(str(cluster_id)), ids
+        raise _failed("cannot read the topic ids", exc) from None
+    return ids
 
 
 def kafka_id(text: str) -> str:

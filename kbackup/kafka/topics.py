@@ -48,5 +48,17 @@ class TopicSelection:
         """The selected topics among ``available``, sorted."""
         return sorted(topic for topic in available if self.matches(topic))
 
+    def without(self, topics: Iterable[str]) -> TopicSelection | None:
+        """This selection less ``topics`` (``None``: nothing left of a list). A regex gets a negative lookahead that
+        Java's and Python's regex engines read alike, so Spark's own source leaves them out too."""
+        left_out = sorted(set(topics))
+        if not left_out:
+            return self
+        if self.topics is not None:
+            kept = tuple(topic for topic in self.topics if topic not in left_out)
+            return TopicSelection(topics=kept) if kept else None
+        names = "|".join(re.escape(topic) for topic in left_out)
+        return TopicSelection(pattern=f"(?!(?:{names})$)(?:{self.pattern})")
+
     def describe(self) -> str:
         return f"topics {','.join(self.topics)}" if self.topics is not None else f"topics matching {self.pattern!r}"

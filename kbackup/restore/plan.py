@@ -37,7 +37,7 @@ from kbackup.catalog.offset_history import has_history, offsets_as_of
 from kbackup.catalog.prune import pending_deletions
 from kbackup.catalog.segment_set import lost_segments
 from kbackup.catalog.store import read_catalog
-from kbackup.catalog.topics import read_topic_record
+from kbackup.catalog.topics import TopicRecord, read_topic_record
 from kbackup.errors import (
     BackupNotFoundError,
     DamagedBackupError,
@@ -173,33 +173,13 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
     deleting = pending_deletions(settings.source)
     for topic in chosen:
         topic_dir = settings.source / topic
-        partitions = list_partitions(topic_dir)
-        count = max(partitions) + 1
         target = settings.target_topic(topic)
         wanted = settings.partitions.get(target)
         spread = settings.repartition != KEEP
-        if wanted is not None and wanted < count and not spread:
-            raise UsageError(
-                f"--partitions {target}={wanted} is below the backup's {count} partitions "
-                "(--repartition murmur2 or round-robin spreads the records over fewer)"
-            )
         recorded = read_topic_record(settings.source, topic)
         origin = (recorded.cluster_id, recorded.topic_id) if recorded is not None else (None, None)
-        if target in existing:
-            if existing[target] < count and not spread:
-                raise KbackupError(
-                    f"target topic {target!r} has {existing[target]} partitions, the backup of {topic!r} has {count}: "
-                    "records would not keep their partition (--repartition murmur2 or round-robin spreads them)"
-                )
-            plan.topics.append(TopicPlan(topic, target, count, existing[target], None, {}, *origin))
-        else:
-            config = {
-                k: v for k, v in (recorded.config if recorded else {}).items() if k not in settings.drop_topic_config
-            }
-            config.update(settings.topic_config)
-            config, later = creation_config(config, restamp=settings.restamp)
-            plan.topics.append(TopicPlan(topic, target, count, None, wanted or count, config, *origin, later))
-        for partition in partitions:
+        first_part = len(plan.partitions)
+        for partition in list_partitions(topic_dir):
             reader = PartitionReader(topic_dir, partition, legacy=settings.legacy)
             window = settings.window(topic, partition)
             if cut is not None:
@@ -234,9 +214,31 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
                     identity=identity,
                 )
             )
+        count = _count_at_cut(settings, topic, recorded, cut, plan.partitions[first_part:])
+        # Partitions added after the cut have nothing selected: the topic is restored as it was then.
+        plan.partitions[first_part:] = [p for p in plan.partitions[first_part:] if p.source_partition < count]
+        if wanted is not None and wanted < count and not spread:
+            raise UsageError(
+                f"--partitions {target}={wanted} is below the backup's {count} partitions "
+                "(--repartition murmur2 or round-robin spreads the records over fewer)"
+            )
+        if target in existing:
+            if existing[target] < count and not spread:
+                raise KbackupError(
+                    f"target topic {target!r} has {existing[target]} partitions, the backup of {topic!r} has {count}: "
+                    "records would not keep their partition (--repartition murmur2 or round-robin spreads them)"
+                )
+            plan.topics.append(TopicPlan(topic, target, count, existing[target], None, {}, *origin))
+        else:
+            config = {
+                k: v for k, v in (recorded.config if recorded else {}).items() if k not in settings.drop_topic_config
+            }
+            config.update(settings.topic_config)
+            config, later = creation_config(config, restamp=settings.restamp)
+            plan.topics.append(TopicPlan(topic, target, count, None, wanted or count, config, *origin, later))
         if spread:
-            sources = plan.partitions[-len(partitions) :]
-            del plan.partitions[-len(partitions) :]
+            sources = plan.partitions[first_part:]
+            del plan.partitions[first_part:]
             if not settings.skip_bad_segments and any(part.bad_segments for part in sources):
                 plan.merged_sources.extend(sources)
                 refuse_damage(plan, settings)
@@ -250,6 +252,31 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
     _place(plan, settings, admin, existing)
     _check_targets(plan, settings, admin)
     return plan
+
+
+def _count_at_cut(
+    settings: RestoreSettings,
+    topic: str,
+    recorded: TopicRecord | None,
+    cut: dict[tuple[str, int], int] | None,
+    parts: list[PartitionPlan],
+) -> int:
+    """The partition count ``topic`` had at the restore's cut, not the directories the backup holds: a checkpoint's
+    partitions, the recorded count at ``--to-time``, else the latest recorded (partitions added while the backup
+    ran, empty ones too, are recorded; see :mod:`kbackup.catalog.topics`). Never below a partition that has
+    something to restore."""
+    held = max((part.source_partition + 1 for part in parts), default=0)
+    if cut is not None:
+        in_cut = [partition for name, partition in cut if name == topic]
+        count = max(in_cut) + 1 if in_cut else 0
+    elif recorded is not None and settings.to_time is not None:
+        count = recorded.partitions_at(settings.to_time)
+    elif recorded is not None:
+        count = max(recorded.partitions, held)
+    else:
+        count = held
+    needed = max((part.source_partition + 1 for part in parts if part.selected or part.groups), default=0)
+    return max(count, needed, 1)
 
 
 def _spread(

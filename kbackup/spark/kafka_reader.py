@@ -40,7 +40,7 @@ from pyspark.sql.types import (
 from kbackup.catalog.source_gaps import READ, record_gap
 from kbackup.errors import ClusterError, KbackupError
 from kbackup.kafka.client_settings import consumer_settings, redact
-from kbackup.kafka.cluster import is_transient
+from kbackup.kafka.cluster import admin_client, is_transient, topic_ids
 from kbackup.logsetup import ensure_console_logging
 from kbackup.storage import parse_location
 
@@ -84,6 +84,8 @@ class KafkaRange(InputPartition):
     #: What a task does when the source deleted offsets of the range before it read them (see the options).
     fail_on_data_loss: bool = False
     gaps_root: str | None = None
+    #: The topic id the range's offsets belong to (one incarnation of the topic); ``None``: not checked.
+    topic_id: str | None = None
 
 
 #: A partition with at least this many offsets to read is a task of its own; smaller ones are packed up to it.
@@ -154,16 +156,65 @@ def read_task(task: KafkaTask, *, batch_rows: int = 10_000) -> Iterator[pa.Recor
     # Offsets deleted under the task are an event it handles (see _deleted_under), never a silent jump.
     settings["auto.offset.reset"] = "error"
     consumer = Consumer(settings, logger=logging.getLogger("kbackup.librdkafka"))
+    incarnations = Incarnations(task.ranges)
     try:
         if len(task.ranges) == 1:
-            yield from read_range(first, consumer, batch_rows=batch_rows)
+            yield from read_range(first, consumer, batch_rows=batch_rows, incarnations=incarnations)
         else:
-            yield from _read_together(task.ranges, consumer, batch_rows=batch_rows)
+            yield from _read_together(task.ranges, consumer, batch_rows=batch_rows, incarnations=incarnations)
     finally:
         consumer.close()
 
 
-def _read_together(ranges: tuple[KafkaRange, ...], consumer: Any, *, batch_rows: int) -> Iterator[pa.RecordBatch]:
+class Incarnations:
+    """Confirms, after records are fetched and before they are handed on, that each topic still has the id its
+    ranges were planned with.
+
+    A topic deleted and created again starts at offset 0 again: a consumer reading on at its position would hand on
+    the new incarnation's records as if they followed the old one's. Fetched before a check that still finds the
+    planned id, records are the planned incarnation's (an id never comes back). A topic whose id changed (or that is
+    gone: which incarnation was fetched cannot be told) is refused: its records are dropped, one error line says
+    why, and the planner refuses it from the next trigger on.
+    """
+
+    def __init__(self, ranges: tuple[KafkaRange, ...]) -> None:
+        self._planned = {r.topic: r.topic_id for r in ranges if r.topic_id is not None}
+        self._client = ranges[0].client if ranges else {}
+        self._admin: Any = None
+        self.refused: set[str] = set()
+
+    def confirm(self) -> set[str]:
+        """Ask the cluster now; the topics refused so far."""
+        checked = sorted(set(self._planned) - self.refused)
+        if not checked:
+            return self.refused
+        if self._admin is None:
+            self._admin = admin_client(self._client)
+        found = topic_ids(self._admin, checked)
+        for topic in checked:
+            if found.get(topic) != self._planned[topic]:
+                self.refused.add(topic)
+                now = found.get(topic)
+                log.error(
+                    "topic %r changed while it was read: it was planned as topic id %s and %s; its records read "
+                    "since the last check are dropped and it is no longer backed up here",
+                    topic, self._planned[topic], f"now has {now}" if now else "no longer exists",
+                )  # fmt: skip
+        return self.refused
+
+    def confirmed(self, batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The batches whose topic still has its planned id (one check for all of them)."""
+        if not batches:
+            return
+        refused = self.confirm() if self._planned else set()
+        for batch in batches:
+            if batch.column("topic")[0].as_py() not in refused:
+                yield batch
+
+
+def _read_together(
+    ranges: tuple[KafkaRange, ...], consumer: Any, *, batch_rows: int, incarnations: Incarnations
+) -> Iterator[pa.RecordBatch]:
     from confluent_kafka import KafkaError, TopicPartition
 
     schema = to_arrow_schema(kafka_schema(ranges[0].include_headers), timezone="UTC")
@@ -185,6 +236,7 @@ def _read_together(ranges: tuple[KafkaRange, ...], consumer: Any, *, batch_rows:
         last_progress = time.monotonic()
         keys = [(message.topic(), message.partition()) for message in messages]
         cuts = [0, *(i for i in range(1, len(keys)) if keys[i] != keys[i - 1]), len(keys)]
+        ready: list[pa.RecordBatch] = []  # handed on after one check of the topics' ids (see Incarnations)
         for start, stop in itertools.pairwise(cuts):
             columns = pending.get(keys[start])
             if columns is None:
@@ -203,19 +255,26 @@ def _read_together(ranges: tuple[KafkaRange, ...], consumer: Any, *, batch_rows:
                     consumer.incremental_assign([TopicPartition(item.topic, item.partition, resume)])
                     continue
                 if columns.rows:
-                    yield columns.batch()
+                    ready.append(columns.batch())
                 del pending[keys[start]]
                 continue
             if columns.rows and (done or columns.rows >= batch_rows):
-                yield columns.batch()
+                ready.append(columns.batch())
             if done:
                 del pending[keys[start]]
                 item = columns.task
                 consumer.incremental_unassign([TopicPartition(item.topic, item.partition)])
+        yield from incarnations.confirmed(ready)
+        for key in [key for key in pending if key[0] in incarnations.refused]:
+            del pending[key]
+            consumer.incremental_unassign([TopicPartition(*key)])
 
 
-def read_range(task: KafkaRange, consumer: Any, *, batch_rows: int = 10_000) -> Iterator[pa.RecordBatch]:
+def read_range(
+    task: KafkaRange, consumer: Any, *, batch_rows: int = 10_000, incarnations: Incarnations | None = None
+) -> Iterator[pa.RecordBatch]:
     """Read offsets ``[start, end)`` of one partition as Arrow batches, with ``consumer`` assigned to it alone."""
+    check = incarnations if incarnations is not None else Incarnations((task,))
     from confluent_kafka import KafkaError, TopicPartition
 
     schema = to_arrow_schema(kafka_schema(task.include_headers), timezone="UTC")
@@ -242,9 +301,11 @@ def read_range(task: KafkaRange, consumer: Any, *, batch_rows: int = 10_000) -> 
             if not done:
                 consumer.assign([TopicPartition(task.topic, task.partition, resume)])
         if columns.rows >= batch_rows:
-            yield columns.batch()
+            yield from check.confirmed([columns.batch()])
+            if task.topic in check.refused:
+                return
     if columns.rows:
-        yield columns.batch()
+        yield from check.confirmed([columns.batch()])
 
 
 #: librdkafka's event for a fetch position the broker no longer has (``auto.offset.reset=error``).

@@ -86,7 +86,7 @@ from pyspark.sql.types import (
 
 from kbackup.errors import ClusterError, KbackupError, UsageError
 from kbackup.kafka.admin_session import AdminSession
-from kbackup.kafka.cluster import TopicPartitionKey, list_offsets, partition_counts
+from kbackup.kafka.cluster import TopicPartitionKey, list_offsets, partition_counts, topic_ids
 from kbackup.kafka.outage import OutageReport
 from kbackup.kafka.topics import TopicSelection
 from kbackup.logsetup import ensure_console_logging
@@ -122,8 +122,9 @@ _KNOWN_OPTIONS = {
 }
 
 
-def encode_offsets(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, Any]:
-    """Canonical offset JSON: sorted topics, partitions sorted by number, string keys.
+def encode_offsets(offsets: Mapping[TopicPartitionKey, int], ids: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Canonical offset JSON: sorted topics, partitions sorted by number, string keys; ``ids``: the topic id each
+    topic's offsets belong to (``"ids"``, left out when empty).
 
     Spark compares offsets as JSON strings, so the same offsets must always
     give the same text.
@@ -131,7 +132,16 @@ def encode_offsets(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, Any]:
     topics: dict[str, dict[str, int]] = {}
     for (topic, partition), offset in sorted(offsets.items()):
         topics.setdefault(topic, {})[str(partition)] = offset
-    return {"v": OFFSETS_VERSION, "topics": topics}
+    document: dict[str, Any] = {"v": OFFSETS_VERSION, "topics": topics}
+    if ids:
+        document["ids"] = dict(sorted(ids.items()))
+    return document
+
+
+def decode_ids(data: Mapping[str, Any]) -> dict[str, str]:
+    """The topic ids of an offset JSON (none in those written before ids were kept)."""
+    ids = data.get("ids") or {}
+    return {str(topic): str(topic_id) for topic, topic_id in ids.items()} if isinstance(ids, dict) else {}
 
 
 def decode_offsets(data: Mapping[str, Any]) -> dict[TopicPartitionKey, int]:
@@ -266,6 +276,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[TopicPartitionKey, int] | None = None
         self._outage = OutageReport(log, every=UNREACHABLE_LOG_SECONDS)
         self._leaderless_logged = -math.inf
+        #: The selected topics' ids at the last planning step, and the topics refused for a new id (logged once).
+        self._ids_now: dict[str, str] = {}
+        self._refused: set[str] = set()
 
     # -- driver side -------------------------------------------------------
 
@@ -300,7 +313,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"none of the topics {', '.join(self.options.selection.topics)} exists on "
                     f"{self.options.client['bootstrap.servers']}"
                 )
-        keys = [(t, p) for t in self.options.selection.select(counts) for p in range(counts[t])]
+        selected = self.options.selection.select(counts)
+        keys = [(t, p) for t in selected for p in range(counts[t])]
+        self._ids_now = topic_ids(admin, selected, timeout=timeout)
         earliest = list_offsets(admin, keys, latest=False, timeout=timeout, partial=partial)
         latest = list_offsets(
             admin, keys, latest=True, read_committed=self.options.read_committed, timeout=timeout, partial=partial
@@ -348,7 +363,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for key in latest:
                 wanted = starting.get(key, -2)
                 start[key] = earliest[key] if wanted == -2 else latest[key] if wanted == -1 else wanted
-        return encode_offsets(start)
+        return encode_offsets(start, self._ids_now)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger:
@@ -388,6 +403,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if current is None:
             return start
         earliest, latest = current
+        ids, refused = self._incarnations(decode_ids(start))
+        if refused:  # a topic deleted and created again: its new offsets are not this query's (see _incarnations)
+            earliest = {key: offset for key, offset in earliest.items() if key[0] not in refused}
+            latest = {key: offset for key, offset in latest.items() if key[0] not in refused}
         self._latest = latest
         if self._target is not None:
             # Snapshot: nothing beyond what existed when the query started.
@@ -401,7 +420,33 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 available[key] = offset - first
             end.setdefault(key, begin.get(key, first))
         end.update(_admit(begin, earliest, available, limit))
-        return encode_offsets(end)
+        return encode_offsets(end, ids)
+
+    def _incarnations(self, known: Mapping[str, str]) -> tuple[dict[str, str], set[str]]:
+        """The topic ids the next offsets belong to, and the topics refused because theirs changed.
+
+        A topic's offsets count from 0 again when it is deleted and created again; reading on from the old
+        incarnation's offsets would append the new one's records to the old one's. So a topic keeps the id it was
+        first planned with for good (it is in every offset JSON after), and a topic whose id differs from it is not
+        planned again (one error line says so); a topic seen for the first time takes its id now.
+        """
+        ids = dict(known)
+        refused = set()
+        for topic, now in self._ids_now.items():
+            before = known.get(topic)
+            if before is None:
+                ids[topic] = now
+            elif before != now:
+                refused.add(topic)
+                if topic not in self._refused:
+                    self._refused.add(topic)
+                    log.error(
+                        "topic %r was deleted and created again: it had topic id %s and now has %s; its records "
+                        "are no longer read (its backup keeps the old incarnation; back the new one up into a new "
+                        "target)",
+                        topic, before, now,
+                    )  # fmt: skip
+        return ids, refused
 
     def _check_data_loss(
         self, begin: Mapping[TopicPartitionKey, int], earliest: Mapping[TopicPartitionKey, int]
@@ -424,6 +469,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[KafkaTask]:
         begin = decode_offsets(start)
+        ids = decode_ids(end)
         ranges = []
         for (topic, partition), stop in sorted(decode_offsets(end).items()):
             first = begin.get((topic, partition), 0)
@@ -439,6 +485,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         self.options.read_timeout,
                         self.options.fail_on_data_loss,
                         self.options.gaps_root,
+                        ids.get(topic),
                     )
                 )
         return pack_ranges(ranges, self.options.min_partitions)

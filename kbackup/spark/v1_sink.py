@@ -29,14 +29,19 @@ default 1 GiB), ``lockTimeoutSeconds`` (default 600), ``fsync`` (default true),
 records files are stored, see ``formats/compressed-records.md``), ``encryptionKeyFile`` or ``encryptionKeyEnv``
 (where each task reads the key-encryption key finished segments are sealed with: a file on every executor's machine,
 or a variable in every executor's environment; never the key itself, which Spark would show in its UI),
-``inferSourceGaps`` (``true`` behind Spark's Kafka source, with its ``kafka.*`` client settings: see below).
+``checkSource`` (``true`` behind Spark's Kafka source, with ``kafka.*`` client settings for librdkafka: see below).
 
-Offsets lost at the source: behind Spark's Kafka source (``failOnDataLoss=false``), offsets the source deleted
-before they were read are skipped silently by Spark. With ``inferSourceGaps`` the sink looks at every gap in a
-partition's offsets (between its last stored record and the next, and between consecutive records): a gap that
-starts below the partition's log start now is recorded as lost at the source (:mod:`kbackup.catalog.source_gaps`,
-``how: inferred``) before the records after it are written. Transaction markers and aborted records that retention
-deleted after they were read may be counted among them; kbackup's own source reports exactly instead.
+Behind Spark's Kafka source (``checkSource``), the sink does what kbackup's own source does while reading:
+
+- Offsets lost at the source: Spark (``failOnDataLoss=false``) skips offsets the source deleted before they were
+  read. The sink looks at every gap in a partition's offsets (between its last stored record and the next, and
+  between consecutive records): a gap that starts below the partition's log start now is recorded as lost at the
+  source (:mod:`kbackup.catalog.source_gaps`, ``how: inferred``) before the records after it are written.
+  Transaction markers and aborted records that retention deleted after they were read may be counted among them;
+  kbackup's own source reports exactly instead.
+- A topic deleted and created again: Spark reads on at the old incarnation's offsets. Before writing a run of
+  records, the sink checks that the topic still has the id the backup recorded for it (``topic.json``); records
+  of another incarnation are not written (an error line says so; the job refuses the topic).
 """
 
 from __future__ import annotations
@@ -60,10 +65,12 @@ from pyspark.sql.types import StructType
 
 from kbackup.catalog.ledger import CatalogLedger
 from kbackup.catalog.source_gaps import INFERRED, record_gap
+from kbackup.catalog.topics import read_topic_record
 from kbackup.errors import ClusterError, StorageError, UsageError
 from kbackup.format.record_columns import encode_columns
 from kbackup.fsutil import atomic_write, parse_umask, restrict_new_files
 from kbackup.kafka.client_settings import consumer_settings
+from kbackup.kafka.cluster import admin_client, topic_ids
 from kbackup.logsetup import ensure_console_logging
 from kbackup.partition.object_writer import ObjectPartitionWriter, open_partition_writer
 from kbackup.partition.records_file import COMPRESSIONS, load_key
@@ -100,9 +107,9 @@ class SinkOptions:
     compression: str | None = None
     encryption_key_file: str | None = None
     encryption_key_env: str | None = None
-    #: Record gaps below the source's log start as lost at the source (behind Spark's Kafka source), asking the
-    #: cluster these client settings reach (``kafka.*`` options).
-    infer_source_gaps: bool = False
+    #: Behind Spark's Kafka source: record gaps below the log start as lost at the source and refuse another
+    #: incarnation of a topic, asking the cluster these client settings reach (``kafka.*`` options).
+    check_source: bool = False
     client: dict[str, str] = field(default_factory=dict)
 
     def encryption_key(self) -> bytes | None:
@@ -117,7 +124,7 @@ class SinkOptions:
             "path", "maxsegmentsize", "locktimeoutseconds", "fsync", "umask", "checkpointlocation", "queryname",
             "logformat", "statsdir", "compression", "encryptionkeyfile", "encryptionkeyenv",
         }  # fmt: skip
-        known.add("infersourcegaps")
+        known.add("checksource")
         lowered = {key.lower(): value for key, value in options.items()}
         client = {key[len("kafka.") :]: value for key, value in options.items() if key.lower().startswith("kafka.")}
         for key in options:
@@ -141,7 +148,7 @@ class SinkOptions:
                 compression=None if compression == "none" else compression,
                 encryption_key_file=lowered.get("encryptionkeyfile") or None,
                 encryption_key_env=lowered.get("encryptionkeyenv") or None,
-                infer_source_gaps=lowered.get("infersourcegaps", "false").lower() == "true",
+                check_source=lowered.get("checksource", "false").lower() == "true",
                 client=client,
             )
         except ValueError as exc:
@@ -191,14 +198,14 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
         self._encryption_key: bytes | None = None
-        self._gaps: SourceGapFinder | None = None
+        self._check: SourceCheck | None = None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BackupCommitMessage:
         """Executor side: append every record, then sync each partition it touched."""
         restrict_new_files(self.options.umask)
         self._encryption_key = self.options.encryption_key()
-        if self.options.infer_source_gaps:
-            self._gaps = SourceGapFinder(self.options.target, self.options.client)
+        if self.options.check_source:
+            self._check = SourceCheck(self.options.target, self.options.client)
         writers: dict[tuple[str, int], AnyWriter] = {}
         stats: dict[tuple[str, int], PartitionWrite] = {}
         try:
@@ -211,8 +218,8 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
                 writer.abandon()
             raise
         finally:
-            if self._gaps is not None:
-                self._gaps.close()
+            if self._check is not None:
+                self._check.close()
         return BackupCommitMessage(sorted(stats.values(), key=lambda s: (s.topic, s.partition)))
 
     def _write_batch(
@@ -252,8 +259,10 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
                 stats[key].lock_wait += writer.lock_wait
             writers[key] = writer  # most recently written last
             size = stop - start
-            if self._gaps is not None:  # before the records after a gap are written (see the module docstring)
-                self._gaps.check(key[0], key[1], writer.last_offset, offsets[start:stop])
+            if self._check is not None:  # before the records are written (see the module docstring)
+                if not self._check.same_incarnation(key[0]):
+                    continue
+                self._check.gaps(key[0], key[1], writer.last_offset, offsets[start:stop])
             encoded = encode_columns(
                 offsets[start:stop],
                 types[start:stop],
@@ -322,15 +331,41 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
         )
 
 
-class SourceGapFinder:
-    """Records gaps below the source's log start as lost at the source (``inferSourceGaps``, module docstring)."""
+class SourceCheck:
+    """Behind Spark's Kafka source: gaps below the log start, and topics of another incarnation (module docstring)."""
 
     def __init__(self, root: Location, client: Mapping[str, str]) -> None:
         self._root = root
         self._client = dict(client)
         self._consumer: Any = None
+        self._admin: Any = None
+        self._recorded: dict[str, str | None] = {}
+        self._refused: set[str] = set()
 
-    def check(self, topic: str, partition: int, stored: int | None, offsets: npt.NDArray[np.int64]) -> None:
+    def same_incarnation(self, topic: str) -> bool:
+        """Whether ``topic`` still has the id the backup recorded (asked now, after its records were fetched)."""
+        if topic in self._refused:
+            return False
+        if topic not in self._recorded:
+            record = read_topic_record(self._root, topic)
+            self._recorded[topic] = record.topic_id if record is not None else None
+        recorded = self._recorded[topic]
+        if recorded is None:
+            return True  # nothing recorded yet (a topic new to the backup): the job records it and checks it
+        if self._admin is None:
+            self._admin = admin_client(self._client)
+        now = topic_ids(self._admin, [topic]).get(topic)
+        if now == recorded:
+            return True
+        self._refused.add(topic)
+        log.error(
+            "topic %r is not the one backed up here: the backup holds topic id %s, the cluster %s; its records are "
+            "not written (it was deleted and created again)",
+            topic, recorded, f"now has {now}" if now else "no longer has it",
+        )  # fmt: skip
+        return False
+
+    def gaps(self, topic: str, partition: int, stored: int | None, offsets: npt.NDArray[np.int64]) -> None:
         """Look at the gaps before and between ``offsets`` (a partition's next records; ``stored``: its last)."""
         fresh = offsets[offsets > stored] if stored is not None else offsets
         if not len(fresh):
