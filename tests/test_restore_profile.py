@@ -66,7 +66,7 @@ def _partitions(draw: st.DrawFn) -> list[Record]:
     return found
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(stored=_partitions(), low=st.integers(0, 90), span=st.integers(0, 90), by_time=st.booleans())
 def test_profile_equals_a_record_by_record_scan(stored: list[Record], low: int, span: int, by_time: bool) -> None:
     import tempfile
@@ -106,6 +106,18 @@ def test_profile_equals_a_record_by_record_scan(stored: list[Record], low: int, 
                         assert found.keyless_at == [(0, o) for o in keyless[:5]]
                     else:
                         assert found.keyless is None
+
+
+def test_a_cataloged_segment_of_no_timestamps_has_no_time_range(tmp_path: Path) -> None:
+    """The catalog counts Kafka's -1 among timestamps; a profile does not (found by the property above)."""
+    stored = [Record(i, 0, -1, None, b"x" * 40) for i in range(40)] + [Record(40, 0, -5, None, b"y")]
+    reader = _write(tmp_path, stored)
+    catalog = read_catalog(tmp_path, "t", 0)
+    assert catalog is not None and len(catalog.segments) > 2
+    assert [e.min_timestamp for e in catalog.segments][:2] == [-1, -1]
+    found = profile_partition(reader, Window(), catalog)
+    assert (found.oldest, found.newest, found.records) == (-5, -5, 41)
+    assert profile_partition(reader, Window(to_offset=39), catalog).oldest is None
 
 
 @given(stored=st.lists(records(offset=0), min_size=1, max_size=1))

@@ -133,7 +133,8 @@ def profile_partition(
         records_path, index_path = reader.segment_paths(segment)
         if entry is not None and not window.by_time and _takes_whole(entry, window):
             quick = _from_catalog(entry, index_path, partition, legacy=reader.legacy)
-            zero_possible = quick.oldest is not None and quick.oldest <= 0 <= (quick.newest or 0)
+            # A 0 may be in the range, or a -1 ("no timestamp", which the catalog counts among timestamps): read it.
+            zero_possible = quick.oldest is not None and quick.oldest <= 0 and (quick.newest or 0) >= -1
             too_big = size_limit is not None and quick.largest > size_limit
             if not (zero_possible or too_big or keys):
                 profile = profile.merge(quick)
@@ -243,8 +244,6 @@ def _from_catalog(entry: SegmentEntry, index_path: Location, partition: int, *, 
             here = int(np.argmax(entries[:, 2]))
             if int(entries[here, 2]) > largest:
                 largest, at = int(entries[here, 2]), int(entries[here, 0])
-    if entry.min_timestamp == NO_TIMESTAMP:  # the catalog counts -1 among timestamps; a profile does not
-        profile.oldest = None if entry.max_timestamp == NO_TIMESTAMP else profile.oldest
     if at >= 0:
         profile.largest, profile.largest_at, profile.largest_exact = kafka_size_bound(largest), (partition, at), False
     return profile
