@@ -8,6 +8,7 @@ grow the file system ("space freed"), back up again, copy the result out.
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -54,8 +55,19 @@ def test_a_full_disk_is_one_line_leaves_no_temporary_files_and_the_rerun_is_exac
     assert len(errors) == 1, first[-3000:]
     assert f"{target}/" in errors[0] and "no space left on its file system (" in errors[0], errors[0]
     assert "bytes free" in errors[0]
-    assert "Traceback" not in first
+    assert "Traceback" not in without_spark_daemon_noise(first)
     assert (out / "tmp-files").read_text() == ""
     second = (out / "second.log").read_text()
     assert (out / "second.rc").read_text().strip() == "0", second[-3000:]
     assert backed_up(copy, [topic]) == consume_all(kafka, [topic])
+
+
+def without_spark_daemon_noise(log: str) -> str:
+    """The log less what PySpark's worker daemon prints when the JVM closes a worker's socket as the failed job stops
+    (a machine under load shows it; it is Spark's, not kbackup's, and says nothing of the failure)."""
+    return re.sub(
+        r"PySpark daemon failed to flush the output to the worker process:\nTraceback \(most recent call last\):\n"
+        r"(?:[ \t].*\n)*\S.*\n",
+        "",
+        log,
+    )

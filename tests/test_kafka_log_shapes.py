@@ -274,7 +274,8 @@ def test_records_deleted_between_two_runs_are_a_named_gap_and_the_rest_is_exact(
     kafka: BrokerUnderTest, tmp_path: Path
 ) -> None:
     """Retention (here ``delete_records``) removes offsets the backup had not read yet: the next run says which,
-    backs up the rest exactly and ``describe`` shows the gap."""
+    records them as lost at the source, backs up the rest exactly, ``describe`` shows them (not as missing), and the
+    snapshot exits 1 unless --accept-source-loss."""
     from confluent_kafka import Producer, TopicPartition
     from confluent_kafka.admin import AdminClient
 
@@ -294,13 +295,15 @@ def test_records_deleted_between_two_runs_are_a_named_gap_and_the_rest_is_exact(
         "--target-dir", target, "--topics", topic, "--snapshot",
     )  # fmt: skip
     output = again.stdout + again.stderr
-    assert again.returncode == 0, output[-4000:]
-    assert f"topic '{topic}' partition 0: offsets 100..149 were deleted" in output
+    assert again.returncode == 1, output[-4000:]
+    assert f"{topic}/0 offsets 100..149 were deleted at the source before the backup read them" in output
+    assert again.stderr.count("kbackup backup: error: ") == 1, again.stderr
     records = backed_up(target, [topic])
     assert _as_records(records) == _expected([*first, *[p for p in second if p.offset >= 150]])
     described = run_kbackup("describe", target, "--json", check=True)
     (partition,) = json.loads(described.stdout)["topics"][0]["partitions"]
-    assert partition["missingRanges"] == [{"first": 100, "last": 149}], partition
+    assert partition["missingRanges"] == [], partition
+    assert partition["lostAtSource"] == [{"first": 100, "last": 149, "how": "read"}], partition
 
 
 # -- a 5 MB record ----------------------------------------------------------------------------

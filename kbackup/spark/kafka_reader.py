@@ -180,6 +180,7 @@ class Incarnations:
     def __init__(self, ranges: tuple[KafkaRange, ...]) -> None:
         self._planned = {r.topic: r.topic_id for r in ranges if r.topic_id is not None}
         self._client = ranges[0].client if ranges else {}
+        self._patience = ranges[0].read_timeout if ranges else 0.0
         self._admin: Any = None
         self.refused: set[str] = set()
 
@@ -188,9 +189,7 @@ class Incarnations:
         checked = sorted(set(self._planned) - self.refused)
         if not checked:
             return self.refused
-        if self._admin is None:
-            self._admin = admin_client(self._client)
-        found = topic_ids(self._admin, checked)
+        found = self._ask(checked)
         for topic in checked:
             if found.get(topic) != self._planned[topic]:
                 self.refused.add(topic)
@@ -201,6 +200,21 @@ class Incarnations:
                     topic, self._planned[topic], f"now has {now}" if now else "no longer exists",
                 )  # fmt: skip
         return self.refused
+
+    def _ask(self, topics: list[str]) -> dict[str, str]:
+        """The topics' ids now, asking again (a new client each time) through an outage for up to the read timeout,
+        as long as fetching may wait."""
+        deadline = time.monotonic() + self._patience
+        while True:
+            if self._admin is None:
+                self._admin = admin_client(self._client)
+            try:
+                return topic_ids(self._admin, topics)
+            except ClusterError as exc:
+                self._admin = None
+                if not exc.transient or time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
 
     def confirmed(self, batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The batches whose topic still has its planned id (one check for all of them)."""

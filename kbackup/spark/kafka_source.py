@@ -315,7 +315,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
         selected = self.options.selection.select(counts)
         keys = [(t, p) for t in selected for p in range(counts[t])]
-        self._ids_now = topic_ids(admin, selected, timeout=timeout)
+        try:
+            self._ids_now = topic_ids(admin, selected, timeout=timeout)
+        except ClusterError as exc:
+            # Not known this trigger: nothing is refused on it, and the tasks still confirm the ids they were given
+            # before handing records on (a topic first seen now is read without one).
+            log.debug("topic ids not read for this trigger: %s", exc)
+            self._ids_now = {}
         earliest = list_offsets(admin, keys, latest=False, timeout=timeout, partial=partial)
         latest = list_offsets(
             admin, keys, latest=True, read_committed=self.options.read_committed, timeout=timeout, partial=partial
