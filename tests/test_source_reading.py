@@ -158,3 +158,29 @@ def test_records_of_a_topic_created_again_after_planning_are_not_handed_on(kafka
     read = [b for b in read_task(KafkaTask((again, steady)))]
     assert {b.column("topic")[0].as_py() for b in read} == {other}
     assert [o for b in read for o in b.column("offset").to_pylist()] == list(range(300))
+
+
+def test_records_of_a_topic_deleted_while_read_are_recorded_as_lost_at_the_source(
+    kafka: BrokerUnderTest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The topic is gone when the task confirms its id after fetching (the deletion is injected at that moment: it
+    cannot be timed from outside): what it fetched is dropped, the source no longer has it, and the range is named."""
+    from confluent_kafka import Producer
+
+    from kbackup.kafka.cluster import topic_ids
+    from kbackup.spark import kafka_reader
+
+    topic = f"vanishing-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka, {topic: 1})
+    producer = Producer(kafka.client_settings())
+    for i in range(50):
+        producer.produce(topic, value=b"%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    from confluent_kafka.admin import AdminClient
+
+    planned = topic_ids(AdminClient(kafka.client_settings()), [topic])[topic]
+    monkeypatch.setattr(kafka_reader, "topic_ids", lambda admin, topics, **_: {})  # deleted by now
+    root = tmp_path / "backup"
+    item = KafkaRange(topic, 0, 10, 50, kafka.client_settings(), False, 30, gaps_root=str(root), topic_id=planned)
+    assert list(read_task(KafkaTask((item,)))) == []
+    assert [(g.partition, g.first, g.last) for g in read_gaps(root, topic)] == [(0, 10, 49)]

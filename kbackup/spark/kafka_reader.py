@@ -181,6 +181,8 @@ class Incarnations:
         self._planned = {r.topic: r.topic_id for r in ranges if r.topic_id is not None}
         self._client = ranges[0].client if ranges else {}
         self._patience = ranges[0].read_timeout if ranges else 0.0
+        self._gaps_root = ranges[0].gaps_root if ranges else None
+        self._gone: set[str] = set()  # refused because deleted: what was dropped of them is lost at the source
         self._admin: Any = None
         self.refused: set[str] = set()
 
@@ -194,6 +196,8 @@ class Incarnations:
             if found.get(topic) != self._planned[topic]:
                 self.refused.add(topic)
                 now = found.get(topic)
+                if now is None:
+                    self._gone.add(topic)
                 log.error(
                     "topic %r changed while it was read: it was planned as topic id %s and %s; its records read "
                     "since the last check are dropped and it is no longer backed up here",
@@ -222,8 +226,14 @@ class Incarnations:
             return
         refused = self.confirm() if self._planned else set()
         for batch in batches:
-            if batch.column("topic")[0].as_py() not in refused:
+            topic = batch.column("topic")[0].as_py()
+            if topic not in refused:
                 yield batch
+            elif topic in self._gone and self._gaps_root is not None:
+                # Deleted while read: the source no longer has what was dropped, and the backup does not either.
+                offsets = batch.column("offset")
+                first, last = offsets[0].as_py(), offsets[len(offsets) - 1].as_py()
+                record_gap(parse_location(self._gaps_root), topic, batch.column("partition")[0].as_py(), first, last)
 
 
 def _read_together(
