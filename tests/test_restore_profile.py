@@ -257,3 +257,18 @@ def test_iso_times_before_1970_and_out_of_range() -> None:
     assert iso(-5) == "1969-12-31T23:59:59.995Z"
     assert iso(0) == "1970-01-01T00:00:00.000Z"
     assert iso(-(2**62)) == f"epoch ms {-(2**62)}"
+
+
+def test_a_created_topic_does_not_take_a_broker_default_that_restamps_or_compacts() -> None:
+    """The backup records only settings made on the source topic: the target broker's defaults fill the rest."""
+    from kbackup.restore.plan import TopicPlan, _override_broker_defaults
+
+    topic = TopicPlan("src", "tgt", 1, None, 1, {})
+    _override_broker_defaults(topic, {"message.timestamp.type": "LogAppendTime", "cleanup.policy": "compact"},
+                              restamp=False)  # fmt: skip
+    assert topic.config == {"message.timestamp.type": "CreateTime", "cleanup.policy": "delete"}
+    assert len(topic.notes) == 2 and "target broker's default LogAppendTime" in topic.notes[0]
+    kept = TopicPlan("src", "tgt", 1, None, 1, {"cleanup.policy": "compact"})
+    _override_broker_defaults(kept, {"message.timestamp.type": "LogAppendTime", "cleanup.policy": "compact"},
+                              restamp=True)  # fmt: skip
+    assert kept.config == {"cleanup.policy": "compact"} and kept.notes == []

@@ -66,3 +66,46 @@ def test_lost_offsets_are_not_missing_ones_and_are_drawn_apart(tmp_path: Path) -
     page = render_report(summarize_backup(tmp_path), generated_at=0)
     assert 'class="lost"' in page and "40 offsets deleted at the source before they were read: 10..49" in page
     assert "offsets 10..49 deleted at the source before the backup read them" in page
+
+
+def test_numbers_out_of_range_are_one_error_too(tmp_path: Path) -> None:
+    path = Path(str(gap_path(tmp_path, "t", 0, 1)))
+    path.parent.mkdir(parents=True)
+    path.write_text('{"version": 1, "topic": "t", "partition": 0, "first": 1, "last": 3, "seenAt": 1e400}')
+    with pytest.raises(KbackupError, match="not a valid source gap record"):
+        read_gaps(tmp_path, "t")
+
+
+def test_verify_calls_a_gap_record_over_held_records_wrong(tmp_path: Path) -> None:
+    from kbackup.catalog.verify import verify_partition
+
+    with PartitionWriter(tmp_path / "t", "t", 0, fsync=False, ledger=CatalogLedger(tmp_path)) as writer:
+        for offset in [*range(0, 10), *range(20, 30)]:
+            writer.append(Record(offset, 0, 1000 + offset, b"k", b"v"))
+    record_gap(tmp_path, "t", 0, 10, 19)
+    assert verify_partition(tmp_path, "t", 0).ok
+    record_gap(tmp_path, "t", 0, 25, 26)  # a tampered record: those offsets are held
+    report = verify_partition(tmp_path, "t", 0)
+    assert not report.ok and "covers records the backup holds" in report.errors[0]
+
+
+def test_the_job_reports_what_was_recorded_since_it_started_by_content_not_by_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from kbackup.backup.source_loss import SourceLossReport
+    from kbackup.kafka.topics import TopicSelection
+
+    with PartitionWriter(tmp_path / "t", "t", 0, fsync=False) as writer:
+        writer.ensure_segment(0)
+    record_gap(tmp_path, "t", 0, 100, 199)  # an earlier run's
+    report = SourceLossReport(tmp_path, TopicSelection.from_list("t"), every=0)
+    report.poll(now=True)
+    assert report.gaps == []
+    monkeypatch.setattr(time, "time", lambda: 1.0)  # an executor whose clock is far behind the driver's
+    record_gap(tmp_path, "t", 0, 200, 209)  # adjacent to the old one: counted alone
+    record_gap(tmp_path, "t", 0, 100, 150)  # found again by a rerun (the wider one is kept): reported again
+    report.poll(now=True)
+    assert [(g.first, g.last) for g in report.gaps] == [(100, 209)]
+    assert report.describe() == "110 offsets in 1 range: t/0 offsets 100..209"

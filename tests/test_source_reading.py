@@ -167,8 +167,8 @@ def test_records_of_a_topic_deleted_while_read_are_recorded_as_lost_at_the_sourc
     cannot be timed from outside): what it fetched is dropped, the source no longer has it, and the range is named."""
     from confluent_kafka import Producer
 
+    from kbackup.kafka import cluster
     from kbackup.kafka.cluster import topic_ids
-    from kbackup.spark import kafka_reader
 
     topic = f"vanishing-{uuid.uuid4().hex[:8]}"
     create_topics(kafka, {topic: 1})
@@ -179,8 +179,8 @@ def test_records_of_a_topic_deleted_while_read_are_recorded_as_lost_at_the_sourc
     from confluent_kafka.admin import AdminClient
 
     planned = topic_ids(AdminClient(kafka.client_settings()), [topic])[topic]
-    monkeypatch.setattr(kafka_reader, "topic_ids", lambda admin, topics, **_: {})  # deleted by now
+    monkeypatch.setattr(cluster.TopicIdAsker, "ask", lambda self, topics: {})  # deleted by now
     root = tmp_path / "backup"
     item = KafkaRange(topic, 0, 10, 50, kafka.client_settings(), False, 30, gaps_root=str(root), topic_id=planned)
     assert list(read_task(KafkaTask((item,)))) == []
-    assert [(g.partition, g.first, g.last) for g in read_gaps(root, topic)] == [(0, 10, 49)]
+    assert [(g.partition, g.first, g.last, g.how) for g in read_gaps(root, topic)] == [(0, 10, 49, "dropped")]

@@ -32,3 +32,21 @@ def test_a_history_that_is_not_pairs_is_a_format_error() -> None:
     document = b'{"version": 1, "topic": "t", "partitions": 1, "config": {}, "capturedAt": 0, "partitionHistory": [5]}'
     with pytest.raises(FormatError, match="not a valid topic record"):
         TopicRecord.decode(document, file="topic.json")
+
+
+def test_numbers_out_of_range_are_a_format_error() -> None:
+    document = (
+        b'{"version": 1, "topic": "t", "partitions": 1, "config": {}, "capturedAt": 0, '
+        b'"partitionHistory": [[Infinity, 2]]}'
+    )
+    with pytest.raises(FormatError, match="not a valid topic record"):
+        TopicRecord.decode(document, file="topic.json")
+
+
+def test_a_regex_selection_without_some_topics_keeps_its_inline_flags() -> None:
+    from kbackup.kafka.topics import TopicSelection
+
+    left = TopicSelection(pattern="(?i)orders.*").without(["orders2"])
+    assert left is not None and left.matches("ORDERS-1") and not left.matches("orders2")
+    assert TopicSelection.from_list("a,b").without(["a"]) == TopicSelection.from_list("b")
+    assert TopicSelection.from_list("a").without(["a"]) is None

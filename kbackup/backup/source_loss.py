@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 
-from kbackup.catalog.source_gaps import SourceGap, read_gaps
+from kbackup.catalog.source_gaps import HOW, SourceGap, gap_records, merge
 from kbackup.errors import BackupNotFoundError
 from kbackup.kafka.topics import TopicSelection
 from kbackup.partition.layout import list_topics
@@ -34,36 +34,39 @@ class SourceLossReport:
     def __init__(self, target: Location, selection: TopicSelection, *, every: float) -> None:
         self._target = target
         self._selection = selection
-        self._since = int(time.time() * 1000)
         self._every = every
         self._next = time.monotonic() + every
-        self._seen: dict[tuple[str, int, int], SourceGap] = {}
+        # What was recorded before the job started, by record: a record written or rewritten since is this run's
+        # (told by its content, never by comparing clocks of the driver and the executors).
+        self._before = {
+            (topic, name): gap for topic in self._topics() for name, gap in gap_records(target, topic).items()
+        }
+        self._seen: dict[tuple[str, str], SourceGap] = {}
+
+    def _topics(self) -> list[str]:
+        try:
+            return [topic for topic in list_topics(self._target) if self._selection.matches(topic)]
+        except BackupNotFoundError:
+            return []
 
     def poll(self, *, now: bool = False) -> None:
         """Log the ranges recorded since the last look (at most every ``every`` seconds unless ``now``)."""
         if not now and time.monotonic() < self._next:
             return
         self._next = time.monotonic() + self._every
-        try:
-            topics = [topic for topic in list_topics(self._target) if self._selection.matches(topic)]
-        except BackupNotFoundError:
-            return
-        for topic in topics:
-            for gap in read_gaps(self._target, topic):
-                if gap.seen_at < self._since:
-                    continue
-                key = (gap.topic, gap.partition, gap.first)
-                known = self._seen.get(key)
-                if known is not None and known.last >= gap.last:
+        for topic in self._topics():
+            for name, gap in gap_records(self._target, topic).items():
+                key = (topic, name)
+                if self._before.get(key) == gap or self._seen.get(key) == gap:
                     continue
                 self._seen[key] = gap
-                how = "" if gap.how == "read" else " (inferred: below the log start when read)"
+                how = HOW.get(gap.how, "")
                 log.warning("%s were deleted at the source before the backup read them%s: lost at the source, "
                             "recorded in the backup", gap.describe(), how)  # fmt: skip
 
     @property
     def gaps(self) -> list[SourceGap]:
-        return sorted(self._seen.values(), key=lambda g: (g.topic, g.partition, g.first))
+        return merge(self._seen.values())
 
     def describe(self) -> str:
         """``"120 offsets in 2 ranges: t/0 offsets 5..64, t/1 offsets 0..59"`` (empty without any)."""

@@ -42,6 +42,14 @@ GAPS_VERSION = 1
 #: How a gap is known (module docstring).
 READ = "read"
 INFERRED = "inferred"
+#: Read by a task while the topic was deleted: dropped, since which incarnation it came from cannot be told.
+DROPPED = "dropped"
+#: What each kind adds to a line naming the range.
+HOW = {
+    READ: "",
+    INFERRED: " (inferred: below the partition's log start when the records after it were written)",
+    DROPPED: " (read while the topic was deleted: dropped, as which incarnation they came from cannot be told)",
+}
 _MAX_DOCUMENT = 1 << 16
 
 
@@ -93,7 +101,7 @@ class SourceGap:
             )
         except FormatError:
             raise
-        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError, OverflowError) as exc:
             raise FormatError(f"not a valid source gap record ({type(exc).__name__})", file=file) from None
         if gap.first < 0 or gap.last < gap.first or gap.partition < 0:
             raise FormatError("a source gap needs 0 <= first <= last", file=file, found=f"{gap.first}..{gap.last}")
@@ -109,34 +117,43 @@ def gap_path(root: Location, topic: str, partition: int, first: int) -> Location
 
 
 def record_gap(root: Location, topic: str, partition: int, first: int, last: int, *, how: str = READ) -> SourceGap:
-    """Record ``first..last`` as lost at the source (durable on return); a wider range already there is kept."""
+    """Record ``first..last`` as lost at the source (durable on return), now: a wider range already there is kept,
+    with this time (a run that finds the range again reports it again)."""
     path = gap_path(root, topic, partition, first)
-    gap = SourceGap(topic, partition, first, last, int(time.time() * 1000), how)
     if exists(path):
         try:
             known = SourceGap.decode(read_limited(path, _MAX_DOCUMENT), file=str(path))
         except FormatError:
             known = None  # a torn or foreign file: the new record replaces it
-        if known is not None and known.last >= last:
-            return known
+        if known is not None and (known.topic, known.partition) == (topic, partition):
+            last = max(last, known.last)
+    gap = SourceGap(topic, partition, first, last, int(time.time() * 1000), how)
     write_whole(path, gap.encode())
     return gap
 
 
+def gap_records(root: Location, topic: str) -> dict[str, SourceGap]:
+    """A topic's gap records as they are, by file name (not merged): what changed since a look is told by them."""
+    directory = gaps_dir(root, topic)
+    found = {}
+    for name in sorted(storage_for(directory).list_files(directory) or []):
+        if name.startswith("partition_") and name.endswith(".json"):
+            path = directory / name
+            gap = SourceGap.decode(read_limited(path, _MAX_DOCUMENT), file=str(path))
+            if gap.topic != topic:
+                raise FormatError("a source gap record of another topic", file=str(path), found=gap.describe())
+            found[name] = gap
+    return found
+
+
 def read_gaps(root: Location, topic: str, partition: int | None = None) -> list[SourceGap]:
     """The recorded gaps of a topic (or one partition), by partition and offset, overlapping ones merged."""
-    directory = gaps_dir(root, topic)
-    names = storage_for(directory).list_files(directory) or []
     prefix = "partition_" if partition is None else f"partition_{partition:03d}_from_"
-    found = []
-    for name in sorted(names):
-        if not name.startswith(prefix) or not name.endswith(".json"):
-            continue
-        path = directory / name
-        gap = SourceGap.decode(read_limited(path, _MAX_DOCUMENT), file=str(path))
-        if gap.topic != topic or (partition is not None and gap.partition != partition):
-            raise FormatError("a source gap record of another partition", file=str(path), found=gap.describe())
-        found.append(gap)
+    found = [gap for name, gap in gap_records(root, topic).items() if name.startswith(prefix)]
+    if partition is not None and any(gap.partition != partition for gap in found):
+        wrong = next(gap for gap in found if gap.partition != partition)
+        raise FormatError("a source gap record of another partition", file=str(gaps_dir(root, topic)),
+                          found=wrong.describe())  # fmt: skip
     return merge(found)
 
 

@@ -68,7 +68,7 @@ class TopicRecord:
                 raise FormatError("unsupported topic record version", file=file, found=repr(document.get("version")))
             config = {str(k): str(v) for k, v in document["config"].items()}
             cluster_id, topic_id = document.get("clusterId"), document.get("topicId")
-            history = tuple((int(at), int(count)) for at, count in document.get("partitionHistory", ()))
+            history = tuple(sorted((int(at), int(count)) for at, count in document.get("partitionHistory", ())))
             return cls(
                 str(document["topic"]),
                 int(document["partitions"]),
@@ -80,7 +80,7 @@ class TopicRecord:
             )
         except FormatError:
             raise
-        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError) as exc:
             raise FormatError(f"not a valid topic record ({exc})", file=file) from None
 
 

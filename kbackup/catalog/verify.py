@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from kbackup.catalog.build import file_crc32c, file_size
 from kbackup.catalog.prune import pending_deletions
-from kbackup.catalog.source_gaps import READ, read_gaps
+from kbackup.catalog.source_gaps import HOW, read_gaps
 from kbackup.catalog.store import catalog_path, read_catalog
 from kbackup.catalog.tail import tail_problem
 from kbackup.errors import KbackupError
@@ -131,12 +131,27 @@ def verify_partition(
         report.errors.append(f"the record of offsets lost at the source is unreadable: {exc}")
         lost = []
     for gap in lost:
-        how = "" if gap.how == READ else ", inferred from the log start behind Spark's Kafka source"
         report.notes.append(
             f"offsets {gap.first}..{gap.last} were deleted at the source before the backup read them ({gap.count} "
-            f"offsets{how}): lost at the source, not damage to the backup"
+            f"offsets){HOW.get(gap.how, '')}: lost at the source, not damage to the backup"
         )
+        if _holds(reader, gap.first, gap.last):
+            report.errors.append(
+                f"the record of offsets {gap.first}..{gap.last} lost at the source covers records the backup holds: "
+                "it is wrong (tampered with, or written by something else)"
+            )
     return report
+
+
+def _holds(reader: PartitionReader, first: int, last: int) -> bool:
+    """Whether the partition holds a record at an offset in ``first..last`` (by its segment indexes)."""
+    for segment in reader.segments:
+        if segment.start_offset > last:
+            break
+        with SegmentIndexFile(reader.segment_paths(segment)[1], legacy=reader.legacy) as index:
+            if index.bisect(first) < index.bisect(last + 1):
+                return True
+    return False
 
 
 def _check_catalog(root: Location, reader: PartitionReader, report: PartitionReport, pending: set[str]) -> None:

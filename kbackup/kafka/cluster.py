@@ -163,6 +163,30 @@ def topic_ids(admin: Any, topics: Iterable[str], *, timeout: float = 30) -> dict
     return ids
 
 
+class TopicIdAsker:
+    """Asks a cluster for topic ids (:func:`topic_ids`) with its own client, asking again through an outage (a new
+    client each time) for up to ``patience`` seconds: for executors, which check ids while they read or write."""
+
+    def __init__(self, client: Mapping[str, str], *, patience: float) -> None:
+        self._client = dict(client)
+        self._patience = patience
+        self._admin: Any = None
+
+    def ask(self, topics: Iterable[str]) -> dict[str, str]:
+        wanted = list(topics)
+        deadline = time.monotonic() + self._patience
+        while True:
+            if self._admin is None:
+                self._admin = admin_client(self._client)
+            try:
+                return topic_ids(self._admin, wanted)
+            except ClusterError as exc:
+                self._admin = None
+                if not exc.transient or time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+
+
 def kafka_id(text: str) -> str:
     """A cluster or topic id in Kafka's own spelling (librdkafka prints standard base64, Kafka URL-safe)."""
     return text.replace("+", "-").replace("/", "_").rstrip("=")

@@ -58,7 +58,10 @@ class TopicSelection:
             kept = tuple(topic for topic in self.topics if topic not in left_out)
             return TopicSelection(topics=kept) if kept else None
         names = "|".join(re.escape(topic) for topic in left_out)
-        return TopicSelection(pattern=f"(?!(?:{names})$)(?:{self.pattern})")
+        assert self.pattern is not None
+        flags = re.match(r"\(\?[aiLmsux]+\)", self.pattern)  # inline flags must stay first
+        head = flags.group(0) if flags else ""
+        return TopicSelection(pattern=f"{head}(?!(?:{names})$)(?:{self.pattern[len(head) :]})")
 
     def describe(self) -> str:
         return f"topics {','.join(self.topics)}" if self.topics is not None else f"topics matching {self.pattern!r}"

@@ -324,7 +324,7 @@ def _task(part: PartitionPlan, topic: TopicPlan, settings: RestoreSettings, umas
         key_sources=settings.key_sources,
         id_rewrite=settings.id_rewrite(part.source_topic),
         message_bytes=topic.producer_message_bytes,
-        restamp_zero=settings.restamp_zero_timestamps,
+        restamp_zero=settings.restamp_zero_timestamps or topic.restamped,
     )
 
 

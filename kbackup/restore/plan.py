@@ -40,6 +40,7 @@ from kbackup.catalog.store import read_catalog
 from kbackup.catalog.topics import TopicRecord, read_topic_record
 from kbackup.errors import (
     BackupNotFoundError,
+    ClusterError,
     DamagedBackupError,
     DecryptionKeyError,
     KbackupError,
@@ -91,6 +92,8 @@ class TopicPlan:
     #: The producer's ``message.max.bytes`` for the largest record, and the largest batch the topic takes.
     producer_message_bytes: int = PRODUCER_MESSAGE_BYTES
     batch_limit: int | None = None
+    #: The target stamps every record itself (LogAppendTime, accepted): the records' own timestamps do not matter.
+    restamped: bool = False
 
     def describe_origin(self) -> str:
         if self.origin_cluster is None:
@@ -355,10 +358,13 @@ def _check_targets(plan: RestorePlan, settings: RestoreSettings, admin: Any) -> 
         if topic.target_topic not in producing:
             continue
         if broker is None:
-            broker = broker_configs(admin)
+            broker = _broker_defaults(admin, creating=any(t.create_partitions is not None for t in plan.topics))
         created = topic.create_partitions is not None
+        if created:
+            _override_broker_defaults(topic, broker_topic_defaults(broker), restamp=settings.restamp)
         config = {**broker_topic_defaults(broker), **topic.config} if created else effective.get(topic.target_topic, {})
         restamped = config.get(TIMESTAMP_TYPE) == LOG_APPEND_TIME
+        topic.restamped = restamped
         if restamped and not created and topic.set_timestamp_type is None and not settings.restamp:
             problems.append(
                 f"target topic {topic.target_topic!r} has message.timestamp.type=LogAppendTime: the broker would "
@@ -390,6 +396,36 @@ def _check_targets(plan: RestorePlan, settings: RestoreSettings, admin: Any) -> 
         raise TargetLimitError("; ".join(problems) + "; nothing was produced")
 
 
+def _broker_defaults(admin: Any, *, creating: bool) -> dict[str, str]:
+    """The broker's configuration; a restore into existing topics alone goes on without it (Kafka's defaults for
+    the request limit), since it needs no cluster-wide DESCRIBE_CONFIGS otherwise."""
+    try:
+        return broker_configs(admin)
+    except ClusterError:
+        if creating:
+            raise
+        return {}
+
+
+def _override_broker_defaults(topic: TopicPlan, defaults: dict[str, str], *, restamp: bool) -> None:
+    """A created topic gets the target broker's defaults for what the backup does not record (only settings made on
+    the source topic itself are): a default of LogAppendTime would re-stamp every record, one of compact would
+    compact a topic the source did not. Those are set to the source's kind (CreateTime, delete) and said."""
+    if TIMESTAMP_TYPE not in topic.config and defaults.get(TIMESTAMP_TYPE) == LOG_APPEND_TIME and not restamp:
+        topic.config[TIMESTAMP_TYPE] = "CreateTime"
+        topic.notes.append(
+            f"{topic.target_topic}: created with {TIMESTAMP_TYPE}=CreateTime: the target broker's default "
+            "LogAppendTime would give every restored record a new timestamp (--restamp accepts that)"
+        )
+    policy = defaults.get("cleanup.policy", "delete")
+    if "cleanup.policy" not in topic.config and "compact" in policy:
+        topic.config["cleanup.policy"] = "delete"
+        topic.notes.append(
+            f"{topic.target_topic}: created with cleanup.policy=delete: the backup records no policy for it (the "
+            f"source's default), and the target broker's default {policy} would compact restored records away"
+        )
+
+
 def _profile(settings: RestoreSettings, part: PartitionPlan, limits: TopicLimits) -> RecordsProfile:
     """What a backed-up partition's selected records are like, as ``limits`` see them."""
     reader = PartitionReader(settings.source / part.source_topic, part.source_partition, legacy=settings.legacy)
@@ -402,10 +438,8 @@ def _largest_partition_bytes(plan: RestorePlan, topic: TopicPlan, profiles: list
     """The most bytes the restore writes into one target partition of ``topic`` (stored bytes: above Kafka's)."""
     if not any(part.repartition is not None for part in plan.partitions if part.target_topic == topic.target_topic):
         return max((profile.stored_bytes for profile in profiles), default=0)
-    targets = [part for part in plan.partitions if part.target_topic == topic.target_topic]
-    total = sum(profile.stored_bytes for profile in profiles)
-    selected = sum(part.selected for part in targets)
-    return max((total * part.selected // selected for part in targets), default=0) if selected else 0
+    # Repartitioned, keys decide where the bytes go (large records may share one): any partition may get them all.
+    return sum(profile.stored_bytes for profile in profiles)
 
 
 def _refuse_missing_keys(plan: RestorePlan, settings: RestoreSettings) -> None:

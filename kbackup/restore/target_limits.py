@@ -210,10 +210,13 @@ class _Judging:
                 f"{profile.keyless} restored record(s) have none{at}; restore into {change}"
             )
         elif self.created:
+            given = CLEANUP_POLICY in self.choices.given
             self.verdict.notes.append(
-                f"{topic}: created with cleanup.policy={policy} as backed up: the broker keeps the newest record of "
-                "each key when it compacts, as it did on the source"
-            )
+                f"{topic}: created with cleanup.policy={policy} "
+                + ("as given with --topic-config: the broker keeps the newest record of each key when it compacts"
+                   if given else "as backed up: the broker keeps the newest record of each key when it compacts, as "
+                   "it did on the source")
+            )  # fmt: skip
         elif not self.choices.allow_compacted_target:
             self.verdict.problems.append(
                 f"target topic {topic!r} has cleanup.policy={policy}: compaction keeps only the newest record of each "

@@ -37,10 +37,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from kbackup.catalog.source_gaps import READ, record_gap
+from kbackup.catalog.source_gaps import DROPPED, READ, record_gap
 from kbackup.errors import ClusterError, KbackupError
 from kbackup.kafka.client_settings import consumer_settings, redact
-from kbackup.kafka.cluster import admin_client, is_transient, topic_ids
+from kbackup.kafka.cluster import TopicIdAsker, is_transient
 from kbackup.logsetup import ensure_console_logging
 from kbackup.storage import parse_location
 
@@ -179,11 +179,10 @@ class Incarnations:
 
     def __init__(self, ranges: tuple[KafkaRange, ...]) -> None:
         self._planned = {r.topic: r.topic_id for r in ranges if r.topic_id is not None}
-        self._client = ranges[0].client if ranges else {}
-        self._patience = ranges[0].read_timeout if ranges else 0.0
+        # As long as fetching may wait for a cluster that stopped answering.
+        self._asker = TopicIdAsker(ranges[0].client if ranges else {}, patience=ranges[0].read_timeout if ranges else 0)
         self._gaps_root = ranges[0].gaps_root if ranges else None
         self._gone: set[str] = set()  # refused because deleted: what was dropped of them is lost at the source
-        self._admin: Any = None
         self.refused: set[str] = set()
 
     def confirm(self) -> set[str]:
@@ -191,7 +190,7 @@ class Incarnations:
         checked = sorted(set(self._planned) - self.refused)
         if not checked:
             return self.refused
-        found = self._ask(checked)
+        found = self._asker.ask(checked)
         for topic in checked:
             if found.get(topic) != self._planned[topic]:
                 self.refused.add(topic)
@@ -204,21 +203,6 @@ class Incarnations:
                     topic, self._planned[topic], f"now has {now}" if now else "no longer exists",
                 )  # fmt: skip
         return self.refused
-
-    def _ask(self, topics: list[str]) -> dict[str, str]:
-        """The topics' ids now, asking again (a new client each time) through an outage for up to the read timeout,
-        as long as fetching may wait."""
-        deadline = time.monotonic() + self._patience
-        while True:
-            if self._admin is None:
-                self._admin = admin_client(self._client)
-            try:
-                return topic_ids(self._admin, topics)
-            except ClusterError as exc:
-                self._admin = None
-                if not exc.transient or time.monotonic() > deadline:
-                    raise
-                time.sleep(1.0)
 
     def confirmed(self, batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The batches whose topic still has its planned id (one check for all of them)."""
@@ -233,7 +217,8 @@ class Incarnations:
                 # Deleted while read: the source no longer has what was dropped, and the backup does not either.
                 offsets = batch.column("offset")
                 first, last = offsets[0].as_py(), offsets[len(offsets) - 1].as_py()
-                record_gap(parse_location(self._gaps_root), topic, batch.column("partition")[0].as_py(), first, last)
+                record_gap(parse_location(self._gaps_root), topic, batch.column("partition")[0].as_py(), first, last,
+                           how=DROPPED)  # fmt: skip
 
 
 def _read_together(

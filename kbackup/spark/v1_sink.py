@@ -70,7 +70,7 @@ from kbackup.errors import ClusterError, StorageError, UsageError
 from kbackup.format.record_columns import encode_columns
 from kbackup.fsutil import atomic_write, parse_umask, restrict_new_files
 from kbackup.kafka.client_settings import consumer_settings
-from kbackup.kafka.cluster import admin_client, topic_ids
+from kbackup.kafka.cluster import TopicIdAsker
 from kbackup.logsetup import ensure_console_logging
 from kbackup.partition.object_writer import ObjectPartitionWriter, open_partition_writer
 from kbackup.partition.records_file import COMPRESSIONS, load_key
@@ -331,6 +331,10 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
         )
 
 
+#: How long the sink asks a cluster that stopped answering for a topic's id before its task fails.
+SOURCE_CHECK_PATIENCE = 120.0
+
+
 class SourceCheck:
     """Behind Spark's Kafka source: gaps below the log start, and topics of another incarnation (module docstring)."""
 
@@ -338,7 +342,7 @@ class SourceCheck:
         self._root = root
         self._client = dict(client)
         self._consumer: Any = None
-        self._admin: Any = None
+        self._ids = TopicIdAsker(client, patience=SOURCE_CHECK_PATIENCE)
         self._recorded: dict[str, str | None] = {}
         self._refused: set[str] = set()
 
@@ -352,9 +356,7 @@ class SourceCheck:
         recorded = self._recorded[topic]
         if recorded is None:
             return True  # nothing recorded yet (a topic new to the backup): the job records it and checks it
-        if self._admin is None:
-            self._admin = admin_client(self._client)
-        now = topic_ids(self._admin, [topic]).get(topic)
+        now = self._ids.ask([topic]).get(topic)
         if now == recorded:
             return True
         self._refused.add(topic)
