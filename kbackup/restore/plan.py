@@ -361,8 +361,11 @@ def _check_targets(plan: RestorePlan, settings: RestoreSettings, admin: Any) -> 
             broker = _broker_defaults(admin, creating=any(t.create_partitions is not None for t in plan.topics))
         created = topic.create_partitions is not None
         if created:
-            _override_broker_defaults(topic, broker_topic_defaults(broker), restamp=settings.restamp)
-        config = {**broker_topic_defaults(broker), **topic.config} if created else effective.get(topic.target_topic, {})
+            defaults = broker_topic_defaults(broker)
+            _override_broker_defaults(topic, defaults, restamp=settings.restamp)
+            config = {**defaults, **topic.config}
+        else:
+            config = effective.get(topic.target_topic, {})
         restamped = config.get(TIMESTAMP_TYPE) == LOG_APPEND_TIME
         topic.restamped = restamped
         if restamped and not created and topic.set_timestamp_type is None and not settings.restamp:

@@ -232,6 +232,8 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
         n = batch.num_rows
         if not n:
             return
+        if self._check is not None:
+            self._check.new_batch()
         topics = batch.column("topic")
         partitions = batch.column("partition").to_numpy(zero_copy_only=False)
         offsets = batch.column("offset").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
@@ -345,11 +347,19 @@ class SourceCheck:
         self._ids = TopicIdAsker(client, patience=SOURCE_CHECK_PATIENCE)
         self._recorded: dict[str, str | None] = {}
         self._refused: set[str] = set()
+        #: Topics confirmed since the batch being written arrived: one answer covers all its runs of a topic.
+        self._confirmed: set[str] = set()
+
+    def new_batch(self) -> None:
+        """A batch arrived: its records were fetched before now, so an id asked from here on covers them all."""
+        self._confirmed.clear()
 
     def same_incarnation(self, topic: str) -> bool:
-        """Whether ``topic`` still has the id the backup recorded (asked now, after its records were fetched)."""
+        """Whether ``topic`` still has the id the backup recorded (asked after its records were fetched)."""
         if topic in self._refused:
             return False
+        if topic in self._confirmed:
+            return True
         if topic not in self._recorded:
             record = read_topic_record(self._root, topic)
             self._recorded[topic] = record.topic_id if record is not None else None
@@ -358,6 +368,7 @@ class SourceCheck:
             return True  # nothing recorded yet (a topic new to the backup): the job records it and checks it
         now = self._ids.ask([topic]).get(topic)
         if now == recorded:
+            self._confirmed.add(topic)
             return True
         self._refused.add(topic)
         log.error(
