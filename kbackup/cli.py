@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from kbackup import __version__
 from kbackup.catalog.source_gaps import SourceGap, describe_gaps, read_gaps
@@ -29,13 +29,13 @@ from kbackup.partition.layout import STATE_DIR, list_partitions, list_segment_fi
 from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import MAX_PARTITION_INDEX_SIZE, PartitionReader
 from kbackup.partition.rebuild import rebuild_partition_index, rebuild_segment_index
-from kbackup.partition.records_file import install_keys
+from kbackup.partition.records_file import install_keys, installed_keys
 from kbackup.partition.segment_reader import SegmentIndexFile
 from kbackup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE
 from kbackup.progress import Progress
 from kbackup.report.summary import OffsetRange, describe_missing, missing_offsets
 from kbackup.storage import Location, as_local, exists, parse_location, read_limited, storage_for
-from kbackup.text import count
+from kbackup.text import TerminalText, count, shown, shown_json, shown_text
 
 _TIMESTAMP_TYPE_NAMES = {
     TimestampType.NO_TIMESTAMP: "NoTimestampType",
@@ -100,16 +100,22 @@ def _partitions(topic_dir: Location, only: int | None) -> list[int]:
 
 def cmd_cat(args: argparse.Namespace, out: TextIO) -> None:
     """Print records as JSON lines; first check that every segment they come from is whole (unless told not to)."""
+    from kbackup.catalog.seals import seal_problems
     from kbackup.catalog.segment_set import damaged_segments
     from kbackup.errors import DamagedBackupError
 
     root = parse_location(args.dir)
     readers = []
     damage: list[str] = []
+    keys = installed_keys()
     for topic in _topics(root, args.topic):
         topic_dir = root / topic
         for partition in _partitions(topic_dir, args.partition):
             reader = PartitionReader(topic_dir, partition, legacy=args.legacy_no_magic)
+            if keys.keys:  # what the key does not vouch for is never printed, whatever --no-verify says
+                unsealed = seal_problems(root, topic, partition, reader, keys, unrecorded_ok=args.allow_unauthenticated)
+                if unsealed:
+                    raise DamagedBackupError(f"nothing was printed: {'; '.join(unsealed)}")
             skipped: frozenset[str] = frozenset()
             if args.verify:
                 found = damaged_segments(
@@ -124,7 +130,7 @@ def cmd_cat(args: argparse.Namespace, out: TextIO) -> None:
             "(--skip-bad-segments prints the rest, --no-verify prints what the files hold)"
         )
     for line in damage:
-        print(f"kbackup cat: warning: left out: {line}", file=sys.stderr)
+        print(f"kbackup cat: warning: left out: {shown(line)}", file=sys.stderr)
     for topic, partition, reader, skipped in readers:
         for record in reader.records(args.from_offset, args.to_offset, skip_segments=skipped):
             out.write(json.dumps(record_to_json(topic, partition, record), separators=(",", ":")))
@@ -271,14 +277,15 @@ def cmd_offsets(args: argparse.Namespace, out: TextIO) -> None:
     for topic, by_partition in result.items():
         for partition_key, groups in by_partition.items():
             for group, offset in sorted(groups.items()):
-                out.write(f"{topic}\t{partition_key}\t{group}\t{offset}\n")
+                out.write(f"{shown(topic)}\t{partition_key}\t{shown(group)}\t{offset}\n")
 
 
 def cmd_verify(args: argparse.Namespace, out: TextIO) -> None:
     from kbackup.catalog.verify import verify_backup
 
     root = parse_location(args.dir)
-    reports = verify_backup(root, _topics(root, args.topic), deep=args.deep, legacy=args.legacy_no_magic, progress=True)
+    reports = verify_backup(root, _topics(root, args.topic), deep=args.deep, legacy=args.legacy_no_magic, progress=True,
+                            keys=installed_keys(), unrecorded_ok=args.allow_unauthenticated)  # fmt: skip
     if not reports:
         out.write(f"{root}: no partitions backed up yet: nothing to verify\n")
     damaged = 0
@@ -336,7 +343,7 @@ def cmd_describe(args: argparse.Namespace, out: TextIO) -> None:
                 f"  partition {p.partition}: {count(p.records, 'record')}, {span}{missing}, {count(p.bytes, 'byte')}\n"
             )
             for group, offset in sorted(p.groups.items()):
-                out.write(f"    group {group}: {offset}\n")
+                out.write(f"    group {shown(group)}: {offset}\n")
     for checkpoint in summary.checkpoints:
         out.write(f"checkpoint {checkpoint.id}: {checkpoint.status}\n")
 
@@ -357,12 +364,23 @@ def cmd_catalog_rebuild(args: argparse.Namespace, out: TextIO) -> None:
     from kbackup.catalog.build import rebuild_catalog
 
     root = parse_location(args.dir)
+    keys = installed_keys().keys
     for catalog in rebuild_catalog(root, _topics(root, args.topic), legacy=args.legacy_no_magic, progress=True):
         records = sum(entry.records for entry in catalog.segments)
         out.write(
             f"{catalog.topic}/{catalog.partition}: {count(len(catalog.segments), 'finished segment')}, "
             f"{count(records, 'record')}\n"
         )
+        if keys:  # the operator vouches for the partition as it is now, with the key of its newest sealed segment
+            from kbackup.catalog.seals import vouch_as_found
+
+            newest = next((bytes.fromhex(e.key_id) for e in reversed(catalog.segments) if e.key_id), None)
+            kek = keys.get(newest) if newest is not None else None
+            record = vouch_as_found(root, root / catalog.topic, catalog.partition, kek or next(iter(keys.values())))
+            plain = ", ".join(name for name, _ in record.plain)
+            out.write(f"  seal record written: sealed through offset {record.sealed_through}; "
+                      f"{count(len(record.plain), 'plain segment')} vouched for as found{': ' if plain else ''}"
+                      f"{plain}\n")  # fmt: skip
 
 
 def cmd_checkpoint_create(args: argparse.Namespace, out: TextIO) -> None:
@@ -386,7 +404,7 @@ def cmd_checkpoint_list(args: argparse.Namespace, out: TextIO) -> None:
     for checkpoint in list_checkpoints(parse_location(args.dir)):
         when = checkpoint.taken_at or checkpoint.requested_at
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when / 1000))
-        reason = f" ({checkpoint.reason})" if checkpoint.reason else ""
+        reason = f" ({shown(checkpoint.reason)})" if checkpoint.reason else ""
         out.write(f"{checkpoint.id}\t{stamp}\t{checkpoint.status}{reason}\t{len(checkpoint.ends)} partitions\n")
 
 
@@ -481,12 +499,30 @@ def cmd_merge(args: argparse.Namespace, out: TextIO) -> None:
         return
     with prune_lease(root):
         _finish_interrupted(root, out)
+        _refuse_unsealed(root, {(topic, partition) for topic in topics for partition in list_partitions(root / topic)},
+                         args)  # fmt: skip
         groups = plan_merge(root, topics, max_segment_size=args.max_segment_size)
         _list_merged(out, "merging", groups)
         out.flush()
         merge(root, groups, progress=True)
     replaced = sum(len(group.sources) for group in groups)
     out.write(f"merged {count(replaced, 'segment')} into {count(len(groups), 'segment')}\n")
+
+
+def _refuse_unsealed(root: Location, partitions: set[tuple[str, int]], args: argparse.Namespace) -> None:
+    """With a key given, merge nothing of a partition the key does not vouch for (it would be sealed anew)."""
+    from kbackup.catalog.seals import seal_problems
+    from kbackup.errors import DamagedBackupError
+
+    keys = installed_keys()
+    if not keys.keys:
+        return
+    unsealed: list[str] = []
+    for topic, partition in sorted(partitions):
+        reader = PartitionReader(root / topic, partition)
+        unsealed += seal_problems(root, topic, partition, reader, keys, unrecorded_ok=args.allow_unauthenticated)
+    if unsealed:
+        raise DamagedBackupError(f"nothing was merged: {'; '.join(unsealed)}")
 
 
 def _finish_interrupted(root: Location, out: TextIO) -> None:
@@ -707,19 +743,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if getattr(args, "encryption_key_file", None) or getattr(args, "encryption_key_env", None):
             install_keys(KeyRing.of(source.key for source in encryption_key_sources(args)))
-        args.func(args, sys.stdout)
+        args.func(args, _safe_output(args))
         sys.stdout.flush()
     except KbackupError as exc:
-        print(f"kbackup: error: {exc}", file=sys.stderr)
+        print(f"kbackup: error: {shown(str(exc))}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         # The reader went away (``kbackup cat ... | head``): not an error.
         sys.stderr.close()
         return 0
     except OSError as exc:
-        print(f"kbackup: error: {exc}", file=sys.stderr)
+        print(f"kbackup: error: {shown(str(exc))}", file=sys.stderr)
         return 1
     return 0
+
+
+def _safe_output(args: argparse.Namespace) -> TextIO:
+    """Standard output through the escape its kind needs (:mod:`kbackup.text`): JSON keeps its own escapes."""
+    json_output = getattr(args, "json", False) or args.func in (cmd_cat, cmd_checkpoint_describe)
+    return cast(TextIO, TerminalText(sys.stdout, shown_json if json_output else shown_text))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from kbackup.fsutil import parse_umask
 from kbackup.kafka.client_settings import librdkafka_refusal
 from kbackup.kafka.java_client_settings import JAVA_SOURCES, librdkafka_settings
 from kbackup.logsetup import LOG_FORMATS, ensure_console_logging, print_error
-from kbackup.metrics import MetricsPublisher, parse_listen_address
+from kbackup.metrics import DEFAULT_METRICS_BIND, MetricsPublisher, parse_listen_address
 from kbackup.properties import read_properties, read_properties_with_lines
 from kbackup.schema_registry.client import RegistryAddress
 
@@ -219,7 +219,13 @@ def job_parser(prog: str, job: str) -> tuple[argparse.ArgumentParser, argparse._
     watch.add_argument(
         "--metrics-port",
         metavar="[HOST:]PORT",
-        help="serve the job's metrics for Prometheus at http://HOST:PORT/metrics (HOST default: every interface)",
+        help="serve the job's metrics for Prometheus at http://HOST:PORT/metrics (HOST: --metrics-bind)",
+    )
+    watch.add_argument(
+        "--metrics-bind",
+        metavar="ADDRESS",
+        help=f"the address --metrics-port listens on (default {DEFAULT_METRICS_BIND}, this host only; 0.0.0.0 for "
+        "every interface, behind a firewall: the metrics have no authentication)",
     )
     watch.add_argument(
         "--metrics-file",
@@ -259,9 +265,11 @@ class Monitoring:
             raise UsageError(
                 f"--metrics-file {args.metrics_file}: the directory {args.metrics_file.parent} does not exist"
             )
+        if args.metrics_bind is not None and not args.metrics_port:
+            raise UsageError("--metrics-bind is the address of --metrics-port: give the port too")
         return cls(
             metrics_file=args.metrics_file,
-            metrics_listen=parse_listen_address(args.metrics_port) if args.metrics_port else None,
+            metrics_listen=parse_listen_address(args.metrics_port, args.metrics_bind) if args.metrics_port else None,
             metrics_interval=args.metrics_interval,
             log_format=args.log_format,
         )
@@ -342,6 +350,13 @@ def add_encryption_flags(group: argparse._ArgumentGroup, *, purpose: str, severa
     )
     group.add_argument("--encryption-key-env", action=action, metavar="VAR",
                        help=f"the same from this environment variable{more}")  # fmt: skip
+    if several:
+        group.add_argument(
+            "--allow-unauthenticated",
+            action="store_true",
+            help="with a key given, also read partitions that have no seal record (written before seal records, "
+            "or not with a key); every other check of what the key vouches for still holds",
+        )
 
 
 def encryption_key_sources(args: argparse.Namespace) -> list[EncryptionKeySource]:

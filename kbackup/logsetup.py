@@ -9,6 +9,8 @@ import sys
 import time
 from typing import TextIO
 
+from kbackup.text import shown, shown_json
+
 #: ``--log-format``: ``text`` (``12:00:01 kbackup INFO ...``) or ``json`` (:class:`JsonLines`).
 LOG_FORMATS = ("text", "json")
 
@@ -24,7 +26,19 @@ class JsonLines(logging.Formatter):
         entry = {"time": stamp, "level": record.levelname, "logger": record.name, "message": record.getMessage()}
         if record.exc_info:
             entry["traceback"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False)
+        return shown_json(json.dumps(entry, ensure_ascii=False))
+
+
+class TextLines(logging.Formatter):
+    """``12:00:01 kbackup INFO message``: the message on one line, its control characters shown
+    (:func:`kbackup.text.shown`); a traceback (``--debug``) follows as Python prints it."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s kbackup %(levelname)s %(message)s", "%H:%M:%S")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+        record.message = shown(record.message)
+        return super().formatMessage(record)
 
 
 def ensure_console_logging(*, debug: bool = False, log_format: str | None = None) -> None:
@@ -47,7 +61,7 @@ def ensure_console_logging(*, debug: bool = False, log_format: str | None = None
         if chosen == "json":
             handler.setFormatter(JsonLines())
         else:
-            handler.setFormatter(logging.Formatter("%(asctime)s kbackup %(levelname)s %(message)s", "%H:%M:%S"))
+            handler.setFormatter(TextLines())
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
 
 
@@ -63,7 +77,7 @@ def print_error(line: str) -> None:
         logging.getLogger("kbackup").error("%s", line)  # the log collector sees the failure too
     stream = _submitter_stderr()
     try:
-        print(line, file=stream or sys.stderr, flush=True)
+        print(shown(line), file=stream or sys.stderr, flush=True)
     finally:
         if stream is not None:
             stream.close()

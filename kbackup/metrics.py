@@ -82,8 +82,13 @@ def render_json(job: str, samples: Iterable[Sample], *, updated_at: float) -> st
     return json.dumps({"job": job, "updated_at": updated_at, "metrics": metrics}, indent=1) + "\n"
 
 
-def parse_listen_address(text: str) -> tuple[str, int]:
-    """``PORT`` (every interface), ``HOST:PORT`` or ``[IPV6]:PORT`` -> (host, port); a :class:`UsageError` otherwise."""
+#: Where the metrics listen unless told: loopback only (a scraper elsewhere needs ``--metrics-bind``).
+DEFAULT_METRICS_BIND = "127.0.0.1"
+
+
+def parse_listen_address(text: str, bind: str | None = None) -> tuple[str, int]:
+    """``PORT`` (on ``bind``, loopback by default), ``HOST:PORT`` or ``[IPV6]:PORT`` -> (host, port); a
+    :class:`UsageError` otherwise, or when both name a host and differ."""
     host, _, port_text = text.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")
     try:
@@ -92,7 +97,13 @@ def parse_listen_address(text: str) -> tuple[str, int]:
         port = -1
     if not 0 <= port <= 65535:
         raise UsageError(f"--metrics-port: expected PORT or HOST:PORT with a port 0..65535, got {text!r}")
-    return host or "0.0.0.0", port
+    if bind is not None:
+        bind = bind.removeprefix("[").removesuffix("]")
+        if host and host != bind:
+            raise UsageError(f"--metrics-port {text} names host {host!r} and --metrics-bind {bind!r}: give one")
+        if not bind:
+            raise UsageError("--metrics-bind: expected an address (0.0.0.0 for every IPv4 interface, :: for all)")
+    return host or bind or DEFAULT_METRICS_BIND, port
 
 
 class MetricsPublisher:

@@ -1,6 +1,62 @@
-"""Words for counts in what kbackup prints: "1 segment", "2 segments", "0 records"."""
+"""What kbackup prints: words for counts ("1 segment", "2 segments") and names shown safely.
+
+Names come from places kbackup does not control: a consumer group id is any string, a backup's directory may be
+named by anyone with write access to it. Text output and log lines show every control character of a name as a
+visible escape (``\\x1b``, ``\\x0a``; ``\\u2028`` above U+00FF), along with the line separators and the
+bidirectional overrides of Unicode, so no terminal sequence runs and no row of tab-separated output is forged.
+JSON output escapes them itself and is left as it is.
+"""
 
 from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TextIO
+
+# C0 and C1 controls, DEL, the Unicode line and paragraph separators, the bidirectional embeddings and isolates.
+_UNSAFE = "\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_IN_NAME = re.compile(f"[{_UNSAFE}]")
+_IN_TEXT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# Inside a JSON document only characters JSON leaves raw are unsafe (C0 is always escaped by the encoder).
+_IN_JSON = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def shown(name: object) -> str:
+    """``name`` with every control character (newline and tab too) as a visible escape: one field, one line."""
+    return _IN_NAME.sub(_escape, str(name))
+
+
+def shown_text(text: str) -> str:
+    """``text`` with control characters escaped, keeping its newlines and tabs (lines and columns it was built
+    with; the names in it went through :func:`shown`)."""
+    return _IN_TEXT.sub(_escape, text)
+
+
+def shown_json(text: str) -> str:
+    """A JSON text with the characters an encoder leaves raw (DEL, C1, Unicode separators and overrides) as
+    ``\\u`` escapes: the same document, nothing a terminal acts on."""
+    return _IN_JSON.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
+class TerminalText:
+    """A text stream that writes what it is given through ``escape`` (:func:`shown_text` for the CLI's text output,
+    :func:`shown_json` for its JSON)."""
+
+    def __init__(self, stream: TextIO, escape: Callable[[str], str] = shown_text) -> None:
+        self._stream = stream
+        self._escape = escape
+
+    def write(self, text: str) -> int:
+        self._stream.write(self._escape(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
 
 
 def count(number: int, noun: str, plural: str | None = None) -> str:

@@ -289,7 +289,11 @@ def test_monitoring_options_of_both_jobs(tmp_path: Path) -> None:
     assert settings.monitoring.log_format == "json" and settings.monitoring.metrics_interval == 15
     assert not parse_backup_args(base).monitoring.publisher("backup").enabled
     restore = parse_restore_args(["--bootstrap-server", "b:9092", "--source-dir", str(tmp_path), "--metrics-port", "0"])
-    assert restore.monitoring.metrics_listen == ("0.0.0.0", 0)
+    assert restore.monitoring.metrics_listen == ("127.0.0.1", 0)  # loopback unless told
+    every = parse_backup_args([*base, "--metrics-port", "9108", "--metrics-bind", "0.0.0.0"])
+    assert every.monitoring.metrics_listen == ("0.0.0.0", 9108)
+    with pytest.raises(UsageError, match="--metrics-bind is the address of --metrics-port: give the port too"):
+        parse_backup_args([*base, "--metrics-bind", "0.0.0.0"])
     with pytest.raises(UsageError, match=r"--metrics-port: expected PORT or HOST:PORT .* got 'x:99999'"):
         parse_backup_args([*base, "--metrics-port", "x:99999"])
     with pytest.raises(

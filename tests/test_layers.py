@@ -16,8 +16,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "kbackup"
 
 #: Lowest first. A unit may import from its own unit and from any unit of a lower layer, never sideways.
 LAYERS: list[set[str]] = [
-    {"kbackup", "errors"},
-    {"text", "fsutil", "properties", "progress", "logsetup", "jars"},
+    {"kbackup", "errors", "text"},
+    {"fsutil", "properties", "progress", "logsetup", "jars"},
     {"metrics"},
     {"format"},
     {"storage"},

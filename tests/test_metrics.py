@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import urllib.request
 from pathlib import Path
 
@@ -170,8 +171,13 @@ def test_a_port_in_use_or_malformed_is_one_usage_error() -> None:
             second.start()
     finally:
         first.close()
-    assert parse_listen_address("9108") == ("0.0.0.0", 9108)
+    assert parse_listen_address("9108") == ("127.0.0.1", 9108)  # loopback unless told
+    assert parse_listen_address("9108", "0.0.0.0") == ("0.0.0.0", 9108)
+    assert parse_listen_address("9108", "[::]") == ("::", 9108)
     assert parse_listen_address("127.0.0.1:9108") == ("127.0.0.1", 9108)
+    assert parse_listen_address("10.0.0.5:9108", "10.0.0.5") == ("10.0.0.5", 9108)
+    with pytest.raises(UsageError, match=re.escape("names host '10.0.0.5' and --metrics-bind '0.0.0.0': give one")):
+        parse_listen_address("10.0.0.5:9108", "0.0.0.0")
     with pytest.raises(UsageError, match="expected PORT or HOST:PORT"):
         parse_listen_address("localhost:http")
 

@@ -818,7 +818,7 @@ def test_restore_refuses_a_partition_index_cut_short(target: Target, tmp_path: P
 
 
 def test_created_topics_get_the_backed_up_configuration(target: Target, tmp_path: Path) -> None:
-    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+    from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
 
     from kbackup.catalog.topics import record_topic
 
@@ -826,21 +826,36 @@ def test_created_topics_get_the_backed_up_configuration(target: Target, tmp_path
     for partition in range(3):  # empty partitions: nothing to produce, no Spark needed
         with PartitionWriter(backup / "cfg", "cfg", partition, fsync=False) as writer:
             writer.ensure_segment(0)
-    record_topic(backup, "cfg", 3, {"cleanup.policy": "compact", "retention.ms": "3600000", "segment.ms": "60000"})
+    # A consumer group id is any string: the plan and the log show it escaped, never acting on the terminal.
+    write_consumer_offsets(backup / "cfg", 0, {"evil\x1b[2J\nforged": 0})
+    # A tampered (or foreign) backup asks for settings that weaken the target cluster: not copied by default.
+    weakening = {"unclean.leader.election.enable": "true", "min.insync.replicas": "1"}
+    record_topic(backup, "cfg", 3, {"cleanup.policy": "compact", "retention.ms": "3600000", "segment.ms": "60000",
+                                    **weakening})  # fmt: skip
     name = target.name("cfg-restored")
     args: list[str | Path] = [*target.args(tmp_path), "--source-dir", backup, "--topic-map", f"cfg={name}",
             "--drop-topic-config", "segment.ms", "--topic-config", "retention.ms=7200000"]  # fmt: skip
     dry = restore_python(*args, "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    assert f"create topic {name} with 3 partitions, config cleanup.policy=compact, retention.ms=7200000" in dry.stdout
+    assert f"create topic {name} with 3 partitions, config cleanup.policy=compact, retention.ms=7200000\n" in dry.stdout
+    assert f"  {name}: segment.ms=60000 of the backup is not set (--drop-topic-config)" in dry.stdout
+    for key, value in weakening.items():
+        assert f"  {name}: {key}={value} of the backup is not set (durability, replication and broker" in dry.stdout
+    assert "  group evil\\x1b[2J\\x0aforged: " in dry.stdout and "\x1b" not in dry.stdout + dry.stderr, dry.stdout
+    everything = restore_python(*args, "--topic-configs", "all", "--dry-run")
+    assert "min.insync.replicas=1, retention.ms=7200000, unclean.leader.election.enable=true" in everything.stdout
     result = restore_python(*args)
     assert result.returncode == 0, result.stderr
+    assert f"{name}: unclean.leader.election.enable=true of the backup is not set" in result.stdout + result.stderr
+    assert "\x1b" not in result.stdout + result.stderr
     admin = AdminClient(target.broker.client_settings())
     assert len(admin.list_topics(timeout=10).topics[name].partitions) == 3
     entries = next(iter(admin.describe_configs([ConfigResource(ResourceType.TOPIC, name)]).values())).result()
     assert entries["cleanup.policy"].value == "compact"
     assert entries["retention.ms"].value == "7200000"
     assert entries["segment.ms"].is_default or entries["segment.ms"].value != "60000"
+    for key in weakening:  # the broker's, not set on the topic
+        assert entries[key].source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value, entries[key]
 
 
 def test_groups_as_of_a_time_come_from_the_offset_history(target: Target, tmp_path: Path, small_backup: Path) -> None:

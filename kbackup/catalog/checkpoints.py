@@ -28,6 +28,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kbackup.errors import BackupNotFoundError, FormatError
+from kbackup.format.json_document import parse_document
+from kbackup.format.naming import check_partition, check_topic_name
 from kbackup.partition.layout import state_dir
 from kbackup.storage import Location, ObjectPath, exists, read_limited, storage_for, write_whole
 from kbackup.storage.lease import Holder, current_holder
@@ -68,7 +70,7 @@ class Checkpoint:
     @classmethod
     def decode(cls, data: bytes, *, file: str) -> Checkpoint:
         try:
-            document = json.loads(data)
+            document = parse_document(data, file=file, what="checkpoint")
             if document.get("version") != CHECKPOINT_VERSION or document.get("status") not in STATUSES:
                 raise FormatError("not a checkpoint this kbackup can read", file=file)
             return cls(
@@ -77,8 +79,8 @@ class Checkpoint:
                 requested_at=int(document["requestedAt"]),
                 taken_at=None if document["takenAt"] is None else int(document["takenAt"]),
                 reason=document["reason"],
-                groups={group: _flat(offsets) for group, offsets in document["groups"].items()},
-                ends=_flat(document["ends"]),
+                groups={str(group): _flat(offsets, file) for group, offsets in document["groups"].items()},
+                ends=_flat(document["ends"], file),
             )
         except FormatError:
             raise
@@ -93,8 +95,12 @@ def _nest(offsets: Offsets) -> dict[str, dict[str, int]]:
     return nested
 
 
-def _flat(nested: dict[str, Any]) -> Offsets:
-    return {(topic, int(p)): int(o) for topic, partitions in nested.items() for p, o in partitions.items()}
+def _flat(nested: dict[str, Any], file: str) -> Offsets:
+    return {
+        (check_topic_name(topic, file=file), check_partition(int(p), file=file)): int(o)
+        for topic, partitions in nested.items()
+        for p, o in partitions.items()
+    }
 
 
 def checkpoint_dir(root: Location) -> Location:

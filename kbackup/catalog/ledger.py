@@ -14,11 +14,13 @@ from pathlib import Path
 
 from kbackup.catalog.build import catch_up_catalog, describe_segment
 from kbackup.catalog.model import PartitionCatalog, SegmentEntry
+from kbackup.catalog.seals import vouch
 from kbackup.catalog.store import read_catalog, write_catalog
 from kbackup.catalog.tail import record_tail
 from kbackup.format.partition_index import PartitionIndexEntry
 from kbackup.partition.ledger import TailEntry
 from kbackup.partition.reader import PartitionReader
+from kbackup.partition.records_file import installed_keys
 from kbackup.storage import Location
 
 
@@ -37,9 +39,25 @@ class CatalogLedger:
 
     def segments_finished(self, topic_dir: Path, partition: int) -> None:
         catch_up_catalog(self.root, topic_dir, partition)
+        self._vouch(topic_dir, partition)
 
     def newest_sealed(self, topic_dir: Path, partition: int) -> None:
         catch_up_catalog(self.root, topic_dir, partition, newest_too=True)
+        self._vouch(topic_dir, partition)
+
+    def sealing(self, topic_dir: Location, partition: int, kek: bytes) -> None:
+        vouch(self.root, topic_dir, partition, kek)
+
+    def _vouch(self, topic_dir: Location, partition: int) -> None:
+        """Bring the seal record up to the sealed segments just cataloged, under the key of the newest (when this
+        process holds it: the writer that sealed it does)."""
+        catalog = read_catalog(self.root, topic_dir.name, partition)
+        sealed = [entry for entry in (catalog.segments if catalog else ()) if entry.key_id and entry.records]
+        if not sealed:
+            return
+        kek = installed_keys().keys.get(bytes.fromhex(max(sealed, key=lambda e: e.start_offset).key_id or ""))
+        if kek is not None:
+            vouch(self.root, topic_dir, partition, kek)
 
     def segment_reopened(self, topic: str, partition: int, segment: str) -> None:
         catalog = read_catalog(self.root, topic, partition)
@@ -82,3 +100,4 @@ class CatalogLedger:
         if added or len(kept) != len(catalog.segments):
             entries = sorted((*kept, *added), key=lambda entry: entry.start_offset)
             write_catalog(self.root, PartitionCatalog(topic, partition, tuple(entries)))
+        self._vouch(topic_dir, partition)

@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kbackup.errors import FormatError
+from kbackup.format.json_document import parse_document
+from kbackup.format.naming import check_partition, check_segment_name, check_topic_name
 from kbackup.partition.ledger import TailEntry
 
 CATALOG_VERSION = 1
@@ -63,7 +65,7 @@ class PartitionCatalog:
     @classmethod
     def decode(cls, data: bytes, *, file: str) -> PartitionCatalog:
         try:
-            document = json.loads(data)
+            document = parse_document(data, file=file, what="partition catalog")
             if document.get("version") != CATALOG_VERSION:
                 raise FormatError(
                     "unsupported catalog version",
@@ -73,7 +75,10 @@ class PartitionCatalog:
                 )
             segments = tuple(SegmentEntry(**_snake(item)) for item in document["segments"])
             tail = TailEntry(**_snake(document["tail"])) if document.get("tail") is not None else None
-            return cls(str(document["topic"]), int(document["partition"]), segments, tail)
+            for entry in (*segments, *(() if tail is None else (tail,))):
+                check_segment_name(entry.name, file=file, what="a catalog entry")
+            topic = check_topic_name(document["topic"], file=file)
+            return cls(topic, check_partition(document["partition"], file=file), segments, tail)
         except FormatError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -41,14 +41,21 @@ from pathlib import Path
 from kbackup.catalog import checkpoints
 from kbackup.catalog.model import SegmentEntry
 from kbackup.catalog.store import read_catalog, write_catalog
-from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
+from kbackup.errors import FormatError
+from kbackup.format.naming import (
+    INDEX_SUFFIX,
+    RECORDS_SUFFIX,
+    check_partition,
+    check_segment_name,
+    check_topic_name,
+)
 from kbackup.format.partition_index import encode_partition_index
 from kbackup.fsutil import TMP_SUFFIX, disk_error, fsync_dir
 from kbackup.partition.layout import list_partitions, partition_index_path, state_dir
 from kbackup.partition.reader import PartitionReader
 from kbackup.partition.writer import lock_partition_index
 from kbackup.progress import Progress
-from kbackup.storage import Location, exists, read_limited, storage_for, write_whole
+from kbackup.storage import Location, exists, read_document, storage_for, write_whole
 from kbackup.storage.lease import TargetLease
 
 
@@ -123,10 +130,10 @@ def finish_intent(root: Location, *, progress: bool = False) -> bool:
     path = intent_path(root)
     if not exists(path):
         return False
-    intent = json.loads(read_limited(path, 1 << 30))
+    segments, checkpoint_ids = read_intent(path)
     storage = storage_for(root)
     by_partition: dict[tuple[str, int], set[str]] = {}
-    for topic, partition, name in intent["segments"]:
+    for topic, partition, name in segments:
         by_partition.setdefault((topic, partition), set()).add(name)
     shown = Progress("prune", len(by_partition), "partitions", enabled=progress)
     for (topic, partition), names in by_partition.items():
@@ -147,7 +154,7 @@ def finish_intent(root: Location, *, progress: bool = False) -> bool:
                 fsync_dir(topic_dir)
         shown.advance(note=f"{topic}/{partition}: {len(names)} segment(s) deleted")
     shown.close()
-    for checkpoint_id in intent["checkpoints"]:
+    for checkpoint_id in checkpoint_ids:
         storage.delete(checkpoints.checkpoint_path(root, checkpoint_id))
     storage.delete(path)
     if isinstance(path, Path):
@@ -216,5 +223,30 @@ def pending_deletions(root: Location) -> set[tuple[str, int, str]]:
     path = intent_path(root)
     if not exists(path):
         return pending
-    segments = json.loads(read_limited(path, 1 << 30))["segments"]
-    return pending | {(topic, partition, name) for topic, partition, name in segments}
+    return pending | set(read_intent(path)[0])
+
+
+def read_intent(path: Location) -> tuple[list[tuple[str, int, str]], list[int]]:
+    """A prune intent's segments (topic, partition, name) and checkpoint ids, every name checked against the
+    layout's grammar before anything is deleted (a FormatError naming the file otherwise)."""
+    file = str(path)
+    document = read_document(path, MAX_INTENT_BYTES, what="prune intent")
+    try:
+        segments = []
+        for topic, partition, name in document["segments"]:
+            segments.append((check_topic_name(topic, file=file), check_partition(partition, file=file),
+                             check_segment_name(name, file=file)))  # fmt: skip
+        checkpoint_ids = [number for number in document["checkpoints"] if _is_checkpoint_id(number, file)]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise FormatError(f"not a valid prune intent ({type(exc).__name__}: {exc})", file=file) from None
+    return segments, checkpoint_ids
+
+
+def _is_checkpoint_id(number: object, file: str) -> bool:
+    if isinstance(number, bool) or not isinstance(number, int) or not 0 < number < 10**15:
+        raise FormatError("not a checkpoint id", file=file, expected="a positive integer", found=repr(number)[:80])
+    return True
+
+
+#: The largest intent a prune reads back (one entry per segment to delete).
+MAX_INTENT_BYTES = 1 << 28

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 from kbackup.catalog.store import catalog_dir
 from kbackup.errors import FormatError
+from kbackup.format.json_document import parse_document
+from kbackup.format.naming import check_partition, check_topic_name
 from kbackup.storage import Location, exists, read_limited, storage_for, write_whole
 
 GAPS_VERSION = 1
@@ -87,13 +89,13 @@ class SourceGap:
     @classmethod
     def decode(cls, data: bytes, *, file: str) -> SourceGap:
         try:
-            document = json.loads(data)
+            document = parse_document(data, file=file, what="source gap record")
             if not isinstance(document, dict) or document.get("version") != GAPS_VERSION:
                 found = document.get("version") if isinstance(document, dict) else type(document).__name__
                 raise FormatError("unsupported source gap record version", file=file, found=repr(found))
             gap = cls(
-                str(document["topic"]),
-                int(document["partition"]),
+                check_topic_name(document["topic"], file=file),
+                check_partition(document["partition"], file=file),
                 int(document["first"]),
                 int(document["last"]),
                 int(document.get("seenAt", 0)),

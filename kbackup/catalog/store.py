@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kbackup.catalog.model import PartitionCatalog
+from kbackup.errors import FormatError
 from kbackup.partition.layout import state_dir
 from kbackup.storage import Location, exists, read_limited, write_whole
 
@@ -20,7 +21,13 @@ def read_catalog(root: Location, topic: str, partition: int) -> PartitionCatalog
     path = catalog_path(root, topic, partition)
     if not exists(path):
         return None
-    return PartitionCatalog.decode(read_limited(path, 1 << 30), file=str(path))
+    catalog = PartitionCatalog.decode(read_limited(path, 1 << 30), file=str(path))
+    if (catalog.topic, catalog.partition) != (topic, partition):
+        raise FormatError(
+            "a catalog of another partition", file=str(path), expected=f"topic {topic!r} partition {partition}",
+            found=f"topic {catalog.topic!r} partition {catalog.partition}",
+        )  # fmt: skip
+    return catalog
 
 
 def write_catalog(root: Location, catalog: PartitionCatalog, *, sync: bool = True) -> None:

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 from kbackup.catalog.store import catalog_dir
 from kbackup.errors import FormatError
+from kbackup.format.json_document import parse_document
+from kbackup.format.naming import check_topic_name
 from kbackup.storage import Location, exists, read_limited, write_whole
 
 TOPIC_RECORD_VERSION = 1
@@ -63,14 +65,14 @@ class TopicRecord:
     @classmethod
     def decode(cls, data: bytes, *, file: str) -> TopicRecord:
         try:
-            document = json.loads(data)
+            document = parse_document(data, file=file, what="topic record")
             if document.get("version") != TOPIC_RECORD_VERSION:
                 raise FormatError("unsupported topic record version", file=file, found=repr(document.get("version")))
             config = {str(k): str(v) for k, v in document["config"].items()}
             cluster_id, topic_id = document.get("clusterId"), document.get("topicId")
             history = tuple(sorted((int(at), int(count)) for at, count in document.get("partitionHistory", ())))
             return cls(
-                str(document["topic"]),
+                check_topic_name(document["topic"], file=file),
                 int(document["partitions"]),
                 config,
                 int(document["capturedAt"]),

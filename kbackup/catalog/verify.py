@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 
 from kbackup.catalog.build import file_crc32c, file_size
 from kbackup.catalog.prune import pending_deletions
+from kbackup.catalog.seals import seal_problems
 from kbackup.catalog.source_gaps import HOW, read_gaps
 from kbackup.catalog.store import catalog_path, read_catalog
 from kbackup.catalog.tail import tail_problem
 from kbackup.errors import KbackupError
+from kbackup.format.encryption import KeyRing
 from kbackup.format.naming import RECORDS_SUFFIX
 from kbackup.partition.layout import list_partitions, list_segment_files
 from kbackup.partition.offsets_file import read_consumer_offsets
@@ -58,8 +60,11 @@ def verify_partition(
     deep: bool = False,
     legacy: bool = False,
     deleting: set[tuple[str, int, str]] | None = None,
+    keys: KeyRing | None = None,
+    unrecorded_ok: bool = False,
 ) -> PartitionReport:
-    """Check one partition; ``deleting`` is what an unfinished prune is removing (read when not given)."""
+    """Check one partition; ``deleting`` is what an unfinished prune is removing (read when not given); with
+    ``keys``, also that they vouch for every segment (:mod:`kbackup.catalog.seals`)."""
     report = PartitionReport(topic, partition)
     topic_dir = root / topic
     try:
@@ -121,6 +126,8 @@ def verify_partition(
         except KbackupError as exc:
             report.errors.append(str(exc))
     _check_catalog(root, reader, report, pending)
+    if keys is not None and keys.keys:
+        report.errors.extend(seal_problems(root, topic, partition, reader, keys, unrecorded_ok=unrecorded_ok))
     try:
         read_consumer_offsets(topic_dir, partition)
     except KbackupError as exc:
@@ -209,14 +216,23 @@ def _check_catalog(root: Location, reader: PartitionReader, report: PartitionRep
 
 
 def verify_backup(
-    root: Location, topics: list[str], *, deep: bool = False, legacy: bool = False, progress: bool = False
+    root: Location,
+    topics: list[str],
+    *,
+    deep: bool = False,
+    legacy: bool = False,
+    progress: bool = False,
+    keys: KeyRing | None = None,
+    unrecorded_ok: bool = False,
 ) -> list[PartitionReport]:
-    """Verify every partition of ``topics``; ``progress`` shows a bar or lines on standard error."""
+    """Verify every partition of ``topics``; ``progress`` shows a bar or lines on standard error; with ``keys``,
+    also what they vouch for (:mod:`kbackup.catalog.seals`)."""
     deleting = pending_deletions(root)
-    keys = [(topic, partition) for topic in topics for partition in list_partitions(root / topic)]
+    partitions = [(topic, partition) for topic in topics for partition in list_partitions(root / topic)]
     reports = []
-    with Progress("verify", len(keys), "partitions", enabled=progress) as shown:
-        for topic, partition in keys:
-            reports.append(verify_partition(root, topic, partition, deep=deep, legacy=legacy, deleting=deleting))
+    with Progress("verify", len(partitions), "partitions", enabled=progress) as shown:
+        for topic, partition in partitions:
+            reports.append(verify_partition(root, topic, partition, deep=deep, legacy=legacy, deleting=deleting,
+                                            keys=keys, unrecorded_ok=unrecorded_ok))  # fmt: skip
             shown.advance(note=f"{topic}/{partition}")
     return reports

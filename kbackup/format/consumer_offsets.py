@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping
 
 from kbackup.errors import EncodingError, FormatError
+from kbackup.format.json_document import nesting_depth
 
 #: A consumer offsets file larger than this is refused before it is parsed.
 MAX_FILE_SIZE = 256 * 1024 * 1024
@@ -46,6 +47,12 @@ def decode_consumer_offsets(data: bytes, *, file: str = "<bytes>") -> dict[str, 
             position=exc.start,
             expected="UTF-8 JSON",
         ) from None
+    depth = nesting_depth(data)
+    if depth > 1:
+        raise FormatError(
+            "consumer offsets file nests too deeply", file=file, expected='a JSON object {"group": offset}',
+            found=f"{depth} levels",
+        )  # fmt: skip
     try:
         parsed = json.loads(text)
     except json.JSONDecodeError as exc:

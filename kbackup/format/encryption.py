@@ -39,6 +39,22 @@ _DEK_AAD = b"kbackup-dek-v1"
 _FRAME = struct.Struct(">QB")
 
 
+_MAC_INFO = b"kbackup-seal-record-v1"
+
+
+def record_mac(kek: bytes, body: bytes) -> bytes:
+    """HMAC-SHA256 of ``body`` under a key derived from ``kek`` (HKDF-SHA256, info ``kbackup-seal-record-v1``):
+    what authenticates a partition's seal record (``formats/catalog.md``). The KEK itself never keys anything
+    but the wrapping of data keys."""
+    import hmac
+
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    mac_key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_MAC_INFO).derive(kek)
+    return hmac.new(mac_key, body, hashlib.sha256).digest()
+
+
 def key_id(kek: bytes) -> bytes:
     """The 16 bytes that name a key-encryption key in files and the catalog."""
     return hashlib.sha256(b"kbackup-kek-v1" + kek).digest()[:KEY_ID_SIZE]

@@ -19,6 +19,10 @@ own, ``segment_partition_PPP_from_offset_NNNNNNNNNN_merged_G_records`` (and
 first segment it replaces still has the plain name until the partition index
 switches over. The original reads such a segment like any other: it opens the
 name the partition index gives.
+
+Names read from a backup (JSON state, partition indexes) are checked against this grammar before they touch a
+file system or an object store (:func:`check_topic_name`, :func:`check_partition`, :func:`check_segment_name`):
+a name that could leave its directory (``..``, a separator, an absolute path) is a :class:`FormatError`.
 """
 
 from __future__ import annotations
@@ -26,12 +30,61 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from kbackup.errors import FormatError
+
 RECORDS_SUFFIX = "_records"
 INDEX_SUFFIX = "_index"
 
-_SEGMENT = re.compile(r"^segment_partition_([0-9]+)_from_offset_([0-9]+)(?:_merged_([1-9][0-9]*))?_(records|index)$")
-_PARTITION_INDEX = re.compile(r"^index_partition_([0-9]+)$")
-_CONSUMER_OFFSETS = re.compile(r"^consumer_offsets_partition_([0-9]+)$")
+_SEGMENT = re.compile(r"segment_partition_([0-9]+)_from_offset_([0-9]+)(?:_merged_([1-9][0-9]*))?_(records|index)")
+_PARTITION_INDEX = re.compile(r"index_partition_([0-9]+)")
+_CONSUMER_OFFSETS = re.compile(r"consumer_offsets_partition_([0-9]+)")
+
+#: Kafka's topic name grammar: what a topic directory may be named (``.`` and ``..`` are not topics).
+_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+TOPIC_GRAMMAR = "1 to 249 characters of [a-zA-Z0-9._-], not . or .."
+#: The highest partition number Kafka has (an int32).
+MAX_PARTITION = 2**31 - 1
+#: The longest segment name (its file names add a suffix; most file systems allow 255 bytes).
+MAX_SEGMENT_NAME = 240
+
+
+def is_topic_name(name: object) -> bool:
+    """Whether ``name`` is a legal Kafka topic name, and so a safe directory name."""
+    return isinstance(name, str) and _TOPIC.fullmatch(name) is not None and name not in (".", "..")
+
+
+def check_topic_name(name: object, *, file: str, what: str = "topic name") -> str:
+    """``name`` if it is a legal Kafka topic name, else a FormatError naming ``file``."""
+    if not is_topic_name(name):
+        raise FormatError(f"{what} is not a Kafka topic name", file=file, expected=TOPIC_GRAMMAR, found=repr(name))
+    return str(name)
+
+
+def check_partition(value: object, *, file: str) -> int:
+    """``value`` as a partition number (an integer 0..2^31-1, not a boolean), else a FormatError naming ``file``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PARTITION:
+        raise FormatError("not a partition number", file=file, expected=f"an integer 0..{MAX_PARTITION}",
+                          found=repr(value)[:80])  # fmt: skip
+    return value
+
+
+def is_segment_name(name: object) -> bool:
+    """Whether ``name`` is a plain file name prefix in a topic directory (the format allows any such name; the
+    original's test index uses ``s0``): no separator, no NUL, not ``.`` or ``..``."""
+    return (
+        isinstance(name, str)
+        and 0 < len(name.encode("utf-8", "surrogatepass")) <= MAX_SEGMENT_NAME
+        and name not in (".", "..")
+        and not any(c in name for c in "/\\\x00")
+    )
+
+
+def check_segment_name(name: object, *, file: str, what: str = "segment name") -> str:
+    """``name`` if it is a plain segment file prefix (:func:`is_segment_name`), else a FormatError naming ``file``."""
+    if not is_segment_name(name):
+        raise FormatError(f"{what} names no file in the topic directory", file=file,
+                          expected="a plain segment file prefix", found=repr(name)[:300])  # fmt: skip
+    return str(name)
 
 
 def segment_prefix(partition: int, start_offset: int, generation: int = 0) -> str:
@@ -68,7 +121,7 @@ class SegmentFileName(NamedTuple):
 
 def parse_segment_file_name(name: str) -> SegmentFileName | None:
     """Parse a segment file name; ``None`` if ``name`` is not one."""
-    match = _SEGMENT.match(name)
+    match = _SEGMENT.fullmatch(name)
     if match is None:
         return None
     return SegmentFileName(int(match[1]), int(match[2]), match[4], int(match[3] or 0))
@@ -76,11 +129,11 @@ def parse_segment_file_name(name: str) -> SegmentFileName | None:
 
 def parse_partition_index_file_name(name: str) -> int | None:
     """The partition of a partition index file name; ``None`` if it is not one."""
-    match = _PARTITION_INDEX.match(name)
+    match = _PARTITION_INDEX.fullmatch(name)
     return int(match[1]) if match else None
 
 
 def parse_consumer_offsets_file_name(name: str) -> int | None:
     """The partition of a consumer offsets file name; ``None`` if it is not one."""
-    match = _CONSUMER_OFFSETS.match(name)
+    match = _CONSUMER_OFFSETS.fullmatch(name)
     return int(match[1]) if match else None

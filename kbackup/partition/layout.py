@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kbackup.errors import BackupNotFoundError, FormatError
+from kbackup.errors import BackupNotFoundError
 from kbackup.format.naming import (
     INDEX_SUFFIX,
     RECORDS_SUFFIX,
+    check_segment_name,
     consumer_offsets_file_name,
+    is_topic_name,
     parse_consumer_offsets_file_name,
     parse_partition_index_file_name,
     parse_segment_file_name,
@@ -20,7 +22,7 @@ from kbackup.format.naming import (
     segment_prefix,
 )
 from kbackup.format.partition_index import PartitionIndexEntry
-from kbackup.storage import Location, ObjectPath, prepare_root, storage_for
+from kbackup.storage import Location, ObjectPath, confine_root, prepare_root, storage_for
 
 
 @dataclass(frozen=True)
@@ -49,20 +51,11 @@ def segment_files(topic_dir: Location, partition: int, start_offset: int, genera
 
 
 def check_segment_names(entries: list[PartitionIndexEntry], *, file: str) -> None:
-    """Refuse partition index names that are not plain file names in the topic directory.
-
-    The format allows any name (the original's test index uses ``s0``), but a
-    name with a path separator would make a reader open files elsewhere.
-    """
+    """Refuse partition index names that are not plain file names in the topic directory
+    (:func:`~kbackup.format.naming.is_segment_name`): a name with a path separator would make a reader open files
+    elsewhere."""
     for number, entry in enumerate(entries):
-        name = entry.name
-        if not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name:
-            raise FormatError(
-                f"partition index entry {number} names no file in the topic directory",
-                file=file,
-                expected="a plain segment file prefix",
-                found=repr(name),
-            )
+        check_segment_name(entry.name, file=file, what=f"partition index entry {number}")
 
 
 def partition_index_path(topic_dir: Location, partition: int) -> Location:
@@ -136,6 +129,7 @@ def state_dir(root: Location) -> Location:
     known = _decided.get(root)
     if known is not None:
         return known
+    confine_root(root)
     names = storage_for(root).list_dirs(root) or []
     if STATE_DIR in names:
         _decided[root] = root / STATE_DIR
@@ -150,11 +144,12 @@ def list_topics(root: Location) -> list[str]:
     """Topic directories directly under a backup root: those holding v1 files (the state directory holds none)."""
     if isinstance(root, ObjectPath):
         prepare_root(root)  # one clear error for a missing bucket
+    confine_root(root)
     names = storage_for(root).list_dirs(root)
     if names is None:
         kind = "prefix holds no objects" if isinstance(root, ObjectPath) else "is not a directory"
         raise BackupNotFoundError(f"{root}: backup root {kind}")
-    return sorted(name for name in names if name != STATE_DIR and list_partitions(root / name))
+    return sorted(name for name in names if is_topic_name(name) and list_partitions(root / name))
 
 
 def _scan(directory: Location) -> list[str]:

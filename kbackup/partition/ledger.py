@@ -74,6 +74,11 @@ class SegmentLedger(Protocol):
         and drop the newest one's recorded prefix."""
         ...
 
+    def sealing(self, topic_dir: Location, partition: int, kek: bytes) -> None:
+        """The writer of the partition seals what it finishes with ``kek``: vouch for the partition as it is
+        (:mod:`kbackup.catalog.seals`)."""
+        ...
+
     def segment_reopened(self, topic: str, partition: int, segment: str) -> None:
         """An empty sealed newest segment is made plain again to be appended to: no longer finished."""
         ...

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
+from kbackup.errors import FormatError
+from kbackup.format.naming import check_partition, check_segment_name, check_topic_name
 from kbackup.partition.layout import state_dir
-from kbackup.storage import Location, exists, read_limited
+from kbackup.storage import Location, exists, read_document
 
 
 def intent_path(root: Location) -> Location:
@@ -30,5 +31,14 @@ def pending_intent(root: Location) -> MergeIntent | None:
     path = intent_path(root)
     if not exists(path):
         return None
-    intent = json.loads(read_limited(path, 1 << 30))
-    return MergeIntent(intent["topic"], intent["partition"], tuple(intent["segments"]), intent["merged"])
+    file = str(path)
+    intent = read_document(path, 1 << 28, what="merge intent")
+    try:
+        return MergeIntent(
+            check_topic_name(intent["topic"], file=file),
+            check_partition(intent["partition"], file=file),
+            tuple(check_segment_name(name, file=file) for name in intent["segments"]),
+            check_segment_name(intent["merged"], file=file),
+        )
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise FormatError(f"not a valid merge intent ({type(exc).__name__}: {exc})", file=file) from None

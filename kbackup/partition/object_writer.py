@@ -97,6 +97,8 @@ class ObjectPartitionWriter(ClosingWriter):
         self._stored_last = self._find_last_offset()
         self._last_offset = self._stored_last
         self._remove_orphans()
+        if ledger is not None and encryption_key is not None:
+            ledger.sealing(topic_dir, partition, encryption_key)
         self._spool_root: Path | None = None
         self._spool: PartitionWriter | None = None
         self._replay: Iterator[Record] | None = None

@@ -24,7 +24,7 @@ from kbackup.format.record import Record
 from kbackup.partition.layout import check_segment_names, partition_index_path
 from kbackup.partition.segment_batches import RecordBatch, iter_segment_batches
 from kbackup.partition.segment_reader import SegmentIndexFile, iter_segment
-from kbackup.storage import Location, storage_for
+from kbackup.storage import Location, confine_root, storage_for
 
 #: A partition index larger than this is refused before it is read.
 MAX_PARTITION_INDEX_SIZE = 1 << 30
@@ -55,6 +55,7 @@ class PartitionReader:
         self.topic_dir = topic_dir
         self.partition = partition
         self.legacy = legacy
+        confine_root(topic_dir.parent)
         path = partition_index_path(topic_dir, partition)
         storage = storage_for(path)
         if not storage.exists(path):

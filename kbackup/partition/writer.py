@@ -78,7 +78,8 @@ from kbackup.partition.layout import (
 from kbackup.partition.ledger import SegmentLedger, TailEntry
 from kbackup.partition.records_file import add_key, compress_records_file, open_records
 from kbackup.partition.segment_reader import SegmentIndexFile
-from kbackup.storage import ReadHandle, as_local
+from kbackup.storage import ReadHandle, as_local, confine_root
+from kbackup.storage.local import check_inside
 
 #: kbackup's default segment size. The original documents 1 GiB but its code
 #: says ``1024 ^ 3`` (XOR in Java), which is 1027 bytes.
@@ -150,6 +151,8 @@ class PartitionWriter(ClosingWriter):
     ) -> None:
         if max_segment_size <= 0:
             raise UsageError(f"the maximum segment size must be positive, not {max_segment_size}")
+        confine_root(topic_dir.parent)
+        check_inside(topic_dir)  # a planted link in place of the topic directory is never written through
         self.topic_dir = topic_dir
         self.topic = topic
         self.partition = partition
@@ -201,6 +204,8 @@ class PartitionWriter(ClosingWriter):
                     # cataloged again in case a kill came between sealing it and cataloging it.
                     ledger.newest_sealed(self.topic_dir, self.partition)
                 self._seal_left_plain()
+            if ledger is not None and encryption_key is not None:
+                ledger.sealing(self.topic_dir, self.partition, encryption_key)
         except BaseException:
             self._release()
             raise
@@ -538,8 +543,10 @@ class PartitionWriter(ClosingWriter):
             for path in (files.index, files.records):
                 if not path.exists():
                     atomic_write(path, MAGIC_V1, sync=self._fsync)
-        self._records_fd = os.open(files.records, os.O_RDWR)
-        self._index_fd = os.open(files.index, os.O_RDWR)
+        check_inside(files.records)
+        check_inside(files.index)
+        self._records_fd = os.open(files.records, os.O_RDWR | os.O_NOFOLLOW)
+        self._index_fd = os.open(files.index, os.O_RDWR | os.O_NOFOLLOW)
         for fd, path in ((self._records_fd, files.records), (self._index_fd, files.index)):
             head = os.pread(fd, 1, 0)
             if not head:
@@ -698,8 +705,8 @@ class PartitionWriter(ClosingWriter):
             self._fsync_fd(self._pi_fd)
         self.segments.append(entry)
         self._starts.append(start_offset)
-        self._records_fd = os.open(files.records, os.O_RDWR | os.O_APPEND)
-        self._index_fd = os.open(files.index, os.O_RDWR | os.O_APPEND)
+        self._records_fd = os.open(files.records, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW)
+        self._index_fd = os.open(files.index, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW)
         self._records_size = 1
         if self._ledger is not None:
             magic_crc = crc32c.crc32c(MAGIC_V1)
@@ -819,7 +826,8 @@ def lock_partition_index(path: Path, *, timeout: float, topic: str, partition: i
     """
     deadline = time.monotonic() + timeout
     while True:
-        fd = os.open(path, os.O_RDWR)
+        check_inside(path)
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -55,7 +55,7 @@ from kbackup.restore.timestamp_type import TIMESTAMP_TYPE, PendingTimestampTypes
 from kbackup.spark.failures import failure_cause
 from kbackup.spark.session import job_session
 from kbackup.storage import Location, check_writable_root
-from kbackup.text import count
+from kbackup.text import count, shown
 
 log = logging.getLogger("kbackup.restore")
 
@@ -101,7 +101,7 @@ def run(settings: RestoreSettings) -> int:
                  selected - found)  # fmt: skip
     if settings.dry_run:
         for line in describe(plan, settings) + registry_lines:
-            print(line)
+            print(shown(line))  # one line each: a group id's newline or escape sequence is shown, not acted on
         refuse_damage(plan, settings)  # the real run would refuse: so does the dry run, after the report
         return 0
     watch = RestoreWatch(settings, plan)

@@ -40,6 +40,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kbackup.errors import FormatError
+from kbackup.format.json_document import parse_document
 from kbackup.kafka.cluster import COORDINATOR_NOT_READY, PROGRESS_GROUP
 from kbackup.restore.selection import Window
 
@@ -76,9 +78,9 @@ class ProgressMarker:
     def from_commit(cls, offset: int, metadata: str | None) -> ProgressMarker:
         """The marker behind a committed offset; one kbackup did not write has the identity ``"unknown"``."""
         try:
-            fields = json.loads(metadata or "")
+            fields = parse_document(metadata or "", file="<commit metadata>", what="restore marker")
             return cls(str(fields["restore"]), offset, int(fields["first"]), int(fields["next"]))
-        except (ValueError, TypeError, KeyError):
+        except (FormatError, ValueError, TypeError, KeyError, AttributeError):
             return cls("unknown", offset, -1, -1)
 
 

@@ -35,6 +35,7 @@ from kbackup.catalog import checkpoints
 from kbackup.catalog.integrity import BadSegment, bad_segments, offsets_overlap
 from kbackup.catalog.offset_history import has_history, offsets_as_of
 from kbackup.catalog.prune import pending_deletions
+from kbackup.catalog.seals import seal_problems
 from kbackup.catalog.segment_set import lost_segments
 from kbackup.catalog.store import read_catalog
 from kbackup.catalog.topics import TopicRecord, read_topic_record
@@ -72,6 +73,7 @@ from kbackup.restore.target_limits import (
     request_limit,
 )
 from kbackup.restore.timestamp_type import LOG_APPEND_TIME, TIMESTAMP_TYPE, PendingTimestampTypes, creation_config
+from kbackup.restore.topic_configs import choose_configs
 
 
 @dataclass
@@ -233,12 +235,13 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
                 )
             plan.topics.append(TopicPlan(topic, target, count, existing[target], None, {}, *origin))
         else:
-            config = {
-                k: v for k, v in (recorded.config if recorded else {}).items() if k not in settings.drop_topic_config
-            }
-            config.update(settings.topic_config)
+            choice = choose_configs(recorded.config if recorded else {}, settings.topic_configs,
+                                    dropped=settings.drop_topic_config, given=settings.topic_config)  # fmt: skip
+            config = {**choice.copied, **settings.topic_config}
             config, later = creation_config(config, restamp=settings.restamp)
-            plan.topics.append(TopicPlan(topic, target, count, None, wanted or count, config, *origin, later))
+            created = TopicPlan(topic, target, count, None, wanted or count, config, *origin, later)
+            created.notes.extend(choice.describe_skipped(target))
+            plan.topics.append(created)
         if spread:
             sources = plan.partitions[first_part:]
             del plan.partitions[first_part:]
@@ -466,6 +469,15 @@ def _refuse_missing_keys(plan: RestorePlan, settings: RestoreSettings) -> None:
                 f"{', '.join(needed)}; {have} (--encryption-key-file FILE or --encryption-key-env VAR); "
                 "nothing was produced"
             )
+    if settings.keys.keys:  # what the keys do not vouch for is never produced (kbackup.catalog.seals)
+        unsealed: list[str] = []
+        for topic, partition in sorted({(p.source_topic, p.source_partition) for p in plan.source_parts()}):
+            reader = PartitionReader(settings.source / topic, partition, legacy=settings.legacy)
+            unsealed += seal_problems(settings.source, topic, partition, reader, settings.keys,
+                                      unrecorded_ok=settings.allow_unauthenticated)  # fmt: skip
+        if unsealed:
+            raise DamagedBackupError(f"nothing was produced: {'; '.join(unsealed[:5])}"
+                                     + (f" and {len(unsealed) - 5} more" if len(unsealed) > 5 else ""))  # fmt: skip
 
 
 def refuse_damage(plan: RestorePlan, settings: RestoreSettings) -> None:

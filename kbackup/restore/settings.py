@@ -40,6 +40,7 @@ from kbackup.partition.layout import state_dir
 from kbackup.restore.repartition import KEEP, MODES
 from kbackup.restore.selection import Window
 from kbackup.restore.throttle import Throttle
+from kbackup.restore.topic_configs import DEFAULT_POLICY, POLICIES
 from kbackup.schema_registry.client import RegistryAddress
 from kbackup.schema_registry.wire import IdRewrite
 from kbackup.storage import Location, parse_location
@@ -85,6 +86,8 @@ class RestoreSettings:
     replication_factor: int = -1
     topic_config: dict[str, str] = field(default_factory=dict)
     drop_topic_config: frozenset[str] = frozenset()
+    #: Which backed-up configurations created topics take (:mod:`kbackup.restore.topic_configs`).
+    topic_configs: str = DEFAULT_POLICY
     state_dir: Path | None = None
     spark_conf: dict[str, str] = field(default_factory=dict)
     #: ``--repartition``: how records find their target partition (see :mod:`kbackup.restore.repartition`).
@@ -92,6 +95,8 @@ class RestoreSettings:
     #: Key-encryption keys for encrypted segments (``--encryption-key-file`` / ``--encryption-key-env``), read on
     #: the driver; the tasks get where to read them (files' paths, variables' names), never the keys.
     keys: KeyRing = field(default_factory=lambda: KeyRing({}))
+    #: With keys: partitions without a seal record are read as they are (:mod:`kbackup.catalog.seals`).
+    allow_unauthenticated: bool = False
     key_sources: tuple[tuple[str | None, str | None], ...] = ()
     #: ``--umask``; None: the inherited one plus :data:`kbackup.fsutil.DEFAULT_UMASK`.
     umask: int | None = None
@@ -248,6 +253,14 @@ def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.Argumen
         help="set this configuration on created topics, over the backed-up one (repeatable)",
     )
     own.add_argument(
+        "--topic-configs",
+        choices=POLICIES,
+        default=DEFAULT_POLICY,
+        help="which backed-up topic configurations created topics take: data (default: retention, compaction, "
+        "timestamps, sizes, compression), all (also durability and broker settings such as min.insync.replicas), "
+        "none",
+    )
+    own.add_argument(
         "--drop-topic-config",
         action="append",
         default=[],
@@ -348,10 +361,12 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
         replication_factor=args.replication_factor,
         topic_config=_pairs(args.topic_config, "--topic-config", "KEY=VALUE"),
         drop_topic_config=frozenset(args.drop_topic_config),
+        topic_configs=args.topic_configs,
         state_dir=args.state_dir,
         spark_conf=spark_conf(args.spark_conf),
         repartition=args.repartition,
         keys=KeyRing.of(source.key for source in sources),
+        allow_unauthenticated=args.allow_unauthenticated,
         key_sources=tuple(source.where() for source in sources),
         umask=args.umask,
         monitoring=Monitoring.from_args(args),

@@ -29,7 +29,7 @@ from kbackup.partition.layout import partition_index_path
 from kbackup.partition.object_writer import SPOOL_DIR_ENV
 from kbackup.partition.reader import PartitionReader
 from kbackup.restore.selection import Window
-from kbackup.storage import Location, ObjectPath, as_local, storage_for
+from kbackup.storage import Location, ObjectPath, as_local, read_chunks
 
 CHUNK = 8 << 20
 
@@ -73,15 +73,6 @@ def staged_topic_dir(source_dir: Location, partition: int, window: Window, *, le
 
 def download(source: Location, destination: Path) -> None:
     """Copy one object to a local file in chunks."""
-    handle = storage_for(source).open_read(source)
-    try:
-        with open(destination, "wb") as out:
-            position = 0
-            while position < handle.size:
-                chunk = handle.pread(min(CHUNK, handle.size - position), position)
-                if not chunk:
-                    break
-                out.write(chunk)
-                position += len(chunk)
-    finally:
-        handle.close()
+    with open(destination, "wb") as out:
+        for chunk in read_chunks(source, CHUNK):
+            out.write(chunk)

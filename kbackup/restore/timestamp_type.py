@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kbackup.errors import ClusterError, KbackupError
-from kbackup.storage import Location, exists, read_limited, write_whole
+from kbackup.storage import Location, exists, read_document, write_whole
 
 TIMESTAMP_TYPE = "message.timestamp.type"
 LOG_APPEND_TIME = "LogAppendTime"
@@ -47,9 +47,9 @@ class PendingTimestampTypes:
         self.data: dict[str, str] = {}
         if exists(self.path):
             try:
-                loaded = json.loads(read_limited(self.path, 1 << 24))
+                loaded = read_document(self.path, 1 << 24, what="restore state")
                 self.data = {str(topic): str(kind) for topic, kind in loaded.items()}
-            except (ValueError, AttributeError) as exc:
+            except (ValueError, AttributeError) as exc:  # a FormatError names the file itself
                 raise KbackupError(f"{self.path}: unreadable restore state ({exc})") from None
 
     def add(self, types: Mapping[str, str]) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kbackup.errors import FormatError, SchemaRegistryError
+from kbackup.format.json_document import parse_document
 from kbackup.text import count
 
 REGISTRY_COPY_VERSION = 1
@@ -147,7 +148,7 @@ class RegistryCopy:
     @classmethod
     def decode(cls, data: bytes, *, file: str) -> RegistryCopy:
         try:
-            document = json.loads(data)
+            document = parse_document(data, file=file, what="schema registry copy")
             if not isinstance(document, dict):
                 raise FormatError("not a schema registry copy", file=file, expected="a JSON object")
             if document.get("version") != REGISTRY_COPY_VERSION:

@@ -33,7 +33,7 @@ from typing import Any
 from kbackup.errors import KbackupError, SchemaRegistryError
 from kbackup.schema_registry.client import INCOMPATIBLE_SCHEMA, RegistryClient, RegistryRefusalError, quoted
 from kbackup.schema_registry.registry_copy import RegistryCopy, Schema, SubjectVersion
-from kbackup.storage import Location, exists, read_limited, write_whole
+from kbackup.storage import Location, exists, read_document, write_whole
 
 #: Subject name suffixes of Confluent's TopicNameStrategy.
 KEY_SUFFIX, VALUE_SUFFIX = "-key", "-value"
@@ -112,7 +112,7 @@ class RegistryImportState:
         self.deletions: set[tuple[str, int]] = set()
         if exists(path):
             try:
-                document = json.loads(read_limited(path, 1 << 26))
+                document = read_document(path, 1 << 26, what="restore state")
                 self.ids = {int(old): int(new) for old, new in document["ids"].items()}
                 self.levels = {str(s): None if v is None else str(v) for s, v in document["levels"].items()}
                 self.deletions = {(str(s), int(i)) for s, i in document["deletions"]}

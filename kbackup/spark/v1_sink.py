@@ -66,7 +66,8 @@ from pyspark.sql.types import StructType
 from kbackup.catalog.ledger import CatalogLedger
 from kbackup.catalog.source_gaps import INFERRED, record_gap
 from kbackup.catalog.topics import read_topic_record
-from kbackup.errors import ClusterError, StorageError, UsageError
+from kbackup.errors import ClusterError, FormatError, StorageError, UsageError
+from kbackup.format.json_document import parse_document
 from kbackup.format.record_columns import encode_columns
 from kbackup.fsutil import atomic_write, parse_umask, restrict_new_files
 from kbackup.kafka.client_settings import consumer_settings
@@ -434,10 +435,10 @@ def read_batch_stats(directory: Path) -> list[tuple[int, float, dict[str, tuple[
     found = []
     for path in directory.glob("batch-*.json"):
         try:
-            document = json.loads(path.read_bytes())
+            document = parse_document(path.read_bytes(), file=str(path))
             topics = {str(topic): (int(totals[0]), int(totals[1])) for topic, totals in document["topics"].items()}
             found.append((int(document["batch"]), float(document["at"]), topics))
-        except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        except (OSError, FormatError, ValueError, KeyError, TypeError, IndexError, AttributeError):
             pass
         with contextlib.suppress(OSError):
             path.unlink()

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from kbackup.errors import StorageError, UsageError
+from kbackup.format.json_document import MAX_DEPTH, parse_document
 from kbackup.storage.base import Location, ReadHandle, Storage
-from kbackup.storage.local import LOCAL
+from kbackup.storage.local import LOCAL, confine
 from kbackup.storage.object_path import ObjectPath
 
 __all__ = [
@@ -25,10 +28,13 @@ __all__ = [
     "ReadHandle",
     "Storage",
     "as_local",
+    "confine_root",
     "exists",
     "is_local",
     "parse_location",
     "prepare_root",
+    "read_chunks",
+    "read_document",
     "read_limited",
     "storage_for",
     "write_whole",
@@ -57,6 +63,13 @@ def storage_for(location: Location) -> Storage:
     return LOCAL
 
 
+def confine_root(root: Location) -> None:
+    """Keep file operations under a local backup root inside it (:mod:`kbackup.storage.local`); an object store
+    has no links, and names are checked before they become keys."""
+    if isinstance(root, Path):
+        confine(root)
+
+
 def exists(location: Location) -> bool:
     return storage_for(location).exists(location)
 
@@ -64,6 +77,27 @@ def exists(location: Location) -> bool:
 def read_limited(location: Location, limit: int) -> bytes:
     """Read a small file whole, refusing one larger than ``limit`` bytes."""
     return storage_for(location).read_limited(location, limit)
+
+
+def read_document(location: Location, limit: int, *, what: str = "JSON document", max_depth: int = MAX_DEPTH) -> Any:
+    """The JSON document at ``location``: at most ``limit`` bytes and ``max_depth`` levels, else one FormatError
+    naming the file (:mod:`kbackup.format.json_document`)."""
+    return parse_document(read_limited(location, limit), file=str(location), what=what, max_depth=max_depth)
+
+
+def read_chunks(location: Location, chunk: int = 1 << 20) -> Iterator[bytes]:
+    """A file's bytes in pieces of at most ``chunk`` (memory does not grow with its size)."""
+    handle = storage_for(location).open_read(location)
+    try:
+        position = 0
+        while position < handle.size:
+            piece = handle.pread(min(chunk, handle.size - position), position)
+            if not piece:
+                break
+            yield piece
+            position += len(piece)
+    finally:
+        handle.close()
 
 
 def write_whole(location: Location, data: bytes, *, sync: bool = True) -> None:

@@ -39,7 +39,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 
-from kbackup.errors import KbackupError, LeaseHeldError, LeaseLostError
+from kbackup.errors import FormatError, KbackupError, LeaseHeldError, LeaseLostError
+from kbackup.format.json_document import parse_document
 from kbackup.storage.base import Location
 from kbackup.storage.object_path import ObjectPath
 
@@ -76,7 +77,7 @@ class Holder:
     @classmethod
     def decode(cls, data: bytes) -> Holder | None:
         try:
-            fields = json.loads(data)
+            fields = parse_document(data, file="<lease>", what="lease")
             return cls(
                 str(fields["purpose"]),
                 str(fields["host"]),
@@ -85,7 +86,7 @@ class Holder:
                 None if fields.get("expires") is None else float(fields["expires"]),
                 str(fields.get("token", "")),
             )
-        except (ValueError, TypeError, KeyError):
+        except (FormatError, ValueError, TypeError, KeyError, AttributeError):
             return None
 
 

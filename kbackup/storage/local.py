@@ -1,4 +1,12 @@
-"""Local-disk storage: plain files, published by write-fsync-rename."""
+"""Local-disk storage: plain files, published by write-fsync-rename.
+
+A backup root's files stay inside it: once a root is :func:`confine`-d (every command does that through
+:func:`kbackup.partition.layout.state_dir` or :func:`~kbackup.partition.layout.list_topics`, every partition
+reader and writer for its topic directory's parent), a path under it whose directory resolves outside the root,
+or that is itself a symbolic link, is refused (a :class:`~kbackup.errors.FormatError` naming it) before anything is
+read, written or deleted. Listings never follow symbolic links: a linked file or directory is not part of the
+backup. Symbolic links above the root (``/data -> /mnt/data``) are the operator's and are followed.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +15,53 @@ import os
 import shutil
 from pathlib import Path
 
-from kbackup.errors import BackupNotFoundError
+from kbackup.errors import BackupNotFoundError, FormatError
 from kbackup.fsutil import TMP_SUFFIX, atomic_write, disk_error, fsync_dir
 from kbackup.storage.base import FileHandle, Location, Storage
+
+#: Confined roots: the root as given (absolute, not resolved) -> its resolved form.
+_roots: dict[str, str] = {}
+
+
+def confine(root: Path) -> None:
+    """Keep every file operation under ``root`` inside it (see the module docstring); idempotent."""
+    given = os.path.abspath(root)
+    if given not in _roots:
+        _roots[given] = os.path.realpath(given)
+
+
+def _root_of(path: Path) -> tuple[str, str] | None:
+    text = os.path.abspath(path)
+    for given, resolved in _roots.items():
+        if text.startswith(given + os.sep):
+            return given, resolved
+    return None
 
 
 def _path(location: Location) -> Path:
     if not isinstance(location, Path):
         raise TypeError(f"not a local path: {location}")
+    if _roots:
+        check_inside(location)
     return location
+
+
+def check_inside(path: Path) -> None:
+    """Refuse ``path`` when it is under a confined root but leaves it: its directory resolves elsewhere (a linked
+    directory on the way) or it is a symbolic link itself."""
+    found = _root_of(path)
+    if found is None:
+        return
+    given, resolved = found
+    parent = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    if parent != resolved and not parent.startswith(resolved + os.sep):
+        raise FormatError(
+            "a directory on the way is a symbolic link out of the backup", file=str(path),
+            expected=f"a path inside {given}", found=f"a path in {parent}",
+        )  # fmt: skip
+    if os.path.islink(path):
+        raise FormatError("is a symbolic link; a backup's files are never followed out of it", file=str(path),
+                          expected="a regular file", found=f"a link to {os.readlink(path)!r}")  # fmt: skip
 
 
 class LocalStorage(Storage):
@@ -80,13 +126,13 @@ class LocalStorage(Storage):
 
     def list_files(self, directory: Location) -> list[str] | None:
         try:
-            return [entry.name for entry in os.scandir(_path(directory)) if entry.is_file()]
+            return [entry.name for entry in os.scandir(_path(directory)) if entry.is_file(follow_symlinks=False)]
         except (FileNotFoundError, NotADirectoryError):
             return None
 
     def list_dirs(self, directory: Location) -> list[str] | None:
         try:
-            return [entry.name for entry in os.scandir(_path(directory)) if entry.is_dir()]
+            return [entry.name for entry in os.scandir(_path(directory)) if entry.is_dir(follow_symlinks=False)]
         except (FileNotFoundError, NotADirectoryError):
             return None
 

@@ -1,0 +1,494 @@
+"""A backup directory nobody trusts can do no harm (issue 29): names read from it are checked before they touch a
+file system or an object store, links are never followed out of it, and JSON is parsed within bounds.
+
+Every hostile case checks a sentinel beside the backup (another backup and a victim directory holding files named
+like segments): nothing outside the root is read, written or deleted, and the command ends in one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kbackup.catalog import checkpoints
+from kbackup.catalog.ledger import CatalogLedger
+from kbackup.catalog.prune import intent_path
+from kbackup.catalog.store import catalog_path
+from kbackup.errors import FormatError
+from kbackup.format.json_document import nesting_depth, parse_document
+from kbackup.format.naming import check_segment_name, check_topic_name, is_topic_name
+from kbackup.format.record import Record
+from kbackup.partition.merge_intent import intent_path as merge_intent_path
+from kbackup.partition.object_writer import ObjectPartitionWriter
+from kbackup.partition.offsets_file import write_consumer_offsets
+from kbackup.partition.reader import PartitionReader
+from kbackup.partition.writer import PartitionWriter
+from kbackup.storage import ObjectPath, as_local, storage_for
+from tests.backup_builders import write_original_style
+from tests.kafka_helpers import kbackup_in_process
+from tests.s3_server import S3Server
+
+NOW = 1_790_000_000_000
+OLD = NOW - 30 * 86_400_000
+SEGMENT = "segment_partition_000_from_offset_0000000000"
+
+
+def write_backup(root: Path, topic: str = "t", *, old: bool = True) -> None:
+    """Topic ``topic`` partition 0: 30 records in several segments, a month old when ``old``."""
+    stamp = OLD if old else NOW
+    with PartitionWriter(root / topic, topic, 0, max_segment_size=300, fsync=False, ledger=CatalogLedger(root)) as w:
+        for i in range(30):
+            w.append(Record(i, 0, stamp + i, b"k%d" % i, b"v" * 40))
+
+
+def snapshot(*directories: Path) -> dict[str, str]:
+    """Every file under ``directories`` with a digest of its bytes (links as their target)."""
+    found = {}
+    for directory in directories:
+        for path in sorted(directory.rglob("*")):
+            if path.is_symlink():
+                found[str(path)] = "-> " + os.readlink(path)
+            elif path.is_file():
+                found[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+@pytest.fixture
+def scene(tmp_path: Path) -> tuple[Path, list[Path]]:
+    """A backup ``root``, and beside it another backup ``B`` and a ``victim`` directory (the sentinels)."""
+    root = tmp_path / "backup"
+    write_backup(root)
+    other = tmp_path / "B"
+    write_backup(other, "orders")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    for name in ("x_records", "x_index", "s_records", "s_index", "partition_000.json"):
+        (victim / name).write_bytes(b"keep me")
+    return root, [other, victim]
+
+
+def one_line_error(result: object, *needles: str) -> str:
+    code, out, err = result.returncode, result.stdout, result.stderr  # type: ignore[attr-defined]
+    assert code != 0, out + err
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return str(lines[0])
+
+
+# -- names from intents and catalogs ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "segments",
+    [
+        [["../B/orders", 0, SEGMENT]],
+        [["t", 0, "../../victim/x"]],
+        [["t", 0, "VICTIM/x"]],  # replaced by the absolute path of the victim directory
+        [["VICTIM", 0, "x"]],
+        [["t", "0", SEGMENT]],
+        [["t", -1, SEGMENT]],
+        [["t", 0, ""]],
+    ],
+    ids=["topic-dotdot", "name-dotdot", "name-absolute", "topic-absolute", "partition-text", "negative", "empty"],
+)
+def test_a_planted_prune_intent_is_refused_before_anything_is_deleted(
+    scene: tuple[Path, list[Path]], segments: list[list[object]]
+) -> None:
+    root, sentinels = scene
+    victim = str(sentinels[1])
+    planted = [[str(part).replace("VICTIM", victim) if isinstance(part, str) else part for part in s] for s in segments]
+    as_local(intent_path(root)).write_text(json.dumps({"segments": planted, "checkpoints": []}))
+    before = snapshot(root, *sentinels)
+    line = one_line_error(kbackup_in_process("prune", root, "--older-than", "1d"), "prune-intent.json")
+    assert "expected" in line
+    assert snapshot(root, *sentinels) == before
+
+
+@pytest.mark.parametrize(
+    "intent",
+    [
+        {"topic": "../B/orders", "partition": 0, "segments": [SEGMENT], "merged": SEGMENT + "_merged_1"},
+        {"topic": "t", "partition": 0, "segments": ["../../victim/x"], "merged": SEGMENT + "_merged_1"},
+        {"topic": "t", "partition": 0, "segments": [], "merged": "./../../victim/x"},
+        {"topic": "t", "partition": 0, "segments": [], "merged": "VICTIM/x"},
+    ],
+    ids=["topic", "segment", "merged-dotdot", "merged-absolute"],
+)
+def test_a_planted_merge_intent_is_refused_before_anything_is_deleted(
+    scene: tuple[Path, list[Path]], intent: dict[str, object]
+) -> None:
+    root, sentinels = scene
+    planted = json.loads(json.dumps(intent).replace("VICTIM", str(sentinels[1])))
+    as_local(merge_intent_path(root)).write_text(json.dumps(planted))
+    before = snapshot(root, *sentinels)
+    for command in (("prune", root, "--older-than", "1d"), ("merge", root)):
+        one_line_error(kbackup_in_process(*command), "merge-intent.json")
+    assert snapshot(root, *sentinels) == before
+
+
+@pytest.mark.parametrize("name", ["../../victim/s", "../../B/orders/" + SEGMENT, "/tmp/elsewhere/s"])
+def test_a_catalog_entry_naming_a_file_outside_is_refused_by_an_ordinary_prune(
+    scene: tuple[Path, list[Path]], name: str
+) -> None:
+    root, sentinels = scene
+    path = Path(str(catalog_path(root, "t", 0)))
+    document = json.loads(path.read_text())
+    document["segments"][0]["name"] = name
+    path.write_text(json.dumps(document))
+    before = snapshot(root, *sentinels)
+    one_line_error(kbackup_in_process("prune", root, "--older-than", "1d"), str(path), "catalog entry")
+    assert snapshot(root, *sentinels) == before
+    for command in ("verify", "describe", "cat"):
+        result = kbackup_in_process(command, root)
+        assert result.returncode != 0 and "Traceback" not in result.stderr, (command, result.stderr)
+    assert snapshot(root, *sentinels) == before
+
+
+def test_a_catalog_naming_another_topic_or_a_path_is_refused(scene: tuple[Path, list[Path]]) -> None:
+    root, sentinels = scene
+    path = Path(str(catalog_path(root, "t", 0)))
+    original = json.loads(path.read_text())
+    before = snapshot(*sentinels)
+    for topic, needle in (("../../victim", "not a Kafka topic name"), ("other", "a catalog of another partition")):
+        path.write_text(json.dumps({**original, "topic": topic}))
+        one_line_error(kbackup_in_process("prune", root, "--older-than", "1d"), str(path), needle)
+    assert snapshot(*sentinels) == before
+
+
+def test_names_follow_the_layout_grammar() -> None:
+    assert is_topic_name("orders.v2_x-1") and is_topic_name("a" * 249)
+    for bad in ("", ".", "..", "a/b", "../x", "/abs", "a" * 250, "t\x1b", "t\n", 7, None):
+        assert not is_topic_name(bad), bad
+        with pytest.raises(FormatError, match="not a Kafka topic name"):
+            check_topic_name(bad, file="f")
+    assert check_segment_name("s0", file="f") == "s0"  # the format allows any plain name
+    for bad in ("", ".", "..", "a/b", "a\\b", "a\x00b", "x" * 241):
+        with pytest.raises(FormatError, match="names no file in the topic directory"):
+            check_segment_name(bad, file="f")
+
+
+# -- links out of the backup -----------------------------------------------------------------------------------
+
+
+def test_a_records_file_linked_out_of_the_backup_is_not_ok(scene: tuple[Path, list[Path]]) -> None:
+    root, sentinels = scene
+    victim = sentinels[1]
+    records = root / "t" / f"{SEGMENT}_records"
+    (victim / "copy_records").write_bytes(records.read_bytes())  # the same bytes, outside
+    records.unlink()
+    records.symlink_to(victim / "copy_records")
+    before = snapshot(root, *sentinels)
+    result = kbackup_in_process("verify", root)
+    assert result.returncode != 0, result.stdout
+    assert "symbolic link" in result.stdout + result.stderr or "missing" in result.stdout, result.stdout
+    cat = kbackup_in_process("cat", root)
+    assert cat.returncode != 0 and "Traceback" not in cat.stderr, cat.stderr
+    assert snapshot(root, *sentinels) == before
+
+
+def test_a_topic_or_state_directory_linked_out_is_not_followed(scene: tuple[Path, list[Path]]) -> None:
+    root, sentinels = scene
+    other = sentinels[0]
+    (root / "orders").symlink_to(other / "orders")  # looks like a topic of this backup
+    before = snapshot(*sentinels)
+    listing = kbackup_in_process("ls", root)
+    assert listing.returncode == 0 and "orders" not in listing.stdout, listing.stdout
+    assert kbackup_in_process("prune", root, "--older-than", "1d").returncode == 0
+    assert snapshot(*sentinels) == before
+    with pytest.raises(FormatError, match="symbolic link"):
+        PartitionWriter(root / "orders", "orders", 0, fsync=False)
+    assert snapshot(*sentinels) == before
+
+    state = root / "kbackup~state"
+    state.rename(root.parent / "moved-state")
+    state.symlink_to(root.parent / "moved-state")
+    moved = snapshot(root.parent / "moved-state")
+    result = kbackup_in_process("checkpoint", "list", root)
+    one_line_error(result, "symbolic link")
+    one_line_error(kbackup_in_process("prune", root, "--older-than", "1d"), "symbolic link")
+    assert snapshot(root.parent / "moved-state") == moved
+
+
+# -- object storage --------------------------------------------------------------------------------------------
+
+
+def test_planted_names_on_an_object_store_are_refused(s3: S3Server) -> None:
+    bucket = ObjectPath("s3", s3.new_bucket(), "backups/prod")
+    other = ObjectPath("s3", bucket.bucket, "backups/other")
+    for root, topic in ((bucket, "t"), (other, "orders")):
+        with ObjectPartitionWriter(root / topic, topic, 0, max_segment_size=300, ledger=CatalogLedger(root)) as w:
+            for i in range(30):
+                w.append(Record(i, 0, OLD + i, b"k%d" % i, b"v" * 40))
+    client = s3.client()
+
+    def keys() -> dict[str, str]:
+        listed = client.list_objects_v2(Bucket=bucket.bucket)  # type: ignore[attr-defined]
+        return {item["Key"]: item["ETag"] for item in listed.get("Contents", [])}
+
+    storage = storage_for(bucket)
+    for document, name in (
+        ({"segments": [["../other/orders", 0, SEGMENT]], "checkpoints": []}, "prune-intent.json"),
+        ({"segments": [["t", 0, "../../other/orders/" + SEGMENT]], "checkpoints": []}, "prune-intent.json"),
+        ({"topic": "t", "partition": 0, "segments": [], "merged": "../x"}, "merge-intent.json"),
+    ):
+        storage.write_whole(bucket / "kbackup~state" / name, json.dumps(document).encode())
+        before = keys()
+        one_line_error(kbackup_in_process("prune", str(bucket), "--older-than", "1d"), name)
+        assert keys() == before
+        storage.delete(bucket / "kbackup~state" / name)
+    # A catalog entry naming another backup's segment, through an ordinary prune.
+    path = catalog_path(bucket, "t", 0)
+    original = storage.read_limited(path, 1 << 20)
+    document = json.loads(original)
+    document["segments"][0]["name"] = "../../other/orders/" + SEGMENT
+    storage.write_whole(path, json.dumps(document).encode())
+    before = keys()
+    one_line_error(kbackup_in_process("prune", str(bucket), "--older-than", "1d"), str(path), "catalog entry")
+    assert keys() == before
+    storage.write_whole(path, original)
+    assert kbackup_in_process("prune", str(bucket), "--older-than", "1d").returncode == 0
+    assert all(key.startswith("backups/prod/") for key in set(before) - set(keys()))  # only its own old segments
+
+
+# -- JSON within bounds ----------------------------------------------------------------------------------------
+
+
+def test_nesting_is_measured_without_recursion() -> None:
+    assert nesting_depth(b'{"a": [1, {"b": "[[[[{{{{"}]}') == 3
+    assert nesting_depth(b'"]]]\\"[[["') == 0
+    assert nesting_depth(b"[" * 200_000 + b"]" * 200_000) == 200_000
+    assert parse_document(b'{"a": [1]}', file="f") == {"a": [1]}
+    with pytest.raises(FormatError, match=r"f: not a valid JSON document: nested too deeply"):
+        parse_document(b"[" * 200_000 + b"]" * 200_000, file="f")
+    with pytest.raises(FormatError, match="f: not a valid JSON document"):
+        parse_document(b"\xff\xfe{", file="f")
+
+
+def test_deeply_nested_state_files_end_commands_in_one_line(scene: tuple[Path, list[Path]]) -> None:
+    root, _ = scene
+    deep = "[" * 200_000 + "]" * 200_000
+    checkpoint = Path(str(checkpoints.checkpoint_path(root, 1)))
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    checkpoint.write_text('{"version": 1, "groups": ' + deep + "}")
+    for command in (("checkpoint", "list"), ("describe",), ("report", "-o", str(root.parent / "r.html")), ("prune",)):
+        extra = ("--older-than", "1d") if command == ("prune",) else ()
+        one_line_error(kbackup_in_process(*command, root, *extra), str(checkpoint), "nested too deeply")
+    checkpoint.unlink()
+    catalog = Path(str(catalog_path(root, "t", 0)))
+    catalog.write_text(deep)
+    one_line_error(kbackup_in_process("prune", root, "--older-than", "1d"), str(catalog), "nested too deeply")
+    catalog.unlink()
+    offsets = root / "t" / "consumer_offsets_partition_000"
+    offsets.write_text('{"g": ' + deep + "}")
+    result = kbackup_in_process("offsets", root)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert "nests too deeply" in result.stdout + result.stderr
+    offsets.unlink()
+    as_local(intent_path(root)).write_text(deep)
+    one_line_error(kbackup_in_process("prune", root, "--older-than", "1d"), "prune-intent.json", "nested too deeply")
+
+
+# -- names shown, never acted on -------------------------------------------------------------------------------
+
+HOSTILE_GROUPS = ["\x1b]0;pwned\x07\x1b[2J", "evil\nt\t0\tforged\t99", "cr\rover", "bidi\u202eevil"]
+RAW = ("\x1b", "\x07", "\r", "\u202e")
+
+
+def test_group_ids_and_header_keys_reach_no_terminal_raw(tmp_path: Path) -> None:
+    root = tmp_path / "backup"
+    with PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root)) as writer:
+        writer.append(Record(0, 0, NOW, b"k", b"v", (("\x1b[31mred\x07", b"x"), ("cr\rnl\n", None))))
+    write_consumer_offsets(root / "t", 0, {group: 1 for group in HOSTILE_GROUPS})
+    offsets = kbackup_in_process("offsets", root)
+    assert offsets.returncode == 0, offsets.stderr
+    assert not any(raw in offsets.stdout for raw in RAW), repr(offsets.stdout)
+    rows = offsets.stdout.splitlines()
+    assert len(rows) == len(HOSTILE_GROUPS) and all(row.count("\t") == 3 for row in rows), rows  # no forged row
+    assert "t\t0\t\\x1b]0;pwned\\x07\\x1b[2J\t1" in rows
+    assert "t\t0\tevil\\x0at\\x090\\x09forged\\x0999\t1" in rows
+    described = kbackup_in_process("describe", root)
+    assert not any(raw in described.stdout for raw in RAW), repr(described.stdout)
+    assert "    group evil\\x0at\\x090\\x09forged\\x0999: 1" in described.stdout.splitlines()
+    as_json = json.loads(kbackup_in_process("offsets", root, "--json").stdout)
+    assert set(as_json["t"]["0"]) == set(HOSTILE_GROUPS)  # JSON keeps the names exactly (escaped by JSON)
+    cat = kbackup_in_process("cat", root)
+    assert not any(raw in cat.stdout for raw in RAW), repr(cat.stdout)
+    assert [key for key, _ in json.loads(cat.stdout)["headers"]] == ["\x1b[31mred\x07", "cr\rnl\n"]
+
+
+def test_a_directory_name_with_escapes_is_shown_escaped(tmp_path: Path) -> None:
+    root = tmp_path / "evil\x1b[2J\x07dir"
+    write_backup(root, old=False)
+    shutil.copytree(root / "t", root / "t\x1b]0;x\x07")  # not a Kafka topic name: not a topic of the backup
+    for command in ("ls", "describe", "verify"):
+        result = kbackup_in_process(command, root)
+        assert result.returncode == 0, result.stderr
+        assert not any(raw in result.stdout + result.stderr for raw in RAW), repr(result.stdout)
+        assert "t\\x1b" not in result.stdout, result.stdout
+    missing = kbackup_in_process("ls", tmp_path / "gone\x1b[2J")
+    line = one_line_error(missing, "gone\\x1b[2J")
+    assert "\x1b" not in line
+
+
+def test_log_lines_and_error_lines_show_names_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    from kbackup.logsetup import JsonLines, TextLines, print_error
+
+    record = logging.LogRecord("kbackup", logging.INFO, "f", 1, "group %s placed", (HOSTILE_GROUPS[1],), None)
+    assert TextLines().format(record).endswith(" kbackup INFO group evil\\x0at\\x090\\x09forged\\x0999 placed")
+    record = logging.LogRecord("kbackup", logging.INFO, "f", 1, "group %s", ("a\u202eb\x9bc",), None)
+    line = JsonLines().format(record)
+    assert json.loads(line)["message"] == "group a\u202eb\x9bc" and "\u202e" not in line and "\x9b" not in line
+    print_error("kbackup backup: error: group \x1b[2J\nrefused")
+    assert capsys.readouterr().err == "kbackup backup: error: group \\x1b[2J\\x0arefused\n"
+
+
+# -- topic configurations from a backup ------------------------------------------------------------------------
+
+
+def test_only_configurations_of_the_data_are_copied_by_default() -> None:
+    from kbackup.restore.topic_configs import choose_configs
+
+    recorded = {"retention.ms": "-1", "cleanup.policy": "compact", "unclean.leader.election.enable": "true",
+                "min.insync.replicas": "1", "leader.replication.throttled.replicas": "*", "made.up": "x",
+                "segment.ms": "60000"}  # fmt: skip
+    data = choose_configs(recorded, "data", dropped={"segment.ms"}, given={"cleanup.policy"})
+    assert data.copied == {"retention.ms": "-1"}
+    assert set(data.skipped) == {"unclean.leader.election.enable", "min.insync.replicas",
+                                 "leader.replication.throttled.replicas", "made.up", "segment.ms"}  # fmt: skip
+    assert data.skipped["segment.ms"] == ("60000", "--drop-topic-config")
+    assert data.describe_skipped("t")[0].startswith("t: leader.replication.throttled.replicas=* of the backup is not")
+    everything = choose_configs(recorded, "all", dropped={"segment.ms"})
+    assert set(everything.copied) == set(recorded) - {"segment.ms"}
+    nothing = choose_configs(recorded, "none")
+    assert nothing.copied == {} and {why for _, why in nothing.skipped.values()} == {"--topic-configs none"}
+
+
+# -- an encrypted backup cannot be downgraded ------------------------------------------------------------------
+
+KEK = bytes(range(32))
+
+
+@pytest.fixture
+def sealed_backup(tmp_path: Path) -> Iterator[Path]:
+    """Topic ``t`` partition 0 written with a key: ~6 sealed segments and the newest being written (plain)."""
+    from kbackup.format.encryption import KeyRing
+    from kbackup.partition.records_file import install_keys
+
+    root = tmp_path / "backup"
+    with PartitionWriter(root / "t", "t", 0, max_segment_size=400, fsync=False, ledger=CatalogLedger(root),
+                         encryption_key=KEK) as writer:  # fmt: skip
+        for i in range(40):
+            writer.append(Record(i, 0, NOW + i, b"k%d" % i, b"v" * 40))
+    (tmp_path / "kek.hex").write_text(KEK.hex())
+    install_keys(KeyRing({}))  # the writer's process could read what it sealed; readers here are given the key
+    yield root
+    install_keys(KeyRing({}))
+
+
+def forge_plain(root: Path, number: int, value: bytes = b"forged") -> str:
+    """Put a plain segment of chosen records where the partition's segment ``number`` is: same offsets."""
+    reader = PartitionReader(root / "t", 0)
+    segment = reader.segments[number]
+    following = reader.segments[number + 1].start_offset
+    write_original_style(root / "forged", 0, [[Record(o, 0, NOW, b"k", value) for o in range(segment.start_offset,
+                                                                                             following)]])  # fmt: skip
+    records, index = reader.segment_paths(segment)
+    forged = root / "forged"
+    (forged / "segment_partition_000_from_offset_0000000000_records").replace(as_local(records))
+    (forged / "segment_partition_000_from_offset_0000000000_index").replace(as_local(index))
+    shutil.rmtree(forged)
+    return segment.name
+
+
+def with_key(tmp_path: Path, *args: str | Path) -> object:
+    return kbackup_in_process(*args, "--encryption-key-file", tmp_path / "kek.hex")
+
+
+@pytest.mark.parametrize("catalog", ["deleted", "edited"])
+def test_a_sealed_segment_replaced_by_a_plain_one_is_refused_by_every_reader(
+    sealed_backup: Path, tmp_path: Path, catalog: str
+) -> None:
+    root = sealed_backup
+    name = forge_plain(root, 1)
+    path = Path(str(catalog_path(root, "t", 0)))
+    if catalog == "deleted":
+        path.unlink()
+    else:  # checksums made to match, the key id dropped: what a careful forger does
+        from kbackup.catalog.build import build_partition_catalog
+        from kbackup.format.encryption import KeyRing
+        from kbackup.partition.records_file import install_keys
+
+        install_keys(KeyRing.of([KEK]))
+        path.write_bytes(build_partition_catalog(root / "t", 0).encode())
+        install_keys(KeyRing({}))
+    verified = with_key(tmp_path, "verify", root, "--deep")
+    assert verified.returncode == 1, verified.stdout  # type: ignore[attr-defined]
+    expected = f"t/0: segment {name} is stored plain, but the partition is sealed with key id"
+    assert expected in verified.stdout, verified.stdout  # type: ignore[attr-defined]
+    cat = with_key(tmp_path, "cat", root, "--no-verify")
+    line = one_line_error(cat, "nothing was printed", expected)
+    assert "forged" not in cat.stdout + line  # type: ignore[attr-defined]
+    merged = with_key(tmp_path, "merge", root)
+    one_line_error(merged, "nothing was merged", expected)
+
+
+def test_a_deleted_seal_record_or_a_cut_partition_index_is_refused(sealed_backup: Path, tmp_path: Path) -> None:
+    from kbackup.catalog.seals import seal_record_path
+    from kbackup.format.partition_index import encode_partition_index
+
+    root = sealed_backup
+    record = Path(str(seal_record_path(root, "t", 0)))
+    saved = record.read_bytes()
+    document = json.loads(saved)
+    document["sealedThrough"] = 0
+    record.write_text(json.dumps(document))
+    one_line_error(with_key(tmp_path, "cat", root), "the seal record fails authentication with its key")
+    record.unlink()
+    one_line_error(with_key(tmp_path, "cat", root), "no seal record", "--allow-unauthenticated")
+    assert with_key(tmp_path, "cat", root, "--allow-unauthenticated").returncode == 0  # type: ignore[attr-defined]
+    record.write_bytes(saved)
+    assert with_key(tmp_path, "cat", root).returncode == 0  # type: ignore[attr-defined]
+    # Cut the partition index after its second segment: the sealed segments after it are gone, the plain one
+    # forged in their place looks like the newest segment, still being written.
+    index = root / "t" / "index_partition_000"
+    reader = PartitionReader(root / "t", 0)
+    forge_plain(root, 1)
+    index.write_bytes(encode_partition_index(reader.segments[:2]))
+    line = one_line_error(with_key(tmp_path, "cat", root), "the partition index ends before offset")
+    assert "segments were removed" in line
+
+
+def test_encryption_turned_on_vouches_for_the_plain_segments_before_it(tmp_path: Path) -> None:
+    from kbackup.format.encryption import KeyRing
+    from kbackup.partition.records_file import install_keys
+
+    root = tmp_path / "backup"
+    (tmp_path / "kek.hex").write_text(KEK.hex())
+    try:
+        with PartitionWriter(root / "t", "t", 0, max_segment_size=400, fsync=False, ledger=CatalogLedger(root)) as w:
+            for i in range(20):
+                w.append(Record(i, 0, NOW + i, b"k%d" % i, b"v" * 40))
+        with PartitionWriter(root / "t", "t", 0, max_segment_size=400, fsync=False, ledger=CatalogLedger(root),
+                             encryption_key=KEK) as w:  # fmt: skip
+            for i in range(20, 40):
+                w.append(Record(i, 0, NOW + i, b"k%d" % i, b"v" * 40))
+        install_keys(KeyRing({}))
+        cat = with_key(tmp_path, "cat", root)
+        assert cat.returncode == 0 and len(cat.stdout.splitlines()) == 40, cat.stderr  # type: ignore[attr-defined]
+        assert with_key(tmp_path, "verify", root, "--deep").returncode == 0  # type: ignore[attr-defined]
+        name = forge_plain(root, 0)  # a vouched plain segment, changed
+        line = one_line_error(with_key(tmp_path, "cat", root), f"segment {name} is not the plain segment the seal")
+        assert "forged" not in line
+    finally:
+        install_keys(KeyRing({}))
