@@ -315,10 +315,10 @@ def _verify_registry_copy(root: Location, out: TextIO) -> str | None:
     try:
         copy = read_registry_copy(root)
     except FormatError as exc:
-        out.write(f"schema registry copy: DAMAGED\n  error: {exc}\n")
+        out.write(f"schema registry copy: DAMAGED\n  error: {shown(str(exc))}\n")
         return str(exc)
     if copy is not None:
-        out.write(f"schema registry copy: ok ({copy.describe()} of {copy.registry})\n")
+        out.write(f"schema registry copy: ok ({shown(copy.describe())} of {shown(copy.registry)})\n")
     return None
 
 
@@ -428,15 +428,16 @@ def cmd_schemas_list(args: argparse.Namespace, out: TextIO) -> None:
         return
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(copy.captured_at / 1000))
     out.write(
-        f"registry {copy.registry}, last changed by the capture at {stamp}; compatibility "
-        f"{copy.compatibility or 'unknown'}, mode {copy.mode or 'unknown'}; {count(len(copy.schemas), 'schema')}\n"
+        f"registry {shown(copy.registry)}, last changed by the capture at {stamp}; compatibility "
+        f"{shown(copy.compatibility or 'unknown')}, mode {shown(copy.mode or 'unknown')}; "
+        f"{count(len(copy.schemas), 'schema')}\n"
     )
     for subject in copy.subjects.values():
         if args.subject is not None and subject.name != args.subject:
             continue
-        level = f" (compatibility {subject.compatibility})" if subject.compatibility else ""
+        level = f" (compatibility {shown(subject.compatibility)})" if subject.compatibility else ""
         versions = ", ".join(f"{v.version}: id {v.id}" + (" deleted" if v.deleted else "") for v in subject.versions)
-        out.write(f"{subject.name}{level}: {versions}\n")
+        out.write(f"{shown(subject.name)}{level}: {versions}\n")
 
 
 def cmd_schemas_capture(args: argparse.Namespace, out: TextIO) -> None:

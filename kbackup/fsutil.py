@@ -14,6 +14,7 @@ import contextlib
 import errno
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 from kbackup.errors import StorageError
 
@@ -123,11 +124,25 @@ def sync_filesystem(path: Path) -> None:
         os.close(fd)
 
 
+def open_new(path: Path, flags: int = os.O_WRONLY, mode: int = 0o644) -> int:
+    """A new, empty file at ``path`` (a temporary file): whatever is there is removed first (a file left by a killed
+    run, or a link someone planted: the link goes, never what it points to) and the file is created exclusively,
+    without following links, so a link planted meanwhile is an error instead of a write elsewhere."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return os.open(path, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+
+
+def open_new_file(path: Path) -> BinaryIO:
+    """:func:`open_new` as a binary file object for writing."""
+    return os.fdopen(open_new(path), "wb")
+
+
 def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
     """Replace ``path`` with ``data`` all at once (see module docstring)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
     try:
-        with open(tmp, "wb") as handle:
+        with open_new_file(tmp) as handle:
             handle.write(data)
             handle.flush()
             if sync:

@@ -127,9 +127,12 @@ def test_encrypted_segments_are_merged_with_their_key_and_stay_sealed(tmp_path: 
     done = kbackup_in_process("merge", root, "--encryption-key-file", key_file)
     assert done.returncode == 0, done.stderr
     catalog = read_catalog(root, "t", 0)
-    assert catalog is not None and len(catalog.segments) == 1
+    # The newest sealed segment stays as it is: the partition's seal record names it (kbackup.catalog.seals).
+    assert catalog is not None and len(catalog.segments) == 2
+    assert catalog.segments[1].name in before_names and catalog.segments[0].name.endswith("_merged_1")
     entry = catalog.segments[0]
     assert (entry.key_id, entry.compression) == (key_id(KEK).hex(), "lz4")
+    assert kbackup_in_process("verify", root, "--deep", "--encryption-key-file", key_file).returncode == 0
     stored = (root / "t" / f"{entry.name}_records").read_bytes()
     assert is_framed(stored) and b"value-7-" not in stored
     install_keys(KeyRing.of([KEK]))

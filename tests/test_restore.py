@@ -989,3 +989,43 @@ def test_checkpoint_taken_while_producing_and_committing_restores_consistently(
         assert position <= len(mine)
         unconsumed = [r for r in expected if r["offset"] >= committed[(topic, partition)]]
         assert [(r["key"], r["value"]) for r in mine[position:]] == [(r["key"], r["value"]) for r in unconsumed]
+
+
+def test_a_downgraded_encrypted_backup_is_refused_before_anything_is_produced(target: Target, tmp_path: Path) -> None:
+    """A sealed segment replaced by a plain one of chosen records, the catalog deleted (issue 29)."""
+    from confluent_kafka.admin import AdminClient
+
+    from kbackup.catalog.store import catalog_path
+    from kbackup.format.encryption import KeyRing
+    from kbackup.partition.reader import PartitionReader
+    from kbackup.partition.records_file import install_keys
+    from kbackup.storage import as_local
+
+    kek = bytes(range(32))
+    backup = tmp_path / "backup"
+    with PartitionWriter(backup / "sealed", "sealed", 0, max_segment_size=400, fsync=False,
+                         ledger=CatalogLedger(backup), encryption_key=kek) as writer:  # fmt: skip
+        for i in range(40):
+            writer.append(Record(i, 0, BASE + i, b"k%d" % i, b"v" * 40))
+    install_keys(KeyRing({}))
+    reader = PartitionReader(backup / "sealed", 0)
+    segment, following = reader.segments[1], reader.segments[2].start_offset
+    forged = tmp_path / "forged"
+    write_original_style(forged, 0, [[Record(o, 0, BASE, b"k", b"forged") for o in range(segment.start_offset,
+                                                                                      following)]])  # fmt: skip
+    records, index = reader.segment_paths(segment)
+    (forged / "segment_partition_000_from_offset_0000000000_records").replace(as_local(records))
+    (forged / "segment_partition_000_from_offset_0000000000_index").replace(as_local(index))
+    as_local(catalog_path(backup, "sealed", 0)).unlink()
+    key_file = tmp_path / "kek.hex"
+    key_file.write_text(kek.hex())
+    name = target.name("sealed-restored")
+    args: list[str | Path] = [*target.args(tmp_path), "--source-dir", backup, "--topic-map", f"sealed={name}",
+            "--encryption-key-file", key_file]  # fmt: skip
+    for extra in (["--dry-run"], []):
+        refused = restore_python(*args, *extra)
+        assert refused.returncode == 1, refused.stdout[-2000:] + refused.stderr[-2000:]
+        errors = [line for line in refused.stderr.splitlines() if line.strip()]
+        assert len(errors) == 1 and "nothing was produced" in errors[0], refused.stderr
+        assert f"segment {segment.name} is stored plain, but the partition is sealed with key id" in errors[0]
+    assert name not in AdminClient(target.broker.client_settings()).list_topics(timeout=10).topics

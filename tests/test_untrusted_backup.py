@@ -171,7 +171,7 @@ def test_names_follow_the_layout_grammar() -> None:
         with pytest.raises(FormatError, match="not a Kafka topic name"):
             check_topic_name(bad, file="f")
     assert check_segment_name("s0", file="f") == "s0"  # the format allows any plain name
-    for bad in ("", ".", "..", "a/b", "a\\b", "a\x00b", "x" * 241):
+    for bad in ("", ".", "..", "a/b", "a\\b", "a\x00b", "x" * 241, "s\nforged", "s\x1b[2J", "s\x9b"):
         with pytest.raises(FormatError, match="names no file in the topic directory"):
             check_segment_name(bad, file="f")
 
@@ -492,3 +492,121 @@ def test_encryption_turned_on_vouches_for_the_plain_segments_before_it(tmp_path:
         assert "forged" not in line
     finally:
         install_keys(KeyRing({}))
+
+
+def test_the_newest_sealed_segment_cannot_be_dropped_for_a_forged_one_being_written(
+    sealed_backup: Path, tmp_path: Path
+) -> None:
+    from kbackup.catalog.seals import seal_record_path
+    from kbackup.format.partition_index import PartitionIndexEntry, encode_partition_index
+
+    root = sealed_backup
+    record = json.loads(Path(str(seal_record_path(root, "t", 0))).read_text())
+    through = record["sealedThrough"]
+    assert through > 0 and record["newest"]
+    reader = PartitionReader(root / "t", 0)
+    kept = [segment for segment in reader.segments if segment.start_offset < through]
+    forged = root / "forged"
+    write_original_style(forged, 0, [[Record(o, 0, NOW, b"k", b"EVIL") for o in range(through + 1, 40)]])
+    name = f"segment_partition_000_from_offset_{through + 1:010d}"
+    for suffix in ("_records", "_index"):
+        (forged / f"segment_partition_000_from_offset_0000000000{suffix}").replace(root / "t" / f"{name}{suffix}")
+    shutil.rmtree(forged)
+    (root / "t" / "index_partition_000").write_bytes(
+        encode_partition_index([*kept, PartitionIndexEntry(name, through + 1)])
+    )
+    Path(str(catalog_path(root, "t", 0))).unlink()
+    for command in (("cat", root), ("verify", root, "--deep"), ("merge", root)):
+        result = with_key(tmp_path, *command)
+        assert result.returncode == 1, result.stdout  # type: ignore[attr-defined]
+        output = result.stdout + result.stderr  # type: ignore[attr-defined]
+        assert (
+            f"the newest sealed segment {record['newest']} (offset {through}) is not in the partition index" in output
+        )
+        assert "RVZJTA" not in output  # base64 of EVIL: never printed
+
+
+def test_planted_links_at_lock_and_temporary_names_are_never_written_through(scene: tuple[Path, list[Path]]) -> None:
+    root, sentinels = scene
+    victim = sentinels[1]
+    state = root / "kbackup~state"
+    (state / "prune-lease").symlink_to(victim / "x_records")  # the lock prune and merge take
+    before = snapshot(*sentinels)
+    one_line_error(kbackup_in_process("prune", root, "--older-than", "1d"), "prune-lease", "symbolic link")
+    one_line_error(kbackup_in_process("merge", root), "prune-lease", "symbolic link")
+    assert snapshot(*sentinels) == before
+    (state / "prune-lease").unlink()
+    # Links at the temporary names of the next pids: an atomic write removes the link, never writes through it.
+    catalog = Path(str(catalog_path(root, "t", 0)))
+    for pid in range(os.getpid(), os.getpid() + 3):
+        (catalog.parent / f".{catalog.name}.{pid}.kbackup-tmp").symlink_to(victim / "partition_000.json")
+    assert kbackup_in_process("catalog", "rebuild", root).returncode == 0
+    assert not catalog.is_symlink() and json.loads(catalog.read_text())["topic"] == "t"
+    assert snapshot(*sentinels) == before
+
+
+def test_an_index_rebuild_does_not_read_a_records_file_linked_out(scene: tuple[Path, list[Path]]) -> None:
+    root, sentinels = scene
+    other = sentinels[0] / "orders"
+    records = root / "t" / f"{SEGMENT}_records"
+    records.unlink()
+    records.symlink_to(other / f"{SEGMENT}_records")
+    before = snapshot(*sentinels)
+    result = kbackup_in_process("index", "rebuild", root / "t")
+    assert result.returncode != 0 and "symbolic link" in result.stdout + result.stderr, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert snapshot(*sentinels) == before
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("takenAt", 1e400), ("takenAt", 10**29), ("requestedAt", 10**17), ("id", 10**20), ("takenAt", True)],
+)
+def test_numbers_out_of_their_range_in_a_checkpoint_are_one_line(
+    scene: tuple[Path, list[Path]], field: str, value: object
+) -> None:
+    root, _ = scene
+    path = Path(str(checkpoints.checkpoint_path(root, 1)))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {"version": 1, "id": 1, "status": "completed", "requestedAt": NOW, "takenAt": NOW, "reason": None,
+                "groups": {}, "ends": {"t": {"0": 5}}}  # fmt: skip
+    path.write_text(json.dumps({**document, field: value}))
+    for command in (("checkpoint", "list", root), ("describe", root), ("prune", root, "--older-than", "1d")):
+        one_line_error(kbackup_in_process(*command), str(path))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("recordsCrc32c", None),
+        ("recordsCrc32c", 1e400),
+        ("maxTimestamp", "soon"),
+        ("records", 1.5),
+        ("recordsBytes", True),
+    ],
+)
+def test_a_catalog_entry_of_the_wrong_type_is_one_line(
+    scene: tuple[Path, list[Path]], field: str, value: object
+) -> None:
+    root, _ = scene
+    path = Path(str(catalog_path(root, "t", 0)))
+    document = json.loads(path.read_text())
+    document["segments"][0][field] = value
+    path.write_text(json.dumps(document))
+    for command in (("verify", root), ("cat", root), ("describe", root), ("prune", root, "--older-than", "1d")):
+        result = kbackup_in_process(*command)
+        assert result.returncode != 0 and "Traceback" not in result.stderr, (command, result.stderr)
+        assert str(path) in result.stdout + result.stderr, (command, result.stdout, result.stderr)
+
+
+def test_a_backup_inside_a_confined_directory_is_held_to_its_own_root(tmp_path: Path) -> None:
+    from kbackup.storage.local import check_inside, confine
+
+    outer, root = tmp_path / "outer", tmp_path / "outer" / "backup"
+    (outer / "elsewhere").mkdir(parents=True)
+    root.mkdir()
+    (root / "t").symlink_to(outer / "elsewhere")  # inside the outer directory, outside the backup
+    confine(outer)
+    confine(root)
+    with pytest.raises(FormatError, match="symbolic link"):
+        check_inside(root / "t" / "index_partition_000")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kbackup.errors import BackupNotFoundError, FormatError
-from kbackup.format.json_document import parse_document
+from kbackup.format.json_document import MAX_TIME_MS, parse_document
 from kbackup.format.naming import check_partition, check_topic_name
 from kbackup.partition.layout import state_dir
 from kbackup.storage import Location, ObjectPath, exists, read_limited, storage_for, write_whole
@@ -76,8 +76,8 @@ class Checkpoint:
             return cls(
                 id=int(document["id"]),
                 status=document["status"],
-                requested_at=int(document["requestedAt"]),
-                taken_at=None if document["takenAt"] is None else int(document["takenAt"]),
+                requested_at=_time(document["requestedAt"], file),
+                taken_at=None if document["takenAt"] is None else _time(document["takenAt"], file),
                 reason=document["reason"],
                 groups={str(group): _flat(offsets, file) for group, offsets in document["groups"].items()},
                 ends=_flat(document["ends"], file),
@@ -95,12 +95,22 @@ def _nest(offsets: Offsets) -> dict[str, dict[str, int]]:
     return nested
 
 
+def _time(value: object, file: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_TIME_MS:
+        raise FormatError("not a checkpoint: a time is not epoch milliseconds", file=file, found=repr(value)[:40])
+    return value
+
+
 def _flat(nested: dict[str, Any], file: str) -> Offsets:
     return {
         (check_topic_name(topic, file=file), check_partition(int(p), file=file)): int(o)
         for topic, partitions in nested.items()
         for p, o in partitions.items()
     }
+
+
+#: The largest checkpoint read (groups times partitions, a million offsets): a larger file is not one kbackup wrote.
+MAX_CHECKPOINT_BYTES = 64 << 20
 
 
 def checkpoint_dir(root: Location) -> Location:
@@ -123,7 +133,7 @@ def list_checkpoints(root: Location, *, above: int = 0) -> list[Checkpoint]:
     for checkpoint_id in _ids(root):
         if checkpoint_id > above:
             path = checkpoint_path(root, checkpoint_id)
-            result.append(Checkpoint.decode(read_limited(path, 1 << 30), file=str(path)))
+            result.append(Checkpoint.decode(read_limited(path, MAX_CHECKPOINT_BYTES), file=str(path)))
     return result
 
 
@@ -131,7 +141,7 @@ def read_checkpoint(root: Location, checkpoint_id: int) -> Checkpoint:
     path = checkpoint_path(root, checkpoint_id)
     if not exists(path):
         raise BackupNotFoundError(f"checkpoint {checkpoint_id} does not exist in {root}")
-    return Checkpoint.decode(read_limited(path, 1 << 30), file=str(path))
+    return Checkpoint.decode(read_limited(path, MAX_CHECKPOINT_BYTES), file=str(path))
 
 
 def save(root: Location, checkpoint: Checkpoint) -> None:

@@ -49,7 +49,7 @@ import numpy as np
 from kbackup.catalog.build import describe_segment, file_crc32c
 from kbackup.catalog.model import SegmentEntry
 from kbackup.catalog.prune import partition_locked
-from kbackup.catalog.seals import vouched_plain_names
+from kbackup.catalog.seals import pinned_names
 from kbackup.catalog.store import read_catalog, write_catalog
 from kbackup.errors import ChecksumError, DecryptionKeyError, FormatError
 from kbackup.format.magic import MAGIC_V1
@@ -117,7 +117,7 @@ def _plan_partition(root: Location, topic: str, partition: int, max_segment_size
         return []
     reader = PartitionReader(root / topic, partition)
     cataloged = {entry.name: entry for entry in catalog.segments}
-    vouched = vouched_plain_names(root, topic, partition)  # kept as the seal record knows them
+    pinned = pinned_names(root, topic, partition)  # kept as the seal record knows them
     groups: list[MergeGroup] = []
     run: list[SegmentEntry] = []
 
@@ -129,7 +129,7 @@ def _plan_partition(root: Location, topic: str, partition: int, max_segment_size
 
     for segment in reader.segments[:-1]:  # the newest may still grow
         entry = cataloged.get(segment.name)
-        if entry is None or entry.start_offset != segment.start_offset or segment.name in vouched:
+        if entry is None or entry.start_offset != segment.start_offset or segment.name in pinned:
             close_run()
             continue
         size = sum(_plain_size(e) - 1 for e in run) + _plain_size(entry)

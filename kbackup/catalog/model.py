@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kbackup.errors import FormatError
-from kbackup.format.json_document import parse_document
+from kbackup.format.json_document import check_fields, parse_document
 from kbackup.format.naming import check_partition, check_segment_name, check_topic_name
 from kbackup.partition.ledger import TailEntry
 
@@ -73,8 +73,14 @@ class PartitionCatalog:
                     expected=str(CATALOG_VERSION),
                     found=repr(document.get("version")),
                 )
-            segments = tuple(SegmentEntry(**_snake(item)) for item in document["segments"])
-            tail = TailEntry(**_snake(document["tail"])) if document.get("tail") is not None else None
+            segments = tuple(
+                SegmentEntry(**check_fields(SegmentEntry, _snake(item), file=file, what="catalog entry"))
+                for item in document["segments"]
+            )
+            tail_fields = document.get("tail")
+            tail = None
+            if tail_fields is not None:
+                tail = TailEntry(**check_fields(TailEntry, _snake(tail_fields), file=file, what="catalog tail"))
             for entry in (*segments, *(() if tail is None else (tail,))):
                 check_segment_name(entry.name, file=file, what="a catalog entry")
             topic = check_topic_name(document["topic"], file=file)

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from kbackup.catalog import checkpoints
 from kbackup.catalog.model import SegmentEntry
+from kbackup.catalog.seals import pinned_names
 from kbackup.catalog.store import read_catalog, write_catalog
 from kbackup.errors import FormatError
 from kbackup.format.naming import (
@@ -50,7 +51,7 @@ from kbackup.format.naming import (
     check_topic_name,
 )
 from kbackup.format.partition_index import encode_partition_index
-from kbackup.fsutil import TMP_SUFFIX, disk_error, fsync_dir
+from kbackup.fsutil import TMP_SUFFIX, disk_error, fsync_dir, open_new
 from kbackup.partition.layout import list_partitions, partition_index_path, state_dir
 from kbackup.partition.reader import PartitionReader
 from kbackup.partition.writer import lock_partition_index
@@ -88,10 +89,11 @@ def plan_prune(
             needs = [_needed_from(c, topic, partition) for c in retained]
             named = PartitionReader(root / topic, partition).segments
             newest = named[-1].name if named else None
+            pinned = pinned_names(root, topic, partition)
             for entry in catalog.segments:
-                # The newest segment stays (on an object store it is cataloged too):
-                # it tells a restarted backup where the partition ends.
-                if entry.name == newest or not _may_go(entry, cutoff_ms, needs):
+                # The newest segment stays (on an object store it is cataloged too): it tells a restarted backup
+                # where the partition ends; so do the segments the seal record names (kbackup.catalog.seals).
+                if entry.name == newest or entry.name in pinned or not _may_go(entry, cutoff_ms, needs):
                     break  # only a prefix goes
                 doomed.append(PrunedSegment(topic, partition, entry))
     return doomed, dropped
@@ -181,7 +183,7 @@ class _LockedPartition:
         # prune to finish the partition (catalog, deletions) instead of finding it unlocked.
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}{TMP_SUFFIX}")
         try:
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            fd = open_new(tmp, os.O_RDWR)
             self.fds.append(fd)
             fcntl.flock(fd, fcntl.LOCK_EX)
             os.write(fd, data)
@@ -249,4 +251,4 @@ def _is_checkpoint_id(number: object, file: str) -> bool:
 
 
 #: The largest intent a prune reads back (one entry per segment to delete).
-MAX_INTENT_BYTES = 1 << 28
+MAX_INTENT_BYTES = 64 << 20

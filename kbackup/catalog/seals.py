@@ -9,6 +9,7 @@ backup's writers as they seal, authenticated by an HMAC under a key derived from
 
     {"version": 1, "topic": T, "partition": P, "keyId": HEX,
      "sealedThrough": OFFSET,          start offset of the newest segment sealed holding records (-1: none yet)
+     "newest": NAME,                   that segment's name (null: none yet)
      "plain": [[NAME, SHA256], ...],   segments stored plain before the partition was first sealed (vouched for as
                                        found; their SHA-256 binds their bytes)
      "mac": HEX}                        HMAC-SHA256 of the canonical JSON of the rest
@@ -17,7 +18,8 @@ With a key given, a reader (``verify``, ``cat``, ``restore``, ``merge``) holds e
 prints or produces anything (:func:`seal_problems`): the record exists and authenticates; every segment holding
 records is sealed and opens with a given key, or is a vouched plain one, or is the newest segment still being
 written (above ``sealedThrough``; the one before it too while the newest holds nothing: a writer killed between
-starting a segment and sealing the previous one); and the partition index reaches ``sealedThrough``.
+starting a segment and sealing the previous one); and the segment ``newest`` is in the partition index, at
+``sealedThrough`` (``prune`` and ``merge`` leave it, and the vouched plain segments, as they are).
 
 Crash safety: the record is replaced whole after the segments it counts are sealed and named; a kill before that
 leaves it behind the files, which only means fewer segments are required to be sealed. What it does not protect
@@ -58,6 +60,7 @@ class SealRecord:
     key_id: bytes
     sealed_through: int = -1
     plain: tuple[tuple[str, str], ...] = ()
+    newest: str | None = None
 
     def _body(self) -> bytes:
         document = {
@@ -66,6 +69,7 @@ class SealRecord:
             "partition": self.partition,
             "keyId": self.key_id.hex(),
             "sealedThrough": self.sealed_through,
+            "newest": self.newest,
             "plain": [list(entry) for entry in self.plain],
         }
         return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
@@ -88,12 +92,16 @@ class SealRecord:
             plain = tuple(
                 (check_segment_name(name, file=file), str(digest)) for name, digest in document.get("plain", ())
             )
+            through, newest = document["sealedThrough"], document.get("newest")
+            if isinstance(through, bool) or not isinstance(through, int) or not -1 <= through < 2**63:
+                raise FormatError("not a seal record: sealedThrough is not an offset", file=file, found=repr(through))
             record = cls(
                 check_topic_name(document["topic"], file=file),
                 check_partition(document["partition"], file=file),
                 bytes.fromhex(str(document["keyId"])),
-                int(document["sealedThrough"]),
+                through,
                 plain,
+                None if newest is None else check_segment_name(newest, file=file),
             )
             mac = bytes.fromhex(str(document["mac"]))
         except FormatError:
@@ -121,15 +129,17 @@ def read_seal_record(root: Location, topic: str, partition: int, keys: KeyRing) 
     return record
 
 
-def vouched_plain_names(root: Location, topic: str, partition: int) -> set[str]:
-    """The plain segments the partition's seal record names, read without a key (merge leaves them as they are:
-    a merged segment would no longer be the one vouched for); a record that cannot be read names none."""
+def pinned_names(root: Location, topic: str, partition: int) -> set[str]:
+    """The segments the partition's seal record names (its newest sealed one, the vouched plain ones), read
+    without a key: ``prune`` and ``merge`` leave them as they are (a merged or deleted one would no longer be the one
+    the record vouches for); a record that cannot be read names none."""
     path = seal_record_path(root, topic, partition)
     if not exists(path):
         return set()
     try:
         document = parse_document(read_limited(path, _MAX_BYTES), file=str(path), what="seal record")
-        return {str(name) for name, _ in document.get("plain", ())}
+        newest = document.get("newest")
+        return {str(name) for name, _ in document.get("plain", ())} | ({str(newest)} if newest else set())
     except (FormatError, ValueError, TypeError, AttributeError):
         return set()
 
@@ -156,13 +166,17 @@ def vouch(root: Location, topic_dir: Location, partition: int, kek: bytes) -> Se
         except DecryptionKeyError:
             current = None  # another key's: the partition is vouched for anew under this one
     catalog = read_catalog(root, topic, partition)
-    sealed = [entry.start_offset for entry in (catalog.segments if catalog else ()) if entry.key_id and entry.records]
-    through = max(sealed, default=-1)
+    sealed = [entry for entry in (catalog.segments if catalog else ()) if entry.key_id and entry.records]
+    newest = max(sealed, key=lambda entry: entry.start_offset, default=None)
+    through = newest.start_offset if newest is not None else -1
+    name = newest.name if newest is not None else None
     if current is None:
         plain = _plain_segments(topic_dir, partition) if through < 0 else ()
-        updated = SealRecord(topic, partition, key_id(kek), through, plain)
+        updated = SealRecord(topic, partition, key_id(kek), through, plain, name)
+    elif through > current.sealed_through:
+        updated = replace(current, sealed_through=through, newest=name)
     else:
-        updated = replace(current, sealed_through=max(current.sealed_through, through))
+        updated = current
     if updated != current:
         write_whole(path, updated.encode(kek))
     return updated
@@ -171,8 +185,11 @@ def vouch(root: Location, topic_dir: Location, partition: int, kek: bytes) -> Se
 def vouch_as_found(root: Location, topic_dir: Location, partition: int, kek: bytes) -> SealRecord:
     """A new seal record for the partition as it is (``catalog rebuild`` with a key: the operator vouches)."""
     reader = PartitionReader(topic_dir, partition)
-    through = max((s.start_offset for s in reader.segments if _sealed_head(reader, s).sealed), default=-1)
-    record = SealRecord(topic_dir.name, partition, key_id(kek), through, _plain_segments(topic_dir, partition))
+    sealed = [s for s in reader.segments if _sealed_head(reader, s).sealed and _indexes_records(reader, s)]
+    newest = sealed[-1] if sealed else None
+    through = newest.start_offset if newest is not None else -1
+    record = SealRecord(topic_dir.name, partition, key_id(kek), through, _plain_segments(topic_dir, partition),
+                        newest.name if newest is not None else None)  # fmt: skip
     write_whole(seal_record_path(root, topic_dir.name, partition), record.encode(kek))
     return record
 
@@ -231,9 +248,14 @@ def seal_problems(
             f"{where}: segment {segment.name} is stored plain, but the partition is sealed with key id "
             f"{record.key_id.hex()} (seal record): it was put there after the backup wrote it"
         )
-    if record.sealed_through >= 0 and (not reader.segments or reader.segments[-1].start_offset < record.sealed_through):
-        problems.append(f"{where}: the partition index ends before offset {record.sealed_through}, where the seal "
-                        "record says a sealed segment starts: segments were removed")  # fmt: skip
+    if record.sealed_through >= 0:
+        at = {segment.name: segment.start_offset for segment in reader.segments}
+        if not reader.segments or reader.segments[-1].start_offset < record.sealed_through:
+            problems.append(f"{where}: the partition index ends before offset {record.sealed_through}, where the seal "
+                            "record says a sealed segment starts: segments were removed")  # fmt: skip
+        elif record.newest is not None and at.get(record.newest) != record.sealed_through:
+            problems.append(f"{where}: the newest sealed segment {record.newest} (offset {record.sealed_through}) is "
+                            "not in the partition index: it was removed or replaced")  # fmt: skip
     return problems
 
 
@@ -263,6 +285,12 @@ class _Head:
     size: int
     #: Why a sealed file does not open with the keys given (``None``: it does, or no keys were asked).
     refused: str | None = None
+
+
+def _indexes_records(reader: PartitionReader, segment: PartitionIndexEntry) -> bool:
+    """Whether the segment's index lists any record (more than its magic byte)."""
+    index = reader.segment_paths(segment)[1]
+    return (storage_for(index).size(index) or 0) > 1
 
 
 def _sha256(location: Location) -> str:

@@ -7,6 +7,9 @@ from kbackup.errors import FormatError
 from kbackup.partition.layout import state_dir
 from kbackup.storage import Location, exists, read_limited, write_whole
 
+#: The largest catalog read (about 150,000 segments of one partition): a larger file is not one kbackup wrote.
+MAX_CATALOG_BYTES = 64 << 20
+
 
 def catalog_dir(root: Location, topic: str) -> Location:
     """``STATE/catalog/<topic>`` (see :func:`kbackup.partition.layout.state_dir`)."""
@@ -21,7 +24,7 @@ def read_catalog(root: Location, topic: str, partition: int) -> PartitionCatalog
     path = catalog_path(root, topic, partition)
     if not exists(path):
         return None
-    catalog = PartitionCatalog.decode(read_limited(path, 1 << 30), file=str(path))
+    catalog = PartitionCatalog.decode(read_limited(path, MAX_CATALOG_BYTES), file=str(path))
     if (catalog.topic, catalog.partition) != (topic, partition):
         raise FormatError(
             "a catalog of another partition", file=str(path), expected=f"topic {topic!r} partition {partition}",

@@ -44,6 +44,8 @@ _TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 TOPIC_GRAMMAR = "1 to 249 characters of [a-zA-Z0-9._-], not . or .."
 #: The highest partition number Kafka has (an int32).
 MAX_PARTITION = 2**31 - 1
+# Control characters (a NUL among them) have no place in a file name a listing or an error line shows.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 #: The longest segment name (its file names add a suffix; most file systems allow 255 bytes).
 MAX_SEGMENT_NAME = 240
 
@@ -70,12 +72,13 @@ def check_partition(value: object, *, file: str) -> int:
 
 def is_segment_name(name: object) -> bool:
     """Whether ``name`` is a plain file name prefix in a topic directory (the format allows any such name; the
-    original's test index uses ``s0``): no separator, no NUL, not ``.`` or ``..``."""
+    original's test index uses ``s0``): no separator, no control character, not ``.`` or ``..``."""
     return (
         isinstance(name, str)
         and 0 < len(name.encode("utf-8", "surrogatepass")) <= MAX_SEGMENT_NAME
         and name not in (".", "..")
-        and not any(c in name for c in "/\\\x00")
+        and not any(c in name for c in "/\\")
+        and _CONTROL.search(name) is None
     )
 
 

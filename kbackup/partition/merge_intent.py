@@ -32,7 +32,7 @@ def pending_intent(root: Location) -> MergeIntent | None:
     if not exists(path):
         return None
     file = str(path)
-    intent = read_document(path, 1 << 28, what="merge intent")
+    intent = read_document(path, 64 << 20, what="merge intent")
     try:
         return MergeIntent(
             check_topic_name(intent["topic"], file=file),

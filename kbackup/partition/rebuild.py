@@ -23,12 +23,12 @@ from kbackup.format.magic import MAGIC_V1, check_magic
 from kbackup.format.partition_index import PartitionIndexEntry, encode_partition_index
 from kbackup.format.record import Record
 from kbackup.format.segment_index import ENTRY
-from kbackup.fsutil import TMP_SUFFIX, atomic_write, disk_error, fsync_dir
+from kbackup.fsutil import TMP_SUFFIX, atomic_write, disk_error, fsync_dir, open_new_file
 from kbackup.partition.layout import list_segment_files, partition_index_path
 from kbackup.partition.merge_intent import pending_intent
 from kbackup.partition.records_file import open_records
 from kbackup.partition.segment_reader import iter_segment_entries, stream_records
-from kbackup.storage import as_local
+from kbackup.storage import as_local, confine_root
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,7 @@ def rebuild_segment_index(records_path: Path, index_path: Path, *, legacy: bool 
     a record stored twice in a row with the same bytes is indexed once, at
     its later copy (where the original indexed it).
     """
+    confine_root(records_path.parent.parent)  # a records file linked out of the backup is never read
     records = open_records(records_path)  # plain or compressed: its plain bytes
     with contextlib.closing(records):
         handle = records.stream
@@ -67,7 +68,7 @@ def rebuild_segment_index(records_path: Path, index_path: Path, *, legacy: bool 
         reason: str | None = None
         end = start
         try:
-            with open(tmp, "wb") as out:
+            with open_new_file(tmp) as out:
                 if start:
                     out.write(MAGIC_V1)
                 if index_path.exists():
@@ -148,6 +149,7 @@ def rebuild_partition_index(topic_dir: Path, partition: int) -> list[PartitionIn
     Each segment's start offset is the one in its file name, as the original
     does; a segment whose records file is missing is left out.
     """
+    confine_root(topic_dir.parent)
     present = [files for files in list_segment_files(topic_dir, partition) if as_local(files.records).exists()]
     # A merge killed after writing its segment leaves it beside the segments it replaces (its records file has its
     # final name only once complete): the merged one is kept, the replaced ones named in the intent are not.

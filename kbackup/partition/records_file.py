@@ -24,7 +24,7 @@ from typing import BinaryIO
 from kbackup.errors import DecryptionKeyError
 from kbackup.format.encryption import FileCipher, KeyRing, parse_key
 from kbackup.format.frames import DEFAULT_FRAME_SIZE, FramedReader, compress_frames, is_framed
-from kbackup.fsutil import TMP_SUFFIX, disk_error, fsync_dir
+from kbackup.fsutil import TMP_SUFFIX, disk_error, fsync_dir, open_new_file
 from kbackup.storage import Location, ReadHandle, storage_for
 from kbackup.storage.base import PositionalRaw
 
@@ -140,7 +140,7 @@ def compress_records_file(
         tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
         written = 0
         try:
-            with open(tmp, "wb") as out:
+            with open_new_file(tmp) as out:
                 chunks = iter(lambda: plain.read(_CHUNK), b"")
                 for piece in compress_frames(chunks, codec, frame_size=frame_size, cipher=cipher):
                     out.write(piece)

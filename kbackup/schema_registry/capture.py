@@ -32,7 +32,7 @@ from kbackup.schema_registry.registry_copy import (
 from kbackup.storage import Location, exists, read_limited, write_whole
 
 #: Largest registry copy read back (a registry of 100,000 schema versions of a few KiB each fits).
-MAX_COPY_BYTES = 1 << 30
+MAX_COPY_BYTES = 256 << 20
 
 
 def registry_copy_path(root: Location) -> Location:

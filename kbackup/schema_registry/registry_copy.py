@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kbackup.errors import FormatError, SchemaRegistryError
-from kbackup.format.json_document import parse_document
+from kbackup.format.json_document import MAX_TIME_MS, parse_document
 from kbackup.text import count
 
 REGISTRY_COPY_VERSION = 1
@@ -185,7 +185,7 @@ class RegistryCopy:
                         )
             return cls(
                 str(document["registry"]),
-                int(document["capturedAt"]),
+                _time(document["capturedAt"], file),
                 _optional_text(document.get("compatibility")),
                 _optional_text(document.get("mode")),
                 schemas,
@@ -195,6 +195,13 @@ class RegistryCopy:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise FormatError(f"not a valid schema registry copy ({exc!r})", file=file) from None
+
+
+def _time(value: object, file: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_TIME_MS:
+        raise FormatError("not a schema registry copy: capturedAt is not epoch milliseconds", file=file,
+                          found=repr(value)[:40])  # fmt: skip
+    return value
 
 
 def _encode_schema(schema: Schema) -> dict[str, Any]:

@@ -435,7 +435,7 @@ def read_batch_stats(directory: Path) -> list[tuple[int, float, dict[str, tuple[
     found = []
     for path in directory.glob("batch-*.json"):
         try:
-            document = parse_document(path.read_bytes(), file=str(path))
+            document = parse_document(path.read_bytes(), file=str(path), floats=True)
             topics = {str(topic): (int(totals[0]), int(totals[1])) for topic, totals in document["topics"].items()}
             found.append((int(document["batch"]), float(document["at"]), topics))
         except (OSError, FormatError, ValueError, KeyError, TypeError, IndexError, AttributeError):

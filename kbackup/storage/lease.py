@@ -42,6 +42,7 @@ from types import TracebackType
 from kbackup.errors import FormatError, KbackupError, LeaseHeldError, LeaseLostError
 from kbackup.format.json_document import parse_document
 from kbackup.storage.base import Location
+from kbackup.storage.local import check_inside
 from kbackup.storage.object_path import ObjectPath
 
 #: Where the lease lives, under the backup's state directory.
@@ -77,7 +78,7 @@ class Holder:
     @classmethod
     def decode(cls, data: bytes) -> Holder | None:
         try:
-            fields = parse_document(data, file="<lease>", what="lease")
+            fields = parse_document(data, file="<lease>", what="lease", floats=True)
             return cls(
                 str(fields["purpose"]),
                 str(fields["host"]),
@@ -107,10 +108,16 @@ def current_holder(state_dir: Location, *, name: str | None = None) -> Holder | 
         if holder is None or holder.expires is None or holder.expires <= time.time():
             return None
         return holder
+    path = state_dir / (name or LEASE_FILE)
+    check_inside(path)
     try:
-        data = (state_dir / (name or LEASE_FILE)).read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
         return None
+    try:
+        data = os.pread(fd, 4096, 0)
+    finally:
+        os.close(fd)
     holder = Holder.decode(data)
     if holder is None:
         return None
@@ -232,7 +239,8 @@ class TargetLease:
         self._fd = fd
 
     def _lock_file(self, path: Path) -> int:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        check_inside(path)  # a planted link is refused, never written through
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

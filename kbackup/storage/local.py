@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 from kbackup.errors import BackupNotFoundError, FormatError
-from kbackup.fsutil import TMP_SUFFIX, atomic_write, disk_error, fsync_dir
+from kbackup.fsutil import TMP_SUFFIX, atomic_write, disk_error, fsync_dir, open_new_file
 from kbackup.storage.base import FileHandle, Location, Storage
 
 #: Confined roots: the root as given (absolute, not resolved) -> its resolved form.
@@ -31,11 +31,10 @@ def confine(root: Path) -> None:
 
 
 def _root_of(path: Path) -> tuple[str, str] | None:
+    """The deepest confined root ``path`` is under (a backup may lie inside a directory confined for another)."""
     text = os.path.abspath(path)
-    for given, resolved in _roots.items():
-        if text.startswith(given + os.sep):
-            return given, resolved
-    return None
+    found = [(given, resolved) for given, resolved in _roots.items() if text.startswith(given + os.sep)]
+    return max(found, key=lambda item: len(item[0])) if found else None
 
 
 def _path(location: Location) -> Path:
@@ -94,7 +93,7 @@ class LocalStorage(Storage):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
         try:
-            with open(tmp, "wb") as handle:
+            with open_new_file(tmp) as handle:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -115,8 +114,9 @@ class LocalStorage(Storage):
         path = _path(location)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
-        shutil.copyfile(source, tmp)
-        with open(tmp, "rb") as handle:
+        with open(source, "rb") as plain, open_new_file(tmp) as handle:
+            shutil.copyfileobj(plain, handle, 1 << 20)
+            handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
         fsync_dir(path.parent)
