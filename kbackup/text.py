@@ -13,12 +13,13 @@ import re
 from collections.abc import Callable
 from typing import TextIO
 
-# C0 and C1 controls, DEL, the Unicode line and paragraph separators, the bidirectional embeddings and isolates.
-_UNSAFE = "\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+# C0 and C1 controls, DEL, and what shows nothing or reorders what follows: the soft hyphen, zero-width
+# characters, the line and paragraph separators, bidirectional marks, embeddings and isolates, the BOM.
+_UNSAFE = "\x00-\x1f\x7f-\x9f\xad\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff"
 _IN_NAME = re.compile(f"[{_UNSAFE}]")
-_IN_TEXT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_IN_TEXT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 # Inside a JSON document only characters JSON leaves raw are unsafe (C0 is always escaped by the encoder).
-_IN_JSON = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_IN_JSON = re.compile("[\x7f-\x9f\xad\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 
 
 def _escape(match: re.Match[str]) -> str:

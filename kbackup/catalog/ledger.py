@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kbackup.catalog.build import catch_up_catalog, describe_segment
 from kbackup.catalog.model import PartitionCatalog, SegmentEntry
-from kbackup.catalog.seals import vouch
+from kbackup.catalog.seals import refuse_plain_writer, vouch
 from kbackup.catalog.store import read_catalog, write_catalog
 from kbackup.catalog.tail import record_tail
 from kbackup.format.partition_index import PartitionIndexEntry
@@ -45,8 +45,11 @@ class CatalogLedger:
         catch_up_catalog(self.root, topic_dir, partition, newest_too=True)
         self._vouch(topic_dir, partition)
 
-    def sealing(self, topic_dir: Location, partition: int, kek: bytes) -> None:
-        vouch(self.root, topic_dir, partition, kek)
+    def sealing(self, topic_dir: Location, partition: int, kek: bytes | None) -> None:
+        if kek is not None:
+            vouch(self.root, topic_dir, partition, kek)
+        else:
+            refuse_plain_writer(self.root, topic_dir.name, partition)
 
     def _vouch(self, topic_dir: Location, partition: int) -> None:
         """Bring the seal record up to the sealed segments just cataloged, under the key of the newest (when this

@@ -89,10 +89,10 @@ def plan_prune(
             needs = [_needed_from(c, topic, partition) for c in retained]
             named = PartitionReader(root / topic, partition).segments
             newest = named[-1].name if named else None
-            pinned = pinned_names(root, topic, partition)
+            pinned = pinned_names(root, topic, partition, plain=False)
             for entry in catalog.segments:
                 # The newest segment stays (on an object store it is cataloged too): it tells a restarted backup
-                # where the partition ends; so do the segments the seal record names (kbackup.catalog.seals).
+                # where the partition ends; so does the newest sealed one the seal record names (kbackup.catalog.seals).
                 if entry.name == newest or entry.name in pinned or not _may_go(entry, cutoff_ms, needs):
                     break  # only a prefix goes
                 doomed.append(PrunedSegment(topic, partition, entry))

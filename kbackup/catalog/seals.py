@@ -35,7 +35,7 @@ import json
 from dataclasses import dataclass, replace
 
 from kbackup.catalog.store import catalog_dir, read_catalog
-from kbackup.errors import DecryptionKeyError, FormatError
+from kbackup.errors import DecryptionKeyError, FormatError, UsageError
 from kbackup.format.encryption import BLOCK_SIZE, FileCipher, KeyRing, key_id, record_mac
 from kbackup.format.frames import ENCRYPTED, HEADER, is_framed
 from kbackup.format.json_document import parse_document
@@ -129,17 +129,18 @@ def read_seal_record(root: Location, topic: str, partition: int, keys: KeyRing) 
     return record
 
 
-def pinned_names(root: Location, topic: str, partition: int) -> set[str]:
-    """The segments the partition's seal record names (its newest sealed one, the vouched plain ones), read
-    without a key: ``prune`` and ``merge`` leave them as they are (a merged or deleted one would no longer be the one
-    the record vouches for); a record that cannot be read names none."""
+def pinned_names(root: Location, topic: str, partition: int, *, plain: bool = True) -> set[str]:
+    """The segments the partition's seal record names, read without a key: its newest sealed one, which ``prune``
+    and ``merge`` leave as they are, and (``plain``) the vouched plain ones, which ``merge`` leaves (a merged one
+    would no longer be the one vouched for; deleting one is fine); a record that cannot be read names none."""
     path = seal_record_path(root, topic, partition)
     if not exists(path):
         return set()
     try:
         document = parse_document(read_limited(path, _MAX_BYTES), file=str(path), what="seal record")
         newest = document.get("newest")
-        return {str(name) for name, _ in document.get("plain", ())} | ({str(newest)} if newest else set())
+        vouched = {str(name) for name, _ in document.get("plain", ())} if plain else set()
+        return vouched | ({str(newest)} if newest else set())
     except (FormatError, ValueError, TypeError, AttributeError):
         return set()
 
@@ -150,11 +151,11 @@ def pinned_names(root: Location, topic: str, partition: int) -> set[str]:
 def vouch(root: Location, topic_dir: Location, partition: int, kek: bytes) -> SealRecord:
     """Bring the partition's seal record up to what is sealed now (after the writer sealed and cataloged).
 
-    Created on first use: plain segments holding records are vouched for as found only when nothing is sealed
-    yet (a backup that turns encryption on); a partition already holding sealed segments and no record (written
-    before seal records existed, or its record deleted) gets one that vouches for no plain segment
-    (``kbackup catalog rebuild`` with the key vouches for the partition as it is, when that is what is wanted).
-    A record under another key (the key was rotated) is replaced by one under this key.
+    Created on first use: plain segments holding records are vouched for as found only when no segment file is
+    sealed yet (a backup that turns encryption on; told by the files' headers, never by the catalog, which anyone
+    can rewrite); a partition already holding sealed segments and no record this key opens (written before seal
+    records existed, its record deleted or changed, or the key rotated) gets one that vouches for no plain segment
+    (``kbackup catalog rebuild`` with the keys vouches for the partition as it is, when that is what is wanted).
     """
     topic = topic_dir.name
     path = seal_record_path(root, topic, partition)
@@ -165,28 +166,54 @@ def vouch(root: Location, topic_dir: Location, partition: int, kek: bytes) -> Se
             current = read_seal_record(root, topic, partition, ring)
         except DecryptionKeyError:
             current = None  # another key's: the partition is vouched for anew under this one
+    if current is None:
+        found = _newest_sealed_file(topic_dir, partition)
+        if found is None:
+            updated = SealRecord(topic, partition, key_id(kek), -1, _plain_segments(topic_dir, partition))
+        else:
+            updated = SealRecord(topic, partition, key_id(kek), found.start_offset, (), found.name)
+        write_whole(path, updated.encode(kek))
+        return updated
     catalog = read_catalog(root, topic, partition)
     sealed = [entry for entry in (catalog.segments if catalog else ()) if entry.key_id and entry.records]
     newest = max(sealed, key=lambda entry: entry.start_offset, default=None)
     through = newest.start_offset if newest is not None else -1
     name = newest.name if newest is not None else None
-    if current is None:
-        plain = _plain_segments(topic_dir, partition) if through < 0 else ()
-        updated = SealRecord(topic, partition, key_id(kek), through, plain, name)
-    elif through > current.sealed_through:
-        updated = replace(current, sealed_through=through, newest=name)
-    else:
-        updated = current
-    if updated != current:
-        write_whole(path, updated.encode(kek))
+    if through <= current.sealed_through:
+        return current
+    updated = replace(current, sealed_through=through, newest=name)
+    write_whole(path, updated.encode(kek))
     return updated
+
+
+def _newest_sealed_file(topic_dir: Location, partition: int) -> PartitionIndexEntry | None:
+    """The newest segment whose records file is sealed and whose index lists records, by the files themselves."""
+    if not exists(topic_dir / f"index_partition_{partition:03d}"):
+        return None
+    reader = PartitionReader(topic_dir, partition)
+    sealed = [s for s in reader.segments if _sealed_head(reader, s).sealed and _indexes_records(reader, s)]
+    return sealed[-1] if sealed else None
+
+
+def refuse_plain_writer(root: Location, topic: str, partition: int) -> None:
+    """Refuse a writer without a key on a partition that has a seal record: what it finished would be plain
+    segments in a sealed partition, which every reader with the key refuses as put there by someone else."""
+    path = seal_record_path(root, topic, partition)
+    if not exists(path):
+        return
+    try:
+        named = str(parse_document(read_limited(path, _MAX_BYTES), file=str(path), what="seal record")["keyId"])
+    except (FormatError, KeyError, TypeError):
+        named = "unknown"
+    raise UsageError(
+        f"{topic}/{partition} is written with a key (key id {named}, seal record {path}): give the backup its key "
+        "(--encryption-key-file or --encryption-key-env); segments written plain would be refused by every reader"
+    )
 
 
 def vouch_as_found(root: Location, topic_dir: Location, partition: int, kek: bytes) -> SealRecord:
     """A new seal record for the partition as it is (``catalog rebuild`` with a key: the operator vouches)."""
-    reader = PartitionReader(topic_dir, partition)
-    sealed = [s for s in reader.segments if _sealed_head(reader, s).sealed and _indexes_records(reader, s)]
-    newest = sealed[-1] if sealed else None
+    newest = _newest_sealed_file(topic_dir, partition)
     through = newest.start_offset if newest is not None else -1
     record = SealRecord(topic_dir.name, partition, key_id(kek), through, _plain_segments(topic_dir, partition),
                         newest.name if newest is not None else None)  # fmt: skip
@@ -246,7 +273,9 @@ def seal_problems(
             continue  # still being written (or its sealing was cut short by a kill): never sealed yet
         problems.append(
             f"{where}: segment {segment.name} is stored plain, but the partition is sealed with key id "
-            f"{record.key_id.hex()} (seal record): it was put there after the backup wrote it"
+            f"{record.key_id.hex()} (seal record): it was put there after the backup wrote it (or, written before "
+            "the partition's first key and the key changed since, it is vouched for again by kbackup catalog rebuild "
+            "with every key: see docs/backup.md)"
         )
     if record.sealed_through >= 0:
         at = {segment.name: segment.start_offset for segment in reader.segments}
@@ -260,8 +289,8 @@ def seal_problems(
 
 
 def _sealed_head(reader: PartitionReader, segment: PartitionIndexEntry, keys: KeyRing | None = None) -> _Head:
-    """Whether the segment's records file is sealed (encrypted, and its data key opens with one of ``keys`` when
-    given: else the reason it does not), and its stored size."""
+    """Whether the segment's records file is sealed (encrypted; with ``keys``, a data key that fails to unwrap
+    under the given key it names is the reason it is refused), and its stored size."""
     records, _ = reader.segment_paths(segment)
     handle = storage_for(records).open_read(records)
     try:
@@ -274,8 +303,10 @@ def _sealed_head(reader: PartitionReader, segment: PartitionIndexEntry, keys: Ke
     if keys is not None:
         try:
             FileCipher.open(head[HEADER.size : _HEAD], keys, file=str(records))
-        except (DecryptionKeyError, FormatError) as exc:
-            return _Head(True, size, str(exc))
+        except DecryptionKeyError:
+            pass  # sealed under a key not given: still sealed; a reader of its records names the key it needs
+        except FormatError as exc:
+            return _Head(True, size, str(exc))  # its data key does not open: changed
     return _Head(True, size)
 
 

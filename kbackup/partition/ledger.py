@@ -74,9 +74,9 @@ class SegmentLedger(Protocol):
         and drop the newest one's recorded prefix."""
         ...
 
-    def sealing(self, topic_dir: Location, partition: int, kek: bytes) -> None:
+    def sealing(self, topic_dir: Location, partition: int, kek: bytes | None) -> None:
         """The writer of the partition seals what it finishes with ``kek``: vouch for the partition as it is
-        (:mod:`kbackup.catalog.seals`)."""
+        (:mod:`kbackup.catalog.seals`); ``None``: it writes plain, refused where the partition is sealed."""
         ...
 
     def segment_reopened(self, topic: str, partition: int, segment: str) -> None:

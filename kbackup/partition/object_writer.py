@@ -97,7 +97,7 @@ class ObjectPartitionWriter(ClosingWriter):
         self._stored_last = self._find_last_offset()
         self._last_offset = self._stored_last
         self._remove_orphans()
-        if ledger is not None and encryption_key is not None:
+        if ledger is not None:
             ledger.sealing(topic_dir, partition, encryption_key)
         self._spool_root: Path | None = None
         self._spool: PartitionWriter | None = None

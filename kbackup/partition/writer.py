@@ -204,7 +204,7 @@ class PartitionWriter(ClosingWriter):
                     # cataloged again in case a kill came between sealing it and cataloging it.
                     ledger.newest_sealed(self.topic_dir, self.partition)
                 self._seal_left_plain()
-            if ledger is not None and encryption_key is not None:
+            if ledger is not None:
                 ledger.sealing(self.topic_dir, self.partition, encryption_key)
         except BaseException:
             self._release()
