@@ -674,3 +674,30 @@ def test_a_partition_that_turned_encryption_on_still_prunes_and_reads_a_window_w
         assert everything.returncode == 0, everything.stderr
     finally:
         install_keys(KeyRing({}))
+
+
+def test_a_sealed_segments_index_cannot_hide_or_invent_records(sealed_backup: Path, tmp_path: Path) -> None:
+    from kbackup.format.encryption import KeyRing
+    from kbackup.format.segment_index import SegmentIndexEntry, encode_segment_index
+    from kbackup.partition.records_file import install_keys
+    from kbackup.partition.segment_reader import SegmentIndexFile
+
+    root = sealed_backup
+    reader = PartitionReader(root / "t", 0)
+    _, index = reader.segment_paths(reader.segments[1])
+    with SegmentIndexFile(index) as listed:
+        entries = list(listed.iter_entries(0))
+    assert len(entries) >= 3
+    # An entry left out: its bytes lie in no listed record (an entry pointing inside a value leaves such bytes too).
+    as_local(index).write_bytes(encode_segment_index(SegmentIndexEntry(*e) for e in entries[:1] + entries[2:]))
+    Path(str(catalog_path(root, "t", 0))).unlink()  # a careful forger leaves no checksum behind
+    one_line_error(with_key(tmp_path, "cat", root, "--no-verify"), "of a sealed segment are not in any record")
+    verified = with_key(tmp_path, "verify", root, "--deep")
+    assert verified.returncode == 1 and "the index was changed" in verified.stdout  # type: ignore[attr-defined]
+    install_keys(KeyRing.of([KEK]))
+    try:
+        with pytest.raises(FormatError, match="of a sealed segment are not in any record its index lists"):
+            for _ in PartitionReader(root / "t", 0).record_batches():
+                pass
+    finally:
+        install_keys(KeyRing({}))

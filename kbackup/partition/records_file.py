@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import BinaryIO
 
-from kbackup.errors import DecryptionKeyError
+from kbackup.errors import DecryptionKeyError, FormatError
 from kbackup.format.encryption import FileCipher, KeyRing, parse_key
 from kbackup.format.frames import DEFAULT_FRAME_SIZE, FramedReader, compress_frames, is_framed
 from kbackup.fsutil import TMP_SUFFIX, disk_error, fsync_dir, open_new_file
@@ -105,6 +105,22 @@ class FramedHandle:
     def close(self) -> None:
         self.stream.close()
         self._stored.close()
+
+
+def is_sealed(records: ReadHandle) -> bool:
+    """Whether an open records file is encrypted (then written whole: every plain byte after the magic byte is in
+    a record its index lists)."""
+    return isinstance(records, FramedHandle) and records.frames.key_id is not None
+
+
+def refuse_unindexed(file: str, start: int, stop: int) -> None:
+    """Bytes ``start..stop-1`` of a sealed segment lie outside every record its index lists: the index was changed
+    (its entries are not authenticated; the records are), so what it lists cannot be trusted."""
+    raise FormatError(
+        f"bytes {start}..{stop - 1} of a sealed segment are not in any record its index lists: the index was changed "
+        "(a sealed segment is written whole)",
+        file=file,
+    )
 
 
 def open_records(path: Location) -> ReadHandle:

@@ -23,7 +23,7 @@ import pyarrow as pa
 from kbackup.errors import FormatError, TruncatedError
 from kbackup.format.record import Record
 from kbackup.format.record_columns import DecodedRecords, binary_column, decode_columns
-from kbackup.partition.records_file import open_records
+from kbackup.partition.records_file import is_sealed, open_records, refuse_unindexed
 from kbackup.partition.segment_reader import SegmentIndexFile, check_segment_pair, warn_once
 from kbackup.storage import Location
 
@@ -112,6 +112,7 @@ def iter_segment_batches(
         records = open_records(records_path)
         try:
             label = str(records_path)
+            sealed = is_sealed(records)
             check_segment_pair(index, records, records_path, legacy=legacy)
             if index.count == 0:
                 return
@@ -141,6 +142,10 @@ def iter_segment_batches(
                         found=f"{records.size}",
                     )
                 gaps = np.flatnonzero(positions[1:take] != ends[: take - 1])
+                if sealed and (gaps.size or positions[0] != previous_end):
+                    first = 0 if positions[0] != previous_end else int(gaps[0]) + 1
+                    after = previous_end if first == 0 else int(ends[first - 1])
+                    refuse_unindexed(label, after, int(positions[first]))
                 for gap in gaps.tolist():
                     warn_once(f"{records_path}: bytes {int(ends[gap])}..{int(positions[gap + 1]) - 1} are not indexed "
                               "(left by a crash); skipped")  # fmt: skip

@@ -30,7 +30,7 @@ from kbackup.format.magic import check_magic
 from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from kbackup.format.record import Record, decode_records
 from kbackup.format.segment_index import ENTRY, ENTRY_SIZE, SegmentIndexEntry
-from kbackup.partition.records_file import open_records
+from kbackup.partition.records_file import is_sealed, open_records, refuse_unindexed
 from kbackup.storage import Location, ReadHandle, storage_for
 
 CHUNK_SIZE = 1 << 20
@@ -318,7 +318,10 @@ def _iter_indexed(
     first = 0 if from_offset is None else index.bisect(from_offset)
     if first == index.count:
         return
-    for start, end, run in _contiguous_runs(index.iter_entries(first), records_path):
+    sealed = is_sealed(records)
+    if sealed and first == 0 and index.entry(0).position != index.data_start:
+        refuse_unindexed(str(records_path), index.data_start, index.entry(0).position)
+    for start, end, run in _contiguous_runs(index.iter_entries(first), records_path, sealed=sealed):
         for (record, position, length), entry in zip(
             stream_records(handle, start, end, file=str(records_path)), run, strict=False
         ):
@@ -341,12 +344,13 @@ _RUN = 1 << 16
 
 
 def _contiguous_runs(
-    entries: Iterator[tuple[int, int, int]], records_path: Location
+    entries: Iterator[tuple[int, int, int]], records_path: Location, *, sealed: bool = False
 ) -> Iterator[tuple[int, int, list[tuple[int, int, int]]]]:
     """Group index entries into runs of records that follow each other: ``(start, end, entries)``.
 
     Bytes between two runs are not indexed (a partial record or an unindexed
-    copy left by a crash of the original tool): skipped, with a warning.
+    copy left by a crash of the original tool): skipped, with a warning; in a
+    ``sealed`` segment (written whole, never by a crash) they are refused.
     """
     run: list[tuple[int, int, int]] = []
     start = end = 0
@@ -354,6 +358,8 @@ def _contiguous_runs(
         position = entry[1]
         if run and (position != end or len(run) >= _RUN):
             yield start, end, run
+            if position != end and sealed:
+                refuse_unindexed(str(records_path), end, position)
             if position != end:
                 warn_once(f"{records_path}: bytes {end}..{position - 1} are not indexed (left by a crash); skipped")
             run = []
