@@ -53,14 +53,18 @@ class CatalogLedger:
 
     def _vouch(self, topic_dir: Location, partition: int) -> None:
         """Bring the seal record up to the sealed segments just cataloged, under the key of the newest (when this
-        process holds it: the writer that sealed it does)."""
+        process holds it: the writer that sealed it does). Without a key in this process there is nothing to vouch
+        with: no read at all (a plain backup's writers pay nothing)."""
+        keys = installed_keys().keys
+        if not keys:
+            return
         catalog = read_catalog(self.root, topic_dir.name, partition)
         sealed = [entry for entry in (catalog.segments if catalog else ()) if entry.key_id and entry.records]
         if not sealed:
             return
-        kek = installed_keys().keys.get(bytes.fromhex(max(sealed, key=lambda e: e.start_offset).key_id or ""))
+        kek = keys.get(bytes.fromhex(max(sealed, key=lambda e: e.start_offset).key_id or ""))
         if kek is not None:
-            vouch(self.root, topic_dir, partition, kek)
+            vouch(self.root, topic_dir, partition, kek, catalog=catalog)
 
     def segment_reopened(self, topic: str, partition: int, segment: str) -> None:
         catalog = read_catalog(self.root, topic, partition)

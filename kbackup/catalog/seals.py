@@ -34,6 +34,7 @@ import hmac
 import json
 from dataclasses import dataclass, replace
 
+from kbackup.catalog.model import PartitionCatalog
 from kbackup.catalog.store import catalog_dir, read_catalog
 from kbackup.errors import DecryptionKeyError, FormatError, UsageError
 from kbackup.format.encryption import BLOCK_SIZE, FileCipher, KeyRing, key_id, record_mac
@@ -148,7 +149,9 @@ def pinned_names(root: Location, topic: str, partition: int, *, plain: bool = Tr
 # -- writing (the backup's writers, through the catalog ledger) ------------------------------------------------
 
 
-def vouch(root: Location, topic_dir: Location, partition: int, kek: bytes) -> SealRecord:
+def vouch(
+    root: Location, topic_dir: Location, partition: int, kek: bytes, *, catalog: PartitionCatalog | None = None
+) -> SealRecord:
     """Bring the partition's seal record up to what is sealed now (after the writer sealed and cataloged).
 
     Created on first use: plain segments holding records are vouched for as found only when no segment file is
@@ -174,7 +177,8 @@ def vouch(root: Location, topic_dir: Location, partition: int, kek: bytes) -> Se
             updated = SealRecord(topic, partition, key_id(kek), found.start_offset, (), found.name)
         write_whole(path, updated.encode(kek))
         return updated
-    catalog = read_catalog(root, topic, partition)
+    if catalog is None:  # the caller's, when it has just read it
+        catalog = read_catalog(root, topic, partition)
     sealed = [entry for entry in (catalog.segments if catalog else ()) if entry.key_id and entry.records]
     newest = max(sealed, key=lambda entry: entry.start_offset, default=None)
     through = newest.start_offset if newest is not None else -1
