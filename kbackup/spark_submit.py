@@ -34,6 +34,11 @@ def uses_spark_kafka_source(args: Sequence[str]) -> bool:
     )
 
 
+#: Spark settings the jobs are started with unless given: no UI; and time for a Python process Spark starts to
+#: answer its handshake on a busy machine (Spark's default is 15 s).
+DEFAULT_CONF = ("spark.ui.enabled=false", "spark.python.authenticate.socketTimeout=120s")
+
+
 def spark_submit_command(job: str, *args: str | Path, master: str = "local[2]", conf: Sequence[str] = ()) -> list[str]:
     """``spark-submit --master MASTER [--conf K=V ...] JOB_FILE ARGS``.
 
@@ -47,9 +52,9 @@ def spark_submit_command(job: str, *args: str | Path, master: str = "local[2]", 
         from kbackup.spark.kafka_connector import connector_jars
 
         jars = ["--jars", ",".join(str(jar) for jar in connector_jars())]
-    confs = [part for setting in conf for part in ("--conf", setting)]
-    if not any(setting.startswith("spark.ui.enabled=") for setting in conf):
-        confs = ["--conf", "spark.ui.enabled=false", *confs]
+    given = {setting.partition("=")[0] for setting in conf}
+    settings = [default for default in DEFAULT_CONF if default.partition("=")[0] not in given] + list(conf)
+    confs = [part for setting in settings for part in ("--conf", setting)]
     return [
         str(spark_home() / "bin" / "spark-submit"),
         "--master",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -66,16 +67,34 @@ def batches(log: Path) -> list[tuple[int, int]]:
     return [(int(batch), int(rows)) for batch, rows in BATCH_LINE.findall(text)]
 
 
-def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
+def wait_for(
+    condition: Callable[[], object],
+    timeout: float,
+    what: str,
+    *,
+    job: subprocess.Popen[bytes] | None = None,
+    log: Path | None = None,
+) -> None:
     """Poll ``condition`` until it holds. A costly condition (reading a whole backup) is polled less often: it
-    sleeps three times as long as it took, so polling takes at most a quarter of a core from the jobs under test."""
+    sleeps three times as long as it took, so polling takes at most a quarter of a core from the jobs under test.
+
+    ``job``: the process expected to bring it about; its exit ends the wait at once. ``log``: its output, whose
+    end the failure shows."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         asked = time.monotonic()
         if condition():
             return
+        if job is not None and job.poll() is not None:
+            raise AssertionError(f"the job exited ({job.returncode}) before {what}{_tail(log)}")
         time.sleep(max(0.2, 3 * (time.monotonic() - asked)))
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}{_tail(log)}")
+
+
+def _tail(log: Path | None) -> str:
+    if log is None or not log.exists():
+        return ""
+    return "; the job's output ends:\n" + log.read_text(errors="replace")[-6000:]
 
 
 def client_args(kafka: BrokerUnderTest, tmp_path: Path) -> list[str]:

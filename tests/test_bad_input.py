@@ -17,15 +17,16 @@ from kbackup.format.partition_index import decode_partition_index
 from kbackup.format.record import decode_record, decode_records, encode_record
 from kbackup.format.segment_index import ENTRY, decode_segment_index
 from kbackup.partition.segment_reader import iter_segment
+from tests.conftest import INDEX_VECTORS, SHAPES_TOPIC
 
 PREFIX = "segment_partition_000_from_offset_0000000000"
 
 
-def _segment(upstream: Path, tmp_path: Path) -> tuple[Path, Path]:
+def _segment(tmp_path: Path) -> tuple[Path, Path]:
     records = tmp_path / f"{PREFIX}_records"
     index = tmp_path / f"{PREFIX}_index"
-    shutil.copyfile(upstream / "segments" / records.name, records)
-    shutil.copyfile(upstream / "segments" / index.name, index)
+    shutil.copyfile(SHAPES_TOPIC / records.name, records)
+    shutil.copyfile(SHAPES_TOPIC / index.name, index)
     return records, index
 
 
@@ -33,8 +34,8 @@ def _segment(upstream: Path, tmp_path: Path) -> tuple[Path, Path]:
 
 
 @pytest.mark.parametrize("first", [b"\x02", b"\xff", b"\x00"])
-def test_wrong_magic_byte_in_each_file_kind(upstream: Path, tmp_path: Path, first: bytes) -> None:
-    records, index = _segment(upstream, tmp_path)
+def test_wrong_magic_byte_in_each_file_kind(tmp_path: Path, first: bytes) -> None:
+    records, index = _segment(tmp_path)
     records.write_bytes(first + records.read_bytes()[1:])
     with pytest.raises(MagicByteError) as info:
         list(iter_segment(records, index))
@@ -46,18 +47,18 @@ def test_wrong_magic_byte_in_each_file_kind(upstream: Path, tmp_path: Path, firs
     with pytest.raises(MagicByteError, match="testIndex at byte 0"):
         decode_segment_index(first + b"", file="testIndex")
     with pytest.raises(MagicByteError, match="pidx at byte 0"):
-        decode_partition_index(first + (upstream / "partitionindex" / "testIndex").read_bytes()[1:], file="pidx")
+        decode_partition_index(first + (INDEX_VECTORS / "partition_index_four_segments").read_bytes()[1:], file="pidx")
 
 
-def test_missing_magic_byte_points_to_legacy_option(upstream: Path, tmp_path: Path) -> None:
-    records, index = _segment(upstream, tmp_path)
+def test_missing_magic_byte_points_to_legacy_option(tmp_path: Path) -> None:
+    records, index = _segment(tmp_path)
     records.write_bytes(records.read_bytes()[1:])
     with pytest.raises(MagicByteError, match="--legacy-no-magic"):
         list(iter_segment(records, index))
 
 
-def test_legacy_files_without_magic_read_when_asked(upstream: Path, tmp_path: Path) -> None:
-    records, index = _segment(upstream, tmp_path)
+def test_legacy_files_without_magic_read_when_asked(tmp_path: Path) -> None:
+    records, index = _segment(tmp_path)
     expected = list(iter_segment(records, index))
     records.write_bytes(records.read_bytes()[1:])
     entries = decode_segment_index(index.read_bytes())
@@ -73,8 +74,8 @@ def test_empty_file_is_missing_magic(tmp_path: Path) -> None:
 # -- truncation -------------------------------------------------------------------
 
 
-def test_every_truncation_of_a_records_file_is_a_truncated_error(upstream: Path) -> None:
-    data = (upstream / "segments" / f"{PREFIX}_records").read_bytes()
+def test_every_truncation_of_a_records_file_is_a_truncated_error() -> None:
+    data = (SHAPES_TOPIC / f"{PREFIX}_records").read_bytes()
     boundaries = {1, 43, 67, 152, 194}
     for cut in range(2, len(data)):
         if cut in boundaries:
@@ -86,14 +87,14 @@ def test_every_truncation_of_a_records_file_is_a_truncated_error(upstream: Path)
         assert info.value.position is not None and 1 <= info.value.position <= cut
 
 
-def test_truncated_index_entry(upstream: Path) -> None:
-    data = (upstream / "segmentindex" / "testIndex").read_bytes()
+def test_truncated_index_entry() -> None:
+    data = (INDEX_VECTORS / "segment_index_without_records").read_bytes()
     with pytest.raises(TruncatedError, match=r"at byte 73: segment index ends inside an entry.*found 10 trailing"):
         decode_segment_index(data[:83], file="testIndex")
 
 
-def test_truncated_partition_index_entry(upstream: Path) -> None:
-    data = (upstream / "partitionindex" / "testIndex").read_bytes()
+def test_truncated_partition_index_entry() -> None:
+    data = (INDEX_VECTORS / "partition_index_four_segments").read_bytes()
     for cut in range(2, len(data)):
         if cut in (1, 15, 31, 47, 63):
             continue
@@ -181,16 +182,16 @@ def test_absurd_partition_index_name_length() -> None:
         decode_partition_index(data, file="pidx")
 
 
-def test_index_pointing_outside_records_file(upstream: Path, tmp_path: Path) -> None:
-    records, index = _segment(upstream, tmp_path)
+def test_index_pointing_outside_records_file(tmp_path: Path) -> None:
+    records, index = _segment(tmp_path)
     records.write_bytes(records.read_bytes()[:160])
     with pytest.raises(FormatError, match="points outside its records file") as info:
         list(iter_segment(records, index))
     assert info.value.file == str(index)
 
 
-def test_index_disagreeing_with_records(upstream: Path, tmp_path: Path) -> None:
-    records, index = _segment(upstream, tmp_path)
+def test_index_disagreeing_with_records(tmp_path: Path) -> None:
+    records, index = _segment(tmp_path)
     data = bytearray(index.read_bytes())
     data[1 + 24 : 1 + 32] = (2).to_bytes(8, "big")  # entry 1 says offset 2, record says 1
     index.write_bytes(bytes(data))
@@ -224,15 +225,15 @@ def test_malformed_consumer_offsets(text: bytes, message: str) -> None:
 
 @given(st.data())
 @settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
-def test_bit_flips_raise_only_kbackup_errors(upstream: Path, data: st.DataObject) -> None:
-    original = (upstream / "segments" / f"{PREFIX}_records").read_bytes()
+def test_bit_flips_raise_only_kbackup_errors(data: st.DataObject) -> None:
+    original = (SHAPES_TOPIC / f"{PREFIX}_records").read_bytes()
     damaged = bytearray(original)
     for _ in range(data.draw(st.integers(1, 4))):
         position = data.draw(st.integers(1, len(damaged) - 1))
         damaged[position] ^= 1 << data.draw(st.integers(0, 7))
     with contextlib.suppress(KbackupError):
         list(decode_records(bytes(damaged), 1, len(damaged), file="f"))
-    index = bytearray((upstream / "segmentindex" / "testIndex").read_bytes())
+    index = bytearray((INDEX_VECTORS / "segment_index_without_records").read_bytes())
     index[data.draw(st.integers(0, len(index) - 1))] ^= 0xFF
     with contextlib.suppress(KbackupError):
         decode_segment_index(bytes(index), file="i")

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.format.partition_index import PartitionIndexEntry, encode_partition_index
 from kbackup.format.record import Record
 from kbackup.partition.offsets_file import write_consumer_offsets
 from kbackup.partition.writer import PartitionWriter
+from tests.conftest import INDEX_VECTORS, SHAPES_TOPIC
 from tests.kafka_helpers import run_kbackup
 from tests.recordgen import sample_record
 
@@ -26,8 +26,9 @@ def run(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess[st
 
 
 @pytest.fixture
-def root(tmp_path: Path, upstream: Path) -> Path:
-    """A backup root: 'orders' written by kbackup (2 partitions), 'legacy' from the original's golden segment."""
+def root(tmp_path: Path) -> Path:
+    """A backup root: 'orders' written by kbackup (2 partitions), 'legacy' a copy of the shapes vector (the record
+    shapes of the original tool's tests, offsets with gaps)."""
     root = tmp_path / "backup"
     for partition in (0, 1):
         with PartitionWriter(root / "orders", "orders", partition, max_segment_size=400, fsync=False) as writer:
@@ -35,9 +36,7 @@ def root(tmp_path: Path, upstream: Path) -> Path:
                 writer.append(sample_record(i))
     write_consumer_offsets(root / "orders", 0, {"billing": 9, "audit": 0}, sync=False)
     legacy = root / "legacy"
-    shutil.copytree(upstream / "segments", legacy)
-    prefix = "segment_partition_000_from_offset_0000000000"
-    (legacy / "index_partition_000").write_bytes(encode_partition_index([PartitionIndexEntry(prefix, 0)]))
+    shutil.copytree(SHAPES_TOPIC, legacy)
     for path in legacy.iterdir():
         path.chmod(0o644)
     return root
@@ -109,7 +108,7 @@ def test_offsets_show(root: Path) -> None:
     assert json.loads(run("offsets", root, "--json").stdout) == {"orders": {"0": {"audit": 0, "billing": 9}}}
 
 
-def test_index_show_both_kinds(root: Path, upstream: Path) -> None:
+def test_index_show_both_kinds(root: Path) -> None:
     segment_index = root / "legacy" / "segment_partition_000_from_offset_0000000000_index"
     assert run("index", "show", segment_index).stdout.splitlines() == [
         "offset\tposition\tlength",
@@ -118,7 +117,7 @@ def test_index_show_both_kinds(root: Path, upstream: Path) -> None:
         "3\t67\t85",
         "10\t152\t42",
     ]
-    shown = run("index", "show", upstream / "partitionindex" / "testIndex", "--kind", "partition").stdout
+    shown = run("index", "show", INDEX_VECTORS / "partition_index_four_segments", "--kind", "partition").stdout
     assert shown.splitlines() == ["start_offset\tsegment", "0\ts0", "100\ts100", "200\ts200", "300\ts300"]
 
 

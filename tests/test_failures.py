@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kbackup.spark.failures import failure_cause
+from kbackup.spark.failures import QueryRestarts, failure_cause, is_worker_start_failure
 
 # What str() of a failed restore's collect() looks like (Py4JJavaError), shortened.
 RESTORE_FAILURE = """An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.
@@ -60,3 +60,28 @@ def test_the_jvm_exception_py4j_reports_is_the_cause() -> None:
         "\tat org.apache.spark.SparkContext$.createTaskScheduler(SparkContext.scala:3300)\n"
     )
     assert failure_cause(py4j) == "SparkException: Could not parse Master URL: 'no-such-master://x'"
+
+
+# What the backup query's failure said on a loaded machine (CI), shortened.
+WORKER_START_FAILURE = """[STREAM_FAILED] Query [id = c9e1ddf4, runId = e1e3750c] terminated with exception: \
+Python worker failed to connect back. SQLSTATE: XXKST"""
+
+
+def test_a_python_worker_that_did_not_start_in_time_is_told_apart_from_kbackups_own_errors() -> None:
+    assert is_worker_start_failure(WORKER_START_FAILURE)
+    assert is_worker_start_failure("java.net.SocketTimeoutException: Timed out while waiting for the Python worker "
+                                   "to connect back after 10000 ms")  # fmt: skip
+    assert not is_worker_start_failure(BACKUP_FAILURE)
+    assert not is_worker_start_failure(RESTORE_FAILURE)
+    # kbackup's own error wins even when the text also holds a worker failure (a refusal is never retried).
+    assert not is_worker_start_failure(BACKUP_FAILURE + "\nPython worker failed to connect back")
+
+
+def test_a_query_is_started_again_up_to_the_limit_in_a_row_and_a_finished_batch_resets_it() -> None:
+    restarts = QueryRestarts(limit=2)
+    assert not restarts.allow(BACKUP_FAILURE, completed_batch=-1)  # a real failure: never
+    assert restarts.allow(WORKER_START_FAILURE, completed_batch=-1)
+    assert restarts.allow(WORKER_START_FAILURE, completed_batch=-1)
+    assert not restarts.allow(WORKER_START_FAILURE, completed_batch=-1)  # the third in a row without progress
+    assert restarts.allow(WORKER_START_FAILURE, completed_batch=4)  # a batch finished since: counting again
+    assert restarts.count == 1

@@ -76,8 +76,10 @@ def test_the_command_uses_the_installed_job_file_and_the_options_given(tmp_path:
     command = shlex.split(result.stdout)
     assert Path(command[0]).name == "spark-submit" and os.access(command[0], os.X_OK)
     assert command[1:3] == ["--master", "spark://h:7077"]
-    assert command[3:5] == ["--conf", "spark.executor.memory=2g"] and "spark.ui.enabled=false" not in command
-    job = Path(command[command.index("--conf", 4) + 2])
+    assert command[3:7] == ["--conf", "spark.python.authenticate.socketTimeout=120s",
+                            "--conf", "spark.executor.memory=2g"]  # fmt: skip
+    assert "spark.ui.enabled=false" not in command
+    job = Path(command[command.index("--conf", 6) + 2])
     assert job.name == "backup.py" and job.parent.name == "jobs" and job.parent.parent.name == "kbackup"
     assert job.is_file()
     assert command[-6:] == ["--bootstrap-server", "k:9092", "--target-dir", str(tmp_path / "b"), "--topics", "t"]

@@ -168,9 +168,10 @@ def test_a_topic_that_grows_is_followed_and_one_created_again_is_refused_alone(
                            "--kafka-source", source, "--trigger-interval", "1", "--offsets-interval", "1",
                            log=log)  # fmt: skip
     try:
-        wait_for(lambda: _held(backup, [grow, phoenix]) == 200, 240, "the first records")
+        wait_for(lambda: _held(backup, [grow, phoenix]) == 200, 240, "the first records", job=process, log=log)
         assert run_kbackup("checkpoint", "create", backup).returncode == 0
-        wait_for(lambda: checkpoints.read_checkpoint(backup, 1).status == "completed", 120, "checkpoint 1")
+        wait_for(lambda: checkpoints.read_checkpoint(backup, 1).status == "completed", 120, "checkpoint 1",
+                 job=process, log=log)  # fmt: skip
 
         admin = AdminClient(kafka.client_settings())
         admin.create_partitions([NewPartitions(grow, 4)])[grow].result(30)
@@ -181,7 +182,7 @@ def test_a_topic_that_grows_is_followed_and_one_created_again_is_refused_alone(
         _produce(kafka, phoenix, 0, [b"new-%d" % i for i in range(150)])
 
         wait_for(lambda: _held(backup, [grow]) == 130 and 3 in list_partitions(backup / grow), 180,
-                 "the new partitions")  # fmt: skip
+                 "the new partitions", job=process, log=log)  # fmt: skip
         time.sleep(8)  # several triggers after the new incarnation's records exist
         pid = int(re.findall(r"stop with SIGTERM to the driver process (\d+)", log.read_text())[-1])
         os.kill(pid, signal.SIGTERM)

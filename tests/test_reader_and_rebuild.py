@@ -14,6 +14,7 @@ from kbackup.partition.reader import PartitionReader
 from kbackup.partition.rebuild import rebuild_partition_index, rebuild_segment_index
 from kbackup.partition.writer import PartitionWriter
 from tests.backup_builders import write_original_style
+from tests.conftest import SHAPES_TOPIC
 from tests.recordgen import sample_record
 from tests.strategies import record_runs
 
@@ -78,11 +79,11 @@ def test_missing_segment_file_is_named(tmp_path: Path) -> None:
         list(PartitionReader(tmp_path / "t", 0).records())
 
 
-def test_rebuild_segment_index_reproduces_the_original_index(upstream: Path, tmp_path: Path) -> None:
+def test_rebuild_segment_index_reproduces_the_written_index(tmp_path: Path) -> None:
     prefix = "segment_partition_000_from_offset_0000000000"
-    shutil.copyfile(upstream / "segments" / f"{prefix}_records", tmp_path / f"{prefix}_records")
+    shutil.copyfile(SHAPES_TOPIC / f"{prefix}_records", tmp_path / f"{prefix}_records")
     result = rebuild_segment_index(tmp_path / f"{prefix}_records", tmp_path / f"{prefix}_index")
-    assert (tmp_path / f"{prefix}_index").read_bytes() == (upstream / "segments" / f"{prefix}_index").read_bytes()
+    assert (tmp_path / f"{prefix}_index").read_bytes() == (SHAPES_TOPIC / f"{prefix}_index").read_bytes()
     assert (result.record_count, result.first_offset, result.last_offset, result.bad_tail_position) == (4, 0, 10, None)
 
 

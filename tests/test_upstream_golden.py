@@ -5,11 +5,17 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from kbackup.format.partition_index import PartitionIndexEntry, decode_partition_index, encode_partition_index
 from kbackup.format.record import Record, TimestampType, decode_record, encode_record
 from kbackup.format.segment_index import SegmentIndexEntry, decode_segment_index, encode_segment_index
 from kbackup.partition.reader import PartitionReader
 from kbackup.partition.segment_reader import iter_segment
+from tests.conftest import INDEX_VECTORS, SHAPES_TOPIC, UPSTREAM_MISSING, upstream_golden_dir
+
+if upstream_golden_dir() is None:
+    pytest.skip(UPSTREAM_MISSING, allow_module_level=True)
 
 NONE = TimestampType.NO_TIMESTAMP
 SIMPLE = Record(123, NONE, None, b"test-key", b"test-value", ())
@@ -145,3 +151,14 @@ def test_partition_reader_over_upstream_segment(upstream: Path, tmp_path: Path) 
     assert list(reader.records(from_offset=2)) == SEGMENT_RECORDS[2:]
     assert list(reader.records(from_offset=4, to_offset=10)) == SEGMENT_RECORDS[3:]
     assert list(reader.records(from_offset=11)) == []
+
+
+def test_the_projects_own_vectors_of_the_same_shapes_are_the_originals_bytes(upstream: Path) -> None:
+    """The vectors every other test reads (formats/vectors, written by kbackup's encoders) hold byte for byte what
+    the original's files hold: the tests that use them test the original's format."""
+    for suffix in ("records", "index"):
+        name = f"{SEGMENT_PREFIX}_{suffix}"
+        assert (SHAPES_TOPIC / name).read_bytes() == (upstream / "segments" / name).read_bytes()
+    pairs = {"partition_index_four_segments": "partitionindex", "segment_index_without_records": "segmentindex"}
+    for vector, original in pairs.items():
+        assert (INDEX_VECTORS / vector).read_bytes() == (upstream / original / "testIndex").read_bytes()

@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from kbackup.format.consumer_offsets import decode_consumer_offsets, encode_consumer_offsets
+from kbackup.format.partition_index import PartitionIndexEntry, decode_partition_index, encode_partition_index
 from kbackup.format.record import Record, decode_record, encode_record
+from kbackup.format.segment_index import SegmentIndexEntry, decode_segment_index, encode_segment_index
 from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import PartitionReader
 from kbackup.partition.rebuild import rebuild_partition_index, rebuild_segment_index
@@ -53,7 +55,9 @@ def test_every_listed_file_exists_and_nothing_else() -> None:
     assert present == sorted(MANIFEST["files"])
 
 
-@pytest.mark.parametrize(("topic", "partition"), [("vectors-topic", "1234"), ("vectors-topic", "7")])
+@pytest.mark.parametrize(
+    ("topic", "partition"), [("vectors-topic", "1234"), ("vectors-topic", "7"), ("shapes-topic", "0")]
+)
 def test_partition_vector(topic: str, partition: str, tmp_path: Path) -> None:
     topic_dir = VECTORS / "backup" / topic
     expected = MANIFEST["topics"][topic][partition]
@@ -76,3 +80,16 @@ def test_consumer_offsets_vector_bytes() -> None:
     path = VECTORS / "backup" / "vectors-topic" / "consumer_offsets_partition_1234"
     offsets = decode_consumer_offsets(path.read_bytes())
     assert encode_consumer_offsets(offsets) == path.read_bytes() == b'{"alpha":12345678903,"zeta":12345679001}'
+
+
+def test_index_vectors() -> None:
+    partition_path = VECTORS / "indexes" / "partition_index_four_segments"
+    partition = [PartitionIndexEntry(name, start) for name, start in MANIFEST["indexes"][partition_path.name]]
+    data = partition_path.read_bytes()
+    assert decode_partition_index(data, file=str(partition_path)) == (partition, len(data))
+    assert encode_partition_index(partition) == partition_path.read_bytes()
+    segment_path = VECTORS / "indexes" / "segment_index_without_records"
+    segment = [SegmentIndexEntry(*entry) for entry in MANIFEST["indexes"][segment_path.name]]
+    data = segment_path.read_bytes()
+    assert decode_segment_index(data, file=str(segment_path), check_contiguous=False) == segment
+    assert encode_segment_index(segment) == segment_path.read_bytes()

@@ -15,7 +15,9 @@ import shutil
 from pathlib import Path
 
 from kbackup.format.consumer_offsets import encode_consumer_offsets
+from kbackup.format.partition_index import PartitionIndexEntry, encode_partition_index
 from kbackup.format.record import Record, encode_record
+from kbackup.format.segment_index import SegmentIndexEntry, encode_segment_index
 from kbackup.partition.writer import PartitionWriter
 
 HERE = Path(__file__).resolve().parent
@@ -42,6 +44,21 @@ TOPIC_RECORDS = [
     Record(12_345_678_904, -2, None, b"c", None, (("h", b"1"), ("h", None))),
     Record(12_345_679_000, -1, None, b"", b"", ()),
 ]
+
+# The record shapes the original tool's own tests pin (see formats/records.md): no timestamps, a null key and
+# value, an empty header key, a null header value, offsets with gaps. One segment, named from offset 0.
+_PLAIN = Record(0, -1, None, b"test-key", b"test-value")
+SHAPES_RECORDS = [
+    _PLAIN,
+    Record(1, -1, None, None, None),
+    Record(3, -1, None, b"test-key", b"test-value", (("", b""), ("null", None), ("value", b"test-value"))),
+    _PLAIN._replace(offset=10),
+]
+
+# Index files with nothing behind them, for the index tools and the decoders' tests.
+PARTITION_INDEX = [PartitionIndexEntry(f"s{start}", start) for start in (0, 100, 200, 300)]
+SEGMENT_INDEX = [SegmentIndexEntry(0, 1, 10), SegmentIndexEntry(1, 11, 10), SegmentIndexEntry(5, 21, 15),
+                 SegmentIndexEntry(6, 36, 10)]  # fmt: skip
 
 
 def b64(data: bytes | None) -> str | None:
@@ -80,18 +97,33 @@ def main() -> None:
     # Partition 7: empty, with the empty segment kbackup gives an empty partition.
     with PartitionWriter(topic_dir, "vectors-topic", 7, fsync=False) as writer:
         writer.ensure_segment(500)
+    shapes_dir = HERE / "backup" / "shapes-topic"
+    with PartitionWriter(shapes_dir, "shapes-topic", 0, fsync=False) as writer:
+        for record in SHAPES_RECORDS:
+            writer.append(record)
+
+    indexes_dir = HERE / "indexes"
+    shutil.rmtree(indexes_dir, ignore_errors=True)
+    indexes_dir.mkdir()
+    (indexes_dir / "partition_index_four_segments").write_bytes(encode_partition_index(PARTITION_INDEX))
+    (indexes_dir / "segment_index_without_records").write_bytes(encode_segment_index(SEGMENT_INDEX))
+    manifest["indexes"] = {
+        "partition_index_four_segments": [[entry.name, entry.start_offset] for entry in PARTITION_INDEX],
+        "segment_index_without_records": [list(entry) for entry in SEGMENT_INDEX],
+    }
     manifest["topics"] = {
+        "shapes-topic": {"0": {"records": [record_json(r) for r in SHAPES_RECORDS], "consumerOffsets": {}}},
         "vectors-topic": {
             "1234": {
                 "records": [record_json(r) for r in TOPIC_RECORDS],
                 "consumerOffsets": {"alpha": 12_345_678_903, "zeta": 12_345_679_001},
             },
             "7": {"records": [], "consumerOffsets": {}},
-        }
+        },
     }
     manifest["files"] = sorted(
         str(path.relative_to(HERE)) for path in (HERE / "backup").rglob("*") if path.is_file()
-    ) + sorted(str(path.relative_to(HERE)) for path in records_dir.iterdir())
+    ) + sorted(str(path.relative_to(HERE)) for path in (*records_dir.iterdir(), *indexes_dir.iterdir()))
     (HERE / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
 
 

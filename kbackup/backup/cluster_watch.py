@@ -218,16 +218,18 @@ class ClusterWatch:
         if not new:
             return
 
-        def prepare(admin: object, timeout: float) -> int:
+        def prepare(admin: object, timeout: float) -> tuple[int, list[TopicPartitionKey]]:
             # Not for a topic deleted and created again: its new partitions are not the backed-up incarnation's.
+            # A topic whose id the cluster did not give (gone between the round and now) is asked about again.
             ids = topic_ids(admin, {topic for topic, _ in new}, timeout=timeout)
             same = [(t, p) for t, p in new if (record := read_topic_record(self._target, t)) is None
                     or record.topic_id in (None, ids.get(t))]  # fmt: skip
-            return ensure_partitions(self._target, admin, self._selection, max_segment_size=self._max_segment_size,
-                                     only=same)  # fmt: skip
+            created = ensure_partitions(self._target, admin, self._selection, max_segment_size=self._max_segment_size,
+                                        only=same)  # fmt: skip
+            return created, [key for key in new if key in same or key[0] in ids]
 
-        created = self._session.call(prepare)
-        self._prepared.update(new)
+        created, settled = self._session.call(prepare)
+        self._prepared.update(settled)
         if created:
             log.info("%s prepared in the backup", count(created, "new partition"))
 

@@ -73,7 +73,7 @@ from kbackup.metrics import MetricsPublisher
 from kbackup.partition.layout import list_partitions, list_topics, state_dir
 from kbackup.partition.reader import PartitionReader
 from kbackup.partition.writer import PartitionWriter
-from kbackup.spark.failures import failure_cause
+from kbackup.spark.failures import QueryRestarts, failure_cause
 from kbackup.spark.kafka_connector import SPARK_KAFKA_FORMAT, connector_loaded, package_coordinate, spark_source_client
 from kbackup.spark.kafka_source import SOURCE_NAME, KafkaSource, decode_offsets
 from kbackup.spark.session import job_session
@@ -103,6 +103,7 @@ class BackupJob:
     _checkpoints: list[checkpoints.Checkpoint] = field(default_factory=list)
     _seen_checkpoint: int = 0  # requests get increasing ids: only newer files can hold new ones
     _logged_batch: int = -1
+    _restarts: QueryRestarts = field(default_factory=QueryRestarts)
     _rows: int = 0
     _batch_seconds: float = 0.0  # the micro-batches' own time (Spark's triggerExecution), start-up excluded
     _began: float = field(default_factory=time.monotonic)  # the job's start, before Spark
@@ -213,7 +214,12 @@ class BackupJob:
             )
             watch.start()
         try:
-            while query.isActive:
+            while True:
+                if not query.isActive:
+                    failure = query.exception()
+                    if failure is None:
+                        break
+                    query = self._start_again(spark, failure)
                 if self._lease is not None and self._lease.lost is not None:
                     query.stop()
                     self._lease.check()
@@ -224,7 +230,8 @@ class BackupJob:
                 try:
                     query.awaitTermination(1)
                 except Exception as exc:  # the query failed: StreamingQueryException with the cause inside
-                    raise KbackupError(f"the backup query failed: {failure_cause(exc)}") from None
+                    query = self._start_again(spark, exc)
+                    continue
                 self._report_progress(query)
                 if watch is not None:
                     self._take_over(watch, query)
@@ -234,9 +241,6 @@ class BackupJob:
                 self._source_loss.poll()
                 self._publish()
             self._report_progress(query)
-            failure = query.exception()
-            if failure is not None:
-                raise KbackupError(f"the backup query failed: {failure_cause(failure)}")
             if settings.snapshot and self._stop_signal is None:
                 # A finished snapshot holds everything up to the end offsets it
                 # captured at its start, and every round was taken before that.
@@ -502,6 +506,18 @@ class BackupJob:
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stop_signal = signum
+
+    def _start_again(self, spark: Any, failure: BaseException) -> Any:
+        """The query started again from its checkpoint after Spark failed to start a Python process in time (see
+        :class:`QueryRestarts`); any other failure ends the job."""
+        if self._stop_signal is not None or not self._restarts.allow(failure, completed_batch=self._logged_batch):
+            raise KbackupError(f"the backup query failed: {failure_cause(failure)}") from None
+        log.warning(
+            "the backup query stopped: Spark did not get a Python process of its own started in time (%s; a busy "
+            "machine); starting it again from its checkpoint (%d of %d in a row)",
+            failure_cause(failure), self._restarts.count, self._restarts.limit,
+        )  # fmt: skip
+        return self._start(spark)
 
     def _report_progress(self, query: Any) -> None:
         recent = query.recentProgress
