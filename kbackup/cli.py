@@ -18,6 +18,7 @@ from typing import Any, TextIO, cast
 
 from kbackup import __version__
 from kbackup.catalog.source_gaps import SourceGap, describe_gaps, read_gaps
+from kbackup.catalog.store import read_catalog
 from kbackup.errors import BackupNotFoundError, KbackupError, UsageError
 from kbackup.format.encryption import KeyRing
 from kbackup.format.naming import INDEX_SUFFIX, parse_partition_index_file_name
@@ -33,7 +34,7 @@ from kbackup.partition.records_file import install_keys, installed_keys
 from kbackup.partition.segment_reader import SegmentIndexFile
 from kbackup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE
 from kbackup.progress import Progress
-from kbackup.report.summary import OffsetRange, describe_missing, missing_offsets
+from kbackup.report.summary import OffsetRange, describe_missing, describe_skipped, is_compacted, missing_offsets
 from kbackup.storage import Location, as_local, exists, parse_location, read_limited, storage_for
 from kbackup.text import TerminalText, count, shown, shown_json, shown_text
 
@@ -147,7 +148,9 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
             reader = PartitionReader(topic_dir, partition, legacy=args.legacy_no_magic)
             segments = reader.summaries()
             lost = read_gaps(root, topic, partition)
-            missing, missing_ranges = missing_offsets(reader, legacy=args.legacy_no_magic, lost_at_source=lost)
+            (missing, missing_ranges), (skipped, skipped_ranges) = missing_offsets(
+                reader, legacy=args.legacy_no_magic, lost_at_source=lost, catalog=read_catalog(root, topic, partition)
+            )
             firsts = [s.first_offset for s in segments if s.first_offset is not None]
             lasts = [s.last_offset for s in segments if s.last_offset is not None]
             partitions.append(
@@ -159,6 +162,8 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
                     "bytes": sum(s.records_bytes for s in segments),
                     "missingOffsets": missing,
                     "missingRanges": [asdict(r) for r in missing_ranges],
+                    "transactionOffsets": skipped,
+                    "transactionRanges": [asdict(r) for r in skipped_ranges],
                     "lostAtSourceOffsets": sum(g.count for g in lost),
                     "lostAtSource": [{"first": g.first, "last": g.last, "how": g.how} for g in lost],
                     "segments": [
@@ -176,7 +181,7 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
                     ],
                 }
             )
-        listing.append({"topic": topic, "partitions": partitions})
+        listing.append({"topic": topic, "compacted": is_compacted(root, topic), "partitions": partitions})
     if args.json:
         json.dump(listing, out, indent=2)
         out.write("\n")
@@ -185,9 +190,13 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
         out.write(f"{topic_entry['topic']}\n")
         for p in topic_entry["partitions"]:
             span = "empty" if p["records"] == 0 else f"offsets {p['firstOffset']}..{p['lastOffset']}"
-            gaps = describe_missing(p["missingOffsets"], [OffsetRange(**r) for r in p["missingRanges"]])
-            if gaps:
-                span += f", {gaps}"
+            gaps = [
+                describe_missing(p["missingOffsets"], [OffsetRange(**r) for r in p["missingRanges"]]),
+                describe_skipped(p["transactionOffsets"], [OffsetRange(**r) for r in p["transactionRanges"]],
+                                 compacted=topic_entry["compacted"]),
+            ]  # fmt: skip
+            for text in gaps:
+                span += f", {text}" if text else ""
             lost_text = describe_gaps([SourceGap(topic_entry["topic"], p["partition"], g["first"], g["last"])
                                        for g in p["lostAtSource"]])  # fmt: skip
             if lost_text:
@@ -337,7 +346,9 @@ def cmd_describe(args: argparse.Namespace, out: TextIO) -> None:
         for p in topic.partitions:
             span = "empty" if p.first_offset is None else f"offsets {p.first_offset}..{p.last_offset}"
             missing = ", ".join(text for text in (describe_missing(p.missing, p.missing_ranges),
-                                                  describe_gaps(p.lost_at_source)) if text)  # fmt: skip
+                                                  describe_gaps(p.lost_at_source),
+                                                  describe_skipped(p.skipped, p.skipped_ranges,
+                                                                   compacted=topic.compacted)) if text)  # fmt: skip
             missing = f", {missing}" if missing else ""
             out.write(
                 f"  partition {p.partition}: {count(p.records, 'record')}, {span}{missing}, {count(p.bytes, 'byte')}\n"
@@ -486,7 +497,6 @@ def cmd_prune(args: argparse.Namespace, out: TextIO) -> None:
 def cmd_merge(args: argparse.Namespace, out: TextIO) -> None:
     from kbackup.catalog.merge import merge, plan_merge
     from kbackup.catalog.prune import prune_lease
-    from kbackup.catalog.store import read_catalog
 
     root = parse_location(args.dir)
     topics = _topics(root, args.topic)

@@ -18,6 +18,7 @@ from kbackup.catalog.verify import verify_backup
 from kbackup.format.naming import parse_segment_file_name
 from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import PartitionReader
+from kbackup.report.summary import summarize_partition
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
 from tests.kafka_helpers import backed_up, client_config_file, consume_all, create_topics, job_env, run_backup
@@ -139,6 +140,10 @@ def test_gaps_from_transaction_markers_are_kept(snapshot: Snapshot) -> None:
     # Apache Kafka: 0-4 committed, 5 commit marker, 6-8 aborted, 9 abort marker, 10-11 committed, 12 commit marker.
     assert offsets == [0, 1, 2, 3, 4, 10, 11]
     assert ends[("snap-tx", 0)] == 13
+    # The backup read through 5..9 and says so: transaction offsets, not missing ones.
+    summary = summarize_partition(target, "snap-tx", 0)
+    assert (summary.missing, summary.skipped) == (0, 5)
+    assert [(r.first, r.last) for r in summary.skipped_ranges] == [(5, 9)]
 
 
 def test_consumer_groups_stored_exactly(snapshot: Snapshot) -> None:

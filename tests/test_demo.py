@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from tests.conftest import REPO
+from tests.kafka_helpers import run_kbackup
 
 
 def test_demo_backs_up_the_sample_topics(tmp_path: Path) -> None:
@@ -32,6 +33,13 @@ def test_demo_backs_up_the_sample_topics(tmp_path: Path) -> None:
     assert "orders\t0\tshipping\t250" in out and "orders\t2\tbilling\t1000" in out
     payments = [line for line in out.splitlines() if line.startswith("  partition 0: 80 records")]
     assert payments, "the aborted transaction's 10 payments must not be in the backup"
+    # Its markers and aborted records are offsets the source skipped: said as such, never as missing.
+    assert payments[0].startswith("  partition 0: 80 records, offsets 0..91, 12 transaction offsets: 40..51, ")
+    assert "missing" not in out
+    report = tmp_path / "report.html"
+    assert run_kbackup("report", tmp_path / "demo", "-o", report).returncode == 0
+    page = report.read_text()
+    assert '<span class="skipped">12 transaction offsets: 40..51</span>' in page and 'class="bad"' not in page
     # Its last lines are commands for a new shell: pasted into one (nothing of this environment), they work.
     source, show = out.rstrip().splitlines()[-2:]
     assert source.strip().startswith("source ") and show.strip().startswith("kbackup cat ")

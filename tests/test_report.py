@@ -13,12 +13,14 @@ import json
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from kbackup.catalog import checkpoints
 from kbackup.catalog.ledger import CatalogLedger
+from kbackup.catalog.store import read_catalog, write_catalog
 from kbackup.format.record import Record
 from kbackup.partition.offsets_file import write_consumer_offsets
 from kbackup.partition.writer import PartitionWriter
@@ -39,10 +41,15 @@ def write(root: Path, topic: str, partition: int, offsets: list[int], *, segment
 
 @pytest.fixture
 def backup(tmp_path: Path) -> Path:
-    """orders/0: 0..399 with a gap 200..259 and a lone missing offset 99 (a marker); orders/1: 120..299
-    (older ones gone to retention); orders/2: empty. Two groups, one checkpoint."""
+    """orders/0: 0..399 with a gap 200..259 and a lone missing offset 99, written as by a kbackup that did not
+    record where it began reading (``readFrom``): nothing vouches for them, so they are missing; orders/1: 120..299
+    (older ones gone to retention); orders/2: empty. Two groups, one checkpoint. (Offsets the source skipped are
+    tests/test_transaction_offsets.py's.)"""
     root = tmp_path / "backup"
     write(root, "orders", 0, [o for o in range(400) if o != 99 and not 200 <= o < 260])
+    written = read_catalog(root, "orders", 0)
+    assert written is not None and written.read_from == 0
+    write_catalog(root, replace(written, read_from=None))
     write(root, "orders", 1, list(range(120, 300)))
     with PartitionWriter(root / "orders", "orders", 2, fsync=False) as writer:
         writer.ensure_segment(0)

@@ -8,6 +8,7 @@ import pytest
 
 from kbackup.catalog.ledger import CatalogLedger
 from kbackup.catalog.source_gaps import INFERRED, SourceGap, describe_gaps, gap_path, merge, read_gaps, record_gap
+from kbackup.catalog.store import read_catalog
 from kbackup.errors import KbackupError
 from kbackup.format.record import Record
 from kbackup.partition.reader import PartitionReader
@@ -58,11 +59,16 @@ def test_lost_offsets_are_not_missing_ones_and_are_drawn_apart(tmp_path: Path) -
             writer.append(Record(offset, 0, 1000 + offset, b"k", b"v"))
     record_gap(tmp_path, "t", 0, 10, 49)
     summary = summarize_partition(tmp_path, "t", 0)
-    assert summary.missing == 2 and [(r.first, r.last) for r in summary.missing_ranges] == [(60, 61)]
+    # The writer read on from its first record: 60..61 the source skipped (transaction offsets), nothing missing.
+    assert summary.missing == 0 and summary.skipped == 2
+    assert [(r.first, r.last) for r in summary.skipped_ranges] == [(60, 61)]
     assert [(g.first, g.last) for g in summary.lost_at_source] == [(10, 49)]
-    assert [(g.first, g.last) for g in summary.gaps] == [(60, 61)]  # a lost range is not drawn as a gap
-    assert missing_offsets(PartitionReader(tmp_path / "t", 0), lost_at_source=summary.lost_at_source)[0] == 2
-    assert missing_offsets(PartitionReader(tmp_path / "t", 0))[0] == 42
+    assert summary.gaps == []  # neither a lost range nor transaction offsets are drawn as a gap
+    reader = PartitionReader(tmp_path / "t", 0)
+    catalog = read_catalog(tmp_path, "t", 0)
+    assert missing_offsets(reader, lost_at_source=summary.lost_at_source, catalog=catalog)[0][0] == 0
+    assert missing_offsets(reader, lost_at_source=summary.lost_at_source)[0][0] == 2  # no catalog: not known
+    assert missing_offsets(reader)[0][0] == 42
     page = render_report(summarize_backup(tmp_path), generated_at=0)
     assert 'class="lost"' in page and "40 offsets deleted at the source before they were read: 10..49" in page
     assert "offsets 10..49 deleted at the source before the backup read them" in page

@@ -34,8 +34,8 @@ class CatalogLedger:
         catalog = read_catalog(self.root, topic, partition)
         return catalog.tail_of(segment) if catalog is not None else None
 
-    def record_tail(self, topic: str, partition: int, tail: TailEntry) -> None:
-        record_tail(self.root, topic, partition, tail)
+    def record_tail(self, topic: str, partition: int, tail: TailEntry, *, read_from: int | None = None) -> None:
+        record_tail(self.root, topic, partition, tail, read_from=read_from)
 
     def segments_finished(self, topic_dir: Path, partition: int) -> None:
         catch_up_catalog(self.root, topic_dir, partition)
@@ -82,6 +82,8 @@ class CatalogLedger:
         partition: int,
         named: Sequence[PartitionIndexEntry],
         spool: PartitionReader,
+        *,
+        read_from: int | None = None,
     ) -> None:
         """Add every named segment the catalog lacks: the spool's (described from its local copy, the same bytes
         without reading the objects back), and any that a crash left out; drop entries no longer named."""
@@ -104,7 +106,8 @@ class CatalogLedger:
             else:
                 stored = stored or PartitionReader(topic_dir, partition)
                 added.append(describe_segment(stored, number))
-        if added or len(kept) != len(catalog.segments):
+        known = catalog.read_from if catalog.read_from is not None else read_from
+        if added or len(kept) != len(catalog.segments) or known != catalog.read_from:
             entries = sorted((*kept, *added), key=lambda entry: entry.start_offset)
-            write_catalog(self.root, PartitionCatalog(topic, partition, tuple(entries)))
+            write_catalog(self.root, PartitionCatalog(topic, partition, tuple(entries), read_from=known))
         self._vouch(topic_dir, partition)

@@ -44,14 +44,21 @@ class PartitionCatalog:
     partition: int
     segments: tuple[SegmentEntry, ...] = field(default_factory=tuple)
     tail: TailEntry | None = None
+    #: The offset from which kbackup's writers read the partition without a break (formats/catalog.md): an offset
+    #: at or above it that holds no record and is not recorded as lost at the source was read, and the source had no
+    #: record there for a consumer (a transaction marker, an aborted record, a record compacted away). ``None``: not
+    #: known (written before kbackup recorded it, or a catalog rebuilt from the files), so such offsets are missing.
+    read_from: int | None = None
 
     def encode(self) -> bytes:
         document: dict[str, Any] = {
             "version": CATALOG_VERSION,
             "topic": self.topic,
             "partition": self.partition,
-            "segments": [_camel(_present(asdict(entry))) for entry in self.segments],
         }
+        if self.read_from is not None:
+            document["readFrom"] = self.read_from
+        document["segments"] = [_camel(_present(asdict(entry))) for entry in self.segments]
         if self.tail is not None:
             document["tail"] = _camel(asdict(self.tail))
         return json.dumps(document, indent=1, sort_keys=False).encode() + b"\n"
@@ -84,7 +91,10 @@ class PartitionCatalog:
             for entry in (*segments, *(() if tail is None else (tail,))):
                 check_segment_name(entry.name, file=file, what="a catalog entry")
             topic = check_topic_name(document["topic"], file=file)
-            return cls(topic, check_partition(document["partition"], file=file), segments, tail)
+            read_from = document.get("readFrom")
+            if read_from is not None and (type(read_from) is not int or read_from < 0):
+                raise FormatError("invalid readFrom", file=file, expected="an offset", found=repr(read_from)[:40])
+            return cls(topic, check_partition(document["partition"], file=file), segments, tail, read_from)
         except FormatError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -34,11 +34,15 @@ from kbackup.storage import Location, storage_for
 CHUNK = 1 << 20
 
 
-def record_tail(root: Location, topic: str, partition: int, tail: TailEntry, *, sync: bool = True) -> None:
-    """Replace the partition's recorded tail (the rest of its catalog unchanged)."""
+def record_tail(
+    root: Location, topic: str, partition: int, tail: TailEntry, *, sync: bool = True, read_from: int | None = None
+) -> None:
+    """Replace the partition's recorded tail (the rest of its catalog unchanged); ``read_from`` is kept when the
+    catalog does not know one yet (see :attr:`PartitionCatalog.read_from`)."""
     catalog = read_catalog(root, topic, partition) or PartitionCatalog(topic, partition)
-    if catalog.tail != tail:
-        write_catalog(root, replace(catalog, tail=tail), sync=sync)
+    known = catalog.read_from if catalog.read_from is not None else read_from
+    if catalog.tail != tail or known != catalog.read_from:
+        write_catalog(root, replace(catalog, tail=tail, read_from=known), sync=sync)
 
 
 def prefix_crc32c(path: Location, length: int) -> tuple[int, int]:

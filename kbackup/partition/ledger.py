@@ -18,6 +18,13 @@ Calls and what they promise, in the order a writer makes them:
   opens a partition whose newest segment is sealed: every segment, the newest included, is finished.
 * ``segments_published`` after an object writer replaced the partition index: the index
   names ``named``; the new ones among them are readable from ``spool`` as well.
+
+READ_THROUGH: a backup's writer appends a partition's records in offset order, going on from the last one stored,
+and what it is handed was read from the source without a break (an offset the source deleted before it was read is
+recorded as lost at the source before any record after it is written). So from the first record a writer appends,
+an offset it does not store was skipped by the source (see :attr:`kbackup.catalog.model.PartitionCatalog.read_from`).
+The first writer to append to a partition whose catalog does not know this yet passes ``read_from``; later ones
+keep it.
 """
 
 from __future__ import annotations
@@ -61,8 +68,9 @@ class SegmentLedger(Protocol):
         """The committed prefix last recorded for ``segment`` as the newest, unfinished one (else ``None``)."""
         ...
 
-    def record_tail(self, topic: str, partition: int, tail: TailEntry) -> None:
-        """Replace the recorded prefix of the partition's newest segment."""
+    def record_tail(self, topic: str, partition: int, tail: TailEntry, *, read_from: int | None = None) -> None:
+        """Replace the recorded prefix of the partition's newest segment. ``read_from``: the first offset this writer
+        appended, from which the partition was read without a break (READ_THROUGH in the module docstring)."""
         ...
 
     def segments_finished(self, topic_dir: Path, partition: int) -> None:
@@ -93,6 +101,9 @@ class SegmentLedger(Protocol):
         partition: int,
         named: Sequence[PartitionIndexEntry],
         spool: PartitionReader,
+        *,
+        read_from: int | None = None,
     ) -> None:
-        """An object store's partition index now names ``named``; ``spool`` holds the ones just uploaded."""
+        """An object store's partition index now names ``named``; ``spool`` holds the ones just uploaded.
+        ``read_from`` as for :meth:`record_tail`."""
         ...

@@ -45,7 +45,6 @@ from kbackup.partition.layout import list_segment_files, partition_index_path
 from kbackup.partition.ledger import SegmentLedger
 from kbackup.partition.reader import PartitionReader
 from kbackup.partition.records_file import add_key, compress_records_file
-from kbackup.partition.segment_reader import SegmentIndexFile
 from kbackup.partition.writer import (
     DEFAULT_MAX_SEGMENT_SIZE,
     ClosingWriter,
@@ -92,10 +91,13 @@ class ObjectPartitionWriter(ClosingWriter):
         #: No lock on an object store (see the module docstring): never waits.
         self.lock_wait = 0.0
         self._segments: list[PartitionIndexEntry] = []
+        self._stored_last: int | None = None
         if exists(partition_index_path(topic_dir, partition)):
-            self._segments = PartitionReader(topic_dir, partition).segments
-        self._stored_last = self._find_last_offset()
+            stored = PartitionReader(topic_dir, partition)
+            self._segments, self._stored_last = stored.segments, stored.last_offset()
         self._last_offset = self._stored_last
+        #: As :attr:`PartitionWriter.first_appended`.
+        self.first_appended: int | None = None
         self._remove_orphans()
         if ledger is not None:
             ledger.sealing(topic_dir, partition, encryption_key)
@@ -126,6 +128,8 @@ class ObjectPartitionWriter(ClosingWriter):
         spool.append(record)
         self.appended_bytes += spool.appended_bytes - before
         self._last_offset = record.offset
+        if self.first_appended is None:
+            self.first_appended = record.offset
         return True
 
     def append_batch(self, batch: EncodedRecords) -> tuple[int, int]:
@@ -157,6 +161,8 @@ class ObjectPartitionWriter(ClosingWriter):
             spool.append_batch(fresh)
             self.appended_bytes += spool.appended_bytes - before
             self._last_offset = int(fresh.offsets[-1])
+            if self.first_appended is None:
+                self.first_appended = int(fresh.offsets[0])
             written += len(fresh)
         return written, skipped
 
@@ -188,13 +194,6 @@ class ObjectPartitionWriter(ClosingWriter):
         return self
 
     # -- steps --------------------------------------------------------------
-
-    def _find_last_offset(self) -> int | None:
-        for segment in reversed(self._segments):
-            with SegmentIndexFile(self.topic_dir / (segment.name + INDEX_SUFFIX)) as index:
-                if index.count:
-                    return index.entry(index.count - 1).offset
-        return None
 
     def _remove_orphans(self) -> None:
         """Delete segments above the last named one: uploads of a publish that never reached its commit point."""
@@ -248,7 +247,9 @@ class ObjectPartitionWriter(ClosingWriter):
         write_whole(partition_index_path(self.topic_dir, self.partition), encode_partition_index(self._segments))
         self._stored_last = self._last_offset
         if self._ledger is not None:
-            self._ledger.segments_published(self.topic_dir, self.partition, self._segments, spool_reader)
+            self._ledger.segments_published(
+                self.topic_dir, self.partition, self._segments, spool_reader, read_from=self.first_appended
+            )
 
     def _drop_spool(self) -> None:
         self._spool = None

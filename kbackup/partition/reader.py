@@ -132,6 +132,15 @@ class PartitionReader:
                 previous = int(batch.columns.offsets[-1])
                 yield batch
 
+    def last_offset(self) -> int | None:
+        """The offset of the partition's last stored record (``None``: none), from the newest indexes."""
+        for segment in reversed(self.segments):
+            _, index_path = self.segment_paths(segment)
+            with SegmentIndexFile(index_path, legacy=self.legacy) as index:
+                if index.count:
+                    return index.entry(index.count - 1).offset
+        return None
+
     def summaries(self) -> list[SegmentSummary]:
         """Per segment: record count, first and last offset and sizes, from indexes only."""
         result = []

@@ -174,6 +174,9 @@ class PartitionWriter(ClosingWriter):
         self._last_offset: int | None = None
         #: Bytes of records appended (not skipped) since opening.
         self.appended_bytes = 0
+        #: The offset of the first record appended (not skipped) since opening: from there on, what this writer did
+        #: not store the source skipped (READ_THROUGH in :mod:`kbackup.partition.ledger`).
+        self.first_appended: int | None = None
         self._lookup: tuple[str, SegmentIndexFile, ReadHandle] | None = None
         self._replay_hint = -2  # index position of the last replayed record in the cached segment
         self._closed = False
@@ -240,6 +243,8 @@ class PartitionWriter(ClosingWriter):
         self._records_size += length
         self.appended_bytes += length
         self._last_offset = record.offset
+        if self.first_appended is None:
+            self.first_appended = record.offset
         if len(self._records_buffer) >= self._buffer_size:
             self.flush()
         return True
@@ -269,6 +274,8 @@ class PartitionWriter(ClosingWriter):
     def _append_new(self, run: EncodedRecords) -> None:
         """Append records whose offsets all lie above the last stored one."""
         offsets, bounds, n = run.offsets, run.bounds, len(run)
+        if self.first_appended is None and n:
+            self.first_appended = int(offsets[0])
         i = 0
         while i < n:
             first = int(offsets[i])
@@ -677,7 +684,7 @@ class PartitionWriter(ClosingWriter):
         )
         # Synced even when the segment files are not (a new target's placeholders): a catalog that a power
         # loss left empty would stop the partition's next writer, where empty segment files are repaired.
-        self._ledger.record_tail(self.topic, self.partition, tail)
+        self._ledger.record_tail(self.topic, self.partition, tail, read_from=self.first_appended)
 
     def _last_offset_of(self, segment: PartitionIndexEntry) -> int | None:
         with SegmentIndexFile(self.topic_dir / (segment.name + INDEX_SUFFIX)) as index:

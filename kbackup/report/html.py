@@ -17,7 +17,7 @@ import datetime as dt
 import html
 
 from kbackup.catalog.source_gaps import describe_gaps
-from kbackup.report.summary import BackupSummary, PartitionSummary, TopicSummary, describe_missing
+from kbackup.report.summary import BackupSummary, PartitionSummary, TopicSummary, describe_missing, describe_skipped
 from kbackup.text import count
 
 DASH = "-"  # no value
@@ -47,6 +47,7 @@ th { background: #f4f6f9; } td.l, th.l { text-align: left; }
 .legend span { display: inline-block; margin-right: 16px; font-size: 12px; }
 .legend i { display: inline-block; width: 12px; height: 12px; margin-right: 4px; vertical-align: -2px; }
 .bad { color: #d93b3b; font-weight: 600; } .ok { color: #2e9d57; } .lost { color: #9a6a12; }
+.skipped { color: #5b6475; }
 svg text { font-size: 12px; fill: #1d2230; }
 """
 
@@ -110,6 +111,7 @@ def _topic_section(topic: TopicSummary) -> str:
         span = "empty" if p.first_offset is None else f"{p.first_offset}..{p.last_offset}"
         lost = describe_gaps(p.lost_at_source)
         missing = describe_missing(p.missing, p.missing_ranges)
+        skipped = describe_skipped(p.skipped, p.skipped_ranges, compacted=topic.compacted)
         gap_text = (
             f'<span class="{"bad" if p.gaps else "ok"}">{_e(missing)}</span>'
             if missing
@@ -117,6 +119,8 @@ def _topic_section(topic: TopicSummary) -> str:
         )
         if lost:
             gap_text += f'<br><span class="lost">{_e(lost)}</span>'
+        if skipped:  # the source had no record there: normal, in a neutral colour
+            gap_text += f'<br><span class="skipped">{_e(skipped)}</span>'
 
         groups = ", ".join(f"{_e(g)} @ {o}" for g, o in sorted(p.groups.items())) or DASH
         out.append(

@@ -5,11 +5,22 @@ the catalog for time ranges when it has them, so it is cheap for any size of
 backup and works for one the original tool wrote.
 
 **Coverage** is the offset ranges the backup holds, read from the segment
-indexes. A **gap** is a run of at least ``min_gap`` (default 2) consecutive
-offsets between two covered ranges that the backup does not hold. Single
-missing offsets are normal and only counted (``missing``): a transaction
-marker takes an offset; compaction removes records too. Large gaps mean
-missing segments, or data lost to retention before it was backed up.
+indexes. An offset between a partition's first and last record that holds no
+record is one of three things:
+
+- **transaction offsets** (``skipped``): read by kbackup from the source, which had
+  no record there for a consumer: a transaction's commit or abort marker, an aborted
+  transaction's records, and on a compacted topic records compacted away. Known from
+  the catalog's ``readFrom`` (:attr:`kbackup.catalog.model.PartitionCatalog.read_from`):
+  normal, not damage.
+- **lost at the source** (:mod:`kbackup.catalog.source_gaps`): deleted by the source
+  before the backup read them. Not damage to the backup either, but records that are gone.
+- **missing** (``missing``): everything else. Not there, and nothing says why: a segment
+  lost (one the catalog names that the partition no longer has), a backup written by
+  the original tool or before kbackup recorded ``readFrom``.
+
+A **gap** is a run of at least ``min_gap`` (default 2) missing offsets between two
+covered ranges; transaction offsets do not break a covered range.
 """
 
 from __future__ import annotations
@@ -21,8 +32,10 @@ import numpy as np
 
 from kbackup.catalog.build import file_size, segment_time_range
 from kbackup.catalog.checkpoints import Checkpoint, list_checkpoints
+from kbackup.catalog.model import PartitionCatalog
 from kbackup.catalog.source_gaps import SourceGap, read_gaps
 from kbackup.catalog.store import read_catalog
+from kbackup.catalog.topics import read_topic_record
 from kbackup.partition.layout import list_partitions, list_topics
 from kbackup.partition.offsets_file import read_consumer_offsets
 from kbackup.partition.reader import PartitionReader
@@ -60,8 +73,11 @@ class PartitionSummary:
     groups: dict[str, int] = field(default_factory=dict)
     cataloged: bool = False
     #: Offsets between first and last that the backup does not hold, gaps of every size included, less those
-    #: recorded as lost at the source.
+    #: recorded as lost at the source and the transaction offsets.
     missing: int = 0
+    #: Transaction offsets (module docstring): how many, and the first :data:`MISSING_LISTED` runs of them.
+    skipped: int = 0
+    skipped_ranges: list[OffsetRange] = field(default_factory=list)
     #: Ranges the source deleted before the backup read them (:mod:`kbackup.catalog.source_gaps`): not damage.
     lost_at_source: list[SourceGap] = field(default_factory=list)
 
@@ -70,6 +86,8 @@ class PartitionSummary:
 class TopicSummary:
     topic: str
     partitions: list[PartitionSummary] = field(default_factory=list)
+    #: Its recorded ``cleanup.policy`` compacts: transaction offsets include records compacted away.
+    compacted: bool = False
 
     @property
     def records(self) -> int:
@@ -95,6 +113,7 @@ class BackupSummary:
                     "topic": t.topic,
                     "records": t.records,
                     "bytes": t.bytes,
+                    "compacted": t.compacted,
                     "partitions": [_partition_json(p) for p in t.partitions],
                 }
                 for t in self.topics
@@ -128,6 +147,8 @@ def _partition_json(p: PartitionSummary) -> dict[str, Any]:
         "gaps": [asdict(r) for r in p.gaps],
         "missingOffsets": p.missing,
         "missingRanges": [asdict(r) for r in p.missing_ranges],
+        "transactionOffsets": p.skipped,
+        "transactionRanges": [asdict(r) for r in p.skipped_ranges],
         "lostAtSourceOffsets": sum(g.count for g in p.lost_at_source),
         "lostAtSource": [{"first": g.first, "last": g.last, "how": g.how} for g in p.lost_at_source],
         "indexBytes": p.index_bytes,
@@ -153,7 +174,8 @@ def summarize_partition(
     reader = PartitionReader(root / topic, partition, legacy=legacy)
     summary.segments = len(reader.segments)
     summary.lost_at_source = read_gaps(root, topic, partition)
-    explained = _Explained(summary.lost_at_source)
+    catalog = read_catalog(root, topic, partition)
+    sorter = GapSorter(summary.lost_at_source, catalog, reader)
     previous: int | None = None
     run_start: int | None = None
     for entry in reader.segments:
@@ -166,15 +188,16 @@ def summarize_partition(
             if previous is None:
                 run_start = first
             elif first > previous + 1:
-                unexplained = explained.rest(previous + 1, first - 1)
-                for part in unexplained:
-                    summary.missing += part.count
-                    if len(summary.missing_ranges) < MISSING_LISTED:
-                        summary.missing_ranges.append(part)
-                if first - previous - 1 >= min_gap:
+                missing, skipped = sorter.sort(previous + 1, first - 1)
+                _add(summary.missing_ranges, missing)
+                _add(summary.skipped_ranges, skipped)
+                summary.missing += sum(part.count for part in missing)
+                summary.skipped += sum(part.count for part in skipped)
+                read_through = sum(part.count for part in skipped) == first - previous - 1
+                if first - previous - 1 >= min_gap and not read_through:
                     assert run_start is not None
                     summary.covered.append(OffsetRange(run_start, previous))
-                    if unexplained:  # a range lost at the source is drawn as such, not as a gap
+                    if missing:  # a range lost at the source is drawn as such, not as a gap
                         summary.gaps.append(OffsetRange(previous + 1, first - 1))
                     run_start = first
             previous = last
@@ -183,7 +206,6 @@ def summarize_partition(
     if summary.covered:
         summary.first_offset = summary.covered[0].first
         summary.last_offset = summary.covered[-1].last
-    catalog = read_catalog(root, topic, partition)
     ranges: list[tuple[int | None, int | None]] = []
     described = set()
     if catalog is not None and catalog.segments:
@@ -202,35 +224,87 @@ def summarize_partition(
     return summary
 
 
+def _add(listed: list[OffsetRange], parts: list[OffsetRange]) -> None:
+    listed.extend(parts[: max(0, MISSING_LISTED - len(listed))])
+
+
 def summarize_backup(root: Location, topics: list[str] | None = None, *, legacy: bool = False) -> BackupSummary:
     """Summarise ``topics`` (default: all) of the backup at ``root``."""
     chosen = list_topics(root) if topics is None else topics
     result = BackupSummary(str(root), checkpoints=list_checkpoints(root))
     for topic in chosen:
         partitions = [summarize_partition(root, topic, p, legacy=legacy) for p in list_partitions(root / topic)]
-        result.topics.append(TopicSummary(topic, partitions))
+        result.topics.append(TopicSummary(topic, partitions, compacted=is_compacted(root, topic)))
     return result
 
 
+def is_compacted(root: Location, topic: str) -> bool:
+    """Whether the topic's recorded configuration compacts it (then records compacted away are skipped too)."""
+    record = read_topic_record(root, topic)
+    return record is not None and "compact" in record.config.get("cleanup.policy", "")
+
+
 def missing_offsets(
-    reader: PartitionReader, *, legacy: bool = False, lost_at_source: list[SourceGap] | None = None
-) -> tuple[int, list[OffsetRange]]:
-    """How many offsets between a partition's first and last the backup does not hold, and the first runs of them
-    (less the ranges recorded as lost at the source)."""
-    missing = 0
-    ranges: list[OffsetRange] = []
-    explained = _Explained(lost_at_source or [])
+    reader: PartitionReader,
+    *,
+    legacy: bool = False,
+    lost_at_source: list[SourceGap] | None = None,
+    catalog: PartitionCatalog | None = None,
+) -> tuple[tuple[int, list[OffsetRange]], tuple[int, list[OffsetRange]]]:
+    """Offsets between a partition's first and last record that the backup does not hold: the missing ones and the
+    transaction offsets (module docstring), each as a count and its first runs; ranges lost at the source in
+    neither."""
+    sorter = GapSorter(lost_at_source or [], catalog, reader)
+    missing: list[OffsetRange] = []
+    skipped: list[OffsetRange] = []
+    counts = [0, 0]
     previous: int | None = None
     for entry in reader.segments:
         _, index_path = reader.segment_paths(entry)
         for first, last in _runs(index_path, legacy=legacy):
             if previous is not None and first > previous + 1:
-                for unexplained in explained.rest(previous + 1, first - 1):
-                    missing += unexplained.count
-                    if len(ranges) < MISSING_LISTED:
-                        ranges.append(unexplained)
+                missing_parts, skipped_parts = sorter.sort(previous + 1, first - 1)
+                counts[0] += sum(part.count for part in missing_parts)
+                counts[1] += sum(part.count for part in skipped_parts)
+                _add(missing, missing_parts)
+                _add(skipped, skipped_parts)
             previous = last
-    return missing, ranges
+    return (counts[0], missing), (counts[1], skipped)
+
+
+class GapSorter:
+    """Sorts the offsets between two stored records into missing ones and transaction offsets (module docstring),
+    leaving out the ranges lost at the source. Runs come in increasing order."""
+
+    def __init__(self, lost: list[SourceGap], catalog: PartitionCatalog | None, reader: PartitionReader) -> None:
+        self._lost = _Explained(lost)
+        self._read_from = catalog.read_from if catalog is not None else None
+        named = {segment.name for segment in reader.segments}
+        #: Segments the catalog names that the partition no longer has: what they held is missing.
+        self._absent = sorted(
+            (entry.first_offset, entry.last_offset)
+            for entry in (catalog.segments if catalog is not None else ())
+            if entry.name not in named and entry.first_offset is not None and entry.last_offset is not None
+        )
+
+    def sort(self, first: int, last: int) -> tuple[list[OffsetRange], list[OffsetRange]]:
+        """The missing parts and the transaction-offset parts of ``first..last``."""
+        missing: list[OffsetRange] = []
+        skipped: list[OffsetRange] = []
+        for part in self._lost.rest(first, last):
+            read_from = self._read_from
+            if read_from is None or part.last < read_from:
+                missing.append(part)
+                continue
+            if part.first < read_from:
+                missing.append(OffsetRange(part.first, read_from - 1))
+                part = OffsetRange(read_from, part.last)
+            absent = [(low, high) for low, high in self._absent if low <= part.last and high >= part.first]
+            if not absent:
+                skipped.append(part)
+                continue
+            missing.append(part)  # a lost segment lies in it: none of it is vouched for
+        return missing, skipped
 
 
 class _Explained:
@@ -256,14 +330,26 @@ class _Explained:
         return parts
 
 
+def describe_skipped(skipped: int, ranges: list[OffsetRange], *, compacted: bool, shown: int = MISSING_SHOWN) -> str:
+    """Transaction offsets as ``ls``, ``describe`` and the report write them: "12 transaction offsets: 40..51"
+    (on a compacted topic "compacted or transaction offsets")."""
+    if not skipped:
+        return ""
+    word = "compacted or transaction offset" if compacted else "transaction offset"
+    return f"{count(skipped, word)}: {_listed(skipped, ranges, shown)}"
+
+
 def describe_missing(missing: int, ranges: list[OffsetRange], *, shown: int = MISSING_SHOWN) -> str:
     """Missing offsets as ``ls``, ``describe`` and the report all write them: "3 offsets missing: 40, 52..53"."""
     if not missing:
         return ""
+    return f"{count(missing, 'offset')} missing: {_listed(missing, ranges, shown)}"
+
+
+def _listed(total: int, ranges: list[OffsetRange], shown: int) -> str:
     listed = ", ".join(str(r.first) if r.first == r.last else f"{r.first}..{r.last}" for r in ranges[:shown])
-    rest = missing - sum(r.count for r in ranges[:shown])
-    more = f" and {rest} more" if rest > 0 else ""
-    return f"{count(missing, 'offset')} missing: {listed}{more}"
+    rest = total - sum(r.count for r in ranges[:shown])
+    return listed + (f" and {rest} more" if rest > 0 else "")
 
 
 def _runs(index_path: Location, *, legacy: bool) -> list[tuple[int, int]]:

@@ -349,8 +349,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, Any]:
         ensure_console_logging(log_format=self.options.log_format)
         earliest, latest = self._current()
+        stored = self._stored_positions(earliest, latest) if self.options.starting == "earliest" else {}
         for (topic, partition), low in sorted(earliest.items()):
-            if low > 0:
+            if low > 0 and (topic, partition) not in stored:
                 log.warning(
                     "topic %r partition %d: offsets 0..%d no longer exist on the cluster "
                     "(deleted by retention before this backup started)",
@@ -360,7 +361,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
         starting = self.options.starting
         if starting == "earliest":
-            start = earliest
+            start = {**earliest, **stored}
         elif starting == "latest":
             start = latest
         else:
@@ -370,6 +371,32 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 wanted = starting.get(key, -2)
                 start[key] = earliest[key] if wanted == -2 else latest[key] if wanted == -1 else wanted
         return encode_offsets(start, self._ids_now)
+
+    def _stored_positions(
+        self, earliest: Mapping[TopicPartitionKey, int], latest: Mapping[TopicPartitionKey, int]
+    ) -> dict[TopicPartitionKey, int]:
+        """A query started without a checkpoint goes on where the backup (``sourceGapsRoot``) ends, so that what
+        the backup holds is read without a break (READ_THROUGH in :mod:`kbackup.partition.ledger`): from each
+        partition's last stored record, which is read again and compared with the stored one (a target that holds
+        other records is refused there); when the source has deleted it since, from the offset after it, and the
+        task records the deleted range as lost at the source, exactly (reading from the log start would hide it).
+        Partitions whose end is below the backup's (a topic deleted and created again, a log truncated) start at the
+        log start, as before, where every record read again is compared with the stored one."""
+        if self.options.gaps_root is None:
+            return {}
+        from kbackup.partition.layout import list_partitions
+        from kbackup.partition.reader import PartitionReader
+        from kbackup.storage import parse_location
+
+        root = parse_location(self.options.gaps_root)
+        positions = {}
+        for topic in sorted({topic for topic, _ in latest}):
+            stored = set(list_partitions(root / topic))
+            for key in sorted(key for key in latest if key[0] == topic and key[1] in stored):
+                last = PartitionReader(root / topic, key[1]).last_offset()
+                if last is not None and last + 1 <= latest[key]:
+                    positions[key] = last if last >= earliest.get(key, 0) else last + 1
+        return positions
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger:
