@@ -254,13 +254,13 @@ def cmd_index_rebuild(args: argparse.Namespace, out: TextIO) -> None:
                     result = rebuild_segment_index(
                         as_local(files.records), as_local(files.index), legacy=args.legacy_no_magic
                     )
-                    out.write(f"rebuilt {files.index.name}: {result.record_count} records\n")
+                    out.write(f"rebuilt {files.index.name}: {count(result.record_count, 'record')}\n")
                     if result.bad_tail_position is not None:
                         problems += 1
                         position, reason = result.bad_tail_position, result.bad_tail_reason
                         out.write(f"  warning: bytes from {position} on are not indexed: {reason}\n")
             entries = rebuild_partition_index(topic_dir, partition)
-            out.write(f"rebuilt index_partition_{partition:03d}: {len(entries)} segments\n")
+            out.write(f"rebuilt index_partition_{partition:03d}: {count(len(entries), 'segment')}\n")
             shown.advance(note=f"{topic_dir.name}/{partition}")
     if problems:
         raise KbackupError(f"index rebuild finished with {problems} problem(s); see above")
@@ -416,7 +416,9 @@ def cmd_checkpoint_list(args: argparse.Namespace, out: TextIO) -> None:
         when = checkpoint.taken_at or checkpoint.requested_at
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when / 1000))
         reason = f" ({shown(checkpoint.reason)})" if checkpoint.reason else ""
-        out.write(f"{checkpoint.id}\t{stamp}\t{checkpoint.status}{reason}\t{len(checkpoint.ends)} partitions\n")
+        out.write(
+            f"{checkpoint.id}\t{stamp}\t{checkpoint.status}{reason}\t{count(len(checkpoint.ends), 'partition')}\n"
+        )
 
 
 def cmd_checkpoint_describe(args: argparse.Namespace, out: TextIO) -> None:
@@ -507,6 +509,8 @@ def cmd_merge(args: argparse.Namespace, out: TextIO) -> None:
     if args.dry_run:
         groups = plan_merge(root, topics, max_segment_size=args.max_segment_size)
         _list_merged(out, "would merge", groups)
+        replaced = sum(len(group.sources) for group in groups)
+        out.write(f"{count(replaced, 'segment')} would be merged into {count(len(groups), 'segment')}\n")
         return
     with prune_lease(root):
         _finish_interrupted(root, out)

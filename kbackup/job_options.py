@@ -207,7 +207,12 @@ def job_parser(prog: str, job: str) -> tuple[argparse.ArgumentParser, argparse._
     own = parser.add_argument_group("kbackup options")
     own.add_argument("--properties", type=Path, help=f"the original {connector} connector's .properties file")
     own.add_argument(
-        "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting (repeatable)"
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting the job gives its Spark session (repeatable; also under spark-submit jobs/*.py). "
+        "One the driver's JVM needs before it starts (spark.driver.memory) goes to --conf instead",
     )
     own.add_argument(
         "--umask",

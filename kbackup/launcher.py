@@ -83,7 +83,11 @@ def add_launcher_options(parser: argparse.ArgumentParser) -> None:
         "--master", help=f"Spark master URL (default {DEFAULT_MASTER}): local[N], spark://HOST:7077, yarn"
     )
     group.add_argument(
-        "--conf", action="append", metavar="KEY=VALUE", help="a Spark setting passed to spark-submit (repeatable)"
+        "--conf",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a Spark setting passed to spark-submit, set before the driver's JVM starts (repeatable; e.g. "
+        "spark.driver.memory). --spark-conf sets one in the job's Spark session instead",
     )
     group.add_argument("--print-command", action="store_true", help="print the spark-submit command, run nothing")
 

@@ -36,6 +36,8 @@ def uses_spark_kafka_source(args: Sequence[str]) -> bool:
 
 #: Spark settings the jobs are started with unless given: no UI; and time for a Python process Spark starts to
 #: answer its handshake on a busy machine (Spark's default is 15 s).
+#: Spark's logging until the job sets its level (see the file).
+STARTUP_LOGGING = Path(__file__).resolve().parent / "jobs" / "log4j2.properties"
 DEFAULT_CONF = ("spark.ui.enabled=false", "spark.python.authenticate.socketTimeout=120s")
 
 
@@ -54,6 +56,9 @@ def spark_submit_command(job: str, *args: str | Path, master: str = "local[2]", 
         jars = ["--jars", ",".join(str(jar) for jar in connector_jars())]
     given = {setting.partition("=")[0] for setting in conf}
     settings = [default for default in DEFAULT_CONF if default.partition("=")[0] not in given] + list(conf)
+    if "spark.driver.extraJavaOptions" not in given:
+        # Quiet from the JVM's start: Spark's level is set by the job only once its session exists.
+        settings.insert(0, f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile={STARTUP_LOGGING.as_uri()}")
     confs = [part for setting in settings for part in ("--conf", setting)]
     return [
         str(spark_home() / "bin" / "spark-submit"),

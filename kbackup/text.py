@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TextIO
 
 # C0 and C1 controls, DEL, and what shows nothing or reorders what follows: the soft hyphen, zero-width
@@ -63,3 +64,13 @@ class TerminalText:
 def count(number: int, noun: str, plural: str | None = None) -> str:
     """``number`` and ``noun`` in the right number (``plural`` when adding an "s" is wrong)."""
     return f"{number} {noun if number == 1 else plural or noun + 's'}"
+
+
+def iso_time(epoch_ms: int) -> str:
+    """An epoch millisecond as ISO 8601 UTC, ``2026-11-26T06:23:13.000Z`` (negative ones too: before 1970)."""
+    seconds, millis = divmod(epoch_ms, 1000)
+    try:
+        moment = datetime.fromtimestamp(seconds, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"epoch ms {epoch_ms}"
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis:03d}Z"

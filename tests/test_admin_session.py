@@ -145,7 +145,7 @@ class ScriptedSession:
 
     def call(self, request: Any, *, patience: float | None = None) -> Any:
         if getattr(request, "__name__", "") == "prepare":
-            return 0  # new partitions' files: none to make here
+            return 0, []  # new partitions' files: none to make here, none settled (asked about again)
         answer = self.answers.pop(0)
         if isinstance(answer, BaseException):
             raise answer

@@ -205,6 +205,9 @@ def test_progress_and_summary_are_printed(snapshot: Snapshot) -> None:
     output = result.stdout + result.stderr
     assert "batch 0:" in output and "remaining lag:" in output
     assert "snapshot: snap-mixed: 3 partitions, 300 records" in output
+    # Spark is quiet from the JVM's start, not only once the job has set its level.
+    for noise in ("Using Spark's default log4j profile", "INFO SparkContext", "NativeCodeLoader"):
+        assert noise not in output, noise
     import re
 
     summary = re.search(
@@ -216,6 +219,10 @@ def test_progress_and_summary_are_printed(snapshot: Snapshot) -> None:
     records, batches, rate, whole = int(summary[1]), float(summary[2]), int(summary[3]), float(summary[4])
     assert records >= 600 and 0 < batches < whole  # the rate is the reading rate, start-up left out
     assert abs(rate - records / batches) <= 1 + records / batches * 0.01
+    # One count of bytes in one style: what the batches wrote is what the topics' lines say the backup holds.
+    written = sum(int(n.replace(",", "")) for n in re.findall(r"records, ([\d,]+) bytes written to ", output))
+    held = sum(int(n.replace(",", "")) for n in re.findall(r"records, ([\d,]+) bytes of records in the backup", output))
+    assert written > 0 and held == written, output[-3000:]
 
 
 def test_second_snapshot_stores_new_group_offsets_and_changes_no_data(

@@ -67,7 +67,7 @@ def test_cli(tmp_path: Path) -> None:
     checkpoints.record_completed(tmp_path, {"g": {("t", 0): 3}}, {("t", 0): 10}, 1_795_334_400_000)
     listing = run("checkpoint", "list", str(tmp_path)).stdout.splitlines()
     assert listing[0].split("\t")[2] == "requested"
-    assert listing[1].split("\t")[1:] == ["2026-11-22T08:00:00Z", "completed", "1 partitions"]
+    assert listing[1].split("\t")[1:] == ["2026-11-22T08:00:00Z", "completed", "1 partition"]
     described = json.loads(run("checkpoint", "describe", str(tmp_path), "2").stdout)
     assert described["groups"] == {"g": {"t": {"0": 3}}} and described["ends"] == {"t": {"0": 10}}
     missing = run("checkpoint", "describe", str(tmp_path), "9")

@@ -134,7 +134,7 @@ def test_a_crash_between_compressing_a_segment_and_cataloging_it_damages_nothing
 
     root = tmp_path / "backup"
     _write(root, range(0, 40), None)
-    monkeypatch.setattr(CatalogLedger, "segments_finished", lambda *args: (_ for _ in ()).throw(SystemExit))
+    monkeypatch.setattr(CatalogLedger, "segments_finished", lambda *args, **kwargs: (_ for _ in ()).throw(SystemExit))
     with pytest.raises(SystemExit):
         _write(root, range(40, 300), "zstd")  # "killed" after compressing, before the catalog names the segment
     assert any(is_framed(path.read_bytes()[:4]) for path in _records_files(root))

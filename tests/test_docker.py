@@ -124,3 +124,14 @@ def test_docker_broker_demanded_without_an_engine_fails_at_once(tmp_path: Path) 
     assert result.returncode != 0
     assert NO_ENGINE in result.stdout + result.stderr
     assert " passed" not in result.stdout, "no test may run"
+
+
+def test_the_verify_commands_shown_name_the_directory_the_backup_service_writes() -> None:
+    command = compose()["services"]["backup"]["command"]
+    target = command[command.index("--target-dir") + 1]
+    shown = [
+        match
+        for path in (COMPOSE_FILE, DOCKER / "README.md")
+        for match in re.findall(r"run --rm kbackup verify (\S+)", path.read_text())
+    ]
+    assert len(shown) >= 2 and set(shown) == {target}, (shown, target)

@@ -12,6 +12,7 @@ import pytest
 
 from kbackup.errors import UsageError
 from kbackup.launcher import DEFAULT_MASTER, split_arguments
+from kbackup.spark_submit import STARTUP_LOGGING
 from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import TEST_JVM_OPTIONS, backed_up, client_config_file, consume_all, create_topics
 
@@ -45,6 +46,13 @@ def test_help_answers_without_starting_java(job: str, tmp_path: Path) -> None:
     for option in ("--bootstrap-server", "--master", "--conf", "--print-command"):
         assert option in result.stdout
     assert not marker.exists(), "--help started a Java process"
+    # Two options that look alike say how they differ, each pointing at the other.
+    help_text = " ".join(result.stdout.split())
+    assert "--spark-conf sets one in the job's Spark session instead" in help_text
+    assert "One the driver's JVM needs before it starts (spark.driver.memory) goes to --conf instead" in help_text
+    if job == "restore":
+        assert "--max-records-per-second limits the whole restore" in help_text
+        assert "--max-rate limits each partition" in help_text
 
 
 @pytest.mark.parametrize(
@@ -76,10 +84,11 @@ def test_the_command_uses_the_installed_job_file_and_the_options_given(tmp_path:
     command = shlex.split(result.stdout)
     assert Path(command[0]).name == "spark-submit" and os.access(command[0], os.X_OK)
     assert command[1:3] == ["--master", "spark://h:7077"]
-    assert command[3:7] == ["--conf", "spark.python.authenticate.socketTimeout=120s",
+    startup = f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile={STARTUP_LOGGING.as_uri()}"
+    assert command[3:9] == ["--conf", startup, "--conf", "spark.python.authenticate.socketTimeout=120s",
                             "--conf", "spark.executor.memory=2g"]  # fmt: skip
-    assert "spark.ui.enabled=false" not in command
-    job = Path(command[command.index("--conf", 6) + 2])
+    assert "spark.ui.enabled=false" not in command and STARTUP_LOGGING.is_file()
+    job = Path(command[command.index("--conf", 8) + 2])
     assert job.name == "backup.py" and job.parent.name == "jobs" and job.parent.parent.name == "kbackup"
     assert job.is_file()
     assert command[-6:] == ["--bootstrap-server", "k:9092", "--target-dir", str(tmp_path / "b"), "--topics", "t"]

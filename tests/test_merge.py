@@ -7,6 +7,7 @@ merged backup).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -76,12 +77,16 @@ def test_small_segments_merge_into_segments_of_the_size_and_every_reader_gets_th
     dry = run_kbackup("merge", mixed, "--max-segment-size", "9000", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert _names(mixed) == names and "would merge t/0 " in dry.stdout
+    assert re.fullmatch(r"\d+ segments would be merged into \d+ segments?", dry.stdout.splitlines()[-1])
 
     done = run_kbackup("merge", mixed, "--max-segment-size", "9000")
     assert done.returncode == 0, done.stderr
     after = _names(mixed)
     assert len(after) < len(names) / 2 and after[-1] == names[-1]  # the newest segment is left as it is
     assert _records(mixed) == before
+    # Nothing left to merge: the dry run says so in a zero summary, as prune's does.
+    again = run_kbackup("merge", mixed, "--max-segment-size", "9000", "--dry-run")
+    assert again.returncode == 0 and again.stdout == "0 segments would be merged into 0 segments\n", again.stdout
     # From an offset: a seek plus one segment, as before.
     assert list(PartitionReader(mixed / "t", 0).records(from_offset=301)) == [r for r in before if r.offset >= 301]
     merged = read_catalog(mixed, "t", 0)

@@ -14,7 +14,8 @@ from kbackup.partition.reader import PartitionReader
 from kbackup.partition.writer import PartitionWriter
 from kbackup.restore.profile import RecordsProfile, kafka_size_bound, profile_partition
 from kbackup.restore.selection import Window, selected_records
-from kbackup.restore.target_limits import LONG_MAX, Choices, TopicLimits, broker_topic_defaults, iso, judge
+from kbackup.restore.target_limits import LONG_MAX, Choices, TopicLimits, broker_topic_defaults, judge
+from kbackup.text import iso_time as iso
 from tests.strategies import records
 
 DAY = 86_400_000

@@ -89,7 +89,7 @@ def test_year_old_records_get_a_created_topic_without_retention_and_an_existing_
     # A topic the restore creates gets retention.ms=-1 instead of the backed-up week, and the restore says so.
     dry = restore_python(*args, "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    assert f"create topic {name} with 1 partitions, config retention.ms=-1" in dry.stdout
+    assert f"create topic {name} with 1 partition, config retention.ms=-1" in dry.stdout
     assert f"  {name}: created with retention.ms=-1 (the oldest restored record (" in dry.stdout
     kept = run_restore(*args)
     assert kept.returncode == 0, kept.stdout[-3000:] + kept.stderr[-3000:]
@@ -110,7 +110,7 @@ def test_log_append_time_topic_keeps_the_original_timestamps(target: Target, tmp
 
     dry = restore_python(*args, "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    assert f"create topic {name} with 1 partitions, config message.timestamp.type=CreateTime" in dry.stdout
+    assert f"create topic {name} with 1 partition, config message.timestamp.type=CreateTime" in dry.stdout
     assert "  then set message.timestamp.type=LogAppendTime (records keep their timestamps)" in dry.stdout
 
     result = run_restore(*args)

@@ -5,14 +5,20 @@ not there and nothing explains."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 from kbackup.catalog.ledger import CatalogLedger
 from kbackup.catalog.model import PartitionCatalog
 from kbackup.catalog.store import read_catalog, write_catalog
 from kbackup.catalog.topics import record_topic
+from kbackup.errors import FormatError
 from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from kbackup.format.partition_index import encode_partition_index
 from kbackup.format.record import Record
@@ -20,6 +26,7 @@ from kbackup.partition.reader import PartitionReader
 from kbackup.partition.writer import PartitionWriter
 from kbackup.report.html import render_report
 from kbackup.report.summary import summarize_backup, summarize_partition
+from tests.conftest import REPO
 from tests.kafka_helpers import run_kbackup
 
 
@@ -121,3 +128,101 @@ def test_a_copy_of_the_original_tools_backup_has_no_transaction_offsets(tmp_path
     shutil.copytree(SHAPES_TOPIC, tmp_path / "legacy")
     summary = summarize_partition(tmp_path, "legacy", 0)
     assert (summary.missing, summary.skipped) == (7, 0)
+
+
+# -- what vouches, and what does not (found by a hostile probe) -------------------------------------------------
+
+
+def _records(offsets: list[int] | range) -> list[Record]:
+    return [Record(offset, 0, 1000 + offset, b"k", b"v" * 20) for offset in offsets]
+
+
+def _lose(root: Path, topic: str, name: str) -> None:
+    """A segment gone from disk, and the partition index rebuilt without it (as ``kbackup index rebuild`` does)."""
+    for suffix in (RECORDS_SUFFIX, INDEX_SUFFIX):
+        (root / topic / (name + suffix)).unlink()
+    run_kbackup("index", "rebuild", root / topic, check=True)
+
+
+def test_a_lost_newest_segment_is_named_by_verify_and_refused_by_the_next_writer(tmp_path: Path) -> None:
+    _write(tmp_path, "t", list(range(50)), segment_size=600)
+    newest = PartitionReader(tmp_path / "t", 0).segments[-1]
+    _lose(tmp_path, "t", newest.name)
+    with pytest.raises(FormatError, match=f"committed in segment {newest.name} .* committed records are lost"):
+        _write(tmp_path, "t", [50, 51])
+    verified = run_kbackup("verify", tmp_path)
+    assert verified.returncode == 1 and f"missing segment {newest.name}: the catalog records" in verified.stdout
+
+
+def test_a_lost_segment_stays_missing_after_the_object_writer_publishes_again(tmp_path: Path) -> None:
+    from kbackup.partition.object_writer import ObjectPartitionWriter
+
+    def publish(offsets: range) -> None:
+        # The object store's writer, on a local directory: what it publishes is the same code on a bucket.
+        with ObjectPartitionWriter(tmp_path / "t", "t", 0, max_segment_size=600,  # type: ignore[arg-type]
+                                   ledger=CatalogLedger(tmp_path)) as writer:  # fmt: skip
+            for record in _records(offsets):
+                writer.append(record)
+
+    publish(range(0, 90))
+    lost = PartitionReader(tmp_path / "t", 0).segments[2]
+    _lose(tmp_path, "t", lost.name)
+    publish(range(90, 95))
+    summary = summarize_partition(tmp_path, "t", 0)
+    assert (summary.missing, summary.skipped) == (12, 0)
+    assert f"missing segment {lost.name}: named in the catalog" in run_kbackup("verify", tmp_path).stdout
+
+
+def test_a_segment_holding_less_than_its_catalog_entry_vouches_for_nothing(tmp_path: Path) -> None:
+    _write(tmp_path, "t", list(range(90)), segment_size=600)
+    damaged = PartitionReader(tmp_path / "t", 0).segments[1]
+    records = tmp_path / "t" / (damaged.name + RECORDS_SUFFIX)
+    records.write_bytes(records.read_bytes()[:200])  # its last records gone
+    rebuilt = run_kbackup("index", "rebuild", tmp_path / "t")
+    assert "bytes from 171 on are not indexed" in rebuilt.stdout + rebuilt.stderr  # the torn record is named
+    summary = summarize_partition(tmp_path, "t", 0)
+    assert summary.skipped == 0 and summary.missing > 0
+
+
+def test_segments_copied_in_from_another_backup_vouch_for_nothing(tmp_path: Path) -> None:
+    _write(tmp_path, "t", list(range(50)), segment_size=600)
+    other = tmp_path / "other"
+    _write(other, "t", list(range(100, 150)), segment_size=600)
+    copied = PartitionReader(other / "t", 0).segments
+    for segment in copied:
+        for suffix in (RECORDS_SUFFIX, INDEX_SUFFIX):
+            shutil.copyfile(other / "t" / (segment.name + suffix), tmp_path / "t" / (segment.name + suffix))
+    own = PartitionReader(tmp_path / "t", 0).segments
+    (tmp_path / "t" / "index_partition_000").write_bytes(encode_partition_index([*own, *copied]))
+    summary = summarize_partition(tmp_path, "t", 0)
+    assert [(r.first, r.last) for r in summary.missing_ranges] == [(50, 99)] and summary.skipped == 0
+
+
+def test_a_first_run_killed_before_it_closed_has_recorded_where_it_began(tmp_path: Path) -> None:
+    child = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from kbackup.catalog.ledger import CatalogLedger\n"
+        "from kbackup.format.record import Record\n"
+        "from kbackup.partition.writer import PartitionWriter\n"
+        f"root = Path({str(tmp_path)!r})\n"
+        "w = PartitionWriter(root / 't', 't', 0, fsync=False, ledger=CatalogLedger(root), max_segment_size=600)\n"
+        "for o in [*range(0, 40), *range(52, 60)]:\n"
+        "    w.append(Record(o, 0, 1000 + o, b'k', b'v' * 20))\n"
+        "w.flush()\n"
+        "os._exit(9)\n"
+    )
+    subprocess.run([sys.executable, "-c", child], check=False, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    catalog = read_catalog(tmp_path, "t", 0)
+    assert catalog is not None and catalog.segments and catalog.read_from == 0
+
+
+def test_a_merge_never_spans_a_lost_segment(tmp_path: Path) -> None:
+    _write(tmp_path, "t", [*range(0, 5), *range(6, 90)], segment_size=600)
+    lost = PartitionReader(tmp_path / "t", 0).summaries()[2]
+    _lose(tmp_path, "t", lost.name)
+    merged = run_kbackup("merge", tmp_path, "--max-segment-size", "100000")
+    assert merged.returncode == 0 and "merged 2 segments into 1 segment" in merged.stdout, merged.stdout
+    summary = summarize_partition(tmp_path, "t", 0)
+    assert [(r.first, r.last) for r in summary.missing_ranges] == [(lost.first_offset, lost.last_offset)]
+    assert [(r.first, r.last) for r in summary.skipped_ranges] == [(5, 5)]

@@ -241,7 +241,7 @@ class ClusterWatch:
                 # May fail transiently: the request stays unseen and is served at the next round.
                 cut = self._session.call(lambda admin, timeout: take_round(admin, self._selection, timeout=timeout))
                 taken = checkpoints.take(self._target, requested, cut.groups, cut.ends, int(cut.taken_at * 1000))
-                log.info("checkpoint %d: cut taken over %d partitions", taken.id, len(taken.ends))
+                log.info("checkpoint %d: cut taken over %s", taken.id, count(len(taken.ends), "partition"))
                 with self._lock:
                     self._found.cuts.append(taken)
                 served = True

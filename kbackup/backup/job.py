@@ -268,16 +268,14 @@ class BackupJob:
                         settings.target, waiting, failed_reason="the backup stopped before it reached the cut"
                     )
                     log.info("checkpoint %d failed: the backup stopped before it reached the cut", waiting.id)
-                if failure is None:
-                    self._seal_newest_segments()
+                self._seal_newest_segments()
                 if self._registry is not None:
                     self._capture_after("the last records read before the stop")
                 self._source_loss.poll(now=True)
                 if self._source_loss.gaps:
                     log.warning("the source deleted records before this backup read them: %s (recorded in the "
                                 "backup as lost at the source)", self._source_loss.describe())  # fmt: skip
-                if failure is None:
-                    self._refuse_at_end(session)
+                self._refuse_at_end(session)
         finally:
             if watch is not None:
                 watch.stop()
@@ -607,22 +605,27 @@ class BackupJob:
             if not self.settings.selection.matches(topic):
                 continue
             topic_dir = target / topic
-            records = size = plain = 0
+            records = size = stored = plain = 0
             partitions = list_partitions(topic_dir)
             for partition in partitions:
                 for segment in PartitionReader(topic_dir, partition).summaries():
                     records += segment.record_count
-                    size += segment.records_bytes
-                    plain += segment.record_count if segment.compression is None else 0
+                    if segment.compression is None:
+                        # The records' bytes, as the batch lines count what they wrote (not the file's magic byte).
+                        size += max(0, segment.records_bytes - 1)
+                        plain += segment.record_count
+                    else:
+                        stored += segment.records_bytes
+            sizes = [f"{size:,} bytes of records"] if size or not stored else []
+            sizes += [f"{stored:,} bytes in sealed segments"] if stored else []
             log.info(
-                "snapshot: %s: %d partitions, %d records, %d bytes in the backup",
-                topic_dir.name,
-                len(partitions),
-                records,
-                size,
-            )
+                "snapshot: %s: %s, %s, %s in the backup",
+                topic_dir.name, count(len(partitions), "partition"), count(records, "record"), " and ".join(sizes),
+            )  # fmt: skip
             if self.settings.encryption is not None and plain:
-                log.warning("snapshot: %s: %d records are in segments that are not encrypted", topic_dir.name, plain)
+                log.warning(
+                    "snapshot: %s: %s in segments that are not encrypted", topic_dir.name, count(plain, "record")
+                )
         rate = self._rows / self._batch_seconds if self._batch_seconds > 0 else 0.0
         log.info(
             "snapshot finished: %d records read in %.1f s of micro-batches (%.0f records/s); %.1f s from the job's "

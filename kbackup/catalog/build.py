@@ -217,7 +217,9 @@ def file_size(path: Location) -> int | None:
     return storage_for(path).size(path)
 
 
-def catch_up_catalog(root: Location, topic_dir: Location, partition: int, *, newest_too: bool = False) -> int:
+def catch_up_catalog(
+    root: Location, topic_dir: Location, partition: int, *, newest_too: bool = False, read_from: int | None = None
+) -> int:
     """Add every finished segment the partition's catalog does not name yet; return how many.
 
     Called by the backup's writer after it starts a new segment, so the
@@ -230,7 +232,9 @@ def catch_up_catalog(root: Location, topic_dir: Location, partition: int, *, new
     finished = len(reader.segments) if newest_too else len(reader.segments) - 1
     added = [describe_segment(reader, i) for i in range(finished) if reader.segments[i].name not in named]
     stale_tail = bool(newest_too and reader.segments and catalog.tail and catalog.tail.name == reader.segments[-1].name)
-    if added or stale_tail:
+    known = catalog.read_from if catalog.read_from is not None else read_from  # see PartitionCatalog.read_from
+    if added or stale_tail or known != catalog.read_from:
         entries = sorted((*catalog.segments, *added), key=lambda entry: entry.start_offset)
-        write_catalog(root, replace(catalog, segments=tuple(entries), tail=None if stale_tail else catalog.tail))
+        tail = None if stale_tail else catalog.tail
+        write_catalog(root, replace(catalog, segments=tuple(entries), tail=tail, read_from=known))
     return len(added)

@@ -8,15 +8,16 @@ they call it after the bytes it records are durable (formats/catalog.md).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kbackup.catalog.build import catch_up_catalog, describe_segment
 from kbackup.catalog.model import PartitionCatalog, SegmentEntry
 from kbackup.catalog.seals import refuse_plain_writer, vouch
-from kbackup.catalog.store import read_catalog, write_catalog
+from kbackup.catalog.store import catalog_path, read_catalog, write_catalog
 from kbackup.catalog.tail import record_tail
+from kbackup.errors import FormatError
 from kbackup.format.partition_index import PartitionIndexEntry
 from kbackup.partition.ledger import TailEntry
 from kbackup.partition.reader import PartitionReader
@@ -30,19 +31,37 @@ class CatalogLedger:
 
     root: Location
 
-    def committed_tail(self, topic: str, partition: int, segment: str) -> TailEntry | None:
+    def committed_tail(
+        self, topic: str, partition: int, segment: str, *, present: Collection[str] = ()
+    ) -> TailEntry | None:
         catalog = read_catalog(self.root, topic, partition)
-        return catalog.tail_of(segment) if catalog is not None else None
+        if catalog is None:
+            return None
+        tail = catalog.tail
+        if (
+            tail is not None
+            and tail.records
+            and present
+            and tail.name not in present
+            and all(entry.name != tail.name for entry in catalog.segments)
+        ):
+            raise FormatError(
+                f"the catalog says {tail.records} records were committed in segment {tail.name} (offsets "
+                f"{tail.first_offset}..{tail.last_offset}), which the partition no longer has: committed records "
+                "are lost (kbackup verify names them); the backup does not write over the loss",
+                file=str(catalog_path(self.root, topic, partition)),
+            )
+        return catalog.tail_of(segment)
 
     def record_tail(self, topic: str, partition: int, tail: TailEntry, *, read_from: int | None = None) -> None:
         record_tail(self.root, topic, partition, tail, read_from=read_from)
 
-    def segments_finished(self, topic_dir: Path, partition: int) -> None:
-        catch_up_catalog(self.root, topic_dir, partition)
+    def segments_finished(self, topic_dir: Path, partition: int, *, read_from: int | None = None) -> None:
+        catch_up_catalog(self.root, topic_dir, partition, read_from=read_from)
         self._vouch(topic_dir, partition)
 
-    def newest_sealed(self, topic_dir: Path, partition: int) -> None:
-        catch_up_catalog(self.root, topic_dir, partition, newest_too=True)
+    def newest_sealed(self, topic_dir: Path, partition: int, *, read_from: int | None = None) -> None:
+        catch_up_catalog(self.root, topic_dir, partition, newest_too=True, read_from=read_from)
         self._vouch(topic_dir, partition)
 
     def sealing(self, topic_dir: Location, partition: int, kek: bytes | None) -> None:
@@ -93,8 +112,10 @@ class CatalogLedger:
         }
         catalog = read_catalog(self.root, topic, partition) or PartitionCatalog(topic, partition)
         current = {segment.name for segment in named}
-        # Entries of replaced placeholders and of segments no longer named go; fresh ones come in.
-        kept = [entry for entry in catalog.segments if entry.name in current and entry.name not in fresh]
+        # Entries of replaced (empty) placeholders go, fresh ones come in. An entry of records the index no longer
+        # names stays: it is how verify and ls tell that they are lost (dropping it would hide the loss).
+        kept = [entry for entry in catalog.segments
+                if (entry.name in current or entry.records) and entry.name not in fresh]  # fmt: skip
         accounted = {entry.name for entry in kept}
         stored: PartitionReader | None = None
         added = []

@@ -117,6 +117,9 @@ def _plan_partition(root: Location, topic: str, partition: int, max_segment_size
         return []
     reader = PartitionReader(root / topic, partition)
     cataloged = {entry.name: entry for entry in catalog.segments}
+    # A run never spans a cataloged segment the partition no longer has (a lost one): merged over, its loss would
+    # sit inside one segment that the catalog describes as whole.
+    place = {entry.name: number for number, entry in enumerate(sorted(catalog.segments, key=lambda e: e.start_offset))}
     pinned = pinned_names(root, topic, partition)  # kept as the seal record knows them
     groups: list[MergeGroup] = []
     run: list[SegmentEntry] = []
@@ -133,7 +136,7 @@ def _plan_partition(root: Location, topic: str, partition: int, max_segment_size
             close_run()
             continue
         size = sum(_plain_size(e) - 1 for e in run) + _plain_size(entry)
-        if run and size > max_segment_size:
+        if run and (size > max_segment_size or place[entry.name] != place[run[-1].name] + 1):
             close_run()
         run.append(entry)
     close_run()

@@ -29,6 +29,7 @@ from kbackup.partition.layout import list_segment_files
 from kbackup.partition.reader import PartitionReader
 from kbackup.partition.segment_reader import SegmentIndexFile
 from kbackup.storage import Location, storage_for
+from kbackup.text import count
 
 
 def lost_segments(
@@ -69,7 +70,7 @@ def lost_segments(
             entry.name,
             entry.first_offset,
             entry.last_offset,
-            f"the catalog names it ({entry.records} records) but the partition index does not",
+            f"the catalog names it ({count(entry.records, 'record')}) but the partition index does not",
         )
     if lost:
         # ``reader`` may predate what was listed: a running backup names a new segment in the partition index

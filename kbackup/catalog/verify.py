@@ -200,6 +200,18 @@ def _check_catalog(root: Location, reader: PartitionReader, report: PartitionRep
             report.errors.append(f"catalog: {entry.name} starts at {entry.first_offset}, not after {previous_last}")
         if entry.last_offset is not None:
             previous_last = entry.last_offset
+    cataloged_names = {entry.name for entry in catalog.segments}
+    recorded = catalog.tail
+    if (
+        recorded is not None
+        and recorded.records
+        and recorded.name not in names
+        and recorded.name not in cataloged_names
+    ):
+        report.errors.append(
+            f"missing segment {recorded.name}: the catalog records {count(recorded.records, 'committed record')} in "
+            f"it (offsets {recorded.first_offset}..{recorded.last_offset}), the partition index does not name it"
+        )
     tail = catalog.tail_of(names[-1]) if names else None
     if tail is not None:
         problem = tail_problem(root / report.topic, tail)

@@ -270,7 +270,7 @@ def decode_records(
                     raise _ShortFieldError(p, 4)
                 n = unpack_i32(buf, p)[0]
                 p += 4
-            if n == -1:
+            if n == -1:  # type: ignore[possibly-undefined]  # set by the fused read or the lines above
                 key = None
             else:
                 if n < 0 or n > end - p:

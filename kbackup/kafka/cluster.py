@@ -13,6 +13,7 @@ from collections.abc import Generator, Iterable, Mapping
 from typing import Any
 
 from kbackup.errors import ClusterError
+from kbackup.text import count
 
 TopicPartitionKey = tuple[str, int]
 
@@ -239,12 +240,12 @@ def list_offsets(
             shown = ", ".join(f"{topic}/{partition}" for topic, partition in unanswered[:5])
             more = f" and {len(unanswered) - 5} more" if len(unanswered) > 5 else ""
             error = ClusterError(
-                f"cannot list {which} offsets of {len(wanted)} partitions: no offset for {shown}{more} "
+                f"cannot list {which} offsets of {count(len(wanted), 'partition')}: no offset for {shown}{more} "
                 "(its leader did not answer)",
                 transient=True,
             )
         except Exception as exc:
-            error = _failed(f"cannot list {which} offsets of {len(wanted)} partitions", exc)
+            error = _failed(f"cannot list {which} offsets of {count(len(wanted), 'partition')}", exc)
         if not error.transient or time.monotonic() >= deadline:
             raise error from None
         time.sleep(0.5)

@@ -29,7 +29,7 @@ keep it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -64,8 +64,12 @@ class TailEntry:
 class SegmentLedger(Protocol):
     """Keeps account of one backup's segments (see the module docstring for when each call comes)."""
 
-    def committed_tail(self, topic: str, partition: int, segment: str) -> TailEntry | None:
-        """The committed prefix last recorded for ``segment`` as the newest, unfinished one (else ``None``)."""
+    def committed_tail(
+        self, topic: str, partition: int, segment: str, *, present: Collection[str] = ()
+    ) -> TailEntry | None:
+        """The committed prefix last recorded for ``segment`` as the newest, unfinished one (else ``None``).
+        ``present``: the partition's segments; a recorded prefix of one not among them (nor finished) means
+        committed records were lost, and is refused."""
         ...
 
     def record_tail(self, topic: str, partition: int, tail: TailEntry, *, read_from: int | None = None) -> None:
@@ -73,11 +77,12 @@ class SegmentLedger(Protocol):
         appended, from which the partition was read without a break (READ_THROUGH in the module docstring)."""
         ...
 
-    def segments_finished(self, topic_dir: Path, partition: int) -> None:
-        """Every segment but the newest of a local partition is finished: account for any not yet accounted."""
+    def segments_finished(self, topic_dir: Path, partition: int, *, read_from: int | None = None) -> None:
+        """Every segment but the newest of a local partition is finished: account for any not yet accounted.
+        ``read_from`` as for :meth:`record_tail`."""
         ...
 
-    def newest_sealed(self, topic_dir: Path, partition: int) -> None:
+    def newest_sealed(self, topic_dir: Path, partition: int, *, read_from: int | None = None) -> None:
         """Every segment of a local partition is finished, the newest included: account for any not yet accounted,
         and drop the newest one's recorded prefix."""
         ...

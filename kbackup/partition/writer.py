@@ -420,7 +420,7 @@ class PartitionWriter(ClosingWriter):
         compress_records_file(self.topic_dir / (newest.name + RECORDS_SUFFIX), self._compression or "none",
                               sync=self._fsync, encryption_key=self._encryption_key)  # fmt: skip
         if self._ledger is not None:
-            self._ledger.newest_sealed(self.topic_dir, self.partition)
+            self._ledger.newest_sealed(self.topic_dir, self.partition, read_from=self.first_appended)
         return True
 
     def ensure_segment(self, start_offset: int) -> None:
@@ -649,7 +649,7 @@ class PartitionWriter(ClosingWriter):
         name = self.segments[-1].name
         records_end = self._records_size
         index_end = os.lseek(self._index_fd, 0, os.SEEK_CUR)
-        tail = ledger.committed_tail(self.topic, self.partition, name)
+        tail = ledger.committed_tail(self.topic, self.partition, name, present=[s.name for s in self.segments])
         if tail is not None and (tail.records_bytes > records_end or tail.index_bytes > index_end):
             raise FormatError(
                 f"the catalog says {tail.records_bytes} bytes of records were committed in this segment, "
@@ -725,7 +725,7 @@ class PartitionWriter(ClosingWriter):
         if self._ledger is not None and len(self.segments) > 1:
             # The previous segment is synced and, now that a newer one exists,
             # finished: the ledger may account for it (and any it missed after a crash).
-            self._ledger.segments_finished(self.topic_dir, self.partition)
+            self._ledger.segments_finished(self.topic_dir, self.partition, read_from=self.first_appended)
 
     def _seal_previous(self) -> None:
         """Compress (and seal) the segment before the newest one: synced and no longer appended to."""
@@ -748,7 +748,7 @@ class PartitionWriter(ClosingWriter):
             return
         self._seal_previous()
         if self._ledger is not None:
-            self._ledger.segments_finished(self.topic_dir, self.partition)
+            self._ledger.segments_finished(self.topic_dir, self.partition, read_from=self.first_appended)
 
     def _check_stored(self, record: Record) -> None:
         """Raise unless ``record`` is stored with identical bytes."""

@@ -175,7 +175,7 @@ def summarize_partition(
     summary.segments = len(reader.segments)
     summary.lost_at_source = read_gaps(root, topic, partition)
     catalog = read_catalog(root, topic, partition)
-    sorter = GapSorter(summary.lost_at_source, catalog, reader)
+    sorter = GapSorter(summary.lost_at_source, catalog)
     previous: int | None = None
     run_start: int | None = None
     for entry in reader.segments:
@@ -183,12 +183,14 @@ def summarize_partition(
         summary.bytes += file_size(records_path) or 0
         summary.index_bytes += file_size(index_path) or 0
         # One pass over the index gives both the record count and the runs of offsets.
-        for first, last in _runs(index_path, legacy=legacy):
+        runs = _runs(index_path, legacy=legacy)
+        _enter(sorter, entry.name, runs)
+        for number, (first, last) in enumerate(runs):
             summary.records += last - first + 1
             if previous is None:
                 run_start = first
             elif first > previous + 1:
-                missing, skipped = sorter.sort(previous + 1, first - 1)
+                missing, skipped = sorter.sort(previous + 1, first - 1, across=number == 0)
                 _add(summary.missing_ranges, missing)
                 _add(summary.skipped_ranges, skipped)
                 summary.missing += sum(part.count for part in missing)
@@ -224,6 +226,11 @@ def summarize_partition(
     return summary
 
 
+def _enter(sorter: GapSorter, name: str, runs: list[tuple[int, int]]) -> None:
+    records = sum(last - first + 1 for first, last in runs)
+    sorter.enter(name, runs[0][0] if runs else None, runs[-1][1] if runs else None, records)
+
+
 def _add(listed: list[OffsetRange], parts: list[OffsetRange]) -> None:
     listed.extend(parts[: max(0, MISSING_LISTED - len(listed))])
 
@@ -254,16 +261,18 @@ def missing_offsets(
     """Offsets between a partition's first and last record that the backup does not hold: the missing ones and the
     transaction offsets (module docstring), each as a count and its first runs; ranges lost at the source in
     neither."""
-    sorter = GapSorter(lost_at_source or [], catalog, reader)
+    sorter = GapSorter(lost_at_source or [], catalog)
     missing: list[OffsetRange] = []
     skipped: list[OffsetRange] = []
     counts = [0, 0]
     previous: int | None = None
     for entry in reader.segments:
         _, index_path = reader.segment_paths(entry)
-        for first, last in _runs(index_path, legacy=legacy):
+        runs = _runs(index_path, legacy=legacy)
+        _enter(sorter, entry.name, runs)
+        for number, (first, last) in enumerate(runs):
             if previous is not None and first > previous + 1:
-                missing_parts, skipped_parts = sorter.sort(previous + 1, first - 1)
+                missing_parts, skipped_parts = sorter.sort(previous + 1, first - 1, across=number == 0)
                 counts[0] += sum(part.count for part in missing_parts)
                 counts[1] += sum(part.count for part in skipped_parts)
                 _add(missing, missing_parts)
@@ -274,37 +283,76 @@ def missing_offsets(
 
 class GapSorter:
     """Sorts the offsets between two stored records into missing ones and transaction offsets (module docstring),
-    leaving out the ranges lost at the source. Runs come in increasing order."""
+    leaving out the ranges lost at the source.
 
-    def __init__(self, lost: list[SourceGap], catalog: PartitionCatalog | None, reader: PartitionReader) -> None:
+    Offsets are transaction offsets only where the catalog vouches for the records around them, not merely where
+    nothing says otherwise: at or above ``readFrom``, inside a segment whose catalog entry says exactly what its
+    index holds (first and last offset, record count; for the newest segment, its recorded committed prefix), or
+    between two such segments that follow each other in the catalog. A segment lost, truncated, re-indexed, copied
+    in from elsewhere or not cataloged yet vouches for nothing: the offsets around it stay missing.
+
+    The caller walks the partition's segments in order: :meth:`enter` with each one's first and last offset and
+    record count, then :meth:`sort` for each gap before one of its runs.
+    """
+
+    def __init__(self, lost: list[SourceGap], catalog: PartitionCatalog | None) -> None:
         self._lost = _Explained(lost)
         self._read_from = catalog.read_from if catalog is not None else None
-        named = {segment.name for segment in reader.segments}
-        #: Segments the catalog names that the partition no longer has: what they held is missing.
-        self._absent = sorted(
-            (entry.first_offset, entry.last_offset)
-            for entry in (catalog.segments if catalog is not None else ())
-            if entry.name not in named and entry.first_offset is not None and entry.last_offset is not None
-        )
+        #: Per segment name: its place in the catalog's chain of segments with records, and what it must hold.
+        self._chain: dict[str, tuple[int, int | None, int | None, int, bool]] = {}
+        if catalog is not None and self._read_from is not None:
+            described = [e for e in catalog.segments if e.records]
+            for place, entry in enumerate(described):
+                self._chain[entry.name] = (place, entry.first_offset, entry.last_offset, entry.records, False)
+            tail = catalog.tail
+            if tail is not None and tail.records and tail.name not in self._chain:
+                self._chain[tail.name] = (len(described), tail.first_offset, tail.last_offset, tail.records, True)
+        self._previous: tuple[int, int] | None = None  # (place, vouched through) of the last segment with records
+        self._current: tuple[int, int] | None = None
 
-    def sort(self, first: int, last: int) -> tuple[list[OffsetRange], list[OffsetRange]]:
-        """The missing parts and the transaction-offset parts of ``first..last``."""
+    def enter(self, name: str, first: int | None, last: int | None, records: int) -> None:
+        """The next segment of the partition, as its index has it."""
+        if records == 0:
+            return  # an empty segment holds nothing to vouch for and breaks no chain
+        self._previous = self._current
+        self._current = None
+        described = self._chain.get(name)
+        if described is None or first is None or last is None:
+            return
+        place, want_first, want_last, want_records, newest = described
+        if newest:  # the newest segment: its committed prefix, which may have grown since
+            if want_first == first and want_last is not None and want_last <= last and want_records <= records:
+                self._current = (place, want_last)
+        elif (want_first, want_last, want_records) == (first, last, records):
+            self._current = (place, last)
+
+    def sort(self, first: int, last: int, *, across: bool) -> tuple[list[OffsetRange], list[OffsetRange]]:
+        """The missing parts and the transaction-offset parts of ``first..last``: a gap inside the segment
+        entered last, or ``across`` the boundary between it and the one before."""
+        vouched = self._vouched(first, last, across=across)
         missing: list[OffsetRange] = []
         skipped: list[OffsetRange] = []
+        read_from = self._read_from
         for part in self._lost.rest(first, last):
-            read_from = self._read_from
-            if read_from is None or part.last < read_from:
+            if not vouched or read_from is None or part.last < read_from:
                 missing.append(part)
                 continue
             if part.first < read_from:
                 missing.append(OffsetRange(part.first, read_from - 1))
                 part = OffsetRange(read_from, part.last)
-            absent = [(low, high) for low, high in self._absent if low <= part.last and high >= part.first]
-            if not absent:
-                skipped.append(part)
-                continue
-            missing.append(part)  # a lost segment lies in it: none of it is vouched for
+            skipped.append(part)
         return missing, skipped
+
+    def _vouched(self, first: int, last: int, *, across: bool) -> bool:
+        current = self._current
+        if current is None or last >= current[1]:
+            return False
+        if not across:
+            return True
+        previous = self._previous
+        # The one before must be vouched for to its end (its last record is just below the gap) and come right
+        # before this one in the catalog.
+        return previous is not None and previous[1] == first - 1 and previous[0] + 1 == current[0]
 
 
 class _Explained:

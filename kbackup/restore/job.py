@@ -55,7 +55,7 @@ from kbackup.restore.timestamp_type import TIMESTAMP_TYPE, PendingTimestampTypes
 from kbackup.spark.failures import failure_cause
 from kbackup.spark.session import job_session
 from kbackup.storage import Location, check_writable_root
-from kbackup.text import count, shown
+from kbackup.text import count, iso_time, shown
 
 log = logging.getLogger("kbackup.restore")
 
@@ -87,14 +87,13 @@ def run(settings: RestoreSettings) -> int:
     if settings.schema_registry is not None:
         settings, registry_lines = register_schemas(settings)
     plan = build_plan(settings, admin)
-    for topic_plan in plan.topics:
-        log.info("%s", topic_plan.describe_origin())
-        if not settings.dry_run:
+    if not settings.dry_run:  # a dry run's report says all of this once, in its own lines
+        for topic_plan in plan.topics:
+            log.info("%s", topic_plan.describe_origin())
             for note in topic_plan.notes:
                 log.warning("%s", note)
-    if plan.groups_round is not None:
-        log.info("consumer group offsets are taken from the offset round at %d (epoch ms)", plan.groups_round)
-    if not settings.dry_run:
+        if plan.groups_round is not None:
+            log.info("consumer group offsets are taken from the offset round at %s", iso_time(plan.groups_round))
         selected = sum(part.selected for part in plan.partitions)
         found = sum(part.skip for part in plan.partitions)
         log.info("plan: %d records selected, %d of them already in the target, %d to produce", selected, found,
@@ -131,7 +130,8 @@ def _restore(settings: RestoreSettings, plan: RestorePlan, admin: Any, umask: in
             admin, to_create, configs=configs, replication_factor=settings.replication_factor, exist_ok=True
         )
         if created:
-            log.info("created topic(s): %s", ", ".join(f"{t} ({to_create[t]} partitions)" for t in created))
+            log.info("created %s: %s", count(len(created), "topic"),
+                     ", ".join(f"{t} ({count(to_create[t], 'partition')})" for t in created))  # fmt: skip
             # What ACLs allow on a topic shows only once it exists.
             on_created = [p for p in restore_permissions(plan) if p.resource_type == "TOPIC" and p.name in created]
             refuse_missing(
@@ -142,7 +142,10 @@ def _restore(settings: RestoreSettings, plan: RestorePlan, admin: Any, umask: in
              if part.to_produce > 0 or part.groups]  # fmt: skip
     started = time.monotonic()
     watch.tasks_started()
-    results = _run_tasks(tasks, settings, umask, watch) if tasks else []
+    idle = len(plan.partitions) - len(tasks)
+    if idle:
+        log.info("%s nothing to produce", count(idle, "partition has", "partitions have"))
+    results = _run_tasks(tasks, settings, umask, watch, idle=idle) if tasks else []
     watch.metrics.observe_results({(r.target_topic, r.target_partition): r.produced for r in results})
     seconds = time.monotonic() - started
     fenced = [result.fenced for result in results if result.fenced]
@@ -335,17 +338,18 @@ def _shared_throttle(tasks: list[PartitionTask], settings: RestoreSettings, slot
     at_once = max(1, min(len(tasks), slots))
     part = settings.throttle.share(at_once, per_partition_records=settings.max_rate)
     log.info(
-        "throttled to %s in all: %s for each of the %d partitions restored at once",
+        "throttled to %s in all: %s for each of the %s restored at once",
         settings.throttle.describe(),
         part.describe(),
-        at_once,
+        count(at_once, "partition"),
     )
     return [replace(task, throttle=part) for task in tasks]
 
 
 def _run_tasks(
-    tasks: list[PartitionTask], settings: RestoreSettings, umask: int, watch: RestoreWatch
+    tasks: list[PartitionTask], settings: RestoreSettings, umask: int, watch: RestoreWatch, *, idle: int = 0
 ) -> list[PartitionResult]:
+    """Run the tasks; ``idle`` partitions of the plan have nothing to do and count as done from the start."""
     spark = job_session(
         "kbackup-restore",
         debug=settings.debug,
@@ -368,10 +372,12 @@ def _run_tasks(
 
         worker = threading.Thread(target=collect, name="kbackup-restore-collect", daemon=True)
         worker.start()
-        with Progress("restore", len(tasks), "partitions") as shown:
+        with Progress("restore", idle + len(tasks), "partitions") as shown:
+            if idle:
+                shown.advance(idle, note=f"{idle} with nothing to produce")
             while worker.is_alive():
                 worker.join(0.5)
-                finished = _finished_tasks(context)
+                finished = idle + _finished_tasks(context)
                 if finished > shown.done:
                     shown.advance(finished - shown.done)
                 watch.poll(finished)
@@ -404,6 +410,13 @@ def _summary(plan: RestorePlan, results: list[PartitionResult], seconds: float) 
     by_topic: dict[str, list[PartitionResult]] = {}
     for result in results:
         by_topic.setdefault(result.target_topic, []).append(result)
+    for topic_plan in plan.topics:  # every topic is named, those with nothing to produce too
+        if topic_plan.target_topic not in by_topic:
+            parts = [p for p in plan.partitions if p.target_topic == topic_plan.target_topic]
+            there = sum(p.skip for p in parts)
+            why = f"all {count(there, 'record')} already in the target" if there else "no records selected"
+            log.info("restored %s: nothing to produce (%s; %s)", topic_plan.target_topic,
+                     count(len(parts), "partition"), why)  # fmt: skip
     for topic, items in sorted(by_topic.items()):
         records = sum(r.produced for r in items)
         size = sum(r.produced_bytes for r in items)
@@ -422,7 +435,10 @@ def _summary(plan: RestorePlan, results: list[PartitionResult], seconds: float) 
     found = {(r.target_topic, r.target_partition): r.skipped for r in results}
     skipped = sum(found.get((p.target_topic, p.target_partition), p.skip) for p in plan.partitions)
     if skipped:
-        log.info("%d records were already in the target from an earlier run and were not produced again", skipped)
+        log.info(
+            "%s already in the target from an earlier run, not produced again",
+            count(skipped, "record was", "records were"),
+        )
     log.info("restore finished in %.1f s", seconds)
 
 
@@ -431,15 +447,17 @@ def describe(plan: RestorePlan, settings: RestoreSettings) -> list[str]:
     lines = ["dry run: nothing was changed"]
     predicted = False
     if plan.groups_round is not None:
-        lines.append(f"consumer group offsets as of the offset round at {plan.groups_round} (epoch ms)")
+        lines.append(f"consumer group offsets as of the offset round at {iso_time(plan.groups_round)}")
     for topic in plan.topics:
         lines.append(topic.describe_origin())
         if topic.create_partitions:
             config = ", ".join(f"{key}={value}" for key, value in sorted(topic.config.items()))
             with_config = f", config {config}" if config else ""
-            lines.append(f"create topic {topic.target_topic} with {topic.create_partitions} partitions{with_config}")
+            lines.append(
+                f"create topic {topic.target_topic} with {count(topic.create_partitions, 'partition')}{with_config}"
+            )
         else:
-            lines.append(f"topic {topic.target_topic} exists with {topic.existing_partitions} partitions")
+            lines.append(f"topic {topic.target_topic} exists with {count(topic.existing_partitions or 0, 'partition')}")
         if topic.set_timestamp_type is not None:
             lines.append(f"  then set {TIMESTAMP_TYPE}={topic.set_timestamp_type} (records keep their timestamps)")
         lines += [f"  {note}" for note in topic.notes]
@@ -483,9 +501,10 @@ def describe(plan: RestorePlan, settings: RestoreSettings) -> list[str]:
                 predicted = True
     if predicted:
         lines.append(
-            f"(target offsets as committed in transactions of {TRANSACTION_RECORDS} records; a target slower than "
-            f"{TRANSACTION_RECORDS // TRANSACTION_SECONDS:.0f} records/s commits more often, "
-            "one offset later each time)"
+            f"(target offsets are predicted: the restore commits its records in transactions of up to "
+            f"{TRANSACTION_RECORDS:,} records, and each commit takes one offset in the target; a target that takes "
+            f"more than {TRANSACTION_SECONDS:.0f} s for {TRANSACTION_RECORDS:,} records gets more commits, so the "
+            "offsets land a little later. The real run sets each group exactly where its records landed.)"
         )
     return lines
 

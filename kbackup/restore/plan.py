@@ -74,6 +74,8 @@ from kbackup.restore.target_limits import (
 )
 from kbackup.restore.timestamp_type import LOG_APPEND_TIME, TIMESTAMP_TYPE, PendingTimestampTypes, creation_config
 from kbackup.restore.topic_configs import choose_configs
+from kbackup.text import count as count_of
+from kbackup.text import iso_time
 
 
 @dataclass
@@ -224,13 +226,14 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
         plan.partitions[first_part:] = [p for p in plan.partitions[first_part:] if p.source_partition < count]
         if wanted is not None and wanted < count and not spread:
             raise UsageError(
-                f"--partitions {target}={wanted} is below the backup's {count} partitions "
+                f"--partitions {target}={wanted} is below the backup's {count_of(count, 'partition')} "
                 "(--repartition murmur2 or round-robin spreads the records over fewer)"
             )
         if target in existing:
             if existing[target] < count and not spread:
                 raise KbackupError(
-                    f"target topic {target!r} has {existing[target]} partitions, the backup of {topic!r} has {count}: "
+                    f"target topic {target!r} has {count_of(existing[target], 'partition')}, "
+                    f"the backup of {topic!r} has {count}: "
                     "records would not keep their partition (--repartition murmur2 or round-robin spreads them)"
                 )
             plan.topics.append(TopicPlan(topic, target, count, existing[target], None, {}, *origin))
@@ -515,7 +518,7 @@ def _historic_groups(settings: RestoreSettings) -> tuple[int, dict[str, dict[tup
     found = offsets_as_of(settings.source, as_of)
     if found is None:
         raise BackupNotFoundError(
-            f"the backup {settings.source} has no consumer offset round at or before {as_of} (epoch ms)"
+            f"the backup {settings.source} has no consumer offset round at or before {iso_time(as_of)}"
         )
     return found
 
@@ -573,7 +576,7 @@ def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: d
         elif settings.allow_non_empty:
             part.baseline, part.status = part.target_end, "after existing records"
         else:
-            problems.append(f"{part.target_topic}/{part.target_partition} ({held} records)")
+            problems.append(f"{part.target_topic}/{part.target_partition} ({count_of(held, 'record')})")
     _count_resumed(settings, [p for p in plan.partitions if p.repartition is not None and p.status == "resume"])
     if problems:
         raise TargetNotEmptyError(
@@ -628,7 +631,7 @@ def _place_spread(settings: RestoreSettings, part: PartitionPlan, marker: Progre
     if settings.allow_non_empty:
         part.status = "after existing records"
         return None
-    return f"{part.target_topic}/{part.target_partition} ({part.target_end - part.target_start} records)"
+    return f"{part.target_topic}/{part.target_partition} ({count_of(part.target_end - part.target_start, 'record')})"
 
 
 def _committed_prefix(

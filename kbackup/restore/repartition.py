@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from kbackup.format.record import Record
 from kbackup.partition.reader import PartitionReader
 from kbackup.restore.selection import Window, selected_records
+from kbackup.text import count
 
 KEEP = "keep"
 MURMUR2 = "murmur2"
@@ -103,7 +104,7 @@ class Repartition:
     groups: dict[str, dict[int, int]] = field(default_factory=dict)
 
     def describe(self) -> str:
-        return f"{self.mode} over {self.partitions} partitions"
+        return f"{self.mode} over {count(self.partitions, 'partition')}"
 
     def identity_part(self) -> str:
         """What the restore identity adds for a repartitioned target partition (see :mod:`kbackup.restore.marker`)."""

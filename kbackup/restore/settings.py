@@ -162,13 +162,15 @@ def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.Argumen
         "--max-rate",
         type=positive_int,
         metavar="RECORDS",
-        help="produce at most RECORDS records per second into each partition (spares a busy target)",
+        help="produce at most RECORDS records per second into each partition, per partition (spares a busy "
+        "target); --max-records-per-second limits the whole restore",
     )
     own.add_argument(
         "--max-records-per-second",
         type=positive_int,
         metavar="RECORDS",
-        help="produce at most RECORDS records per second in all (shared by the partitions restored at once)",
+        help="produce at most RECORDS records per second for the whole restore (shared by the partitions restored "
+        "at once); --max-rate limits each partition",
     )
     own.add_argument(
         "--max-bytes-per-second",

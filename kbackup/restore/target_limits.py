@@ -45,11 +45,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from kbackup.errors import ClusterError
 from kbackup.restore.profile import RecordsProfile
+from kbackup.text import iso_time
 
 #: Kafka's largest long: "no limit" for the timestamp settings.
 LONG_MAX = (1 << 63) - 1
@@ -230,7 +230,7 @@ class _Judging:
             return
         if oldest < now_ms + MARGIN_MS - limit:  # still kept when the restore ends
             why = (
-                f"the oldest restored record ({iso(oldest)}) is older than retention.ms={limit}: "
+                f"the oldest restored record ({iso_time(oldest)}) is older than retention.ms={limit}: "
                 "the broker would delete it minutes after the restore"
             )
             self.settle(RETENTION_MS, "-1", why, ", or accept the loss with --accept-retention-loss")
@@ -252,13 +252,13 @@ class _Judging:
         none = f" (to {LONG_MAX} for none)"
         if before is not None and oldest is not None and now_ms + MARGIN_MS - oldest > before:
             why = (
-                f"the broker would reject the oldest restored records ({iso(oldest)}) under "
+                f"the broker would reject the oldest restored records ({iso_time(oldest)}) under "
                 f"message.timestamp.before.max.ms={before}"
             )
             self.settle(BEFORE_MAX, str(LONG_MAX), why, none)
         if after is not None and newest is not None and newest - now_ms > after:
             why = (
-                f"the broker would reject the newest restored records ({iso(newest)}) under "
+                f"the broker would reject the newest restored records ({iso_time(newest)}) under "
                 f"message.timestamp.after.max.ms={after}"
             )
             self.settle(AFTER_MAX, str(LONG_MAX), why, none)
@@ -348,16 +348,6 @@ def _describe(admin: Any, kind: str, names: list[str], timeout: float) -> dict[s
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def iso(epoch_ms: int) -> str:
-    """An epoch millisecond as ISO 8601 UTC (negative ones too: before 1970)."""
-    seconds, millis = divmod(epoch_ms, 1000)
-    try:
-        moment = datetime.fromtimestamp(seconds, tz=UTC)
-    except (OverflowError, OSError, ValueError):
-        return f"epoch ms {epoch_ms}"
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis:03d}Z"
 
 
 def _limit(text: str | None) -> int | None:

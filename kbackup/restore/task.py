@@ -257,6 +257,7 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
             _check_segments(task, partition, window, staged)
             readers[partition] = PartitionReader(staged.topic_dir, partition, legacy=task.legacy)
         where = f"topic {task.target_topic!r} partition {task.target_partition}"
+        stuck = ""
         for attempt in range(1, PRODUCER_ATTEMPTS + 1):
             try:
                 done = _restore_from(task, readers, result)

@@ -170,6 +170,7 @@ class RegistryClient:
         headers = dict(self._headers)
         if data is not None:
             headers["Content-Type"] = CONTENT_TYPE
+        payload = b""
         for attempt in range(1, ATTEMPTS + 1):
             request = urllib.request.Request(url, data=data, method=method, headers=headers)
             try:

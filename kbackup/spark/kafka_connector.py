@@ -118,7 +118,13 @@ def _resolve() -> tuple[str, Path]:
         if done is not None:
             return version, done
     failures = []
-    for version, artifact in candidates:
+    for number, (version, artifact) in enumerate(candidates):
+        if number:
+            print(
+                f"kbackup: {candidates[number - 1][1]} could not be fetched (Maven Central does not hold a connector "
+                f"for every PySpark release); trying {version}, the newest before it of Spark {version.split('.')[0]}",
+                flush=True,
+            )
         try:
             return version, resolve(f"{artifact.name}-{version}", [artifact])
         except ArtifactError as exc:

@@ -43,6 +43,7 @@ from kbackup.kafka.client_settings import consumer_settings, redact
 from kbackup.kafka.cluster import TopicIdAsker, is_transient
 from kbackup.logsetup import ensure_console_logging
 from kbackup.storage import parse_location
+from kbackup.text import count
 
 log = logging.getLogger("kbackup.source")
 
@@ -239,7 +240,8 @@ def _read_together(
                 raise ClusterError(
                     f"topic {item.topic!r} partition {item.partition}: no data for {item.read_timeout:.0f} s "
                     f"while reading offsets {item.start}..{item.end - 1} from "
-                    f"{redact(item.client).get('bootstrap.servers')} ({len(pending)} partitions of this task unread)"
+                    f"{redact(item.client).get('bootstrap.servers')} "
+                    f"({count(len(pending), 'partition')} of this task unread)"
                 )
             continue
         last_progress = time.monotonic()
@@ -251,7 +253,7 @@ def _read_together(
             if columns is None:
                 error = messages[start].error()
                 if error is not None and error.code() != KafkaError._PARTITION_EOF and not is_transient(error):
-                    raise ClusterError(f"reading {len(pending)} partitions: {error.str()}")
+                    raise ClusterError(f"reading {count(len(pending), 'partition')}: {error.str()}")
                 continue  # a partition already complete: what was fetched past its range is not ours
             try:
                 done = columns.add_all(messages[start:stop], columns.task.end, KafkaError._PARTITION_EOF)

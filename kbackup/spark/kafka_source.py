@@ -91,6 +91,7 @@ from kbackup.kafka.outage import OutageReport
 from kbackup.kafka.topics import TopicSelection
 from kbackup.logsetup import ensure_console_logging
 from kbackup.spark.kafka_reader import KafkaRange, KafkaTask, kafka_schema, pack_ranges, read_task
+from kbackup.text import count as count_of
 
 log = logging.getLogger("kbackup.source")
 
@@ -405,7 +406,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._current()[1]
-        log.info("snapshot target: %d partitions, %d offsets", len(self._target), sum(self._target.values()))
+        log.info(
+            "snapshot target: %s, %s",
+            count_of(len(self._target), "partition"),
+            count_of(sum(self._target.values()), "offset"),
+        )
 
     def _current_or_wait(self) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]] | None:
         """:meth:`_current` through an outage: ``None`` (continuous) or waiting up to the snapshot's limit."""
