@@ -11,13 +11,13 @@ record is one of three things:
 - **transaction offsets** (``skipped``): read by kbackup from the source, which had
   no record there for a consumer: a transaction's commit or abort marker, an aborted
   transaction's records, and on a compacted topic records compacted away. Known from
-  the catalog's ``readFrom`` (:attr:`kbackup.catalog.model.PartitionCatalog.read_from`):
-  normal, not damage.
+  the catalog's ``readFrom`` (:attr:`kbackup.catalog.model.PartitionCatalog.read_from`)
+  where its entries vouch for the records around them (:class:`GapSorter`): normal, not damage.
 - **lost at the source** (:mod:`kbackup.catalog.source_gaps`): deleted by the source
   before the backup read them. Not damage to the backup either, but records that are gone.
-- **missing** (``missing``): everything else. Not there, and nothing says why: a segment
-  lost (one the catalog names that the partition no longer has), a backup written by
-  the original tool or before kbackup recorded ``readFrom``.
+- **missing** (``missing``): everything else. Not there, and nothing says why: around a
+  segment lost, truncated or not cataloged, in a backup written by the original tool or
+  before kbackup recorded ``readFrom``.
 
 A **gap** is a run of at least ``min_gap`` (default 2) missing offsets between two
 covered ranges; transaction offsets do not break a covered range.
