@@ -39,6 +39,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (wheel,) = dist.glob("kbackup-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "kbackup/jobs/backup.py" in names and "kbackup/jobs/restore.py" in names
+    assert "kbackup/jobs/log4j2.properties" in names  # Spark's logging until a job sets its level (spark_submit)
     assert not [name for name in names if name.startswith(("tests/", "benchmarks/", "jobs/"))]
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
