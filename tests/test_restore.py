@@ -832,6 +832,9 @@ def test_created_topics_get_the_backed_up_configuration(target: Target, tmp_path
     for partition in range(3):  # empty partitions: nothing to produce, no Spark needed
         with PartitionWriter(backup / "cfg", "cfg", partition, fsync=False) as writer:
             writer.ensure_segment(0)
+    with PartitionWriter(backup / "quiet", "quiet", 0, fsync=False) as writer:  # no records, no groups: no task
+        writer.ensure_segment(0)
+    quiet = target.name("quiet-restored")
     # A consumer group id is any string: the plan and the log show it escaped, never acting on the terminal.
     write_consumer_offsets(backup / "cfg", 0, {"evil\x1b[2J\nforged": 0})
     # A tampered (or foreign) backup asks for settings that weaken the target cluster: not copied by default.
@@ -840,6 +843,7 @@ def test_created_topics_get_the_backed_up_configuration(target: Target, tmp_path
                                     **weakening})  # fmt: skip
     name = target.name("cfg-restored")
     args: list[str | Path] = [*target.args(tmp_path), "--source-dir", backup, "--topic-map", f"cfg={name}",
+            "--topic-map", f"quiet={quiet}",
             "--drop-topic-config", "segment.ms", "--topic-config", "retention.ms=7200000"]  # fmt: skip
     dry = restore_python(*args, "--dry-run")
     assert dry.returncode == 0, dry.stderr
@@ -853,9 +857,10 @@ def test_created_topics_get_the_backed_up_configuration(target: Target, tmp_path
     result = restore_python(*args)
     assert result.returncode == 0, result.stderr
     assert f"{name}: unclean.leader.election.enable=true of the backup is not set" in result.stdout + result.stderr
-    # Every partition is counted and the topic named, those with nothing to produce too (only 0 has a group).
-    assert "2 partitions have nothing to produce" in result.stdout + result.stderr
+    # Every partition is counted and every topic named, those with nothing to produce too (only cfg/0 has a group).
+    assert "3 partitions have nothing to produce" in result.stdout + result.stderr
     assert f"restored {name}: 0 records" in result.stdout + result.stderr
+    assert f"restored {quiet}: nothing to produce (1 partition; no records selected)" in result.stdout + result.stderr
     assert "\x1b" not in result.stdout + result.stderr
     admin = AdminClient(target.broker.client_settings())
     assert len(admin.list_topics(timeout=10).topics[name].partitions) == 3
