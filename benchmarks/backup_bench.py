@@ -11,7 +11,7 @@ one header, spread over 4 partitions.
   partitions and encoding every message as a v1 record into memory. The
   least work any Python backup must do per record; no files, no Spark.
 - ``backup``: ``spark-submit jobs/backup.py --snapshot`` with ``local[2]``,
-  once per Kafka source (``--kafka-source kbackup`` and ``spark``, or the one
+  once per Kafka source (``--kafka-source python`` and ``spark``, or the one
   given with ``--sources``), end to end (Spark and Python worker start-up
   included), its batch time alone (from the job's per-batch log lines) and its
   start-up (submit to the first batch line).
@@ -37,8 +37,8 @@ import time
 from pathlib import Path
 
 from benchmarks.cluster import add_arguments, cluster, kcat_command, kcat_settings
-from kbackup.format.record import Record, append_record
-from kbackup.spark_submit import job_environment, spark_submit_command
+from spark_kafka_backup.format.record import Record, append_record
+from spark_kafka_backup.spark_submit import job_environment, spark_submit_command
 from tests.kafka_helpers import client_config_file
 
 REPO = Path(__file__).resolve().parent.parent
@@ -74,8 +74,8 @@ def raw_consume_and_encode(settings: dict[str, str], count: int, partitions: int
     code = f"""
 import json, time, sys
 from confluent_kafka import Consumer, TopicPartition
-from kbackup.format.record import Record, append_record
-from kbackup.spark_submit import job_environment, spark_submit_command
+from spark_kafka_backup.format.record import Record, append_record
+from spark_kafka_backup.spark_submit import job_environment, spark_submit_command
 from tests.kafka_helpers import client_config_file
 from benchmarks.backup_bench import peak_rss_mib
 settings = json.loads(sys.argv[1])
@@ -212,7 +212,7 @@ def peak_rss_mib() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(parser)
-    parser.add_argument("--sources", default="kbackup,spark", help="Kafka sources to measure (comma-separated)")
+    parser.add_argument("--sources", default="python,spark", help="Kafka sources to measure (comma-separated)")
     args = parser.parse_args()
     # Touch the codec once so the raw loop's import cost is not in its figures.
     append_record(bytearray(), Record(0, -1, None, None, None))

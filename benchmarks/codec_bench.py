@@ -47,10 +47,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from kbackup.format.record import Record, append_record, decode_records
-from kbackup.format.record_columns import EncodedRecords, binary_column, decode_columns, encode_columns
-from kbackup.partition.reader import PartitionReader
-from kbackup.partition.writer import PartitionWriter
+from spark_kafka_backup.format.record import Record, append_record, decode_records
+from spark_kafka_backup.format.record_columns import EncodedRecords, binary_column, decode_columns, encode_columns
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.writer import PartitionWriter
 
 
 def make_records(count: int, value_size: int) -> list[Record]:

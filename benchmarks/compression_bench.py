@@ -32,10 +32,10 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from kbackup.format.record import Record
-from kbackup.partition.reader import PartitionReader
-from kbackup.partition.records_file import compress_records_file
-from kbackup.partition.writer import PartitionWriter
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.records_file import compress_records_file
+from spark_kafka_backup.partition.writer import PartitionWriter
 
 CODECS = ("zstd", "lz4", "gzip")
 STATUSES = ("created", "paid", "packed", "shipped", "delivered", "returned")

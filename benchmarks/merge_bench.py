@@ -1,4 +1,4 @@
-"""``kbackup merge``: how fast small segments become large ones, against copying the same bytes.
+"""``spark-kafka-backup merge``: how fast small segments become large ones, against copying the same bytes.
 
 A partition of ``--segments`` small segments (what a backup on object storage leaves: one per micro-batch) of
 ``--records-per-segment`` records of ``--value-bytes`` random values is written with :class:`PartitionWriter` and
@@ -6,9 +6,9 @@ cataloged. Then, on a copy each:
 
 - **baseline**: the records files concatenated with plain file copies (``shutil.copyfileobj`` into one file, fsynced),
   the least any merge has to do with the bytes;
-- **merge**: :func:`kbackup.catalog.merge.merge` into segments of ``--target-mib`` (checksums of every source checked
-  against the catalog, merged records and index written and synced, partition index switched, catalog updated, old
-  files deleted), then every record read back and compared with the records before.
+- **merge**: :func:`spark_kafka_backup.catalog.merge.merge` into segments of ``--target-mib`` (checksums of every
+  source checked against the catalog, merged records and index written and synced, partition index switched, catalog
+  updated, old files deleted), then every record read back and compared with the records before.
 
 Reported: plain MB/s of both and their ratio, segments before and after, and the peak RSS growth of the merge (it
 streams: it must not grow with the partition).
@@ -26,11 +26,11 @@ from pathlib import Path
 
 import crc32c
 
-from kbackup.catalog.ledger import CatalogLedger
-from kbackup.catalog.merge import merge, plan_merge
-from kbackup.format.record import Record
-from kbackup.partition.reader import PartitionReader
-from kbackup.partition.writer import PartitionWriter
+from spark_kafka_backup.catalog.ledger import CatalogLedger
+from spark_kafka_backup.catalog.merge import merge, plan_merge
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.writer import PartitionWriter
 
 
 def _write(root: Path, segments: int, per_segment: int, value_bytes: int) -> int:

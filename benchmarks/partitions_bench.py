@@ -20,8 +20,8 @@ from pathlib import Path
 
 from benchmarks.backup_bench import run_backup
 from benchmarks.cluster import cluster
-from kbackup.partition.layout import list_topics
-from kbackup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.layout import list_topics
+from spark_kafka_backup.partition.reader import PartitionReader
 
 
 def fill(settings: dict[str, str], prefix: str, partitions: int, per_topic: int, records: int) -> list[str]:

@@ -7,14 +7,15 @@ partitions (default 50: 10,000 partitions), one record in each partition, and ``
 1,000), group ``i`` holding a committed offset on every partition of topic ``i mod topics``. Then, in this one
 Python process, the driver-side code of the backup, timed ``--repeat`` times each:
 
-- ``plan a trigger``: kbackup's Kafka source's ``latestOffset`` (partition list, earliest and latest offsets of
-  every partition) and ``partitions`` (the packed tasks of a micro-batch that reads one new record everywhere);
+- ``plan a trigger``: the Python Kafka source's ``latestOffset`` (partition list, earliest and
+  latest offsets of every partition) and ``partitions`` (the packed tasks of a micro-batch that reads one new record
+  everywhere);
 - ``consumer-offset round``: ``take_round``, every group's committed offsets and every partition's end;
 - ``raw``: the baseline, the bare admin calls a planner cannot avoid (one metadata request and one latest-offsets
   request for every partition) in the same process.
 
 Printed: median and worst seconds of each, the ratio to ``raw``, and this process's peak resident memory
-(the Python half of the driver; the JVM half is Spark's and does not grow with what kbackup plans).
+(the Python half of the driver; the JVM half is Spark's and does not grow with what spark-kafka-backup plans).
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from collections.abc import Callable
 
 from benchmarks.backup_bench import peak_rss_mib
 from benchmarks.cluster import cluster
-from kbackup.backup.group_offsets import take_round
-from kbackup.kafka.cluster import admin_client, list_offsets, partition_counts
-from kbackup.kafka.topics import TopicSelection
-from kbackup.spark.kafka_source import KafkaStreamReader, SourceOptions, decode_offsets, encode_offsets
+from spark_kafka_backup.backup.group_offsets import take_round
+from spark_kafka_backup.kafka.cluster import admin_client, list_offsets, partition_counts
+from spark_kafka_backup.kafka.topics import TopicSelection
+from spark_kafka_backup.spark.kafka_source import KafkaStreamReader, SourceOptions, decode_offsets, encode_offsets
 
 PREFIX = "plan"
 

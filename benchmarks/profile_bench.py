@@ -62,12 +62,12 @@ def main() -> None:
     args = parser.parse_args()
     from pyinstrument import Profiler
 
-    from kbackup.spark import kafka_source, v1_sink
+    from spark_kafka_backup.spark import kafka_source, v1_sink
 
     revisions: list[tuple[str, Any, Any]] = [("now", kafka_source, v1_sink)]
     if args.before:
-        old_source = module_at(args.before, "kbackup/spark/kafka_source.py", "kbackup_old_kafka_source")
-        old_sink = module_at(args.before, "kbackup/spark/v1_sink.py", "kbackup_old_v1_sink")
+        old_source = module_at(args.before, "spark_kafka_backup/spark/kafka_source.py", "kbackup_old_kafka_source")
+        old_sink = module_at(args.before, "spark_kafka_backup/spark/v1_sink.py", "kbackup_old_v1_sink")
         revisions.insert(0, (args.before, old_source, old_sink))
     with tempfile.TemporaryDirectory() as tmp, cluster(args.bootstrap) as settings:
         produce(settings, args.records, 1, args.value_size)

@@ -36,9 +36,9 @@ from pathlib import Path
 
 from benchmarks.backup_bench import _sample_tree
 from benchmarks.cluster import add_arguments, cluster, kcat_command, kcat_settings
-from kbackup.format.record import Record
-from kbackup.partition.writer import PartitionWriter
-from kbackup.spark_submit import job_environment, spark_submit_command
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.writer import PartitionWriter
+from spark_kafka_backup.spark_submit import job_environment, spark_submit_command
 from tests.kafka_helpers import client_config_file
 
 REPO = Path(__file__).resolve().parent.parent
@@ -89,8 +89,8 @@ RAW = """
 import json, sys, time
 from pathlib import Path
 from confluent_kafka import Producer
-from kbackup.partition.reader import PartitionReader
-from kbackup.restore.task import producer_settings
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.restore.task import producer_settings
 from benchmarks.backup_bench import peak_rss_mib
 settings, root, partitions, topic = json.loads(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 producer = Producer(producer_settings(settings, 1 << 20))

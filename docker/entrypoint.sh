@@ -1,20 +1,20 @@
 #!/bin/sh
-# kbackup-entrypoint COMMAND [ARGS...]
+# spark-kafka-backup-entrypoint COMMAND [ARGS...]
 #   backup ARGS    spark-submit the backup job (jobs/backup.py)
 #   restore ARGS   spark-submit the restore job (jobs/restore.py)
-#   kbackup ARGS   the kbackup command (ls, verify, report, ...)
+#   spark-kafka-backup ARGS   the spark-kafka-backup command (ls, verify, report, ...)
 # SPARK_MASTER (default local[*]) and SPARK_SUBMIT_OPTS_EXTRA (more spark-submit flags) shape the Spark run.
 set -eu
-command=${1:-kbackup}
+command=${1:-spark-kafka-backup}
 [ "$#" -gt 0 ] && shift
 case "$command" in
   backup|restore)
     # shellcheck disable=SC2086 # SPARK_SUBMIT_OPTS_EXTRA is a list of flags
     exec spark-submit --master "${SPARK_MASTER:-local[*]}" --conf spark.ui.enabled=false \
-      ${SPARK_SUBMIT_OPTS_EXTRA:-} "/opt/kbackup/jobs/$command.py" "$@"
+      ${SPARK_SUBMIT_OPTS_EXTRA:-} "/opt/spark-kafka-backup/jobs/$command.py" "$@"
     ;;
-  kbackup)
-    exec kbackup "$@"
+  spark-kafka-backup)
+    exec spark-kafka-backup "$@"
     ;;
   *)
     exec "$command" "$@"

@@ -1,13 +1,13 @@
 """spark-submit jobs/backup.py --bootstrap-server HOST:PORT --target-dir DIR --topics T1,T2 [--snapshot]
 
 Backs up Kafka topics into kafka-backup v1 files; see ``--help`` and
-``kbackup/backup/job.py``. The kbackup package must be installed in the Python
+``spark_kafka_backup/backup/job.py``. The spark-kafka-backup package must be installed in the Python
 environment of the driver and every executor.
 """
 
 import sys
 
-from kbackup.backup.job import main
+from spark_kafka_backup.backup.job import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kbackup.format.magic import MAGIC_V1
-from kbackup.format.partition_index import PartitionIndexEntry, encode_partition_index
-from kbackup.format.record import Record, encode_record
-from kbackup.format.segment_index import SegmentIndexEntry, encode_segment_index
+from spark_kafka_backup.format.magic import MAGIC_V1
+from spark_kafka_backup.format.partition_index import PartitionIndexEntry, encode_partition_index
+from spark_kafka_backup.format.record import Record, encode_record
+from spark_kafka_backup.format.segment_index import SegmentIndexEntry, encode_segment_index
 
 
 def write_original_style(topic_dir: Path, partition: int, segments: list[list[Record]]) -> None:

@@ -44,20 +44,20 @@ def pytest_configure(config: pytest.Config) -> None:
     if _is_worker(config):
         return
     os.environ.setdefault("KBACKUP_TEST_RUN", uuid.uuid4().hex)
-    from kbackup.spark.kafka_connector import connector_jars
+    from spark_kafka_backup.spark.kafka_connector import connector_jars
 
     connector_jars()
     _share_spark_classes()
     if kind == "local":
-        from kbackup.devkit.kafka_cluster import kafka_jars
+        from spark_kafka_backup.devkit.kafka_cluster import kafka_jars
 
         kafka_jars()
 
 
 def _share_spark_classes() -> None:
     """Make (once per machine) the class archive the tests' Spark drivers map, and tell the workers where it is."""
-    from kbackup.jars import cache_root
-    from kbackup.spark_submit import job_environment
+    from spark_kafka_backup.jars import cache_root
+    from spark_kafka_backup.spark_submit import job_environment
     from tests.jvm_archive import ARCHIVE_ENV, ensure_archive
     from tests.kafka_helpers import TEST_JVM_OPTIONS
 
@@ -105,8 +105,8 @@ def pytest_report_header(config: pytest.Config) -> str:
         from tests.broker import compose_kafka_image
 
         return f"kafka: Apache Kafka in a container ({compose_kafka_image()})"
-    from kbackup.devkit.kafka_cluster import KAFKA_VERSION, kafka_jars
-    from kbackup.spark.kafka_connector import package_coordinate
+    from spark_kafka_backup.devkit.kafka_cluster import KAFKA_VERSION, kafka_jars
+    from spark_kafka_backup.spark.kafka_connector import package_coordinate
 
     return (
         f"kafka: Apache Kafka {KAFKA_VERSION} (KRaft, started from the jars in {kafka_jars()}); "

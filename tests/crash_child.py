@@ -21,8 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kbackup.catalog.ledger import CatalogLedger
-from kbackup.partition.writer import PartitionWriter
+from spark_kafka_backup.catalog.ledger import CatalogLedger
+from spark_kafka_backup.partition.writer import PartitionWriter
 from tests.recordgen import sample_record
 
 

@@ -1,5 +1,5 @@
-"""Child process for the killed-merge test: ``kbackup merge ROOT --max-segment-size SIZE``, SIGKILLed at a file
-operation.
+"""Child process for the killed-merge test: ``spark-kafka-backup merge ROOT --max-segment-size SIZE``, SIGKILLed at a
+file operation.
 
 Usage: python -m tests.crash_merge ROOT SIZE KILL_AT
 
@@ -15,11 +15,11 @@ from tests.crash_child import arm_kill
 
 
 def main() -> None:
-    from kbackup.cli import main as kbackup
+    from spark_kafka_backup.cli import main as run_cli
 
     root, size, kill_at = sys.argv[1:4]
     arm_kill(int(kill_at), ("write", "fsync", "replace", "unlink"))
-    sys.exit(kbackup(["merge", root, "--max-segment-size", size]))
+    sys.exit(run_cli(["merge", root, "--max-segment-size", size]))
 
 
 if __name__ == "__main__":

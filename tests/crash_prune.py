@@ -1,4 +1,5 @@
-"""Child process for the killed-prune test: ``kbackup prune ROOT --older-than 7d``, SIGKILLed at a file operation.
+"""Child process for the killed-prune test: ``spark-kafka-backup prune ROOT --older-than 7d``, SIGKILLed at a file
+operation.
 
 Usage: python -m tests.crash_prune ROOT KILL_AT
 
@@ -14,11 +15,11 @@ from tests.crash_child import arm_kill
 
 
 def main() -> None:
-    from kbackup.cli import main as kbackup
+    from spark_kafka_backup.cli import main as run_cli
 
     root, kill_at = sys.argv[1:3]
     arm_kill(int(kill_at), ("write", "fsync", "replace", "unlink"))
-    sys.exit(kbackup(["prune", root, "--older-than", "7d"]))
+    sys.exit(run_cli(["prune", root, "--older-than", "7d"]))
 
 
 if __name__ == "__main__":

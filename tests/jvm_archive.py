@@ -7,7 +7,7 @@ and verifying them: a trivial job measured 9.1 s of wall and 9.4 s of CPU time
 without it, 5.9 s and 5.9 s with it (this machine, PySpark 4.3, Java 17).
 
 The archive is made once per machine, Java and PySpark (named by a hash of
-them) in kbackup's cache, by the controlling pytest process before workers
+them) in spark-kafka-backup's cache, by the controlling pytest process before workers
 start. A JVM that cannot use it (another Java behind ``java``) runs without it:
 sharing stays in its default ``auto`` mode, and ``cds`` logging is off so that
 such a JVM prints no warning into a job's output. Only the tests use it; the jobs,
@@ -27,7 +27,7 @@ from pathlib import Path
 #: The variable through which workers learn the archive's path (set by the controlling process).
 ARCHIVE_ENV = "KBACKUP_TEST_SPARK_ARCHIVE"
 
-#: Work that loads what kbackup's jobs load: a SQL session, a DataFrame from Python rows, an RDD job.
+#: Work that loads what spark-kafka-backup's jobs load: a SQL session, a DataFrame from Python rows, an RDD job.
 _WARM_UP = """
 from pyspark.sql import SparkSession
 spark = SparkSession.builder.appName("kbackup-test-archive").getOrCreate()
@@ -69,7 +69,7 @@ def ensure_archive(cache: Path, jvm_options: str, env: dict[str, str]) -> Path |
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
     script = cache / f"warm-up-{os.getpid()}.py"
     script.write_text(_WARM_UP)
-    from kbackup.spark_submit import spark_home
+    from spark_kafka_backup.spark_submit import spark_home
 
     command = [
         str(spark_home() / "bin" / "spark-submit"),

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kbackup.spark_submit import job_environment, spark_submit_command
+from spark_kafka_backup.spark_submit import job_environment, spark_submit_command
 from tests.broker import BrokerUnderTest
 from tests.jvm_archive import ARCHIVE_ENV
 
@@ -73,11 +73,12 @@ def kill_job(process: subprocess.Popen[bytes]) -> None:
 
 
 def run_kbackup(*args: str | Path, check: bool = False, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    """The ``kbackup`` CLI as a separate process (``python -m kbackup``), from the checkout, output captured.
+    """The ``spark-kafka-backup`` CLI as a separate process (``python -m spark_kafka_backup``), from the checkout,
+    output captured.
 
     ``check``: assert it exited 0 (the message holds its standard error).
     """
-    command = [sys.executable, "-m", "kbackup", *map(str, args)]
+    command = [sys.executable, "-m", "spark_kafka_backup", *map(str, args)]
     result = subprocess.run(command, capture_output=True, text=True, env=job_env(), cwd=REPO, timeout=timeout)
     if check:
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -85,12 +86,12 @@ def run_kbackup(*args: str | Path, check: bool = False, timeout: float = 900) ->
 
 
 def kbackup_in_process(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    """The ``kbackup`` CLI run in this process (no interpreter start-up): its exit code, stdout and stderr.
+    """The ``spark-kafka-backup`` CLI run in this process (no interpreter start-up): its exit code, stdout and stderr.
 
     For commands that only read and write backup files (``cat``, ``verify``, ``prune``, ``ls``); the CLI itself is
     tested as a separate process elsewhere.
     """
-    from kbackup.cli import main
+    from spark_kafka_backup.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     argv = [str(arg) for arg in args]
@@ -99,7 +100,7 @@ def kbackup_in_process(*args: str | Path) -> subprocess.CompletedProcess[str]:
             code = main(argv)
         except SystemExit as exc:  # argparse
             code = exc.code if isinstance(exc.code, int) else 2
-    return subprocess.CompletedProcess(["kbackup", *argv], code, out.getvalue(), err.getvalue())
+    return subprocess.CompletedProcess(["spark-kafka-backup", *argv], code, out.getvalue(), err.getvalue())
 
 
 def kbackup_lines(*args: str | Path) -> list[str]:
@@ -155,7 +156,7 @@ def create_topics(
 
 
 def record_json(message: Any) -> dict[str, Any]:
-    """A consumed message in ``kbackup cat``'s JSON shape."""
+    """A consumed message in ``spark-kafka-backup cat``'s JSON shape."""
     kind, timestamp = message.timestamp()
     names = {0: "NoTimestampType", 1: "CreateTime", 2: "LogAppendTime"}
     if kind == 0 or (kind == 1 and timestamp == -1):
@@ -218,7 +219,7 @@ def consume_all(broker: BrokerUnderTest, topics: Iterable[str], *, timeout: floa
 
 
 def backed_up(target: Path, topics: Sequence[str]) -> list[dict[str, Any]]:
-    """``kbackup cat`` of the backup, for ``topics``, in (topic, partition, offset) order."""
+    """``spark-kafka-backup cat`` of the backup, for ``topics``, in (topic, partition, offset) order."""
     records = []
     for topic in topics:
         records += [json.loads(line) for line in kbackup_lines("cat", target, "--topic", topic)]

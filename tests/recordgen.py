@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kbackup.format.record import Record
+from spark_kafka_backup.format.record import Record
 
 
 def sample_record(i: int, *, value_size: int = 100) -> Record:

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kbackup.format.record import Record
-from kbackup.partition.offsets_file import write_consumer_offsets
-from kbackup.partition.writer import PartitionWriter
-from kbackup.spark_submit import spark_submit_command
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.offsets_file import write_consumer_offsets
+from spark_kafka_backup.partition.writer import PartitionWriter
+from spark_kafka_backup.spark_submit import spark_submit_command
 from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import client_config_file, job_env, start_job
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from kbackup.format.record import Header, Record
+from spark_kafka_backup.format.record import Header, Record
 
 _bytes_or_none = st.one_of(st.none(), st.binary(max_size=64))
 # Header keys are any text (surrogates cannot be UTF-8), including empty and non-ASCII.

@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from kbackup.backup import cluster_watch
-from kbackup.backup.cluster_watch import ClusterWatch
-from kbackup.backup.group_offsets import OffsetRound
-from kbackup.catalog import checkpoints
-from kbackup.errors import ClusterError
-from kbackup.kafka import admin_session, cluster
-from kbackup.kafka.admin_session import AdminSession
-from kbackup.kafka.cluster import list_offsets, topic_configs
-from kbackup.kafka.outage import OutageReport
-from kbackup.kafka.topics import TopicSelection
+from spark_kafka_backup.backup import cluster_watch
+from spark_kafka_backup.backup.cluster_watch import ClusterWatch
+from spark_kafka_backup.backup.group_offsets import OffsetRound
+from spark_kafka_backup.catalog import checkpoints
+from spark_kafka_backup.errors import ClusterError
+from spark_kafka_backup.kafka import admin_session, cluster
+from spark_kafka_backup.kafka.admin_session import AdminSession
+from spark_kafka_backup.kafka.cluster import list_offsets, topic_configs
+from spark_kafka_backup.kafka.outage import OutageReport
+from spark_kafka_backup.kafka.topics import TopicSelection
 
 TRANSIENT = ClusterError("cannot read the cluster id: Timed out waiting for controller", transient=True)
 REFUSED = ClusterError("cannot list topics: Broker: Cluster authorization failed")
@@ -117,7 +117,7 @@ def test_a_request_that_gets_no_answer_in_time_is_transient() -> None:
 
 def test_an_outage_is_one_line_then_one_a_minute_and_its_end_one_line(caplog: pytest.LogCaptureFixture) -> None:
     clock = Clock()
-    logger = logging.getLogger("kbackup.test-outage")
+    logger = logging.getLogger("spark_kafka_backup.test-outage")
     report = OutageReport(logger, every=60, clock=clock)
     with caplog.at_level(logging.INFO, logger=logger.name):
         report.answered()  # nothing to end
@@ -169,7 +169,8 @@ def a_round(end: int) -> OffsetRound:
 
 
 class Lines(logging.Handler):
-    """The messages a logger emitted (whether or not "kbackup" propagates, which depends on earlier tests)."""
+    """The messages a logger emitted (whether or not "spark-kafka-backup" propagates, which depends on earlier
+    tests)."""
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
@@ -182,7 +183,7 @@ class Lines(logging.Handler):
 def test_the_watch_hands_over_rounds_and_cuts_and_goes_on_through_an_outage(tmp_path: Path) -> None:
     requested = checkpoints.request(tmp_path)
     rounds = watch(tmp_path, [TRANSIENT, TRANSIENT, a_round(5), a_round(7), a_round(9)])
-    logger = logging.getLogger("kbackup.backup")
+    logger = logging.getLogger("spark_kafka_backup.backup")
     lines = Lines()
     logger.addHandler(lines)
     level = logger.level

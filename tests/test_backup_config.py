@@ -11,15 +11,15 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from kbackup.backup.settings import parse_backup_args
-from kbackup.errors import UsageError
-from kbackup.kafka.client_settings import redact
-from kbackup.kafka.java_client_settings import librdkafka_settings
-from kbackup.kafka.topics import TopicSelection
-from kbackup.properties import parse_properties
-from kbackup.restore.selection import Window
-from kbackup.spark.kafka_source import SourceOptions, _admit, decode_offsets, encode_offsets
-from kbackup.spark.v1_sink import SinkOptions, v1_timestamp, v1_timestamps
+from spark_kafka_backup.backup.settings import parse_backup_args
+from spark_kafka_backup.errors import UsageError
+from spark_kafka_backup.kafka.client_settings import redact
+from spark_kafka_backup.kafka.java_client_settings import librdkafka_settings
+from spark_kafka_backup.kafka.topics import TopicSelection
+from spark_kafka_backup.properties import parse_properties
+from spark_kafka_backup.restore.selection import Window
+from spark_kafka_backup.spark.kafka_source import SourceOptions, _admit, decode_offsets, encode_offsets
+from spark_kafka_backup.spark.v1_sink import SinkOptions, v1_timestamp, v1_timestamps
 
 
 def test_properties_syntax() -> None:
@@ -111,7 +111,7 @@ def test_an_unreadable_trust_store_and_other_login_modules_are_refused_in_one_li
 
 
 def test_oauthbearer_login_module_becomes_librdkafka_oidc_or_unsecured_tokens() -> None:
-    from kbackup.kafka.client_settings import librdkafka_refusal, redact
+    from spark_kafka_backup.kafka.client_settings import librdkafka_refusal, redact
 
     module = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
     java = {
@@ -119,7 +119,7 @@ def test_oauthbearer_login_module_becomes_librdkafka_oidc_or_unsecured_tokens() 
         "sasl.mechanism": "OAUTHBEARER",
         "sasl.login.callback.handler.class": module.replace("LoginModule", "LoginCallbackHandler"),
         "sasl.oauthbearer.token.endpoint.url": "https://idp.example/token",
-        "sasl.jaas.config": f'{module} required clientId="kbackup" clientSecret="s3cr3t" scope="kafka" '
+        "sasl.jaas.config": f'{module} required clientId="spark-kafka-backup" clientSecret="s3cr3t" scope="kafka" '
         'extension_tenant="t1";',
     }
     oidc = librdkafka_settings(java, source="cc")
@@ -128,7 +128,7 @@ def test_oauthbearer_login_module_becomes_librdkafka_oidc_or_unsecured_tokens() 
         "sasl.mechanism": "OAUTHBEARER",
         "sasl.oauthbearer.token.endpoint.url": "https://idp.example/token",
         "sasl.oauthbearer.method": "oidc",
-        "sasl.oauthbearer.client.id": "kbackup",
+        "sasl.oauthbearer.client.id": "spark-kafka-backup",
         "sasl.oauthbearer.client.secret": "s3cr3t",
         "sasl.oauthbearer.scope": "kafka",
         "sasl.oauthbearer.extensions": "tenant=t1",
@@ -143,7 +143,7 @@ def test_oauthbearer_login_module_becomes_librdkafka_oidc_or_unsecured_tokens() 
     with pytest.raises(
         UsageError, match=r"cc: sasl.jaas.config for .*OAuthBearerLoginModule needs clientId and clientSecret"
     ):
-        librdkafka_settings({"sasl.jaas.config": f'{module} required clientId="kbackup";'}, source="cc")
+        librdkafka_settings({"sasl.jaas.config": f'{module} required clientId="spark-kafka-backup";'}, source="cc")
 
 
 def test_topic_selection() -> None:
@@ -213,7 +213,7 @@ def test_timestamp_mapping(kafka_type: int | None, micros: int | None, expected:
 
 
 def test_restore_accepts_the_originals_source_properties(tmp_path: Path) -> None:
-    from kbackup.restore.settings import parse_restore_args
+    from spark_kafka_backup.restore.settings import parse_restore_args
 
     properties = tmp_path / "source.properties"
     properties.write_text(
@@ -235,7 +235,7 @@ def test_restore_accepts_the_originals_source_properties(tmp_path: Path) -> None
 
 
 def test_restore_windows_and_times() -> None:
-    from kbackup.restore.settings import parse_restore_args, parse_time
+    from spark_kafka_backup.restore.settings import parse_restore_args, parse_time
 
     assert parse_time("2026-11-22T08:00:00Z", "--from-time") == 1_795_334_400_000
     assert parse_time("2026-11-22T09:00:00+01:00", "--from-time") == 1_795_334_400_000
@@ -262,7 +262,7 @@ def test_restore_windows_and_times() -> None:
 
 
 def test_topic_map_onto_a_restored_topic_is_refused_when_parsed() -> None:
-    from kbackup.restore.settings import parse_restore_args
+    from spark_kafka_backup.restore.settings import parse_restore_args
 
     base = ["--bootstrap-server", "k:1", "--source-dir", "/b"]
     with pytest.raises(UsageError) as refused:
@@ -278,7 +278,7 @@ def test_topic_map_onto_a_restored_topic_is_refused_when_parsed() -> None:
 
 
 def test_monitoring_options_of_both_jobs(tmp_path: Path) -> None:
-    from kbackup.restore.settings import parse_restore_args
+    from spark_kafka_backup.restore.settings import parse_restore_args
 
     base = ["--bootstrap-server", "b:9092", "--target-dir", str(tmp_path), "--topics", "t"]
     settings = parse_backup_args(
@@ -305,7 +305,7 @@ def test_monitoring_options_of_both_jobs(tmp_path: Path) -> None:
 
 
 def test_batch_stats_are_consumed_once_in_batch_order(tmp_path: Path) -> None:
-    from kbackup.spark.v1_sink import read_batch_stats, write_batch_stats
+    from spark_kafka_backup.spark.v1_sink import read_batch_stats, write_batch_stats
 
     write_batch_stats(tmp_path, 12, {"b": [5, 50, 0]})
     write_batch_stats(tmp_path, 3, {"a": [1, 10, 2]})

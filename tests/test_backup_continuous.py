@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.catalog import checkpoints
-from kbackup.format.frames import is_framed
-from kbackup.partition.layout import list_partitions
-from kbackup.partition.reader import PartitionReader
+from spark_kafka_backup.catalog import checkpoints
+from spark_kafka_backup.format.frames import is_framed
+from spark_kafka_backup.partition.layout import list_partitions
+from spark_kafka_backup.partition.reader import PartitionReader
 from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import backed_up, consume_all, create_topics, run_backup, run_kbackup, start_backup
 from tests.live_load import Producer, batches, client_args, more_batches, wait_for
 
 
-@pytest.mark.parametrize("source", ["kbackup", "spark"])
+@pytest.mark.parametrize("source", ["python", "spark"])
 def test_sigkill_during_continuous_backup_loses_and_duplicates_nothing(
     kafka: BrokerUnderTest, tmp_path: Path, source: str
 ) -> None:
@@ -42,10 +42,10 @@ def test_sigkill_during_continuous_backup_loses_and_duplicates_nothing(
     try:
         # Kill points: 0 during start-up, 1 right after a batch, 2 at a random moment of a batch; each kill costs a
         # Spark start (CI time): start-up comes before either source reads anything and the sink is the same, so
-        # kbackup's source is killed at 0 and 2, Spark's right after a batch. Then Spark's run gets the documented
-        # SIGTERM to the spark-submit JVM instead: Spark's shutdown hook abandons the batch in flight, exit 143,
-        # what is committed verifies. The run after each is the continuous backup started again.
-        for kill in (0, 2) if source == "kbackup" else (1, "sigterm"):
+        # spark-kafka-backup's source is killed at 0 and 2, Spark's right after a batch. Then Spark's run gets the
+        # documented SIGTERM to the spark-submit JVM instead: Spark's shutdown hook abandons the batch in flight, exit
+        # 143, what is committed verifies. The run after each is the continuous backup started again.
+        for kill in (0, 2) if source == "python" else (1, "sigterm"):
             process = start_backup(*args, log=log)
             seen = len(batches(log))
             if kill == 0:

@@ -8,8 +8,8 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from kbackup.catalog.topics import read_topic_record
-from kbackup.kafka.cluster import kafka_id
+from spark_kafka_backup.catalog.topics import read_topic_record
+from spark_kafka_backup.kafka.cluster import kafka_id
 from tests.broker import BrokerUnderTest, local_cluster
 from tests.conftest import REPO
 from tests.kafka_helpers import backed_up, client_config_file, create_topics, job_env, run_backup

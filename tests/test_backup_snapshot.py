@@ -1,4 +1,4 @@
-"""Snapshot backup on a real broker and real Spark: what `kbackup cat` shows equals what a consumer reads."""
+"""Snapshot backup on a real broker and real Spark: what `spark-kafka-backup cat` shows equals what a consumer reads."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.catalog import checkpoints
-from kbackup.catalog.offset_history import read_history
-from kbackup.catalog.store import read_catalog
-from kbackup.catalog.topics import read_topic_record
-from kbackup.catalog.verify import verify_backup
-from kbackup.format.naming import parse_segment_file_name
-from kbackup.partition.offsets_file import read_consumer_offsets
-from kbackup.partition.reader import PartitionReader
-from kbackup.report.summary import summarize_partition
+from spark_kafka_backup.catalog import checkpoints
+from spark_kafka_backup.catalog.offset_history import read_history
+from spark_kafka_backup.catalog.store import read_catalog
+from spark_kafka_backup.catalog.topics import read_topic_record
+from spark_kafka_backup.catalog.verify import verify_backup
+from spark_kafka_backup.format.naming import parse_segment_file_name
+from spark_kafka_backup.partition.offsets_file import read_consumer_offsets
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.report.summary import summarize_partition
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
 from tests.kafka_helpers import backed_up, client_config_file, consume_all, create_topics, job_env, run_backup
@@ -95,14 +95,14 @@ def produced(kafka: BrokerUnderTest) -> dict[tuple[str, int], int]:
     return ends
 
 
-@pytest.fixture(scope="module", params=["kbackup", "spark"])
+@pytest.fixture(scope="module", params=["python", "spark"])
 def snapshot(
     kafka: BrokerUnderTest,
     produced: dict[tuple[str, int], int],
     tmp_path_factory: pytest.TempPathFactory,
     request: pytest.FixtureRequest,
 ) -> Snapshot:
-    """A snapshot backup of the topics with kbackup's Kafka source, then with Spark's."""
+    """A snapshot backup of the topics with spark-kafka-backup's Kafka source, then with Spark's."""
     ends = produced
     target = tmp_path_factory.mktemp(f"snapshot-{request.param}") / "backup"
     settings = tmp_path_factory.mktemp("config") / "client.properties"
@@ -303,7 +303,9 @@ def test_unknown_property_and_conflicts(tmp_path: Path) -> None:
     properties.write_text("target.dir=/tmp/a\ntopics:orders\ncluster.bootstrap.servers=h:1\nmax.segment.size=5\n")
     result = _job("--properties", str(properties))
     assert result.returncode == 2
-    assert result.stderr.strip() == f"kbackup backup: error: {properties}: unknown property 'max.segment.size'"
+    assert (
+        result.stderr.strip() == f"spark-kafka-backup backup: error: {properties}: unknown property 'max.segment.size'"
+    )
     properties.write_text("target.dir=/tmp/a\ntopics:orders\ncluster.bootstrap.servers=h:1\n")
     result = _job("--properties", str(properties), "--topics", "payments")
     assert result.returncode == 2
@@ -313,13 +315,13 @@ def test_unknown_property_and_conflicts(tmp_path: Path) -> None:
 
 
 def test_unreachable_broker(tmp_path: Path) -> None:
-    from kbackup.devkit.kafka_cluster import free_port
+    from spark_kafka_backup.devkit.kafka_cluster import free_port
 
     result = _job(
         "--bootstrap-server", f"127.0.0.1:{free_port()}", "--target-dir", str(tmp_path), "--topics", "a", "--snapshot"
     )
     assert result.returncode == 1
-    assert result.stderr.startswith("kbackup backup: error: cannot reach Kafka at 127.0.0.1:")
+    assert result.stderr.startswith("spark-kafka-backup backup: error: cannot reach Kafka at 127.0.0.1:")
     assert len(result.stderr.strip().splitlines()) == 1
 
 
@@ -336,7 +338,7 @@ def test_missing_topic(kafka: BrokerUnderTest, tmp_path: Path) -> None:
     assert result.returncode == 1
     assert (
         result.stderr.strip()
-        == f"kbackup backup: error: topic(s) no-such-topic do not exist on {kafka.bootstrap_servers}"
+        == f"spark-kafka-backup backup: error: topic(s) no-such-topic do not exist on {kafka.bootstrap_servers}"
     )
 
 
@@ -345,28 +347,30 @@ def test_a_topic_named_like_the_old_state_directory_is_refused_only_where_it_is_
 ) -> None:
     create_topics(kafka, {".kbackup": 2}, exist_ok=True)  # tests/test_topic_names.py makes it too
     old = tmp_path / "old"
-    (old / ".kbackup" / "checkpoints").mkdir(parents=True)  # an older kbackup's state directory
+    (old / ".kbackup" / "checkpoints").mkdir(parents=True)  # an older spark-kafka-backup's state directory
     result = _job(
         "--bootstrap-server", kafka.bootstrap_servers, "--target-dir", str(old), "--topics", ".kbackup", "--snapshot",
     )  # fmt: skip
     assert result.returncode == 1
     assert result.stderr.strip() == (
-        f"kbackup backup: error: topic '.kbackup' cannot be backed up into {old}: that target keeps kbackup's state "
-        f"in the directory {old / '.kbackup'} (made by an older kbackup); back it up into a new target, or leave it "
+        f"spark-kafka-backup backup: error: topic '.kbackup' cannot be backed up into {old}: that target keeps "
+        "spark-kafka-backup's state "
+        f"in the directory {old / '.kbackup'} (made by an older spark-kafka-backup); back it up into a new target, or "
+        "leave it "
         "out of --topics / --topics-regex"
     )
     assert not (old / "kbackup~state").exists()
 
 
 def test_a_failure_inside_spark_is_one_line(kafka: BrokerUnderTest, tmp_path: Path) -> None:
-    """Not kbackup's own error (here Spark cannot start): still one line, the cause in it, no traceback."""
+    """Not spark-kafka-backup's own error (here Spark cannot start): still one line, the cause in it, no traceback."""
     create_topics(kafka, {"spark-fails": 1})
     result = run_backup(
         "--bootstrap-server", kafka.bootstrap_servers, "--target-dir", str(tmp_path / "b"), "--topics", "spark-fails",
         "--snapshot", "--spark-conf", "spark.master=no-such-master://x",
     )  # fmt: skip
     assert result.returncode == 1
-    errors = [line for line in result.stderr.splitlines() if line.startswith("kbackup backup: error:")]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("spark-kafka-backup backup: error:")]
     assert len(errors) == 1, result.stderr[-3000:]
     assert "no-such-master://x" in errors[0] and errors[0].endswith("(--debug shows where)")
     assert "Traceback" not in result.stdout + result.stderr
@@ -375,8 +379,8 @@ def test_a_failure_inside_spark_is_one_line(kafka: BrokerUnderTest, tmp_path: Pa
 
 def test_spark_source_without_its_connector_is_one_line(kafka: BrokerUnderTest, tmp_path: Path) -> None:
     """``--kafka-source spark`` submitted without ``--packages``: refused before reading, naming the package."""
-    from kbackup.spark.kafka_connector import package_coordinate
-    from kbackup.spark_submit import spark_submit_command
+    from spark_kafka_backup.spark.kafka_connector import package_coordinate
+    from spark_kafka_backup.spark_submit import spark_submit_command
 
     create_topics(kafka, {"no-connector": 1})
     command = spark_submit_command(
@@ -388,10 +392,10 @@ def test_spark_source_without_its_connector_is_one_line(kafka: BrokerUnderTest, 
     assert result.returncode == 1
     # The error line reaches spark-submit's stderr (the JVM merges the Python driver's stderr into stdout).
     output = result.stdout + result.stderr
-    errors = [line for line in result.stderr.splitlines() if line.startswith("kbackup backup: error:")]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("spark-kafka-backup backup: error:")]
     assert "error:" not in result.stdout
     assert errors == [
-        "kbackup backup: error: --kafka-source spark needs Spark's Kafka connector on the class path: "
+        "spark-kafka-backup backup: error: --kafka-source spark needs Spark's Kafka connector on the class path: "
         f"spark-submit --packages {package_coordinate()} jobs/backup.py ..."
     ]
     assert "Traceback" not in output
@@ -402,8 +406,8 @@ def test_a_conflicting_record_ends_in_one_error_line(kafka: BrokerUnderTest, tmp
     """A target whose offset 0 holds other bytes: exit 1, the cause in one line on stderr, no stack traces."""
     from confluent_kafka import Producer
 
-    from kbackup.format.record import Record
-    from kbackup.partition.writer import PartitionWriter
+    from spark_kafka_backup.format.record import Record
+    from spark_kafka_backup.partition.writer import PartitionWriter
 
     create_topics(kafka, {"conflicting": 1})
     producer = Producer(kafka.client_settings())
@@ -419,7 +423,8 @@ def test_a_conflicting_record_ends_in_one_error_line(kafka: BrokerUnderTest, tmp
     assert result.returncode == 1
     output = result.stdout + result.stderr
     assert [line for line in result.stderr.splitlines() if "error:" in line] == [
-        "kbackup backup: error: the backup query failed: OffsetConflictError: topic 'conflicting' partition 0 "
+        "spark-kafka-backup backup: error: the backup query failed: OffsetConflictError: topic 'conflicting' "
+        "partition 0 "
         "offset 0: offset is already stored with different content"
     ]
     assert result.stderr.rstrip().endswith("offset is already stored with different content")
@@ -431,7 +436,7 @@ def test_command_config_secrets_stay_out_of_the_output(tmp_path: Path) -> None:
     config = tmp_path / "client.properties"
     jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="hunter2-secret";'
     config.write_text(f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config={jaas}\n")
-    from kbackup.devkit.kafka_cluster import free_port
+    from spark_kafka_backup.devkit.kafka_cluster import free_port
 
     result = _job("--bootstrap-server", f"127.0.0.1:{free_port()}", "--target-dir", str(tmp_path), "--topics", "a",
                   "--command-config", str(config), "--snapshot")  # fmt: skip
@@ -445,7 +450,7 @@ def test_a_snapshot_whose_regex_matches_nothing_fails_in_one_line(kafka: BrokerU
                   "--topics-regex", "no-topic-is-named-like-this-.*", "--snapshot")  # fmt: skip
     assert result.returncode == 1
     assert result.stderr.strip() == (
-        f"kbackup backup: error: no topic on {kafka.bootstrap_servers} matches --topics-regex "
+        f"spark-kafka-backup backup: error: no topic on {kafka.bootstrap_servers} matches --topics-regex "
         "'no-topic-is-named-like-this-.*': a snapshot would back up nothing (a continuous backup waits for "
         "matching topics to appear)"
     )

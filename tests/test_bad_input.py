@@ -11,12 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kbackup.errors import FormatError, KbackupError, MagicByteError, TruncatedError
-from kbackup.format.consumer_offsets import decode_consumer_offsets
-from kbackup.format.partition_index import decode_partition_index
-from kbackup.format.record import decode_record, decode_records, encode_record
-from kbackup.format.segment_index import ENTRY, decode_segment_index
-from kbackup.partition.segment_reader import iter_segment
+from spark_kafka_backup.errors import FormatError, KbackupError, MagicByteError, TruncatedError
+from spark_kafka_backup.format.consumer_offsets import decode_consumer_offsets
+from spark_kafka_backup.format.partition_index import decode_partition_index
+from spark_kafka_backup.format.record import decode_record, decode_records, encode_record
+from spark_kafka_backup.format.segment_index import ENTRY, decode_segment_index
+from spark_kafka_backup.partition.segment_reader import iter_segment
 from tests.conftest import INDEX_VECTORS, SHAPES_TOPIC
 
 PREFIX = "segment_partition_000_from_offset_0000000000"
@@ -113,7 +113,7 @@ def test_negative_length_other_than_minus_one() -> None:
 
 
 def test_negative_header_key_length_is_refused() -> None:
-    from kbackup.format.record import Record
+    from spark_kafka_backup.format.record import Record
 
     data = bytearray(encode_record(Record(0, -1, None, None, None, (("k", None),))))
     data[24:28] = (-1).to_bytes(4, "big", signed=True)
@@ -135,7 +135,7 @@ def test_length_beyond_the_data_does_not_allocate() -> None:
 
 
 def test_absurd_header_count_fails_fast() -> None:
-    from kbackup.format.record import Record
+    from spark_kafka_backup.format.record import Record
 
     data = bytearray(encode_record(Record(1, -1, None, b"key", b"value")))
     data[-4:] = (2**31 - 1).to_bytes(4, "big")  # header count, then nothing
@@ -151,7 +151,7 @@ def test_unknown_timestamp_type() -> None:
 
 
 def test_invalid_utf8_header_key() -> None:
-    from kbackup.format.record import Record
+    from spark_kafka_backup.format.record import Record
 
     data = bytearray(encode_record(Record(0, -1, None, None, None, (("ab", None),))))
     data[28:30] = b"\xff\xfe"
@@ -169,7 +169,7 @@ def test_non_increasing_offsets_in_segment_index() -> None:
 
 
 def test_non_increasing_offsets_in_partition_index() -> None:
-    from kbackup.format.partition_index import PartitionIndexEntry, encode_entry
+    from spark_kafka_backup.format.partition_index import PartitionIndexEntry, encode_entry
 
     data = b"\x01" + encode_entry(PartitionIndexEntry("a", 10)) + encode_entry(PartitionIndexEntry("b", 10))
     with pytest.raises(FormatError, match="start offsets must increase"):
@@ -240,16 +240,16 @@ def test_bit_flips_raise_only_kbackup_errors(data: st.DataObject) -> None:
 
 
 def encode_record_bytes() -> bytes:
-    from kbackup.format.record import Record
+    from spark_kafka_backup.format.record import Record
 
     return encode_record(Record(1, -1, None, b"key", b"value", (("h", b"v"),)))
 
 
 @pytest.mark.parametrize("name", ["../../etc/passwd", "a/b", "..", ""])
 def test_partition_index_names_cannot_leave_the_topic_directory(tmp_path: Path, name: str) -> None:
-    from kbackup.format.partition_index import PartitionIndexEntry, encode_partition_index
-    from kbackup.partition.reader import PartitionReader
-    from kbackup.partition.writer import PartitionWriter
+    from spark_kafka_backup.format.partition_index import PartitionIndexEntry, encode_partition_index
+    from spark_kafka_backup.partition.reader import PartitionReader
+    from spark_kafka_backup.partition.writer import PartitionWriter
 
     topic_dir = tmp_path / "t"
     topic_dir.mkdir()

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.devkit.kafka_cluster import KafkaCluster
-from kbackup.kafka.cluster import PROGRESS_GROUP
-from kbackup.partition.offsets_file import read_consumer_offsets
-from kbackup.spark.stack_dumps import ENVIRONMENT_VARIABLE
+from spark_kafka_backup.devkit.kafka_cluster import KafkaCluster
+from spark_kafka_backup.kafka.cluster import PROGRESS_GROUP
+from spark_kafka_backup.partition.offsets_file import read_consumer_offsets
+from spark_kafka_backup.spark.stack_dumps import ENVIRONMENT_VARIABLE
 from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import backed_up, commit_offsets, consume_all, create_topics, kill_job, start_backup
 from tests.live_load import Producer, batches, client_args, more_batches, wait_for
@@ -217,7 +217,7 @@ def test_restore_through_a_leader_failover(
     assert "Traceback" not in output
     if first != 0:
         # Allowed: one clear line, and the rerun completes it.
-        errors = [line for line in output.splitlines() if "kbackup restore: error:" in line]
+        errors = [line for line in output.splitlines() if "spark-kafka-backup restore: error:" in line]
         assert len(errors) == 1, output[-3000:]
         print(f"the restore stopped with: {errors[0]}")
         rerun = run_restore(*args)

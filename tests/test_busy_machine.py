@@ -2,9 +2,9 @@
 
 Spark waits a fixed 10 s for a Python process it starts on the driver (the Python data source's runners) to
 connect back, and stops the streaming query when one does not. Here that is made to happen for real: a
-``sitecustomize`` on the job's ``PYTHONPATH`` holds the first runner of kbackup's streaming source for 15 s before
-it may connect. The backup starts its query again from its checkpoint, says so in one line, and ends with every record
-once.
+``sitecustomize`` on the job's ``PYTHONPATH`` holds the first runner of spark-kafka-backup's streaming source for 15 s
+before it may connect. The backup starts its query again from its checkpoint, says so in one line, and ends with every
+record once.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import backed_up, backup_command, consume_all, create_topics, job_env
 from tests.live_load import client_args
 
-#: Held once: the process Spark starts on the driver for kbackup's streaming source (its command line names the
-#: module). It is the one Python process of a backup Spark starts itself and waits for (the others are forked by
+#: Held once: the process Spark starts on the driver for spark-kafka-backup's streaming source (its command line names
+#: the module). It is the one Python process of a backup Spark starts itself and waits for (the others are forked by
 #: Spark's Python daemons, which connect through their own socket).
 SLOW_START = r"""
 import os, time

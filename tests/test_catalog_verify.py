@@ -1,4 +1,4 @@
-"""The catalog of a backup and `kbackup verify`: damage is found and named."""
+"""The catalog of a backup and `spark-kafka-backup verify`: damage is found and named."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from kbackup.catalog.build import rebuild_catalog
-from kbackup.catalog.ledger import CatalogLedger
-from kbackup.catalog.store import catalog_path, read_catalog
-from kbackup.catalog.verify import verify_backup
-from kbackup.format.record import Record
-from kbackup.partition.writer import PartitionWriter
-from kbackup.storage import as_local
+from spark_kafka_backup.catalog.build import rebuild_catalog
+from spark_kafka_backup.catalog.ledger import CatalogLedger
+from spark_kafka_backup.catalog.store import catalog_path, read_catalog
+from spark_kafka_backup.catalog.verify import verify_backup
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.writer import PartitionWriter
+from spark_kafka_backup.storage import as_local
 from tests.backup_builders import write_original_style
 from tests.kafka_helpers import run_kbackup
 from tests.recordgen import sample_record
@@ -88,12 +88,13 @@ def test_flipped_bit_is_named(root: Path) -> None:
     assert result.stderr.splitlines() == [
         "verify: 1/2 partitions (t/0)",
         "verify: 2/2 partitions (t/1)",
-        "kbackup: error: 1 of 2 partitions failed verification",
+        "spark-kafka-backup: error: 1 of 2 partitions failed verification",
     ]
 
 
 def test_an_older_kbackups_state_directory_is_still_read(root: Path) -> None:
-    """A backup whose state is in ``.kbackup`` (kbackup before the rename) keeps its catalog: damage is still found."""
+    """A backup whose state is in ``.kbackup`` (spark-kafka-backup before the rename) keeps its catalog: damage is still
+    found."""
     name = _segment(root, 0, 1)
     (root / "kbackup~state").rename(root / ".kbackup")
     assert run_kbackup("verify", root).returncode == 0
@@ -157,7 +158,7 @@ def test_original_tool_backup_verifies_after_a_catalog_rebuild(tmp_path: Path) -
     write_original_style(root / "legacy", 0, [first, second])
     result = run_kbackup("verify", root)
     assert result.returncode == 0
-    assert "note: no catalog" in result.stdout and "kbackup catalog rebuild" in result.stdout
+    assert "note: no catalog" in result.stdout and "spark-kafka-backup catalog rebuild" in result.stdout
     rebuilt = run_kbackup("catalog", "rebuild", root)
     assert rebuilt.stdout == "legacy/0: 1 finished segment, 4 records\n"
     result = run_kbackup("verify", root, "--deep")
@@ -222,14 +223,14 @@ def _cat(*args: str | Path) -> tuple[subprocess.CompletedProcess[str], list[dict
 
 
 def _expected(partition: int, numbers: Iterable[int]) -> list[dict[str, object]]:
-    from kbackup.cli import record_to_json
+    from spark_kafka_backup.cli import record_to_json
 
     return [record_to_json("t", partition, sample_record(i)) for i in numbers]
 
 
 def _numbers_in(root: Path, partition: int, name: str) -> list[int]:
     """Which sample records (by number) a segment holds, from its files."""
-    from kbackup.partition.segment_reader import iter_segment
+    from spark_kafka_backup.partition.segment_reader import iter_segment
 
     records = iter_segment(root / "t" / f"{name}_records", root / "t" / f"{name}_index")
     return [record.offset // 3 for record in records]
@@ -251,10 +252,10 @@ def test_a_partition_index_cut_short_hides_no_records(root: Path) -> None:
     refused, printed = _cat(root, "--topic", "t")
     assert refused.returncode == 1 and printed == []
     assert refused.stderr.strip() == (
-        f"kbackup: error: the backup is damaged: topic 't' partition 0: segment {hidden} "
+        f"spark-kafka-backup: error: the backup is damaged: topic 't' partition 0: segment {hidden} "
         f"(offsets {3 * hidden_numbers[0]}..{3 * hidden_numbers[-1]}): its files hold "
         f"{segments[-1].stat().st_size} bytes of records but the partition index does not name it "
-        f"(kbackup index rebuild {root / 't'} --partition 0 adds it back) "
+        f"(spark-kafka-backup index rebuild {root / 't'} --partition 0 adds it back) "
         "(--skip-bad-segments prints the rest, --no-verify prints what the files hold)"
     )
     skipped, printed = _cat(root, "--topic", "t", "--skip-bad-segments")
@@ -271,9 +272,9 @@ def test_a_partition_index_cut_short_hides_no_records(root: Path) -> None:
 
 
 def test_a_cataloged_segment_missing_from_the_partition_index_is_damage(root: Path) -> None:
-    from kbackup.format.magic import MAGIC_V1
-    from kbackup.format.partition_index import encode_entry
-    from kbackup.partition.reader import PartitionReader
+    from spark_kafka_backup.format.magic import MAGIC_V1
+    from spark_kafka_backup.format.partition_index import encode_entry
+    from spark_kafka_backup.partition.reader import PartitionReader
 
     lost = _segment(root, 1, 1)
     lost_numbers = _numbers_in(root, 1, lost)
@@ -325,7 +326,7 @@ def test_garbage_consumer_offsets_file_fails_verify(root: Path) -> None:
 
 
 def test_an_empty_unindexed_segment_is_a_note(root: Path) -> None:
-    from kbackup.format.magic import MAGIC_V1
+    from spark_kafka_backup.format.magic import MAGIC_V1
 
     fresh = "segment_partition_000_from_offset_0000099999"
     for suffix in ("_records", "_index"):
@@ -347,7 +348,7 @@ def _open_tail_backup(root: Path, count: int) -> None:
 
 
 def test_the_open_segment_is_under_a_checksum(tmp_path: Path) -> None:
-    from kbackup.catalog.tail import prefix_crc32c
+    from spark_kafka_backup.catalog.tail import prefix_crc32c
 
     root = tmp_path / "backup"
     _open_tail_backup(root, 30)
@@ -401,7 +402,7 @@ def test_a_crash_before_the_catalog_update_is_caught_up_by_the_next_writer(tmp_p
 
 
 def test_committed_records_cut_off_are_refused_by_the_next_writer(tmp_path: Path) -> None:
-    from kbackup.errors import FormatError
+    from spark_kafka_backup.errors import FormatError
 
     root = tmp_path / "backup"
     _open_tail_backup(root, 20)
@@ -433,8 +434,8 @@ def test_no_catalog_note_when_there_is_nothing_to_catalog(tmp_path: Path) -> Non
 
 def test_a_segment_a_running_backup_names_after_the_read_is_not_lost(tmp_path: Path) -> None:
     """A reader's partition index predates a segment the backup started since (named, then filled): not lost."""
-    from kbackup.catalog.segment_set import lost_segments
-    from kbackup.partition.reader import PartitionReader
+    from spark_kafka_backup.catalog.segment_set import lost_segments
+    from spark_kafka_backup.partition.reader import PartitionReader
 
     ledger = CatalogLedger(tmp_path)
     with PartitionWriter(tmp_path / "t", "t", 0, max_segment_size=300, fsync=False, ledger=ledger) as writer:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.catalog import checkpoints
-from kbackup.errors import BackupNotFoundError
-from kbackup.partition.layout import state_dir
-from kbackup.storage import as_local
-from kbackup.storage.lease import TargetLease
+from spark_kafka_backup.catalog import checkpoints
+from spark_kafka_backup.errors import BackupNotFoundError
+from spark_kafka_backup.partition.layout import state_dir
+from spark_kafka_backup.storage import as_local
+from spark_kafka_backup.storage.lease import TargetLease
 from tests.kafka_helpers import run_kbackup
 
 
@@ -97,7 +97,7 @@ def test_a_checkpoint_is_refused_when_no_continuous_backup_runs(tmp_path: Path) 
     # A continuous backup killed with kill -9 leaves its lease file behind, naming a process that is gone.
     dead = subprocess.Popen(
         [sys.executable, "-c",
-         "import time; from pathlib import Path; from kbackup.storage.lease import TargetLease\n"
+         "import time; from pathlib import Path; from spark_kafka_backup.storage.lease import TargetLease\n"
          f"TargetLease(Path({str(state_dir(tmp_path))!r}), 'continuous backup').acquire(); print('held', flush=True); "
          "time.sleep(600)"],
         stdout=subprocess.PIPE, text=True,

@@ -1,4 +1,4 @@
-"""The ``kbackup`` command, run as a user runs it: in a subprocess."""
+"""The ``spark-kafka-backup`` command, run as a user runs it: in a subprocess."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.format.record import Record
-from kbackup.partition.offsets_file import write_consumer_offsets
-from kbackup.partition.writer import PartitionWriter
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.offsets_file import write_consumer_offsets
+from spark_kafka_backup.partition.writer import PartitionWriter
 from tests.conftest import INDEX_VECTORS, SHAPES_TOPIC
 from tests.kafka_helpers import run_kbackup
 from tests.recordgen import sample_record
@@ -27,8 +27,8 @@ def run(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess[st
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    """A backup root: 'orders' written by kbackup (2 partitions), 'legacy' a copy of the shapes vector (the record
-    shapes of the original tool's tests, offsets with gaps)."""
+    """A backup root: 'orders' written by spark-kafka-backup (2 partitions), 'legacy' a copy of the shapes vector (the
+    record shapes of the original tool's tests, offsets with gaps)."""
     root = tmp_path / "backup"
     for partition in (0, 1):
         with PartitionWriter(root / "orders", "orders", partition, max_segment_size=400, fsync=False) as writer:
@@ -148,7 +148,7 @@ def test_user_errors_are_one_line(root: Path, args: list[str], message: str) -> 
     assert result.returncode == 1
     assert result.stdout == ""
     assert len(result.stderr.splitlines()) == 1
-    assert result.stderr.startswith("kbackup: error: ") and message in result.stderr
+    assert result.stderr.startswith("spark-kafka-backup: error: ") and message in result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -161,7 +161,7 @@ def test_corrupt_file_is_one_line_naming_file_and_position(root: Path) -> None:
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
-        f"kbackup: error: {records} at byte 75: unknown timestamp type: expected -2, -1, 0 or 1, found 9"
+        f"spark-kafka-backup: error: {records} at byte 75: unknown timestamp type: expected -2, -1, 0 or 1, found 9"
     )
 
 
@@ -171,8 +171,8 @@ def test_wrong_magic_is_one_line(root: Path) -> None:
     result = run("ls", root, check=False)
     assert result.returncode == 1
     assert (
-        result.stderr
-        == f"kbackup: error: {index} at byte 0: not a kbackup v1 file: expected magic byte 0x01, found 0x07\n"
+        result.stderr == f"spark-kafka-backup: error: {index} at byte 0: not a spark-kafka-backup v1 file: "
+        "expected magic byte 0x01, found 0x07\n"
     )
 
 
@@ -184,13 +184,13 @@ def test_unknown_option_is_a_usage_error() -> None:
 
 
 def test_console_script_is_installed() -> None:
-    script = Path(sys.executable).parent / "kbackup"
+    script = Path(sys.executable).parent / "spark-kafka-backup"
     if not script.exists():
-        found = shutil.which("kbackup")
-        assert found is not None, "the kbackup console script is not installed; run ./dev test"
+        found = shutil.which("spark-kafka-backup")
+        assert found is not None, "the spark-kafka-backup console script is not installed; run ./dev test"
         script = Path(found)
     result = subprocess.run([str(script), "--version"], capture_output=True, text=True)
-    assert result.returncode == 0 and result.stdout.startswith("kbackup ")
+    assert result.returncode == 0 and result.stdout.startswith("spark-kafka-backup ")
 
 
 def test_verify_of_a_directory_that_is_not_a_backup_fails(tmp_path: Path) -> None:
@@ -202,7 +202,8 @@ def test_verify_of_a_directory_that_is_not_a_backup_fails(tmp_path: Path) -> Non
         result = run("verify", directory, check=False)
         assert result.returncode == 1 and result.stdout == ""
         assert result.stderr == (
-            f"kbackup: error: {directory}: not a kbackup backup: no topic directory with a partition index in it, "
+            f"spark-kafka-backup: error: {directory}: not a spark-kafka-backup backup: no topic directory with a "
+            "partition index in it, "
             "and no kbackup~state/ (give the backup root, the directory that holds one directory per topic)\n"
         )
     (empty / "kbackup~state").mkdir()  # a continuous backup that has no topic yet: a backup, with nothing in it
@@ -214,7 +215,7 @@ def test_an_offset_range_that_ends_before_it_starts_is_a_usage_error(root: Path)
     result = run("cat", root, "--from-offset", "500", "--to-offset", "100", check=False)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.splitlines()[-1] == (
-        "kbackup cat: error: --from-offset 500 is after --to-offset 100 (both inclusive): nothing to print"
+        "spark-kafka-backup cat: error: --from-offset 500 is after --to-offset 100 (both inclusive): nothing to print"
     )
     same = run("cat", root, "--topic", "orders", "--from-offset", "6", "--to-offset", "6")
     assert [(r["partition"], r["offset"]) for r in map(json.loads, same.stdout.splitlines())] == [(0, 6)]
@@ -223,7 +224,7 @@ def test_an_offset_range_that_ends_before_it_starts_is_a_usage_error(root: Path)
 def test_offsets_say_when_nothing_is_stored(root: Path) -> None:
     nothing = run("offsets", root, "--topic", "legacy")
     assert nothing.stdout == ""
-    assert nothing.stderr == f"kbackup: no consumer group offsets are stored for topic 'legacy' in {root}\n"
+    assert nothing.stderr == f"spark-kafka-backup: no consumer group offsets are stored for topic 'legacy' in {root}\n"
     as_json = run("offsets", root, "--topic", "orders", "--partition", "1", "--json")
     assert json.loads(as_json.stdout) == {}
     assert "for topic 'orders' partition 1" in as_json.stderr

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.catalog.ledger import CatalogLedger
-from kbackup.catalog.store import read_catalog
-from kbackup.catalog.verify import verify_backup
-from kbackup.errors import FormatError, OffsetConflictError
-from kbackup.format.frames import is_framed
-from kbackup.format.record import Record
-from kbackup.partition.reader import PartitionReader
-from kbackup.partition.rebuild import rebuild_segment_index
-from kbackup.partition.records_file import FramedHandle, compress_records_file, open_records
-from kbackup.partition.writer import PartitionWriter
+from spark_kafka_backup.catalog.ledger import CatalogLedger
+from spark_kafka_backup.catalog.store import read_catalog
+from spark_kafka_backup.catalog.verify import verify_backup
+from spark_kafka_backup.errors import FormatError, OffsetConflictError
+from spark_kafka_backup.format.frames import is_framed
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.rebuild import rebuild_segment_index
+from spark_kafka_backup.partition.records_file import FramedHandle, compress_records_file, open_records
+from spark_kafka_backup.partition.writer import PartitionWriter
 from tests.kafka_helpers import run_kbackup
 from tests.recordgen import sample_record
 
@@ -113,7 +113,7 @@ def test_a_damaged_frame_is_named_and_verify_reports_the_segment(mixed: Path) ->
 
 
 def test_time_ranges_of_compressed_segments_match_the_plain_ones_across_frame_boundaries(tmp_path: Path) -> None:
-    from kbackup.catalog.build import segment_time_range
+    from spark_kafka_backup.catalog.build import segment_time_range
 
     root = tmp_path / "backup"
     _write(root, range(0, 120), None)
@@ -130,7 +130,7 @@ def test_a_crash_between_compressing_a_segment_and_cataloging_it_damages_nothing
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The catalog's prefix of the then-newest segment is checked against its plain bytes, compressed or not."""
-    from kbackup.catalog.integrity import bad_segments
+    from spark_kafka_backup.catalog.integrity import bad_segments
 
     root = tmp_path / "backup"
     _write(root, range(0, 40), None)
@@ -153,8 +153,8 @@ KEK = bytes(range(32))
 @pytest.fixture
 def no_keys() -> Iterator[None]:
     """The process's installed keys are reset after the test."""
-    from kbackup.format.encryption import KeyRing
-    from kbackup.partition.records_file import install_keys
+    from spark_kafka_backup.format.encryption import KeyRing
+    from spark_kafka_backup.partition.records_file import install_keys
 
     yield
     install_keys(KeyRing({}))
@@ -164,9 +164,9 @@ def no_keys() -> Iterator[None]:
 def test_encrypted_segments_need_their_key_to_be_read_but_not_to_be_verified(
     tmp_path: Path, compression: str | None, no_keys: None
 ) -> None:
-    from kbackup.errors import DecryptionKeyError
-    from kbackup.format.encryption import KeyRing, key_id
-    from kbackup.partition.records_file import install_keys
+    from spark_kafka_backup.errors import DecryptionKeyError
+    from spark_kafka_backup.format.encryption import KeyRing, key_id
+    from spark_kafka_backup.partition.records_file import install_keys
 
     root = tmp_path / "backup"
     with PartitionWriter(root / "t", "t", 0, max_segment_size=4000, fsync=False, ledger=CatalogLedger(root),
@@ -190,7 +190,7 @@ def test_encrypted_segments_need_their_key_to_be_read_but_not_to_be_verified(
 def test_the_cli_takes_the_key_from_a_file_or_a_variable_and_names_a_missing_or_wrong_one(
     tmp_path: Path, no_keys: None
 ) -> None:
-    from kbackup.format.encryption import key_id
+    from spark_kafka_backup.format.encryption import key_id
 
     root = tmp_path / "backup"
     with PartitionWriter(root / "t", "t", 0, max_segment_size=4000, fsync=False, ledger=CatalogLedger(root),
@@ -219,8 +219,9 @@ def test_the_cli_takes_the_key_from_a_file_or_a_variable_and_names_a_missing_or_
     from tests.kafka_helpers import job_env
 
     env = {**job_env(), "MY_KEK": KEK.hex()}
-    by_env = subprocess.run([sys.executable, "-m", "kbackup", "verify", str(root), "--deep", "--encryption-key-env",
-                             "MY_KEK"], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)  # fmt: skip
+    by_env = subprocess.run([sys.executable, "-m", "spark_kafka_backup", "verify", str(root), "--deep",
+                             "--encryption-key-env", "MY_KEK"],
+                            capture_output=True, text=True, env=env, cwd=REPO, timeout=120)  # fmt: skip
     assert by_env.returncode == 0, by_env.stdout + by_env.stderr
     bad = run_kbackup("cat", root, "--encryption-key-file", tmp_path / "nothing")
     assert bad.returncode == 1 and "cannot read the key file" in bad.stderr
@@ -273,10 +274,10 @@ def test_the_newest_segment_is_sealed_at_a_clean_stop_and_the_next_run_starts_a_
     tmp_path: Path, no_keys: None
 ) -> None:
     """What a snapshot (or a stopped continuous backup) does on local disk, and what the next run finds."""
-    from kbackup.catalog.store import catalog_path
-    from kbackup.format.encryption import KeyRing
-    from kbackup.partition.records_file import install_keys
-    from kbackup.storage import as_local
+    from spark_kafka_backup.catalog.store import catalog_path
+    from spark_kafka_backup.format.encryption import KeyRing
+    from spark_kafka_backup.partition.records_file import install_keys
+    from spark_kafka_backup.storage import as_local
 
     root = tmp_path / "backup"
     options: dict[str, object] = {"compression": "zstd", "encryption_key": KEK, "max_segment_size": 4000}

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.catalog.prune import intent_path
-from kbackup.storage import as_local
+from spark_kafka_backup.catalog.prune import intent_path
+from spark_kafka_backup.storage import as_local
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
 from tests.kafka_helpers import (
@@ -35,13 +35,13 @@ DRIVER_PID = re.compile(r"stop with SIGTERM to the driver process (\d+)")
 
 
 def test_the_target_lease_on_a_file_system_is_exclusive_and_dies_with_its_holder(tmp_path: Path) -> None:
-    from kbackup.errors import LeaseHeldError
-    from kbackup.storage.lease import TargetLease
+    from spark_kafka_backup.errors import LeaseHeldError
+    from spark_kafka_backup.storage.lease import TargetLease
 
     state = tmp_path / "backup" / "kbackup~state"
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, time; from pathlib import Path; from kbackup.storage.lease import TargetLease\n"
+         "import sys, time; from pathlib import Path; from spark_kafka_backup.storage.lease import TargetLease\n"
          f"lease = TargetLease(Path({str(state)!r}), 'backup'); lease.acquire(); print('held', flush=True); "
          "time.sleep(600)"],
         stdout=subprocess.PIPE, text=True, cwd=REPO,
@@ -92,7 +92,7 @@ def test_a_second_backup_of_a_target_is_refused_and_the_running_one_goes_on(
         # A snapshot beside the continuous backup (before, it killed the continuous one).
         second = run_backup(*client, "--topics", topic, "--target-dir", target, "--snapshot", timeout=300)
         assert second.returncode == 1, second.stdout[-2000:] + second.stderr[-2000:]
-        errors = [line for line in second.stderr.splitlines() if line.startswith("kbackup backup: error:")]
+        errors = [line for line in second.stderr.splitlines() if line.startswith("spark-kafka-backup backup: error:")]
         assert len(errors) == 1, second.stderr[-3000:]
         assert f"the backup target {target} is in use: continuous backup started" in errors[0]
         assert f"(pid {holder}) holds its lease" in errors[0]
@@ -103,7 +103,7 @@ def test_a_second_backup_of_a_target_is_refused_and_the_running_one_goes_on(
         shared = run_backup(*client, "--topics", topic, "--target-dir", tmp_path / "other", "--snapshot",
                             "--checkpoint-location", checkpoint, timeout=300)  # fmt: skip
         assert shared.returncode == 1, shared.stdout[-2000:] + shared.stderr[-2000:]
-        errors = [line for line in shared.stderr.splitlines() if line.startswith("kbackup backup: error:")]
+        errors = [line for line in shared.stderr.splitlines() if line.startswith("spark-kafka-backup backup: error:")]
         assert (
             len(errors) == 1 and f"the Spark checkpoint {checkpoint} is in use: continuous backup started" in errors[0]
         )

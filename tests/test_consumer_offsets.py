@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kbackup.errors import EncodingError
-from kbackup.format.consumer_offsets import decode_consumer_offsets, encode_consumer_offsets
-from kbackup.partition.offsets_file import read_consumer_offsets, write_consumer_offsets
+from spark_kafka_backup.errors import EncodingError
+from spark_kafka_backup.format.consumer_offsets import decode_consumer_offsets, encode_consumer_offsets
+from spark_kafka_backup.partition.offsets_file import read_consumer_offsets, write_consumer_offsets
 
 
 def test_reads_the_originals_pretty_json() -> None:

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.errors import FormatError
-from kbackup.format.magic import MAGIC_V1
-from kbackup.format.partition_index import decode_partition_index
-from kbackup.format.record import encode_record
-from kbackup.format.segment_index import ENTRY
-from kbackup.partition.reader import PartitionReader
-from kbackup.partition.writer import PartitionWriter
+from spark_kafka_backup.errors import FormatError
+from spark_kafka_backup.format.magic import MAGIC_V1
+from spark_kafka_backup.format.partition_index import decode_partition_index
+from spark_kafka_backup.format.record import encode_record
+from spark_kafka_backup.format.segment_index import ENTRY
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.writer import PartitionWriter
 from tests.conftest import REPO
 from tests.recordgen import sample_record
 
@@ -132,7 +132,7 @@ def test_crash_while_creating_a_segment_leaves_no_orphans(topic_dir: Path) -> No
 def test_tail_segment_with_missing_records_file_is_completed(topic_dir: Path) -> None:
     # A tail segment listed in the partition index whose index file exists
     # (empty) but whose records file does not.
-    from kbackup.format.partition_index import PartitionIndexEntry, encode_entry
+    from spark_kafka_backup.format.partition_index import PartitionIndexEntry, encode_entry
 
     name = "segment_partition_000_from_offset_0000000030"
     (topic_dir / f"{name}_index").write_bytes(MAGIC_V1)
@@ -147,7 +147,7 @@ def test_tail_segment_with_missing_records_file_is_completed(topic_dir: Path) ->
 def test_missing_index_with_data_is_an_error_not_a_truncation(topic_dir: Path) -> None:
     before = (topic_dir / RECORDS).read_bytes()
     (topic_dir / INDEX).unlink()
-    with pytest.raises(FormatError, match="kbackup index rebuild"):
+    with pytest.raises(FormatError, match="spark-kafka-backup index rebuild"):
         PartitionWriter(topic_dir, "crash", 0, fsync=False)
     assert (topic_dir / RECORDS).read_bytes() == before
 
@@ -260,7 +260,7 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path) 
 
 def test_sigkill_with_catalog_leaves_a_backup_that_verifies_at_every_kill(tmp_path: Path) -> None:
     """Kills at chosen calls while the writer also maintains the catalog: after every kill, unrepaired, it verifies."""
-    from kbackup.catalog.verify import verify_partition
+    from spark_kafka_backup.catalog.verify import verify_partition
 
     directory = tmp_path / "crash"
     findings: list[list[str]] = []
@@ -278,8 +278,8 @@ def test_sigkill_with_catalog_leaves_a_backup_that_verifies_at_every_kill(tmp_pa
 def test_sigkill_while_compressing_finished_segments_leaves_a_backup_that_verifies(tmp_path: Path) -> None:
     """The same kills with compression on: a kill while a finished segment is compressed (its temporary copy
     synced, renamed, the directory synced) leaves it plain or compressed, whole; the catalog follows."""
-    from kbackup.catalog.verify import verify_partition
-    from kbackup.format.frames import is_framed
+    from spark_kafka_backup.catalog.verify import verify_partition
+    from spark_kafka_backup.format.frames import is_framed
 
     directory = tmp_path / "crash"
     findings: list[list[str]] = []

@@ -42,7 +42,7 @@ def test_demo_backs_up_the_sample_topics(tmp_path: Path) -> None:
     assert '<span class="skipped">12 transaction offsets: 40..51</span>' in page and 'class="bad"' not in page
     # Its last lines are commands for a new shell: pasted into one (nothing of this environment), they work.
     source, show = out.rstrip().splitlines()[-2:]
-    assert source.strip().startswith("source ") and show.strip().startswith("kbackup cat ")
+    assert source.strip().startswith("source ") and show.strip().startswith("spark-kafka-backup cat ")
     pasted = subprocess.run(
         ["bash", "-c", f"{source.strip()}\n{show.strip()}"],
         capture_output=True,

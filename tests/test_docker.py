@@ -3,7 +3,7 @@
 No engine runs on the development machines, so the files are checked
 statically: hadolint and shellcheck (from PyPI), ``docker compose config``
 where the compose plugin exists, and a parse of the compose file that runs
-each service's kbackup command through the jobs' own argument parsers, so the
+each service's spark-kafka-backup command through the jobs' own argument parsers, so the
 example cannot drift from the CLI.
 """
 
@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 import yaml
 
-from kbackup.backup.settings import parse_backup_args
-from kbackup.devkit.kafka_cluster import KAFKA_VERSION
-from kbackup.restore.settings import parse_restore_args
-from kbackup.storage import as_local
+from spark_kafka_backup.backup.settings import parse_backup_args
+from spark_kafka_backup.devkit.kafka_cluster import KAFKA_VERSION
+from spark_kafka_backup.restore.settings import parse_restore_args
+from spark_kafka_backup.storage import as_local
 from tests.broker import COMPOSE_FILE, NO_ENGINE, compose_kafka_image
 from tests.conftest import REPO
 
@@ -64,12 +64,12 @@ def test_dockerfile_pins_what_it_installs_and_copies_what_exists() -> None:
             assert (REPO / name).exists(), f"COPY {name}: not in the repository"
     entrypoint = (DOCKER / "entrypoint.sh").read_text()
     for job in ("backup", "restore"):
-        assert "/opt/kbackup/jobs/$command.py" in entrypoint and (REPO / "jobs" / f"{job}.py").is_file()
+        assert "/opt/spark-kafka-backup/jobs/$command.py" in entrypoint and (REPO / "jobs" / f"{job}.py").is_file()
 
 
 def test_compose_services_images_and_commands() -> None:
     services = compose()["services"]
-    assert set(services) == {"kafka", "backup", "kbackup", "kafka-restore", "restore"}
+    assert set(services) == {"kafka", "backup", "spark-kafka-backup", "kafka-restore", "restore"}
     # One Kafka image everywhere: both clusters and the test fixture's Docker path.
     assert services["kafka"]["image"] == services["kafka-restore"]["image"] == compose_kafka_image()
     # The same Apache Kafka release as the local cluster the suite runs on by default.
@@ -132,6 +132,6 @@ def test_the_verify_commands_shown_name_the_directory_the_backup_service_writes(
     shown = [
         match
         for path in (COMPOSE_FILE, DOCKER / "README.md")
-        for match in re.findall(r"run --rm kbackup verify (\S+)", path.read_text())
+        for match in re.findall(r"run --rm spark-kafka-backup verify (\S+)", path.read_text())
     ]
     assert len(shown) >= 2 and set(shown) == {target}, (shown, target)

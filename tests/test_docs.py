@@ -7,7 +7,7 @@ Every shell block in README.md, docs/, docker/ and jobs/ is read:
   topic ``orders`` and a consumer group ``billing`` made for it), ``$NEW_KAFKA``
   an empty second cluster, ``$BACKUPS`` and ``$STATE`` empty directories; the
   working directory is the repository root. Each block must exit 0.
-* every other command is **parsed**: ``kbackup ...``, ``spark-submit ...
+* every other command is **parsed**: ``spark-kafka-backup ...``, ``spark-submit ...
   jobs/backup.py|restore.py ...`` and ``./dev ...`` go through the real
   argument parsers, so a renamed or removed flag fails here;
   ``docker compose`` lines must name the compose file and its services.
@@ -42,7 +42,7 @@ DOCUMENTS = [
 ]
 SHELLS = {"sh", "bash", "shell", "console"}
 PLACEHOLDERS = {"KAFKA": "kafka:9092", "NEW_KAFKA": "new-kafka:9092", "BACKUPS": "/backups", "STATE": "/state"}
-#: Commands the docs may show that kbackup does not own (not parsed).
+#: Commands the docs may show that spark-kafka-backup does not own (not parsed).
 FOREIGN = {
     "export", "cd", "mkdir", "cat", "ls", "echo", "pip", "apt-get", "sudo", "aws", "crontab", "kill", "grep", "tee",
 }  # fmt: skip
@@ -133,26 +133,26 @@ def test_every_command_parses(block: Block) -> None:
 def test_synopsis_lines_name_real_commands(block: Block) -> None:
     import argparse
 
-    from kbackup.cli import build_parser
+    from spark_kafka_backup.cli import build_parser
 
     subcommands = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     known = set(subcommands[0].choices)
     for line in block.text.splitlines():
         words = line.split()
-        if words and words[0] == "kbackup":
-            assert words[1] in known, f"{block.where}: kbackup {words[1]} is not a command"
+        if words and words[0] == "spark-kafka-backup":
+            assert words[1] in known, f"{block.where}: spark-kafka-backup {words[1]} is not a command"
 
 
 def _check_command(words: list[str], block: Block) -> None:
     where = block.where
-    if words[:3] == ["python", "-m", "kbackup"] or words[0] == "kbackup":
+    if words[:3] == ["python", "-m", "spark_kafka_backup"] or words[0] == "spark-kafka-backup":
         args = words[3:] if words[0] == "python" else words[1:]
         if args and args[0] in ("backup", "restore"):  # the launcher: its own options, then the job's
-            from kbackup.launcher import split_arguments
+            from spark_kafka_backup.launcher import split_arguments
 
             _parses(args[0], split_arguments(args[1:]).job_args, where)
         else:
-            _parses("kbackup", args, where)
+            _parses("spark-kafka-backup", args, where)
     elif words[0] == "spark-submit":
         jobs = [i for i, word in enumerate(words) if re.fullmatch(r"(.*/)?jobs/(backup|restore)\.py", word)]
         assert jobs, f"{where}: spark-submit without jobs/backup.py or jobs/restore.py"
@@ -164,6 +164,9 @@ def _check_command(words: list[str], block: Block) -> None:
             assert (REPO / "benchmarks" / f"{words[2]}_bench.py").is_file(), f"{where}: no benchmark {words[2]}"
     elif words[0] == "docker":
         _check_docker(words, where)
+    elif words[:3] in (["python", "-m", "pip"], ["python", "-m", "build"]):  # installing outside a checkout
+        wheels = [word for word in words if word.endswith(".whl")]
+        assert all(word.startswith("dist/spark_kafka_backup-") for word in wheels), f"{where}: not this project's wheel"
     else:
         assert words[0] in FOREIGN, f"{where}: unknown command {words[0]!r} in the docs"
 
@@ -172,12 +175,12 @@ def _parses(program: str, args: list[str], where: str) -> None:
     import contextlib
     import io
 
-    if program == "kbackup":
-        from kbackup.cli import build_parser as parser
+    if program == "spark-kafka-backup":
+        from spark_kafka_backup.cli import build_parser as parser
     elif program == "backup":
-        from kbackup.backup.settings import build_parser as parser
+        from spark_kafka_backup.backup.settings import build_parser as parser
     else:
-        from kbackup.restore.settings import build_parser as parser
+        from spark_kafka_backup.restore.settings import build_parser as parser
     if "--help" in args or "-h" in args:
         return
     errors = io.StringIO()
@@ -275,12 +278,12 @@ def _quoted_messages() -> list[str]:
 
 
 def test_troubleshooting_quotes_messages_the_code_prints() -> None:
-    sources = "\n".join(path.read_text() for path in (REPO / "kbackup").rglob("*.py"))
+    sources = "\n".join(path.read_text() for path in (REPO / "spark_kafka_backup").rglob("*.py"))
     sources += "\n" + "\n".join(path.read_text() for path in (REPO / "jobs").glob("*.py"))
     sources = sources.replace('\\"', '"')  # escaped quotes in string literals
     sources = re.sub(r'"\s*(?:\+\s*)?f?"', "", sources)  # adjacent literals: "a " f"b" reads "a b"
     messages = _quoted_messages()
-    assert len(messages) >= 25, "the troubleshooting table lists the messages kbackup prints"
+    assert len(messages) >= 25, "the troubleshooting table lists the messages spark-kafka-backup prints"
     for message in messages:
         # Placeholders (FILE, TOPIC, N, ...) stand for what the code fills in; the words between must be in it.
         fixed = [part.strip() for part in re.split(r"\b[A-Z][A-Z_0-9]*\b|\.\.\.", message) if len(part.strip()) >= 6]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kbackup.spark.failures import QueryRestarts, failure_cause, is_worker_start_failure
+from spark_kafka_backup.spark.failures import QueryRestarts, failure_cause, is_worker_start_failure
 
 # What str() of a failed restore's collect() looks like (Py4JJavaError), shortened.
 RESTORE_FAILURE = """An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.
@@ -23,12 +23,13 @@ Caused by: org.apache.spark.api.python.PythonException: Traceback (most recent c
 cimpl.KafkaException: KafkaError{code=_UNKNOWN_PARTITION,val=-190,str="Local: Unknown partition"}
 """
 
-# A streaming query stopped by kbackup's own error in the sink (StreamingQueryException), shortened.
+# A streaming query stopped by spark-kafka-backup's own error in the sink (StreamingQueryException), shortened.
 BACKUP_FAILURE = """[STREAM_FAILED] Query [id = e3017ac0, runId = f40f288b] terminated with exception: \
 [PYTHON_EXCEPTION] An exception was thrown from the Python worker: Traceback (most recent call last):
   File "/work/kbackup/partition/writer.py", line 89, in check_replayed
     raise OffsetConflictError(
-kbackup.errors.OffsetConflictError: topic 'conf' partition 0 offset 0: offset is already stored with different content
+spark_kafka_backup.errors.OffsetConflictError: topic 'conf' partition 0 offset 0: offset is already stored with \
+different content
  SQLSTATE: 38000 SQLSTATE: XXKST
 === Streaming Query ===
 """
@@ -73,7 +74,7 @@ def test_a_python_worker_that_did_not_start_in_time_is_told_apart_from_kbackups_
                                    "to connect back after 10000 ms")  # fmt: skip
     assert not is_worker_start_failure(BACKUP_FAILURE)
     assert not is_worker_start_failure(RESTORE_FAILURE)
-    # kbackup's own error wins even when the text also holds a worker failure (a refusal is never retried).
+    # spark-kafka-backup's own error wins even when the text also holds a worker failure (a refusal is never retried).
     assert not is_worker_start_failure(BACKUP_FAILURE + "\nPython worker failed to connect back")
 
 

@@ -1,4 +1,4 @@
-"""The compressed records file codec (kbackup/format/frames.py): pure bytes, no files."""
+"""The compressed records file codec (spark_kafka_backup/format/frames.py): pure bytes, no files."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kbackup.errors import FormatError
-from kbackup.format.frames import (
+from spark_kafka_backup.errors import FormatError
+from spark_kafka_backup.format.frames import (
     CODECS,
     FRAME_ENTRY,
     HEADER,
@@ -115,21 +115,21 @@ OTHER = bytes(range(1, 33))
 
 
 def _sealed(plain: bytes, codec: str = "zstd", frame_size: int = 4096) -> bytes:
-    from kbackup.format.encryption import FileCipher
+    from spark_kafka_backup.format.encryption import FileCipher
 
     return b"".join(compress_frames([plain], codec, frame_size=frame_size, cipher=FileCipher.new(KEK)))
 
 
 def _open(data: bytes, *keys: bytes) -> FramedReader:
-    from kbackup.format.encryption import KeyRing
+    from spark_kafka_backup.format.encryption import KeyRing
 
     return FramedReader(lambda n, at: data[at : at + n], len(data), file="seg_records", keys=KeyRing.of(keys))
 
 
 @pytest.mark.parametrize("codec", ["none", "zstd", "lz4"])
 def test_encrypted_frames_round_trip_with_the_key_and_say_which_key_without_it(codec: str) -> None:
-    from kbackup.errors import DecryptionKeyError
-    from kbackup.format.encryption import key_id
+    from spark_kafka_backup.errors import DecryptionKeyError
+    from spark_kafka_backup.format.encryption import key_id
 
     plain = _plain(20_000)
     sealed = _sealed(plain, codec)
@@ -144,7 +144,7 @@ def test_encrypted_frames_round_trip_with_the_key_and_say_which_key_without_it(c
 
 
 def test_a_flipped_bit_swapped_frames_or_a_cut_file_fail_authentication() -> None:
-    from kbackup.format.frames import read_frame_table
+    from spark_kafka_backup.format.frames import read_frame_table
 
     sealed = _sealed(_plain(20_000), frame_size=4096)
     table = read_frame_table(lambda n, at: sealed[at : at + n], len(sealed), file="f")
@@ -174,8 +174,8 @@ def test_a_flipped_bit_swapped_frames_or_a_cut_file_fail_authentication() -> Non
 def test_key_files_take_raw_hex_or_base64_keys() -> None:
     import base64
 
-    from kbackup.errors import DecryptionKeyError
-    from kbackup.format.encryption import parse_key
+    from spark_kafka_backup.errors import DecryptionKeyError
+    from spark_kafka_backup.format.encryption import parse_key
 
     assert parse_key(KEK, source="k") == KEK
     assert parse_key(KEK.hex().encode() + b"\n", source="k") == KEK

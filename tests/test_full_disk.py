@@ -32,7 +32,7 @@ def test_a_full_disk_is_one_line_leaves_no_temporary_files_and_the_rerun_is_exac
     target, copy, out = tmp_path / "target", tmp_path / "copy", tmp_path / "out"
     for directory in (target, copy, out):
         directory.mkdir()
-    # Spark's checkpoint on a disk with space: the full one is kbackup's.
+    # Spark's checkpoint on a disk with space: the full one is spark-kafka-backup's.
     arguments: list[str | Path] = [
         "--bootstrap-server", kafka.bootstrap_servers, "--target-dir", target, "--topics", topic,
         "--snapshot", "--checkpoint-location", tmp_path / "spark",
@@ -51,7 +51,7 @@ def test_a_full_disk_is_one_line_leaves_no_temporary_files_and_the_rerun_is_exac
     assert done.returncode == 0, done.stdout + done.stderr
     first = (out / "first.log").read_text()
     assert (out / "first.rc").read_text().strip() == "1", first[-3000:]
-    errors = [line for line in first.splitlines() if line.startswith("kbackup backup: error:")]
+    errors = [line for line in first.splitlines() if line.startswith("spark-kafka-backup backup: error:")]
     assert len(errors) == 1, first[-3000:]
     assert f"{target}/" in errors[0] and "no space left on its file system (" in errors[0], errors[0]
     assert "bytes free" in errors[0]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.errors import ArtifactError
-from kbackup.jars import Artifact
-from kbackup.spark import kafka_connector
+from spark_kafka_backup.errors import ArtifactError
+from spark_kafka_backup.jars import Artifact
+from spark_kafka_backup.spark import kafka_connector
 
 
 def test_a_connector_missing_from_central_is_followed_by_a_line_saying_why_the_next_is_fetched(

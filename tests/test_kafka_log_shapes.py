@@ -29,7 +29,7 @@ from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import backed_up, client_config_file, consume_all, create_topics, run_backup, run_kbackup
 from tests.restore_helpers import Target, comparable, group_offsets, run_restore
 
-SOURCES = ["kbackup", "spark"]
+SOURCES = ["python", "spark"]
 #: Spark's source is run on the shapes where it has its own logic (transaction markers, and the 5 MB record's fetch
 #: sizes); compaction gaps and a moved log start it reads like any consumer, and CI time is short.
 
@@ -151,8 +151,8 @@ def test_backup_of_committed_and_aborted_transactions_is_exact(
     records = backed_up(backup, [topic])
     assert _as_records(records) == _expected(committed)
     assert [r["offset"] for r in records] == [0, 1, 2, 3, 4, 10, 11]
-    if source != "kbackup":
-        return  # the same records as kbackup's source backed up (above): its restore, below, covers both (CI time)
+    if source != "python":
+        return  # the same records as the Python source backed up (above): its restore, below, covers both (CI time)
 
     name = target.name(f"{topic}-{source}")
     result = run_restore(*target.args(tmp_path), "--source-dir", backup, "--topic-map", f"{topic}={name}")
@@ -217,7 +217,7 @@ def compacted(kafka: BrokerUnderTest) -> tuple[str, list[Produced]]:
     return topic, produced
 
 
-@pytest.mark.parametrize("source", ["kbackup"])
+@pytest.mark.parametrize("source", ["python"])
 def test_backup_of_a_compacted_topic_is_exact(
     kafka: BrokerUnderTest, compacted: tuple[str, list[Produced]], tmp_path: Path, source: str
 ) -> None:
@@ -260,7 +260,7 @@ def head_deleted(kafka: BrokerUnderTest) -> tuple[str, list[Produced]]:
     return topic, produced
 
 
-@pytest.mark.parametrize("source", ["kbackup"])
+@pytest.mark.parametrize("source", ["python"])
 def test_backup_after_delete_records_starts_at_the_new_log_start(
     kafka: BrokerUnderTest, head_deleted: tuple[str, list[Produced]], tmp_path: Path, source: str
 ) -> None:
@@ -283,7 +283,7 @@ def test_records_deleted_between_two_runs_are_a_named_gap_and_the_rest_is_exact(
     create_topics(kafka, {topic: 1})
     producer = Producer(kafka.client_settings())
     first = _produce(producer, topic, [(f"k{i}".encode(), f"v{i}".encode()) for i in range(100)])
-    target = _backup(kafka, tmp_path, "kbackup", topic)
+    target = _backup(kafka, tmp_path, "python", topic)
     second = _produce(producer, topic, [(f"k{i}".encode(), f"v{i}".encode()) for i in range(100, 200)])
     admin = AdminClient(kafka.client_settings())
     for future in admin.delete_records([TopicPartition(topic, 0, 150)]).values():
@@ -297,7 +297,7 @@ def test_records_deleted_between_two_runs_are_a_named_gap_and_the_rest_is_exact(
     output = again.stdout + again.stderr
     assert again.returncode == 1, output[-4000:]
     assert f"{topic}/0 offsets 100..149 were deleted at the source before the backup read them" in output
-    assert again.stderr.count("kbackup backup: error: ") == 1, again.stderr
+    assert again.stderr.count("spark-kafka-backup backup: error: ") == 1, again.stderr
     records = backed_up(target, [topic])
     assert _as_records(records) == _expected([*first, *[p for p in second if p.offset >= 150]])
     described = run_kbackup("describe", target, "--json", check=True)
@@ -337,5 +337,5 @@ def test_a_5_mb_record_round_trips(kafka: BrokerUnderTest, target: Target, tmp_p
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     restored = consume_all(target.broker, [name])
-    assert comparable(restored) == comparable(backups["kbackup"])
+    assert comparable(restored) == comparable(backups["python"])
     assert restored[1]["value"] == _b64(value)

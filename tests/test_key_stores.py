@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.devkit.tls import CertificateSet, java_trust_store, make_certificates
-from kbackup.errors import UsageError
-from kbackup.kafka.java_client_settings import librdkafka_settings
-from kbackup.kafka.key_stores import jks_certificates
+from spark_kafka_backup.devkit.tls import CertificateSet, java_trust_store, make_certificates
+from spark_kafka_backup.errors import UsageError
+from spark_kafka_backup.kafka.java_client_settings import librdkafka_settings
+from spark_kafka_backup.kafka.key_stores import jks_certificates
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""``kbackup backup`` / ``kbackup restore``: the jobs from any directory, help and mistakes without a JVM."""
+"""``spark-kafka-backup backup`` / ``spark-kafka-backup restore``: the jobs from any directory, help and mistakes
+without a JVM."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.errors import UsageError
-from kbackup.launcher import DEFAULT_MASTER, split_arguments
-from kbackup.spark_submit import STARTUP_LOGGING
+from spark_kafka_backup.errors import UsageError
+from spark_kafka_backup.launcher import DEFAULT_MASTER, split_arguments
+from spark_kafka_backup.spark_submit import STARTUP_LOGGING
 from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import TEST_JVM_OPTIONS, backed_up, client_config_file, consume_all, create_topics
 
-KBACKUP = str(Path(sys.executable).parent / "kbackup")
+KBACKUP = str(Path(sys.executable).parent / "spark-kafka-backup")
 
 
 def no_java(tmp_path: Path) -> tuple[dict[str, str], Path]:
@@ -31,7 +32,7 @@ def no_java(tmp_path: Path) -> tuple[dict[str, str], Path]:
     return env, marker
 
 
-def kbackup(
+def run_cli(
     *args: str, env: dict[str, str] | None = None, cwd: Path, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([KBACKUP, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
@@ -40,9 +41,9 @@ def kbackup(
 @pytest.mark.parametrize("job", ["backup", "restore"])
 def test_help_answers_without_starting_java(job: str, tmp_path: Path) -> None:
     env, marker = no_java(tmp_path)
-    result = kbackup(job, "--help", env=env, cwd=tmp_path)
+    result = run_cli(job, "--help", env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith(f"usage: kbackup {job} ")
+    assert result.stdout.startswith(f"usage: spark-kafka-backup {job} ")
     for option in ("--bootstrap-server", "--master", "--conf", "--print-command"):
         assert option in result.stdout
     assert not marker.exists(), "--help started a Java process"
@@ -66,16 +67,16 @@ def test_help_answers_without_starting_java(job: str, tmp_path: Path) -> None:
 )
 def test_a_mistake_is_one_line_and_exit_2_before_any_jvm(args: list[str], message: str, tmp_path: Path) -> None:
     env, marker = no_java(tmp_path)
-    result = kbackup(*args, env=env, cwd=tmp_path)
+    result = run_cli(*args, env=env, cwd=tmp_path)
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
-    assert f"kbackup {args[0]}" in result.stderr.splitlines()[-1]
+    assert f"spark-kafka-backup {args[0]}" in result.stderr.splitlines()[-1]
     assert result.stdout == ""
     assert not marker.exists()
 
 
 def test_the_command_uses_the_installed_job_file_and_the_options_given(tmp_path: Path) -> None:
-    result = kbackup(
+    result = run_cli(
         "backup", "--bootstrap-server", "k:9092", "--target-dir", str(tmp_path / "b"), "--topics", "t",
         "--master", "spark://h:7077", "--conf", "spark.executor.memory=2g", "--conf=spark.ui.enabled=true",
         "--print-command", cwd=tmp_path,
@@ -89,7 +90,7 @@ def test_the_command_uses_the_installed_job_file_and_the_options_given(tmp_path:
                             "--conf", "spark.executor.memory=2g"]  # fmt: skip
     assert "spark.ui.enabled=false" not in command and STARTUP_LOGGING.is_file()
     job = Path(command[command.index("--conf", 8) + 2])
-    assert job.name == "backup.py" and job.parent.name == "jobs" and job.parent.parent.name == "kbackup"
+    assert job.name == "backup.py" and job.parent.name == "jobs" and job.parent.parent.name == "spark_kafka_backup"
     assert job.is_file()
     assert command[-6:] == ["--bootstrap-server", "k:9092", "--target-dir", str(tmp_path / "b"), "--topics", "t"]
 
@@ -106,7 +107,7 @@ def test_split_arguments() -> None:
 def test_backup_through_the_entry_point_from_another_directory(kafka: BrokerUnderTest, tmp_path: Path) -> None:
     """The quick start's commands as a user runs them: no checkout on PYTHONPATH, any working directory.
 
-    ``kbackup restore`` through the entry point, from outside the checkout, runs in tests/test_docs.py (the
+    ``spark-kafka-backup restore`` through the entry point, from outside the checkout, runs in tests/test_docs.py (the
     operations guide's restore blocks)."""
     topic = "launched"
     create_topics(kafka, {topic: 2})
@@ -128,7 +129,7 @@ def test_backup_through_the_entry_point_from_another_directory(kafka: BrokerUnde
     env["SPARK_SUBMIT_OPTS"] = TEST_JVM_OPTIONS
     source_config = client_config_file(tmp_path / "source.properties", kafka.extra_settings)
     backup = tmp_path / "backup"
-    done = kbackup(
+    done = run_cli(
         "backup", "--bootstrap-server", kafka.bootstrap_servers, "--command-config", str(source_config),
         "--target-dir", str(backup), "--topics", topic, "--snapshot", "--master", "local[1]",
         env=env, cwd=elsewhere, timeout=600,

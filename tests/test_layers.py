@@ -1,7 +1,7 @@
 """The package's layers point one way: a module imports only from its own unit and the layers below.
 
 Every ``import`` counts, at module level or inside a function (an import moved into a
-function to dodge a cycle is still a dependency). A unit is a subpackage of ``kbackup``
+function to dodge a cycle is still a dependency). A unit is a subpackage of ``spark-kafka-backup``
 or a top-level module.
 """
 
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "kbackup"
+PACKAGE = Path(__file__).resolve().parent.parent / "spark_kafka_backup"
 
 #: Lowest first. A unit may import from its own unit and from any unit of a lower layer, never sideways.
 LAYERS: list[set[str]] = [
-    {"kbackup", "errors", "text"},
+    {"spark_kafka_backup", "errors", "text"},
     {"fsutil", "properties", "progress", "logsetup", "jars"},
     {"metrics"},
     {"format"},
@@ -45,23 +45,25 @@ def _unit(module: str) -> str:
 
 
 def _module_name(path: Path) -> str:
-    return ".".join(("kbackup", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
+    return ".".join(("spark_kafka_backup", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
 
 
 def _imports(path: Path) -> list[tuple[str, int]]:
-    """The kbackup modules ``path`` imports, with line numbers (relative imports resolved)."""
+    """The spark-kafka-backup modules ``path`` imports, with line numbers (relative imports resolved)."""
     found = []
     package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
-            found += [(alias.name, node.lineno) for alias in node.names if alias.name.split(".")[0] == "kbackup"]
+            found += [
+                (alias.name, node.lineno) for alias in node.names if alias.name.split(".")[0] == "spark_kafka_backup"
+            ]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 module = ".".join([*base, *([node.module] if node.module else [])])
             else:
                 module = node.module or ""
-            if module.split(".")[0] == "kbackup":
+            if module.split(".")[0] == "spark_kafka_backup":
                 found.append((module, node.lineno))
     return found
 
@@ -88,10 +90,14 @@ def test_imports_point_down() -> None:
 
 def test_the_check_sees_an_upward_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An import inside a function from a higher layer (the old partition -> catalog dodge) is found."""
-    fake = tmp_path / "kbackup"
+    fake = tmp_path / "spark_kafka_backup"
     (fake / "partition").mkdir(parents=True)
     (fake / "catalog").mkdir()
-    (fake / "partition" / "writer.py").write_text("def f():\n    from kbackup.catalog.store import read_catalog\n")
+    (fake / "partition" / "writer.py").write_text(
+        "def f():\n    from spark_kafka_backup.catalog.store import read_catalog\n"
+    )
     (fake / "catalog" / "store.py").write_text("from ..partition import writer\n")
     monkeypatch.setitem(globals(), "PACKAGE", fake)
-    assert _violations() == ["kbackup/partition/writer.py:2: partition imports kbackup.catalog.store"]
+    assert _violations() == [
+        "spark_kafka_backup/partition/writer.py:2: partition imports spark_kafka_backup.catalog.store"
+    ]

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.catalog import checkpoints
-from kbackup.catalog.source_gaps import read_gaps
-from kbackup.catalog.topics import read_topic_record
-from kbackup.partition.layout import list_partitions
+from spark_kafka_backup.catalog import checkpoints
+from spark_kafka_backup.catalog.source_gaps import read_gaps
+from spark_kafka_backup.catalog.topics import read_topic_record
+from spark_kafka_backup.partition.layout import list_partitions
 from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import backed_up, consume_all, create_topics, run_backup, run_kbackup, start_backup
 from tests.live_load import client_args, more_batches, wait_for
@@ -49,7 +49,7 @@ def delete_records(kafka: BrokerUnderTest, topic: str, before: dict[int, int]) -
         future.result(30)
 
 
-@pytest.mark.parametrize("source", ["kbackup", "spark"])
+@pytest.mark.parametrize("source", ["python", "spark"])
 def test_records_deleted_before_a_snapshot_reads_them_are_named_recorded_and_fail_it(
     kafka: BrokerUnderTest, tmp_path: Path, source: str
 ) -> None:
@@ -69,13 +69,15 @@ def test_records_deleted_before_a_snapshot_reads_them_are_named_recorded_and_fai
             process.kill()
     output = log.read_text(errors="replace")
     assert code == 1, output[-3000:]
-    errors = [line for line in output.splitlines() if line.startswith("kbackup backup: error:")]
+    errors = [line for line in output.splitlines() if line.startswith("spark-kafka-backup backup: error:")]
     assert len(errors) == 1, output[-3000:]
-    assert errors[0].startswith("kbackup backup: error: the snapshot holds everything else, but the source deleted ")
+    assert errors[0].startswith(
+        "spark-kafka-backup backup: error: the snapshot holds everything else, but the source deleted "
+    )
     assert "--accept-source-loss" in errors[0] and f"{topic}/0 offsets " in errors[0]
 
     gaps = read_gaps(target, topic)
-    assert {gap.how for gap in gaps} == {"read" if source == "kbackup" else "inferred"}
+    assert {gap.how for gap in gaps} == {"read" if source == "python" else "inferred"}
     held = backed_up(target, [topic])
     for partition in (0, 1):
         offsets = [r["offset"] for r in held if r["partition"] == partition]
@@ -116,7 +118,7 @@ def _held(backup: Path, topics: list[str]) -> int:
 def _ids(kafka: BrokerUnderTest, topic: str) -> str:
     from confluent_kafka.admin import AdminClient
 
-    from kbackup.kafka.cluster import topic_ids
+    from spark_kafka_backup.kafka.cluster import topic_ids
 
     return topic_ids(AdminClient(kafka.client_settings()), [topic])[topic]
 
@@ -146,7 +148,7 @@ def _recreate(kafka: BrokerUnderTest, topic: str) -> None:
             time.sleep(0.5)
 
 
-@pytest.mark.parametrize("source", ["kbackup", "spark"])
+@pytest.mark.parametrize("source", ["python", "spark"])
 def test_a_topic_that_grows_is_followed_and_one_created_again_is_refused_alone(
     kafka: BrokerUnderTest, tmp_path: Path, target: Target, source: str
 ) -> None:
@@ -192,7 +194,7 @@ def test_a_topic_that_grows_is_followed_and_one_created_again_is_refused_alone(
             os.killpg(process.pid, signal.SIGKILL)
     output = log.read_text(errors="replace")
     assert code == 1, output[-3000:]
-    errors = [line for line in output.splitlines() if line.startswith("kbackup backup: error:")]
+    errors = [line for line in output.splitlines() if line.startswith("spark-kafka-backup backup: error:")]
     assert len(errors) == 1, output[-3000:]
     assert f"topic {phoenix!r} in {backup} was backed up from topic id {old_id}, but on cluster " in errors[0]
     assert f"it now has topic id {new_id} (deleted and created again)" in errors[0]
@@ -222,9 +224,9 @@ def test_a_topic_that_grows_is_followed_and_one_created_again_is_refused_alone(
 def test_a_backup_started_again_without_its_spark_checkpoint_records_what_was_deleted_meanwhile(
     kafka: BrokerUnderTest, tmp_path: Path
 ) -> None:
-    """kbackup's source, a new ``--checkpoint-location``: the query goes on from the backup's last record (not the
-    log start), so offsets retention deleted since the last run are recorded as lost at the source, exactly, and
-    never pass for offsets the source skipped (the backup vouches for every gap after its first record as read)."""
+    """spark-kafka-backup's source, a new ``--checkpoint-location``: the query goes on from the backup's last record
+    (not the log start), so offsets retention deleted since the last run are recorded as lost at the source, exactly,
+    and never pass for offsets the source skipped (the backup vouches for every gap after its first record as read)."""
     topic = "resumed-fresh"
     create_topics(kafka, {topic: 1})
     _produce(kafka, topic, 0, [b"a%d" % i for i in range(100)])
@@ -255,7 +257,7 @@ def test_a_backup_started_again_without_its_spark_checkpoint_records_what_was_de
     third = run_backup(*args, "--checkpoint-location", tmp_path / "spark-3")
     output = third.stdout + third.stderr
     assert third.returncode == 1, output[-3000:]
-    errors = [line for line in output.splitlines() if line.startswith("kbackup backup: error:")]
+    errors = [line for line in output.splitlines() if line.startswith("spark-kafka-backup backup: error:")]
     assert len(errors) == 1 and "(deleted and created again)" in errors[0], output[-3000:]
     assert "OffsetConflictError" not in output
     assert backed_up(target, [topic]) == held

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.devkit.kafka_cluster import KAFKA_VERSION, KafkaCluster
+from spark_kafka_backup.devkit.kafka_cluster import KAFKA_VERSION, KafkaCluster
 from tests.conftest import REPO
 from tests.leftovers import marked_processes
 
@@ -109,7 +109,7 @@ def test_a_killed_owner_takes_its_brokers_with_it(tmp_path: Path) -> None:
     code = textwrap.dedent(
         """
         import time
-        from kbackup.devkit.kafka_cluster import KafkaCluster
+        from spark_kafka_backup.devkit.kafka_cluster import KafkaCluster
         cluster = KafkaCluster().start()
         print("ready", flush=True)
         time.sleep(600)

@@ -1,4 +1,5 @@
-"""``kbackup merge``: small finished segments merged offline on real files, the backup identical record by record.
+"""``spark-kafka-backup merge``: small finished segments merged offline on real files, the backup identical record by
+record.
 
 The S3 API server's half is in test_object_storage.py (a merge on the store, and a restore to the real broker from a
 merged backup).
@@ -17,20 +18,20 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.catalog.ledger import CatalogLedger
-from kbackup.catalog.merge import plan_merge
-from kbackup.catalog.store import read_catalog
-from kbackup.catalog.verify import verify_backup
-from kbackup.format.encryption import KeyRing, key_id
-from kbackup.format.frames import is_framed
-from kbackup.format.record import Record
-from kbackup.partition.layout import list_segment_files, partition_index_path
-from kbackup.partition.merge_intent import intent_path
-from kbackup.partition.reader import PartitionReader
-from kbackup.partition.rebuild import rebuild_partition_index
-from kbackup.partition.records_file import install_keys
-from kbackup.partition.writer import PartitionWriter
-from kbackup.storage import as_local
+from spark_kafka_backup.catalog.ledger import CatalogLedger
+from spark_kafka_backup.catalog.merge import plan_merge
+from spark_kafka_backup.catalog.store import read_catalog
+from spark_kafka_backup.catalog.verify import verify_backup
+from spark_kafka_backup.format.encryption import KeyRing, key_id
+from spark_kafka_backup.format.frames import is_framed
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.layout import list_segment_files, partition_index_path
+from spark_kafka_backup.partition.merge_intent import intent_path
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.rebuild import rebuild_partition_index
+from spark_kafka_backup.partition.records_file import install_keys
+from spark_kafka_backup.partition.writer import PartitionWriter
+from spark_kafka_backup.storage import as_local
 from tests.conftest import REPO
 from tests.kafka_helpers import kbackup_in_process, run_kbackup
 from tests.recordgen import sample_record
@@ -132,7 +133,7 @@ def test_encrypted_segments_are_merged_with_their_key_and_stay_sealed(tmp_path: 
     done = kbackup_in_process("merge", root, "--encryption-key-file", key_file)
     assert done.returncode == 0, done.stderr
     catalog = read_catalog(root, "t", 0)
-    # The newest sealed segment stays as it is: the partition's seal record names it (kbackup.catalog.seals).
+    # The newest sealed segment stays as it is: the partition's seal record names it (spark_kafka_backup.catalog.seals).
     assert catalog is not None and len(catalog.segments) == 2
     assert catalog.segments[1].name in before_names and catalog.segments[0].name.endswith("_merged_1")
     entry = catalog.segments[0]
@@ -204,8 +205,8 @@ def test_a_merge_killed_at_any_step_loses_and_duplicates_nothing(tmp_path: Path)
 
 def _interrupted_merge(root: Path, size: int) -> None:
     """A merge killed right after its switch: intent, merged segment and partition index written, nothing after."""
-    from kbackup.catalog.merge import _sealing_key, _switch, _write_merged
-    from kbackup.storage import write_whole
+    from spark_kafka_backup.catalog.merge import _sealing_key, _switch, _write_merged
+    from spark_kafka_backup.storage import write_whole
 
     group = plan_merge(root, ["t"], max_segment_size=size)[0]
     write_whole(intent_path(root), group.encode())
@@ -214,9 +215,9 @@ def _interrupted_merge(root: Path, size: int) -> None:
 
 
 def test_prune_and_merge_finish_each_others_interrupted_work_first(mixed: Path) -> None:
-    from kbackup.catalog.prune import intent_path as prune_intent_path
-    from kbackup.catalog.prune import plan_prune
-    from kbackup.storage import write_whole
+    from spark_kafka_backup.catalog.prune import intent_path as prune_intent_path
+    from spark_kafka_backup.catalog.prune import plan_prune
+    from spark_kafka_backup.storage import write_whole
 
     before = _records(mixed)
     _interrupted_merge(mixed, 9000)

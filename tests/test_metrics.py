@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.backup.metrics import BackupMetrics, BatchWritten
-from kbackup.errors import UsageError
-from kbackup.logsetup import JsonLines
-from kbackup.metrics import MetricsPublisher, Sample, parse_listen_address, render_prometheus
+from spark_kafka_backup.backup.metrics import BackupMetrics, BatchWritten
+from spark_kafka_backup.errors import UsageError
+from spark_kafka_backup.logsetup import JsonLines
+from spark_kafka_backup.metrics import MetricsPublisher, Sample, parse_listen_address, render_prometheus
 
 
 class Clock:
@@ -51,7 +51,7 @@ def test_lag_is_last_stable_offset_minus_backed_up_and_its_age_starts_at_the_fir
 
 
 def test_a_long_lag_keeps_its_oldest_sample_in_bounded_memory() -> None:
-    from kbackup.backup.metrics import MAX_SAMPLES_BEHIND
+    from spark_kafka_backup.backup.metrics import MAX_SAMPLES_BEHIND
 
     clock = Clock(0)
     metrics = BackupMetrics(clock=clock)
@@ -183,22 +183,24 @@ def test_a_port_in_use_or_malformed_is_one_usage_error() -> None:
 
 
 def test_json_log_lines_are_one_object_each() -> None:
-    record = logging.LogRecord("kbackup.backup", logging.INFO, __file__, 1, "batch %d: %s", (3, 'a "b"\nc'), None)
+    record = logging.LogRecord(
+        "spark_kafka_backup.backup", logging.INFO, __file__, 1, "batch %d: %s", (3, 'a "b"\nc'), None
+    )
     record.created, record.msecs = 0.25, 250
     entry = json.loads(JsonLines().format(record))
     assert entry == {
         "time": "1970-01-01T00:00:00.250Z",
         "level": "INFO",
-        "logger": "kbackup.backup",
+        "logger": "spark_kafka_backup.backup",
         "message": 'batch 3: a "b"\nc',
     }
 
 
 def test_restore_progress_follows_its_own_markers_and_ends_exact() -> None:
-    from kbackup.restore.marker import ProgressMarker
-    from kbackup.restore.metrics import RestoreMetrics
-    from kbackup.restore.plan import PartitionPlan
-    from kbackup.restore.selection import Window
+    from spark_kafka_backup.restore.marker import ProgressMarker
+    from spark_kafka_backup.restore.metrics import RestoreMetrics
+    from spark_kafka_backup.restore.plan import PartitionPlan
+    from spark_kafka_backup.restore.selection import Window
 
     parts = [
         PartitionPlan("src", 0, "dst", 0, Window(), selected=100, groups={}, identity="mine", resume_from=0),

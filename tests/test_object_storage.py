@@ -2,7 +2,7 @@
 
 The storage layer, the object partition writer and its crash points are
 checked directly; then the whole path: a snapshot backup into
-``s3://bucket/prefix`` by spark-submit, ``kbackup verify``, checkpoints,
+``s3://bucket/prefix`` by spark-submit, ``spark-kafka-backup verify``, checkpoints,
 prune, and a restore from the bucket into an empty cluster.
 """
 
@@ -17,16 +17,16 @@ from typing import Any
 
 import pytest
 
-from kbackup.catalog.ledger import CatalogLedger
-from kbackup.catalog.store import read_catalog
-from kbackup.catalog.verify import verify_partition
-from kbackup.errors import BackupNotFoundError, OffsetConflictError, StorageError
-from kbackup.format.frames import is_framed
-from kbackup.format.record import Record
-from kbackup.partition.layout import STATE_DIR, list_segment_files, list_topics
-from kbackup.partition.object_writer import ObjectPartitionWriter
-from kbackup.partition.reader import PartitionReader
-from kbackup.storage import ObjectPath, parse_location, read_limited, storage_for
+from spark_kafka_backup.catalog.ledger import CatalogLedger
+from spark_kafka_backup.catalog.store import read_catalog
+from spark_kafka_backup.catalog.verify import verify_partition
+from spark_kafka_backup.errors import BackupNotFoundError, OffsetConflictError, StorageError
+from spark_kafka_backup.format.frames import is_framed
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.layout import STATE_DIR, list_segment_files, list_topics
+from spark_kafka_backup.partition.object_writer import ObjectPartitionWriter
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.storage import ObjectPath, parse_location, read_limited, storage_for
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
 from tests.kafka_helpers import (
@@ -99,11 +99,11 @@ def test_missing_bucket_and_unreachable_endpoint_are_one_clear_error(s3: S3Serve
     assert result.returncode == 1
     assert (
         result.stderr.strip()
-        == "kbackup: error: s3://kbackup-no-such-bucket/x: bucket 'kbackup-no-such-bucket' does not exist"
+        == "spark-kafka-backup: error: s3://kbackup-no-such-bucket/x: bucket 'kbackup-no-such-bucket' does not exist"
     )
     env = {**job_env(), "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_MAX_ATTEMPTS": "1"}
     result = subprocess.run(
-        [sys.executable, "-m", "kbackup", "ls", "s3://some-bucket/x"],
+        [sys.executable, "-m", "spark_kafka_backup", "ls", "s3://some-bucket/x"],
         capture_output=True,
         text=True,
         env=env,
@@ -111,7 +111,7 @@ def test_missing_bucket_and_unreachable_endpoint_are_one_clear_error(s3: S3Serve
     )
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
-    assert result.stderr.startswith("kbackup: error: s3://some-bucket/x: cannot reach the bucket")
+    assert result.stderr.startswith("spark-kafka-backup: error: s3://some-bucket/x: cannot reach the bucket")
 
 
 # -- the object partition writer ------------------------------------------------------
@@ -163,9 +163,9 @@ def test_every_published_records_object_is_compressed_when_asked_and_reads_back(
 
 
 def test_encrypted_objects_verify_without_the_key_and_read_with_it(bucket: ObjectPath) -> None:
-    from kbackup.errors import DecryptionKeyError
-    from kbackup.format.encryption import KeyRing
-    from kbackup.partition.records_file import install_keys
+    from spark_kafka_backup.errors import DecryptionKeyError
+    from spark_kafka_backup.format.encryption import KeyRing
+    from spark_kafka_backup.partition.records_file import install_keys
 
     topic_dir = bucket / "sealed"
     kek = bytes(range(100, 132))
@@ -187,7 +187,7 @@ def test_encrypted_objects_verify_without_the_key_and_read_with_it(bucket: Objec
 
 def test_batches_publish_what_single_appends_publish(bucket: ObjectPath) -> None:
     """The sink's columnar path: the same objects as record by record, replays compared."""
-    from kbackup.format.record_columns import encode_columns
+    from spark_kafka_backup.format.record_columns import encode_columns
     from tests.test_record_columns import as_columns
 
     records = [record(offset) for offset in range(15)]
@@ -216,8 +216,8 @@ def test_batches_publish_what_single_appends_publish(bucket: ObjectPath) -> None
 
 
 def test_a_restore_task_downloads_the_segments_its_window_reads_once(bucket: ObjectPath) -> None:
-    from kbackup.restore.selection import Window
-    from kbackup.restore.staging import staged_topic_dir
+    from spark_kafka_backup.restore.selection import Window
+    from spark_kafka_backup.restore.staging import staged_topic_dir
 
     with ObjectPartitionWriter(bucket / "win", "win", 2, max_segment_size=200) as writer:
         for offset in range(30):
@@ -245,9 +245,9 @@ def test_a_staged_restore_checks_what_it_copied_and_not_an_empty_placeholder_bel
     """The placeholder segment stays when the first records arrive above it; a window above both skips it."""
     import types
 
-    from kbackup.restore import task as restore_task
-    from kbackup.restore.selection import Window
-    from kbackup.restore.staging import staged_topic_dir
+    from spark_kafka_backup.restore import task as restore_task
+    from spark_kafka_backup.restore.selection import Window
+    from spark_kafka_backup.restore.staging import staged_topic_dir
 
     with ObjectPartitionWriter(bucket / "ph", "ph", 0, ledger=CatalogLedger(bucket)) as writer:
         writer.ensure_segment(0)
@@ -500,9 +500,9 @@ def test_prune_on_the_store_keeps_it_verifiable(bucket: ObjectPath) -> None:
 
 
 def test_merge_on_the_store_replaces_small_objects_and_reads_the_same_records(bucket: ObjectPath) -> None:
-    from kbackup.partition.merge_intent import intent_path
-    from kbackup.storage import exists
-    from kbackup.storage.lease import TargetLease
+    from spark_kafka_backup.partition.merge_intent import intent_path
+    from spark_kafka_backup.storage import exists
+    from spark_kafka_backup.storage.lease import TargetLease
 
     topic_dir = bucket / "small"
     for first in range(0, 60, 5):  # one publish per micro-batch, as a backup on the store writes
@@ -532,9 +532,9 @@ def test_merge_on_the_store_replaces_small_objects_and_reads_the_same_records(bu
 
 def test_the_target_lease_on_the_store_is_exclusive_expires_and_is_taken_over(bucket: ObjectPath) -> None:
     """One holder; a second is refused naming it; an expired lease (a dead holder) is taken over; the old one learns."""
-    from kbackup.errors import LeaseHeldError, LeaseLostError
-    from kbackup.storage.lease import RENEW_SECONDS, Holder, TargetLease
-    from kbackup.storage.s3 import s3_storage
+    from spark_kafka_backup.errors import LeaseHeldError, LeaseLostError
+    from spark_kafka_backup.storage.lease import RENEW_SECONDS, Holder, TargetLease
+    from spark_kafka_backup.storage.s3 import s3_storage
 
     state = bucket / "kbackup~state"
     first = TargetLease(state, "backup")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.catalog.offset_history import append_round, history_file, offsets_as_of, read_history
-from kbackup.storage import as_local
+from spark_kafka_backup.catalog.offset_history import append_round, history_file, offsets_as_of, read_history
+from spark_kafka_backup.storage import as_local
 
 DAY = 1_795_334_400_000  # 2026-11-22T08:00:00Z
 

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.cli import record_to_json
-from kbackup.errors import FormatError
-from kbackup.format.magic import MAGIC_V1
-from kbackup.format.partition_index import PartitionIndexEntry, encode_partition_index
-from kbackup.format.record import Record, encode_record
-from kbackup.format.segment_index import ENTRY
-from kbackup.partition.writer import PartitionWriter
+from spark_kafka_backup.cli import record_to_json
+from spark_kafka_backup.errors import FormatError
+from spark_kafka_backup.format.magic import MAGIC_V1
+from spark_kafka_backup.format.partition_index import PartitionIndexEntry, encode_partition_index
+from spark_kafka_backup.format.record import Record, encode_record
+from spark_kafka_backup.format.segment_index import ENTRY
+from spark_kafka_backup.partition.writer import PartitionWriter
 from tests.kafka_helpers import run_kbackup
 
 SEGMENT = "segment_partition_{:03d}_from_offset_0000000000"
@@ -102,7 +102,9 @@ def test_verify_describe_and_the_catalog_see_every_record_once(root: Path) -> No
 
 def test_index_rebuild_writes_the_index_the_records_deserve(root: Path) -> None:
     topic_dir = root / "old"
-    with pytest.raises(FormatError, match=r"partial entry followed by more entries .* kbackup index rebuild"):
+    with pytest.raises(
+        FormatError, match=r"partial entry followed by more entries .* spark-kafka-backup index rebuild"
+    ):
         PartitionWriter(topic_dir, "old", 2, fsync=False)
     for partition in range(3):
         result = run_kbackup("index", "rebuild", topic_dir, "--partition", str(partition))
@@ -116,7 +118,7 @@ def test_index_rebuild_writes_the_index_the_records_deserve(root: Path) -> None:
     assert [json.loads(line) for line in result.stdout.splitlines()] == expected(0) + expected(1) + expected(2)
     assert "not indexed" in result.stderr  # the bytes are still there, still skipped
     assert "partial index entry" not in result.stderr
-    # Now kbackup's writer continues every partition.
+    # Now spark-kafka-backup's writer continues every partition.
     for partition in range(3):
         with PartitionWriter(topic_dir, "old", partition, fsync=False) as writer:
             assert writer.last_offset == 7

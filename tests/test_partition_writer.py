@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.errors import OffsetConflictError, PlacementError
-from kbackup.format.partition_index import decode_partition_index
-from kbackup.format.record import Record, encode_record
-from kbackup.partition.reader import PartitionReader
-from kbackup.partition.writer import PartitionWriter
+from spark_kafka_backup.errors import OffsetConflictError, PlacementError
+from spark_kafka_backup.format.partition_index import decode_partition_index
+from spark_kafka_backup.format.record import Record, encode_record
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.writer import PartitionWriter
 from tests.recordgen import sample_record
 
 SIMPLE = Record(0, -1, None, b"test-key", b"test-value")  # 42 bytes, like the original's golden record

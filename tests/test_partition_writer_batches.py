@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kbackup.errors import KbackupError, OffsetConflictError, PlacementError
-from kbackup.format.record import Record
-from kbackup.format.record_columns import EncodedRecords, encode_columns
-from kbackup.partition.reader import PartitionReader
-from kbackup.partition.writer import PartitionWriter
+from spark_kafka_backup.errors import KbackupError, OffsetConflictError, PlacementError
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.format.record_columns import EncodedRecords, encode_columns
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.writer import PartitionWriter
 from tests.strategies import record_runs
 from tests.test_record_columns import as_columns
 

@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kbackup.format.record import Record
-from kbackup.partition.writer import PartitionWriter
-from kbackup.progress import Progress
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.writer import PartitionWriter
+from spark_kafka_backup.progress import Progress
 from tests.kafka_helpers import job_env
 
 
@@ -61,7 +61,7 @@ def _backup(root: Path) -> None:
 
 def test_verify_shows_a_bar_on_a_terminal_and_lines_in_a_pipe(tmp_path: Path) -> None:
     _backup(tmp_path)
-    command = [sys.executable, "-m", "kbackup", "verify", str(tmp_path)]
+    command = [sys.executable, "-m", "spark_kafka_backup", "verify", str(tmp_path)]
     piped = subprocess.run(command, capture_output=True, text=True, env=job_env(), timeout=60)
     assert piped.returncode == 0, piped.stderr
     assert piped.stderr.splitlines()[-1] == "verify: 3/3 partitions (t/2)"

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.catalog import checkpoints
-from kbackup.catalog.ledger import CatalogLedger
-from kbackup.catalog.prune import intent_path, plan_prune
-from kbackup.catalog.store import read_catalog
-from kbackup.format.partition_index import encode_partition_index
-from kbackup.format.record import Record
-from kbackup.partition.reader import PartitionReader
-from kbackup.partition.writer import PartitionWriter
-from kbackup.storage import as_local
+from spark_kafka_backup.catalog import checkpoints
+from spark_kafka_backup.catalog.ledger import CatalogLedger
+from spark_kafka_backup.catalog.prune import intent_path, plan_prune
+from spark_kafka_backup.catalog.store import read_catalog
+from spark_kafka_backup.format.partition_index import encode_partition_index
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.writer import PartitionWriter
+from spark_kafka_backup.storage import as_local
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
 from tests.kafka_helpers import client_config_file, job_env, run_kbackup

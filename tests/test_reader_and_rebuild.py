@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from kbackup.errors import BackupNotFoundError, FormatError
-from kbackup.format.record import Record, encode_record
-from kbackup.partition.reader import PartitionReader
-from kbackup.partition.rebuild import rebuild_partition_index, rebuild_segment_index
-from kbackup.partition.writer import PartitionWriter
+from spark_kafka_backup.errors import BackupNotFoundError, FormatError
+from spark_kafka_backup.format.record import Record, encode_record
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.rebuild import rebuild_partition_index, rebuild_segment_index
+from spark_kafka_backup.partition.writer import PartitionWriter
 from tests.backup_builders import write_original_style
 from tests.conftest import SHAPES_TOPIC
 from tests.recordgen import sample_record
@@ -65,7 +65,7 @@ def test_property_seek_returns_every_record_at_or_after(
 
 def test_missing_partition_index_says_how_to_rebuild(tmp_path: Path) -> None:
     (tmp_path / "t").mkdir()
-    with pytest.raises(BackupNotFoundError, match="kbackup index rebuild"):
+    with pytest.raises(BackupNotFoundError, match="spark-kafka-backup index rebuild"):
         PartitionReader(tmp_path / "t", 0)
 
 
@@ -145,7 +145,7 @@ def test_reader_refuses_offsets_going_back_across_segments(tmp_path: Path) -> No
 
 def test_reader_leaves_out_entries_being_written(tmp_path: Path) -> None:
     """A live backup: a partial index entry or partition index entry is not yet committed."""
-    from kbackup.format.segment_index import ENTRY
+    from spark_kafka_backup.format.segment_index import ENTRY
 
     with PartitionWriter(tmp_path / "t", "t", 0, fsync=False) as writer:
         for i in range(3):

@@ -6,8 +6,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kbackup.errors import InvalidRecordError
-from kbackup.format.record import Record, TimestampType, append_record, decode_record, decode_records, encode_record
+from spark_kafka_backup.errors import InvalidRecordError
+from spark_kafka_backup.format.record import (
+    Record,
+    TimestampType,
+    append_record,
+    decode_record,
+    decode_records,
+    encode_record,
+)
 from tests.strategies import records
 
 

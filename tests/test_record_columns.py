@@ -10,16 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kbackup.errors import FormatError, InvalidRecordError, TruncatedError
-from kbackup.format.record import Record, decode_records, encode_record
-from kbackup.format.record_columns import (
+from spark_kafka_backup.errors import FormatError, InvalidRecordError, TruncatedError
+from spark_kafka_backup.format.record import Record, decode_records, encode_record
+from spark_kafka_backup.format.record_columns import (
     binary_column,
     decode_columns,
     encode_columns,
     gather,
     index_entries,
 )
-from kbackup.format.segment_index import SegmentIndexEntry, decode_segment_index, encode_segment_index
+from spark_kafka_backup.format.segment_index import SegmentIndexEntry, decode_segment_index, encode_segment_index
 from tests.strategies import record_runs
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -188,7 +188,7 @@ def test_gather_takes_slices_back_to_back() -> None:
 
 def test_records_with_more_headers_than_the_array_rounds() -> None:
     """Past HEADER_ROUNDS header slots the decoder goes header by header: same result, same refusals."""
-    from kbackup.format.record_columns import HEADER_ROUNDS
+    from spark_kafka_backup.format.record_columns import HEADER_ROUNDS
 
     records = [
         Record(o, 0, o, b"k", b"v", tuple((f"h{i}", None if i % 3 == 1 else b"%d" % i) for i in range(o * 7)))

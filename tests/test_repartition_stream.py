@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kbackup.format.record import Record
-from kbackup.partition.reader import PartitionReader
-from kbackup.partition.writer import PartitionWriter
-from kbackup.restore.plan import _pinned
-from kbackup.restore.repartition import ROUND_ROBIN, Repartition, Source, count_routed, routed_records
-from kbackup.restore.selection import Window
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.writer import PartitionWriter
+from spark_kafka_backup.restore.plan import _pinned
+from spark_kafka_backup.restore.repartition import ROUND_ROBIN, Repartition, Source, count_routed, routed_records
+from spark_kafka_backup.restore.selection import Window
 
 
 def _write(root: Path, partition: int, offsets: range) -> None:

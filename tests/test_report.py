@@ -1,4 +1,4 @@
-"""``kbackup describe`` and ``kbackup report``; the report is checked in a real headless Chromium.
+"""``spark-kafka-backup describe`` and ``spark-kafka-backup report``; the report is checked in a real headless Chromium.
 
 The browser is Debian's chromium (``/usr/bin/chromium``, installed by
 ``.ci/run``; ``KBACKUP_TEST_CHROMIUM`` overrides the path) driven by
@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.catalog import checkpoints
-from kbackup.catalog.ledger import CatalogLedger
-from kbackup.catalog.store import read_catalog, write_catalog
-from kbackup.format.record import Record
-from kbackup.partition.offsets_file import write_consumer_offsets
-from kbackup.partition.writer import PartitionWriter
-from kbackup.report.summary import OffsetRange, summarize_backup
+from spark_kafka_backup.catalog import checkpoints
+from spark_kafka_backup.catalog.ledger import CatalogLedger
+from spark_kafka_backup.catalog.store import read_catalog, write_catalog
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.offsets_file import write_consumer_offsets
+from spark_kafka_backup.partition.writer import PartitionWriter
+from spark_kafka_backup.report.summary import OffsetRange, summarize_backup
 from tests.kafka_helpers import run_kbackup
 
 NOW = int(time.time() * 1000)
@@ -41,8 +41,8 @@ def write(root: Path, topic: str, partition: int, offsets: list[int], *, segment
 
 @pytest.fixture
 def backup(tmp_path: Path) -> Path:
-    """orders/0: 0..399 with a gap 200..259 and a lone missing offset 99, written as by a kbackup that did not
-    record where it began reading (``readFrom``): nothing vouches for them, so they are missing; orders/1: 120..299
+    """orders/0: 0..399 with a gap 200..259 and a lone missing offset 99, written as by a spark-kafka-backup that did
+    not record where it began reading (``readFrom``): nothing vouches for them, so they are missing; orders/1: 120..299
     (older ones gone to retention); orders/2: empty. Two groups, one checkpoint. (Offsets the source skipped are
     tests/test_transaction_offsets.py's.)"""
     root = tmp_path / "backup"

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.catalog.ledger import CatalogLedger
-from kbackup.format.record import Record
-from kbackup.partition.offsets_file import write_consumer_offsets
-from kbackup.partition.writer import PartitionWriter
-from kbackup.restore.selection import BelowCounter
-from kbackup.text import iso_time
+from spark_kafka_backup.catalog.ledger import CatalogLedger
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.offsets_file import write_consumer_offsets
+from spark_kafka_backup.partition.writer import PartitionWriter
+from spark_kafka_backup.restore.selection import BelowCounter
+from spark_kafka_backup.text import iso_time
 from tests.backup_builders import write_original_style
 from tests.broker import BrokerUnderTest, local_cluster
 from tests.conftest import REPO
@@ -203,8 +203,8 @@ def test_restore_of_an_original_tool_backup_and_offset_remapping(target: Target,
     assert [r["key"] for r in source] == [b64(r.key) for r in records]
     fields = ("partition", "key", "value", "headers")
     assert [tuple(r[f] for f in fields) for r in restored] == [tuple(r[f] for f in fields) for r in source]
-    # Records without a timestamp (-2) come back with Kafka's "no timestamp" (-1, read as None); the others keep
-    # theirs, and its type.
+    # Records without a timestamp (-2) come back with Kafka's "no timestamp" (-1, read as None); the others keep theirs,
+    # and its type.
     assert [r["timestamp"] is None for r in restored] == [s["timestamp"] is None for s in source]
     kept = [(r["timestampType"], r["timestamp"]) for r, s in zip(restored, source, strict=True) if s["timestamp"]]
     assert kept == [(s["timestampType"], s["timestamp"]) for s in source if s["timestamp"]]
@@ -348,7 +348,7 @@ def test_a_second_restore_of_the_same_target_fences_the_first(target: Target, tm
     first_output = first_log.read_text()
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert first.returncode == 1, first_output[-3000:]
-    assert "kbackup restore: error: another restore took over the target, this one stopped" in first_output
+    assert "spark-kafka-backup restore: error: another restore took over the target, this one stopped" in first_output
     assert "Traceback" not in first_output
     # The second went on from what the first had committed when it fenced it: more than its plan saw when the
     # first committed a transaction (every 5 s) in between, which the second then says.
@@ -417,7 +417,7 @@ def test_dry_run_prints_the_plan_and_touches_nothing(target: Target, tmp_path: P
     result = restore_python(*target.args(tmp_path), "--source-dir", small_backup, "--topic-map", f"sel={renamed}",
                             "--from-time", iso(BASE + 2000), "--dry-run")  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert [line for line in result.stdout.splitlines() if " kbackup INFO " not in line] == [
+    assert [line for line in result.stdout.splitlines() if " spark-kafka-backup INFO " not in line] == [
         "dry run: nothing was changed",
         "sel: the backup does not record which cluster it came from",
         f"create topic {renamed} with 1 partition",
@@ -532,7 +532,7 @@ def test_allow_non_empty_appends_once_across_a_rerun_and_force_offsets_moves_a_g
 
 def _strip_magic(topic_dir: Path) -> None:
     """Make a v1 topic directory look like one written before the magic byte existed (mid 2019)."""
-    from kbackup.format.segment_index import ENTRY, decode_segment_index
+    from spark_kafka_backup.format.segment_index import ENTRY, decode_segment_index
 
     for path in topic_dir.iterdir():
         data = path.read_bytes()
@@ -623,7 +623,8 @@ def test_topic_map_onto_another_restored_topic_is_refused(target: Target, tmp_pa
     result = restore_python(*target.args(tmp_path), "--source-dir", backup, "--topic-map", "small=dmg")
     assert result.returncode == 1
     assert result.stderr.strip() == (
-        "kbackup restore: error: --topic-map small=dmg would restore 2 topics (dmg, small) into one topic 'dmg', "
+        "spark-kafka-backup restore: error: --topic-map small=dmg would restore 2 topics (dmg, small) into one topic "
+        "'dmg', "
         "and 'dmg' itself is restored; map 'dmg' elsewhere too, or leave one out with --topics"
     )
     from confluent_kafka.admin import AdminClient
@@ -644,8 +645,8 @@ def test_missing_topic_and_bad_flags(target: Target, tmp_path: Path, small_backu
 
 
 def test_restore_refuses_a_damaged_segment_and_skips_it_on_request(target: Target, tmp_path: Path) -> None:
-    from kbackup.catalog.build import rebuild_catalog
-    from kbackup.catalog.store import read_catalog
+    from spark_kafka_backup.catalog.build import rebuild_catalog
+    from spark_kafka_backup.catalog.store import read_catalog
 
     backup = tmp_path / "backup"
     with PartitionWriter(backup / "crc", "crc", 0, max_segment_size=600, fsync=False) as writer:
@@ -774,7 +775,9 @@ def test_a_record_the_target_would_refuse_ends_in_one_line_before_anything_is_pr
     assert result.returncode == 1
     errors = [line for line in result.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1, result.stderr[-3000:]
-    assert errors[0].startswith(f"kbackup restore: error: topic {name!r}: the largest restored record takes "), errors
+    assert errors[0].startswith(
+        f"spark-kafka-backup restore: error: topic {name!r}: the largest restored record takes "
+    ), errors
     assert "(partition 0 offset 0), more than max.message.bytes=100000: the broker would reject it" in errors[0]
     assert "Traceback" not in result.stdout + result.stderr
     assert consume_all(target.broker, [name]) == []
@@ -800,7 +803,7 @@ def test_restore_refuses_a_partition_index_cut_short(target: Target, tmp_path: P
     refused = restore_python(*args)
     assert refused.returncode == 1, refused.stdout[-2000:]
     assert refused.stderr.startswith(
-        f"kbackup restore: error: the backup is damaged, nothing was produced: topic 'cut' partition 0: "
+        f"spark-kafka-backup restore: error: the backup is damaged, nothing was produced: topic 'cut' partition 0: "
         f"segment {hidden_name} (offsets {first_hidden}..199): its files hold"
     )
     assert len(refused.stderr.strip().splitlines()) == 1
@@ -826,7 +829,7 @@ def test_restore_refuses_a_partition_index_cut_short(target: Target, tmp_path: P
 def test_created_topics_get_the_backed_up_configuration(target: Target, tmp_path: Path) -> None:
     from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
 
-    from kbackup.catalog.topics import record_topic
+    from spark_kafka_backup.catalog.topics import record_topic
 
     backup = tmp_path / "backup"
     for partition in range(3):  # empty partitions: nothing to produce, no Spark needed
@@ -873,7 +876,7 @@ def test_created_topics_get_the_backed_up_configuration(target: Target, tmp_path
 
 
 def test_groups_as_of_a_time_come_from_the_offset_history(target: Target, tmp_path: Path, small_backup: Path) -> None:
-    from kbackup.catalog.offset_history import append_round
+    from spark_kafka_backup.catalog.offset_history import append_round
 
     append_round(small_backup, BASE + 1000, {"readers": {("sel", 0): 2}})
     append_round(small_backup, BASE + 5000, {"readers": {("sel", 0): 6}})
@@ -892,7 +895,7 @@ def test_groups_as_of_a_time_come_from_the_offset_history(target: Target, tmp_pa
 
 
 def test_restore_to_a_checkpoint(target: Target, tmp_path: Path, small_backup: Path) -> None:
-    from kbackup.catalog import checkpoints
+    from spark_kafka_backup.catalog import checkpoints
 
     checkpoints.record_completed(small_backup, {"readers": {("sel", 0): 3}}, {("sel", 0): 6}, BASE + 7000)
     pending = checkpoints.request(small_backup)
@@ -920,7 +923,7 @@ def test_checkpoint_taken_while_producing_and_committing_restores_consistently(
 
     from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-    from kbackup.catalog import checkpoints
+    from spark_kafka_backup.catalog import checkpoints
     from tests.kafka_helpers import start_backup
 
     topic = "cp-live"
@@ -1010,11 +1013,11 @@ def test_a_downgraded_encrypted_backup_is_refused_before_anything_is_produced(ta
     """A sealed segment replaced by a plain one of chosen records, the catalog deleted (issue 29)."""
     from confluent_kafka.admin import AdminClient
 
-    from kbackup.catalog.store import catalog_path
-    from kbackup.format.encryption import KeyRing
-    from kbackup.partition.reader import PartitionReader
-    from kbackup.partition.records_file import install_keys
-    from kbackup.storage import as_local
+    from spark_kafka_backup.catalog.store import catalog_path
+    from spark_kafka_backup.format.encryption import KeyRing
+    from spark_kafka_backup.partition.reader import PartitionReader
+    from spark_kafka_backup.partition.records_file import install_keys
+    from spark_kafka_backup.storage import as_local
 
     kek = bytes(range(32))
     backup = tmp_path / "backup"

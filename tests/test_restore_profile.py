@@ -7,15 +7,15 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kbackup.catalog.ledger import CatalogLedger
-from kbackup.catalog.store import read_catalog
-from kbackup.format.record import Record
-from kbackup.partition.reader import PartitionReader
-from kbackup.partition.writer import PartitionWriter
-from kbackup.restore.profile import RecordsProfile, kafka_size_bound, profile_partition
-from kbackup.restore.selection import Window, selected_records
-from kbackup.restore.target_limits import LONG_MAX, Choices, TopicLimits, broker_topic_defaults, judge
-from kbackup.text import iso_time as iso
+from spark_kafka_backup.catalog.ledger import CatalogLedger
+from spark_kafka_backup.catalog.store import read_catalog
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.writer import PartitionWriter
+from spark_kafka_backup.restore.profile import RecordsProfile, kafka_size_bound, profile_partition
+from spark_kafka_backup.restore.selection import Window, selected_records
+from spark_kafka_backup.restore.target_limits import LONG_MAX, Choices, TopicLimits, broker_topic_defaults, judge
+from spark_kafka_backup.text import iso_time as iso
 from tests.strategies import records
 
 DAY = 86_400_000
@@ -123,7 +123,7 @@ def test_a_cataloged_segment_of_no_timestamps_has_no_time_range(tmp_path: Path) 
 
 @given(stored=st.lists(records(offset=0), min_size=1, max_size=1))
 def test_the_size_bound_from_a_stored_length_holds(stored: list[Record]) -> None:
-    from kbackup.format.record import encode_record
+    from spark_kafka_backup.format.record import encode_record
 
     record = stored[0]
     assert kafka_size_bound(len(encode_record(record))) >= kafka_record_size(record)
@@ -233,7 +233,8 @@ def test_records_stamped_zero_are_refused_unless_restamping_is_accepted() -> Non
     refused = judge("tgt", "src", {}, profile, created=True, choices=Choices(), largest_partition_bytes=0, now_ms=NOW)
     assert refused.problems == [
         "7 record(s) of 'src' are stamped 0 (1970-01-01T00:00:00.000Z; partition:offset 0:1, 0:4, 1:2, 1:3, 2:9, "
-        "...): librdkafka, the producer under kbackup, sends a timestamp of 0 as 'now', so they would come back with "
+        "...): librdkafka, the producer under spark-kafka-backup, sends a timestamp of 0 as 'now', so they would come "
+        "back with "
         "the restore's time; --restamp-zero-timestamps accepts that"
     ]
     accepted = judge("tgt", "src", {}, profile, created=True, choices=Choices(restamp_zero_timestamps=True),
@@ -262,7 +263,7 @@ def test_iso_times_before_1970_and_out_of_range() -> None:
 
 def test_a_created_topic_does_not_take_a_broker_default_that_restamps_or_compacts() -> None:
     """The backup records only settings made on the source topic: the target broker's defaults fill the rest."""
-    from kbackup.restore.plan import TopicPlan, _override_broker_defaults
+    from spark_kafka_backup.restore.plan import TopicPlan, _override_broker_defaults
 
     topic = TopicPlan("src", "tgt", 1, None, 1, {})
     _override_broker_defaults(topic, {"message.timestamp.type": "LogAppendTime", "cleanup.policy": "compact"},

@@ -1,7 +1,7 @@
 """Restoring into another partition count (``--repartition``) on a real broker and real Spark.
 
 Every backed-up record's value names where it came from (``p<partition>o<offset>``), so the tests can check the
-placement rules of :mod:`kbackup.restore.repartition` record by record.
+placement rules of :mod:`spark_kafka_backup.restore.repartition` record by record.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from kbackup.format.record import Record
-from kbackup.partition.offsets_file import write_consumer_offsets
-from kbackup.partition.writer import PartitionWriter
-from kbackup.restore.repartition import key_partition, murmur2
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.offsets_file import write_consumer_offsets
+from spark_kafka_backup.partition.writer import PartitionWriter
+from spark_kafka_backup.restore.repartition import key_partition, murmur2
 from tests.conftest import REPO
 from tests.kafka_helpers import consume_all, create_topics, job_env
 from tests.restore_helpers import Target, committed_end, group_offsets, restore_command, restore_python, run_restore

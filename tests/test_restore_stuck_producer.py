@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from kbackup.format.record import Record
-from kbackup.partition.writer import PartitionWriter
-from kbackup.restore import task as task_module
-from kbackup.restore.selection import Window
-from kbackup.restore.task import PartitionTask, restore_partition
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.writer import PartitionWriter
+from spark_kafka_backup.restore import task as task_module
+from spark_kafka_backup.restore.selection import Window
+from spark_kafka_backup.restore.task import PartitionTask, restore_partition
 
 
 class FakeKafkaError(Exception):
@@ -212,7 +212,7 @@ def test_after_the_second_transaction_the_new_producer_goes_on_from_the_marker(
 
 
 def test_a_producer_stuck_every_time_ends_in_one_error_and_keeps_what_was_committed(log: Any, backup: Path) -> None:
-    from kbackup.errors import DeliveryError
+    from spark_kafka_backup.errors import DeliveryError
 
     log.hang_sends = task_module.PRODUCER_ATTEMPTS
     with pytest.raises(

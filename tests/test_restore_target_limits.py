@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.catalog.ledger import CatalogLedger
-from kbackup.catalog.topics import record_topic
-from kbackup.format.record import Record
-from kbackup.partition.writer import PartitionWriter
-from kbackup.restore.target_limits import LONG_MAX
+from spark_kafka_backup.catalog.ledger import CatalogLedger
+from spark_kafka_backup.catalog.topics import record_topic
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.writer import PartitionWriter
+from spark_kafka_backup.restore.target_limits import LONG_MAX
 from tests.kafka_helpers import consume_all, create_topics
 from tests.restore_helpers import Target, restore_python, run_restore
 from tests.test_restore_profile import kafka_record_size
@@ -166,9 +166,9 @@ def test_compaction_sizes_and_retention_bytes_of_the_target_are_checked_first(ta
 def test_a_record_the_broker_rejects_anyway_is_named_with_the_brokers_reason(target: Target, tmp_path: Path) -> None:
     """The plan checks limits; a topic changed after it still fails naming the record, not a batch neighbour's
     error (librdkafka gives every record of a rejected batch the batch's error)."""
-    from kbackup.errors import DeliveryError
-    from kbackup.restore.selection import Window
-    from kbackup.restore.task import PartitionTask, restore_partition
+    from spark_kafka_backup.errors import DeliveryError
+    from spark_kafka_backup.restore.selection import Window
+    from spark_kafka_backup.restore.task import PartitionTask, restore_partition
 
     now = int(time.time() * 1000)
     backup = tmp_path / "backup"

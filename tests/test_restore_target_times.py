@@ -7,11 +7,11 @@ import base64
 import time
 from pathlib import Path
 
-from kbackup.catalog.ledger import CatalogLedger
-from kbackup.catalog.topics import record_topic
-from kbackup.format.record import Record
-from kbackup.partition.writer import PartitionWriter
-from kbackup.restore.timestamp_type import creation_config
+from spark_kafka_backup.catalog.ledger import CatalogLedger
+from spark_kafka_backup.catalog.topics import record_topic
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.writer import PartitionWriter
+from spark_kafka_backup.restore.timestamp_type import creation_config
 from tests.kafka_helpers import consume_all, create_topics
 from tests.restore_helpers import Target, restore_python, run_restore
 
@@ -68,9 +68,9 @@ def test_year_old_records_get_a_created_topic_without_retention_and_an_existing_
     # A value given with --topic-config is the user's: checked, not changed.
     given = restore_python(*args, "--topic-config", f"retention.ms={30 * DAY}")
     assert given.returncode == 1
-    assert given.stderr.startswith(f"kbackup restore: error: topic {name!r}: the oldest restored record ("), (
-        given.stderr
-    )
+    assert given.stderr.startswith(
+        f"spark-kafka-backup restore: error: topic {name!r}: the oldest restored record ("
+    ), given.stderr
     assert f"is older than retention.ms={30 * DAY}" in given.stderr
     assert "give a larger --topic-config retention.ms" in given.stderr and "--accept-retention-loss" in given.stderr
     assert len(given.stderr.strip().splitlines()) == 1

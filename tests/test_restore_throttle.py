@@ -6,9 +6,9 @@ import argparse
 
 import pytest
 
-from kbackup.job_options import byte_count
-from kbackup.restore.settings import parse_restore_args
-from kbackup.restore.throttle import Pace, Throttle
+from spark_kafka_backup.job_options import byte_count
+from spark_kafka_backup.restore.settings import parse_restore_args
+from spark_kafka_backup.restore.throttle import Pace, Throttle
 
 
 class FakeClock:

@@ -19,18 +19,23 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kbackup.errors import FormatError, KbackupError, SchemaIdError, SchemaRegistryError, UsageError
-from kbackup.format.record import Record
-from kbackup.schema_registry.client import RegistryAddress, RegistryClient
-from kbackup.schema_registry.registry_copy import (
+from spark_kafka_backup.errors import FormatError, KbackupError, SchemaIdError, SchemaRegistryError, UsageError
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.schema_registry.client import RegistryAddress, RegistryClient
+from spark_kafka_backup.schema_registry.registry_copy import (
     RegistryCopy,
     Schema,
     SchemaReference,
     Subject,
     SubjectVersion,
 )
-from kbackup.schema_registry.registry_import import RegistryImportState, import_order, import_registry, target_subjects
-from kbackup.schema_registry.wire import IdRewrite, schema_id, with_schema_id
+from spark_kafka_backup.schema_registry.registry_import import (
+    RegistryImportState,
+    import_order,
+    import_registry,
+    target_subjects,
+)
+from spark_kafka_backup.schema_registry.wire import IdRewrite, schema_id, with_schema_id
 from tests.kafka_helpers import kbackup_in_process
 
 
@@ -98,7 +103,7 @@ def test_fields_that_are_not_rewritten_are_checked_and_a_dry_run_passes_ids_it_c
 
 
 def test_schema_ids_are_given_for_every_topic_or_one() -> None:
-    from kbackup.restore.settings import parse_restore_args
+    from spark_kafka_backup.restore.settings import parse_restore_args
 
     base = ["--bootstrap-server", "kafka:9092", "--source-dir", "/backups", "--schema-registry", "http://sr:8081"]
     settings = parse_restore_args([*base, "--schema-ids", "values", "--schema-ids", "raw=none"])
@@ -317,7 +322,7 @@ def _closed_port() -> int:
 
 
 def test_an_unreachable_registry_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("kbackup.schema_registry.client.time.sleep", lambda seconds: None)
+    monkeypatch.setattr("spark_kafka_backup.schema_registry.client.time.sleep", lambda seconds: None)
     port = _closed_port()
     with pytest.raises(SchemaRegistryError) as caught:
         RegistryClient(RegistryAddress.parse(f"http://user:pw@127.0.0.1:{port}")).get("/subjects")
@@ -342,7 +347,7 @@ def test_the_cli_lists_and_captures_with_one_line_errors(tmp_path: Path) -> None
     assert failed.stderr.count("\n") == 1 and "cannot reach the registry" in failed.stderr
     (tmp_path / "empty").mkdir()
     not_a_backup = kbackup_in_process("schemas", "list", tmp_path / "empty")
-    assert not_a_backup.returncode == 1 and "not a kbackup backup" in not_a_backup.stderr
+    assert not_a_backup.returncode == 1 and "not a spark-kafka-backup backup" in not_a_backup.stderr
     verified = kbackup_in_process("verify", root)
     assert verified.returncode == 0 and "schema registry copy: ok (1 subject, 2 versions, 2 schemas" in verified.stdout
     (root / "kbackup~state" / "schema-registry.json").write_bytes(b'{"version": 1}')
@@ -371,7 +376,7 @@ class ModelRegistry:
         self.fail_at: int | None = None
 
     def request(self, method: str, path: str, body: object = None, query: dict[str, str] | None = None) -> object:
-        from kbackup.schema_registry.client import RegistryRefusalError
+        from spark_kafka_backup.schema_registry.client import RegistryRefusalError
 
         self.requests += 1
         if self.fail_at is not None and self.requests >= self.fail_at:
@@ -496,10 +501,10 @@ def test_an_import_killed_at_any_request_is_finished_by_the_next_one(tmp_path: P
 def test_the_restore_refuses_a_backup_without_a_copy_and_unknown_topics_before_asking_the_registry(
     tmp_path: Path,
 ) -> None:
-    from kbackup.errors import BackupNotFoundError
-    from kbackup.partition.writer import PartitionWriter
-    from kbackup.restore.schemas import register_schemas
-    from kbackup.restore.settings import parse_restore_args
+    from spark_kafka_backup.errors import BackupNotFoundError
+    from spark_kafka_backup.partition.writer import PartitionWriter
+    from spark_kafka_backup.restore.schemas import register_schemas
+    from spark_kafka_backup.restore.settings import parse_restore_args
     from tests.recordgen import sample_record
 
     root = tmp_path / "backup"

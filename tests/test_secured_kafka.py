@@ -1,6 +1,6 @@
 """Backup and restore against a secured Apache Kafka: TLS, SASL_SSL with SCRAM-SHA-512 users, ACLs.
 
-One local node (:mod:`kbackup.devkit.kafka_security`) with a certificate made
+One local node (:mod:`spark_kafka_backup.devkit.kafka_security`) with a certificate made
 here, Kafka's StandardAuthorizer and no access where no ACL grants it. The
 jobs get the original tool's Java-style client settings (``sasl.jaas.config``,
 a JKS, PKCS12 or PEM trust store) through ``--command-config``, and the ACLs
@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.devkit.kafka_cluster import KafkaCluster
-from kbackup.devkit.kafka_security import BrokerSecurity
-from kbackup.devkit.oidc import TokenIssuer
-from kbackup.devkit.tls import CertificateSet, java_trust_store, make_certificates
+from spark_kafka_backup.devkit.kafka_cluster import KafkaCluster
+from spark_kafka_backup.devkit.kafka_security import BrokerSecurity
+from spark_kafka_backup.devkit.oidc import TokenIssuer
+from spark_kafka_backup.devkit.tls import CertificateSet, java_trust_store, make_certificates
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
 from tests.kafka_helpers import (
@@ -375,10 +375,10 @@ def test_metrics_show_the_lag_measured_independently_and_a_stalled_backup(secure
     """
     from confluent_kafka import Producer
 
-    from kbackup.devkit.kafka_cluster import free_port
-    from kbackup.partition.layout import partition_index_path
-    from kbackup.partition.writer import lock_partition_index
-    from kbackup.storage import as_local
+    from spark_kafka_backup.devkit.kafka_cluster import free_port
+    from spark_kafka_backup.partition.layout import partition_index_path
+    from spark_kafka_backup.partition.writer import lock_partition_index
+    from spark_kafka_backup.storage import as_local
 
     topic = "sec-metrics"
     grants = topic_to_back_up(secured, BACKUP_USER, topic)
@@ -467,12 +467,13 @@ def test_metrics_show_the_lag_measured_independently_and_a_stalled_backup(secure
     finally:
         kill_job(job)
         secured.acls(BACKUP_USER, grants, grant=False)
-    # Every line kbackup logged, on the driver and in Spark's driver-side workers (the sink's batch lines), is JSON.
+    # Every line spark-kafka-backup logged, on the driver and in Spark's driver-side workers (the sink's batch lines),
+    # is JSON.
     lines = log.read_text().splitlines()
-    assert not [line for line in lines if re.match(r"\d\d:\d\d:\d\d kbackup ", line)], "a text log line"
+    assert not [line for line in lines if re.match(r"\d\d:\d\d:\d\d spark-kafka-backup ", line)], "a text log line"
     entries = [json.loads(line) for line in lines if line.startswith('{"time"')]
-    assert any(e["logger"] == "kbackup.sink" and "records," in e["message"] for e in entries), lines[-20:]
-    assert any(e["logger"] == "kbackup.backup" and e["message"].startswith("backing up") for e in entries)
+    assert any(e["logger"] == "spark_kafka_backup.sink" and "records," in e["message"] for e in entries), lines[-20:]
+    assert any(e["logger"] == "spark_kafka_backup.backup" and e["message"].startswith("backing up") for e in entries)
 
 
 def topic_to_back_up(secured: Secured, user: str, topic: str) -> list[tuple[str, str, str, str]]:
@@ -499,7 +500,7 @@ def offsets_of(secured: Secured, topic: str) -> tuple[int, int]:
 
 def files_end(backup: Path, topic: str) -> int:
     """One past the last offset the backup's files hold for partition 0, read from the files."""
-    from kbackup.partition.reader import PartitionReader
+    from spark_kafka_backup.partition.reader import PartitionReader
 
     last = -1
     for batch in PartitionReader(backup / topic, 0).record_batches():

@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kbackup.errors import FormatError
-from kbackup.format.magic import MAGIC_V1
-from kbackup.format.record import Record, encode_record
-from kbackup.format.segment_index import SegmentIndexEntry, encode_segment_index
-from kbackup.partition.reader import PartitionReader
-from kbackup.partition.segment_batches import iter_segment_batches
-from kbackup.partition.segment_reader import iter_segment
-from kbackup.partition.writer import PartitionWriter
+from spark_kafka_backup.errors import FormatError
+from spark_kafka_backup.format.magic import MAGIC_V1
+from spark_kafka_backup.format.record import Record, encode_record
+from spark_kafka_backup.format.segment_index import SegmentIndexEntry, encode_segment_index
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.segment_batches import iter_segment_batches
+from spark_kafka_backup.partition.segment_reader import iter_segment
+from spark_kafka_backup.partition.writer import PartitionWriter
 from tests.strategies import record_runs
 
 

@@ -8,11 +8,11 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from kbackup.format.record import Record
-from kbackup.partition.reader import PartitionReader
-from kbackup.spark import v1_sink
-from kbackup.spark.kafka_reader import kafka_schema
-from kbackup.spark.v1_sink import SinkOptions, V1StreamWriter
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.spark import v1_sink
+from spark_kafka_backup.spark.kafka_reader import kafka_schema
+from spark_kafka_backup.spark.v1_sink import SinkOptions, V1StreamWriter
 
 SCHEMA = to_arrow_schema(kafka_schema(True), timezone="UTC")
 

@@ -1,4 +1,4 @@
-"""How kbackup's Kafka source turns consumed messages into Arrow batches (pure logic, stand-in messages)."""
+"""How spark-kafka-backup's Kafka source turns consumed messages into Arrow batches (pure logic, stand-in messages)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from confluent_kafka import KafkaError
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from kbackup.errors import ClusterError
-from kbackup.spark.kafka_reader import KafkaRange, _Columns, kafka_schema
+from spark_kafka_backup.errors import ClusterError
+from spark_kafka_backup.spark.kafka_reader import KafkaRange, _Columns, kafka_schema
 
 EOF_CODE = KafkaError._PARTITION_EOF
 
@@ -138,7 +138,7 @@ def range_of(topic: str, partition: int, size: int) -> KafkaRange:
 
 
 def test_large_partitions_are_tasks_of_their_own_small_ones_are_packed() -> None:
-    from kbackup.spark.kafka_reader import PACK_RANGES, PACK_RECORDS, pack_ranges
+    from spark_kafka_backup.spark.kafka_reader import PACK_RANGES, PACK_RECORDS, pack_ranges
 
     big = [range_of("big", p, PACK_RECORDS + p) for p in range(3)]
     small = [range_of(f"t{t:03d}", p, 1 + (t * p) % 7) for t in range(150) for p in range(10)]
@@ -164,7 +164,7 @@ def test_large_partitions_are_tasks_of_their_own_small_ones_are_packed() -> None
 
 
 def test_packed_tasks_keep_their_limits() -> None:
-    from kbackup.spark.kafka_reader import PACK_RANGES, PACK_RECORDS, pack_ranges
+    from spark_kafka_backup.spark.kafka_reader import PACK_RANGES, PACK_RECORDS, pack_ranges
 
     shapes = [
         [PACK_RECORDS - 1] + [1] * 999,  # one nearly large range and many tiny ones
@@ -181,7 +181,7 @@ def test_packed_tasks_keep_their_limits() -> None:
 
 
 def test_offsets_deleted_past_the_range_are_not_the_ranges_gap() -> None:
-    from kbackup.spark.kafka_reader import _AUTO_OFFSET_RESET, _OffsetResetError
+    from spark_kafka_backup.spark.kafka_reader import _AUTO_OFFSET_RESET, _OffsetResetError
 
     # The consumer prefetched past the range's end, then the broker's log start moved past the fetch position.
     cols = columns()

@@ -6,15 +6,23 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.catalog.ledger import CatalogLedger
-from kbackup.catalog.source_gaps import INFERRED, SourceGap, describe_gaps, gap_path, merge, read_gaps, record_gap
-from kbackup.catalog.store import read_catalog
-from kbackup.errors import KbackupError
-from kbackup.format.record import Record
-from kbackup.partition.reader import PartitionReader
-from kbackup.partition.writer import PartitionWriter
-from kbackup.report.html import render_report
-from kbackup.report.summary import missing_offsets, summarize_backup, summarize_partition
+from spark_kafka_backup.catalog.ledger import CatalogLedger
+from spark_kafka_backup.catalog.source_gaps import (
+    INFERRED,
+    SourceGap,
+    describe_gaps,
+    gap_path,
+    merge,
+    read_gaps,
+    record_gap,
+)
+from spark_kafka_backup.catalog.store import read_catalog
+from spark_kafka_backup.errors import KbackupError
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.writer import PartitionWriter
+from spark_kafka_backup.report.html import render_report
+from spark_kafka_backup.report.summary import missing_offsets, summarize_backup, summarize_partition
 
 
 def test_a_range_recorded_again_keeps_the_wider_and_overlapping_ones_merge(tmp_path: Path) -> None:
@@ -83,7 +91,7 @@ def test_numbers_out_of_range_are_one_error_too(tmp_path: Path) -> None:
 
 
 def test_verify_calls_a_gap_record_over_held_records_wrong(tmp_path: Path) -> None:
-    from kbackup.catalog.verify import verify_partition
+    from spark_kafka_backup.catalog.verify import verify_partition
 
     with PartitionWriter(tmp_path / "t", "t", 0, fsync=False, ledger=CatalogLedger(tmp_path)) as writer:
         for offset in [*range(0, 10), *range(20, 30)]:
@@ -100,8 +108,8 @@ def test_the_job_reports_what_was_recorded_since_it_started_by_content_not_by_cl
 ) -> None:
     import time
 
-    from kbackup.backup.source_loss import SourceLossReport
-    from kbackup.kafka.topics import TopicSelection
+    from spark_kafka_backup.backup.source_loss import SourceLossReport
+    from spark_kafka_backup.kafka.topics import TopicSelection
 
     with PartitionWriter(tmp_path / "t", "t", 0, fsync=False) as writer:
         writer.ensure_segment(0)

@@ -12,12 +12,12 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import OffsetSpec
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from kbackup.errors import ClusterError
-from kbackup.kafka import cluster as kafka_cluster
-from kbackup.kafka.admin_session import AdminSession
-from kbackup.kafka.cluster import partition_counts
-from kbackup.spark import kafka_source
-from kbackup.spark.kafka_source import KafkaStreamReader, SourceOptions, decode_offsets, encode_offsets
+from spark_kafka_backup.errors import ClusterError
+from spark_kafka_backup.kafka import cluster as kafka_cluster
+from spark_kafka_backup.kafka.admin_session import AdminSession
+from spark_kafka_backup.kafka.cluster import partition_counts
+from spark_kafka_backup.spark import kafka_source
+from spark_kafka_backup.spark.kafka_source import KafkaStreamReader, SourceOptions, decode_offsets, encode_offsets
 
 KEY = ("orders", 0)
 
@@ -49,7 +49,9 @@ def test_continuous_plans_nothing_while_the_cluster_is_down_then_resumes(
     answers = Answers(failures=3, end=50)
     source = reader(monkeypatch, answers)
     start = encode_offsets({KEY: 10})
-    logger = logging.getLogger("kbackup.source")  # "kbackup" does not propagate: listen where it logs
+    logger = logging.getLogger(
+        "spark_kafka_backup.source"
+    )  # "spark-kafka-backup" does not propagate: listen where it logs
     logger.addHandler(caplog.handler)
     try:
         for _ in range(3):

@@ -1,4 +1,5 @@
-"""kbackup's Kafka source reading packed tasks from a real broker: every record of every range, once, in order."""
+"""spark-kafka-backup's Kafka source reading packed tasks from a real broker: every record of every range, once, in
+order."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from kbackup.catalog.source_gaps import read_gaps
-from kbackup.errors import KbackupError
-from kbackup.spark.kafka_reader import KafkaRange, KafkaTask, pack_ranges, read_task
+from spark_kafka_backup.catalog.source_gaps import read_gaps
+from spark_kafka_backup.errors import KbackupError
+from spark_kafka_backup.spark.kafka_reader import KafkaRange, KafkaTask, pack_ranges, read_task
 from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import create_topics
 
@@ -140,7 +141,7 @@ def test_records_of_a_topic_created_again_after_planning_are_not_handed_on(kafka
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient
 
-    from kbackup.kafka.cluster import topic_ids
+    from spark_kafka_backup.kafka.cluster import topic_ids
 
     topic, other = f"again-{uuid.uuid4().hex[:8]}", f"steady-{uuid.uuid4().hex[:8]}"
     create_topics(kafka, {topic: 1, other: 1})
@@ -175,8 +176,8 @@ def test_records_of_a_topic_deleted_while_read_are_recorded_as_lost_at_the_sourc
     cannot be timed from outside): what it fetched is dropped, the source no longer has it, and the range is named."""
     from confluent_kafka import Producer
 
-    from kbackup.kafka import cluster
-    from kbackup.kafka.cluster import topic_ids
+    from spark_kafka_backup.kafka import cluster
+    from spark_kafka_backup.kafka.cluster import topic_ids
 
     topic = f"vanishing-{uuid.uuid4().hex[:8]}"
     create_topics(kafka, {topic: 1})

@@ -7,7 +7,7 @@ import sys
 
 SCRIPT = """
 import time
-from kbackup.spark.stack_dumps import stacks_if_slow
+from spark_kafka_backup.spark.stack_dumps import stacks_if_slow
 def waiting_for_the_broker():
     time.sleep({seconds})
 with stacks_if_slow():

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.catalog.topics import TopicRecord, read_topic_record, record_topic
-from kbackup.errors import FormatError
+from spark_kafka_backup.catalog.topics import TopicRecord, read_topic_record, record_topic
+from spark_kafka_backup.errors import FormatError
 
 
 def test_the_partition_count_history_grows_only_when_the_count_changes(
@@ -44,7 +44,7 @@ def test_numbers_out_of_range_are_a_format_error() -> None:
 
 
 def test_a_regex_selection_without_some_topics_keeps_its_inline_flags() -> None:
-    from kbackup.kafka.topics import TopicSelection
+    from spark_kafka_backup.kafka.topics import TopicSelection
 
     left = TopicSelection(pattern="(?i)orders.*").without(["orders2"])
     assert left is not None and left.matches("ORDERS-1") and not left.matches("orders2")

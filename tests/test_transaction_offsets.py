@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.catalog.ledger import CatalogLedger
-from kbackup.catalog.model import PartitionCatalog
-from kbackup.catalog.store import read_catalog, write_catalog
-from kbackup.catalog.topics import record_topic
-from kbackup.errors import FormatError
-from kbackup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
-from kbackup.format.partition_index import encode_partition_index
-from kbackup.format.record import Record
-from kbackup.partition.reader import PartitionReader
-from kbackup.partition.writer import PartitionWriter
-from kbackup.report.html import render_report
-from kbackup.report.summary import summarize_backup, summarize_partition
+from spark_kafka_backup.catalog.ledger import CatalogLedger
+from spark_kafka_backup.catalog.model import PartitionCatalog
+from spark_kafka_backup.catalog.store import read_catalog, write_catalog
+from spark_kafka_backup.catalog.topics import record_topic
+from spark_kafka_backup.errors import FormatError
+from spark_kafka_backup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
+from spark_kafka_backup.format.partition_index import encode_partition_index
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.writer import PartitionWriter
+from spark_kafka_backup.report.html import render_report
+from spark_kafka_backup.report.summary import summarize_backup, summarize_partition
 from tests.conftest import REPO
 from tests.kafka_helpers import run_kbackup
 
@@ -78,8 +78,8 @@ def test_on_a_compacted_topic_the_word_says_compaction_too(tmp_path: Path) -> No
 
 
 def test_a_catalog_that_does_not_know_where_reading_began_calls_them_missing(tmp_path: Path) -> None:
-    """A backup written before kbackup recorded ``readFrom`` (or a catalog rebuilt from the files): nothing vouches
-    that the offsets were read, so they stay missing."""
+    """A backup written before spark-kafka-backup recorded ``readFrom`` (or a catalog rebuilt from the files): nothing
+    vouches that the offsets were read, so they stay missing."""
     _write(tmp_path, "old", PAYMENTS)
     written = read_catalog(tmp_path, "old", 0)
     assert written is not None
@@ -138,7 +138,8 @@ def _records(offsets: list[int] | range) -> list[Record]:
 
 
 def _lose(root: Path, topic: str, name: str) -> None:
-    """A segment gone from disk, and the partition index rebuilt without it (as ``kbackup index rebuild`` does)."""
+    """A segment gone from disk, and the partition index rebuilt without it (as ``spark-kafka-backup index rebuild``
+    does)."""
     for suffix in (RECORDS_SUFFIX, INDEX_SUFFIX):
         (root / topic / (name + suffix)).unlink()
     run_kbackup("index", "rebuild", root / topic, check=True)
@@ -155,7 +156,7 @@ def test_a_lost_newest_segment_is_named_by_verify_and_refused_by_the_next_writer
 
 
 def test_a_lost_segment_stays_missing_after_the_object_writer_publishes_again(tmp_path: Path) -> None:
-    from kbackup.partition.object_writer import ObjectPartitionWriter
+    from spark_kafka_backup.partition.object_writer import ObjectPartitionWriter
 
     def publish(offsets: range) -> None:
         # The object store's writer, on a local directory: what it publishes is the same code on a bucket.
@@ -202,9 +203,9 @@ def test_a_first_run_killed_before_it_closed_has_recorded_where_it_began(tmp_pat
     child = (
         "import os, sys\n"
         "from pathlib import Path\n"
-        "from kbackup.catalog.ledger import CatalogLedger\n"
-        "from kbackup.format.record import Record\n"
-        "from kbackup.partition.writer import PartitionWriter\n"
+        "from spark_kafka_backup.catalog.ledger import CatalogLedger\n"
+        "from spark_kafka_backup.format.record import Record\n"
+        "from spark_kafka_backup.partition.writer import PartitionWriter\n"
         f"root = Path({str(tmp_path)!r})\n"
         "w = PartitionWriter(root / 't', 't', 0, fsync=False, ledger=CatalogLedger(root), max_segment_size=600)\n"
         "for o in [*range(0, 40), *range(52, 60)]:\n"

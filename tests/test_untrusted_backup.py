@@ -16,20 +16,20 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.catalog import checkpoints
-from kbackup.catalog.ledger import CatalogLedger
-from kbackup.catalog.prune import intent_path
-from kbackup.catalog.store import catalog_path
-from kbackup.errors import FormatError
-from kbackup.format.json_document import nesting_depth, parse_document
-from kbackup.format.naming import check_segment_name, check_topic_name, is_topic_name
-from kbackup.format.record import Record
-from kbackup.partition.merge_intent import intent_path as merge_intent_path
-from kbackup.partition.object_writer import ObjectPartitionWriter
-from kbackup.partition.offsets_file import write_consumer_offsets
-from kbackup.partition.reader import PartitionReader
-from kbackup.partition.writer import PartitionWriter
-from kbackup.storage import ObjectPath, as_local, storage_for
+from spark_kafka_backup.catalog import checkpoints
+from spark_kafka_backup.catalog.ledger import CatalogLedger
+from spark_kafka_backup.catalog.prune import intent_path
+from spark_kafka_backup.catalog.store import catalog_path
+from spark_kafka_backup.errors import FormatError
+from spark_kafka_backup.format.json_document import nesting_depth, parse_document
+from spark_kafka_backup.format.naming import check_segment_name, check_topic_name, is_topic_name
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.merge_intent import intent_path as merge_intent_path
+from spark_kafka_backup.partition.object_writer import ObjectPartitionWriter
+from spark_kafka_backup.partition.offsets_file import write_consumer_offsets
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.writer import PartitionWriter
+from spark_kafka_backup.storage import ObjectPath, as_local, storage_for
 from tests.backup_builders import write_original_style
 from tests.kafka_helpers import kbackup_in_process
 from tests.s3_server import S3Server
@@ -342,22 +342,26 @@ def test_a_directory_name_with_escapes_is_shown_escaped(tmp_path: Path) -> None:
 def test_log_lines_and_error_lines_show_names_escaped(capsys: pytest.CaptureFixture[str]) -> None:
     import logging
 
-    from kbackup.logsetup import JsonLines, TextLines, print_error
+    from spark_kafka_backup.logsetup import JsonLines, TextLines, print_error
 
-    record = logging.LogRecord("kbackup", logging.INFO, "f", 1, "group %s placed", (HOSTILE_GROUPS[1],), None)
-    assert TextLines().format(record).endswith(" kbackup INFO group evil\\x0at\\x090\\x09forged\\x0999 placed")
-    record = logging.LogRecord("kbackup", logging.INFO, "f", 1, "group %s", ("a\u202eb\x9bc",), None)
+    record = logging.LogRecord(
+        "spark_kafka_backup", logging.INFO, "f", 1, "group %s placed", (HOSTILE_GROUPS[1],), None
+    )
+    assert (
+        TextLines().format(record).endswith(" spark-kafka-backup INFO group evil\\x0at\\x090\\x09forged\\x0999 placed")
+    )
+    record = logging.LogRecord("spark_kafka_backup", logging.INFO, "f", 1, "group %s", ("a\u202eb\x9bc",), None)
     line = JsonLines().format(record)
     assert json.loads(line)["message"] == "group a\u202eb\x9bc" and "\u202e" not in line and "\x9b" not in line
-    print_error("kbackup backup: error: group \x1b[2J\nrefused")
-    assert capsys.readouterr().err == "kbackup backup: error: group \\x1b[2J\\x0arefused\n"
+    print_error("spark-kafka-backup backup: error: group \x1b[2J\nrefused")
+    assert capsys.readouterr().err == "spark-kafka-backup backup: error: group \\x1b[2J\\x0arefused\n"
 
 
 # -- topic configurations from a backup ------------------------------------------------------------------------
 
 
 def test_only_configurations_of_the_data_are_copied_by_default() -> None:
-    from kbackup.restore.topic_configs import choose_configs
+    from spark_kafka_backup.restore.topic_configs import choose_configs
 
     recorded = {"retention.ms": "-1", "cleanup.policy": "compact", "unclean.leader.election.enable": "true",
                 "min.insync.replicas": "1", "leader.replication.throttled.replicas": "*", "made.up": "x",
@@ -382,8 +386,8 @@ KEK = bytes(range(32))
 @pytest.fixture
 def sealed_backup(tmp_path: Path) -> Iterator[Path]:
     """Topic ``t`` partition 0 written with a key: ~6 sealed segments and the newest being written (plain)."""
-    from kbackup.format.encryption import KeyRing
-    from kbackup.partition.records_file import install_keys
+    from spark_kafka_backup.format.encryption import KeyRing
+    from spark_kafka_backup.partition.records_file import install_keys
 
     root = tmp_path / "backup"
     with PartitionWriter(root / "t", "t", 0, max_segment_size=400, fsync=False, ledger=CatalogLedger(root),
@@ -425,9 +429,9 @@ def test_a_sealed_segment_replaced_by_a_plain_one_is_refused_by_every_reader(
     if catalog == "deleted":
         path.unlink()
     else:  # checksums made to match, the key id dropped: what a careful forger does
-        from kbackup.catalog.build import build_partition_catalog
-        from kbackup.format.encryption import KeyRing
-        from kbackup.partition.records_file import install_keys
+        from spark_kafka_backup.catalog.build import build_partition_catalog
+        from spark_kafka_backup.format.encryption import KeyRing
+        from spark_kafka_backup.partition.records_file import install_keys
 
         install_keys(KeyRing.of([KEK]))
         path.write_bytes(build_partition_catalog(root / "t", 0).encode())
@@ -444,8 +448,8 @@ def test_a_sealed_segment_replaced_by_a_plain_one_is_refused_by_every_reader(
 
 
 def test_a_deleted_seal_record_or_a_cut_partition_index_is_refused(sealed_backup: Path, tmp_path: Path) -> None:
-    from kbackup.catalog.seals import seal_record_path
-    from kbackup.format.partition_index import encode_partition_index
+    from spark_kafka_backup.catalog.seals import seal_record_path
+    from spark_kafka_backup.format.partition_index import encode_partition_index
 
     root = sealed_backup
     record = Path(str(seal_record_path(root, "t", 0)))
@@ -470,8 +474,8 @@ def test_a_deleted_seal_record_or_a_cut_partition_index_is_refused(sealed_backup
 
 
 def test_encryption_turned_on_vouches_for_the_plain_segments_before_it(tmp_path: Path) -> None:
-    from kbackup.format.encryption import KeyRing
-    from kbackup.partition.records_file import install_keys
+    from spark_kafka_backup.format.encryption import KeyRing
+    from spark_kafka_backup.partition.records_file import install_keys
 
     root = tmp_path / "backup"
     (tmp_path / "kek.hex").write_text(KEK.hex())
@@ -497,8 +501,8 @@ def test_encryption_turned_on_vouches_for_the_plain_segments_before_it(tmp_path:
 def test_the_newest_sealed_segment_cannot_be_dropped_for_a_forged_one_being_written(
     sealed_backup: Path, tmp_path: Path
 ) -> None:
-    from kbackup.catalog.seals import seal_record_path
-    from kbackup.format.partition_index import PartitionIndexEntry, encode_partition_index
+    from spark_kafka_backup.catalog.seals import seal_record_path
+    from spark_kafka_backup.format.partition_index import PartitionIndexEntry, encode_partition_index
 
     root = sealed_backup
     record = json.loads(Path(str(seal_record_path(root, "t", 0))).read_text())
@@ -600,7 +604,7 @@ def test_a_catalog_entry_of_the_wrong_type_is_one_line(
 
 
 def test_a_backup_inside_a_confined_directory_is_held_to_its_own_root(tmp_path: Path) -> None:
-    from kbackup.storage.local import check_inside, confine
+    from spark_kafka_backup.storage.local import check_inside, confine
 
     outer, root = tmp_path / "outer", tmp_path / "outer" / "backup"
     (outer / "elsewhere").mkdir(parents=True)
@@ -615,9 +619,9 @@ def test_a_backup_inside_a_confined_directory_is_held_to_its_own_root(tmp_path: 
 def test_the_next_backup_run_does_not_vouch_for_a_forgery_whose_record_was_deleted(
     sealed_backup: Path, tmp_path: Path
 ) -> None:
-    from kbackup.catalog.seals import seal_record_path
-    from kbackup.format.encryption import KeyRing
-    from kbackup.partition.records_file import install_keys
+    from spark_kafka_backup.catalog.seals import seal_record_path
+    from spark_kafka_backup.format.encryption import KeyRing
+    from spark_kafka_backup.partition.records_file import install_keys
 
     root = sealed_backup
     name = forge_plain(root, 1)
@@ -638,15 +642,15 @@ def test_the_next_backup_run_does_not_vouch_for_a_forgery_whose_record_was_delet
 
 
 def test_a_writer_without_the_key_is_refused_on_a_sealed_partition(sealed_backup: Path) -> None:
-    from kbackup.errors import UsageError
+    from spark_kafka_backup.errors import UsageError
 
     with pytest.raises(UsageError, match=r"t/0 is written with a key \(key id [0-9a-f]{32}, seal record .*give the"):
         PartitionWriter(sealed_backup / "t", "t", 0, fsync=False, ledger=CatalogLedger(sealed_backup))
 
 
 def test_a_partition_that_turned_encryption_on_still_prunes_and_reads_a_window_with_its_keys(tmp_path: Path) -> None:
-    from kbackup.format.encryption import KeyRing
-    from kbackup.partition.records_file import install_keys
+    from spark_kafka_backup.format.encryption import KeyRing
+    from spark_kafka_backup.partition.records_file import install_keys
 
     root = tmp_path / "backup"
     other = bytes(range(1, 33))
@@ -677,10 +681,10 @@ def test_a_partition_that_turned_encryption_on_still_prunes_and_reads_a_window_w
 
 
 def test_a_sealed_segments_index_cannot_hide_or_invent_records(sealed_backup: Path, tmp_path: Path) -> None:
-    from kbackup.format.encryption import KeyRing
-    from kbackup.format.segment_index import SegmentIndexEntry, encode_segment_index
-    from kbackup.partition.records_file import install_keys
-    from kbackup.partition.segment_reader import SegmentIndexFile
+    from spark_kafka_backup.format.encryption import KeyRing
+    from spark_kafka_backup.format.segment_index import SegmentIndexEntry, encode_segment_index
+    from spark_kafka_backup.partition.records_file import install_keys
+    from spark_kafka_backup.partition.segment_reader import SegmentIndexFile
 
     root = sealed_backup
     reader = PartitionReader(root / "t", 0)

@@ -7,11 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from kbackup.format.partition_index import PartitionIndexEntry, decode_partition_index, encode_partition_index
-from kbackup.format.record import Record, TimestampType, decode_record, encode_record
-from kbackup.format.segment_index import SegmentIndexEntry, decode_segment_index, encode_segment_index
-from kbackup.partition.reader import PartitionReader
-from kbackup.partition.segment_reader import iter_segment
+from spark_kafka_backup.format.partition_index import (
+    PartitionIndexEntry,
+    decode_partition_index,
+    encode_partition_index,
+)
+from spark_kafka_backup.format.record import Record, TimestampType, decode_record, encode_record
+from spark_kafka_backup.format.segment_index import SegmentIndexEntry, decode_segment_index, encode_segment_index
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.segment_reader import iter_segment
 from tests.conftest import INDEX_VECTORS, SHAPES_TOPIC, UPSTREAM_MISSING, upstream_golden_dir
 
 if upstream_golden_dir() is None:
@@ -106,7 +110,7 @@ def test_segment_reencodes_byte_identical(upstream: Path) -> None:
 
 
 def test_kbackup_writer_reproduces_the_segment_files(upstream: Path, tmp_path: Path) -> None:
-    from kbackup.partition.writer import PartitionWriter
+    from spark_kafka_backup.partition.writer import PartitionWriter
 
     topic_dir = tmp_path / "t"
     with PartitionWriter(topic_dir, "t", 0, fsync=False) as writer:
@@ -154,8 +158,8 @@ def test_partition_reader_over_upstream_segment(upstream: Path, tmp_path: Path) 
 
 
 def test_the_projects_own_vectors_of_the_same_shapes_are_the_originals_bytes(upstream: Path) -> None:
-    """The vectors every other test reads (formats/vectors, written by kbackup's encoders) hold byte for byte what
-    the original's files hold: the tests that use them test the original's format."""
+    """The vectors every other test reads (formats/vectors, written by spark-kafka-backup's encoders) hold byte for byte
+    what the original's files hold: the tests that use them test the original's format."""
     for suffix in ("records", "index"):
         name = f"{SEGMENT_PREFIX}_{suffix}"
         assert (SHAPES_TOPIC / name).read_bytes() == (upstream / "segments" / name).read_bytes()

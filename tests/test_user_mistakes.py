@@ -33,9 +33,9 @@ def job(name: str, *args: str | Path, prefix: tuple[str, ...] = ()) -> subproces
 
 
 def the_error(result: subprocess.CompletedProcess[str], name: str) -> str:
-    errors = [line for line in result.stderr.splitlines() if f"kbackup {name}: error:" in line]
+    errors = [line for line in result.stderr.splitlines() if f"spark-kafka-backup {name}: error:" in line]
     assert len(errors) == 1, result.stderr
-    return errors[0].split(f"kbackup {name}: error: ", 1)[1]
+    return errors[0].split(f"spark-kafka-backup {name}: error: ", 1)[1]
 
 
 def backup(target: Path | str, *more: str | Path) -> subprocess.CompletedProcess[str]:
@@ -98,7 +98,11 @@ def test_a_restore_state_directory_that_is_a_file(tmp_path: Path) -> None:
             1,
             'security.protocol: Invalid value "BOGUS" for configuration property "security.protocol"',
         ),
-        ("client.id=kbackup\n\nthis is a line of text garbage\n", 3, 'this: No such configuration property: "this"'),
+        (
+            "client.id=spark-kafka-backup\n\nthis is a line of text garbage\n",
+            3,
+            'this: No such configuration property: "this"',
+        ),
     ],
 )
 @pytest.mark.parametrize("name", ["backup", "restore"])

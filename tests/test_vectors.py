@@ -1,4 +1,4 @@
-"""kbackup's golden vectors in formats/vectors decode to their manifest and re-encode byte for byte."""
+"""spark-kafka-backup's golden vectors in formats/vectors decode to their manifest and re-encode byte for byte."""
 
 from __future__ import annotations
 
@@ -10,13 +10,17 @@ from typing import Any
 
 import pytest
 
-from kbackup.format.consumer_offsets import decode_consumer_offsets, encode_consumer_offsets
-from kbackup.format.partition_index import PartitionIndexEntry, decode_partition_index, encode_partition_index
-from kbackup.format.record import Record, decode_record, encode_record
-from kbackup.format.segment_index import SegmentIndexEntry, decode_segment_index, encode_segment_index
-from kbackup.partition.offsets_file import read_consumer_offsets
-from kbackup.partition.reader import PartitionReader
-from kbackup.partition.rebuild import rebuild_partition_index, rebuild_segment_index
+from spark_kafka_backup.format.consumer_offsets import decode_consumer_offsets, encode_consumer_offsets
+from spark_kafka_backup.format.partition_index import (
+    PartitionIndexEntry,
+    decode_partition_index,
+    encode_partition_index,
+)
+from spark_kafka_backup.format.record import Record, decode_record, encode_record
+from spark_kafka_backup.format.segment_index import SegmentIndexEntry, decode_segment_index, encode_segment_index
+from spark_kafka_backup.partition.offsets_file import read_consumer_offsets
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.rebuild import rebuild_partition_index, rebuild_segment_index
 from tests.conftest import REPO
 
 VECTORS = REPO / "formats" / "vectors"

@@ -3,7 +3,7 @@
 The wheel is built from the checkout and installed (without dependencies) into a fresh
 virtual environment whose only other path is the test environment's site-packages, for
 the dependencies (PySpark, confluent-kafka, ...). A ``.pth`` path is not a site directory,
-so the checkout's editable install there is not seen: every ``kbackup`` module comes from
+so the checkout's editable install there is not seen: every ``spark-kafka-backup`` module comes from
 the wheel. Commands run from a directory outside the checkout.
 """
 
@@ -15,13 +15,14 @@ import site
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from kbackup.format.record import Record
-from kbackup.partition.writer import PartitionWriter
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.writer import PartitionWriter
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -31,15 +32,32 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv holding only the wheel; returns its ``bin`` directory."""
     work = tmp_path_factory.mktemp("wheel")
     dist = work / "dist"
+    # As a release is built: the sdist first, then the wheel from the sdist (so the sdist must hold what it needs).
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(dist), str(REPO)],
-        capture_output=True, text=True, timeout=600,
+        [sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(dist), str(REPO)],
+        capture_output=True, text=True, timeout=900,
     )  # fmt: skip
-    assert built.returncode == 0, built.stderr[-3000:]
-    (wheel,) = dist.glob("kbackup-*.whl")
+    assert built.returncode == 0, (built.stdout + built.stderr)[-3000:]
+    (sdist,) = dist.glob("spark_kafka_backup-*.tar.gz")  # the distribution's name, normalized
+    (wheel,) = dist.glob("spark_kafka_backup-*-py3-none-any.whl")
+    with tarfile.open(sdist) as archive:
+        top = sdist.name.removesuffix(".tar.gz")
+        members = {member.name.removeprefix(f"{top}/") for member in archive.getmembers()}
+    assert {
+        "pyproject.toml",
+        "README.md",
+        "spark_kafka_backup/cli.py",
+        "spark_kafka_backup/jobs/log4j2.properties",
+    } <= members
     names = zipfile.ZipFile(wheel).namelist()
-    assert "kbackup/jobs/backup.py" in names and "kbackup/jobs/restore.py" in names
-    assert "kbackup/jobs/log4j2.properties" in names  # Spark's logging until a job sets its level (spark_submit)
+    metadata = zipfile.ZipFile(wheel).read(f"{top}.dist-info/METADATA").decode()
+    assert "Name: spark-kafka-backup" in metadata.splitlines(), metadata[:500]
+    entry_points = zipfile.ZipFile(wheel).read(f"{top}.dist-info/entry_points.txt").decode()
+    assert "spark-kafka-backup = spark_kafka_backup.cli:main" in entry_points, entry_points
+    assert "spark_kafka_backup/jobs/backup.py" in names and "spark_kafka_backup/jobs/restore.py" in names
+    assert (
+        "spark_kafka_backup/jobs/log4j2.properties" in names
+    )  # Spark's logging until a job sets its level (spark_submit)
     assert not [name for name in names if name.startswith(("tests/", "benchmarks/", "jobs/"))]
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
@@ -68,24 +86,32 @@ def _run(bin_dir: Path, cwd: Path, *command: str) -> subprocess.CompletedProcess
 
 
 def test_the_installed_package_comes_from_the_wheel(installed: Path, tmp_path: Path) -> None:
-    found = _run(installed, tmp_path, "python", "-c", "import kbackup, kbackup.cli; print(kbackup.__file__)")
+    found = _run(
+        installed,
+        tmp_path,
+        "python",
+        "-c",
+        "import spark_kafka_backup, spark_kafka_backup.cli; print(spark_kafka_backup.__file__)",
+    )
     assert found.returncode == 0, found.stderr
     assert Path(found.stdout.strip()).is_relative_to(installed.parent), found.stdout
     assert not Path(found.stdout.strip()).is_relative_to(REPO)
 
 
 def test_cli_and_job_help_run_outside_the_checkout(installed: Path, tmp_path: Path) -> None:
-    top = _run(installed, tmp_path, "kbackup", "--help")
-    assert top.returncode == 0 and "usage: kbackup" in top.stdout, top.stderr
+    top = _run(installed, tmp_path, "spark-kafka-backup", "--help")
+    assert top.returncode == 0 and "usage: spark-kafka-backup" in top.stdout, top.stderr
     for job in ("backup", "restore"):
-        helped = _run(installed, tmp_path, "kbackup", job, "--help")
+        helped = _run(installed, tmp_path, "spark-kafka-backup", job, "--help")
         assert helped.returncode == 0, helped.stderr
-        assert f"usage: kbackup {job}" in helped.stdout and "--bootstrap-server" in helped.stdout
+        assert f"usage: spark-kafka-backup {job}" in helped.stdout and "--bootstrap-server" in helped.stdout
         where = ["--target-dir", "t", "--topics", "orders"] if job == "backup" else ["--source-dir", str(tmp_path)]
-        command = _run(installed, tmp_path, "kbackup", job, "--print-command", "--bootstrap-server", "h:1", *where)
+        command = _run(
+            installed, tmp_path, "spark-kafka-backup", job, "--print-command", "--bootstrap-server", "h:1", *where
+        )
         assert command.returncode == 0, command.stderr
         job_file = installed.parent / "lib"
-        assert str(job_file) in command.stdout and f"kbackup/jobs/{job}.py" in command.stdout, command.stdout
+        assert str(job_file) in command.stdout and f"spark_kafka_backup/jobs/{job}.py" in command.stdout, command.stdout
 
 
 def test_every_cli_command_reads_a_backup_outside_the_checkout(installed: Path, tmp_path: Path) -> None:
@@ -107,9 +133,9 @@ def test_every_cli_command_reads_a_backup_outside_the_checkout(installed: Path, 
         "prune": ["prune", str(root), "--older-than", "3650d", "--dry-run"],
     }
     for what, arguments in runs.items():
-        done = _run(installed, tmp_path, "kbackup", *arguments)
+        done = _run(installed, tmp_path, "spark-kafka-backup", *arguments)
         assert "Traceback" not in done.stderr, f"{what}: {done.stderr}"
         assert done.returncode == 0, f"{what}: {done.stdout}{done.stderr}"
-    printed = _run(installed, tmp_path, "kbackup", *runs["cat"]).stdout.splitlines()
+    printed = _run(installed, tmp_path, "spark-kafka-backup", *runs["cat"]).stdout.splitlines()
     assert [json.loads(line)["offset"] for line in printed] == [5, 6]
     assert (tmp_path / "report.html").stat().st_size > 0

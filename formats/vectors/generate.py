@@ -1,4 +1,4 @@
-"""Regenerate kbackup's golden vectors and their manifest.
+"""Regenerate spark-kafka-backup's golden vectors and their manifest.
 
 Run from the repository root: ``python formats/vectors/generate.py``. The
 tests (``tests/test_vectors.py``) check that every file decodes to what
@@ -14,11 +14,11 @@ import json
 import shutil
 from pathlib import Path
 
-from kbackup.format.consumer_offsets import encode_consumer_offsets
-from kbackup.format.partition_index import PartitionIndexEntry, encode_partition_index
-from kbackup.format.record import Record, encode_record
-from kbackup.format.segment_index import SegmentIndexEntry, encode_segment_index
-from kbackup.partition.writer import PartitionWriter
+from spark_kafka_backup.format.consumer_offsets import encode_consumer_offsets
+from spark_kafka_backup.format.partition_index import PartitionIndexEntry, encode_partition_index
+from spark_kafka_backup.format.record import Record, encode_record
+from spark_kafka_backup.format.segment_index import SegmentIndexEntry, encode_segment_index
+from spark_kafka_backup.partition.writer import PartitionWriter
 
 HERE = Path(__file__).resolve().parent
 
@@ -94,7 +94,7 @@ def main() -> None:
     (topic_dir / "consumer_offsets_partition_1234").write_bytes(
         encode_consumer_offsets({"zeta": 12_345_679_001, "alpha": 12_345_678_903})
     )
-    # Partition 7: empty, with the empty segment kbackup gives an empty partition.
+    # Partition 7: empty, with the empty segment spark-kafka-backup gives an empty partition.
     with PartitionWriter(topic_dir, "vectors-topic", 7, fsync=False) as writer:
         writer.ensure_segment(500)
     shapes_dir = HERE / "backup" / "shapes-topic"

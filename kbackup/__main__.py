@@ -1,7 +1,0 @@
-"""``python -m kbackup``: the same as the ``kbackup`` command."""
-
-import sys
-
-from kbackup.cli import main
-
-sys.exit(main())

@@ -1,1 +1,0 @@
-"""What a backup holds, summarised (``kbackup describe``) and drawn (``kbackup report``)."""

@@ -1,0 +1,217 @@
+"""The backup job's settings, from command-line flags and the original tool's files.
+
+Accepted, and checked before Spark starts (unknown keys, conflicts, missing
+values and bad numbers are one-line errors):
+
+- the original ``backup-standalone.sh`` flags: ``--bootstrap-server``,
+  ``--target-dir``, ``--topics``, ``--topics-regex``, ``--max-segment-size``,
+  ``--command-config FILE`` (Java client settings for SSL/SASL), ``--snapshot``,
+  ``--debug``;
+- the original sink connector's properties, from ``--properties FILE``:
+  ``target.dir``, ``topics``, ``topics.regex``, ``max.segment.size.bytes``,
+  ``snapshot``, ``cluster.*`` (Kafka client settings) and the Kafka Connect
+  boilerplate (``name``, ``connector.class``, ``tasks.max``, ``*.converter``),
+  which is ignored;
+- spark-kafka-backup's own flags (see ``--help``).
+
+A flag and a property that set the same thing must agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from spark_kafka_backup.errors import UsageError
+from spark_kafka_backup.job_options import (
+    ConnectorProperties,
+    EncryptionKeySource,
+    Monitoring,
+    add_encryption_flags,
+    add_schema_registry_flags,
+    client_settings,
+    encryption_key_source,
+    java_client_settings,
+    job_parser,
+    positive_float,
+    positive_int,
+    schema_registry_address,
+    spark_conf,
+)
+from spark_kafka_backup.kafka.topics import TopicSelection
+from spark_kafka_backup.partition.layout import STATE_DIR, state_dir
+from spark_kafka_backup.partition.records_file import COMPRESSIONS
+from spark_kafka_backup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE
+from spark_kafka_backup.schema_registry.client import RegistryAddress
+from spark_kafka_backup.storage import Location, as_local, parse_location
+
+#: Where the job keeps Spark's checkpoint and its own state inside the backup root.
+STATE_DIR_NAME = STATE_DIR
+
+_PROPERTY_KEYS = {"target.dir", "topics", "topics.regex", "max.segment.size.bytes", "snapshot"}
+
+#: ``--kafka-source``: the Python source, or Spark's own JVM source (``spark-sql-kafka-0-10``).
+KAFKA_SOURCES = ("python", "spark")
+DEFAULT_KAFKA_SOURCE = "python"
+
+
+@dataclass(frozen=True)
+class BackupSettings:
+    """Everything the backup job needs, checked."""
+
+    target: Location
+    client: dict[str, str]
+    selection: TopicSelection
+    java_client: dict[str, str] = field(default_factory=dict)
+    kafka_source: str = DEFAULT_KAFKA_SOURCE
+    snapshot: bool = False
+    max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE
+    checkpoint_location: Path | None = None
+    offsets_interval: float = 60.0
+    trigger_interval: float = 10.0
+    max_offsets_per_trigger: int | None = None
+    #: ``--compression``: codec of finished segments' records files ("none": plain v1, the original tool's).
+    compression: str = "none"
+    #: ``--encryption-key-file`` / ``--encryption-key-env``: seal finished segments (None: not encrypted).
+    encryption: EncryptionKeySource | None = None
+    prune_groups: bool = False
+    #: ``--accept-source-loss``: a snapshot that found offsets deleted at the source before it read them exits 0.
+    accept_source_loss: bool = False
+    #: ``--schema-registry``: the registry captured into the backup beside the records.
+    schema_registry: RegistryAddress | None = None
+    debug: bool = False
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    #: ``--umask``; None: the inherited one plus :data:`spark_kafka_backup.fsutil.DEFAULT_UMASK`.
+    umask: int | None = None
+    #: ``--metrics-*`` and ``--log-format``.
+    monitoring: Monitoring = field(default_factory=Monitoring)
+
+    @property
+    def checkpoint(self) -> Path:
+        if self.checkpoint_location is not None:
+            return self.checkpoint_location
+        if not isinstance(self.target, Path):
+            raise UsageError(f"a backup to {self.target} needs a local --checkpoint-location DIR for Spark's state")
+        return as_local(state_dir(self.target)) / "spark-checkpoint"
+
+
+def build_parser(prog: str = "spark-submit jobs/backup.py") -> argparse.ArgumentParser:
+    parser, original, own = job_parser(prog, "backup")
+    original.add_argument("--target-dir", help="the backup root: one directory per topic is written inside")
+    original.add_argument("--topics", help="comma-separated topics to back up")
+    original.add_argument("--topics-regex", help="back up every topic whose whole name matches this regex")
+    original.add_argument("--max-segment-size", type=positive_int, help="roll segments above this many bytes")
+    original.add_argument("--snapshot", action="store_true", help="back up what exists now, then exit")
+    own.add_argument(
+        "--checkpoint-location",
+        type=Path,
+        help=f"Spark checkpoint directory (default: TARGET/{STATE_DIR_NAME}/spark-checkpoint; "
+        "required when TARGET is s3://)",
+    )
+    own.add_argument(
+        "--offsets-interval",
+        type=positive_float,
+        default=60.0,
+        help="seconds between consumer group offset rounds (default 60)",
+    )
+    own.add_argument(
+        "--trigger-interval",
+        type=positive_float,
+        default=10.0,
+        help="seconds between micro-batches in continuous mode (default 10)",
+    )
+    own.add_argument(
+        "--compression",
+        choices=COMPRESSIONS,
+        default="none",
+        help="store finished segments' records files compressed (zstd, lz4, gzip) in frames read one at a time; "
+        "none (default) keeps the original tool's plain files (formats/compressed-records.md)",
+    )
+    add_encryption_flags(own, purpose="seals finished segments with AES-256-GCM (each under its own data key)")
+    own.add_argument(
+        "--max-records-per-trigger",
+        "--max-offsets-per-trigger",
+        dest="max_offsets_per_trigger",
+        type=positive_int,
+        metavar="RECORDS",
+        help="at most this many offsets per micro-batch, over all partitions (Spark's maxOffsetsPerTrigger)",
+    )
+    own.add_argument(
+        "--kafka-source",
+        choices=KAFKA_SOURCES,
+        default=DEFAULT_KAFKA_SOURCE,
+        help=f"read Kafka with the Python source or Spark's own (needs spark-submit --packages "
+        f"org.apache.spark:spark-sql-kafka-0-10_2.13:VERSION); default {DEFAULT_KAFKA_SOURCE}",
+    )
+    own.add_argument(
+        "--accept-source-loss",
+        action="store_true",
+        help="let a snapshot exit 0 when the source deleted records (retention) before it could read them; they are "
+        "recorded in the backup and named either way (default: the snapshot exits 1 naming them)",
+    )
+    own.add_argument(
+        "--prune-groups",
+        action="store_true",
+        help="drop groups that no longer exist on the cluster from the stored consumer offsets",
+    )
+    registry = parser.add_argument_group("schema registry (docs/schema-registry.md)")
+    add_schema_registry_flags(
+        registry,
+        purpose="to back up beside the topics: subjects, versions, ids, compatibility levels (at the start, with "
+        "every offset round, at the end of a snapshot)",
+    )
+    return parser
+
+
+def parse_backup_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/backup.py") -> BackupSettings:
+    """Parse and check; raise :class:`UsageError` for anything wrong (argparse exits for bad flags)."""
+    args = build_parser(prog).parse_args(argv)
+    properties = ConnectorProperties.load(args.properties, _PROPERTY_KEYS)
+    target = properties.required(
+        "--target-dir", args.target_dir, "target.dir",
+        missing="the backup needs a target directory: --target-dir DIR (or target.dir in --properties)",
+    )  # fmt: skip
+    topics = properties.merge("--topics", args.topics, "topics")
+    regex = properties.merge("--topics-regex", args.topics_regex, "topics.regex")
+    if topics and regex:
+        raise UsageError("give topics or a topics regex, not both")
+    if not topics and not regex:
+        raise UsageError("say what to back up: --topics LIST or --topics-regex REGEX")
+    selection = TopicSelection.from_list(topics) if topics else TopicSelection(pattern=regex)
+
+    max_segment_size = properties.positive(
+        "--max-segment-size", args.max_segment_size, "max.segment.size.bytes", default=DEFAULT_MAX_SEGMENT_SIZE
+    )
+
+    snapshot_property = properties.values.get("snapshot", "false").strip().lower()
+    if snapshot_property not in ("true", "false"):
+        raise UsageError(f"{properties.source}: snapshot must be true or false, not {properties.values['snapshot']!r}")
+
+    location = parse_location(target)
+    if not isinstance(location, Path) and args.checkpoint_location is None:
+        raise UsageError(f"a backup to {location} needs a local --checkpoint-location DIR for Spark's state")
+    client = client_settings(properties, args.command_config, args.bootstrap_server)
+    return BackupSettings(
+        target=location,
+        client=client,
+        selection=selection,
+        java_client=java_client_settings(properties, args.command_config, client["bootstrap.servers"]),
+        kafka_source=args.kafka_source,
+        snapshot=args.snapshot or snapshot_property == "true",
+        max_segment_size=max_segment_size,
+        checkpoint_location=args.checkpoint_location,
+        offsets_interval=args.offsets_interval,
+        trigger_interval=args.trigger_interval,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        compression=args.compression,
+        encryption=encryption_key_source(args),
+        prune_groups=args.prune_groups,
+        accept_source_loss=args.accept_source_loss,
+        schema_registry=schema_registry_address(args),
+        debug=args.debug,
+        spark_conf=spark_conf(args.spark_conf),
+        umask=args.umask,
+        monitoring=Monitoring.from_args(args),
+    )

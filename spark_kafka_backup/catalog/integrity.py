@@ -1,0 +1,96 @@
+"""Checking segments against the catalog before their records are used (restore, cat).
+
+Finished segments are checked whole; the newest segment's committed prefix
+against the tail the catalog recorded (:mod:`spark_kafka_backup.catalog.tail`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from spark_kafka_backup.catalog.build import file_crc32c
+from spark_kafka_backup.catalog.model import SegmentEntry
+from spark_kafka_backup.catalog.store import read_catalog
+from spark_kafka_backup.catalog.tail import tail_problem
+from spark_kafka_backup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
+from spark_kafka_backup.storage import Location, exists
+
+
+@dataclass(frozen=True)
+class BadSegment:
+    name: str
+    first_offset: int | None
+    last_offset: int | None
+    reason: str
+
+    def describe(self, topic: str, partition: int) -> str:
+        return (
+            f"topic {topic!r} partition {partition}: segment {self.name} "
+            f"(offsets {self.first_offset}..{self.last_offset}): {self.reason}"
+        )
+
+
+def segment_problem(topic_dir: Location, entry: SegmentEntry) -> str | None:
+    """Why a cataloged segment's files are not what the catalog says, or ``None`` when they are."""
+    for suffix, size, crc in (
+        (RECORDS_SUFFIX, entry.records_bytes, entry.records_crc32c),
+        (INDEX_SUFFIX, entry.index_bytes, entry.index_crc32c),
+    ):
+        path = topic_dir / f"{entry.name}{suffix}"
+        if not exists(path):
+            return f"{path.name} is missing"
+        found_crc, found_size = file_crc32c(path)
+        if found_size != size:
+            return f"{path.name} has {found_size} bytes, the catalog says {size}"
+        if found_crc != crc:
+            return f"{path.name} has CRC32C {found_crc:#010x}, the catalog says {crc:#010x}"
+    return None
+
+
+def bad_segments(
+    root: Location,
+    topic: str,
+    partition: int,
+    *,
+    from_offset: int | None = None,
+    to_offset: int | None = None,
+    files: Location | None = None,
+    only: Collection[str] | None = None,
+) -> list[BadSegment]:
+    """Every cataloged segment of a partition whose files fail the check (none without a catalog).
+
+    With ``from_offset``/``to_offset`` only the segments that may hold offsets in that range are checked.
+    ``files``: the directory holding the segment files, when not ``root / topic`` (a local copy); ``only``: check
+    just these segments (the ones copied there).
+    """
+    topic_dir = files if files is not None else root / topic
+    catalog = read_catalog(root, topic, partition)
+    if catalog is None:
+        return []
+    found = []
+    for entry in catalog.segments:
+        if not offsets_overlap(entry.first_offset, entry.last_offset, from_offset, to_offset):
+            continue
+        if only is not None and entry.name not in only:
+            continue
+        problem = segment_problem(topic_dir, entry)
+        if problem is not None:
+            found.append(BadSegment(entry.name, entry.first_offset, entry.last_offset, problem))
+    tail = catalog.tail_of(catalog.tail.name) if catalog.tail is not None else None
+    if (
+        tail is not None
+        and offsets_overlap(tail.first_offset, tail.last_offset, from_offset, to_offset)
+        and (only is None or tail.name in only)
+    ):
+        problem = tail_problem(topic_dir, tail)
+        if problem is not None:
+            found.append(BadSegment(tail.name, tail.first_offset, tail.last_offset, problem))
+    return found
+
+
+def offsets_overlap(first: int | None, last: int | None, low: int | None, high: int | None) -> bool:
+    """Whether offsets ``first..last`` meet the window ``low..high`` (``None``: unknown or open)."""
+    if low is not None and last is not None and last < low:
+        return False
+    return high is None or first is None or first <= high

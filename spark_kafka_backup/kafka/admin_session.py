@@ -1,0 +1,104 @@
+"""An admin client that is replaced when it stops answering.
+
+librdkafka's admin client keeps the node the last metadata answer named as
+controller, and sends DescribeCluster, DescribeConfigs and some other
+requests there. In KRaft mode brokers name a random live broker as
+"controller"; when that node dies, a client that learned its id goes on
+waiting for it until each request times out, request after request, while
+a new client asks a live node and answers at once. Measured on a 3-node
+Apache Kafka 4.1.1 cluster (kill -9 of one broker): every admin request of
+the old client took its full 30 s timeout for at least two and a half
+minutes; a client made after the kill answered each in under 0.1 s.
+
+:class:`AdminSession` holds one client and, on a transient failure (see
+:attr:`~spark_kafka_backup.kafka.cluster.ClusterError.transient`), drops it and asks
+again with a new one until its patience is spent. A refusal (authorization,
+an invalid request) is raised at once. Requests are given the per-attempt
+timeout, so one attempt never waits longer than that.
+
+Lifecycle: make it where the client is used (on the driver; never pickle
+it to executors), call :meth:`AdminSession.call` as often as needed, drop it
+with the job. Not thread-safe: one session per thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from spark_kafka_backup.errors import ClusterError
+from spark_kafka_backup.kafka.cluster import admin_client
+
+log = logging.getLogger("spark_kafka_backup.kafka")
+
+T = TypeVar("T")
+
+#: How long one attempt of a request may wait for the cluster.
+ATTEMPT_SECONDS = 10.0
+#: How long :meth:`AdminSession.call` goes on asking, with a new client each time, after transient failures.
+PATIENCE_SECONDS = 25.0
+#: Pause between two attempts.
+RETRY_PAUSE_SECONDS = 0.5
+
+#: A request: given a client and a timeout in seconds, the answer (or a :class:`ClusterError`).
+Request = Callable[[Any, float], T]
+
+
+class AdminSession:
+    """One admin client for a series of requests, replaced whenever a request to it fails transiently."""
+
+    def __init__(
+        self,
+        settings: Mapping[str, str],
+        *,
+        attempt_timeout: float = ATTEMPT_SECONDS,
+        patience: float = PATIENCE_SECONDS,
+        factory: Callable[[Mapping[str, str]], Any] = admin_client,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._settings = dict(settings)
+        self.attempt_timeout = attempt_timeout
+        self.patience = patience
+        self._factory = factory
+        self._clock = clock
+        self._sleep = sleep
+        self._client: Any = None
+        #: How many clients were made (the first one included): a figure for logs and tests.
+        self.clients_made = 0
+
+    @property
+    def client(self) -> Any:
+        """The current client, made on first use."""
+        if self._client is None:
+            self._client = self._factory(self._settings)
+            self.clients_made += 1
+        return self._client
+
+    def renew(self) -> None:
+        """Drop the current client: the next request starts a new one."""
+        self._client = None
+
+    def call(self, request: Request[T], *, patience: float | None = None) -> T:
+        """``request(client, attempt_timeout)``, asked again with a new client after each transient failure.
+
+        Raises the last :class:`ClusterError` when ``patience`` seconds (the
+        session's by default; 0 = a single attempt) have passed since the
+        first attempt began, and any non-transient one at once.
+        """
+        deadline = self._clock() + (self.patience if patience is None else patience)
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                return request(self.client, self.attempt_timeout)
+            except ClusterError as exc:
+                if not exc.transient:
+                    raise
+                self.renew()
+                if self._clock() + RETRY_PAUSE_SECONDS >= deadline:
+                    raise
+                log.debug("attempt %d failed (%s); asking again with a new admin client", attempts, exc)
+            self._sleep(RETRY_PAUSE_SECONDS)

@@ -1,0 +1,139 @@
+"""``spark-kafka-backup backup …`` and ``spark-kafka-backup restore …``: submit a job to Spark from any directory.
+
+The launcher adds three options to the job's own (``--master``, ``--conf``,
+``--print-command``), checks the job's arguments with the job's parser
+before any JVM starts (``--help`` and usage errors answer at once, exit 0
+and 2), then replaces itself with the ``spark-submit`` of the PySpark
+installed beside spark-kafka-backup (:func:`spark_kafka_backup.spark_submit.spark_submit_command`):
+the job file comes from the installed package, Spark's Kafka connector is
+added for ``--kafka-source spark``, and this interpreter runs the driver and
+the executors' Python unless ``PYSPARK_PYTHON`` says otherwise. From then on
+the exit code and the signals are spark-submit's: the job's own (0, 1, 2;
+143 for SIGTERM to the JVM).
+
+``spark-submit jobs/backup.py`` (or the package's ``spark_kafka_backup/jobs/backup.py``)
+stays the way for Spark users who build their own command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from spark_kafka_backup.errors import KbackupError, UsageError
+from spark_kafka_backup.logsetup import print_error
+
+#: The master when ``--master`` is not given: every core of this machine.
+DEFAULT_MASTER = "local[*]"
+
+
+@dataclass
+class Launch:
+    """The launcher's own options, taken out of a job's command line."""
+
+    master: str = DEFAULT_MASTER
+    conf: list[str] = field(default_factory=list)
+    print_command: bool = False
+    job_args: list[str] = field(default_factory=list)
+
+
+def split_arguments(argv: Sequence[str]) -> Launch:
+    """Separate ``--master M``, ``--conf K=V`` (repeatable) and ``--print-command`` from the job's arguments."""
+    launch = Launch()
+    items = list(argv)
+    index = 0
+    while index < len(items):
+        item = items[index]
+        name, equals, inline = item.partition("=")
+        if name in ("--master", "--conf"):
+            if equals:
+                value = inline
+            elif index + 1 < len(items):
+                index += 1
+                value = items[index]
+            else:
+                raise UsageError(f"{name} needs a value")
+            if name == "--master":
+                if not value:
+                    raise UsageError("--master needs a value, e.g. local[2] or spark://HOST:7077")
+                launch.master = value
+            else:
+                if "=" not in value or not value.partition("=")[0]:
+                    raise UsageError(f"--conf {value!r}: expected KEY=VALUE, e.g. spark.executor.memory=4g")
+                launch.conf.append(value)
+        elif item == "--print-command":
+            launch.print_command = True
+        elif item == "--":
+            launch.job_args.extend(items[index + 1 :])
+            break
+        else:
+            launch.job_args.append(item)
+        index += 1
+    return launch
+
+
+def add_launcher_options(parser: argparse.ArgumentParser) -> None:
+    """The launcher's options, for the job's ``--help``."""
+    group = parser.add_argument_group("Spark (spark-kafka-backup backup / spark-kafka-backup restore only)")
+    group.add_argument(
+        "--master", help=f"Spark master URL (default {DEFAULT_MASTER}): local[N], spark://HOST:7077, yarn"
+    )
+    group.add_argument(
+        "--conf",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a Spark setting passed to spark-submit, set before the driver's JVM starts (repeatable; e.g. "
+        "spark.driver.memory). --spark-conf sets one in the job's Spark session instead",
+    )
+    group.add_argument("--print-command", action="store_true", help="print the spark-submit command, run nothing")
+
+
+def _parsers(job: str) -> tuple[Callable[[str], argparse.ArgumentParser], Callable[..., object]]:
+    if job == "backup":
+        from spark_kafka_backup.backup.settings import build_parser as backup_parser
+        from spark_kafka_backup.backup.settings import parse_backup_args
+
+        return backup_parser, parse_backup_args
+    from spark_kafka_backup.restore.settings import build_parser as restore_parser
+    from spark_kafka_backup.restore.settings import parse_restore_args
+
+    return restore_parser, parse_restore_args
+
+
+def main(job: str, argv: Sequence[str]) -> int:
+    """``spark-kafka-backup JOB ARGS``: check, then exec spark-submit; returns only for help, a mistake or
+    --print-command."""
+    prog = f"spark-kafka-backup {job}"
+    build_parser, parse = _parsers(job)
+    if any(arg in ("-h", "--help") for arg in argv):
+        parser = build_parser(prog)
+        add_launcher_options(parser)
+        parser.print_help()
+        return 0
+    try:
+        launch = split_arguments(argv)
+        parse(launch.job_args, prog=prog)  # argparse exits 2 itself for an unknown flag
+    except KbackupError as exc:
+        print_error(f"{prog}: error: {exc}")
+        return 2
+    from spark_kafka_backup.spark_submit import job_environment, spark_submit_command
+
+    try:
+        command = spark_submit_command(job, *launch.job_args, master=launch.master, conf=launch.conf)
+    except KbackupError as exc:  # Spark's Kafka connector could not be fetched
+        print_error(f"{prog}: error: {exc}")
+        return 1
+    if launch.print_command:
+        print(shlex.join(command))
+        return 0
+    if not os.access(command[0], os.X_OK):
+        print_error(f"{prog}: error: {command[0]} is not an executable spark-submit (check SPARK_HOME)")
+        return 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(command[0], command, job_environment())
+    return 1  # not reached

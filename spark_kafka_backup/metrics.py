@@ -1,0 +1,218 @@
+"""A job's metrics, published where monitoring systems collect them.
+
+A job builds a list of :class:`Sample` (a gauge or counter with labels) every
+``--metrics-interval`` seconds and hands it to a :class:`MetricsPublisher`,
+which
+
+* serves it at ``http://HOST:PORT/metrics`` in Prometheus' text exposition
+  format (``--metrics-port [HOST:]PORT``) for a Prometheus scrape, and
+* replaces a file with it (``--metrics-file PATH``): Prometheus text when the
+  name ends in ``.prom`` (node_exporter's textfile collector reads such a
+  directory), a JSON object otherwise (``{"job", "updated_at", "metrics":
+  [{"name", "labels", "value"}]}``) for scripts and cron jobs.
+
+The file is written to a temporary sibling and renamed: a reader sees the
+previous snapshot or the new one, never half of one. The last snapshot stays
+after the job ends, so a cron-run snapshot backup leaves its outcome behind.
+
+Prometheus text format, as written here::
+
+    # HELP kbackup_backup_lag_records Records in the cluster ...
+    # TYPE kbackup_backup_lag_records gauge
+    kbackup_backup_lag_records{topic="orders",partition="0"} 42
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import socket
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from spark_kafka_backup.errors import UsageError
+from spark_kafka_backup.fsutil import atomic_write
+
+log = logging.getLogger("spark_kafka_backup.metrics")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One value of one metric: ``kind`` is ``gauge`` or ``counter`` (Prometheus' types)."""
+
+    name: str
+    value: float
+    help: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    kind: str = "gauge"
+
+
+def render_prometheus(samples: Iterable[Sample]) -> str:
+    """Prometheus text exposition (version 0.0.4): each metric's HELP and TYPE once, before its samples."""
+    lines: list[str] = []
+    seen: set[str] = set()
+    for sample in sorted(samples, key=lambda s: s.name):  # stable: a metric's samples stay together
+        if sample.name not in seen:
+            seen.add(sample.name)
+            lines.append(f"# HELP {sample.name} {_escape_help(sample.help)}")
+            lines.append(f"# TYPE {sample.name} {sample.kind}")
+        labels = ",".join(f'{key}="{_escape_label(value)}"' for key, value in sample.labels.items())
+        lines.append(
+            f"{sample.name}{{{labels}}} {_number(sample.value)}" if labels else f"{sample.name} {_number(sample.value)}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def render_json(job: str, samples: Iterable[Sample], *, updated_at: float) -> str:
+    """The JSON snapshot (module docstring); values that are not finite become null."""
+    metrics = [
+        {
+            "name": sample.name,
+            "labels": dict(sample.labels),
+            "value": sample.value if math.isfinite(sample.value) else None,
+        }
+        for sample in samples
+    ]
+    return json.dumps({"job": job, "updated_at": updated_at, "metrics": metrics}, indent=1) + "\n"
+
+
+#: Where the metrics listen unless told: loopback only (a scraper elsewhere needs ``--metrics-bind``).
+DEFAULT_METRICS_BIND = "127.0.0.1"
+
+
+def parse_listen_address(text: str, bind: str | None = None) -> tuple[str, int]:
+    """``PORT`` (on ``bind``, loopback by default), ``HOST:PORT`` or ``[IPV6]:PORT`` -> (host, port); a
+    :class:`UsageError` otherwise, or when both name a host and differ."""
+    host, _, port_text = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    try:
+        port = int(port_text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--metrics-port: expected PORT or HOST:PORT with a port 0..65535, got {text!r}")
+    if bind is not None:
+        bind = bind.removeprefix("[").removesuffix("]")
+        if host and host != bind:
+            raise UsageError(f"--metrics-port {text} names host {host!r} and --metrics-bind {bind!r}: give one")
+        if not bind:
+            raise UsageError("--metrics-bind: expected an address (0.0.0.0 for every IPv4 interface, :: for all)")
+    return host or bind or DEFAULT_METRICS_BIND, port
+
+
+class MetricsPublisher:
+    """Publishes a job's latest samples by HTTP and/or to a file (module docstring).
+
+    Lifecycle: :meth:`start` (binds the port: a port in use is a :class:`UsageError`
+    before the job does anything), :meth:`publish` as often as the job likes,
+    :meth:`close` at the end (stops serving; the file stays).
+    """
+
+    def __init__(
+        self,
+        job: str,
+        *,
+        file: Path | None = None,
+        listen: tuple[str, int] | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
+        """``labels`` are added to every sample: what tells two jobs' series apart (the backup's target)."""
+        self.job = job
+        self.file = file
+        self.listen = listen
+        self.labels = dict(labels or {})
+        self._text = ""
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.file is not None or self.listen is not None
+
+    @property
+    def port(self) -> int | None:
+        """The port served (the one the system chose when ``listen`` asked for 0)."""
+        return self._server.server_address[1] if self._server is not None else None
+
+    def start(self) -> None:
+        if self.listen is None or self._server is not None:
+            return
+        publisher = self
+
+        class Handler(BaseHTTPRequestHandler):
+            timeout = 10  # a scraper that stops reading does not hold a thread
+
+            def do_GET(self) -> None:
+                if self.path.split("?")[0] not in ("/metrics", "/"):
+                    self.send_error(404, "spark-kafka-backup serves /metrics")
+                    return
+                body = publisher.text().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:  # scrapes are not the job's log
+                return
+
+        host, port = self.listen
+
+        class Server(ThreadingHTTPServer):
+            address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                log.debug("metrics request from %s failed", client_address, exc_info=True)  # a scraper hung up
+
+        try:
+            self._server = Server((host, port), Handler)
+        except OSError as exc:
+            raise UsageError(f"--metrics-port: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, name="kbackup-metrics-http", daemon=True).start()
+
+    def text(self) -> str:
+        with self._lock:
+            return self._text
+
+    def publish(self, samples: Sequence[Sample], *, now: float | None = None) -> None:
+        """Make ``samples`` the current snapshot (served at once; the file replaced)."""
+        if self.labels:
+            samples = [replace(sample, labels={**self.labels, **sample.labels}) for sample in samples]
+        text = render_prometheus(samples)
+        with self._lock:
+            self._text = text
+        if self.file is not None:
+            if self.file.suffix == ".prom":
+                data = text
+            else:
+                data = render_json(self.job, samples, updated_at=time.time() if now is None else now)
+            atomic_write(self.file, data.encode(), sync=False)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+def _number(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return str(int(value)) if value == int(value) and abs(value) < 2**63 else repr(value)
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")

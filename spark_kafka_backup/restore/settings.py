@@ -1,0 +1,425 @@
+"""The restore job's settings, from flags and the original tool's files.
+
+Accepted, and checked before anything touches the cluster:
+
+- the original ``restore-standalone.sh`` flags: ``--bootstrap-server``,
+  ``--source-dir``, ``--topics``, ``--batch-size``, ``--command-config``;
+- the original source connector's properties (``--properties FILE``):
+  ``source.dir``, ``topics``, ``batch.size``, ``cluster.*`` and the Kafka
+  Connect boilerplate (ignored);
+- spark-kafka-backup's own flags (``--help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from spark_kafka_backup.errors import UsageError
+from spark_kafka_backup.format.encryption import KeyRing
+from spark_kafka_backup.job_options import (
+    ConnectorProperties,
+    Monitoring,
+    add_encryption_flags,
+    add_schema_registry_flags,
+    byte_count,
+    client_settings,
+    encryption_key_sources,
+    job_parser,
+    positive_int,
+    schema_registry_address,
+    spark_conf,
+)
+from spark_kafka_backup.kafka.topics import TopicSelection
+from spark_kafka_backup.partition.layout import state_dir
+from spark_kafka_backup.restore.repartition import KEEP, MODES
+from spark_kafka_backup.restore.selection import Window
+from spark_kafka_backup.restore.throttle import Throttle
+from spark_kafka_backup.restore.topic_configs import DEFAULT_POLICY, POLICIES
+from spark_kafka_backup.schema_registry.client import RegistryAddress
+from spark_kafka_backup.schema_registry.wire import IdRewrite
+from spark_kafka_backup.storage import Location, parse_location
+
+DEFAULT_BATCH_SIZE = 1 << 20
+
+#: ``--schema-ids``: which fields of restored records hold schema ids to rewrite (docs/schema-registry.md).
+SCHEMA_ID_FIELDS = ("auto", "values", "keys-and-values", "none")
+
+_PROPERTY_KEYS = {"source.dir", "topics", "batch.size"}
+_OFFSET_WINDOW = re.compile(r"^(?P<topic>[^:=]+)(?::(?P<partition>\d+))?=(?P<low>\d*)\.\.(?P<high>\d*)$")
+
+
+@dataclass(frozen=True)
+class RestoreSettings:
+    source: Location
+    client: dict[str, str]
+    selection: TopicSelection | None  # None: every topic in the backup
+    topic_map: dict[str, str] = field(default_factory=dict)
+    partitions: dict[str, int] = field(default_factory=dict)
+    from_time: int | None = None
+    to_time: int | None = None
+    groups_as_of: int | None = None
+    checkpoint: int | None = None
+    offset_windows: dict[tuple[str, int | None], tuple[int | None, int | None]] = field(default_factory=dict)
+    batch_size: int = DEFAULT_BATCH_SIZE
+    #: Records per second per partition, at most (``None``: as fast as the target takes them).
+    max_rate: int | None = None
+    #: Records and bytes per second for the whole restore (shared out to its tasks).
+    throttle: Throttle = field(default_factory=Throttle)
+    allow_non_empty: bool = False
+    skip_bad_segments: bool = False
+    accept_retention_loss: bool = False
+    restamp: bool = False
+    #: ``--restamp-zero-timestamps``: records stamped 0 are produced with the restore's time (librdkafka cannot
+    #: send 0); without it the plan refuses them.
+    restamp_zero_timestamps: bool = False
+    #: ``--allow-compacted-target``: restore into an existing compacted topic.
+    allow_compacted_target: bool = False
+    force_offsets: bool = False
+    dry_run: bool = False
+    legacy: bool = False
+    replication_factor: int = -1
+    topic_config: dict[str, str] = field(default_factory=dict)
+    drop_topic_config: frozenset[str] = frozenset()
+    #: Which backed-up configurations created topics take (:mod:`spark_kafka_backup.restore.topic_configs`).
+    topic_configs: str = DEFAULT_POLICY
+    state_dir: Path | None = None
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    #: ``--repartition``: how records find their target partition (see :mod:`spark_kafka_backup.restore.repartition`).
+    repartition: str = KEEP
+    #: Key-encryption keys for encrypted segments (``--encryption-key-file`` / ``--encryption-key-env``), read on
+    #: the driver; the tasks get where to read them (files' paths, variables' names), never the keys.
+    keys: KeyRing = field(default_factory=lambda: KeyRing({}))
+    #: With keys: partitions without a seal record are read as they are (:mod:`spark_kafka_backup.catalog.seals`).
+    allow_unauthenticated: bool = False
+    key_sources: tuple[tuple[str | None, str | None], ...] = ()
+    #: ``--umask``; None: the inherited one plus :data:`spark_kafka_backup.fsutil.DEFAULT_UMASK`.
+    umask: int | None = None
+    #: ``--metrics-*`` and ``--log-format``.
+    monitoring: Monitoring = field(default_factory=Monitoring)
+    #: ``--schema-registry``: the target registry the backup's schemas are registered in.
+    schema_registry: RegistryAddress | None = None
+    #: ``--schema-ids``: per backed-up topic (``None``: every other topic), which fields hold schema ids.
+    schema_ids: dict[str | None, str] = field(default_factory=lambda: {None: "auto"})
+    #: Per backed-up topic, the schema ids its records' keys and values get (filled once the schemas are
+    #: registered, :mod:`spark_kafka_backup.restore.schemas`).
+    id_rewrites: dict[str, IdRewrite] = field(default_factory=dict)
+    debug: bool = False
+
+    def schema_id_fields(self, source_topic: str) -> str:
+        """``--schema-ids`` for ``source_topic``."""
+        return self.schema_ids.get(source_topic, self.schema_ids.get(None, "auto"))
+
+    def id_rewrite(self, source_topic: str) -> IdRewrite | None:
+        """What the restore does to the schema ids of ``source_topic``'s records (``None``: nothing)."""
+        found = self.id_rewrites.get(source_topic)
+        return found if found is not None and found.active else None
+
+    def target_topic(self, source_topic: str) -> str:
+        return self.topic_map.get(source_topic, source_topic)
+
+    def window(self, topic: str, partition: int) -> Window:
+        low, high = self.offset_windows.get((topic, partition), self.offset_windows.get((topic, None), (None, None)))
+        return Window(low, high, self.from_time, self.to_time)
+
+    def check_target_names(self, restored: Sequence[str]) -> None:
+        """Refuse two restored topics that would go into one target topic (a rename onto a restored name)."""
+        by_target: dict[str, list[str]] = {}
+        for topic in restored:
+            by_target.setdefault(self.target_topic(topic), []).append(topic)
+        for target, sources in sorted(by_target.items()):
+            if len(sources) > 1:
+                renamed = [s for s in sources if s != target]
+                kept = [s for s in sources if s == target]
+                how = " and ".join(f"--topic-map {s}={target}" for s in renamed)
+                also = f", and {target!r} itself is restored" if kept else ""
+                raise UsageError(
+                    f"{how} would restore {len(sources)} topics ({', '.join(sources)}) into one topic {target!r}"
+                    f"{also}; map {target!r} elsewhere too, or leave one out with --topics"
+                )
+
+    @property
+    def restore_state_dir(self) -> Location:
+        return self.state_dir or state_dir(self.source) / "restore"
+
+    def state_file(self, kind: str) -> Location:
+        """A restore state file of ``kind`` for the target cluster (named after a hash of its bootstrap servers)."""
+        cluster = hashlib.sha256(self.client["bootstrap.servers"].encode()).hexdigest()[:16]
+        return self.restore_state_dir / f"{kind}-{cluster}.json"
+
+
+def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.ArgumentParser:
+    parser, original, own = job_parser(prog, "restore")
+    original.add_argument("--source-dir", help="the backup root (one directory per topic)")
+    original.add_argument("--topics", help="comma-separated topics to restore (default: every topic in the backup)")
+    original.add_argument("--batch-size", type=positive_int, help="producer batch size in bytes (default 1 MiB)")
+    own.add_argument(
+        "--max-rate",
+        type=positive_int,
+        metavar="RECORDS",
+        help="produce at most RECORDS records per second into each partition, per partition (spares a busy "
+        "target); --max-records-per-second limits the whole restore",
+    )
+    own.add_argument(
+        "--max-records-per-second",
+        type=positive_int,
+        metavar="RECORDS",
+        help="produce at most RECORDS records per second for the whole restore (shared by the partitions restored "
+        "at once); --max-rate limits each partition",
+    )
+    own.add_argument(
+        "--max-bytes-per-second",
+        type=byte_count,
+        metavar="BYTES",
+        help="produce at most BYTES (keys, values, headers; 512K, 20M, 1G) per second in all",
+    )
+    own.add_argument("--topics-regex", help="restore topics whose whole name matches this regex")
+    own.add_argument("--topic-map", action="append", default=[], metavar="OLD=NEW", help="restore OLD as NEW")
+    own.add_argument(
+        "--partitions", action="append", default=[], metavar="TOPIC=N", help="create TOPIC with N partitions"
+    )
+    own.add_argument(
+        "--repartition",
+        choices=MODES,
+        default=KEEP,
+        help="keep: backed-up partition P goes to target partition P (default); murmur2: by key, as Kafka's default "
+        "partitioner would place it among the target's partitions (records without key round-robin); "
+        "round-robin: every record to the next partition. Group offsets are then approximate (docs/restore.md)",
+    )
+    add_encryption_flags(own, purpose="encrypted segments of the backup were sealed with", several=True)
+    own.add_argument("--from-time", help="only records at or after this time (ISO 8601 or epoch ms)")
+    own.add_argument("--to-time", help="only records at or before this time (ISO 8601 or epoch ms)")
+    own.add_argument(
+        "--checkpoint",
+        type=positive_int,
+        metavar="ID",
+        help="restore each partition up to this completed checkpoint's cut, and the groups as of the cut",
+    )
+    own.add_argument(
+        "--groups-as-of",
+        help="take consumer group offsets from the offset history as of this time "
+        "(default with --to-time: that time, when the backup has history)",
+    )
+    own.add_argument(
+        "--offset-window",
+        action="append",
+        default=[],
+        metavar="TOPIC[:PARTITION]=FROM..TO",
+        help="only source offsets FROM..TO (inclusive; either may be empty)",
+    )
+    own.add_argument(
+        "--allow-non-empty",
+        action="store_true",
+        help="restore into partitions that already hold records, after them (offsets then differ from an empty target)",
+    )
+    own.add_argument("--force-offsets", action="store_true", help="also move group offsets backwards")
+    own.add_argument(
+        "--skip-bad-segments",
+        action="store_true",
+        help="leave out segments whose checksums differ from the catalog, and report their offsets",
+    )
+    own.add_argument(
+        "--accept-retention-loss",
+        action="store_true",
+        help="restore even where the target's retention.ms or retention.bytes deletes records soon after",
+    )
+    own.add_argument(
+        "--allow-compacted-target",
+        action="store_true",
+        help="restore into an existing topic with cleanup.policy=compact (it keeps only the newest record per key)",
+    )
+    own.add_argument(
+        "--restamp-zero-timestamps",
+        action="store_true",
+        help="produce records stamped 0 (1970-01-01) with the restore's time: librdkafka cannot send 0 "
+        "(default: the plan refuses them)",
+    )
+    own.add_argument(
+        "--restamp",
+        action="store_true",
+        help="let a LogAppendTime target give restored records new timestamps (default: keep the original ones)",
+    )
+    own.add_argument("--dry-run", action="store_true", help="print the plan and touch nothing")
+    own.add_argument("--legacy-no-magic", action="store_true", help="read files from before the v1 magic byte")
+    own.add_argument("--replication-factor", type=int, default=-1, help="for created topics (default: broker's)")
+    own.add_argument(
+        "--topic-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set this configuration on created topics, over the backed-up one (repeatable)",
+    )
+    own.add_argument(
+        "--topic-configs",
+        choices=POLICIES,
+        default=DEFAULT_POLICY,
+        help="which backed-up topic configurations created topics take: data (default: retention, compaction, "
+        "timestamps, sizes, compression), all (also durability and broker settings such as min.insync.replicas), "
+        "none",
+    )
+    own.add_argument(
+        "--drop-topic-config",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="do not copy this backed-up configuration key to created topics (repeatable)",
+    )
+    registry = parser.add_argument_group("schema registry (docs/schema-registry.md)")
+    add_schema_registry_flags(
+        registry, purpose="to register the backup's schemas in, rewriting records' schema ids to the ids they get there"
+    )
+    registry.add_argument(
+        "--schema-ids",
+        action="append",
+        default=[],
+        metavar="[TOPIC=]FIELDS",
+        help="which record fields hold schema ids to rewrite, for every topic or one (repeatable): auto (default) the "
+        "keys and values of topics with a TOPIC-key / TOPIC-value subject, checking the other fields; values; "
+        "keys-and-values; none (register the schemas, restore the records as they are)",
+    )
+    own.add_argument(
+        "--state-dir",
+        type=Path,
+        help="where the restore notes topics whose timestamp type it sets afterwards "
+        "(default: the backup's state directory, restore/)",
+    )
+    return parser
+
+
+def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/restore.py") -> RestoreSettings:
+    """Parse and check; raise :class:`UsageError` for anything wrong (argparse exits for bad flags)."""
+    args = build_parser(prog).parse_args(argv)
+    properties = ConnectorProperties.load(args.properties, _PROPERTY_KEYS)
+    source = properties.required(
+        "--source-dir", args.source_dir, "source.dir",
+        missing="the restore needs a backup: --source-dir DIR (or source.dir in --properties)",
+    )  # fmt: skip
+    topics = properties.merge("--topics", args.topics, "topics")
+    if topics and args.topics_regex:
+        raise UsageError("give topics or a topics regex, not both")
+    selection = (
+        TopicSelection.from_list(topics)
+        if topics
+        else TopicSelection(pattern=args.topics_regex)
+        if args.topics_regex
+        else None
+    )
+    batch_size = properties.positive("--batch-size", args.batch_size, "batch.size", default=DEFAULT_BATCH_SIZE)
+    client = client_settings(properties, args.command_config, args.bootstrap_server)
+
+    topic_map = _pairs(args.topic_map, "--topic-map", "OLD=NEW")
+    if len(set(topic_map.values())) != len(topic_map):
+        raise UsageError("--topic-map maps two topics to the same target")
+    partitions: dict[str, int] = {}
+    for topic, count in _pairs(args.partitions, "--partitions", "TOPIC=N").items():
+        try:
+            partitions[topic] = positive_int(count)
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"--partitions {topic}={count}: {exc}") from None
+    from_time = parse_time(args.from_time, "--from-time") if args.from_time else None
+    to_time = parse_time(args.to_time, "--to-time") if args.to_time else None
+    if from_time is not None and to_time is not None and from_time > to_time:
+        raise UsageError("--from-time is after --to-time")
+    windows: dict[tuple[str, int | None], tuple[int | None, int | None]] = {}
+    for item in args.offset_window:
+        match = _OFFSET_WINDOW.match(item)
+        if match is None:
+            raise UsageError(f"--offset-window takes TOPIC[:PARTITION]=FROM..TO, not {item!r}")
+        low = int(match["low"]) if match["low"] else None
+        high = int(match["high"]) if match["high"] else None
+        if low is not None and high is not None and low > high:
+            raise UsageError(f"--offset-window {item!r}: FROM is above TO")
+        part = int(match["partition"]) if match["partition"] is not None else None
+        windows[(match["topic"], part)] = (low, high)
+    sources = encryption_key_sources(args)
+    settings = RestoreSettings(
+        source=parse_location(source),
+        client=client,
+        selection=selection,
+        topic_map=topic_map,
+        partitions=partitions,
+        from_time=from_time,
+        to_time=to_time,
+        groups_as_of=parse_time(args.groups_as_of, "--groups-as-of") if args.groups_as_of else None,
+        checkpoint=args.checkpoint,
+        offset_windows=windows,
+        batch_size=batch_size,
+        max_rate=args.max_rate,
+        throttle=Throttle(args.max_records_per_second, args.max_bytes_per_second),
+        allow_non_empty=args.allow_non_empty,
+        skip_bad_segments=args.skip_bad_segments,
+        accept_retention_loss=args.accept_retention_loss,
+        restamp=args.restamp,
+        restamp_zero_timestamps=args.restamp_zero_timestamps,
+        allow_compacted_target=args.allow_compacted_target,
+        force_offsets=args.force_offsets,
+        dry_run=args.dry_run,
+        legacy=args.legacy_no_magic,
+        replication_factor=args.replication_factor,
+        topic_config=_pairs(args.topic_config, "--topic-config", "KEY=VALUE"),
+        drop_topic_config=frozenset(args.drop_topic_config),
+        topic_configs=args.topic_configs,
+        state_dir=args.state_dir,
+        spark_conf=spark_conf(args.spark_conf),
+        repartition=args.repartition,
+        keys=KeyRing.of(source.key for source in sources),
+        allow_unauthenticated=args.allow_unauthenticated,
+        key_sources=tuple(source.where() for source in sources),
+        umask=args.umask,
+        monitoring=Monitoring.from_args(args),
+        schema_registry=schema_registry_address(args),
+        schema_ids=_schema_id_fields(args.schema_ids),
+        debug=args.debug,
+    )
+    if settings.schema_registry is None and args.schema_ids:
+        raise UsageError("--schema-ids needs --schema-registry")
+    if selection is not None and selection.topics is not None:
+        settings.check_target_names(selection.topics)  # the rest is checked once the backup's topics are listed
+    return settings
+
+
+def _schema_id_fields(items: Sequence[str]) -> dict[str | None, str]:
+    """``--schema-ids FIELDS`` and ``--schema-ids TOPIC=FIELDS`` items."""
+    found: dict[str | None, str] = {None: "auto"}
+    given: set[str | None] = set()
+    for item in items:
+        topic, sep, fields = item.rpartition("=")
+        name = topic if sep else None
+        if fields not in SCHEMA_ID_FIELDS or (sep and not topic):
+            raise UsageError(f"--schema-ids takes [TOPIC=]FIELDS, not {item!r} (FIELDS: {', '.join(SCHEMA_ID_FIELDS)})")
+        if name in given:
+            raise UsageError(f"--schema-ids gives {'every topic' if name is None else repr(name)} twice")
+        given.add(name)
+        found[name] = fields
+    return found
+
+
+def parse_time(text: str, flag: str) -> int:
+    """Epoch milliseconds from digits, or from ISO 8601 (UTC when no zone is given)."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"{flag} takes ISO 8601 (2026-11-22T08:00:00Z) or epoch milliseconds, not {text!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def _pairs(items: Sequence[str], flag: str, shape: str) -> dict[str, str]:
+    result = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise UsageError(f"{flag} takes {shape}, not {item!r}")
+        if key in result:
+            raise UsageError(f"{flag} gives {key!r} twice")
+        result[key] = value
+    return result

@@ -1,0 +1,334 @@
+"""Registering a backup's schemas in a target registry, and the ids they get there (the restore, on the driver).
+
+Every subject version of the backup's copy is looked up under its target subject and registered when it is not
+there, in an order where a subject's versions keep their order and a referenced version comes before the schemas
+that reference it (:func:`import_order`); references are rewritten to the target's subject names and version
+numbers. The registry answers with the target's id of each schema: the map from the backup's ids to those is what
+the restore writes into the records (:mod:`spark_kafka_backup.schema_registry.wire`).
+
+Subjects of renamed topics (``--topic-map OLD=NEW``) follow their topics: ``OLD-key`` and ``OLD-value`` are
+registered as ``NEW-key`` and ``NEW-value`` (Confluent's default TopicNameStrategy).
+
+What the import changes besides registering, and how a crash is survived (a registration is idempotent: run
+again, it finds what an earlier run registered):
+
+- a version the source had deleted is registered (records may name it) and then soft-deleted, as it was;
+- a version the target refuses as incompatible is registered after setting its subject's compatibility to
+  ``NONE``; the subject then gets the backup's level, or its own earlier one back;
+- each subject the backup holds a compatibility level for gets it.
+
+Undone work of the first two kinds is written to a small state file before it starts
+(:class:`RegistryImportState`), and a later import finishes it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from spark_kafka_backup.errors import KbackupError, SchemaRegistryError
+from spark_kafka_backup.schema_registry.client import INCOMPATIBLE_SCHEMA, RegistryClient, RegistryRefusalError, quoted
+from spark_kafka_backup.schema_registry.registry_copy import RegistryCopy, Schema, SubjectVersion
+from spark_kafka_backup.storage import Location, exists, read_document, write_whole
+
+#: Subject name suffixes of Confluent's TopicNameStrategy.
+KEY_SUFFIX, VALUE_SUFFIX = "-key", "-value"
+
+
+def target_subjects(copy: RegistryCopy, topic_map: Mapping[str, str]) -> dict[str, str]:
+    """Each subject of the copy and its name in the target (``OLD-key``/``OLD-value`` follow a renamed topic)."""
+    names = {}
+    for subject in copy.subjects:
+        names[subject] = subject
+        for suffix in (KEY_SUFFIX, VALUE_SUFFIX):
+            topic = subject.removesuffix(suffix)
+            if subject.endswith(suffix) and topic in topic_map:
+                names[subject] = topic_map[topic] + suffix
+    targets = sorted(names.values())
+    doubled = next((a for a, b in itertools.pairwise(targets) if a == b), None)
+    if doubled is not None:
+        sources = sorted(s for s, t in names.items() if t == doubled)
+        raise SchemaRegistryError(
+            f"subjects {', '.join(map(repr, sources))} would both be registered as {doubled!r} in the target "
+            "registry (a topic renamed onto another topic's name)"
+        )
+    return names
+
+
+def import_order(copy: RegistryCopy) -> list[tuple[str, SubjectVersion]]:
+    """Every subject version, each after the subject's earlier versions and after the versions it references.
+
+    Among those free to go, the smallest schema id first (the order the source registered them in, usually).
+    """
+    after: dict[tuple[str, int], list[tuple[str, int]]] = {}
+    waiting: dict[tuple[str, int], int] = {}
+    for subject in copy.subjects.values():
+        earlier: tuple[str, int] | None = None
+        for version in subject.versions:
+            node = (subject.name, version.version)
+            needs = {(r.subject, r.version) for r in copy.schemas[version.id].references}
+            if earlier is not None:
+                needs.add(earlier)
+            waiting[node] = len(needs)
+            for need in needs:
+                after.setdefault(need, []).append(node)
+            earlier = node
+    versions = {(s.name, v.version): v for s in copy.subjects.values() for v in s.versions}
+    ready = [(versions[node].id, node) for node, count in waiting.items() if count == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, node = heapq.heappop(ready)
+        order.append((node[0], versions[node]))
+        for follower in after.get(node, ()):
+            waiting[follower] -= 1
+            if waiting[follower] == 0:
+                heapq.heappush(ready, (versions[follower].id, follower))
+    if len(order) != len(waiting):
+        stuck = sorted(node for node, count in waiting.items() if count > 0)[:3]
+        raise SchemaRegistryError(f"the backup's schemas reference each other in a cycle (at {stuck})")
+    return order
+
+
+class RegistryImportState:
+    """What earlier imports into one target registry left to remember, in a small JSON file of the restore's state
+    directory: ``{"ids": {backup id: target id}, "levels": {subject: level or null}, "deletions": [[subject, schema id],
+    ...]}``.
+
+    ``ids``: the target ids the records already restored name. A later import that finds another id for one of
+    them (the registry was replaced or wiped since) is refused: its records would name other schemas than those
+    restored before. ``levels`` and ``deletions``: compatibility levels to put back and versions to soft-delete,
+    written down before the import changes them, so that a killed import's successor finishes the work.
+    """
+
+    def __init__(self, path: Location) -> None:
+        self.path = path
+        self.ids: dict[int, int] = {}
+        self.levels: dict[str, str | None] = {}
+        self.deletions: set[tuple[str, int]] = set()
+        if exists(path):
+            try:
+                document = read_document(path, 1 << 26, what="restore state")
+                self.ids = {int(old): int(new) for old, new in document["ids"].items()}
+                self.levels = {str(s): None if v is None else str(v) for s, v in document["levels"].items()}
+                self.deletions = {(str(s), int(i)) for s, i in document["deletions"]}
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise KbackupError(f"{path}: unreadable restore state ({exc!r})") from None
+
+    def save(self) -> None:
+        document = {
+            "ids": {str(old): self.ids[old] for old in sorted(self.ids)},
+            "levels": dict(sorted(self.levels.items())),
+            "deletions": sorted(map(list, self.deletions)),
+        }
+        write_whole(self.path, json.dumps(document, indent=1).encode())
+
+    def check_ids(self, ids: Mapping[int, int], registry: str) -> None:
+        """Refuse target ids that differ from those an earlier import found for the same schemas."""
+        moved = sorted((old, self.ids[old], new) for old, new in ids.items() if self.ids.get(old, new) != new)
+        if moved:
+            old, before, now = moved[0]
+            raise SchemaRegistryError(
+                f"schema registry {registry} now gives the backup's schema id {old} the id {now}, but an earlier "
+                f"restore from this backup wrote records naming {before} ({len(moved)} such ids): the registry was "
+                "replaced or wiped since, and records restored then and now would name different schemas. Restore "
+                f"into an empty cluster and registry after deleting {self.path}"
+            )
+
+
+@dataclass
+class RegistryImport:
+    """What an import found and did."""
+
+    #: The backup's schema id -> the target registry's id of the same schema.
+    ids: dict[int, int] = field(default_factory=dict)
+    registered: int = 0
+    found: int = 0
+    #: Dry run: versions that would be registered (their target ids are not known yet).
+    missing: list[tuple[str, int]] = field(default_factory=list)
+    relaxed: list[str] = field(default_factory=list)
+    soft_deleted: int = 0
+
+
+def import_registry(
+    client: RegistryClient,
+    copy: RegistryCopy,
+    subjects: Mapping[str, str],
+    pending: RegistryImportState | None,
+    *,
+    dry_run: bool = False,
+) -> RegistryImport:
+    """Make the target registry hold every schema of ``copy`` (``subjects``: :func:`target_subjects`).
+
+    ``pending``: the import's state (:class:`RegistryImportState`); ``dry_run``: look up only, change nothing.
+    """
+    done = RegistryImport()
+    versions: dict[tuple[str, int], int] = {}  # (backup subject, backup version) -> target version
+    # Versions to soft-delete, deleted after every registration (referrers first: a registry refuses to delete a
+    # version others reference), except where a later live version of the same schema under the same subject needs
+    # it gone first (registered again while it is live, the schema would get no new version).
+    deferred: dict[tuple[str, int], int] = {}  # (target subject, backup id) -> target version
+    for subject, version in import_order(copy):
+        target = subjects[subject]
+        schema = copy.schemas[version.id]
+        if any((r.subject, r.version) not in versions for r in schema.references):
+            done.missing.append((subject, version.version))  # dry run: references not registered yet
+            continue
+        body = _body(schema, subjects, versions)
+        key = (target, schema.id)
+        if not version.deleted and key in deferred:
+            _soft_delete(client, target, deferred.pop(key), key, pending, done)
+        # A live version must be live in the target too (a deleted one with the same schema does not count: the
+        # registry makes a new version when it is registered again); a deleted one may be there either way.
+        found = _look_up(client, target, body, deleted=version.deleted)
+        if found is None and not dry_run:
+            assert pending is not None
+            if version.deleted:
+                pending.deletions.add(key)
+                pending.save()
+            _register(client, target, body, schema, pending, done)
+            found = _look_up(client, target, body, deleted=False)
+            if found is None:
+                raise SchemaRegistryError(
+                    f"schema registry {client.address.shown}: schema id {schema.id} of subject {subject!r} was "
+                    f"registered under {target!r} but cannot be looked up there"
+                )
+            done.registered += 1
+        elif found is not None:
+            done.found += 1
+        if found is None:
+            done.missing.append((subject, version.version))
+            continue
+        target_id, target_version = found
+        if pending is not None:
+            pending.check_ids({schema.id: target_id}, client.address.shown)  # before registering anything more
+        done.ids.setdefault(schema.id, target_id)
+        versions[(subject, version.version)] = target_version
+        if version.deleted and pending is not None and key in pending.deletions and not dry_run:
+            deferred[key] = target_version  # registered by this import, or by one killed before it could delete it
+    if not dry_run:
+        assert pending is not None
+        for key, target_version in reversed(deferred.items()):
+            _soft_delete(client, key[0], target_version, key, pending, done)
+        _set_levels(client, copy, subjects, pending)
+        if any(pending.ids.get(old) != new for old, new in done.ids.items()):
+            pending.ids.update(done.ids)
+            pending.save()
+    return done
+
+
+def _soft_delete(
+    client: RegistryClient,
+    subject: str,
+    version: int,
+    key: tuple[str, int],
+    pending: RegistryImportState | None,
+    done: RegistryImport,
+) -> None:
+    """Delete a version the import registered, as it was in the source (unless it is deleted already)."""
+    assert pending is not None
+    if version in _live_versions(client, subject):
+        try:
+            client.delete(f"/subjects/{quoted(subject)}/versions/{version}")
+            done.soft_deleted += 1
+        except RegistryRefusalError as exc:
+            if not exc.not_found:  # deleted meanwhile (a retried request whose first try went through)
+                raise
+    pending.deletions.discard(key)
+    pending.save()
+
+
+def _body(schema: Schema, subjects: Mapping[str, str], versions: Mapping[tuple[str, int], int]) -> dict[str, Any]:
+    body: dict[str, Any] = {"schema": schema.schema}
+    if schema.schema_type != "AVRO":
+        body["schemaType"] = schema.schema_type
+    if schema.references:
+        body["references"] = [
+            {"name": r.name, "subject": subjects.get(r.subject, r.subject), "version": versions[(r.subject, r.version)]}
+            for r in schema.references
+        ]
+    return body
+
+
+def _look_up(client: RegistryClient, subject: str, body: dict[str, Any], *, deleted: bool) -> tuple[int, int] | None:
+    """``(id, version)`` of the schema under the subject (``deleted``: deleted versions count); ``None`` when it is not
+    there."""
+    try:
+        document = client.post(f"/subjects/{quoted(subject)}", body, **({"deleted": "true"} if deleted else {}))
+    except RegistryRefusalError as exc:
+        if exc.not_found:
+            return None
+        raise
+    try:
+        return int(document["id"]), int(document["version"])
+    except (KeyError, TypeError, ValueError):
+        raise SchemaRegistryError(
+            f"schema registry {client.address.shown}: POST /subjects/{quoted(subject)}: not a schema version: "
+            f"{str(document)[:100]}"
+        ) from None
+
+
+def _register(
+    client: RegistryClient,
+    subject: str,
+    body: dict[str, Any],
+    schema: Schema,
+    pending: RegistryImportState,
+    done: RegistryImport,
+) -> None:
+    path = f"/subjects/{quoted(subject)}/versions"
+    try:
+        client.post(path, body)
+        return
+    except RegistryRefusalError as exc:
+        if exc.status != INCOMPATIBLE_SCHEMA:
+            raise SchemaRegistryError(f"{exc} (registering schema id {schema.id} of the backup)") from None
+    # The source accepted this version in its time; the target's rules today may not: relax them for this subject.
+    # Its own level is written down first (unless an earlier, killed import did: that one is the subject's).
+    if subject not in pending.levels:
+        pending.levels[subject] = client.compatibility(subject)
+        pending.save()
+    client.put(f"/config/{quoted(subject)}", {"compatibility": "NONE"})
+    if subject not in done.relaxed:
+        done.relaxed.append(subject)
+    try:
+        client.post(path, body)
+    except RegistryRefusalError as exc:
+        raise SchemaRegistryError(f"{exc} (registering schema id {schema.id} of the backup)") from None
+
+
+def _set_levels(
+    client: RegistryClient, copy: RegistryCopy, subjects: Mapping[str, str], pending: RegistryImportState
+) -> None:
+    """Each subject's compatibility level as the backup holds it; relaxed subjects without one get theirs back."""
+    wanted: dict[str, str | None] = {}
+    for subject in copy.subjects.values():
+        if subject.compatibility is not None:
+            wanted[subjects[subject.name]] = subject.compatibility
+    for target, earlier in pending.levels.items():
+        wanted.setdefault(target, earlier)
+    for target, level in sorted(wanted.items()):
+        if level is None:
+            try:
+                client.delete(f"/config/{quoted(target)}")
+            except RegistryRefusalError as exc:
+                if not exc.not_found:
+                    raise
+        else:
+            client.put(f"/config/{quoted(target)}", {"compatibility": level})
+    if pending.levels:
+        pending.levels.clear()
+        pending.save()
+
+
+def _live_versions(client: RegistryClient, subject: str) -> set[int]:
+    try:
+        return set(client.get(f"/subjects/{quoted(subject)}/versions"))
+    except RegistryRefusalError as exc:
+        if exc.not_found:
+            return set()
+        raise

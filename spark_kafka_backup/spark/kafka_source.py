@@ -1,0 +1,559 @@
+"""A Kafka source for Spark Structured Streaming on the Python Data Source API.
+
+Spark's own Kafka source is a JVM package that cannot be installed everywhere;
+this one reads Kafka with confluent-kafka and offers the same output schema and
+the same option names, so the backup sink works behind either::
+
+    spark.readStream.format("kbackup_kafka")
+        .option("kafka.bootstrap.servers", "host:9092")
+        .option("subscribe", "orders,payments")      # or subscribePattern
+        .option("startingOffsets", "earliest")
+        .option("includeHeaders", "true")
+        .load()
+
+Options (unknown ones are an error):
+
+- ``kafka.<setting>``: passed to the Kafka client without the prefix
+  (``kafka.bootstrap.servers`` is required). ``kafka.isolation.level``
+  defaults to ``read_committed`` here (Kafka's default is read_uncommitted).
+- ``subscribe`` / ``subscribePattern``: a comma-separated topic list or a
+  regex that must match whole topic names. Topics and partitions that appear
+  later are picked up at the next micro-batch, from their earliest offset.
+- ``startingOffsets``: ``earliest`` (default), ``latest`` or JSON
+  ``{"topic": {"0": 42, "1": -2}}`` (-2 earliest, -1 latest).
+- ``maxOffsetsPerTrigger``: at most this many offsets per micro-batch, split
+  across partitions in proportion to what each has available.
+- ``includeHeaders``: add the ``headers`` column (default false, as in Spark).
+- ``failOnDataLoss``: when offsets the query still needed were deleted by
+  retention (before a trigger planned them, or while a task reads them), fail
+  (true, the default) or log a warning naming the topic, partition and lost
+  range and go on (false).
+- ``sourceGapsRoot``: a backup root (local path or ``s3://``) where each range
+  deleted at the source before it was read is recorded
+  (:mod:`spark_kafka_backup.catalog.source_gaps`), by the task that finds it, before it
+  hands on any record after it; the warnings are then left to whoever reads
+  that record (the backup job).
+- ``readTimeoutSeconds``: how long a task waits without progress before it
+  fails naming its partition (default 120).
+- ``snapshotUnreachableSeconds``: how long a snapshot (``Trigger.AvailableNow``)
+  waits for a cluster that stopped answering before it fails (default 300).
+  A continuous query's planning waits as long as it takes: a trigger that
+  cannot reach the cluster plans no new data and says so in a warning (tasks
+  already reading still fail after ``readTimeoutSeconds`` without data).
+- ``minPartitions``: the number of tasks a micro-batch should have at least,
+  when it reads that many Kafka partitions (default 1; the backup job passes
+  Spark's default parallelism). See "Tasks" below.
+
+Broker failures: a leader change or a node going down is handled by the
+Kafka clients (metadata refresh, fetch from the new leader); connection and
+leader events a task's consumer reports are not errors, and a task fails only
+when it gets no data for ``readTimeoutSeconds``. On the driver side, a trigger
+whose offset requests fail logs how long the cluster has not answered; see
+``snapshotUnreachableSeconds`` for what happens next.
+
+Where things run (see the PySpark notes): every method but ``read`` runs in
+one long-lived driver-side process; ``read`` runs on executors with only the
+picklable :class:`KafkaTask` it is given, and builds its own consumer.
+
+Tasks: work is planned by records, not by partitions. A Kafka partition with
+at least :data:`PACK_RECORDS` offsets to read is a task of its own; smaller
+ones are packed together (at most :data:`PACK_RECORDS` offsets and
+:data:`PACK_RANGES` partitions per task, but in at least ``minPartitions``
+tasks when there are that many), and a task assigns all its partitions to one
+consumer at once (one fetch brings records of many). Each Kafka partition is
+read by one task, in offset order, and handed to the sink in batches of that
+partition alone (batches of different partitions may alternate), so a task of
+many small partitions costs one consumer and one Spark task instead of one
+each per partition.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import (
+    StructType,
+)
+
+from spark_kafka_backup.errors import ClusterError, KbackupError, UsageError
+from spark_kafka_backup.kafka.admin_session import AdminSession
+from spark_kafka_backup.kafka.cluster import TopicPartitionKey, list_offsets, partition_counts, topic_ids
+from spark_kafka_backup.kafka.outage import OutageReport
+from spark_kafka_backup.kafka.topics import TopicSelection
+from spark_kafka_backup.logsetup import ensure_console_logging
+from spark_kafka_backup.spark.kafka_reader import KafkaRange, KafkaTask, kafka_schema, pack_ranges, read_task
+from spark_kafka_backup.text import count as count_of
+
+log = logging.getLogger("spark_kafka_backup.source")
+
+SOURCE_NAME = "kbackup_kafka"
+
+#: How often a snapshot asks a cluster that stopped answering again.
+UNREACHABLE_RETRY_SECONDS = 2.0
+#: At most one "not answering" warning per this many seconds (Spark asks every trigger).
+UNREACHABLE_LOG_SECONDS = 30.0
+#: How long one planning step goes on asking (with a new admin client after a failure) before it plans nothing.
+PLANNING_PATIENCE_SECONDS = 12.0
+
+#: The version of the offset JSON this source writes into Spark checkpoints.
+OFFSETS_VERSION = 1
+
+_KNOWN_OPTIONS = {
+    "logformat",
+    "subscribe",
+    "subscribepattern",
+    "startingoffsets",
+    "maxoffsetspertrigger",
+    "includeheaders",
+    "failondataloss",
+    "snapshotunreachableseconds",
+    "readtimeoutseconds",
+    "minpartitions",
+    "sourcegapsroot",
+    "path",
+}
+
+
+def encode_offsets(offsets: Mapping[TopicPartitionKey, int], ids: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Canonical offset JSON: sorted topics, partitions sorted by number, string keys; ``ids``: the topic id each
+    topic's offsets belong to (``"ids"``, left out when empty).
+
+    Spark compares offsets as JSON strings, so the same offsets must always
+    give the same text.
+    """
+    topics: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        topics.setdefault(topic, {})[str(partition)] = offset
+    document: dict[str, Any] = {"v": OFFSETS_VERSION, "topics": topics}
+    if ids:
+        document["ids"] = dict(sorted(ids.items()))
+    return document
+
+
+def decode_ids(data: Mapping[str, Any]) -> dict[str, str]:
+    """The topic ids of an offset JSON (none in those written before ids were kept)."""
+    ids = data.get("ids") or {}
+    return {str(topic): str(topic_id) for topic, topic_id in ids.items()} if isinstance(ids, dict) else {}
+
+
+def decode_offsets(data: Mapping[str, Any]) -> dict[TopicPartitionKey, int]:
+    version = data.get("v")
+    if version != OFFSETS_VERSION:
+        raise KbackupError(
+            f"the checkpoint holds Kafka offsets of version {version!r}; this spark-kafka-backup reads version "
+            f"{OFFSETS_VERSION}"
+        )
+    return {
+        (topic, int(partition)): int(offset)
+        for topic, partitions in data["topics"].items()
+        for partition, offset in partitions.items()
+    }
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The source's options, parsed and checked."""
+
+    client: dict[str, str]
+    selection: TopicSelection
+    starting: str | dict[TopicPartitionKey, int]
+    max_offsets_per_trigger: int | None
+    include_headers: bool
+    fail_on_data_loss: bool
+    read_timeout: float
+    min_partitions: int = 1
+    snapshot_unreachable: float = 300
+    #: The job's ``--log-format`` for what the source logs on the driver (None: text).
+    log_format: str | None = None
+    #: Where ranges deleted at the source before they were read are recorded (``sourceGapsRoot``).
+    gaps_root: str | None = None
+
+    @property
+    def read_committed(self) -> bool:
+        return self.client.get("isolation.level", "read_committed") == "read_committed"
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        client: dict[str, str] = {}
+        other: dict[str, str] = {}
+        for key, value in options.items():
+            if key.lower().startswith("kafka."):
+                client[key[len("kafka.") :]] = value
+            elif key.lower() in _KNOWN_OPTIONS:
+                other[key.lower()] = value
+            else:
+                raise UsageError(f"unknown option {key!r} for the {SOURCE_NAME} source")
+        if "bootstrap.servers" not in client:
+            raise UsageError("option kafka.bootstrap.servers is required")
+        client.setdefault("isolation.level", "read_committed")
+        if ("subscribe" in other) == ("subscribepattern" in other):
+            raise UsageError("give exactly one of the options subscribe and subscribePattern")
+        selection = (
+            TopicSelection.from_list(other["subscribe"])
+            if "subscribe" in other
+            else TopicSelection(pattern=other["subscribepattern"])
+        )
+        return cls(
+            client=client,
+            selection=selection,
+            starting=_parse_starting(other.get("startingoffsets", "earliest")),
+            max_offsets_per_trigger=_positive_int(other, "maxoffsetspertrigger"),
+            include_headers=_boolean(other, "includeheaders", False),
+            fail_on_data_loss=_boolean(other, "failondataloss", True),
+            read_timeout=float(_positive_int(other, "readtimeoutseconds") or 120),
+            min_partitions=_positive_int(other, "minpartitions") or 1,
+            snapshot_unreachable=float(_positive_int(other, "snapshotunreachableseconds") or 300),
+            log_format=other.get("logformat"),
+            gaps_root=other.get("sourcegapsroot") or None,
+        )
+
+
+def _parse_starting(text: str) -> str | dict[TopicPartitionKey, int]:
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        parsed = json.loads(text)
+        return {
+            (topic, int(partition)): int(offset)
+            for topic, partitions in parsed.items()
+            for partition, offset in partitions.items()
+        }
+    except (ValueError, AttributeError, TypeError):
+        raise UsageError(
+            f'startingOffsets must be earliest, latest or JSON like {{"topic": {{"0": 42}}}}, not {text!r}'
+        ) from None
+
+
+def _positive_int(options: Mapping[str, str], key: str) -> int | None:
+    if key not in options:
+        return None
+    try:
+        value = int(options[key])
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise UsageError(f"option {key} must be a whole number > 0, not {options[key]!r}")
+    return value
+
+
+def _boolean(options: Mapping[str, str], key: str, default: bool) -> bool:
+    if key not in options:
+        return default
+    value = options[key].strip().lower()
+    if value not in ("true", "false"):
+        raise UsageError(f"option {key} must be true or false, not {options[key]!r}")
+    return value == "true"
+
+
+class KafkaSource(DataSource):
+    """``format("kbackup_kafka")``: see the module docstring."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        return kafka_schema(_boolean({k.lower(): v for k, v in self.options.items()}, "includeheaders", False))
+
+    def streamReader(self, schema: StructType) -> KafkaStreamReader:
+        return KafkaStreamReader(SourceOptions.parse(self.options))
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans micro-batches from Kafka offsets and reads them (see module docstring)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._session: AdminSession | None = None  # made on the driver at first use, never pickled
+        self._latest: dict[TopicPartitionKey, int] = {}
+        self._target: dict[TopicPartitionKey, int] | None = None
+        self._outage = OutageReport(log, every=UNREACHABLE_LOG_SECONDS)
+        self._leaderless_logged = -math.inf
+        #: The selected topics' ids at the last planning step, and the topics refused for a new id (logged once).
+        self._ids_now: dict[str, str] = {}
+        self._refused: set[str] = set()
+
+    # -- driver side -------------------------------------------------------
+
+    def _current(self, *, partial: bool = False) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]]:
+        """Earliest and latest offsets of every selected partition now.
+
+        A client that stops answering is replaced by a new one (see
+        :mod:`spark_kafka_backup.kafka.admin_session`) for up to
+        :data:`PLANNING_PATIENCE_SECONDS`; then the transient error is raised.
+        ``partial``: partitions whose leader does not answer are left out of
+        both (they are planned at a later trigger), the others are there; an
+        error only when none answers.
+        """
+        if self._session is None:
+            self._session = AdminSession(self.options.client)
+
+        def offsets_now(
+            admin: Any, timeout: float
+        ) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]]:
+            return self._offsets_now(admin, timeout, partial=partial)
+
+        return self._session.call(offsets_now, patience=PLANNING_PATIENCE_SECONDS)
+
+    def _offsets_now(
+        self, admin: Any, timeout: float, *, partial: bool
+    ) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]]:
+        counts = partition_counts(admin, timeout=timeout)
+        if self.options.selection.topics is not None:
+            missing = [t for t in self.options.selection.topics if t not in counts]
+            if missing and not any(t in counts for t in self.options.selection.topics):
+                raise KbackupError(
+                    f"none of the topics {', '.join(self.options.selection.topics)} exists on "
+                    f"{self.options.client['bootstrap.servers']}"
+                )
+        selected = self.options.selection.select(counts)
+        keys = [(t, p) for t in selected for p in range(counts[t])]
+        try:
+            self._ids_now = topic_ids(admin, selected, timeout=timeout)
+        except ClusterError as exc:
+            # Not known this trigger: nothing is refused on it, and the tasks still confirm the ids they were given
+            # before handing records on (a topic first seen now is read without one).
+            log.debug("topic ids not read for this trigger: %s", exc)
+            self._ids_now = {}
+        earliest = list_offsets(admin, keys, latest=False, timeout=timeout, partial=partial)
+        latest = list_offsets(
+            admin, keys, latest=True, read_committed=self.options.read_committed, timeout=timeout, partial=partial
+        )
+        answered = earliest.keys() & latest.keys()
+        if len(answered) < len(keys):
+            self._report_leaderless(sorted(set(keys) - answered), len(keys))
+            earliest = {key: offset for key, offset in earliest.items() if key in answered}
+            latest = {key: offset for key, offset in latest.items() if key in answered}
+        return earliest, latest
+
+    def _report_leaderless(self, missing: list[TopicPartitionKey], total: int) -> None:
+        now = time.monotonic()
+        if now - self._leaderless_logged < UNREACHABLE_LOG_SECONDS:
+            return
+        self._leaderless_logged = now
+        shown = ", ".join(f"{topic}/{partition}" for topic, partition in missing[:5])
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        log.warning(
+            "no answer for %d of %d partitions (%s%s: no leader yet?): the others are read on, these when their "
+            "leader answers",
+            len(missing), total, shown, more,
+        )  # fmt: skip
+
+    def initialOffset(self) -> dict[str, Any]:
+        ensure_console_logging(log_format=self.options.log_format)
+        earliest, latest = self._current()
+        stored = self._stored_positions(earliest, latest) if self.options.starting == "earliest" else {}
+        for (topic, partition), low in sorted(earliest.items()):
+            if low > 0 and (topic, partition) not in stored:
+                log.warning(
+                    "topic %r partition %d: offsets 0..%d no longer exist on the cluster "
+                    "(deleted by retention before this backup started)",
+                    topic,
+                    partition,
+                    low - 1,
+                )
+        starting = self.options.starting
+        if starting == "earliest":
+            start = {**earliest, **stored}
+        elif starting == "latest":
+            start = latest
+        else:
+            assert isinstance(starting, dict)
+            start = {}
+            for key in latest:
+                wanted = starting.get(key, -2)
+                start[key] = earliest[key] if wanted == -2 else latest[key] if wanted == -1 else wanted
+        return encode_offsets(start, self._ids_now)
+
+    def _stored_positions(
+        self, earliest: Mapping[TopicPartitionKey, int], latest: Mapping[TopicPartitionKey, int]
+    ) -> dict[TopicPartitionKey, int]:
+        """A query started without a checkpoint goes on where the backup (``sourceGapsRoot``) ends, so that what
+        the backup holds is read without a break (READ_THROUGH in :mod:`spark_kafka_backup.partition.ledger`): from each
+        partition's last stored record, which is read again and compared with the stored one (a target that holds
+        other records is refused there); when the source has deleted it since, from the offset after it, and the
+        task records the deleted range as lost at the source, exactly (reading from the log start would hide it).
+        Partitions whose end is below the backup's (a topic deleted and created again, a log truncated) start at the
+        log start, as before, where every record read again is compared with the stored one."""
+        if self.options.gaps_root is None:
+            return {}
+        from spark_kafka_backup.partition.layout import list_partitions
+        from spark_kafka_backup.partition.reader import PartitionReader
+        from spark_kafka_backup.storage import parse_location
+
+        root = parse_location(self.options.gaps_root)
+        positions = {}
+        for topic in sorted({topic for topic, _ in latest}):
+            stored = set(list_partitions(root / topic))
+            for key in sorted(key for key in latest if key[0] == topic and key[1] in stored):
+                last = PartitionReader(root / topic, key[1]).last_offset()
+                if last is not None and last + 1 <= latest[key]:
+                    positions[key] = last if last >= earliest.get(key, 0) else last + 1
+        return positions
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._current()[1]
+        log.info(
+            "snapshot target: %s, %s",
+            count_of(len(self._target), "partition"),
+            count_of(sum(self._target.values()), "offset"),
+        )
+
+    def _current_or_wait(self) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]] | None:
+        """:meth:`_current` through an outage: ``None`` (continuous) or waiting up to the snapshot's limit."""
+        while True:
+            asked = time.monotonic()
+            try:
+                current = self._current(partial=self._target is None)
+            except ClusterError as exc:
+                if not exc.transient:
+                    raise  # a refusal (authorization, a bad request): asking again changes nothing
+                waited = self._outage.failed(asked, exc, "no new data planned, waiting for it to answer")
+                if self._target is not None and waited > self.options.snapshot_unreachable:
+                    raise ClusterError(
+                        f"the source cluster did not answer for {waited:.0f} s during the snapshot ({exc}); "
+                        "run it again: it goes on from what is already backed up"
+                    ) from None
+                if self._target is None:
+                    return None  # Spark asks again at the next trigger
+                time.sleep(UNREACHABLE_RETRY_SECONDS)
+                continue
+            self._outage.answered()
+            return current
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        ensure_console_logging(log_format=self.options.log_format)
+        begin = decode_offsets(start)
+        current = self._current_or_wait()
+        if current is None:
+            return start
+        earliest, latest = current
+        ids, refused = self._incarnations(decode_ids(start))
+        if refused:  # a topic deleted and created again: its new offsets are not this query's (see _incarnations)
+            earliest = {key: offset for key, offset in earliest.items() if key[0] not in refused}
+            latest = {key: offset for key, offset in latest.items() if key[0] not in refused}
+        self._latest = latest
+        if self._target is not None:
+            # Snapshot: nothing beyond what existed when the query started.
+            latest = {key: min(offset, self._target[key]) for key, offset in latest.items() if key in self._target}
+        self._check_data_loss(begin, earliest)
+        end = dict(begin)
+        available: dict[TopicPartitionKey, int] = {}
+        for key, offset in latest.items():
+            first = max(begin.get(key, 0), earliest.get(key, 0))
+            if offset > first:
+                available[key] = offset - first
+            end.setdefault(key, begin.get(key, first))
+        end.update(_admit(begin, earliest, available, limit))
+        return encode_offsets(end, ids)
+
+    def _incarnations(self, known: Mapping[str, str]) -> tuple[dict[str, str], set[str]]:
+        """The topic ids the next offsets belong to, and the topics refused because theirs changed.
+
+        A topic's offsets count from 0 again when it is deleted and created again; reading on from the old
+        incarnation's offsets would append the new one's records to the old one's. So a topic keeps the id it was
+        first planned with for good (it is in every offset JSON after), and a topic whose id differs from it is not
+        planned again (one error line says so); a topic seen for the first time takes its id now.
+        """
+        ids = dict(known)
+        refused = set()
+        for topic, now in self._ids_now.items():
+            before = known.get(topic)
+            if before is None:
+                ids[topic] = now
+            elif before != now:
+                refused.add(topic)
+                if topic not in self._refused:
+                    self._refused.add(topic)
+                    log.error(
+                        "topic %r was deleted and created again: it had topic id %s and now has %s; its records "
+                        "are no longer read (its backup keeps the old incarnation; back the new one up into a new "
+                        "target)",
+                        topic, before, now,
+                    )  # fmt: skip
+        return ids, refused
+
+    def _check_data_loss(
+        self, begin: Mapping[TopicPartitionKey, int], earliest: Mapping[TopicPartitionKey, int]
+    ) -> None:
+        for key, low in sorted(earliest.items()):
+            needed = begin.get(key, 0)
+            if needed < low:
+                topic, partition = key
+                message = (
+                    f"topic {topic!r} partition {partition}: offsets {needed}..{low - 1} were deleted "
+                    "(retention or deleted records) before the backup read them"
+                )
+                if self.options.fail_on_data_loss and key in begin:
+                    raise KbackupError(message + " (set failOnDataLoss=false to go on)")
+                if self.options.gaps_root is None:  # else the task reading from there records it, and the job says so
+                    log.warning(message)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return encode_offsets(self._latest) if self._latest else None
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[KafkaTask]:
+        begin = decode_offsets(start)
+        ids = decode_ids(end)
+        ranges = []
+        for (topic, partition), stop in sorted(decode_offsets(end).items()):
+            first = begin.get((topic, partition), 0)
+            if stop > first:
+                ranges.append(
+                    KafkaRange(
+                        topic,
+                        partition,
+                        first,
+                        stop,
+                        self.options.client,
+                        self.options.include_headers,
+                        self.options.read_timeout,
+                        self.options.fail_on_data_loss,
+                        self.options.gaps_root,
+                        ids.get(topic),
+                    )
+                )
+        return pack_ranges(ranges, self.options.min_partitions)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: offsets live in Spark's checkpoint, never in Kafka."""
+
+    # -- executor side -----------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, KafkaTask):
+            raise TypeError(f"expected a KafkaTask, got {type(partition).__name__}")
+        return read_task(partition)
+
+
+def _admit(
+    begin: Mapping[TopicPartitionKey, int],
+    earliest: Mapping[TopicPartitionKey, int],
+    available: Mapping[TopicPartitionKey, int],
+    limit: ReadLimit,
+) -> dict[TopicPartitionKey, int]:
+    """End offsets within ``limit``, shared in proportion to what each partition has."""
+    total = sum(available.values())
+    budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+    result = {}
+    for key, count in available.items():
+        first = max(begin.get(key, 0), earliest.get(key, 0))
+        take = count if budget is None or total <= budget else (count * budget) // total
+        if budget is not None and total > budget and take == 0 and count == max(available.values()):
+            take = min(count, budget)  # always make progress
+        result[key] = first + take
+    return result

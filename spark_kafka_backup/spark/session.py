@@ -1,0 +1,47 @@
+"""The Spark session of a spark-kafka-backup job: its name, log level, the user's settings and redaction of secrets."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from spark_kafka_backup.kafka.client_settings import SECRET_KEY_PATTERN
+from spark_kafka_backup.logsetup import LOG_FORMAT_VARIABLE, spark_log_level
+
+#: Spark's own default for ``spark.redaction.regex``, which names the settings whose values the UI, the event log
+#: and the logs show as ``*********(redacted)``.
+_SPARK_DEFAULT_REDACTION = "(?i)secret|password|token|access[.]?key"
+
+#: What spark-kafka-backup sets instead: Spark's default plus every Kafka client key that can hold a secret
+#: (``sasl.jaas.config``, ``ssl.key.pem``, ``sasl.oauthbearer.config`` ...), also as a data source option
+#: (``kafka.sasl.password``) in a query plan, through ``spark.sql.redaction.options.regex``.
+SPARK_REDACTION = f"{_SPARK_DEFAULT_REDACTION}|{SECRET_KEY_PATTERN}"
+
+
+def job_session(
+    app_name: str, *, debug: bool, spark_conf: Mapping[str, str], umask: int, log_format: str = "text"
+) -> Any:
+    """The job's ``SparkSession`` (made, or the one ``spark-submit`` already made), with ``spark_conf`` applied.
+
+    ``umask`` is also Hadoop's for the files Spark writes (the checkpoint); ``log_format`` reaches the executors'
+    Python workers. Streaming queries report to Spark's metrics system (its sinks, e.g. the Prometheus servlet).
+    A ``spark.redaction.regex``, ``spark.sql.redaction.options.regex``, ``spark.hadoop.fs.permissions.umask-mode``
+    or ``spark.sql.streaming.metricsEnabled`` the user gives wins.
+    """
+    from pyspark.sql import SparkSession
+
+    log_level = spark_log_level(debug=debug)
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .config("spark.log.level", log_level)
+        .config("spark.redaction.regex", SPARK_REDACTION)
+        .config("spark.sql.redaction.options.regex", SPARK_REDACTION)
+        .config("spark.hadoop.fs.permissions.umask-mode", f"{umask:03o}")
+        .config("spark.sql.streaming.metricsEnabled", "true")
+        .config(f"spark.executorEnv.{LOG_FORMAT_VARIABLE}", log_format)
+    )
+    for key, value in spark_conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(log_level)
+    return spark

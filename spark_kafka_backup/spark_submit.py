@@ -1,0 +1,90 @@
+"""The ``spark-submit`` command of a spark-kafka-backup job, with the Spark that PySpark installed beside
+spark-kafka-backup.
+
+Used by ``spark-kafka-backup backup`` / ``spark-kafka-backup restore`` (:mod:`spark_kafka_backup.launcher`), the
+demo, the benchmarks and the tests. The job file comes from the installed
+package (:mod:`spark_kafka_backup.jobs`), so nothing here needs a checkout.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from spark_kafka_backup.jobs import job_file
+
+
+def spark_home() -> Path:
+    """``SPARK_HOME`` when set, else the PySpark installation (its ``bin/spark-submit`` needs no PATH setup)."""
+    given = os.environ.get("SPARK_HOME")
+    if given:
+        return Path(given)
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def uses_spark_kafka_source(args: Sequence[str]) -> bool:
+    """Whether job arguments choose Spark's own Kafka source (``--kafka-source spark``)."""
+    texts = list(args)
+    return "--kafka-source=spark" in texts or any(
+        a == "--kafka-source" and b == "spark" for a, b in itertools.pairwise(texts)
+    )
+
+
+#: Spark settings the jobs are started with unless given: no UI; and time for a Python process Spark starts to
+#: answer its handshake on a busy machine (Spark's default is 15 s).
+#: Spark's logging until the job sets its level (see the file).
+STARTUP_LOGGING = Path(__file__).resolve().parent / "jobs" / "log4j2.properties"
+DEFAULT_CONF = ("spark.ui.enabled=false", "spark.python.authenticate.socketTimeout=120s")
+
+
+def spark_submit_command(job: str, *args: str | Path, master: str = "local[2]", conf: Sequence[str] = ()) -> list[str]:
+    """``spark-submit --master MASTER [--conf K=V ...] JOB_FILE ARGS``.
+
+    With ``--kafka-source spark`` among ``args``, Spark's Kafka connector jars
+    (resolved once into spark-kafka-backup's cache, see :mod:`spark_kafka_backup.jars`) are passed
+    with ``--jars``. The Spark UI is off unless a ``conf`` turns it on.
+    """
+    texts = [str(arg) for arg in args]
+    jars: list[str] = []
+    if uses_spark_kafka_source(texts):
+        from spark_kafka_backup.spark.kafka_connector import connector_jars
+
+        jars = ["--jars", ",".join(str(jar) for jar in connector_jars())]
+    given = {setting.partition("=")[0] for setting in conf}
+    settings = [default for default in DEFAULT_CONF if default.partition("=")[0] not in given] + list(conf)
+    if "spark.driver.extraJavaOptions" not in given:
+        # Quiet from the JVM's start: Spark's level is set by the job only once its session exists.
+        settings.insert(0, f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile={STARTUP_LOGGING.as_uri()}")
+    confs = [part for setting in settings for part in ("--conf", setting)]
+    return [
+        str(spark_home() / "bin" / "spark-submit"),
+        "--master",
+        master,
+        *confs,
+        *jars,
+        str(job_file(job)),
+        *texts,
+    ]
+
+
+def job_environment(*, importable: Path | None = None) -> dict[str, str]:
+    """The environment of a submitted job.
+
+    This interpreter runs the driver and every executor's Python (unless
+    ``PYSPARK_PYTHON`` is set), ``SPARK_HOME`` is the PySpark installation
+    unless set, the driver listens on loopback unless ``SPARK_LOCAL_IP`` says
+    otherwise, and ``importable`` (a source tree) is put first on ``PYTHONPATH``.
+    """
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", env["PYSPARK_PYTHON"])
+    env.setdefault("SPARK_HOME", str(spark_home()))
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if importable is not None:
+        env["PYTHONPATH"] = str(importable) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    return env

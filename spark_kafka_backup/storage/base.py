@@ -1,0 +1,144 @@
+"""The storage interface: what the backup code needs from a disk or an object store.
+
+Two rules shape it, so that one commit protocol fits both kinds:
+
+* Files are **published whole**: :meth:`Storage.write_whole` and
+  :meth:`Storage.upload` make a file appear with all its bytes or not at all
+  (a local rename, an S3 PUT). Appending is not part of this interface; only
+  the local partition writer appends, and it talks to the disk directly.
+* Reads go through a :class:`ReadHandle` that reads at a position without
+  loading the whole file, so memory never grows with a file's size.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol, TypeAlias
+
+from spark_kafka_backup.errors import FormatError
+from spark_kafka_backup.storage.object_path import ObjectPath
+
+Location: TypeAlias = Path | ObjectPath
+
+
+class ReadHandle(Protocol):
+    """An open file: sequential reads through ``stream``, random ones through ``pread``."""
+
+    size: int
+    stream: BinaryIO
+
+    def pread(self, length: int, position: int) -> bytes: ...
+
+    def refresh_size(self) -> int:
+        """The size now: a local file may have grown since it was opened (an object never does)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Storage(ABC):
+    """One kind of storage (local disk, S3). Every method takes a full location."""
+
+    @abstractmethod
+    def exists(self, location: Location) -> bool: ...
+
+    @abstractmethod
+    def size(self, location: Location) -> int | None:
+        """The file's size in bytes, or ``None`` when it does not exist."""
+
+    @abstractmethod
+    def open_read(self, location: Location) -> ReadHandle:
+        """Open for reading; :class:`~spark_kafka_backup.errors.BackupNotFoundError` when absent."""
+
+    @abstractmethod
+    def write_whole(self, location: Location, data: bytes, *, sync: bool = True) -> None:
+        """Create or replace the file with ``data``; readers see the old or the new bytes."""
+
+    @abstractmethod
+    def create_exclusive(self, location: Location, data: bytes) -> bool:
+        """Create the file with ``data`` unless it exists; return whether this call created it."""
+
+    @abstractmethod
+    def upload(self, location: Location, source: Path) -> None:
+        """Publish the local file ``source`` whole at ``location``."""
+
+    @abstractmethod
+    def delete(self, location: Location) -> None:
+        """Remove the file; absent is fine."""
+
+    @abstractmethod
+    def list_files(self, directory: Location) -> list[str] | None:
+        """Names of the files directly in ``directory``; ``None`` when it does not exist."""
+
+    @abstractmethod
+    def list_dirs(self, directory: Location) -> list[str] | None:
+        """Names of the subdirectories of ``directory``; ``None`` when it does not exist."""
+
+    def read_limited(self, location: Location, limit: int) -> bytes:
+        """Read a small file whole, refusing one larger than ``limit`` bytes."""
+        handle = self.open_read(location)
+        try:
+            if handle.size > limit:
+                raise FormatError(
+                    "file is larger than this kind of file can be",
+                    file=str(location),
+                    expected=f"at most {limit} bytes",
+                    found=f"{handle.size} bytes",
+                )
+            return handle.pread(handle.size, 0)
+        finally:
+            handle.close()
+
+
+class FileHandle:
+    """A :class:`ReadHandle` over a local file (``pread`` is ``os.pread``)."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+        self._fd = stream.fileno()
+        self.size = os.fstat(self._fd).st_size
+
+    def pread(self, length: int, position: int) -> bytes:
+        return os.pread(self._fd, length, position)
+
+    def refresh_size(self) -> int:
+        self.size = os.fstat(self._fd).st_size
+        return self.size
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+class PositionalRaw(io.RawIOBase):
+    """A seekable raw stream whose reads go to ``fetch(length, position)`` (buffer it with io.BufferedReader)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._position = 0
+
+    def fetch(self, length: int, position: int) -> bytes:
+        raise NotImplementedError
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self.fetch(len(view), self._position)
+        view[: len(data)] = data
+        self._position += len(data)
+        return len(data)

@@ -1,0 +1,263 @@
+"""S3 (and S3-compatible) storage through boto3.
+
+Endpoint, region and credentials come from the usual AWS settings
+(``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_S3``, ``AWS_REGION``,
+``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``, profiles, instance roles),
+read by boto3 in each process that touches the store, driver and executors
+alike.
+
+Objects are never appended to or renamed: a file is published by one PUT
+(multipart for large uploads), which S3 makes visible whole or not at all,
+and ``create_exclusive`` is a conditional PUT (``If-None-Match: *``). Reads
+are ranged GETs, so a segment is never downloaded whole to be read.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import os
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from spark_kafka_backup.errors import BackupNotFoundError, StorageError
+from spark_kafka_backup.storage.base import Location, PositionalRaw, Storage
+from spark_kafka_backup.storage.object_path import ObjectPath
+
+#: Bytes fetched per GET by sequential reads.
+READ_AHEAD = 4 << 20
+
+
+def _object(location: Location) -> ObjectPath:
+    if not isinstance(location, ObjectPath):
+        raise TypeError(f"not an object location: {location}")
+    return location
+
+
+#: The settings a client depends on; a change (tests, a re-configured process) makes a new client.
+_SETTINGS = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_PROFILE",
+    "AWS_MAX_ATTEMPTS",
+)
+
+
+def _client() -> Any:
+    return _client_for(tuple(os.environ.get(name) for name in _SETTINGS))
+
+
+@functools.cache
+def _client_for(settings: tuple[str | None, ...]) -> Any:
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:  # pragma: no cover - boto3 is a dependency
+        raise StorageError("s3:// locations need boto3 (pip install boto3)") from None
+    # boto3 reads endpoint, region and credentials from the environment and its files itself.
+    attempts = int(os.environ.get("AWS_MAX_ATTEMPTS") or 10)
+    return boto3.client("s3", config=Config(retries={"max_attempts": attempts, "mode": "standard"}))
+
+
+def _fail(location: ObjectPath, action: str, exc: Exception) -> StorageError:
+    code = ""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        code = str(response.get("Error", {}).get("Code", ""))
+    if code == "NoSuchBucket":
+        return StorageError(f"{location}: bucket {location.bucket!r} does not exist")
+    reason = f"{code}: {exc}" if code else f"{type(exc).__name__}: {exc}"
+    return StorageError(f"{location}: cannot {action} ({reason})")
+
+
+def _precondition_failed(exc: Exception) -> bool:
+    """A conditional write lost (the object exists, or has another version)."""
+    response = getattr(exc, "response", None)
+    code = str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
+    return code in ("PreconditionFailed", "412", "ConditionalRequestConflict")
+
+
+def _is_missing(exc: Exception) -> bool:
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return False
+    return str(response.get("Error", {}).get("Code", "")) in ("404", "NoSuchKey", "NotFound")
+
+
+class _RangedRaw(PositionalRaw):
+    """A seekable raw stream over one object; each ``readinto`` is one ranged GET."""
+
+    def __init__(self, client: Any, location: ObjectPath, size: int) -> None:
+        super().__init__(size)
+        self._client = client
+        self._location = location
+
+    def fetch(self, length: int, position: int) -> bytes:
+        length = min(length, self._size - position)
+        if length <= 0:
+            return b""
+        try:
+            response = self._client.get_object(
+                Bucket=self._location.bucket,
+                Key=self._location.key,
+                Range=f"bytes={position}-{position + length - 1}",
+            )
+            data: bytes = response["Body"].read()
+        except Exception as exc:
+            raise _fail(self._location, "read", exc) from None
+        return data
+
+
+class ObjectHandle:
+    """A :class:`~spark_kafka_backup.storage.base.ReadHandle` over one object."""
+
+    def __init__(self, client: Any, location: ObjectPath, size: int) -> None:
+        self.size = size
+        self._raw = _RangedRaw(client, location, size)
+        self.stream: BinaryIO = io.BufferedReader(self._raw, buffer_size=READ_AHEAD)
+
+    def pread(self, length: int, position: int) -> bytes:
+        return self._raw.fetch(length, position)
+
+    def refresh_size(self) -> int:
+        return self.size  # objects are written whole and never grow
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+class S3Storage(Storage):
+    def __init__(self, client: Any | None = None) -> None:
+        self._given = client
+
+    @property
+    def client(self) -> Any:
+        return self._given if self._given is not None else _client()
+
+    def size(self, location: Location) -> int | None:
+        target = _object(location)
+        try:
+            head = self.client.head_object(Bucket=target.bucket, Key=target.key)
+        except Exception as exc:
+            if _is_missing(exc):
+                return None
+            raise _fail(target, "look up", exc) from None
+        return int(head["ContentLength"])
+
+    def exists(self, location: Location) -> bool:
+        return self.size(location) is not None
+
+    def open_read(self, location: Location) -> ObjectHandle:
+        size = self.size(location)
+        if size is None:
+            raise BackupNotFoundError(f"{location}: object does not exist")
+        return ObjectHandle(self.client, _object(location), size)
+
+    def write_whole(self, location: Location, data: bytes, *, sync: bool = True) -> None:
+        target = _object(location)
+        try:
+            self.client.put_object(Bucket=target.bucket, Key=target.key, Body=data)
+        except Exception as exc:
+            raise _fail(target, "write", exc) from None
+
+    def create_exclusive(self, location: Location, data: bytes) -> bool:
+        return self.create_exclusive_tagged(location, data) is not None
+
+    # -- conditional writes (the object-store lease, spark_kafka_backup.storage.lease) ----------------
+
+    def create_exclusive_tagged(self, location: Location, data: bytes) -> str | None:
+        """Create the object unless it exists; its ETag, or ``None`` when it existed."""
+        target = _object(location)
+        try:
+            response = self.client.put_object(Bucket=target.bucket, Key=target.key, Body=data, IfNoneMatch="*")
+        except Exception as exc:
+            if _precondition_failed(exc):
+                return None
+            raise _fail(target, "create", exc) from None
+        return str(response["ETag"])
+
+    def read_tagged(self, location: Location) -> tuple[bytes, str] | None:
+        """A small object's bytes and ETag, or ``None`` when it does not exist."""
+        target = _object(location)
+        try:
+            response = self.client.get_object(Bucket=target.bucket, Key=target.key)
+            return response["Body"].read(1 << 16), str(response["ETag"])
+        except Exception as exc:
+            if _is_missing(exc):
+                return None
+            raise _fail(target, "read", exc) from None
+
+    def replace_if(self, location: Location, data: bytes, etag: str) -> str | None:
+        """Replace the object if it still has ``etag``; the new ETag, or ``None`` when it changed."""
+        target = _object(location)
+        try:
+            response = self.client.put_object(Bucket=target.bucket, Key=target.key, Body=data, IfMatch=etag)
+        except Exception as exc:
+            if _precondition_failed(exc) or _is_missing(exc):
+                return None
+            raise _fail(target, "replace", exc) from None
+        return str(response["ETag"])
+
+    def delete_if(self, location: Location, etag: str) -> None:
+        """Delete the object if it still has ``etag`` (otherwise leave it: it is someone else's now)."""
+        target = _object(location)
+        try:
+            self.client.delete_object(Bucket=target.bucket, Key=target.key, IfMatch=etag)
+        except Exception as exc:
+            if not (_precondition_failed(exc) or _is_missing(exc)):
+                raise _fail(target, "delete", exc) from None
+
+    def upload(self, location: Location, source: Path) -> None:
+        target = _object(location)
+        try:
+            self.client.upload_file(str(source), target.bucket, target.key)
+        except Exception as exc:
+            raise _fail(target, "upload", exc) from None
+
+    def delete(self, location: Location) -> None:
+        target = _object(location)
+        try:
+            self.client.delete_object(Bucket=target.bucket, Key=target.key)
+        except Exception as exc:
+            if not _is_missing(exc):
+                raise _fail(target, "delete", exc) from None
+
+    def _list(self, directory: ObjectPath) -> tuple[list[str], list[str]]:
+        prefix = f"{directory.key}/" if directory.key else ""
+        files: list[str] = []
+        dirs: list[str] = []
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=directory.bucket, Prefix=prefix, Delimiter="/"
+            )
+            for page in pages:
+                files.extend(item["Key"][len(prefix) :] for item in page.get("Contents", ()))
+                dirs.extend(item["Prefix"][len(prefix) :].rstrip("/") for item in page.get("CommonPrefixes", ()))
+        except Exception as exc:
+            raise _fail(directory, "list", exc) from None
+        return files, dirs
+
+    def list_files(self, directory: Location) -> list[str] | None:
+        files, dirs = self._list(_object(directory))
+        return files if files or dirs else None
+
+    def list_dirs(self, directory: Location) -> list[str] | None:
+        files, dirs = self._list(_object(directory))
+        return dirs if files or dirs else None
+
+    def check_bucket(self, location: ObjectPath) -> None:
+        """Fail with one clear error when the bucket is absent or unreachable."""
+        try:
+            self.client.head_bucket(Bucket=location.bucket)
+        except Exception as exc:
+            if _is_missing(exc):
+                raise StorageError(f"{location}: bucket {location.bucket!r} does not exist") from None
+            raise _fail(location, "reach the bucket", exc) from None
+
+
+@functools.cache
+def s3_storage() -> S3Storage:
+    return S3Storage()
