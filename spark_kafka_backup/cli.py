@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO, cast
 
 from spark_kafka_backup import __version__
+from spark_kafka_backup.boundary import exit_code
 from spark_kafka_backup.catalog.source_gaps import SourceGap, describe_gaps, read_gaps
 from spark_kafka_backup.catalog.store import read_catalog
 from spark_kafka_backup.errors import BackupNotFoundError, KbackupError, UsageError
@@ -596,8 +597,8 @@ def _duration_ms(text: str) -> int:
 def _non_negative(text: str) -> int:
     try:
         value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from exc
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
     return value
@@ -616,6 +617,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Back up and restore Kafka topics with Spark; inspect and repair kafka-backup v1 backups.",
     )
     parser.add_argument("--version", action="version", version=f"spark-kafka-backup {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help="on an error, print where it came from too (the traceback and its causes)"
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # Listed for --help; main() hands them to spark_kafka_backup.launcher before this parser sees their arguments.
     sub.add_parser("backup", help="run the backup job on Spark (spark-kafka-backup backup --help)", add_help=False)
@@ -765,22 +769,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     low, high = getattr(args, "from_offset", None), getattr(args, "to_offset", None)
     if low is not None and high is not None and low > high:
         args.command_parser.error(f"--from-offset {low} is after --to-offset {high} (both inclusive): nothing to print")
-    try:
-        if getattr(args, "encryption_key_file", None) or getattr(args, "encryption_key_env", None):
-            install_keys(KeyRing.of(source.key for source in encryption_key_sources(args)))
-        args.func(args, _safe_output(args))
-        sys.stdout.flush()
-    except KbackupError as exc:
-        print(f"spark-kafka-backup: error: {shown(str(exc))}", file=sys.stderr)
-        return 1
-    except BrokenPipeError:
-        # The reader went away (``spark-kafka-backup cat ... | head``): not an error.
-        sys.stderr.close()
+
+    def run() -> int:
+        try:
+            if getattr(args, "encryption_key_file", None) or getattr(args, "encryption_key_env", None):
+                install_keys(KeyRing.of(source.key for source in encryption_key_sources(args)))
+            args.func(args, _safe_output(args))
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # The reader went away (``spark-kafka-backup cat ... | head``): not an error.
+            sys.stderr.close()
         return 0
-    except OSError as exc:
-        print(f"spark-kafka-backup: error: {shown(str(exc))}", file=sys.stderr)
-        return 1
-    return 0
+
+    return exit_code("spark-kafka-backup", run, say=_say_error, debug=args.debug)
+
+
+def _say_error(line: str) -> None:
+    print(shown(line), file=sys.stderr)
 
 
 def _safe_output(args: argparse.Namespace) -> TextIO:

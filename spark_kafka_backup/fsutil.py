@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 from pathlib import Path
 from typing import BinaryIO
@@ -140,17 +141,35 @@ def open_new_file(path: Path) -> BinaryIO:
 
 def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
     """Replace ``path`` with ``data`` all at once (see module docstring)."""
+    os.close(_replace(path, data, sync=sync, lock=False))
+
+
+def atomic_write_locked(path: Path, data: bytes) -> int:
+    """:func:`atomic_write`, the new file locked (``flock``, exclusive) before it takes the name: a writer that opens
+    it waits until the caller closes the returned descriptor."""
+    return _replace(path, data, sync=True, lock=True)
+
+
+def _replace(path: Path, data: bytes, *, sync: bool, lock: bool) -> int:
+    """Write ``data`` under a temporary name, then rename it over ``path``; returns the new file's open descriptor."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
+    fd = -1
     try:
-        with open_new_file(tmp) as handle:
-            handle.write(data)
-            handle.flush()
-            if sync:
-                os.fsync(handle.fileno())
+        fd = open_new(tmp, os.O_RDWR)
+        if lock:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if sync:
+            os.fsync(fd)
         os.replace(tmp, path)
         if sync:
             fsync_dir(path.parent)
     except OSError as exc:
+        if fd >= 0:
+            os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(tmp)  # no temporary file is left behind
-        raise disk_error(exc, path, writing=len(data)) from None
+        raise disk_error(exc, path, writing=len(data)) from exc
+    return fd

@@ -9,13 +9,13 @@ must agree.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from spark_kafka_backup.boundary import exit_code
 from spark_kafka_backup.errors import KbackupError, UsageError
 from spark_kafka_backup.fsutil import parse_umask
 from spark_kafka_backup.kafka.client_settings import librdkafka_refusal
@@ -70,7 +70,7 @@ class ConnectorProperties:
         try:
             return positive_int(text) if text else default
         except argparse.ArgumentTypeError as exc:
-            raise UsageError(f"{self.source}: {key}: {exc}") from None
+            raise UsageError(f"{self.source}: {key}: {exc}") from exc
 
 
 def client_settings(
@@ -155,21 +155,12 @@ def run_job(
     except KbackupError as exc:
         print_error(f"spark-kafka-backup {name}: error: {exc}")
         return 2
-    try:
-        return run(settings)
-    except KbackupError as exc:
-        print_error(f"spark-kafka-backup {name}: error: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        print_error(f"spark-kafka-backup {name}: error: interrupted (what was committed stays; run it again to go on)")
-        return 130
-    except Exception as exc:  # Spark, py4j, a client library: still one line; the traceback with --debug
-        from spark_kafka_backup.spark.failures import failure_cause
+    from spark_kafka_backup.spark.failures import failure_cause  # a Spark failure's cause: its Python error
 
-        if getattr(settings, "debug", False):
-            logging.getLogger("spark_kafka_backup").exception("the %s failed", name)
-        print_error(f"spark-kafka-backup {name}: error: {failure_cause(exc)} (--debug shows where)")
-        return 1
+    debug = bool(getattr(settings, "debug", False))
+    return exit_code(
+        f"spark-kafka-backup {name}", lambda: run(settings), say=print_error, debug=debug, cause=failure_cause
+    )
 
 
 @dataclass(frozen=True)
@@ -289,7 +280,7 @@ def umask(text: str) -> int:
     try:
         return parse_umask(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def positive_int(text: str) -> int:

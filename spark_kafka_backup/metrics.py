@@ -173,7 +173,7 @@ class MetricsPublisher:
         try:
             self._server = Server((host, port), Handler)
         except OSError as exc:
-            raise UsageError(f"--metrics-port: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+            raise UsageError(f"--metrics-port: cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, name="kbackup-metrics-http", daemon=True).start()
 

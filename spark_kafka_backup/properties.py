@@ -88,7 +88,7 @@ def read_properties_with_lines(path: Path, *, what: str) -> dict[str, tuple[str,
         if path.is_dir():
             raise UsageError(f"{what} {path} is a directory, not a properties file")
         return parse_properties_with_lines(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BackupNotFoundError(f"{what} {path} does not exist") from None
+    except FileNotFoundError as exc:
+        raise BackupNotFoundError(f"{what} {path} does not exist") from exc
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {what} {path}: {exc}") from None
+        raise UsageError(f"cannot read {what} {path}: {exc}") from exc

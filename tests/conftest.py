@@ -20,6 +20,9 @@ from tests.leftovers import kill_leftovers
 from tests.restore_helpers import Target
 from tests.s3_server import S3Server, s3_server_under_test
 
+#: ``pytester`` runs a small suite in-process: tests/unit/test_unit_guard.py shows the unit layer's guard at work.
+pytest_plugins = ["pytester"]
+
 REPO = Path(__file__).resolve().parent.parent
 #: The project's own golden vectors (formats/vectors, written by its generate.py).
 VECTORS = REPO / "formats" / "vectors"
@@ -29,12 +32,24 @@ SHAPES_TOPIC = VECTORS / "backup" / "shapes-topic"
 INDEX_VECTORS = VECTORS / "indexes"
 
 
+#: The unit layer (``./dev unit``): tests that need no broker, Spark, S3 server or other process.
+UNIT_TESTS = REPO / "tests" / "unit"
+
+
 def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+def unit_only(config: pytest.Config) -> bool:
+    """Whether this run collects only the unit layer: then no jar is resolved and no JVM is prepared."""
+    paths = [Path(str(arg).split("::")[0]) for arg in config.args] or [Path(config.invocation_params.dir)]
+    return all((Path(config.invocation_params.dir) / path).resolve().is_relative_to(UNIT_TESTS) for path in paths)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Fetch the jars once before workers start; ``KBACKUP_TEST_BROKER=docker`` without an engine stops the run."""
+    if unit_only(config):
+        return
     kind = wanted_kind()
     if kind == "docker":
         from tests.broker import NO_ENGINE, docker_answers
@@ -98,6 +113,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_report_header(config: pytest.Config) -> str:
+    if unit_only(config):
+        return "unit layer: no broker, Spark, S3 server or other process (tests/unit)"
     kind = wanted_kind()
     if kind == "external":
         return f"kafka: external cluster at {os.environ['KBACKUP_TEST_BOOTSTRAP']}"
@@ -147,7 +164,7 @@ UPSTREAM_MISSING = (
 
 @pytest.fixture(scope="session")
 def upstream() -> Path:
-    """The original's golden files, for the cross-check against them alone (tests/test_upstream_golden.py, skipped
+    """The original's golden files, for the cross-check against them alone (tests/unit/test_upstream_golden.py, skipped
     as a whole without them); every other test reads the project's own vectors."""
     path = upstream_golden_dir()
     assert path is not None, UPSTREAM_MISSING  # its one user skips as a whole without them

@@ -114,7 +114,7 @@ def test_docker_broker_demanded_without_an_engine_fails_at_once(tmp_path: Path) 
     env = {**os.environ, "KBACKUP_TEST_BROKER": "docker", "DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"}
     env.pop("KBACKUP_TEST_BOOTSTRAP", None)
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "tests" / "test_vectors.py")],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "tests" / "test_docs.py")],
         capture_output=True,
         text=True,
         env=env,

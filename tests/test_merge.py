@@ -26,7 +26,7 @@ from spark_kafka_backup.format.encryption import KeyRing, key_id
 from spark_kafka_backup.format.frames import is_framed
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.layout import list_segment_files, partition_index_path
-from spark_kafka_backup.partition.merge_intent import intent_path
+from spark_kafka_backup.partition.merge_intent import intent_path, write_intent
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.rebuild import rebuild_partition_index
 from spark_kafka_backup.partition.records_file import install_keys
@@ -206,10 +206,9 @@ def test_a_merge_killed_at_any_step_loses_and_duplicates_nothing(tmp_path: Path)
 def _interrupted_merge(root: Path, size: int) -> None:
     """A merge killed right after its switch: intent, merged segment and partition index written, nothing after."""
     from spark_kafka_backup.catalog.merge import _sealing_key, _switch, _write_merged
-    from spark_kafka_backup.storage import write_whole
 
     group = plan_merge(root, ["t"], max_segment_size=size)[0]
-    write_whole(intent_path(root), group.encode())
+    write_intent(root, group.intent())
     _write_merged(root, group, _sealing_key(root / "t", group))
     _switch(root, group)
 

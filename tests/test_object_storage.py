@@ -188,7 +188,7 @@ def test_encrypted_objects_verify_without_the_key_and_read_with_it(bucket: Objec
 def test_batches_publish_what_single_appends_publish(bucket: ObjectPath) -> None:
     """The sink's columnar path: the same objects as record by record, replays compared."""
     from spark_kafka_backup.format.record_columns import encode_columns
-    from tests.test_record_columns import as_columns
+    from tests.unit.test_record_columns import as_columns
 
     records = [record(offset) for offset in range(15)]
     with ObjectPartitionWriter(bucket / "one", "one", 0, max_segment_size=200) as writer:

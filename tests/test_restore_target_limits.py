@@ -16,7 +16,7 @@ from spark_kafka_backup.partition.writer import PartitionWriter
 from spark_kafka_backup.restore.target_limits import LONG_MAX
 from tests.kafka_helpers import consume_all, create_topics
 from tests.restore_helpers import Target, restore_python, run_restore
-from tests.test_restore_profile import kafka_record_size
+from tests.unit.test_restore_profile import kafka_record_size
 
 DAY = 86_400_000
 

@@ -1,7 +1,7 @@
 """Regenerate spark-kafka-backup's golden vectors and their manifest.
 
 Run from the repository root: ``python formats/vectors/generate.py``. The
-tests (``tests/test_vectors.py``) check that every file decodes to what
+tests (``tests/unit/test_vectors.py``) check that every file decodes to what
 ``manifest.json`` says and that encoding the manifest gives the file's bytes,
 so a codec change that alters bytes fails until the vectors are regenerated
 on purpose (and the format docs updated).

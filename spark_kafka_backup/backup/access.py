@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from spark_kafka_backup.kafka.cluster import consumer_group_ids
 from spark_kafka_backup.kafka.permissions import CLUSTER, Permission
 
 
@@ -23,10 +24,8 @@ def backup_permissions(admin: Any, topics: Iterable[str], *, timeout: float = 15
     for topic in topics:
         needed.append(Permission("READ", "TOPIC", topic, "read its records"))
         needed.append(Permission("DESCRIBE_CONFIGS", "TOPIC", topic, "record its configuration"))
-    try:
-        listing = admin.list_consumer_groups(request_timeout=timeout).result()
-        groups = sorted(group.group_id for group in listing.valid)
-    except Exception:
-        groups = []  # the offset round reports it; DESCRIBE on the cluster is asked above
+    # A listing that fails fails the check (asked again while the cluster does not answer): an empty list would
+    # leave every group's permission unchecked.
+    groups = consumer_group_ids(admin, timeout=timeout)
     needed += [Permission("DESCRIBE", "GROUP", group, "store its committed offsets") for group in groups]
     return needed

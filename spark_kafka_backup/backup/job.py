@@ -320,14 +320,14 @@ class BackupJob:
                 f"the records are backed up, but the schema registry could not be captured after {what}, so "
                 f"schemas registered since the last capture may be missing from the backup: {exc}; capture it with "
                 f"spark-kafka-backup schemas capture {self.settings.target} --schema-registry URL"
-            ) from None
+            ) from exc
 
     def _preflight(self, session: AdminSession) -> None:
         settings = self.settings
         try:  # one attempt: an unreachable cluster is reported at once
             counts = session.call(lambda admin, _: partition_counts(admin, timeout=15), patience=0)
         except ClusterError as exc:
-            raise ClusterError(f"cannot reach Kafka at {self.settings.client['bootstrap.servers']}: {exc}") from None
+            raise ClusterError(f"cannot reach Kafka at {self.settings.client['bootstrap.servers']}: {exc}") from exc
         selection = self.settings.selection
         if selection.topics is not None:
             missing = [topic for topic in selection.topics if topic not in counts]

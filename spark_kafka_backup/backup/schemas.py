@@ -40,7 +40,7 @@ class RegistryWatch:
         try:
             RegistryClient(self.address).get("/subjects")
         except SchemaRegistryError as exc:
-            raise SchemaRegistryError(f"--schema-registry: {exc}") from None
+            raise SchemaRegistryError(f"--schema-registry: {exc}") from exc
 
     def capture_now(self, *, when: str) -> RegistryCopy:
         """Capture on this thread (after any capture under way, waited for at most :data:`WAIT_SECONDS`); errors

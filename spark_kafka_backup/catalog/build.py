@@ -14,7 +14,8 @@ from spark_kafka_backup.catalog.store import read_catalog, write_catalog
 from spark_kafka_backup.catalog.tail import prefix_crc32c
 from spark_kafka_backup.errors import FormatError
 from spark_kafka_backup.format.frames import FramedReader, is_framed
-from spark_kafka_backup.format.segment_index import ENTRY_SIZE
+from spark_kafka_backup.format.record import TYPE_AND_TIMESTAMP_BYTES
+from spark_kafka_backup.format.segment_index import ENTRY_DTYPE, ENTRY_SIZE
 from spark_kafka_backup.partition.layout import list_partitions
 from spark_kafka_backup.partition.ledger import TailEntry
 from spark_kafka_backup.partition.reader import PartitionReader
@@ -61,8 +62,8 @@ def segment_time_range(
     if count == 0:
         return None, None
     # Only whole entries: a partial last entry is not committed.
-    entries = np.memmap(index_path, dtype=">i8", mode="r", offset=start, shape=(count * 3,))
-    positions_all = entries.reshape(-1, 3)[:, 1]
+    entries = np.memmap(index_path, dtype=ENTRY_DTYPE, mode="r", offset=start, shape=(count,))
+    positions_all = entries["position"]
     # One open: a backup compressing the segment meanwhile renames a new file in, this one stays whole.
     with open(records_path, "rb") as handle:
         if is_framed(handle.read(4)):
@@ -80,7 +81,7 @@ def segment_time_range(
 
 
 #: The timestamp type (int32) and timestamp (int64) of a record: bytes 8 to 20 from its start.
-_HEAD = np.arange(8, 20)
+_HEAD = np.arange(TYPE_AND_TIMESTAMP_BYTES.start, TYPE_AND_TIMESTAMP_BYTES.stop)
 
 
 def _fold(fields: np.ndarray, low: int | None, high: int | None) -> tuple[int | None, int | None]:

@@ -85,7 +85,7 @@ class Checkpoint:
         except FormatError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise FormatError(f"not a valid checkpoint ({exc})", file=file) from None
+            raise FormatError(f"not a valid checkpoint ({exc})", file=file) from exc
 
 
 def _nest(offsets: Offsets) -> dict[str, dict[str, int]]:

@@ -36,7 +36,6 @@ replaced segment gone and stop with one line; run merges between restores.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -55,23 +54,22 @@ from spark_kafka_backup.errors import ChecksumError, DecryptionKeyError, FormatE
 from spark_kafka_backup.format.magic import MAGIC_V1
 from spark_kafka_backup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX, parse_segment_file_name, segment_prefix
 from spark_kafka_backup.format.partition_index import PartitionIndexEntry, encode_partition_index
+from spark_kafka_backup.format.segment_index import ENTRY_DTYPE
 from spark_kafka_backup.fsutil import TMP_SUFFIX, disk_error, fsync_dir
 from spark_kafka_backup.partition.layout import list_partitions
-from spark_kafka_backup.partition.merge_intent import intent_path, pending_intent
+from spark_kafka_backup.partition.merge_intent import MergeIntent, intent_path, pending_intent, write_intent
 from spark_kafka_backup.partition.object_writer import SPOOL_DIR_ENV
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.records_file import compress_records_file, installed_keys, open_records
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile
 from spark_kafka_backup.progress import Progress
-from spark_kafka_backup.storage import Location, exists, storage_for, write_whole
+from spark_kafka_backup.storage import Location, exists, storage_for
 
 #: Plain bytes copied per read.
 CHUNK = 8 << 20
 
 #: Segment index entries shifted per step.
 ENTRIES_PER_STEP = 1 << 16
-
-_ENTRY = np.dtype([("offset", ">i8"), ("position", ">i8"), ("length", ">i8")])
 
 
 @dataclass(frozen=True)
@@ -92,10 +90,9 @@ class MergeGroup:
         """The merged records file's plain size (one magic byte, then every source's records)."""
         return 1 + sum(_plain_size(entry) - 1 for entry in self.sources)
 
-    def encode(self) -> bytes:
-        names = [entry.name for entry in self.sources]
-        intent = {"topic": self.topic, "partition": self.partition, "segments": names, "merged": self.merged}
-        return json.dumps(intent).encode()
+    def intent(self) -> MergeIntent:
+        """What the merge of this group writes down before it starts."""
+        return MergeIntent(self.topic, self.partition, tuple(entry.name for entry in self.sources), self.merged)
 
 
 def _plain_size(entry: SegmentEntry) -> int:
@@ -157,7 +154,7 @@ def merge(root: Location, groups: list[MergeGroup], *, progress: bool = False) -
         for entry in group.sources:
             _check_source(topic_dir, entry)
         kek = _sealing_key(topic_dir, group)
-        write_whole(intent_path(root), group.encode())
+        write_intent(root, group.intent())
         try:
             _write_merged(root, group, kek)
         except BaseException:
@@ -216,7 +213,7 @@ def _write_merged(root: Location, group: MergeGroup, kek: bytes | None) -> None:
             storage.upload(final_index, index_tmp)
             storage.upload(final_records, records_tmp)
     except OSError as exc:
-        raise disk_error(exc, records_tmp, writing=group.plain_bytes) from None
+        raise disk_error(exc, records_tmp, writing=group.plain_bytes) from exc
     finally:
         for path in (records_tmp, index_tmp):
             with suppress(OSError):
@@ -258,7 +255,7 @@ def _concatenate(topic_dir: Location, group: MergeGroup, records_tmp: Path, inde
                 end = index.entry(count - 1).end if count else 1
                 for start in range(0, count, ENTRIES_PER_STEP):
                     step = min(ENTRIES_PER_STEP, count - start)
-                    entries = np.frombuffer(index.read_entries(start, step), dtype=_ENTRY).copy()
+                    entries = np.frombuffer(index.read_entries(start, step), dtype=ENTRY_DTYPE).copy()
                     if step and int(entries["offset"][0]) <= previous_last:
                         raise FormatError(
                             f"offset {int(entries['offset'][0])} does not follow {previous_last}", file=str(index_path)
@@ -358,11 +355,3 @@ def finish_intent(root: Location) -> bool:
     if isinstance(path, Path):
         fsync_dir(path.parent)
     return True
-
-
-def pending_merge(root: Location) -> set[tuple[str, int, str]]:
-    """The segments an unfinished merge is replacing, and the merged one it is writing."""
-    intent = pending_intent(root)
-    if intent is None:
-        return set()
-    return {(intent.topic, intent.partition, name) for name in (*intent.segments, intent.merged)}

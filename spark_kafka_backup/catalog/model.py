@@ -99,7 +99,7 @@ class PartitionCatalog:
         except FormatError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise FormatError(f"catalog is not a valid partition catalog ({exc})", file=file) from None
+            raise FormatError(f"catalog is not a valid partition catalog ({exc})", file=file) from exc
 
 
 _FIELDS = {

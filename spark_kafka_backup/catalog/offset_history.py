@@ -107,7 +107,7 @@ def append_round(root: Location, round_time: int, groups: Mapping[str, Mapping[t
                 handle.flush()
                 os.fsync(handle.fileno())
         except OSError as exc:  # a torn tail stays: the next append cuts it first
-            raise disk_error(exc, path) from None
+            raise disk_error(exc, path) from exc
     else:
         _rewrite(path, records)
     return len(records)

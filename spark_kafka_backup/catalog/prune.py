@@ -30,11 +30,10 @@ the target's lease itself and is refused while a backup runs
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -51,8 +50,9 @@ from spark_kafka_backup.format.naming import (
     check_topic_name,
 )
 from spark_kafka_backup.format.partition_index import encode_partition_index
-from spark_kafka_backup.fsutil import TMP_SUFFIX, disk_error, fsync_dir, open_new
+from spark_kafka_backup.fsutil import atomic_write_locked, fsync_dir
 from spark_kafka_backup.partition.layout import list_partitions, partition_index_path, state_dir
+from spark_kafka_backup.partition.merge_intent import pending_merge
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.writer import lock_partition_index
 from spark_kafka_backup.progress import Progress
@@ -180,21 +180,9 @@ class _LockedPartition:
         if not isinstance(self.path, Path):
             write_whole(self.path, data)
             return
-        # Written and locked under a temporary name, then renamed: a writer that opens the new file waits for this
-        # prune to finish the partition (catalog, deletions) instead of finding it unlocked.
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}{TMP_SUFFIX}")
-        try:
-            fd = open_new(tmp, os.O_RDWR)
-            self.fds.append(fd)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            os.write(fd, data)
-            os.fsync(fd)
-            os.replace(tmp, self.path)
-            fsync_dir(self.path.parent)
-        except OSError as exc:
-            with suppress(OSError):
-                os.unlink(tmp)
-            raise disk_error(exc, self.path, writing=len(data)) from None
+        # Locked before it takes the name: a writer that opens the new file waits for this prune to finish the
+        # partition (catalog, deletions) instead of finding it unlocked.
+        self.fds.append(atomic_write_locked(self.path, data))
 
 
 @contextmanager
@@ -220,8 +208,6 @@ def prune_lease(root: Location) -> TargetLease:
 
 def pending_deletions(root: Location) -> set[tuple[str, int, str]]:
     """Segments an unfinished prune is deleting, and those an unfinished merge is replacing or writing."""
-    from spark_kafka_backup.catalog.merge import pending_merge
-
     pending = pending_merge(root)
     path = intent_path(root)
     if not exists(path):
@@ -241,7 +227,7 @@ def read_intent(path: Location) -> tuple[list[tuple[str, int, str]], list[int]]:
                              check_segment_name(name, file=file)))  # fmt: skip
         checkpoint_ids = [number for number in document["checkpoints"] if _is_checkpoint_id(number, file)]
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise FormatError(f"not a valid prune intent ({type(exc).__name__}: {exc})", file=file) from None
+        raise FormatError(f"not a valid prune intent ({type(exc).__name__}: {exc})", file=file) from exc
     return segments, checkpoint_ids
 
 

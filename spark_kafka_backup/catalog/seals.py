@@ -108,7 +108,7 @@ class SealRecord:
         except FormatError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise FormatError(f"not a valid seal record ({type(exc).__name__}: {exc})", file=file) from None
+            raise FormatError(f"not a valid seal record ({type(exc).__name__}: {exc})", file=file) from exc
         kek = keys.keys.get(record.key_id)
         if kek is None:
             given = f"the key(s) given have id(s) {keys.describe()}" if keys.keys else "no key was given"

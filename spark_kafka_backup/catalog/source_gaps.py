@@ -104,7 +104,7 @@ class SourceGap:
         except FormatError:
             raise
         except (ValueError, KeyError, TypeError, RecursionError, OverflowError) as exc:
-            raise FormatError(f"not a valid source gap record ({type(exc).__name__})", file=file) from None
+            raise FormatError(f"not a valid source gap record ({type(exc).__name__})", file=file) from exc
         if gap.first < 0 or gap.last < gap.first or gap.partition < 0:
             raise FormatError("a source gap needs 0 <= first <= last", file=file, found=f"{gap.first}..{gap.last}")
         return gap

@@ -83,7 +83,7 @@ class TopicRecord:
         except FormatError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError) as exc:
-            raise FormatError(f"not a valid topic record ({exc})", file=file) from None
+            raise FormatError(f"not a valid topic record ({exc})", file=file) from exc
 
 
 def topic_record_path(root: Location, topic: str) -> Location:

@@ -46,7 +46,7 @@ def decode_consumer_offsets(data: bytes, *, file: str = "<bytes>") -> dict[str, 
             file=file,
             position=exc.start,
             expected="UTF-8 JSON",
-        ) from None
+        ) from exc
     depth = nesting_depth(data)
     if depth > 1:
         raise FormatError(
@@ -61,7 +61,7 @@ def decode_consumer_offsets(data: bytes, *, file: str = "<bytes>") -> dict[str, 
             file=file,
             position=len(text[: exc.pos].encode()),
             expected='a JSON object {"group": offset}',
-        ) from None
+        ) from exc
     if not isinstance(parsed, dict):
         raise FormatError(
             "consumer offsets file is not a JSON object",

@@ -122,9 +122,9 @@ class FileCipher:
         wrapped = block[KEY_ID_SIZE + NONCE_SIZE : -PREFIX_SIZE]
         try:
             dek = AESGCM(kek).decrypt(nonce, wrapped, _DEK_AAD + identity)
-        except InvalidTag:
+        except InvalidTag as exc:
             raise FormatError("the wrapped data key fails authentication (the file was changed)", file=file,
-                              position=16 + KEY_ID_SIZE) from None  # fmt: skip
+                              position=16 + KEY_ID_SIZE) from exc  # fmt: skip
         return cls(dek, block)
 
     def _nonce(self, number: int) -> bytes:
@@ -138,9 +138,9 @@ class FileCipher:
 
         try:
             return self._aead.decrypt(self._nonce(number), data, header + self.block + _FRAME.pack(number, last))
-        except InvalidTag:
+        except InvalidTag as exc:
             raise FormatError(f"frame {number} fails authentication (changed, damaged or moved)", file=file,
-                              position=position) from None  # fmt: skip
+                              position=position) from exc  # fmt: skip
 
 
 def parse_key(data: bytes, *, source: str) -> bytes:

@@ -274,7 +274,7 @@ class FramedReader:
         try:
             plain: bytes = self._codec.decompress(stored, decompressed_size=expected, asbytes=True)  # type: ignore[attr-defined]
         except Exception as exc:  # the codec's own error: the frame is damaged
-            raise FormatError(f"frame {number} does not decompress ({exc})", file=self.file, position=start) from None
+            raise FormatError(f"frame {number} does not decompress ({exc})", file=self.file, position=start) from exc
         crc = int(table.crcs[number])
         if len(plain) != expected or (table.encryption is None and crc32c.crc32c(plain) != crc):
             raise FormatError(f"frame {number} does not match its checksum", file=self.file, position=start,

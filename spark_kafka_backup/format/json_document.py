@@ -96,7 +96,7 @@ def parse_document(
             reason = str(exc)
         else:
             reason = type(exc).__name__
-        raise FormatError(f"not a valid {what} ({reason})", file=file) from None
+        raise FormatError(f"not a valid {what} ({reason})", file=file) from exc
 
 
 def check_fields(cls: type, values: dict[str, Any], *, file: str, what: str) -> dict[str, Any]:

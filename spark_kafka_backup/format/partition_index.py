@@ -100,14 +100,14 @@ def decode_partition_index(
             )
         try:
             name = data[p : p + n].decode()
-        except UnicodeDecodeError:
+        except UnicodeDecodeError as exc:
             raise FormatError(
                 "segment name is not valid UTF-8",
                 file=file,
                 position=p,
                 expected="UTF-8 text",
                 found=repr(data[p : p + n][:40]),
-            ) from None
+            ) from exc
         p += n
         (start_offset,) = _INT64.unpack_from(data, p)
         if start_offset <= previous:

@@ -32,6 +32,8 @@ from collections.abc import Iterator
 from enum import IntEnum
 from typing import NamedTuple
 
+import numpy as np
+
 from spark_kafka_backup.errors import FormatError, InvalidRecordError, TruncatedError
 
 
@@ -75,6 +77,16 @@ _pack_i32 = _INT32.pack
 _NULL_LENGTH = _pack_i32(-1)
 _ZERO_COUNT = _pack_i32(0)
 _TIMESTAMP_TYPES = frozenset(int(t) for t in TimestampType)
+
+#: The fixed head of a record that has a timestamp, for the column codecs (numpy): the same fields as
+#: ``_HEAD_TIME_KEYLEN``. A record without a timestamp leaves out :data:`TIMESTAMP_BYTES`.
+HEAD_DTYPE = np.dtype([("offset", ">i8"), ("type", ">i4"), ("timestamp", ">i8"), ("key_length", ">i4")])
+#: Bytes 8 to 20 from a record's start: its timestampType, then its timestamp (when it has one).
+TYPE_AND_TIMESTAMP_BYTES = slice(_INT64.size, _OFFSET_TYPE_TIME.size)
+#: Bytes 12 to 20: the timestamp of a record that has one.
+TIMESTAMP_BYTES = slice(_OFFSET_TYPE.size, _OFFSET_TYPE_TIME.size)
+if HEAD_DTYPE.itemsize != _HEAD_TIME_KEYLEN.size:
+    raise ImportError("the record head's numpy layout differs from its struct layout")
 
 
 def encode_record(record: Record) -> bytes:
@@ -316,7 +328,7 @@ def decode_records(
                             position=base + p + exc.start,
                             expected="UTF-8 text",
                             found=repr(buf[p : p + n][:40]),
-                        ) from None
+                        ) from exc
                     p += n
                     if end - p < 4:
                         raise _ShortFieldError(p, 4)
@@ -339,12 +351,12 @@ def decode_records(
                 position=base + short.position,
                 expected=f"{short.needed} more bytes",
                 found=f"{end - short.position} before the end",
-            ) from None
+            ) from short
         except _BadLengthError as bad:
             if bad.length >= 0 and more > 0 and bad.length * bad.unit <= bad.left + more:
                 return
             bad.left += more
-            raise bad.to_error(label, base) from None
+            raise bad.to_error(label, base) from bad
         yield (
             new_record(Record, (offset, ts_type, timestamp, key, value, headers)),
             record_start,

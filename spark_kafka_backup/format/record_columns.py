@@ -2,7 +2,7 @@
 
 The byte layout is the one :mod:`spark_kafka_backup.format.record` documents; that
 scalar codec is the reference and this module must produce and accept exactly
-the same bytes (``tests/test_record_columns.py`` checks it on random batches).
+the same bytes (``tests/unit/test_record_columns.py`` checks it on random batches).
 Here no Python object is built per record:
 
 Encoding (:func:`encode_columns`) writes each record as six pieces placed side
@@ -39,13 +39,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_kafka_backup.errors import FormatError, InvalidRecordError, TruncatedError
+from spark_kafka_backup.format.record import HEAD_DTYPE, TIMESTAMP_BYTES
+from spark_kafka_backup.format.segment_index import ENTRY_DTYPE
 
 Int64s = npt.NDArray[np.int64]
 
 #: The fixed head of a record with a timestamp; records without one leave out bytes 12..19.
-_HEAD = np.dtype([("offset", ">i8"), ("type", ">i4"), ("timestamp", ">i8"), ("key_length", ">i4")])
-_HEAD_SIZE = _HEAD.itemsize
-_NO_TIMESTAMP_BYTES = slice(12, 20)
+_HEAD_SIZE = HEAD_DTYPE.itemsize
 _INT32_BE = np.dtype(">i4")
 _VALID_TYPES = np.array([-2, -1, 0, 1], dtype=np.int32)
 #: Header slots decoded as whole-batch array rounds; headers past this many in one record go one by one.
@@ -108,7 +108,7 @@ def encode_columns(
         return EncodedRecords(offsets, np.zeros(1, dtype=np.int64), memoryview(b""))
 
     key_lengths = _lengths(keys)
-    head = np.empty(n, dtype=_HEAD)
+    head = np.empty(n, dtype=HEAD_DTYPE)
     head["offset"] = offsets
     head["type"] = types
     head["timestamp"] = timestamps
@@ -119,8 +119,8 @@ def encode_columns(
         head_array = _fixed_width(head_bytes.reshape(-1), _HEAD_SIZE, n)
     else:
         keep = np.ones((n, _HEAD_SIZE), dtype=bool)
-        keep[~has_time, _NO_TIMESTAMP_BYTES] = False
-        head_lengths = np.where(has_time, _HEAD_SIZE, _HEAD_SIZE - 8)
+        keep[~has_time, TIMESTAMP_BYTES] = False
+        head_lengths = np.where(has_time, _HEAD_SIZE, _HEAD_SIZE - (TIMESTAMP_BYTES.stop - TIMESTAMP_BYTES.start))
         head_array = _variable_width(head_bytes[keep], head_lengths)
 
     counts, header_blobs = _encode_headers(offsets, headers)
@@ -220,7 +220,7 @@ def _variable_width(raw: npt.NDArray[np.uint8], lengths: npt.NDArray[np.int64]) 
 
 def index_entries(offsets: Int64s, positions: Int64s, lengths: Int64s) -> bytes:
     """The 24-byte segment index entries (offset, position, length, big-endian) of records."""
-    entries = np.empty(len(offsets), dtype=[("offset", ">i8"), ("position", ">i8"), ("length", ">i8")])
+    entries = np.empty(len(offsets), dtype=ENTRY_DTYPE)
     entries["offset"] = offsets
     entries["position"] = positions
     entries["length"] = lengths
@@ -496,7 +496,7 @@ def _check_utf8(buf: npt.NDArray[np.uint8], starts: Int64s, lengths: Int64s, fil
                     position=int(starts[i]) + base + exc.start,
                     expected="UTF-8 text",
                     found=repr(raw[:40]),
-                ) from None
+                ) from exc
         raise
 
 

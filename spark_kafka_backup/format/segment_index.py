@@ -23,11 +23,17 @@ import struct
 from collections.abc import Iterable
 from typing import NamedTuple
 
+import numpy as np
+
 from spark_kafka_backup.errors import FormatError, TruncatedError
 from spark_kafka_backup.format.magic import MAGIC_V1, check_magic
 
 ENTRY = struct.Struct(">qqq")
 ENTRY_SIZE = ENTRY.size
+#: The same entry for numpy: column readers and writers view whole runs of entries through it.
+ENTRY_DTYPE = np.dtype([("offset", ">i8"), ("position", ">i8"), ("length", ">i8")])
+if ENTRY_DTYPE.itemsize != ENTRY_SIZE:
+    raise ImportError("the segment index entry's numpy layout differs from its struct layout")
 
 
 class SegmentIndexEntry(NamedTuple):

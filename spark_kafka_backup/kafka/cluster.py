@@ -121,8 +121,8 @@ def partition_counts(admin: Any, *, timeout: float = 30) -> dict[str, int]:
         refused = authentication_failure(admin)
         if refused is not None:
             # Transient: a token endpoint can fail for a while; a job's first request is asked once anyway.
-            raise ClusterError(f"the cluster refused this client's login: {refused}", transient=True) from None
-        raise _failed("cannot list topics", exc) from None
+            raise ClusterError(f"the cluster refused this client's login: {refused}", transient=True) from exc
+        raise _failed("cannot list topics", exc) from exc
     with _FAILURES_LOCK:  # logged in since: an earlier failure says nothing about a later outage
         _AUTHENTICATION_FAILURES.get(id(admin), []).clear()
     return {name: len(topic.partitions) for name, topic in metadata.topics.items() if topic.error is None}
@@ -138,7 +138,7 @@ def cluster_identity(admin: Any, topics: Iterable[str], *, timeout: float = 30) 
     try:
         cluster_id = admin.describe_cluster(request_timeout=timeout).result().cluster_id
     except Exception as exc:
-        raise _failed("cannot read the cluster id and topic ids", exc) from None
+        raise _failed("cannot read the cluster id and topic ids", exc) from exc
     return kafka_id(str(cluster_id)), topic_ids(admin, topics, timeout=timeout)
 
 
@@ -160,7 +160,7 @@ def topic_ids(admin: Any, topics: Iterable[str], *, timeout: float = 30) -> dict
                     continue
                 raise
     except Exception as exc:
-        raise _failed("cannot read the topic ids", exc) from None
+        raise _failed("cannot read the topic ids", exc) from exc
     return ids
 
 
@@ -289,7 +289,24 @@ def committed_group_offsets(admin: Any, *, timeout: float = 30) -> tuple[dict[st
                     result[group] = offsets
         return result, complete
     except Exception as exc:
-        raise _failed("cannot read consumer group offsets", exc) from None
+        raise _failed("cannot read consumer group offsets", exc) from exc
+
+
+def consumer_group_ids(admin: Any, *, timeout: float = 30) -> list[str]:
+    """Every consumer group the cluster lists, sorted. A listing a node did not answer is a transient
+    :class:`ClusterError` (asked again by an :class:`~spark_kafka_backup.kafka.admin_session.AdminSession`), never a
+    shorter list."""
+    try:
+        listing = admin.list_consumer_groups(request_timeout=timeout).result()
+    except Exception as exc:
+        raise _failed("cannot list the consumer groups", exc) from exc
+    if listing.errors:
+        raise ClusterError(
+            f"cannot list the consumer groups: {len(listing.errors)} of the cluster's nodes did not answer "
+            f"({_reason(listing.errors[0])})",
+            transient=True,
+        )
+    return sorted(group.group_id for group in listing.valid)
 
 
 def _failed(message: str, exc: BaseException) -> ClusterError:
@@ -408,7 +425,7 @@ def create_topics(
                     raise
                 existing.append(name)
     except Exception as exc:
-        raise ClusterError(f"cannot create topic(s) {', '.join(topics)}: {_reason(exc)}") from None
+        raise ClusterError(f"cannot create topic(s) {', '.join(topics)}: {_reason(exc)}") from exc
     if existing:
         counts = partition_counts(admin, timeout=timeout)
         short = [
@@ -445,4 +462,4 @@ def topic_configs(admin: Any, topics: Iterable[str], *, timeout: float = 30) -> 
             }
         return result
     except Exception as exc:
-        raise _failed(f"cannot read the configuration of topic(s) {', '.join(names)}", exc) from None
+        raise _failed(f"cannot read the configuration of topic(s) {', '.join(names)}", exc) from exc

@@ -208,4 +208,4 @@ def _read_store(location: str, label: str) -> bytes:
     try:
         return Path(location).read_bytes()
     except OSError as exc:
-        raise UsageError(f"{label}: cannot be read ({exc.strerror or exc})") from None
+        raise UsageError(f"{label}: cannot be read ({exc.strerror or exc})") from exc

@@ -134,13 +134,13 @@ def pkcs12_contents(data: bytes, password: str | None, *, label: str) -> tuple[l
 
     try:
         store = pkcs12.load_pkcs12(data, None if password is None else password.encode())
-    except ValueError:
+    except ValueError as exc:
         if password is None:
-            raise UsageError(f"{label}: cannot be read without its password (not given)") from None
+            raise UsageError(f"{label}: cannot be read without its password (not given)") from exc
         raise UsageError(
             f"{label}: not a PKCS12 store this password opens (wrong password, damaged file or another type; "
             "set ssl.truststore.type / ssl.keystore.type)"
-        ) from None
+        ) from exc
     certificates = [store.cert.certificate] if store.cert is not None else []
     certificates += [entry.certificate for entry in store.additional_certs]
     key = None
@@ -169,8 +169,8 @@ def pem_private_key(text: bytes, password: str | None, *, label: str) -> bytes:
             pem = _pem(block.kind, block.der).encode()
             try:
                 key = serialization.load_pem_private_key(pem, None if password is None else password.encode())
-            except (ValueError, TypeError):
-                raise UsageError(f"{label}: the private key cannot be read with the given ssl.key.password") from None
+            except (ValueError, TypeError) as exc:
+                raise UsageError(f"{label}: the private key cannot be read with the given ssl.key.password") from exc
             return key.private_bytes(
                 serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
             )
@@ -229,8 +229,8 @@ def _pem_blocks(text: bytes, label: str) -> list[_PemBlock]:
         elif line.startswith(b"-----END ") and kind is not None:
             try:
                 blocks.append(_PemBlock(kind, base64.b64decode(b"".join(body), validate=True)))
-            except ValueError:
-                raise UsageError(f"{label}: line {number}: the {kind} block is not valid base64") from None
+            except ValueError as exc:
+                raise UsageError(f"{label}: line {number}: the {kind} block is not valid base64") from exc
             kind = None
         elif kind is not None and b":" not in line:
             body.append(line)

@@ -180,7 +180,7 @@ def _cluster_operations(admin: Any, timeout: float) -> set[str]:
         name, text = _reason(exc)
         if "AUTHORIZATION" in name:
             return set()
-        raise ClusterError(f"cannot ask the cluster what this client may do: {text}") from None
+        raise ClusterError(f"cannot ask the cluster what this client may do: {text}") from exc
     operations = _names(description.authorized_operations)
     if not operations and _may_describe_broker_configs(admin, description, timeout):
         # Kafka lists the cluster's operations only to a principal that may DESCRIBE it; the one other cluster
@@ -204,7 +204,7 @@ def _may_describe_broker_configs(admin: Any, description: Any, timeout: float) -
         name, text = _reason(exc)
         if "AUTHORIZATION" in name:
             return False
-        raise ClusterError(f"cannot ask the cluster what this client may do: {text}") from None
+        raise ClusterError(f"cannot ask the cluster what this client may do: {text}") from exc
     return True
 
 
@@ -238,7 +238,7 @@ def _creatable(admin: Any, topics: list[str], timeout: float) -> list[str]:
             if "AUTHORIZATION" in name:
                 continue
             if name not in ("TOPIC_ALREADY_EXISTS", "POLICY_VIOLATION", "INVALID_REPLICATION_FACTOR"):
-                raise ClusterError(f"cannot ask the cluster whether topic {topic!r} may be created: {text}") from None
+                raise ClusterError(f"cannot ask the cluster whether topic {topic!r} may be created: {text}") from exc
             allowed.append(topic)  # authorized; the creation itself reports the rest
     return allowed
 
@@ -294,5 +294,5 @@ def _operations(
             else:
                 raise ClusterError(
                     f"cannot ask the cluster what this client may do on {kind.lower()} {name!r}: {error} {text}"
-                ) from None
+                ) from exc
     return result

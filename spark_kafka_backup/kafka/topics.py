@@ -31,7 +31,7 @@ class TopicSelection:
             try:
                 re.compile(self.pattern)
             except re.error as exc:
-                raise UsageError(f"invalid topic regex {self.pattern!r}: {exc}") from None
+                raise UsageError(f"invalid topic regex {self.pattern!r}: {exc}") from exc
 
     @classmethod
     def from_list(cls, text: str) -> TopicSelection:

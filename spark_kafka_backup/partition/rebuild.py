@@ -93,7 +93,7 @@ def rebuild_segment_index(records_path: Path, index_path: Path, *, legacy: bool 
             with contextlib.suppress(OSError):
                 os.unlink(tmp)  # no temporary file left behind (a full disk, an interrupt)
             if isinstance(exc, OSError):
-                raise disk_error(exc, index_path) from None
+                raise disk_error(exc, index_path) from exc
             raise
     fsync_dir(index_path.parent)
     return SegmentRebuild(index_path, entries.count, entries.first, entries.last_offset, bad_at, reason)

@@ -59,7 +59,7 @@ def load_key(*, file: str | Path | None = None, env: str | None = None) -> bytes
         try:
             data = Path(file).read_bytes()
         except OSError as exc:
-            raise DecryptionKeyError(f"cannot read the key file {file}: {exc.strerror or exc}") from None
+            raise DecryptionKeyError(f"cannot read the key file {file}: {exc.strerror or exc}") from exc
         return parse_key(data, source=f"the key file {file}")
     if env is not None:
         value = os.environb.get(env.encode())
@@ -168,7 +168,7 @@ def compress_records_file(
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            raise disk_error(exc, path, writing=written) from None
+            raise disk_error(exc, path, writing=written) from exc
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)

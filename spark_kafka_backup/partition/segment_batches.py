@@ -23,14 +23,13 @@ import pyarrow as pa
 from spark_kafka_backup.errors import FormatError, TruncatedError
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.format.record_columns import DecodedRecords, binary_column, decode_columns
+from spark_kafka_backup.format.segment_index import ENTRY_DTYPE
 from spark_kafka_backup.partition.records_file import is_sealed, open_records, refuse_unindexed
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile, check_segment_pair, warn_once
 from spark_kafka_backup.storage import Location
 
 BATCH_RECORDS = 10_000
 BATCH_BYTES = 8 << 20
-
-_ENTRY_DTYPE = np.dtype([("offset", ">i8"), ("position", ">i8"), ("length", ">i8")])
 
 
 @dataclass(frozen=True)
@@ -124,7 +123,7 @@ def iter_segment_batches(
                 previous_offset, previous_end = -1, index.data_start
             while at < index.count:
                 count = min(batch_records, index.count - at)
-                entries = np.frombuffer(index.read_entries(at, count), dtype=_ENTRY_DTYPE)
+                entries = np.frombuffer(index.read_entries(at, count), dtype=ENTRY_DTYPE)
                 offsets = entries["offset"].astype(np.int64)
                 positions = entries["position"].astype(np.int64)
                 lengths = entries["length"].astype(np.int64)

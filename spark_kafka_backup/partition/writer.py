@@ -66,7 +66,7 @@ from spark_kafka_backup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from spark_kafka_backup.format.partition_index import PartitionIndexEntry, decode_partition_index, encode_entry
 from spark_kafka_backup.format.record import Record, append_record, decode_record, encode_record
 from spark_kafka_backup.format.record_columns import EncodedRecords, gather, index_entries
-from spark_kafka_backup.format.segment_index import ENTRY, ENTRY_SIZE, SegmentIndexEntry
+from spark_kafka_backup.format.segment_index import ENTRY, ENTRY_DTYPE, ENTRY_SIZE, SegmentIndexEntry
 from spark_kafka_backup.fsutil import atomic_write, disk_error, fsync_dir
 from spark_kafka_backup.partition.layout import (
     SegmentFiles,
@@ -327,7 +327,7 @@ class PartitionWriter(ClosingWriter):
         first = index.bisect(int(offsets[0]))
         stop = index.bisect(int(offsets[-1]) + 1)
         raw = index.read_entries(first, stop - first)
-        stored = np.frombuffer(raw, dtype=[("offset", ">i8"), ("position", ">i8"), ("length", ">i8")])
+        stored = np.frombuffer(raw, dtype=ENTRY_DTYPE)
         stored_offsets = stored["offset"].astype(np.int64)
         at = np.searchsorted(stored_offsets, offsets)
         found = at < len(stored_offsets)
@@ -842,7 +842,7 @@ def lock_partition_index(path: Path, *, timeout: float, topic: str, partition: i
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
-            except BlockingIOError:
+            except BlockingIOError as exc:
                 if time.monotonic() < deadline:
                     time.sleep(0.05)
                     continue
@@ -852,7 +852,7 @@ def lock_partition_index(path: Path, *, timeout: float, topic: str, partition: i
                     topic=topic,
                     partition=partition,
                     offset=-1,
-                ) from None
+                ) from exc
         held = os.fstat(fd)
         try:
             current = os.stat(path)
@@ -879,7 +879,7 @@ def _disk_errors(path: Path, writing: int | None) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        raise disk_error(exc, path, writing=writing) from None
+        raise disk_error(exc, path, writing=writing) from exc
 
 
 def _write_all(fd: int, data: bytes | bytearray) -> None:

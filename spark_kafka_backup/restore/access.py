@@ -17,16 +17,13 @@ Asked once the plan knows the target topics and groups, before a topic is create
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
 
 from spark_kafka_backup.errors import ClusterError
 from spark_kafka_backup.kafka.cluster import PROGRESS_GROUP
 from spark_kafka_backup.kafka.permissions import CLUSTER, Permission, refuse
 from spark_kafka_backup.restore.marker import TRANSACTIONAL_ID_PREFIX
-
-if TYPE_CHECKING:
-    from spark_kafka_backup.restore.plan import RestorePlan  # which asks for these permissions
 
 _PROBE_LOG = logging.getLogger("spark_kafka_backup.restore.transaction-check")
 _PROBE_LOG.propagate = False  # its one message is the refusal spark-kafka-backup prints itself
@@ -36,12 +33,26 @@ TRANSACTIONS = Permission(
 )
 
 
-def restore_permissions(plan: RestorePlan) -> list[Permission]:
-    """The permissions the restore of ``plan`` needs (the transactional ids aside, see the module docstring)."""
+class TargetTopic(Protocol):
+    """What the permissions of one target topic depend on (a topic of the restore's plan)."""
+
+    @property
+    def target_topic(self) -> str: ...
+
+    @property
+    def create_partitions(self) -> int | None: ...
+
+    @property
+    def set_timestamp_type(self) -> str | None: ...
+
+
+def restore_permissions(topics: Sequence[TargetTopic], groups: Iterable[str]) -> list[Permission]:
+    """The permissions a restore into ``topics`` that remaps ``groups`` needs (the transactional ids aside, see the
+    module docstring)."""
     needed: list[Permission] = []
-    if any(topic.create_partitions is not None for topic in plan.topics):
+    if any(topic.create_partitions is not None for topic in topics):
         needed.append(Permission("DESCRIBE_CONFIGS", "CLUSTER", CLUSTER, "read the defaults a new topic gets"))
-    for topic in plan.topics:
+    for topic in topics:
         name = topic.target_topic
         if topic.create_partitions is not None:
             needed.append(Permission("CREATE", "TOPIC", name, "create it"))
@@ -52,8 +63,7 @@ def restore_permissions(plan: RestorePlan) -> list[Permission]:
         if topic.set_timestamp_type is not None:
             needed.append(Permission("ALTER_CONFIGS", "TOPIC", name, "set message.timestamp.type after the restore"))
     needed.append(Permission("READ", "GROUP", PROGRESS_GROUP, "keep the restore's progress markers"))
-    groups = sorted({group for part in plan.partitions for group in part.groups})
-    needed += [Permission("READ", "GROUP", group, "commit its remapped offsets") for group in groups]
+    needed += [Permission("READ", "GROUP", group, "commit its remapped offsets") for group in sorted(set(groups))]
     return needed
 
 
@@ -73,4 +83,4 @@ def check_transactions(client: Mapping[str, str], transactional_id: str, *, time
         error = exc.args[0]
         if error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
             refuse([TRANSACTIONS], client)
-        raise ClusterError(f"cannot start a transactional producer ({transactional_id}): {error.str()}") from None
+        raise ClusterError(f"cannot start a transactional producer ({transactional_id}): {error.str()}") from exc

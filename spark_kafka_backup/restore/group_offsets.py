@@ -94,7 +94,7 @@ def _with_coordinator_retries(call: Callable[[], T], failure: str, *, timeout: f
         except Exception as exc:
             reason = _reason(exc)
             if not any(code in reason for code in COORDINATOR_NOT_READY) or time.monotonic() > deadline:
-                raise ClusterError(f"{failure}: {reason}") from None
+                raise ClusterError(f"{failure}: {reason}") from exc
             time.sleep(0.5)
 
 

@@ -82,7 +82,7 @@ def run(settings: RestoreSettings) -> int:
     try:
         partition_counts(admin, timeout=15)
     except ClusterError as exc:
-        raise ClusterError(f"cannot reach Kafka at {settings.client['bootstrap.servers']}: {exc}") from None
+        raise ClusterError(f"cannot reach Kafka at {settings.client['bootstrap.servers']}: {exc}") from exc
     registry_lines: list[str] = []
     if settings.schema_registry is not None:
         settings, registry_lines = register_schemas(settings)
@@ -133,7 +133,9 @@ def _restore(settings: RestoreSettings, plan: RestorePlan, admin: Any, umask: in
             log.info("created %s: %s", count(len(created), "topic"),
                      ", ".join(f"{t} ({count(to_create[t], 'partition')})" for t in created))  # fmt: skip
             # What ACLs allow on a topic shows only once it exists.
-            on_created = [p for p in restore_permissions(plan) if p.resource_type == "TOPIC" and p.name in created]
+            on_created = [
+                p for p in restore_permissions(plan.topics, []) if p.resource_type == "TOPIC" and p.name in created
+            ]
             refuse_missing(
                 admin, on_created, settings.client, done=f"only the (empty) topics {', '.join(created)} were created"
             )
@@ -389,7 +391,7 @@ def _run_tasks(
     except KbackupError:
         raise
     except Exception as exc:
-        raise KbackupError(f"the restore failed: {failure_cause(exc)}") from None
+        raise KbackupError(f"the restore failed: {failure_cause(exc)}") from exc
     finally:
         spark.stop()
 

@@ -179,7 +179,7 @@ def read_markers(
                     )
                 time.sleep(0.5)
                 continue
-            raise ClusterError(f"cannot read the restore progress (group {PROGRESS_GROUP}): {error.str()}") from None
+            raise ClusterError(f"cannot read the restore progress (group {PROGRESS_GROUP}): {error.str()}") from exc
     found = {}
     for entry in committed:
         if entry.offset >= 0:

@@ -65,7 +65,7 @@ from spark_kafka_backup.restore.marker import (
 )
 from spark_kafka_backup.restore.profile import RecordsProfile, profile_partition
 from spark_kafka_backup.restore.repartition import KEEP, Repartition, Source, count_routed
-from spark_kafka_backup.restore.selection import Window, count_selected, nth_selected
+from spark_kafka_backup.restore.selection import Window, count_selected, nth_selected, same_record
 from spark_kafka_backup.restore.settings import RestoreSettings
 from spark_kafka_backup.restore.target_limits import (
     PRODUCER_MESSAGE_BYTES,
@@ -270,7 +270,8 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
     if not settings.dry_run:
         refuse_damage(plan, settings)
     _refuse_missing_keys(plan, settings)
-    refuse_missing(admin, restore_permissions(plan), settings.client)
+    groups = (group for part in plan.partitions for group in part.groups)
+    refuse_missing(admin, restore_permissions(plan.topics, groups), settings.client)
     _place(plan, settings, admin, existing)
     _check_targets(plan, settings, admin)
     return plan
@@ -694,12 +695,3 @@ def _produced_form(settings: RestoreSettings, topic: str) -> Callable[[Record, i
     if rewrite is None:
         return None
     return lambda record, partition: rewrite.record(record, topic=topic, partition=partition)
-
-
-def same_record(stored: Record, produced: Record) -> bool:
-    """Whether a record read from the target is the restored form of a stored one."""
-    if (stored.key, stored.value, stored.headers) != (produced.key, produced.value, produced.headers):
-        return False
-    if stored.timestamp_type == 0 and produced.timestamp_type == 0:
-        return stored.timestamp == produced.timestamp
-    return True

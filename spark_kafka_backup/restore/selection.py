@@ -124,3 +124,12 @@ class BelowCounter:
             running += self._steps[index]
             result[offset] = running
         return result
+
+
+def same_record(stored: Record, produced: Record) -> bool:
+    """Whether a record read from the target is the restored form of a stored one."""
+    if (stored.key, stored.value, stored.headers) != (produced.key, produced.value, produced.headers):
+        return False
+    if stored.timestamp_type == 0 and produced.timestamp_type == 0:
+        return stored.timestamp == produced.timestamp
+    return True

@@ -320,7 +320,7 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
         try:
             partitions[topic] = positive_int(count)
         except argparse.ArgumentTypeError as exc:
-            raise UsageError(f"--partitions {topic}={count}: {exc}") from None
+            raise UsageError(f"--partitions {topic}={count}: {exc}") from exc
     from_time = parse_time(args.from_time, "--from-time") if args.from_time else None
     to_time = parse_time(args.to_time, "--to-time") if args.to_time else None
     if from_time is not None and to_time is not None and from_time > to_time:
@@ -406,8 +406,8 @@ def parse_time(text: str, flag: str) -> int:
         return int(text)
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"{flag} takes ISO 8601 (2026-11-22T08:00:00Z) or epoch milliseconds, not {text!r}") from None
+    except ValueError as exc:
+        raise UsageError(f"{flag} takes ISO 8601 (2026-11-22T08:00:00Z) or epoch milliseconds, not {text!r}") from exc
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)

@@ -61,7 +61,7 @@ from spark_kafka_backup.restore.marker import (
     transactional_id,
 )
 from spark_kafka_backup.restore.repartition import Repartition, routed_records
-from spark_kafka_backup.restore.selection import Window, selected_records
+from spark_kafka_backup.restore.selection import Window, same_record, selected_records
 from spark_kafka_backup.restore.staging import Staged, staged_topic_dir
 from spark_kafka_backup.restore.throttle import Pace, Throttle
 from spark_kafka_backup.schema_registry.wire import IdRewrite
@@ -303,7 +303,7 @@ def _restore_from(task: PartitionTask, readers: dict[int, PartitionReader], resu
         try:
             _within(INIT_SECONDS, producer.init_transactions, INIT_SECONDS)
         except KafkaException as exc:
-            raise DeliveryError(f"{where}: cannot start a transactional producer: {exc.args[0].str()}") from None
+            raise DeliveryError(f"{where}: cannot start a transactional producer: {exc.args[0].str()}") from exc
         marker = _foreign(read_markers(consumer, [key]).get(key), task, where)
         run = _Run(task, producer, consumer, deliveries, marker)
         if marker is not None and marker.resume_from > task.resume_from:
@@ -329,7 +329,7 @@ def _restore_from(task: PartitionTask, readers: dict[int, PartitionReader], resu
         else:
             _abort(producer)
             reason = deliveries.failure or (error.str() if error is not None else str(exc))
-            raise DeliveryError(f"{where}: {reason}") from None
+            raise DeliveryError(f"{where}: {reason}") from exc
     except SystemError as exc:
         # confluent-kafka raises this when a delivery report is served while one of its calls is failing (seen
         # once when a newer restore fenced this one mid-transaction): the producer's own state says why.
@@ -344,7 +344,7 @@ def _restore_from(task: PartitionTask, readers: dict[int, PartitionReader], resu
         else:
             _abort(producer)
             reason = deliveries.failure or (error.str() if error is not None else str(exc))
-            raise DeliveryError(f"{where}: {reason}") from None
+            raise DeliveryError(f"{where}: {reason}") from exc
     except BaseException:
         _abort(producer)
         raise
@@ -607,7 +607,6 @@ class _Run:
         deleted or compacted away since would otherwise move a group past records it had not read.
         """
         from spark_kafka_backup.kafka.cluster import nth_committed_record
-        from spark_kafka_backup.restore.plan import same_record
 
         first = self.marker.first if self.marker is not None else self.task.baseline
         where = f"topic {self.task.target_topic!r} partition {self.task.target_partition}"

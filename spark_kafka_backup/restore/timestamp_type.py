@@ -50,7 +50,7 @@ class PendingTimestampTypes:
                 loaded = read_document(self.path, 1 << 24, what="restore state")
                 self.data = {str(topic): str(kind) for topic, kind in loaded.items()}
             except (ValueError, AttributeError) as exc:  # a FormatError names the file itself
-                raise KbackupError(f"{self.path}: unreadable restore state ({exc})") from None
+                raise KbackupError(f"{self.path}: unreadable restore state ({exc})") from exc
 
     def add(self, types: Mapping[str, str]) -> None:
         updated = {**self.data, **types}
@@ -89,4 +89,4 @@ def set_timestamp_types(admin: Any, types: Mapping[str, str], *, timeout: float 
         raise ClusterError(
             f"cannot set {TIMESTAMP_TYPE} on topic(s) {', '.join(sorted(types))}: {reason}; the records are "
             "restored with their original timestamps, set it by hand or run the restore again"
-        ) from None
+        ) from exc

@@ -162,7 +162,7 @@ def _schema(document: Any, client: RegistryClient, request: str) -> Schema:
             ),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise SchemaRegistryError(f"{what}: not a schema version ({exc!r})") from None
+        raise SchemaRegistryError(f"{what}: not a schema version ({exc!r})") from exc
     if schema.schema_type not in SCHEMA_TYPES:
         raise SchemaRegistryError(f"{what}: unknown schemaType {schema.schema_type!r}")
     return schema

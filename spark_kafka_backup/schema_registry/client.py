@@ -83,8 +83,8 @@ class RegistryAddress:
         parts = urllib.parse.urlsplit(clean)
         try:
             host, _ = parts.hostname, parts.port
-        except ValueError:
-            raise UsageError(f"--schema-registry {clean!r}: the port is not a number") from None
+        except ValueError as exc:
+            raise UsageError(f"--schema-registry {clean!r}: the port is not a number") from exc
         if not host or parts.query or parts.fragment:
             raise UsageError(f"--schema-registry {clean!r}: expected http(s)://[USER:PASSWORD@]host[:port][/path]")
         if user_info_env is not None:
@@ -180,16 +180,16 @@ class RegistryClient:
             except urllib.error.HTTPError as exc:
                 refusal = _refusal(what, exc)
                 if exc.code < 500 or attempt == ATTEMPTS:
-                    raise refusal from None
+                    raise refusal from exc
             except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
                 reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
                 if attempt == ATTEMPTS:
-                    raise SchemaRegistryError(f"{what}: cannot reach the registry ({reason})") from None
+                    raise SchemaRegistryError(f"{what}: cannot reach the registry ({reason})") from exc
             time.sleep(attempt)
         try:
             return json.loads(payload) if payload.strip() else None
-        except ValueError:
-            raise SchemaRegistryError(f"{what}: the answer is not JSON: {payload[:100]!r}") from None
+        except ValueError as exc:
+            raise SchemaRegistryError(f"{what}: the answer is not JSON: {payload[:100]!r}") from exc
 
 
 def _refusal(what: str, error: urllib.error.HTTPError) -> RegistryRefusalError:

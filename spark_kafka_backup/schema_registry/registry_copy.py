@@ -194,7 +194,7 @@ class RegistryCopy:
         except FormatError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise FormatError(f"not a valid schema registry copy ({exc!r})", file=file) from None
+            raise FormatError(f"not a valid schema registry copy ({exc!r})", file=file) from exc
 
 
 def _time(value: object, file: str) -> int:

@@ -117,7 +117,7 @@ class RegistryImportState:
                 self.levels = {str(s): None if v is None else str(v) for s, v in document["levels"].items()}
                 self.deletions = {(str(s), int(i)) for s, i in document["deletions"]}
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                raise KbackupError(f"{path}: unreadable restore state ({exc!r})") from None
+                raise KbackupError(f"{path}: unreadable restore state ({exc!r})") from exc
 
     def save(self) -> None:
         document = {
@@ -265,11 +265,11 @@ def _look_up(client: RegistryClient, subject: str, body: dict[str, Any], *, dele
         raise
     try:
         return int(document["id"]), int(document["version"])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError) as exc:
         raise SchemaRegistryError(
             f"schema registry {client.address.shown}: POST /subjects/{quoted(subject)}: not a schema version: "
             f"{str(document)[:100]}"
-        ) from None
+        ) from exc
 
 
 def _register(
@@ -286,7 +286,7 @@ def _register(
         return
     except RegistryRefusalError as exc:
         if exc.status != INCOMPATIBLE_SCHEMA:
-            raise SchemaRegistryError(f"{exc} (registering schema id {schema.id} of the backup)") from None
+            raise SchemaRegistryError(f"{exc} (registering schema id {schema.id} of the backup)") from exc
     # The source accepted this version in its time; the target's rules today may not: relax them for this subject.
     # Its own level is written down first (unless an earlier, killed import did: that one is the subject's).
     if subject not in pending.levels:
@@ -298,7 +298,7 @@ def _register(
     try:
         client.post(path, body)
     except RegistryRefusalError as exc:
-        raise SchemaRegistryError(f"{exc} (registering schema id {schema.id} of the backup)") from None
+        raise SchemaRegistryError(f"{exc} (registering schema id {schema.id} of the backup)") from exc
 
 
 def _set_levels(

@@ -227,10 +227,10 @@ def _parse_starting(text: str) -> str | dict[TopicPartitionKey, int]:
             for topic, partitions in parsed.items()
             for partition, offset in partitions.items()
         }
-    except (ValueError, AttributeError, TypeError):
+    except (ValueError, AttributeError, TypeError) as exc:
         raise UsageError(
             f'startingOffsets must be earliest, latest or JSON like {{"topic": {{"0": 42}}}}, not {text!r}'
-        ) from None
+        ) from exc
 
 
 def _positive_int(options: Mapping[str, str], key: str) -> int | None:
@@ -427,7 +427,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     raise ClusterError(
                         f"the source cluster did not answer for {waited:.0f} s during the snapshot ({exc}); "
                         "run it again: it goes on from what is already backed up"
-                    ) from None
+                    ) from exc
                 if self._target is None:
                     return None  # Spark asks again at the next trigger
                 time.sleep(UNREACHABLE_RETRY_SECONDS)

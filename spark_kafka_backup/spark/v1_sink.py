@@ -153,7 +153,7 @@ class SinkOptions:
                 client=client,
             )
         except ValueError as exc:
-            raise UsageError(f"invalid option for the {SINK_NAME} sink: {exc}") from None
+            raise UsageError(f"invalid option for the {SINK_NAME} sink: {exc}") from exc
 
 
 #: A lock wait shorter than this is not reported (one poll of the lock: it was free, or freed at once).

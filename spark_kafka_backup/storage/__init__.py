@@ -141,7 +141,7 @@ def check_writable_root(root: Location, *, what: str = "backup target") -> None:
     try:  # what access() cannot tell: a read-only file system, /proc, a root-squashed NFS export
         os.rmdir(tempfile.mkdtemp(prefix=".kbackup-probe-", dir=existing))
     except OSError as exc:
-        raise StorageError(f"{root}: the {what} is not usable: cannot {verb} {existing}: {exc.strerror}") from None
+        raise StorageError(f"{root}: the {what} is not usable: cannot {verb} {existing}: {exc.strerror}") from exc
 
 
 def as_local(location: Location) -> Path:

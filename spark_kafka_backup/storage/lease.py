@@ -243,7 +243,7 @@ class TargetLease:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        except BlockingIOError as exc:
             holder = Holder.decode(os.pread(fd, 4096, 0))
             os.close(fd)
             who = holder.describe() if holder is not None else "another process"
@@ -251,10 +251,10 @@ class TargetLease:
                 f"{self.guards} is in use: {who} holds its lease {path}; "
                 "wait for it to end or stop it (a dead holder's lock is released with its process, "
                 "on NFS after the server's lock lease, about 90 s)"
-            ) from None
+            ) from exc
         except OSError as exc:
             os.close(fd)
-            raise KbackupError(f"{path}: cannot lock the backup target's lease: {exc.strerror}") from None
+            raise KbackupError(f"{path}: cannot lock the backup target's lease: {exc.strerror}") from exc
         return fd
 
     # -- object stores ------------------------------------------------------------------

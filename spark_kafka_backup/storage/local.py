@@ -77,10 +77,10 @@ class LocalStorage(Storage):
         path = _path(location)
         try:
             return FileHandle(open(path, "rb"))
-        except FileNotFoundError:
-            raise BackupNotFoundError(f"{path}: file does not exist") from None
-        except IsADirectoryError:
-            raise BackupNotFoundError(f"{path}: is a directory, expected a file") from None
+        except FileNotFoundError as exc:
+            raise BackupNotFoundError(f"{path}: file does not exist") from exc
+        except IsADirectoryError as exc:
+            raise BackupNotFoundError(f"{path}: is a directory, expected a file") from exc
 
     def write_whole(self, location: Location, data: bytes, *, sync: bool = True) -> None:
         path = _path(location)
@@ -104,7 +104,7 @@ class LocalStorage(Storage):
                 created = False
             fsync_dir(path.parent)
         except OSError as exc:
-            raise disk_error(exc, path, writing=len(data)) from None
+            raise disk_error(exc, path, writing=len(data)) from exc
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)

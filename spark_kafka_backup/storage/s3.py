@@ -55,8 +55,8 @@ def _client_for(settings: tuple[str | None, ...]) -> Any:
     try:
         import boto3
         from botocore.config import Config
-    except ImportError:  # pragma: no cover - boto3 is a dependency
-        raise StorageError("s3:// locations need boto3 (pip install boto3)") from None
+    except ImportError as exc:  # pragma: no cover - boto3 is a dependency
+        raise StorageError("s3:// locations need boto3 (pip install boto3)") from exc
     # boto3 reads endpoint, region and credentials from the environment and its files itself.
     attempts = int(os.environ.get("AWS_MAX_ATTEMPTS") or 10)
     return boto3.client("s3", config=Config(retries={"max_attempts": attempts, "mode": "standard"}))
@@ -107,7 +107,7 @@ class _RangedRaw(PositionalRaw):
             )
             data: bytes = response["Body"].read()
         except Exception as exc:
-            raise _fail(self._location, "read", exc) from None
+            raise _fail(self._location, "read", exc) from exc
         return data
 
 
@@ -144,7 +144,7 @@ class S3Storage(Storage):
         except Exception as exc:
             if _is_missing(exc):
                 return None
-            raise _fail(target, "look up", exc) from None
+            raise _fail(target, "look up", exc) from exc
         return int(head["ContentLength"])
 
     def exists(self, location: Location) -> bool:
@@ -161,7 +161,7 @@ class S3Storage(Storage):
         try:
             self.client.put_object(Bucket=target.bucket, Key=target.key, Body=data)
         except Exception as exc:
-            raise _fail(target, "write", exc) from None
+            raise _fail(target, "write", exc) from exc
 
     def create_exclusive(self, location: Location, data: bytes) -> bool:
         return self.create_exclusive_tagged(location, data) is not None
@@ -176,7 +176,7 @@ class S3Storage(Storage):
         except Exception as exc:
             if _precondition_failed(exc):
                 return None
-            raise _fail(target, "create", exc) from None
+            raise _fail(target, "create", exc) from exc
         return str(response["ETag"])
 
     def read_tagged(self, location: Location) -> tuple[bytes, str] | None:
@@ -188,7 +188,7 @@ class S3Storage(Storage):
         except Exception as exc:
             if _is_missing(exc):
                 return None
-            raise _fail(target, "read", exc) from None
+            raise _fail(target, "read", exc) from exc
 
     def replace_if(self, location: Location, data: bytes, etag: str) -> str | None:
         """Replace the object if it still has ``etag``; the new ETag, or ``None`` when it changed."""
@@ -198,7 +198,7 @@ class S3Storage(Storage):
         except Exception as exc:
             if _precondition_failed(exc) or _is_missing(exc):
                 return None
-            raise _fail(target, "replace", exc) from None
+            raise _fail(target, "replace", exc) from exc
         return str(response["ETag"])
 
     def delete_if(self, location: Location, etag: str) -> None:
@@ -208,14 +208,14 @@ class S3Storage(Storage):
             self.client.delete_object(Bucket=target.bucket, Key=target.key, IfMatch=etag)
         except Exception as exc:
             if not (_precondition_failed(exc) or _is_missing(exc)):
-                raise _fail(target, "delete", exc) from None
+                raise _fail(target, "delete", exc) from exc
 
     def upload(self, location: Location, source: Path) -> None:
         target = _object(location)
         try:
             self.client.upload_file(str(source), target.bucket, target.key)
         except Exception as exc:
-            raise _fail(target, "upload", exc) from None
+            raise _fail(target, "upload", exc) from exc
 
     def delete(self, location: Location) -> None:
         target = _object(location)
@@ -223,7 +223,7 @@ class S3Storage(Storage):
             self.client.delete_object(Bucket=target.bucket, Key=target.key)
         except Exception as exc:
             if not _is_missing(exc):
-                raise _fail(target, "delete", exc) from None
+                raise _fail(target, "delete", exc) from exc
 
     def _list(self, directory: ObjectPath) -> tuple[list[str], list[str]]:
         prefix = f"{directory.key}/" if directory.key else ""
@@ -237,7 +237,7 @@ class S3Storage(Storage):
                 files.extend(item["Key"][len(prefix) :] for item in page.get("Contents", ()))
                 dirs.extend(item["Prefix"][len(prefix) :].rstrip("/") for item in page.get("CommonPrefixes", ()))
         except Exception as exc:
-            raise _fail(directory, "list", exc) from None
+            raise _fail(directory, "list", exc) from exc
         return files, dirs
 
     def list_files(self, directory: Location) -> list[str] | None:
@@ -254,8 +254,8 @@ class S3Storage(Storage):
             self.client.head_bucket(Bucket=location.bucket)
         except Exception as exc:
             if _is_missing(exc):
-                raise StorageError(f"{location}: bucket {location.bucket!r} does not exist") from None
-            raise _fail(location, "reach the bucket", exc) from None
+                raise StorageError(f"{location}: bucket {location.bucket!r} does not exist") from exc
+            raise _fail(location, "reach the bucket", exc) from exc
 
 
 @functools.cache

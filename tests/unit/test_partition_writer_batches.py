@@ -16,7 +16,7 @@ from spark_kafka_backup.format.record_columns import EncodedRecords, encode_colu
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.writer import PartitionWriter
 from tests.strategies import record_runs
-from tests.test_record_columns import as_columns
+from tests.unit.test_record_columns import as_columns
 
 
 def encode(records: list[Record]) -> EncodedRecords:

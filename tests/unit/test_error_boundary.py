@@ -1,0 +1,125 @@
+"""One error boundary for the commands and the jobs: one line, exit codes, causes kept for ``--debug``."""
+
+from __future__ import annotations
+
+import ast
+import logging
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, NoReturn
+
+import pytest
+
+from spark_kafka_backup.backup.access import backup_permissions
+from spark_kafka_backup.boundary import INTERRUPTED, exit_code
+from spark_kafka_backup.cli import main
+from spark_kafka_backup.errors import ClusterError, FormatError
+from tests.conftest import VECTORS
+
+PACKAGE = Path(__file__).resolve().parents[2] / "spark_kafka_backup"
+
+
+def _raising(exc: BaseException) -> Any:
+    def body() -> NoReturn:
+        raise exc
+
+    return body
+
+
+@pytest.mark.parametrize(
+    ("raised", "code", "line"),
+    [
+        (FormatError("not a v1 file", file="/b/t/x"), 1, "job: error: /b/t/x: not a v1 file"),
+        (FileNotFoundError(2, "No such file or directory"), 1, "job: error: [Errno 2] No such file or directory"),
+        (ValueError("bad thing\nmore"), 1, "job: error: ValueError: bad thing (--debug shows where)"),
+        (KeyboardInterrupt(), INTERRUPTED, "job: error: interrupted (what was committed stays; run it again to go on)"),
+    ],
+)
+def test_every_failure_is_one_line_and_an_exit_code(raised: BaseException, code: int, line: str) -> None:
+    said: list[str] = []
+    assert exit_code("job", _raising(raised), say=said.append) == code
+    assert said == [line]
+
+
+def test_a_success_says_nothing() -> None:
+    said: list[str] = []
+    assert exit_code("job", lambda: 0, say=said.append) == 0 and said == []
+
+
+def test_debug_logs_the_traceback_with_the_chained_cause(caplog: pytest.LogCaptureFixture) -> None:
+    def body() -> int:
+        found: dict[str, int] = {}
+        try:
+            found["missing"]
+        except KeyError as exc:
+            raise FormatError("not a valid intent", file="/b/i.json") from exc
+        return 0
+
+    said: list[str] = []
+    with caplog.at_level(logging.ERROR, logger="spark_kafka_backup"):
+        assert exit_code("job", body, say=said.append, debug=True) == 1
+    assert said == ["job: error: /b/i.json: not a valid intent"]
+    (record,) = caplog.records
+    assert record.exc_info is not None and isinstance(record.exc_info[1], FormatError)
+    assert isinstance(record.exc_info[1].__cause__, KeyError)
+    assert "The above exception was the direct cause" in caplog.text and "KeyError: 'missing'" in caplog.text
+
+
+def test_a_corrupt_intent_reaches_the_cli_user_as_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    import shutil
+
+    root = tmp_path / "b"
+    shutil.copytree(VECTORS / "backup", root)
+    (root / "kbackup~state").mkdir()
+    intent = root / "kbackup~state" / "merge-intent.json"
+    intent.write_text("[]")
+    assert main(["merge", str(root)]) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"spark-kafka-backup: error: {intent}: not a valid merge intent "
+                                "(TypeError: list indices must be integers or slices, not str)"]  # fmt: skip
+    with caplog.at_level(logging.ERROR, logger="spark_kafka_backup"):
+        assert main(["--debug", "merge", str(root)]) == 1
+    assert "merge_intent.py" in caplog.text and "The above exception was the direct cause" in caplog.text
+
+
+def test_no_error_raised_while_handling_another_drops_its_cause() -> None:
+    """``raise ... from None`` inside an ``except`` hides the cause from ``--debug``."""
+    dropped = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for handler in ast.walk(ast.parse(path.read_text())):
+            if isinstance(handler, ast.ExceptHandler):
+                for node in ast.walk(handler):
+                    if (
+                        isinstance(node, ast.Raise)
+                        and isinstance(node.cause, ast.Constant)
+                        and node.cause.value is None
+                    ):
+                        dropped.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert dropped == []
+
+
+class _Admin:
+    """Answers the two questions of the permission check's group listing."""
+
+    def __init__(self, listing: Any = None, failure: BaseException | None = None) -> None:
+        self.listing, self.failure = listing, failure
+
+    def list_consumer_groups(self, request_timeout: float) -> Any:
+        if self.failure is not None:
+            raise self.failure
+        return SimpleNamespace(result=lambda: self.listing)
+
+
+def test_the_backup_checks_every_listed_group_and_never_skips_a_failed_listing() -> None:
+    group = SimpleNamespace(group_id="billing")
+    needed = backup_permissions(_Admin(SimpleNamespace(valid=[group], errors=[])), ["orders"])
+    assert [(p.operation, p.resource_type, p.name) for p in needed][-1] == ("DESCRIBE", "GROUP", "billing")
+    with pytest.raises(ClusterError, match="cannot list the consumer groups") as failed:
+        backup_permissions(_Admin(failure=TimeoutError()), ["orders"])
+    assert failed.value.transient  # asked again by the admin session, then the job stops: nothing is skipped
+    partial = SimpleNamespace(valid=[group], errors=[RuntimeError("node 2 did not answer")])
+    with pytest.raises(ClusterError, match="1 of the cluster's nodes did not answer") as failed:
+        backup_permissions(_Admin(partial), ["orders"])
+    assert failed.value.transient
