@@ -46,7 +46,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert {
         "pyproject.toml",
         "README.md",
-        "spark_kafka_backup/cli.py",
+        "spark_kafka_backup/cli/__init__.py",
         "spark_kafka_backup/jobs/log4j2.properties",
     } <= members
     names = zipfile.ZipFile(wheel).namelist()

@@ -1,0 +1,180 @@
+"""The commands that change a backup: ``index rebuild``, ``catalog rebuild``, ``prune``, ``merge``."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from spark_kafka_backup.catalog.store import read_catalog
+from spark_kafka_backup.cli.records import chosen_partitions, chosen_topics
+from spark_kafka_backup.errors import BackupNotFoundError, KbackupError, UsageError
+from spark_kafka_backup.partition.layout import list_partitions, list_segment_files
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.rebuild import rebuild_partition_index, rebuild_segment_index
+from spark_kafka_backup.partition.records_file import installed_keys
+from spark_kafka_backup.progress import Progress
+from spark_kafka_backup.storage import Location, as_local, parse_location
+from spark_kafka_backup.text import count
+
+
+def cmd_index_rebuild(args: argparse.Namespace, out: TextIO) -> None:
+    location = parse_location(args.topic_dir)
+    if not isinstance(location, Path):
+        raise UsageError(f"{location}: index rebuild works on a local directory (copy the topic down first)")
+    topic_dir = location
+    if not topic_dir.is_dir():
+        raise BackupNotFoundError(f"{topic_dir}: topic directory does not exist")
+    problems = 0
+    partitions = chosen_partitions(topic_dir, args.partition)
+    with Progress("index rebuild", len(partitions), "partitions") as shown:
+        for partition in partitions:
+            if not args.partition_index_only:
+                for files in list_segment_files(topic_dir, partition):
+                    if not as_local(files.records).exists():
+                        out.write(f"skipped {files.index.name}: its records file is missing\n")
+                        problems += 1
+                        continue
+                    result = rebuild_segment_index(
+                        as_local(files.records), as_local(files.index), legacy=args.legacy_no_magic
+                    )
+                    out.write(f"rebuilt {files.index.name}: {count(result.record_count, 'record')}\n")
+                    if result.bad_tail_position is not None:
+                        problems += 1
+                        position, reason = result.bad_tail_position, result.bad_tail_reason
+                        out.write(f"  warning: bytes from {position} on are not indexed: {reason}\n")
+            entries = rebuild_partition_index(topic_dir, partition)
+            out.write(f"rebuilt index_partition_{partition:03d}: {count(len(entries), 'segment')}\n")
+            shown.advance(note=f"{topic_dir.name}/{partition}")
+    if problems:
+        raise KbackupError(f"index rebuild finished with {problems} problem(s); see above")
+
+
+def cmd_catalog_rebuild(args: argparse.Namespace, out: TextIO) -> None:
+    from spark_kafka_backup.catalog.build import rebuild_catalog
+
+    root = parse_location(args.dir)
+    keys = installed_keys().keys
+    for catalog in rebuild_catalog(root, chosen_topics(root, args.topic), legacy=args.legacy_no_magic, progress=True):
+        records = sum(entry.records for entry in catalog.segments)
+        out.write(
+            f"{catalog.topic}/{catalog.partition}: {count(len(catalog.segments), 'finished segment')}, "
+            f"{count(records, 'record')}\n"
+        )
+        if keys:  # the operator vouches for the partition as it is now, with the key of its newest sealed segment
+            from spark_kafka_backup.catalog.seals import vouch_as_found
+
+            newest = next((bytes.fromhex(e.key_id) for e in reversed(catalog.segments) if e.key_id), None)
+            kek = keys.get(newest) if newest is not None else None
+            record = vouch_as_found(root, root / catalog.topic, catalog.partition, kek or next(iter(keys.values())))
+            plain = ", ".join(name for name, _ in record.plain)
+            out.write(f"  seal record written: sealed through offset {record.sealed_through}; "
+                      f"{count(len(record.plain), 'plain segment')} vouched for as found{': ' if plain else ''}"
+                      f"{plain}\n")  # fmt: skip
+
+
+def cmd_prune(args: argparse.Namespace, out: TextIO) -> None:
+    from spark_kafka_backup.catalog.prune import plan_prune, prune, prune_lease
+
+    root = parse_location(args.dir)
+    if args.older_than is None and args.keep_checkpoints is None:
+        raise UsageError("say what to prune: --older-than DURATION and/or --keep-checkpoints N")
+    cutoff = None if args.older_than is None else int(time.time() * 1000) - args.older_than
+    if args.dry_run:
+        doomed, dropped = plan_prune(
+            root, chosen_topics(root, args.topic), cutoff_ms=cutoff, keep_checkpoints=args.keep_checkpoints
+        )
+        _list_pruned(out, "would delete", doomed, dropped)
+        freed = sum(item.entry.records_bytes + item.entry.index_bytes for item in doomed)
+        out.write(f"{count(len(doomed), 'segment')}, {count(freed, 'byte')} would be freed\n")
+        return
+    topics = chosen_topics(root, args.topic)
+    with prune_lease(root):
+        _finish_interrupted(root, out)
+        doomed, dropped = plan_prune(root, topics, cutoff_ms=cutoff, keep_checkpoints=args.keep_checkpoints)
+        _list_pruned(out, "deleting", doomed, dropped)
+        out.flush()
+        prune(root, doomed, dropped, progress=True)
+    freed = sum(item.entry.records_bytes + item.entry.index_bytes for item in doomed)
+    out.write(
+        f"deleted {count(len(doomed), 'segment')} and {count(len(dropped), 'checkpoint')}: "
+        f"{count(freed, 'byte')} freed\n"
+    )
+
+
+def cmd_merge(args: argparse.Namespace, out: TextIO) -> None:
+    from spark_kafka_backup.catalog.merge import merge, plan_merge
+    from spark_kafka_backup.catalog.prune import prune_lease
+
+    root = parse_location(args.dir)
+    topics = chosen_topics(root, args.topic)
+    for topic in topics:
+        for partition in list_partitions(root / topic):
+            if read_catalog(root, topic, partition) is None:
+                out.write(
+                    f"{topic}/{partition}: no catalog, not merged (spark-kafka-backup catalog rebuild {root} writes "
+                    "it)\n"
+                )
+    if args.dry_run:
+        groups = plan_merge(root, topics, max_segment_size=args.max_segment_size)
+        _list_merged(out, "would merge", groups)
+        replaced = sum(len(group.sources) for group in groups)
+        out.write(f"{count(replaced, 'segment')} would be merged into {count(len(groups), 'segment')}\n")
+        return
+    with prune_lease(root):
+        _finish_interrupted(root, out)
+        _refuse_unsealed(root, {(topic, partition) for topic in topics for partition in list_partitions(root / topic)},
+                         args)  # fmt: skip
+        groups = plan_merge(root, topics, max_segment_size=args.max_segment_size)
+        _list_merged(out, "merging", groups)
+        out.flush()
+        merge(root, groups, progress=True)
+    replaced = sum(len(group.sources) for group in groups)
+    out.write(f"merged {count(replaced, 'segment')} into {count(len(groups), 'segment')}\n")
+
+
+def _refuse_unsealed(root: Location, partitions: set[tuple[str, int]], args: argparse.Namespace) -> None:
+    """With a key given, merge nothing of a partition the key does not vouch for (it would be sealed anew)."""
+    from spark_kafka_backup.catalog.seals import seal_problems
+    from spark_kafka_backup.errors import DamagedBackupError
+
+    keys = installed_keys()
+    if not keys.keys:
+        return
+    unsealed: list[str] = []
+    for topic, partition in sorted(partitions):
+        reader = PartitionReader(root / topic, partition)
+        unsealed += seal_problems(root, topic, partition, reader, keys, unrecorded_ok=args.allow_unauthenticated)
+    if unsealed:
+        raise DamagedBackupError(f"nothing was merged: {'; '.join(unsealed)}")
+
+
+def _finish_interrupted(root: Location, out: TextIO) -> None:
+    """Prune and merge finish each other's interrupted work before planning their own (they share the lease)."""
+    from spark_kafka_backup.catalog import merge, prune
+
+    if prune.finish_intent(root, progress=True):
+        out.write("finished an interrupted prune\n")
+    if merge.finish_intent(root):
+        out.write("finished an interrupted merge\n")
+
+
+def _list_merged(out: TextIO, verb: str, groups: list[Any]) -> None:
+    for group in groups:
+        first, last = group.sources[0], group.sources[-1]
+        out.write(
+            f"{verb} {group.topic}/{group.partition} {first.name}..{last.name}: {len(group.sources)} segments, "
+            f"{group.records} records, {group.plain_bytes} plain bytes into {group.merged}\n"
+        )
+
+
+def _list_pruned(out: TextIO, verb: str, doomed: list[Any], dropped: list[Any]) -> None:
+    for item in doomed:
+        entry = item.entry
+        out.write(
+            f"{verb} {item.topic}/{item.partition} {entry.name}: offsets {entry.first_offset}..{entry.last_offset}, "
+            f"{entry.records} records, {entry.records_bytes + entry.index_bytes} bytes\n"
+        )
+    for checkpoint in dropped:
+        out.write(f"{verb} checkpoint {checkpoint.id}\n")
