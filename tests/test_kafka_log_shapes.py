@@ -326,7 +326,7 @@ def test_a_5_mb_record_round_trips(kafka: BrokerUnderTest, target: Target, tmp_p
     for records in backups.values():
         assert _as_records(records) == _expected(produced)
 
-    backup = tmp_path / "backup-kbackup"
+    backup = tmp_path / "backup-python"
     config = tmp_path / "big-target.properties"
     # The restore's producer needs the raised limit too (the Java client's name, as the original took it).
     client_config_file(config, {**target.broker.extra_settings, "max.request.size": LIMIT})

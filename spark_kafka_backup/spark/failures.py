@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-_KBACKUP_ERROR = re.compile(r"(spark-kafka-backup\.[\w.]+Error): (.+)")
+_KBACKUP_ERROR = re.compile(r"(spark_kafka_backup\.[\w.]+Error): (.+)")
 # py4j puts the JVM's exception on a line of its own after ": ".
 _PYTHON_ERROR = re.compile(r"^(?::\s*)?((?:\w+\.)*\w*(?:Error|Exception)): (.+)$", re.M)
 _WRAPPERS = ("org.", "java.", "scala.", "py4j.", "pyspark.")
