@@ -377,7 +377,7 @@ def test_metrics_show_the_lag_measured_independently_and_a_stalled_backup(secure
 
     from spark_kafka_backup.devkit.kafka_cluster import free_port
     from spark_kafka_backup.partition.layout import partition_index_path
-    from spark_kafka_backup.partition.writer import lock_partition_index
+    from spark_kafka_backup.partition.lock import lock_partition_index
     from spark_kafka_backup.storage import as_local
 
     topic = "sec-metrics"

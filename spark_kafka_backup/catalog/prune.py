@@ -52,9 +52,9 @@ from spark_kafka_backup.format.naming import (
 from spark_kafka_backup.format.partition_index import encode_partition_index
 from spark_kafka_backup.fsutil import atomic_write_locked, fsync_dir
 from spark_kafka_backup.partition.layout import list_partitions, partition_index_path, state_dir
+from spark_kafka_backup.partition.lock import lock_partition_index
 from spark_kafka_backup.partition.merge_intent import pending_merge
 from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.partition.writer import lock_partition_index
 from spark_kafka_backup.progress import Progress
 from spark_kafka_backup.storage import Location, exists, read_document, storage_for, write_whole
 from spark_kafka_backup.storage.lease import TargetLease

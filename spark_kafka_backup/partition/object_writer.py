@@ -45,13 +45,8 @@ from spark_kafka_backup.partition.layout import list_segment_files, partition_in
 from spark_kafka_backup.partition.ledger import SegmentLedger
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.records_file import add_key, compress_records_file
-from spark_kafka_backup.partition.writer import (
-    DEFAULT_MAX_SEGMENT_SIZE,
-    ClosingWriter,
-    PartitionWriter,
-    check_replayed,
-    increasing_runs,
-)
+from spark_kafka_backup.partition.replay import check_replayed, increasing_runs
+from spark_kafka_backup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE, ClosingWriter, PartitionWriter
 from spark_kafka_backup.storage import Location, ObjectPath, exists, storage_for, write_whole
 
 #: Where spools go (default: the system temporary directory).

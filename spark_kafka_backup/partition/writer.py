@@ -35,11 +35,13 @@ that never got their partition index entry (removed); a partial trailing
 index entry, index entries whose record bytes did not reach the disk, and
 record bytes with no index entry, torn or whole (all truncated back to the
 last record whose entry and bytes agree). The check costs a few reads at the
-tail, not a scan: earlier entries were made durable by an earlier ``sync``.
+tail, not a scan: earlier entries were made durable by an earlier ``sync``
+(:mod:`spark_kafka_backup.partition.tail_repair`). Replayed records are compared with what is stored by
+:mod:`spark_kafka_backup.partition.replay`.
 
 One writer per partition at a time: the partition index file is locked with
-``flock`` while a writer is open (a second writer fails at once). ``flock`` is
-reliable on local disks only.
+``flock`` while a writer is open (a second writer fails at once;
+:mod:`spark_kafka_backup.partition.lock`). ``flock`` is reliable on local disks only.
 """
 
 from __future__ import annotations
@@ -50,23 +52,20 @@ import fcntl
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import NoReturn
 
 import crc32c
 import numpy as np
-import numpy.typing as npt
 
-from spark_kafka_backup.errors import FormatError, OffsetConflictError, PlacementError, UsageError
-from spark_kafka_backup.format.frames import is_framed
+from spark_kafka_backup.errors import FormatError, PlacementError, UsageError
 from spark_kafka_backup.format.magic import MAGIC_V1, check_magic
 from spark_kafka_backup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from spark_kafka_backup.format.partition_index import PartitionIndexEntry, decode_partition_index, encode_entry
-from spark_kafka_backup.format.record import Record, append_record, decode_record, encode_record
-from spark_kafka_backup.format.record_columns import EncodedRecords, gather, index_entries
-from spark_kafka_backup.format.segment_index import ENTRY, ENTRY_DTYPE, ENTRY_SIZE, SegmentIndexEntry
+from spark_kafka_backup.format.record import Record, append_record, encode_record
+from spark_kafka_backup.format.record_columns import EncodedRecords, index_entries
+from spark_kafka_backup.format.segment_index import ENTRY, ENTRY_SIZE
 from spark_kafka_backup.fsutil import atomic_write, disk_error, fsync_dir
 from spark_kafka_backup.partition.layout import (
     SegmentFiles,
@@ -76,8 +75,19 @@ from spark_kafka_backup.partition.layout import (
     segment_files,
 )
 from spark_kafka_backup.partition.ledger import SegmentLedger, TailEntry
+from spark_kafka_backup.partition.lock import lock_partition_index
 from spark_kafka_backup.partition.records_file import add_key, compress_records_file, open_records
+from spark_kafka_backup.partition.replay import check_replayed, first_mismatch, increasing_runs
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile
+from spark_kafka_backup.partition.tail_repair import (
+    Coverage,
+    LocalSegmentFiles,
+    holds_data,
+    is_framed_file,
+    load_coverage,
+    local_files,
+    repair_tail,
+)
 from spark_kafka_backup.storage import ReadHandle, as_local, confine_root
 from spark_kafka_backup.storage.local import check_inside
 
@@ -87,23 +97,6 @@ DEFAULT_MAX_SEGMENT_SIZE = 1 << 30
 
 #: Buffered record bytes that trigger a write to the OS.
 DEFAULT_BUFFER_SIZE = 1 << 20
-
-
-def check_replayed(
-    topic: str, partition: int, offset: int, encoded: bytes, stored: bytes | None, last: int | None
-) -> None:
-    """Raise unless a replayed record (``offset`` at or below ``last``, ``encoded``) is stored as ``stored`` bytes."""
-    if stored is None:
-        raise PlacementError(
-            f"offset is below the last stored offset {last} and is not in the backup (offsets must increase)",
-            topic=topic,
-            partition=partition,
-            offset=offset,
-        )
-    if stored != encoded:
-        raise OffsetConflictError(
-            "offset is already stored with different content", topic=topic, partition=partition, offset=offset
-        )
 
 
 class ClosingWriter:
@@ -181,7 +174,7 @@ class PartitionWriter(ClosingWriter):
         self._replay_hint = -2  # index position of the last replayed record in the cached segment
         self._closed = False
         #: CRC32Cs of the newest segment's files as written (with a ``ledger``: recorded at close).
-        self._coverage: _Coverage | None = None
+        self._coverage: Coverage | None = None
 
         created = not topic_dir.exists()
         topic_dir.mkdir(parents=True, exist_ok=True)
@@ -317,73 +310,11 @@ class PartitionWriter(ClosingWriter):
             self._check_in_segment(run.slice(int(rows[0]), int(rows[-1]) + 1), self.segments[int(owner)])
 
     def _check_in_segment(self, run: EncodedRecords, segment: PartitionIndexEntry) -> None:
-        """Compare a replayed run with the stored records of one segment; raise for the first record that differs.
-
-        Problems are found in offset order, as one-by-one appends find them: a record not stored, stored with
-        another length, or stored with other bytes.
-        """
+        """Compare a replayed run with the stored records of one segment; raise for the first record that differs."""
         index, records = self._lookup_handles(segment)
-        offsets = run.offsets
-        first = index.bisect(int(offsets[0]))
-        stop = index.bisect(int(offsets[-1]) + 1)
-        raw = index.read_entries(first, stop - first)
-        stored = np.frombuffer(raw, dtype=ENTRY_DTYPE)
-        stored_offsets = stored["offset"].astype(np.int64)
-        at = np.searchsorted(stored_offsets, offsets)
-        found = at < len(stored_offsets)
-        found[found] = stored_offsets[at[found]] == offsets[found]
-        limit = len(run) if found.all() else int(np.flatnonzero(~found)[0])  # rows before the first missing one
-        at = at[:limit]
-        positions = stored["position"].astype(np.int64)[at]
-        lengths = stored["length"].astype(np.int64)[at]
-        # An entry pointing outside the records file (a damaged index) matches nothing: checked before any read.
-        size = records.refresh_size()
-        inside = (positions >= 0) & (lengths > 0) & (lengths <= size) & (positions <= size - lengths)
-        same_length = (lengths == run.lengths[:limit]) & inside
-        comparable = limit if same_length.all() else int(np.flatnonzero(~same_length)[0])
-        differs = self._first_different(run, records, positions[:comparable], lengths[:comparable])
-        if differs is not None:
-            self._replay_mismatch(run, differs, b"")
-        if comparable < limit:
-            self._replay_mismatch(run, comparable, b"")
-        if limit < len(run):
-            self._replay_mismatch(run, limit, None)
-
-    def _first_different(
-        self,
-        run: EncodedRecords,
-        records: ReadHandle,
-        positions: npt.NDArray[np.int64],
-        lengths: npt.NDArray[np.int64],
-    ) -> int | None:
-        """The first of the run's records (as many as ``positions``) whose stored bytes differ, or ``None``."""
-        count = len(positions)
-        if count == 0:
-            return None
-        ours = run.data[: int(run.bounds[count])]
-        low, high = int(positions[0]), int(positions[-1] + lengths[-1])
-        ordered = bool((positions[1:] >= positions[:-1] + lengths[:-1]).all())
-        stored_bytes = b""
-        if ordered and low >= 0 and high - low <= 4 * len(ours) + (1 << 20):
-            span = records.pread(high - low, low)
-            if len(span) == high - low:
-                contiguous = bool((positions[1:] == positions[:-1] + lengths[:-1]).all())
-                view = np.frombuffer(span, dtype=np.uint8)
-                stored_bytes = span if contiguous else gather(view, positions - low, lengths).tobytes()
-                if stored_bytes == ours:
-                    return None
-        if len(stored_bytes) == len(ours):
-            # Same size, other bytes: the record holding the first differing byte.
-            theirs = np.frombuffer(stored_bytes, dtype=np.uint8)
-            byte = int(np.flatnonzero(theirs != np.frombuffer(ours, dtype=np.uint8))[0])
-            return int(np.searchsorted(run.bounds, byte, side="right")) - 1
-        # A stored segment that is damaged or far apart: record by record.
-        for row in range(count):
-            length = int(lengths[row])
-            stored = records.pread(length, int(positions[row])) if positions[row] >= 0 else b""
-            if stored != run.data[int(run.bounds[row]) : int(run.bounds[row + 1])]:
-                return row
-        return None
+        mismatch = first_mismatch(run, index, records)
+        if mismatch is not None:
+            self._replay_mismatch(run, *mismatch)
 
     def _replay_mismatch(self, run: EncodedRecords, row: int, stored: bytes | None) -> NoReturn:
         """Raise the error the scalar path raises for replayed record ``row`` (``stored`` None: not stored)."""
@@ -501,10 +432,10 @@ class PartitionWriter(ClosingWriter):
         for found in list_segment_files(self.topic_dir, self.partition):
             if found.start_offset <= last_start:
                 continue
-            files = _local_files(found)
+            files = local_files(found)
             # Newer than the last indexed segment: a crash during segment
             # creation. Such a segment never received a record.
-            if _holds_data(files.records) or _holds_data(files.index):
+            if holds_data(files.records) or holds_data(files.index):
                 raise FormatError(
                     "segment holds data but is missing from the partition index "
                     f"(rebuild it with: spark-kafka-backup index rebuild {self.topic_dir} --partition "
@@ -518,7 +449,7 @@ class PartitionWriter(ClosingWriter):
 
     def _open_tail_segment(self) -> None:
         tail = self.segments[-1]
-        files = _local_files(
+        files = local_files(
             SegmentFiles(
                 self.partition,
                 tail.start_offset,
@@ -526,7 +457,7 @@ class PartitionWriter(ClosingWriter):
                 self.topic_dir / (tail.name + INDEX_SUFFIX),
             )
         )
-        if files.records.exists() and files.index.exists() and _is_framed_file(files.records):
+        if files.records.exists() and files.index.exists() and is_framed_file(files.records):
             last = self._last_offset_of(tail)
             if last is not None:
                 # Sealed (compressed or encrypted) whole: never appended to again; the next record starts a segment.
@@ -540,7 +471,7 @@ class PartitionWriter(ClosingWriter):
             atomic_write(files.records, MAGIC_V1, sync=self._fsync)
         if not files.records.exists() or not files.index.exists():
             present = files.index if files.index.exists() else files.records
-            if present.exists() and _holds_data(present):
+            if present.exists() and holds_data(present):
                 missing = files.records if present == files.index else files.index
                 raise FormatError(
                     "segment file is missing "
@@ -580,68 +511,13 @@ class PartitionWriter(ClosingWriter):
     def _last_offset_before_tail(self) -> int | None:
         return self._last_offset_of(self.segments[-2]) if len(self.segments) > 1 else None
 
-    def _repair_tail(self, files: _LocalSegmentFiles) -> tuple[int, int, int | None]:
-        """Truncate the tail segment to its last verified record.
-
-        Returns the number of entries kept, the records file's new end and
-        the last kept offset.
-        """
+    def _repair_tail(self, files: LocalSegmentFiles) -> tuple[int, int, int | None]:
+        """Truncate the tail segment to its last verified record (see :func:`repair_tail`)."""
         assert self._records_fd is not None
         assert self._index_fd is not None
-        records_size = os.fstat(self._records_fd).st_size
-        index_size = os.fstat(self._index_fd).st_size
-        count = (index_size - 1) // ENTRY_SIZE
-        previous_end_limit = records_size
-        kept = count
-        last: SegmentIndexEntry | None = None
-        while kept > 0:
-            entry = SegmentIndexEntry(*ENTRY.unpack(os.pread(self._index_fd, ENTRY_SIZE, 1 + (kept - 1) * ENTRY_SIZE)))
-            before = (
-                SegmentIndexEntry(*ENTRY.unpack(os.pread(self._index_fd, ENTRY_SIZE, 1 + (kept - 2) * ENTRY_SIZE)))
-                if kept > 1
-                else None
-            )
-            if self._entry_verified(entry, before, previous_end_limit, files):
-                last = entry
-                break
-            kept -= 1
-        records_end = last.end if last is not None else 1
-        changed = False
-        if index_size != 1 + kept * ENTRY_SIZE:
-            os.ftruncate(self._index_fd, 1 + kept * ENTRY_SIZE)
-            changed = True
-        if records_size != records_end:
-            os.ftruncate(self._records_fd, records_end)
-            changed = True
-        if changed:
-            # Index first: it must never point past the records file.
-            self._fsync_fd(self._index_fd)
-            self._fsync_fd(self._records_fd)
-        return kept, records_end, None if last is None else last.offset
+        return repair_tail(self._records_fd, self._index_fd, files.records, fsync=self._fsync_fd)
 
-    def _entry_verified(
-        self,
-        entry: SegmentIndexEntry,
-        before: SegmentIndexEntry | None,
-        records_size: int,
-        files: _LocalSegmentFiles,
-    ) -> bool:
-        assert self._records_fd is not None
-        # Bytes between two records (a partial record or an unindexed copy the original tool left
-        # after a crash) stay: the index, not adjacency, says which bytes are records.
-        expected_position = before.end if before is not None else 1
-        if entry.position < expected_position or entry.length <= 0 or entry.end > records_size:
-            return False
-        if before is not None and entry.offset <= before.offset:
-            return False
-        raw = os.pread(self._records_fd, entry.length, entry.position)
-        try:
-            record, end = decode_record(raw, file=str(files.records), base=entry.position)
-        except FormatError:
-            return False
-        return record.offset == entry.offset and end == entry.length
-
-    def _load_coverage(self, ledger: SegmentLedger) -> _Coverage:
+    def _load_coverage(self, ledger: SegmentLedger) -> Coverage:
         """The newest segment's CRC32Cs as committed: from the ledger's tail, extended over newer synced bytes.
 
         Without a recorded tail (a segment the ledger has not seen), the files are read whole once.
@@ -649,26 +525,19 @@ class PartitionWriter(ClosingWriter):
         assert self._records_fd is not None
         assert self._index_fd is not None
         name = self.segments[-1].name
-        records_end = self._records_size
-        index_end = os.lseek(self._index_fd, 0, os.SEEK_CUR)
-        tail = ledger.committed_tail(self.topic, self.partition, name, present=[s.name for s in self.segments])
-        if tail is not None and (tail.records_bytes > records_end or tail.index_bytes > index_end):
-            raise FormatError(
-                f"the catalog says {tail.records_bytes} bytes of records were committed in this segment, "
-                f"{records_end} verified bytes are left (committed records are lost; spark-kafka-backup verify names "
-                "them)",
-                file=str(self.topic_dir / (name + RECORDS_SUFFIX)),
-            )
-        records_crc = _crc_range(
-            self._records_fd, tail.records_bytes if tail else 0, records_end, tail.records_crc32c if tail else 0
+        tail = self._ledger_tail(ledger, name)
+        return load_coverage(
+            self._records_fd,
+            self._index_fd,
+            name,
+            records_end=self._records_size,
+            index_end=os.lseek(self._index_fd, 0, os.SEEK_CUR),
+            tail=tail,
+            records_file=self.topic_dir / (name + RECORDS_SUFFIX),
         )
-        index_crc = _crc_range(
-            self._index_fd, tail.index_bytes if tail else 0, index_end, tail.index_crc32c if tail else 0
-        )
-        first = (
-            SegmentIndexEntry(*ENTRY.unpack(os.pread(self._index_fd, ENTRY_SIZE, 1))).offset if index_end > 1 else None
-        )
-        return _Coverage(name, records_crc, records_end, index_crc, index_end, first)
+
+    def _ledger_tail(self, ledger: SegmentLedger, name: str) -> TailEntry | None:
+        return ledger.committed_tail(self.topic, self.partition, name, present=[s.name for s in self.segments])
 
     def _record_tail(self) -> None:
         coverage = self._coverage
@@ -705,7 +574,7 @@ class PartitionWriter(ClosingWriter):
             )
         self.sync()
         self._close_segment_files()
-        files = _local_files(segment_files(self.topic_dir, self.partition, start_offset))
+        files = local_files(segment_files(self.topic_dir, self.partition, start_offset))
         atomic_write(files.index, MAGIC_V1, sync=self._fsync)
         atomic_write(files.records, MAGIC_V1, sync=self._fsync)
         entry = PartitionIndexEntry(files.records.name[: -len(RECORDS_SUFFIX)], start_offset)
@@ -720,7 +589,7 @@ class PartitionWriter(ClosingWriter):
         self._records_size = 1
         if self._ledger is not None:
             magic_crc = crc32c.crc32c(MAGIC_V1)
-            self._coverage = _Coverage(entry.name, magic_crc, 1, magic_crc, 1, None)
+            self._coverage = Coverage(entry.name, magic_crc, 1, magic_crc, 1, None)
         if (self._compression is not None or self._encryption_key is not None) and len(self.segments) > 1:
             # The previous segment is synced and no longer the newest (a reopened writer never appends to it):
             # its records file is replaced by its compressed form, whole, before the ledger describes it.
@@ -747,7 +616,7 @@ class PartitionWriter(ClosingWriter):
         previous = self.segments[-2]
         if self._ledger is not None and previous.name in self._ledger.accounted(self.topic, self.partition):
             return
-        if _is_framed_file(self.topic_dir / (previous.name + RECORDS_SUFFIX)):
+        if is_framed_file(self.topic_dir / (previous.name + RECORDS_SUFFIX)):
             return
         self._seal_previous()
         if self._ledger is not None:
@@ -826,53 +695,6 @@ class PartitionWriter(ClosingWriter):
             os.close(self._pi_fd)
 
 
-def lock_partition_index(path: Path, *, timeout: float, topic: str, partition: int) -> int:
-    """Open the partition index and take its ``flock``; the open descriptor (closing it unlocks).
-
-    Waits up to ``timeout`` seconds for another holder (a writer, or a prune
-    updating the partition). A prune replaces the file by renaming a new one
-    into place while it holds the lock, so a lock won on a file no longer at
-    ``path`` is dropped and taken again on the current one.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        check_inside(path)
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError as exc:
-                if time.monotonic() < deadline:
-                    time.sleep(0.05)
-                    continue
-                os.close(fd)
-                raise PlacementError(
-                    "partition is already open for writing by another writer",
-                    topic=topic,
-                    partition=partition,
-                    offset=-1,
-                ) from exc
-        held = os.fstat(fd)
-        try:
-            current = os.stat(path)
-        except FileNotFoundError:
-            current = None
-        if current is not None and (current.st_ino, current.st_dev) == (held.st_ino, held.st_dev):
-            return fd
-        os.close(fd)  # replaced while we waited: lock the new one
-
-
-def increasing_runs(batch: EncodedRecords) -> Iterator[EncodedRecords]:
-    """``batch`` cut where an offset does not exceed the one before it (each piece is placed on its own)."""
-    cuts = np.flatnonzero(np.diff(batch.offsets) <= 0) + 1
-    start = 0
-    for cut in (*cuts.tolist(), len(batch)):
-        if cut > start:
-            yield batch.slice(start, cut)
-        start = cut
-
-
 @contextlib.contextmanager
 def _disk_errors(path: Path, writing: int | None) -> Iterator[None]:
     """Turn an I/O error on ``path`` into the one-line :class:`~spark_kafka_backup.errors.StorageError`."""
@@ -889,56 +711,3 @@ def _write_all(fd: int, data: bytes | bytearray) -> None:
         while done < len(whole):
             with whole[done:] as rest:
                 done += os.write(fd, rest)
-
-
-@dataclass
-class _Coverage:
-    """The newest segment's files as written so far: sizes and running CRC32Cs."""
-
-    name: str
-    records_crc32c: int
-    records_bytes: int
-    index_crc32c: int
-    index_bytes: int
-    first_offset: int | None
-
-    def add(self, records: bytes | bytearray, index: bytes | bytearray) -> None:
-        self.records_crc32c = crc32c.crc32c(records, self.records_crc32c)
-        self.records_bytes += len(records)
-        self.index_crc32c = crc32c.crc32c(index, self.index_crc32c)
-        self.index_bytes += len(index)
-
-
-def _crc_range(fd: int, start: int, end: int, value: int) -> int:
-    """Extend ``value`` (the CRC32C of a file's first ``start`` bytes) over bytes ``start..end``."""
-    position = start
-    while position < end:
-        chunk = os.pread(fd, min(1 << 20, end - position), position)
-        if not chunk:
-            raise FormatError(f"file ended at byte {position} while reading up to {end}", file=f"fd {fd}")
-        value = crc32c.crc32c(chunk, value)
-        position += len(chunk)
-    return value
-
-
-@dataclass(frozen=True)
-class _LocalSegmentFiles:
-    records: Path
-    index: Path
-
-
-def _local_files(files: SegmentFiles) -> _LocalSegmentFiles:
-    return _LocalSegmentFiles(as_local(files.records), as_local(files.index))
-
-
-def _is_framed_file(path: Path) -> bool:
-    with open(path, "rb") as handle:
-        return is_framed(handle.read(4))
-
-
-def _holds_data(path: Path) -> bool:
-    """Whether a segment file holds more than its magic byte."""
-    try:
-        return os.stat(path).st_size > 1
-    except FileNotFoundError:
-        return False
