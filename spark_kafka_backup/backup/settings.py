@@ -24,22 +24,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spark_kafka_backup.errors import UsageError
-from spark_kafka_backup.job_options import (
-    ConnectorProperties,
+from spark_kafka_backup.arguments import (
     EncryptionKeySource,
-    Monitoring,
     add_encryption_flags,
     add_schema_registry_flags,
-    client_settings,
     encryption_key_source,
-    java_client_settings,
-    job_parser,
     positive_float,
     positive_int,
     schema_registry_address,
-    spark_conf,
 )
+from spark_kafka_backup.errors import UsageError
+from spark_kafka_backup.job_options import Monitoring, job_parser, spark_conf
+from spark_kafka_backup.kafka.connector_config import ConnectorProperties, client_settings, java_client_settings
 from spark_kafka_backup.kafka.topics import TopicSelection
 from spark_kafka_backup.partition.layout import STATE_DIR, state_dir
 from spark_kafka_backup.partition.records_file import COMPRESSIONS

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO, cast
 
+from spark_kafka_backup.arguments import encryption_key_sources
 from spark_kafka_backup.boundary import exit_code
 from spark_kafka_backup.cli.checkpoints import cmd_checkpoint_describe
 from spark_kafka_backup.cli.look import cmd_cat
@@ -18,7 +19,6 @@ from spark_kafka_backup.cli.parser import build_parser
 from spark_kafka_backup.cli.records import record_to_json
 from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.fsutil import restrict_new_files
-from spark_kafka_backup.job_options import encryption_key_sources
 from spark_kafka_backup.partition.records_file import install_keys
 from spark_kafka_backup.text import TerminalText, shown, shown_json, shown_text
 

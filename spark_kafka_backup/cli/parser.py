@@ -5,6 +5,13 @@ from __future__ import annotations
 import argparse
 
 from spark_kafka_backup import __version__
+from spark_kafka_backup.arguments import (
+    add_encryption_flags,
+    add_schema_registry_flags,
+    duration_ms,
+    non_negative_int,
+    positive_count,
+)
 from spark_kafka_backup.cli.checkpoints import cmd_checkpoint_create, cmd_checkpoint_describe, cmd_checkpoint_list
 from spark_kafka_backup.cli.look import (
     cmd_cat,
@@ -17,35 +24,7 @@ from spark_kafka_backup.cli.look import (
 )
 from spark_kafka_backup.cli.repair import cmd_catalog_rebuild, cmd_index_rebuild, cmd_merge, cmd_prune
 from spark_kafka_backup.cli.schemas import cmd_schemas_capture, cmd_schemas_list
-from spark_kafka_backup.job_options import add_encryption_flags, add_schema_registry_flags
 from spark_kafka_backup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE
-
-
-def _duration_ms(text: str) -> int:
-    import re
-
-    match = re.fullmatch(r"(\d+)\s*(ms|s|m|h|d|w)", text.strip())
-    if match is None:
-        raise argparse.ArgumentTypeError(f"expected a duration like 7d, 12h, 30m, 90s, not {text!r}")
-    unit = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}[match[2]]
-    return int(match[1]) * unit
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from exc
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = _non_negative(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("expected a number > 0, got 0")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,11 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     select = argparse.ArgumentParser(add_help=False)
     select.add_argument("dir", metavar="DIR", help="backup root (one directory per topic)")
     select.add_argument("--topic", help="only this topic")
-    select.add_argument("--partition", type=_non_negative, help="only this partition")
+    select.add_argument("--partition", type=non_negative_int, help="only this partition")
 
     cat = sub.add_parser("cat", parents=[select, legacy], help="print records as JSON lines")
-    cat.add_argument("--from-offset", type=_non_negative, help="first offset to print")
-    cat.add_argument("--to-offset", type=_non_negative, help="last offset to print (inclusive)")
+    cat.add_argument("--from-offset", type=non_negative_int, help="first offset to print")
+    cat.add_argument("--to-offset", type=non_negative_int, help="last offset to print (inclusive)")
     cat.add_argument(
         "--no-verify",
         dest="verify",
@@ -132,9 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     prune = sub.add_parser("prune", help="delete old segments no retained checkpoint needs")
     prune.add_argument("dir", metavar="DIR", help="backup root")
     prune.add_argument("--topic", help="only this topic")
-    prune.add_argument("--older-than", type=_duration_ms, metavar="DURATION", help="e.g. 30d: segments older than this")
+    prune.add_argument("--older-than", type=duration_ms, metavar="DURATION", help="e.g. 30d: segments older than this")
     prune.add_argument(
-        "--keep-checkpoints", type=_non_negative, metavar="N", help="retain only the newest N checkpoints"
+        "--keep-checkpoints", type=non_negative_int, metavar="N", help="retain only the newest N checkpoints"
     )
     prune.add_argument("--dry-run", action="store_true", help="list what would go; delete nothing")
     prune.set_defaults(func=cmd_prune)
@@ -143,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     merging.add_argument("dir", metavar="DIR", help="backup root")
     merging.add_argument("--topic", help="only this topic")
     merging.add_argument(
-        "--max-segment-size", type=_positive, default=DEFAULT_MAX_SEGMENT_SIZE, metavar="BYTES",
+        "--max-segment-size", type=positive_count, default=DEFAULT_MAX_SEGMENT_SIZE, metavar="BYTES",
         help=f"merged segments hold up to this many plain bytes (default {DEFAULT_MAX_SEGMENT_SIZE})",
     )  # fmt: skip
     merging.add_argument("--dry-run", action="store_true", help="list what would be merged; change nothing")
@@ -162,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     listing.set_defaults(func=cmd_checkpoint_list)
     describe = checkpoint_sub.add_parser("describe", help="one checkpoint with its cut, as JSON")
     describe.add_argument("dir", metavar="DIR", help="backup root")
-    describe.add_argument("id", type=_non_negative, metavar="ID")
+    describe.add_argument("id", type=non_negative_int, metavar="ID")
     describe.set_defaults(func=cmd_checkpoint_describe)
 
     schemas = sub.add_parser("schemas", help="the backup's copy of its schema registry: list, capture")
@@ -186,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
         "rebuild", parents=[legacy], help="rebuild segment indexes and partition indexes from the records files"
     )
     rebuild.add_argument("topic_dir", metavar="TOPIC_DIR", help="a topic directory of a backup")
-    rebuild.add_argument("--partition", type=_non_negative, help="only this partition")
+    rebuild.add_argument("--partition", type=non_negative_int, help="only this partition")
     rebuild.add_argument(
         "--partition-index-only", action="store_true", help="rebuild only the partition index, not the segment indexes"
     )

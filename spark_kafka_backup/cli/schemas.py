@@ -39,7 +39,7 @@ def cmd_schemas_list(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def cmd_schemas_capture(args: argparse.Namespace, out: TextIO) -> None:
-    from spark_kafka_backup.job_options import schema_registry_address
+    from spark_kafka_backup.arguments import schema_registry_address
     from spark_kafka_backup.schema_registry.capture import capture_into, registry_copy_path
 
     root = parse_location(args.dir)

@@ -20,21 +20,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from spark_kafka_backup.errors import UsageError
-from spark_kafka_backup.format.encryption import KeyRing
-from spark_kafka_backup.job_options import (
-    ConnectorProperties,
-    Monitoring,
+from spark_kafka_backup.arguments import (
     add_encryption_flags,
     add_schema_registry_flags,
     byte_count,
-    client_settings,
     encryption_key_sources,
-    job_parser,
     positive_int,
     schema_registry_address,
-    spark_conf,
 )
+from spark_kafka_backup.errors import UsageError
+from spark_kafka_backup.format.encryption import KeyRing
+from spark_kafka_backup.job_options import Monitoring, job_parser, spark_conf
+from spark_kafka_backup.kafka.connector_config import ConnectorProperties, client_settings
 from spark_kafka_backup.kafka.topics import TopicSelection
 from spark_kafka_backup.partition.layout import state_dir
 from spark_kafka_backup.restore.repartition import KEEP, MODES

@@ -27,6 +27,7 @@ LAYERS: list[set[str]] = [
     {"schema_registry"},
     {"kafka"},
     {"spark"},
+    {"arguments"},
     {"job_options"},
     {"backup", "restore"},
     {"report", "jobs"},
