@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,13 +25,7 @@ def umask(text: str) -> int:
 
 def positive_int(text: str) -> int:
     """An argparse type: a whole number above 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number > 0, got {text!r}")
-    return value
+    return int(_above_zero(text, int, "a whole number"))
 
 
 _BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -49,12 +44,16 @@ def byte_count(text: str) -> int:
 
 def positive_float(text: str) -> float:
     """An argparse type: a number above 0."""
+    return _above_zero(text, float, "a number")
+
+
+def _above_zero(text: str, parse: Callable[[str], float], what: str) -> float:
     try:
-        value = float(text)
+        value = parse(text)
     except ValueError:
         value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    if not value > 0:  # NaN is not above 0 either
+        raise argparse.ArgumentTypeError(f"expected {what} > 0, got {text!r}")
     return value
 
 
