@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import re
 import subprocess
 import sys
 import tempfile
@@ -35,13 +36,20 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def module_at(revision: str, path: str, name: str) -> types.ModuleType:
-    """The module at ``path`` as it was at git ``revision``, loaded under ``name``."""
-    source = subprocess.run(["git", "show", f"{revision}:{path}"], cwd=REPO, capture_output=True, text=True, check=True)
+    """The module at ``path`` as it was at git ``revision``, loaded under ``name``. A revision from before the rename
+    (package ``kbackup``) has it under ``kbackup/``; its imports of the package then name today's modules."""
+    shown = subprocess.run(["git", "show", f"{revision}:{path}"], cwd=REPO, capture_output=True, text=True)
+    text = shown.stdout
+    if shown.returncode != 0:
+        old_path = "kbackup/" + path.removeprefix("spark_kafka_backup/")
+        text = subprocess.run(["git", "show", f"{revision}:{old_path}"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout  # fmt: skip
+        text = re.sub(r"\bkbackup\.", "spark_kafka_backup.", text)
     spec = importlib.util.spec_from_loader(name, loader=None)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    exec(compile(source.stdout, f"{revision}:{path}", "exec"), module.__dict__)
+    exec(compile(text, f"{revision}:{path}", "exec"), module.__dict__)
     return module
 
 

@@ -5,6 +5,7 @@ durations and umasks as argparse types; the encryption key and schema registry o
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,7 +53,7 @@ def _above_zero(text: str, parse: Callable[[str], float], what: str) -> float:
         value = parse(text)
     except ValueError:
         value = 0
-    if not value > 0:  # NaN is not above 0 either
+    if not 0 < value < math.inf:  # NaN and infinity are not numbers a setting can take
         raise argparse.ArgumentTypeError(f"expected {what} > 0, got {text!r}")
     return value
 

@@ -36,12 +36,13 @@ def exit_code(
     say: Callable[[str], None],
     debug: bool = False,
     cause: Callable[[BaseException], str] = first_line,
+    interrupted: str = "interrupted (what was committed stays; run it again to go on)",
 ) -> int:
     """Run ``body`` and turn what it raises into one line said through ``say`` and an exit code."""
     try:
         return body()
     except KeyboardInterrupt:
-        say(f"{prog}: error: interrupted (what was committed stays; run it again to go on)")
+        say(f"{prog}: error: {interrupted}")
         return INTERRUPTED
     except KbackupError as exc:
         failure: BaseException = exc

@@ -51,6 +51,13 @@ _PROPERTY_KEYS = {"target.dir", "topics", "topics.regex", "max.segment.size.byte
 #: ``--kafka-source``: the Python source, or Spark's own JVM source (``spark-sql-kafka-0-10``).
 KAFKA_SOURCES = ("python", "spark")
 DEFAULT_KAFKA_SOURCE = "python"
+#: The Python source's name before the project was renamed, still taken so that a running backup's command line
+#: keeps working.
+_OLD_SOURCE_NAMES = {"kbackup": "python"}
+
+
+def _kafka_source(text: str) -> str:
+    return _OLD_SOURCE_NAMES.get(text, text)
 
 
 @dataclass(frozen=True)
@@ -136,6 +143,7 @@ def build_parser(prog: str = "spark-submit jobs/backup.py") -> argparse.Argument
     )
     own.add_argument(
         "--kafka-source",
+        type=_kafka_source,
         choices=KAFKA_SOURCES,
         default=DEFAULT_KAFKA_SOURCE,
         help=f"read Kafka with the Python source or Spark's own (needs spark-submit --packages "

@@ -25,6 +25,8 @@ from spark_kafka_backup.text import TerminalText, shown, shown_json, shown_text
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["--debug"] and arguments[1:2] in (["backup"], ["restore"]):
+        arguments = [arguments[1], "--debug", *arguments[2:]]  # the job's own --debug
     if arguments and arguments[0] in ("backup", "restore"):
         from spark_kafka_backup.launcher import main as launch
 
@@ -47,7 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stderr.close()
         return 0
 
-    return exit_code("spark-kafka-backup", run, say=_say_error, debug=args.debug)
+    interrupted = "interrupted (a merge, prune or rebuild finishes what it began when run again)"
+    return exit_code("spark-kafka-backup", run, say=_say_error, debug=args.debug, interrupted=interrupted)
 
 
 def _say_error(line: str) -> None:

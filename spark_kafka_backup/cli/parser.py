@@ -170,4 +170,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--partition-index-only", action="store_true", help="rebuild only the partition index, not the segment indexes"
     )
     rebuild.set_defaults(func=cmd_index_rebuild)
+    _debug_everywhere(parser)
     return parser
+
+
+def _debug_everywhere(parser: argparse.ArgumentParser) -> None:
+    """``--debug`` after a command too (``spark-kafka-backup ls DIR --debug``), as the jobs take it."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, command in action.choices.items():
+                if name not in ("backup", "restore"):  # the launcher's: the jobs have their own --debug
+                    command.add_argument(
+                        "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+                    )
+                    _debug_everywhere(command)

@@ -14,9 +14,10 @@ def failure_cause(failure: BaseException | object) -> str:
     """spark-kafka-backup's own error if the failure carries one, else the Python worker's last error line, else the
     first line."""
     text = str(failure)
-    match = _KBACKUP_ERROR.search(text)
-    if match:
-        return f"{match[1].rsplit('.', 1)[-1]}: {match[2].strip()}"
+    # The last one: a traceback prints the causes of an error before it. A private helper's error is only a cause.
+    ours = [match for match in _KBACKUP_ERROR.finditer(text) if not match[1].rsplit(".", 1)[-1].startswith("_")]
+    if ours:
+        return f"{ours[-1][1].rsplit('.', 1)[-1]}: {ours[-1][2].strip()}"
     errors = _PYTHON_ERROR.findall(text)
     # The Python worker's own error is the cause; the JVM's exceptions only wrap it.
     python = [(name, message) for name, message in errors if not name.startswith(_WRAPPERS)]

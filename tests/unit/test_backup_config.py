@@ -316,3 +316,17 @@ def test_batch_stats_are_consumed_once_in_batch_order(tmp_path: Path) -> None:
     assert all(abs(at - time.time()) < 60 for _, at, _ in found)
     assert read_batch_stats(tmp_path) == [] and not list(tmp_path.iterdir())
     write_batch_stats(tmp_path / "gone", 4, {"a": [1, 1, 0]})  # the job ended: nothing to report to, no error
+
+
+@pytest.mark.parametrize(("given", "taken"), [("python", "python"), ("spark", "spark"), ("kbackup", "python")])
+def test_the_kafka_source_keeps_its_name_from_before_the_rename(given: str, taken: str) -> None:
+    base = ["--bootstrap-server", "h:9092", "--target-dir", "/b", "--topics", "t"]
+    assert parse_backup_args([*base, "--kafka-source", given]).kafka_source == taken
+
+
+@pytest.mark.parametrize("interval", ["inf", "nan", "0", "-1"])
+def test_an_interval_must_be_a_finite_number_above_0(interval: str, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--bootstrap-server", "h:9092", "--target-dir", "/b", "--topics", "t"]
+    with pytest.raises(SystemExit):
+        parse_backup_args([*base, "--metrics-interval", interval])
+    assert f"expected a number > 0, got '{interval}'" in capsys.readouterr().err

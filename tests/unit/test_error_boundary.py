@@ -79,9 +79,34 @@ def test_a_corrupt_intent_reaches_the_cli_user_as_one_line(
     err = capsys.readouterr().err
     assert err.splitlines() == [f"spark-kafka-backup: error: {intent}: not a valid merge intent "
                                 "(TypeError: list indices must be integers or slices, not str)"]  # fmt: skip
-    with caplog.at_level(logging.ERROR, logger="spark_kafka_backup"):
-        assert main(["--debug", "merge", str(root)]) == 1
-    assert "merge_intent.py" in caplog.text and "The above exception was the direct cause" in caplog.text
+    for debug_first in (True, False):  # before the command or after it, as the jobs take it
+        caplog.clear()
+        arguments = ["--debug", "merge", str(root)] if debug_first else ["merge", str(root), "--debug"]
+        with caplog.at_level(logging.ERROR, logger="spark_kafka_backup"):
+            assert main(arguments) == 1
+        assert "merge_intent.py" in caplog.text and "The above exception was the direct cause" in caplog.text
+
+
+@pytest.mark.parametrize("job", ["backup", "restore"])
+def test_debug_before_a_job_is_the_jobs_own(job: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``spark-kafka-backup --debug backup ...`` reaches the job (its --help here: nothing starts)."""
+    assert main(["--debug", job, "--help"]) == 0
+    assert capsys.readouterr().out.startswith(f"usage: spark-kafka-backup {job} ")
+
+
+def test_a_spark_failure_is_named_by_the_error_raised_not_by_its_cause() -> None:
+    """A task's traceback prints the causes first; the line names the outermost of our errors, never a private
+    helper's."""
+    from spark_kafka_backup.spark.failures import failure_cause
+
+    trace = (
+        "Traceback (most recent call last):\n"
+        '  File "record.py", line 350, in _read_length\n'
+        "spark_kafka_backup.format.record._BadLengthError: (20, -2147483647, 64, 'key')\n\n"
+        "The above exception was the direct cause of the following exception:\n\n"
+        "spark_kafka_backup.errors.InvalidRecordError: b/t/x_records at byte 21: invalid key length\n"
+    )
+    assert failure_cause(trace) == "InvalidRecordError: b/t/x_records at byte 21: invalid key length"
 
 
 def test_no_error_raised_while_handling_another_drops_its_cause() -> None:

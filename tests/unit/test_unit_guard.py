@@ -32,8 +32,19 @@ def test_a_test_that_asks_for_the_broker_or_s3_fails(guarded: pytest.Pytester) -
     result.stdout.fnmatch_lines(["*a unit test may not use kafka: it belongs in tests/, the integration layer*"])
 
 
-def test_a_test_that_starts_a_process_fails(guarded: pytest.Pytester) -> None:
-    guarded.makepyfile(test_it="import subprocess\n\ndef test_java():\n    subprocess.run(['java', '-version'])\n")
+def test_a_test_that_starts_a_process_in_any_way_fails(guarded: pytest.Pytester) -> None:
+    guarded.makepyfile(
+        test_it="import multiprocessing, os, subprocess\n"
+        "import pytest\n\n"
+        "@pytest.fixture(scope='module')\n"
+        "def server():\n    return subprocess.Popen(['sleep', '1'])\n\n"
+        "def test_java():\n    subprocess.run(['java', '-version'])\n\n"
+        "def test_shell():\n    os.system('true')\n\n"
+        "def test_spawn():\n    os.posix_spawnp('true', ['true'], dict(os.environ))\n\n"
+        "def test_fork():\n    multiprocessing.get_context('fork').Process(target=print).start()\n\n"
+        "def test_module_fixture(server):\n    pass\n"
+    )
     result = guarded.runpytest_inprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*AssertionError: a unit test may not start a process (*java*): it belongs in tests/"])
+    result.assert_outcomes(failed=4, errors=1)
+    for what in ("subprocess ['java', '-version']", "os.system ('true',)", "os.posix_spawnp ('true',)", "os.fork ()"):
+        assert f"a unit test may not start a process ({what}): it belongs in tests/" in result.stdout.str(), what
