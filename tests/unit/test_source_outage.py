@@ -49,9 +49,10 @@ def test_continuous_plans_nothing_while_the_cluster_is_down_then_resumes(
     answers = Answers(failures=3, end=50)
     source = reader(monkeypatch, answers)
     start = encode_offsets({KEY: 10})
-    logger = logging.getLogger(
-        "spark_kafka_backup.source"
-    )  # "spark-kafka-backup" does not propagate: listen where it logs
+    # Listen where it logs, and only there: whether "spark_kafka_backup" propagates to the root (where caplog listens
+    # too) depends on whether an earlier test in this process set up the jobs' console logging.
+    monkeypatch.setattr(logging.getLogger("spark_kafka_backup"), "propagate", False)
+    logger = logging.getLogger("spark_kafka_backup.source")
     logger.addHandler(caplog.handler)
     try:
         for _ in range(3):
