@@ -19,6 +19,14 @@ from tests.conftest import VECTORS
 PACKAGE = Path(__file__).resolve().parents[2] / "spark_kafka_backup"
 
 
+def _reaching_caplog(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The package's records reach caplog (on the root logger) once, whatever an earlier test in this process did:
+    the jobs' console logging stops their propagation."""
+    logger = logging.getLogger("spark_kafka_backup")
+    monkeypatch.setattr(logger, "propagate", True)
+    monkeypatch.setattr(logger, "handlers", [])
+
+
 def _raising(exc: BaseException) -> Any:
     def body() -> NoReturn:
         raise exc
@@ -46,7 +54,11 @@ def test_a_success_says_nothing() -> None:
     assert exit_code("job", lambda: 0, say=said.append) == 0 and said == []
 
 
-def test_debug_logs_the_traceback_with_the_chained_cause(caplog: pytest.LogCaptureFixture) -> None:
+def test_debug_logs_the_traceback_with_the_chained_cause(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _reaching_caplog(monkeypatch)
+
     def body() -> int:
         found: dict[str, int] = {}
         try:
@@ -66,8 +78,12 @@ def test_debug_logs_the_traceback_with_the_chained_cause(caplog: pytest.LogCaptu
 
 
 def test_a_corrupt_intent_reaches_the_cli_user_as_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    _reaching_caplog(monkeypatch)
     import shutil
 
     root = tmp_path / "b"
