@@ -1,61 +1,15 @@
-"""Argument types and option groups the jobs and the ``spark-kafka-backup`` commands share: numbers, byte counts,
-durations and umasks as argparse types; the encryption key and schema registry options and what they name.
+"""Option groups the jobs and the ``spark-kafka-backup`` commands share: the encryption key and schema registry
+options and what they name (the argparse types they share are :mod:`spark_kafka_backup.argtypes`').
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from spark_kafka_backup.errors import UsageError
-from spark_kafka_backup.fsutil import parse_umask
 from spark_kafka_backup.schema_registry.client import RegistryAddress
-
-
-def umask(text: str) -> int:
-    """An argparse type: an octal umask (see :func:`spark_kafka_backup.fsutil.parse_umask`)."""
-    try:
-        return parse_umask(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number above 0."""
-    return int(_above_zero(text, int, "a whole number"))
-
-
-_BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
-
-def byte_count(text: str) -> int:
-    """An argparse type: a byte count above 0, optionally with a binary unit (``512K``, ``20M``, ``1G``)."""
-    cleaned = text.strip().upper().removesuffix("IB").removesuffix("B")
-    unit = cleaned[-1:] if cleaned[-1:] in _BYTE_UNITS else ""
-    digits = cleaned[: len(cleaned) - len(unit)]
-    value = int(digits) * _BYTE_UNITS[unit] if digits.isdigit() else 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a byte count > 0 such as 1048576, 512K, 20M or 1G, got {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """An argparse type: a number above 0."""
-    return _above_zero(text, float, "a number")
-
-
-def _above_zero(text: str, parse: Callable[[str], float], what: str) -> float:
-    try:
-        value = parse(text)
-    except ValueError:
-        value = 0
-    if not 0 < value < math.inf:  # NaN and infinity are not numbers a setting can take
-        raise argparse.ArgumentTypeError(f"expected {what} > 0, got {text!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -142,31 +96,3 @@ def schema_registry_address(args: argparse.Namespace) -> RegistryAddress | None:
     return RegistryAddress.parse(
         args.schema_registry, user_info_env=args.schema_registry_user_info_env, ca_file=args.schema_registry_ca_file
     )
-
-
-def duration_ms(text: str) -> int:
-    """An argparse type: a duration (``7d``, ``12h``, ``30m``, ``90s``, ``500ms``) in milliseconds."""
-    match = re.fullmatch(r"(\d+)\s*(ms|s|m|h|d|w)", text.strip())
-    if match is None:
-        raise argparse.ArgumentTypeError(f"expected a duration like 7d, 12h, 30m, 90s, not {text!r}")
-    unit = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}[match[2]]
-    return int(match[1]) * unit
-
-
-def non_negative_int(text: str) -> int:
-    """An argparse type: a whole number, 0 or more."""
-    try:
-        value = int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from exc
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
-    return value
-
-
-def positive_count(text: str) -> int:
-    """An argparse type: a whole number above 0 (the commands' wording)."""
-    value = non_negative_int(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("expected a number > 0, got 0")
-    return value

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from spark_kafka_backup.arguments import positive_float, umask
+from spark_kafka_backup.argtypes import positive_float, umask
 from spark_kafka_backup.boundary import exit_code
 from spark_kafka_backup.errors import KbackupError, UsageError
 from spark_kafka_backup.logsetup import LOG_FORMATS, ensure_console_logging, print_error

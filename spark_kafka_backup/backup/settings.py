@@ -24,13 +24,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from spark_kafka_backup.argtypes import positive_float, positive_int
 from spark_kafka_backup.arguments import (
     EncryptionKeySource,
     add_encryption_flags,
     add_schema_registry_flags,
     encryption_key_source,
-    positive_float,
-    positive_int,
     schema_registry_address,
 )
 from spark_kafka_backup.errors import UsageError

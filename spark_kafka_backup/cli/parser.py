@@ -5,13 +5,8 @@ from __future__ import annotations
 import argparse
 
 from spark_kafka_backup import __version__
-from spark_kafka_backup.arguments import (
-    add_encryption_flags,
-    add_schema_registry_flags,
-    duration_ms,
-    non_negative_int,
-    positive_count,
-)
+from spark_kafka_backup.argtypes import duration_ms, non_negative_int, positive_count
+from spark_kafka_backup.arguments import add_encryption_flags, add_schema_registry_flags
 from spark_kafka_backup.cli.checkpoints import cmd_checkpoint_create, cmd_checkpoint_describe, cmd_checkpoint_list
 from spark_kafka_backup.cli.look import (
     cmd_cat,

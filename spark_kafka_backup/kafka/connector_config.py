@@ -6,10 +6,12 @@ agree.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from spark_kafka_backup.argtypes import positive_int
 from spark_kafka_backup.errors import UsageError
 from spark_kafka_backup.kafka.client_settings import librdkafka_refusal
 from spark_kafka_backup.kafka.java_client_settings import JAVA_SOURCES, librdkafka_settings
@@ -55,15 +57,10 @@ class ConnectorProperties:
     def positive(self, flag: str, value: int | None, key: str, *, default: int) -> int:
         """:meth:`merge` of a whole number above 0 (``default`` when neither is given)."""
         text = self.merge(flag, None if value is None else str(value), key)
-        if not text:
-            return default
         try:
-            number = int(text)
-        except ValueError:
-            number = 0
-        if number <= 0:
-            raise UsageError(f"{self.source}: {key}: expected a whole number > 0, got {text!r}")
-        return number
+            return positive_int(text) if text else default
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"{self.source}: {key}: {exc}") from exc
 
 
 def client_settings(

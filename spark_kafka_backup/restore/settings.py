@@ -20,12 +20,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from spark_kafka_backup.argtypes import byte_count, positive_int
 from spark_kafka_backup.arguments import (
     add_encryption_flags,
     add_schema_registry_flags,
-    byte_count,
     encryption_key_sources,
-    positive_int,
     schema_registry_address,
 )
 from spark_kafka_backup.errors import UsageError

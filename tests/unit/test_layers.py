@@ -19,6 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "spark_kafka_backup"
 LAYERS: list[set[str]] = [
     {"spark_kafka_backup", "errors", "text"},
     {"fsutil", "properties", "progress", "logsetup", "jars", "boundary"},
+    {"argtypes"},
     {"metrics"},
     {"format"},
     {"storage"},

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from spark_kafka_backup.arguments import byte_count
+from spark_kafka_backup.argtypes import byte_count
 from spark_kafka_backup.restore.settings import parse_restore_args
 from spark_kafka_backup.restore.throttle import Pace, Throttle
 
