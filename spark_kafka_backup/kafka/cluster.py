@@ -164,13 +164,22 @@ def topic_ids(admin: Any, topics: Iterable[str], *, timeout: float = 30) -> dict
     return ids
 
 
+#: How long one attempt of :class:`TopicIdAsker` waits. Topic ids are asked of the node a client last learned as
+#: "controller" (a random live broker in KRaft mode): when that node dies, the client waits for it until the request
+#: times out, while a new client asks a live node. A short attempt makes a leader's failover cost seconds.
+TOPIC_ID_ATTEMPT_SECONDS = 8.0
+
+
 class TopicIdAsker:
     """Asks a cluster for topic ids (:func:`topic_ids`) with its own client, asking again through an outage (a new
     client each time) for up to ``patience`` seconds: for executors, which check ids while they read or write."""
 
-    def __init__(self, client: Mapping[str, str], *, patience: float) -> None:
+    def __init__(
+        self, client: Mapping[str, str], *, patience: float, attempt_timeout: float = TOPIC_ID_ATTEMPT_SECONDS
+    ) -> None:
         self._client = dict(client)
         self._patience = patience
+        self._attempt_timeout = attempt_timeout
         self._admin: Any = None
 
     def ask(self, topics: Iterable[str]) -> dict[str, str]:
@@ -180,7 +189,7 @@ class TopicIdAsker:
             if self._admin is None:
                 self._admin = admin_client(self._client)
             try:
-                return topic_ids(self._admin, wanted)
+                return topic_ids(self._admin, wanted, timeout=self._attempt_timeout)
             except ClusterError as exc:
                 self._admin = None
                 if not exc.transient or time.monotonic() > deadline:

@@ -74,6 +74,7 @@ import logging
 import math
 import time
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -317,17 +318,26 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
         selected = self.options.selection.select(counts)
         keys = [(t, p) for t in selected for p in range(counts[t])]
-        try:
-            self._ids_now = topic_ids(admin, selected, timeout=timeout)
-        except ClusterError as exc:
-            # Not known this trigger: nothing is refused on it, and the tasks still confirm the ids they were given
-            # before handing records on (a topic first seen now is read without one).
-            log.debug("topic ids not read for this trigger: %s", exc)
-            self._ids_now = {}
-        earliest = list_offsets(admin, keys, latest=False, timeout=timeout, partial=partial)
-        latest = list_offsets(
-            admin, keys, latest=True, read_committed=self.options.read_committed, timeout=timeout, partial=partial
-        )
+        # The three questions go to different nodes (ids to the client's "controller", offsets to each leader):
+        # asked at once, a dead node costs one timeout of the trigger, not one per question.
+        with ThreadPoolExecutor(3, thread_name_prefix="kbackup-planning") as asking:
+            ids = asking.submit(topic_ids, admin, selected, timeout=timeout)
+            earliest_asked = asking.submit(list_offsets, admin, keys, latest=False, timeout=timeout, partial=partial)
+            latest_asked = asking.submit(
+                list_offsets, admin, keys, latest=True, read_committed=self.options.read_committed, timeout=timeout,
+                partial=partial,
+            )  # fmt: skip
+            try:
+                self._ids_now = ids.result()
+            except ClusterError as exc:
+                # Not known this trigger: nothing is refused on it, and the tasks still confirm the ids they were
+                # given before handing records on (a topic first seen now is read without one). The client may be
+                # waiting for a dead "controller": the next trigger asks with a new one.
+                log.debug("topic ids not read for this trigger: %s", exc)
+                self._ids_now = {}
+                if exc.transient and self._session is not None:
+                    self._session.renew()
+            earliest, latest = earliest_asked.result(), latest_asked.result()
         answered = earliest.keys() & latest.keys()
         if len(answered) < len(keys):
             self._report_leaderless(sorted(set(keys) - answered), len(keys))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from concurrent.futures import Future
 from types import SimpleNamespace
 from typing import Any
@@ -178,3 +179,43 @@ def test_a_partition_without_a_leader_does_not_hold_up_the_others(monkeypatch: p
     monkeypatch.setattr(source, "_offsets_now", answer_later)
     assert decode_offsets(source.latestOffset(start, ReadAllAvailable())) == {("orders", 0): 50, ("orders", 1): 70}
     assert calls == 3  # two answers without partition 1 were waited through, not planned
+
+
+class DeadController(TwoPartitions):
+    """Both partitions answer, but topic ids go to a "controller" that died: that request times out (transiently).
+
+    Every request waits at ``barrier`` until the others of the planning step are asked too: asked one after the
+    other, the first would wait in vain (BrokenBarrierError)."""
+
+    def __init__(self, barrier: threading.Barrier) -> None:
+        super().__init__()
+        self.ends = {0: 50, 1: 60}
+        self.barrier = barrier
+
+    def describe_topics(self, topics: Any, request_timeout: float) -> dict[str, Any]:
+        self.barrier.wait()
+        future: Future[Any] = Future()
+        future.set_exception(KafkaException(KafkaError(KafkaError._TIMED_OUT, "Timed out waiting for controller")))
+        return {"orders": future}
+
+    def list_offsets(self, request: dict[Any, Any], isolation_level: Any, request_timeout: float) -> dict[Any, Any]:
+        self.barrier.wait()
+        return super().list_offsets(request, isolation_level, request_timeout)
+
+
+def test_a_dead_controller_costs_a_trigger_one_wait_and_its_client() -> None:
+    """Topic ids and both offset listings are asked at once (a dead node costs one timeout, not three); the client
+    that waited for the dead "controller" is replaced for the next trigger, and the offsets are planned anyway."""
+    made: list[DeadController] = []
+
+    def factory(settings: Any) -> DeadController:
+        made.append(DeadController(threading.Barrier(3, timeout=10)))
+        return made[-1]
+
+    source = KafkaStreamReader(SourceOptions.parse({"kafka.bootstrap.servers": "k:9092", "subscribe": "orders"}))
+    source._session = AdminSession({}, factory=factory)
+    start = encode_offsets({("orders", 0): 10, ("orders", 1): 20})
+    assert decode_offsets(source.latestOffset(start, ReadAllAvailable())) == {("orders", 0): 50, ("orders", 1): 60}
+    assert len(made) == 1 and source._ids_now == {}
+    source.latestOffset(start, ReadAllAvailable())
+    assert len(made) == 2  # the second trigger asked with a new client
