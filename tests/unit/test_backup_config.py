@@ -18,7 +18,8 @@ from spark_kafka_backup.kafka.java_client_settings import librdkafka_settings
 from spark_kafka_backup.kafka.topics import TopicSelection
 from spark_kafka_backup.properties import parse_properties
 from spark_kafka_backup.restore.selection import Window
-from spark_kafka_backup.spark.kafka_source import SourceOptions, _admit, decode_offsets, encode_offsets
+from spark_kafka_backup.spark.kafka_planning import admit
+from spark_kafka_backup.spark.source_options import SourceOptions, decode_offsets, encode_offsets
 from spark_kafka_backup.spark.v1_sink import SinkOptions, v1_timestamp, v1_timestamps
 
 
@@ -166,10 +167,10 @@ def test_offsets_are_canonical() -> None:
 def test_admission_shares_the_limit_in_proportion() -> None:
     begin = {("t", 0): 100, ("t", 1): 0}
     available = {("t", 0): 300, ("t", 1): 100}
-    assert _admit(begin, {}, available, ReadAllAvailable()) == {("t", 0): 400, ("t", 1): 100}
-    assert _admit(begin, {}, available, ReadMaxRows(40)) == {("t", 0): 130, ("t", 1): 10}
+    assert admit(begin, {}, available, ReadAllAvailable()) == {("t", 0): 400, ("t", 1): 100}
+    assert admit(begin, {}, available, ReadMaxRows(40)) == {("t", 0): 130, ("t", 1): 10}
     # A limit too small to share still makes progress.
-    assert _admit(begin, {}, available, ReadMaxRows(1)) == {("t", 0): 101, ("t", 1): 0}
+    assert admit(begin, {}, available, ReadMaxRows(1)) == {("t", 0): 101, ("t", 1): 0}
 
 
 def test_source_and_sink_options_are_checked() -> None:

@@ -17,7 +17,7 @@ from spark_kafka_backup.errors import ClusterError
 from spark_kafka_backup.kafka import cluster as kafka_cluster
 from spark_kafka_backup.kafka.admin_session import AdminSession
 from spark_kafka_backup.kafka.cluster import partition_counts
-from spark_kafka_backup.spark import kafka_source
+from spark_kafka_backup.spark import kafka_planning
 from spark_kafka_backup.spark.kafka_source import KafkaStreamReader, SourceOptions, decode_offsets, encode_offsets
 
 KEY = ("orders", 0)
@@ -39,8 +39,8 @@ class Answers:
 def reader(monkeypatch: pytest.MonkeyPatch, answers: Answers, **options: str) -> KafkaStreamReader:
     parsed = SourceOptions.parse({"kafka.bootstrap.servers": "k:9092", "subscribe": "orders", **options})
     source = KafkaStreamReader(parsed)
-    monkeypatch.setattr(source, "_current", answers)
-    monkeypatch.setattr(kafka_source, "UNREACHABLE_RETRY_SECONDS", 0.0)
+    monkeypatch.setattr(source.planner, "_current", answers)
+    monkeypatch.setattr(kafka_planning, "UNREACHABLE_RETRY_SECONDS", 0.0)
     return source
 
 
@@ -72,14 +72,14 @@ def test_a_snapshot_waits_for_the_cluster_and_fails_in_one_line_after_its_limit(
     start = encode_offsets({KEY: 10})
     waited = Answers(failures=5, end=40)
     source = reader(monkeypatch, waited)
-    source._target = {KEY: 40}  # prepareForTriggerAvailableNow's target
+    source.planner._target = {KEY: 40}  # prepareForTriggerAvailableNow's target
     assert source.latestOffset(start, ReadAllAvailable()) == encode_offsets({KEY: 40})
     assert waited.calls == 6
 
     never = Answers(failures=10**9, end=40)
     source = reader(monkeypatch, never, snapshotUnreachableSeconds="1")
-    source._target = {KEY: 40}
-    monkeypatch.setattr(kafka_source, "UNREACHABLE_RETRY_SECONDS", 0.3)
+    source.planner._target = {KEY: 40}
+    monkeypatch.setattr(kafka_planning, "UNREACHABLE_RETRY_SECONDS", 0.3)
     with pytest.raises(ClusterError, match=r"did not answer for \d+ s during the snapshot .*run it again"):
         source.latestOffset(start, ReadAllAvailable())
 
@@ -91,7 +91,7 @@ def test_a_refusal_is_not_an_outage(monkeypatch: pytest.MonkeyPatch) -> None:
         raise ClusterError("cannot list topics: Broker: Topic authorization failed")
 
     source = reader(monkeypatch, Answers(0, 1))
-    monkeypatch.setattr(source, "_current", refused)
+    monkeypatch.setattr(source.planner, "_current", refused)
     with pytest.raises(ClusterError, match="authorization failed"):
         source.latestOffset(encode_offsets({KEY: 0}), ReadAllAvailable())
 
@@ -154,7 +154,7 @@ def test_a_partition_without_a_leader_does_not_hold_up_the_others(monkeypatch: p
     monkeypatch.setattr(kafka_cluster, "OFFSETS_RETRY_SECONDS", 0.0)
     parsed = SourceOptions.parse({"kafka.bootstrap.servers": "k:9092", "subscribe": "orders"})
     source = KafkaStreamReader(parsed)
-    source._session = AdminSession({}, factory=lambda settings: cluster)
+    source.planner._session = AdminSession({}, factory=lambda settings: cluster)
     start = encode_offsets({("orders", 0): 10, ("orders", 1): 20})
     # Continuous: partition 0 is planned, partition 1 stays where it was.
     assert decode_offsets(source.latestOffset(start, ReadAllAvailable())) == {("orders", 0): 50, ("orders", 1): 20}
@@ -162,9 +162,9 @@ def test_a_partition_without_a_leader_does_not_hold_up_the_others(monkeypatch: p
     assert decode_offsets(source.latestOffset(start, ReadAllAvailable())) == {("orders", 0): 50, ("orders", 1): 70}
     # A snapshot must not take a partition it could not see for a partition without data: it waits for it.
     cluster.ends[1] = -1001
-    source._target = {("orders", 0): 50, ("orders", 1): 70}
-    monkeypatch.setattr(kafka_source, "UNREACHABLE_RETRY_SECONDS", 0.0)
-    monkeypatch.setattr(kafka_source, "PLANNING_PATIENCE_SECONDS", 0.0)
+    source.planner._target = {("orders", 0): 50, ("orders", 1): 70}
+    monkeypatch.setattr(kafka_planning, "UNREACHABLE_RETRY_SECONDS", 0.0)
+    monkeypatch.setattr(kafka_planning, "PLANNING_PATIENCE_SECONDS", 0.0)
     calls = 0
 
     def answer_later(admin: Any, timeout: float, *, partial: bool) -> Any:
@@ -175,8 +175,8 @@ def test_a_partition_without_a_leader_does_not_hold_up_the_others(monkeypatch: p
             cluster.ends[1] = 70
         return offsets_now(admin, timeout, partial=partial)
 
-    offsets_now = source._offsets_now
-    monkeypatch.setattr(source, "_offsets_now", answer_later)
+    offsets_now = source.planner._offsets_now
+    monkeypatch.setattr(source.planner, "_offsets_now", answer_later)
     assert decode_offsets(source.latestOffset(start, ReadAllAvailable())) == {("orders", 0): 50, ("orders", 1): 70}
     assert calls == 3  # two answers without partition 1 were waited through, not planned
 
@@ -213,9 +213,9 @@ def test_a_dead_controller_costs_a_trigger_one_wait_and_its_client() -> None:
         return made[-1]
 
     source = KafkaStreamReader(SourceOptions.parse({"kafka.bootstrap.servers": "k:9092", "subscribe": "orders"}))
-    source._session = AdminSession({}, factory=factory)
+    source.planner._session = AdminSession({}, factory=factory)
     start = encode_offsets({("orders", 0): 10, ("orders", 1): 20})
     assert decode_offsets(source.latestOffset(start, ReadAllAvailable())) == {("orders", 0): 50, ("orders", 1): 60}
-    assert len(made) == 1 and source._ids_now == {}
+    assert len(made) == 1 and source.planner._ids_now == {}
     source.latestOffset(start, ReadAllAvailable())
     assert len(made) == 2  # the second trigger asked with a new client
