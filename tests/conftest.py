@@ -132,7 +132,11 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """The controlling process, once everything else has ended: nothing may be left running."""
+    """The controlling process, once everything else has ended: nothing may be left running. A worker (or the one
+    process) first ends the Spark JVM its in-process jobs ran on (tests/in_process.py)."""
+    from tests.in_process import stop_gateway
+
+    stop_gateway()
     if _is_worker(session.config) or "KBACKUP_TEST_RUN" not in os.environ:
         return
     left = kill_leftovers(os.environ["KBACKUP_TEST_RUN"])

@@ -43,7 +43,21 @@ def backup_command(*args: str | Path, master: str = "local[2]") -> list[str]:
     return spark_submit_command("backup", *args, master=master)
 
 
-def run_backup(*args: str | Path, timeout: float = 300, master: str = "local[2]") -> subprocess.CompletedProcess[str]:
+def run_backup(
+    *args: str | Path, timeout: float = 300, master: str = "local[2]", in_process: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """A backup that ends by itself (a snapshot, or a refusal): its exit code and output. On ``local[2]`` with
+    spark-kafka-backup's own Kafka source it runs in this worker's process (see :mod:`tests.in_process`) unless
+    ``in_process`` is False or the environment changed since that process's Spark JVM started; otherwise as
+    ``spark-submit`` (Spark's Kafka source needs its jars on the JVM's class path from the start)."""
+    from spark_kafka_backup.spark_submit import uses_spark_kafka_source
+    from tests.in_process import can_run_in_process, run_job_in_process
+
+    texts = [str(arg) for arg in args]
+    if in_process and master == "local[2]" and not uses_spark_kafka_source(texts) and can_run_in_process():
+        from spark_kafka_backup.backup.job import main
+
+        return run_job_in_process("backup", main, texts)
     return subprocess.run(
         backup_command(*args, master=master), capture_output=True, text=True, env=job_env(), cwd=REPO, timeout=timeout
     )
@@ -92,10 +106,11 @@ def kbackup_in_process(*args: str | Path) -> subprocess.CompletedProcess[str]:
     tested as a separate process elsewhere.
     """
     from spark_kafka_backup.cli import main
+    from tests.in_process import process_state_kept
 
     out, err = io.StringIO(), io.StringIO()
     argv = [str(arg) for arg in args]
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with process_state_kept(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             code = main(argv)
         except SystemExit as exc:  # argparse

@@ -40,7 +40,18 @@ def restore_command(*args: str | Path, master: str = "local[2]") -> list[str]:
     return spark_submit_command("restore", *args, master=master)
 
 
-def run_restore(*args: str | Path, master: str = "local[2]") -> subprocess.CompletedProcess[str]:
+def run_restore(
+    *args: str | Path, master: str = "local[2]", in_process: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """The restore to its end: its exit code and output. On ``local[2]`` it runs in this worker's process (see
+    :mod:`tests.in_process`) unless ``in_process`` is False or the environment changed since that process's Spark
+    JVM started; elsewhere as ``spark-submit``."""
+    from tests.in_process import can_run_in_process, run_job_in_process
+
+    if in_process and master == "local[2]" and can_run_in_process():
+        from spark_kafka_backup.restore.job import main
+
+        return run_job_in_process("restore", main, args)
     command = restore_command(*args, master=master)
     return subprocess.run(command, capture_output=True, text=True, env=job_env(), cwd=REPO, timeout=600)
 

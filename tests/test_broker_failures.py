@@ -220,7 +220,7 @@ def test_restore_through_a_leader_failover(
         errors = [line for line in output.splitlines() if "spark-kafka-backup restore: error:" in line]
         assert len(errors) == 1, output[-3000:]
         print(f"the restore stopped with: {errors[0]}")
-        rerun = run_restore(*args)
+        rerun = run_restore(*args, in_process=False)  # the stack-dump variable reaches executors this way
         assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     source = backed_up(backup, [topic])
     restored = consume_all(broker, [topic])

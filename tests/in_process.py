@@ -1,0 +1,147 @@
+"""Jobs run inside the test worker, on one Spark JVM the worker keeps for its life.
+
+A ``spark-submit`` costs a JVM's start-up, class loading and compilation before the job's first line: measured on
+this 2-core machine (Apache Kafka 4.1.1 local node, Spark ``local[2]``, 3,000 records), a snapshot backup took 21 s
+of machine CPU as ``spark-submit`` and 11 s in a process whose Spark JVM had run a job before; a restore 9.2 s and
+2.5 s. The suite is CPU-bound, so the jobs that run to their end on ``local[2]`` (the restores, the snapshot
+backups) run here: the job's ``main`` is called as ``jobs/*.py`` calls it, with a new SparkSession on the kept JVM
+that the job stops at its end, as under ``spark-submit``.
+
+What a separate process would not share with the worker is set back after each job: the umask, the environment,
+the package's loggers, standard output and error (captured, as the subprocess helpers capture them). Jobs that are
+killed, signalled, or need their own environment on the executors (which inherit the JVM's, fixed at its start)
+run as ``spark-submit`` (``in_process=False`` in the helpers); the command line and ``spark-submit`` themselves
+are tested that way elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import shlex
+import subprocess
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from spark_kafka_backup.spark_submit import spark_submit_command
+from tests.kafka_helpers import job_env
+
+#: What the jobs run here get in their environment, as ``spark-submit`` would give them (set for each job only).
+_LAUNCH_VARIABLES = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME", "SPARK_LOCAL_IP", "SPARK_SUBMIT_OPTS")
+#: This process's environment when the JVM started: the executors' Python workers have it, whatever changed since.
+_gateway_environment: dict[str, str] | None = None
+
+
+def can_run_in_process() -> bool:
+    """Whether a job here would see the environment a ``spark-submit`` would give it, on the driver and the
+    executors: not when a test changed the environment (S3 credentials, a fault to inject) after the JVM started."""
+    return _gateway_environment is None or _gateway_environment == _environment()
+
+
+def _environment() -> dict[str, str]:
+    """This process's environment but for what pytest changes for each test (``PYTEST_CURRENT_TEST``)."""
+    return {key: value for key, value in os.environ.items() if key != "PYTEST_CURRENT_TEST"}
+
+
+def _launch_environment(job: str) -> dict[str, str]:
+    """The variables that make this process's SparkSession start its JVM as ``spark-submit --master local[2]``
+    would (the same settings and start-up logging), with the JIT's defaults: this JVM runs many jobs."""
+    env = job_env()
+    launch = {key: env[key] for key in _LAUNCH_VARIABLES if env.get(key)}
+    command = spark_submit_command(job, master="local[2]")
+    launch["PYSPARK_SUBMIT_ARGS"] = shlex.join([*command[1:-1], "pyspark-shell"])
+    return launch
+
+
+#: The package's process-wide state (module, attribute): the installed decryption keys, the confined roots, the
+#: state directories decided, the warnings given once, the authentication failures seen.
+_PROCESS_STATE = (
+    ("spark_kafka_backup.partition.records_file", "_keys"),
+    ("spark_kafka_backup.storage.local", "_roots"),
+    ("spark_kafka_backup.partition.layout", "_decided"),
+    ("spark_kafka_backup.partition.segment_reader", "_warned"),
+    ("spark_kafka_backup.kafka.cluster", "_AUTHENTICATION_FAILURES"),
+)
+
+
+@contextlib.contextmanager
+def process_state_kept() -> Iterator[None]:
+    """Whatever the package's code run here changes in the process (umask, environment, loggers, its own
+    process-wide state) is put back afterwards, as a process of its own would leave this one."""
+    import copy
+    import importlib
+
+    modules = [(importlib.import_module(module), name) for module, name in _PROCESS_STATE]
+    kept = [(module, name, copy.copy(getattr(module, name))) for module, name in modules]
+    try:
+        with _umask_environment_and_loggers_kept():
+            yield
+    finally:
+        for module, name, value in kept:
+            setattr(module, name, value)
+
+
+@contextlib.contextmanager
+def _umask_environment_and_loggers_kept() -> Iterator[None]:
+    umask = os.umask(0o022)
+    os.umask(umask)
+    environment = dict(os.environ)
+    names = ["", *(name for name in logging.root.manager.loggerDict if name.startswith("spark_kafka_backup"))]
+    loggers = [logging.getLogger(name) for name in names]
+    saved = [(logger, list(logger.handlers), logger.propagate, logger.level) for logger in loggers]
+    try:
+        yield
+    finally:
+        os.umask(umask)
+        os.environ.clear()
+        os.environ.update(environment)
+        for logger, handlers, propagate, level in saved:
+            logger.handlers[:] = handlers
+            logger.propagate = propagate
+            logger.setLevel(level)
+        for name in logging.root.manager.loggerDict:
+            if name.startswith("spark_kafka_backup") and name not in names:
+                created = logging.getLogger(name)
+                created.handlers.clear()
+                created.propagate = True
+                created.setLevel(logging.NOTSET)
+
+
+def run_job_in_process(
+    job: str, main: Callable[[Sequence[str]], int], args: Sequence[str | Path]
+) -> subprocess.CompletedProcess[str]:
+    """``main(args)`` of ``job`` (``"backup"`` or ``"restore"``) in this process: its exit code and what it printed,
+    as :func:`subprocess.run` with captured output would give them. Only where :func:`can_run_in_process`."""
+    assert can_run_in_process(), "the environment changed since this process's Spark JVM started"
+    global _gateway_environment
+    if _gateway_environment is None:
+        _gateway_environment = _environment()
+    texts = [str(arg) for arg in args]
+    out, err = io.StringIO(), io.StringIO()
+    with process_state_kept(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        os.environ.update(_launch_environment(job))
+        try:
+            code = main(texts)
+        except SystemExit as exc:  # argparse's usage errors
+            code = exc.code if isinstance(exc.code, int) else 1
+    return subprocess.CompletedProcess([f"jobs/{job}.py", *texts], code, out.getvalue(), err.getvalue())
+
+
+def stop_gateway() -> None:
+    """End this process's Spark JVM, if a job started one, and wait for it (the run checks that nothing is left)."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    process = getattr(gateway, "proc", None)
+    with contextlib.suppress(Exception):
+        gateway.shutdown()
+    if process is not None:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        process.wait(30)
+    SparkContext._gateway = None
+    SparkContext._jvm = None
