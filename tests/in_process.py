@@ -3,9 +3,10 @@
 A ``spark-submit`` costs a JVM's start-up, class loading and compilation before the job's first line: measured on
 this 2-core machine (Apache Kafka 4.1.1 local node, Spark ``local[2]``, 3,000 records), a snapshot backup took 21 s
 of machine CPU as ``spark-submit`` and 11 s in a process whose Spark JVM had run a job before; a restore 9.2 s and
-2.5 s. The suite is CPU-bound, so the jobs that run to their end on ``local[2]`` (the restores, the snapshot
-backups) run here: the job's ``main`` is called as ``jobs/*.py`` calls it, with a new SparkSession on the kept JVM
-that the job stops at its end, as under ``spark-submit``.
+2.5 s; tests/test_restore.py as a whole took 147 s of machine CPU instead of 252 s. The suite is CPU-bound, so
+the jobs that run to their end on ``local[2]`` (the restores, the snapshot backups, with either Kafka source) run
+here: the job's ``main`` is called as ``jobs/*.py`` calls it, with a new SparkSession on the kept JVM that the job
+stops at its end, as under ``spark-submit``.
 
 What a separate process would not share with the worker is set back after each job: the umask, the environment,
 the package's loggers, standard output and error (captured, as the subprocess helpers capture them). Jobs that are
@@ -25,6 +26,7 @@ import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from spark_kafka_backup.jobs import job_file
 from spark_kafka_backup.spark_submit import spark_submit_command
 from tests.kafka_helpers import job_env
 
@@ -47,11 +49,14 @@ def _environment() -> dict[str, str]:
 
 def _launch_environment(job: str) -> dict[str, str]:
     """The variables that make this process's SparkSession start its JVM as ``spark-submit --master local[2]``
-    would (the same settings and start-up logging), with the JIT's defaults: this JVM runs many jobs."""
+    would (the same settings, JVM options and start-up logging)."""
     env = job_env()
     launch = {key: env[key] for key in _LAUNCH_VARIABLES if env.get(key)}
-    command = spark_submit_command(job, master="local[2]")
-    launch["PYSPARK_SUBMIT_ARGS"] = shlex.join([*command[1:-1], "pyspark-shell"])
+    # Spark's Kafka connector on the class path from the start, as ``--kafka-source spark`` has it: the JVM runs
+    # jobs with either source.
+    command = spark_submit_command(job, "--kafka-source", "spark", master="local[2]")
+    submit_options = command[1 : command.index(str(job_file(job)))]
+    launch["PYSPARK_SUBMIT_ARGS"] = shlex.join([*submit_options, "pyspark-shell"])
     return launch
 
 
@@ -120,13 +125,61 @@ def run_job_in_process(
         _gateway_environment = _environment()
     texts = [str(arg) for arg in args]
     out, err = io.StringIO(), io.StringIO()
-    with process_state_kept(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    jvm_output = _jvm_output_file()
+    before = jvm_output.stat().st_size
+    with (
+        process_state_kept(),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+        _jvm_started_into(jvm_output),
+    ):
         os.environ.update(_launch_environment(job))
         try:
             code = main(texts)
         except SystemExit as exc:  # argparse's usage errors
             code = exc.code if isinstance(exc.code, int) else 1
-    return subprocess.CompletedProcess([f"jobs/{job}.py", *texts], code, out.getvalue(), err.getvalue())
+    with open(jvm_output, "rb") as written:
+        written.seek(before)
+        # What Spark's side printed (the streaming sink's commit lines, the executors' Python workers): the job's
+        # output under spark-submit too.
+        from_jvm = written.read().decode(errors="replace")
+    return subprocess.CompletedProcess([f"jobs/{job}.py", *texts], code, out.getvalue() + from_jvm, err.getvalue())
+
+
+_jvm_output: Path | None = None
+
+
+def _jvm_output_file() -> Path:
+    """Where the kept JVM and the processes it starts write their standard output and error."""
+    global _jvm_output
+    if _jvm_output is None:
+        import tempfile
+
+        handle, name = tempfile.mkstemp(prefix="kbackup-test-jvm-", suffix=".log")
+        os.close(handle)
+        _jvm_output = Path(name)
+    return _jvm_output
+
+
+@contextlib.contextmanager
+def _jvm_started_into(output: Path) -> Iterator[None]:
+    """While no JVM runs yet, this process's file descriptors 1 and 2 point at ``output``, so that the JVM the job
+    starts (and every process it starts) writes there for its whole life."""
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is not None:
+        yield
+        return
+    saved = [os.dup(1), os.dup(2)]
+    with open(output, "ab") as target:
+        os.dup2(target.fileno(), 1)
+        os.dup2(target.fileno(), 2)
+    try:
+        yield
+    finally:
+        for fd, copy in zip((1, 2), saved, strict=True):
+            os.dup2(copy, fd)
+            os.close(copy)
 
 
 def stop_gateway() -> None:
@@ -145,3 +198,5 @@ def stop_gateway() -> None:
         process.wait(30)
     SparkContext._gateway = None
     SparkContext._jvm = None
+    if _jvm_output is not None:
+        _jvm_output.unlink(missing_ok=True)

@@ -46,15 +46,13 @@ def backup_command(*args: str | Path, master: str = "local[2]") -> list[str]:
 def run_backup(
     *args: str | Path, timeout: float = 300, master: str = "local[2]", in_process: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    """A backup that ends by itself (a snapshot, or a refusal): its exit code and output. On ``local[2]`` with
-    spark-kafka-backup's own Kafka source it runs in this worker's process (see :mod:`tests.in_process`) unless
-    ``in_process`` is False or the environment changed since that process's Spark JVM started; otherwise as
-    ``spark-submit`` (Spark's Kafka source needs its jars on the JVM's class path from the start)."""
-    from spark_kafka_backup.spark_submit import uses_spark_kafka_source
+    """A backup that ends by itself (a snapshot, or a refusal): its exit code and output. On ``local[2]`` it runs
+    in this worker's process (see :mod:`tests.in_process`) unless ``in_process`` is False or the environment
+    changed since that process's Spark JVM started; otherwise as ``spark-submit``."""
     from tests.in_process import can_run_in_process, run_job_in_process
 
     texts = [str(arg) for arg in args]
-    if in_process and master == "local[2]" and not uses_spark_kafka_source(texts) and can_run_in_process():
+    if in_process and master == "local[2]" and can_run_in_process():
         from spark_kafka_backup.backup.job import main
 
         return run_job_in_process("backup", main, texts)

@@ -108,6 +108,10 @@ class OffsetPlanner:
         answered = earliest.keys() & latest.keys()
         if len(answered) < len(keys):
             self._report_leaderless(sorted(set(keys) - answered), len(keys))
+            # This client may go on sending their requests to a leader that died until its metadata is refreshed
+            # (measured: 40 s of triggers each waiting a whole attempt for it); the next trigger asks with a new one.
+            if self._session is not None:
+                self._session.renew()
             earliest = {key: offset for key, offset in earliest.items() if key in answered}
             latest = {key: offset for key, offset in latest.items() if key in answered}
         return earliest, latest

@@ -94,6 +94,33 @@ PACK_RECORDS = 200_000
 #: At most this many partitions in one task.
 PACK_RANGES = 500
 
+#: A task that has had no data for this long says so (again after as long), until ``read_timeout`` fails it.
+STALL_WARNING_SECONDS = 30.0
+
+
+class _Stall:
+    """The warning of a task whose fetches bring nothing: the cluster stopped answering (its planned offsets exist,
+    so no data means no answer). The planner cannot say it: Spark does not plan while a batch is being read."""
+
+    def __init__(self) -> None:
+        self.last_progress = time.monotonic()
+        self._warned = self.last_progress
+
+    def progressed(self) -> None:
+        self.last_progress = self._warned = time.monotonic()
+
+    def waited(self, what: str, read_timeout: float) -> float:
+        """Seconds without data; a warning every :data:`STALL_WARNING_SECONDS` of them, naming ``what``."""
+        now = time.monotonic()
+        waited = now - self.last_progress
+        if now - self._warned >= STALL_WARNING_SECONDS and waited < read_timeout:
+            self._warned = now
+            log.warning(
+                "source cluster not answering for %.0f s: no data for %s; the task waits up to %.0f s in all",
+                waited, what, read_timeout,
+            )  # fmt: skip
+        return waited
+
 
 @dataclass(frozen=True)
 class KafkaTask(InputPartition):
@@ -230,13 +257,14 @@ def _read_together(
     schema = to_arrow_schema(kafka_schema(ranges[0].include_headers), timezone="UTC")
     pending = {(r.topic, r.partition): _Columns(r, schema) for r in ranges}
     consumer.incremental_assign([TopicPartition(r.topic, r.partition, r.start) for r in ranges])
-    last_progress = time.monotonic()
+    stall = _Stall()
     while pending:
         messages = consumer.consume(num_messages=5000, timeout=1.0)
         if not messages:
-            if time.monotonic() - last_progress > ranges[0].read_timeout:
-                stuck = min(pending)
-                item = pending[stuck].task
+            stuck = min(pending)
+            item = pending[stuck].task
+            where = f"topic {item.topic!r} partition {item.partition} ({count(len(pending), 'partition')} unread)"
+            if stall.waited(where, item.read_timeout) > item.read_timeout:
                 raise ClusterError(
                     f"topic {item.topic!r} partition {item.partition}: no data for {item.read_timeout:.0f} s "
                     f"while reading offsets {item.start}..{item.end - 1} from "
@@ -244,7 +272,7 @@ def _read_together(
                     f"({count(len(pending), 'partition')} of this task unread)"
                 )
             continue
-        last_progress = time.monotonic()
+        stall.progressed()
         keys = [(message.topic(), message.partition()) for message in messages]
         cuts = [0, *(i for i in range(1, len(keys)) if keys[i] != keys[i - 1]), len(keys)]
         ready: list[pa.RecordBatch] = []  # handed on after one check of the topics' ids (see Incarnations)
@@ -291,19 +319,20 @@ def read_range(
     schema = to_arrow_schema(kafka_schema(task.include_headers), timezone="UTC")
     columns = _Columns(task, schema)
     consumer.assign([TopicPartition(task.topic, task.partition, task.start)])
-    last_progress = time.monotonic()
+    stall = _Stall()
     done = False
     while not done:
         messages = consumer.consume(num_messages=5000, timeout=1.0)
         if not messages:
-            if time.monotonic() - last_progress > task.read_timeout:
+            where = f"topic {task.topic!r} partition {task.partition}"
+            if stall.waited(where, task.read_timeout) > task.read_timeout:
                 raise ClusterError(
                     f"topic {task.topic!r} partition {task.partition}: no data for {task.read_timeout:.0f} s "
                     f"while reading offsets {task.start}..{task.end - 1} from "
                     f"{redact(task.client).get('bootstrap.servers')}"
                 )
             continue
-        last_progress = time.monotonic()
+        stall.progressed()
         try:
             done = columns.add_all(messages, task.end, KafkaError._PARTITION_EOF)
         except _OffsetResetError as reset:

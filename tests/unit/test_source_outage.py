@@ -160,6 +160,8 @@ def test_a_partition_without_a_leader_does_not_hold_up_the_others(monkeypatch: p
     assert decode_offsets(source.latestOffset(start, ReadAllAvailable())) == {("orders", 0): 50, ("orders", 1): 20}
     cluster.ends[1] = 70
     assert decode_offsets(source.latestOffset(start, ReadAllAvailable())) == {("orders", 0): 50, ("orders", 1): 70}
+    # The client that got no answer for partition 1 (it may keep asking a dead leader) was not asked again.
+    assert source.planner._session.clients_made == 2
     # A snapshot must not take a partition it could not see for a partition without data: it waits for it.
     cluster.ends[1] = -1001
     source.planner._target = {("orders", 0): 50, ("orders", 1): 70}
@@ -219,3 +221,25 @@ def test_a_dead_controller_costs_a_trigger_one_wait_and_its_client() -> None:
     assert len(made) == 1 and source.planner._ids_now == {}
     source.latestOffset(start, ReadAllAvailable())
     assert len(made) == 2  # the second trigger asked with a new client
+
+
+def test_a_task_without_data_says_the_cluster_is_not_answering(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Spark does not plan while a batch is read: a task waiting for data is where an outage is seen then."""
+    from spark_kafka_backup.spark import kafka_reader
+
+    stall = kafka_reader._Stall()
+    logger = logging.getLogger("spark_kafka_backup.source")
+    logger.addHandler(caplog.handler)
+    try:
+        assert stall.waited("topic 'orders' partition 0", 120) < 30  # too soon: nothing said
+        monkeypatch.setattr(kafka_reader, "STALL_WARNING_SECONDS", 0.0)
+        stall.waited("topic 'orders' partition 0", 120)
+        stall.progressed()
+        stall.waited("topic 'orders' partition 0", 0.0)  # past the read timeout: the task fails instead
+    finally:
+        logger.removeHandler(caplog.handler)
+    messages = [r.getMessage() for r in {id(r): r for r in caplog.records}.values()]
+    assert len(messages) == 1
+    assert messages[0].startswith("source cluster not answering for 0 s: no data for topic 'orders' partition 0")
