@@ -56,8 +56,16 @@ def run_restore(
     return subprocess.run(command, capture_output=True, text=True, env=job_env(), cwd=REPO, timeout=600)
 
 
-def restore_python(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    """The restore run by plain Python: for dry runs and errors, which never start Spark."""
+def restore_python(*args: str | Path, in_process: bool = True) -> subprocess.CompletedProcess[str]:
+    """The restore without ``spark-submit``: for dry runs and errors, which never start Spark. In this process
+    (see :mod:`tests.in_process`) unless ``in_process`` is False or the environment changed since this process's
+    Spark JVM started; else ``python jobs/restore.py``."""
+    from tests.in_process import can_run_in_process, run_job_in_process
+
+    if in_process and can_run_in_process():
+        from spark_kafka_backup.restore.job import main
+
+        return run_job_in_process("restore", main, args)
     return subprocess.run(
         [sys.executable, str(REPO / "jobs" / "restore.py"), *map(str, args)],
         capture_output=True,
