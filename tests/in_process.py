@@ -114,6 +114,18 @@ def _umask_environment_and_loggers_kept() -> Iterator[None]:
                 created.setLevel(logging.NOTSET)
 
 
+def job_in_process(job: str, args: Sequence[str | Path]) -> subprocess.CompletedProcess[str] | None:
+    """``job`` (``"backup"`` or ``"restore"``) run here with ``args``, or None where :func:`can_run_in_process`
+    says it cannot be (the caller then runs it as a process of its own)."""
+    if not can_run_in_process():
+        return None
+    if job == "backup":
+        from spark_kafka_backup.backup.job import main
+    else:
+        from spark_kafka_backup.restore.job import main
+    return run_job_in_process(job, main, args)
+
+
 def run_job_in_process(
     job: str, main: Callable[[Sequence[str]], int], args: Sequence[str | Path]
 ) -> subprocess.CompletedProcess[str]:

@@ -49,13 +49,10 @@ def run_backup(
     """A backup that ends by itself (a snapshot, or a refusal): its exit code and output. On ``local[2]`` it runs
     in this worker's process (see :mod:`tests.in_process`) unless ``in_process`` is False or the environment
     changed since that process's Spark JVM started; otherwise as ``spark-submit``."""
-    from tests.in_process import can_run_in_process, run_job_in_process
+    from tests.in_process import job_in_process
 
-    texts = [str(arg) for arg in args]
-    if in_process and master == "local[2]" and can_run_in_process():
-        from spark_kafka_backup.backup.job import main
-
-        return run_job_in_process("backup", main, texts)
+    if in_process and master == "local[2]" and (done := job_in_process("backup", args)) is not None:
+        return done
     return subprocess.run(
         backup_command(*args, master=master), capture_output=True, text=True, env=job_env(), cwd=REPO, timeout=timeout
     )

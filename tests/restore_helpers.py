@@ -46,12 +46,10 @@ def run_restore(
     """The restore to its end: its exit code and output. On ``local[2]`` it runs in this worker's process (see
     :mod:`tests.in_process`) unless ``in_process`` is False or the environment changed since that process's Spark
     JVM started; elsewhere as ``spark-submit``."""
-    from tests.in_process import can_run_in_process, run_job_in_process
+    from tests.in_process import job_in_process
 
-    if in_process and master == "local[2]" and can_run_in_process():
-        from spark_kafka_backup.restore.job import main
-
-        return run_job_in_process("restore", main, args)
+    if in_process and master == "local[2]" and (done := job_in_process("restore", args)) is not None:
+        return done
     command = restore_command(*args, master=master)
     return subprocess.run(command, capture_output=True, text=True, env=job_env(), cwd=REPO, timeout=600)
 
@@ -60,12 +58,10 @@ def restore_python(*args: str | Path, in_process: bool = True) -> subprocess.Com
     """The restore without ``spark-submit``: for dry runs and errors, which never start Spark. In this process
     (see :mod:`tests.in_process`) unless ``in_process`` is False or the environment changed since this process's
     Spark JVM started; else ``python jobs/restore.py``."""
-    from tests.in_process import can_run_in_process, run_job_in_process
+    from tests.in_process import job_in_process
 
-    if in_process and can_run_in_process():
-        from spark_kafka_backup.restore.job import main
-
-        return run_job_in_process("restore", main, args)
+    if in_process and (done := job_in_process("restore", args)) is not None:
+        return done
     return subprocess.run(
         [sys.executable, str(REPO / "jobs" / "restore.py"), *map(str, args)],
         capture_output=True,
