@@ -81,27 +81,32 @@ def _share_spark_classes() -> None:
         os.environ[ARCHIVE_ENV] = str(archive)
 
 
-#: Files whose tests run for minutes (Spark jobs started, killed and rerun; clusters started), longest first from
-#: CI's durations. ``./dev test`` gives each file to one of three workers (``--dist loadfile`` with
-#: ``--no-loadscope-reorder``, so in collection order rather than by number of tests):
-#: starting with these keeps every worker busy to the end instead of leaving one alone with a long file.
+#: Files whose tests run for minutes (Spark jobs started, killed and rerun; clusters started), longest first by
+#: their wall time in CI. ``./dev test`` gives each file to one of three workers (``--dist loadfile`` with
+#: ``--no-loadscope-reorder``, so in collection order rather than by number of tests): starting with these keeps
+#: every worker busy to the end instead of leaving one alone with a long file.
 LONG_FILES = (
     "test_restore.py",
+    "test_broker_failures.py",
     "test_spark_cluster.py",
     "test_backup_continuous.py",
-    "test_broker_failures.py",
-    "test_kafka_log_shapes.py",
-    "test_backup_snapshot.py",
-    "test_object_storage.py",
     "test_secured_kafka.py",
+    "test_living_source.py",
+    "test_kafka_log_shapes.py",
+    "test_object_storage.py",
     "test_concurrency.py",
-    "test_docs.py",
-    "test_restore_repartition.py",
-    "test_topic_names.py",
+    "test_backup_snapshot.py",
     "test_crash_repair.py",
-    "test_full_disk.py",
+    "test_docs.py",
     "test_demo.py",
+    "test_full_disk.py",
+    "test_restore_repartition.py",
+    "test_merge.py",
+    "test_busy_machine.py",
+    "test_local_kafka.py",
     "test_launcher.py",
+    "test_topic_names.py",
+    "test_source_reading.py",
     "test_backup_origin.py",
 )
 

@@ -73,19 +73,31 @@ _PROCESS_STATE = (
 
 @contextlib.contextmanager
 def process_state_kept() -> Iterator[None]:
-    """Whatever the package's code run here changes in the process (umask, environment, loggers, its own
-    process-wide state) is put back afterwards, as a process of its own would leave this one."""
-    import copy
+    """The package's code runs here as in a process of its own: with its process-wide state as a new process has it
+    (nothing decided, installed or warned about yet: what this process did before must not show through), and
+    whatever it changes (umask, environment, loggers, that state) is put back afterwards."""
     import importlib
 
     modules = [(importlib.import_module(module), name) for module, name in _PROCESS_STATE]
-    kept = [(module, name, copy.copy(getattr(module, name))) for module, name in modules]
+    kept = [(module, name, getattr(module, name)) for module, name in modules]
     try:
+        for module, name, value in kept:
+            setattr(module, name, _fresh(value))
         with _umask_environment_and_loggers_kept():
             yield
     finally:
         for module, name, value in kept:
             setattr(module, name, value)
+
+
+def _fresh(value: object) -> object:
+    """An empty value of the kind a module-level state starts with (a dict, a set, an empty key ring)."""
+    from spark_kafka_backup.format.encryption import KeyRing
+
+    if isinstance(value, KeyRing):
+        return KeyRing({})
+    assert isinstance(value, dict | set), f"no fresh value known for {type(value).__name__}"
+    return type(value)()
 
 
 @contextlib.contextmanager
@@ -96,6 +108,12 @@ def _umask_environment_and_loggers_kept() -> Iterator[None]:
     names = ["", *(name for name in logging.root.manager.loggerDict if name.startswith("spark_kafka_backup"))]
     loggers = [logging.getLogger(name) for name in names]
     saved = [(logger, list(logger.handlers), logger.propagate, logger.level) for logger in loggers]
+    # As a new process has them: no handler (pytest's capture on the root would swallow what Python's last-resort
+    # handler prints to standard error), the root at WARNING, the package's loggers passing everything up.
+    for logger in loggers:
+        logger.handlers.clear()
+        logger.propagate = True
+        logger.setLevel(logging.WARNING if logger is logging.root else logging.NOTSET)
     try:
         yield
     finally:

@@ -22,7 +22,7 @@ CAT_KEYS = ["topic", "partition", "offset", "timestampType", "timestamp", "key",
 
 
 def run(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return run_kbackup(*args, check=check)
+    return run_kbackup(*args, check=check, in_process=False)  # the CLI as users run it: its own process
 
 
 @pytest.fixture

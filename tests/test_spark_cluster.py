@@ -24,6 +24,7 @@ from spark_kafka_backup.partition.layout import list_partitions
 from spark_kafka_backup.partition.offsets_file import read_consumer_offsets
 from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import (
+    TEST_JVM_OPTIONS,
     backed_up,
     commit_offsets,
     consume_all,
@@ -50,7 +51,7 @@ LOCK_WAIT = re.compile(r"batch (\d+): waited ([\d.]+) s for the lock of (\S+)")
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkCluster]:
-    with SparkCluster(workers=2, cores=1) as cluster:
+    with SparkCluster(workers=2, cores=1, daemon_java_options=TEST_JVM_OPTIONS) as cluster:
         yield cluster
 
 

@@ -94,6 +94,8 @@ class SparkCluster:
     cores: int = 1
     memory: str = "2g"
     start_timeout: float = 120
+    #: JVM options of the master and the workers (``SPARK_DAEMON_JAVA_OPTS``); empty: the JVM's defaults.
+    daemon_java_options: str = ""
     directory: Path | None = None
     master_port: int = field(default_factory=free_port)
     master_ui_port: int = field(default_factory=free_port)
@@ -172,15 +174,17 @@ class SparkCluster:
         assert self.directory is not None
         return SparkProcess(name, [str(spark_class()), main, *args], self.directory)
 
-    @staticmethod
-    def _launch(process: SparkProcess) -> None:
+    def _launch(self, process: SparkProcess) -> None:
+        env = cluster_environment()
+        if self.daemon_java_options:
+            env["SPARK_DAEMON_JAVA_OPTS"] = self.daemon_java_options
         with open(process.log, "ab") as out:
             process.process = subprocess.Popen(
                 process.command,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=cluster_environment(),
+                env=env,
                 cwd=process.directory,
                 preexec_fn=die_with_parent,
             )
