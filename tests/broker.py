@@ -78,10 +78,7 @@ def local_cluster(nodes: int = 1, *, warm_up: bool = True, **broker_config: str)
     """
     from spark_kafka_backup.devkit.kafka_cluster import KafkaCluster
 
-    # The controller's no-op record every 500 ms (KIP-835's liveness signal, nothing a test reads) is a third of an
-    # idle node's CPU (measured: 1.5 CPU-seconds a minute, 1.1 with it every 10 s), and a worker keeps two nodes up.
-    settings = {"metadata.max.idle.interval.ms": "10000", **broker_config}
-    with KafkaCluster(nodes, broker_config=settings, warm_up=warm_up, quick_jit=True) as cluster:
+    with KafkaCluster(nodes, broker_config=broker_config, warm_up=warm_up, quick_jit=True) as cluster:
         yield BrokerUnderTest("local", cluster.bootstrap_servers, description=cluster.describe())
 
 

@@ -159,7 +159,9 @@ def _check_command(words: list[str], block: Block) -> None:
         job = Path(words[jobs[0]]).stem
         _parses(job, words[jobs[0] + 1 :], where)
     elif words[0] == "./dev":
-        assert words[1] in {"unit", "test", "lint", "bench", "demo"}, f"{where}: ./dev {words[1]} does not exist"
+        assert words[1] in {"setup", "unit", "test", "lint", "bench", "demo"}, (
+            f"{where}: ./dev {words[1]} does not exist"
+        )
         if words[1] == "bench" and len(words) > 2:
             assert (REPO / "benchmarks" / f"{words[2]}_bench.py").is_file(), f"{where}: no benchmark {words[2]}"
     elif words[0] == "docker":
