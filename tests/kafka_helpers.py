@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent  # the checkout (tests.conftest im
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
-def test_spark_conf(master: str) -> tuple[str, ...]:
+def job_spark_conf(master: str) -> tuple[str, ...]:
     """Settings of a test job on ``master``: on a cluster, the executor JVMs get :data:`TEST_JVM_OPTIONS` too (each
     lives as long as its job; measured on a standalone cluster of two workers: a snapshot backup of 3,000 records
     spent 26 CPU-seconds instead of 32). In ``local[N]`` the executors are the driver's JVM."""
@@ -49,7 +49,7 @@ def job_env() -> dict[str, str]:
 
 
 def backup_command(*args: str | Path, master: str = "local[2]") -> list[str]:
-    return spark_submit_command("backup", *args, master=master, conf=test_spark_conf(master))
+    return spark_submit_command("backup", *args, master=master, conf=job_spark_conf(master))
 
 
 def run_backup(

@@ -14,7 +14,7 @@ from spark_kafka_backup.partition.offsets_file import write_consumer_offsets
 from spark_kafka_backup.partition.writer import PartitionWriter
 from spark_kafka_backup.spark_submit import spark_submit_command
 from tests.broker import BrokerUnderTest
-from tests.kafka_helpers import client_config_file, job_env, start_job, test_spark_conf
+from tests.kafka_helpers import client_config_file, job_env, job_spark_conf, start_job
 
 REPO = Path(__file__).resolve().parent.parent  # the checkout (tests.conftest imports this module)
 
@@ -37,7 +37,7 @@ class Target:
 
 
 def restore_command(*args: str | Path, master: str = "local[2]") -> list[str]:
-    return spark_submit_command("restore", *args, master=master, conf=test_spark_conf(master))
+    return spark_submit_command("restore", *args, master=master, conf=job_spark_conf(master))
 
 
 def run_restore(
