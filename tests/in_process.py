@@ -23,6 +23,7 @@ import logging
 import os
 import shlex
 import subprocess
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -132,6 +133,18 @@ def _umask_environment_and_loggers_kept() -> Iterator[None]:
                 created.setLevel(logging.NOTSET)
 
 
+def exit_status(main: Callable[[Sequence[str]], int], argv: Sequence[str]) -> int:
+    """``main(argv)``'s result, or the status a process ending in its ``SystemExit`` would have (argparse's usage
+    errors: 2; no code: 0; a message: printed to standard error, 1), as Python's own exit handling gives it."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+
+
 def job_in_process(job: str, args: Sequence[str | Path]) -> subprocess.CompletedProcess[str] | None:
     """``job`` (``"backup"`` or ``"restore"``) run here with ``args``, or None where :func:`can_run_in_process`
     says it cannot be (the caller then runs it as a process of its own)."""
@@ -164,10 +177,7 @@ def run_job_in_process(
         _jvm_started_into(jvm_output),
     ):
         os.environ.update(_launch_environment(job))
-        try:
-            code = main(texts)
-        except SystemExit as exc:  # argparse's usage errors
-            code = exc.code if isinstance(exc.code, int) else 1
+        code = exit_status(main, texts)
     with open(jvm_output, "rb") as written:
         written.seek(before)
         # What Spark's side printed (the streaming sink's commit lines, the executors' Python workers): the job's

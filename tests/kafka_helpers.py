@@ -96,7 +96,7 @@ def run_kbackup(
     """The ``spark-kafka-backup`` CLI, output captured: in this process (:func:`kbackup_in_process`: the commands the
     tests call this way only read and write backup files, and an interpreter start costs ~0.6 CPU-seconds, ~120 times
     in a run), or, with ``in_process=False``, as a separate process (``python -m spark_kafka_backup``) from the
-    checkout, as tests/test_cli.py runs it.
+    checkout, as tests/test_cli.py runs it; ``timeout`` bounds only that process.
 
     ``check``: assert it exited 0 (the message holds its standard error).
     """
@@ -117,15 +117,12 @@ def kbackup_in_process(*args: str | Path) -> subprocess.CompletedProcess[str]:
     is tested as a separate process in tests/test_cli.py.
     """
     from spark_kafka_backup.cli import main
-    from tests.in_process import process_state_kept
+    from tests.in_process import exit_status, process_state_kept
 
     out, err = io.StringIO(), io.StringIO()
     argv = [str(arg) for arg in args]
     with process_state_kept(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:  # argparse
-            code = exc.code if isinstance(exc.code, int) else 2
+        code = exit_status(main, argv)
     return subprocess.CompletedProcess(["spark-kafka-backup", *argv], code, out.getvalue(), err.getvalue())
 
 
