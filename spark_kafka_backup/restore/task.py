@@ -66,6 +66,7 @@ from spark_kafka_backup.restore.staging import Staged, staged_topic_dir
 from spark_kafka_backup.restore.throttle import Pace, Throttle
 from spark_kafka_backup.schema_registry.wire import IdRewrite
 from spark_kafka_backup.spark.stack_dumps import stacks_if_slow
+from spark_kafka_backup.spark.worker_gc import freeze_loaded_objects
 from spark_kafka_backup.storage import parse_location
 
 T = TypeVar("T")
@@ -245,6 +246,7 @@ _FATAL = -150  # an operation refused because the producer had a fatal error (se
 def restore_partition(task: PartitionTask) -> PartitionResult:
     """Produce the task's records; return what was done and the groups' new offsets."""
 
+    freeze_loaded_objects()
     restrict_new_files(task.umask)
     install_keys(KeyRing.of(load_key(file=file, env=env) for file, env in task.key_sources))
     result = PartitionResult(task.source_topic, task.source_partition, task.target_topic, task.target_partition)

@@ -90,6 +90,7 @@ from spark_kafka_backup.spark.source_options import (
     encode_offsets,
     option_is_true,
 )
+from spark_kafka_backup.spark.worker_gc import freeze_loaded_objects
 
 __all__ = [
     "SOURCE_NAME",
@@ -158,4 +159,5 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, KafkaTask):
             raise TypeError(f"expected a KafkaTask, got {type(partition).__name__}")
+        freeze_loaded_objects()
         return read_task(partition)

@@ -76,6 +76,7 @@ from spark_kafka_backup.logsetup import ensure_console_logging
 from spark_kafka_backup.partition.object_writer import ObjectPartitionWriter, open_partition_writer
 from spark_kafka_backup.partition.records_file import COMPRESSIONS, load_key
 from spark_kafka_backup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE, PartitionWriter
+from spark_kafka_backup.spark.worker_gc import freeze_loaded_objects
 from spark_kafka_backup.storage import Location, parse_location
 
 AnyWriter = PartitionWriter | ObjectPartitionWriter
@@ -188,6 +189,7 @@ class V1Sink(DataSource):
         return SINK_NAME
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> V1StreamWriter:
+        freeze_loaded_objects()  # asked once a micro-batch, in a reused Python worker of Spark's
         missing = [name for name in REQUIRED_COLUMNS if name not in schema.fieldNames()]
         if missing:
             hint = " (set includeHeaders=true on the Kafka source)" if missing == ["headers"] else ""
@@ -203,6 +205,7 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BackupCommitMessage:
         """Executor side: append every record, then sync each partition it touched."""
+        freeze_loaded_objects()
         restrict_new_files(self.options.umask)
         self._encryption_key = self.options.encryption_key()
         if self.options.check_source:
@@ -291,6 +294,7 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver side: report what the batch wrote, in one line (and one per topic at debug level)."""
+        freeze_loaded_objects()  # a reused Python worker of Spark's, as on executors
         ensure_console_logging(log_format=self.options.log_format)
         per_topic: dict[str, list[int]] = {}
         partitions = 0
