@@ -39,6 +39,7 @@ from types import TracebackType
 
 from spark_kafka_backup.devkit.kafka_cluster import die_with_parent, free_port
 from spark_kafka_backup.errors import KbackupError
+from spark_kafka_backup.spark_submit import spark_home
 
 
 class SparkClusterError(KbackupError):
@@ -51,10 +52,13 @@ def spark_class() -> Path:
 
 
 def cluster_environment() -> dict[str, str]:
-    """The environment of every cluster process: loopback only, this interpreter for Python, its ``bin`` first."""
+    """The environment of every cluster process: loopback only, this interpreter for Python, its ``bin`` first, and
+    the jobs' Spark home (:func:`~spark_kafka_backup.spark_submit.spark_home`), which executors pass on to their
+    Python workers."""
     bin_dir = str(Path(sys.executable).parent)
     return {
         **os.environ,
+        "SPARK_HOME": str(spark_home()),
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOCAL_HOSTNAME": "127.0.0.1",
