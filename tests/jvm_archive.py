@@ -52,9 +52,12 @@ def archive_path(cache: Path, jvm_options: str) -> Path | None:
         return None
     # A dynamic archive is valid only for the very jar files it was made from (the JVM checks their sizes and
     # times and refuses it otherwise): a new install of the same PySpark needs a new one.
+    # And for the class path as the JVM is given it, which names the jars through the jobs' Spark home.
+    from spark_kafka_backup.spark_submit import spark_home
+
     jars = sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))
     stamps = "".join(f"{jar.name}:{jar.stat().st_size}:{jar.stat().st_mtime_ns};" for jar in jars)
-    key = f"{java}:{java.stat().st_mtime_ns}:{pyspark.__version__}:{stamps}:{jvm_options}"
+    key = f"{java}:{java.stat().st_mtime_ns}:{pyspark.__version__}:{spark_home()}:{stamps}:{jvm_options}"
     return cache / f"spark-driver-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
 
 
