@@ -77,8 +77,11 @@ def local_cluster(nodes: int = 1, *, warm_up: bool = True, **broker_config: str)
     ``warm_up=False``: no internal topic exists yet, as on a cluster no consumer has used.
     """
     from spark_kafka_backup.devkit.kafka_cluster import KafkaCluster
+    from tests.jvm_archive import kafka_node_options
 
-    with KafkaCluster(nodes, broker_config=broker_config, warm_up=warm_up, quick_jit=True) as cluster:
+    with KafkaCluster(
+        nodes, broker_config=broker_config, warm_up=warm_up, quick_jit=True, java_options=kafka_node_options()
+    ) as cluster:
         yield BrokerUnderTest("local", cluster.bootstrap_servers, description=cluster.describe())
 
 

@@ -67,6 +67,7 @@ def pytest_configure(config: pytest.Config) -> None:
         from spark_kafka_backup.devkit.kafka_cluster import kafka_jars
 
         kafka_jars()
+        _share_kafka_classes()
 
 
 def _share_spark_classes() -> None:
@@ -79,6 +80,16 @@ def _share_spark_classes() -> None:
     archive = ensure_archive(cache_root() / "test-jvm", TEST_JVM_OPTIONS, job_environment())
     if archive is not None:
         os.environ[ARCHIVE_ENV] = str(archive)
+
+
+def _share_kafka_classes() -> None:
+    """The same for the tests' Kafka nodes."""
+    from spark_kafka_backup.jars import cache_root
+    from tests.jvm_archive import KAFKA_ARCHIVE_ENV, ensure_kafka_archive
+
+    archive = ensure_kafka_archive(cache_root() / "test-jvm")
+    if archive is not None:
+        os.environ[KAFKA_ARCHIVE_ENV] = str(archive)
 
 
 #: Files whose tests run for minutes (Spark jobs started, killed and rerun; clusters started), longest first by

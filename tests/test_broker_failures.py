@@ -24,6 +24,7 @@ from spark_kafka_backup.kafka.cluster import PROGRESS_GROUP
 from spark_kafka_backup.partition.offsets_file import read_consumer_offsets
 from spark_kafka_backup.spark.stack_dumps import ENVIRONMENT_VARIABLE
 from tests.broker import BrokerUnderTest
+from tests.jvm_archive import kafka_node_options
 from tests.kafka_helpers import backed_up, commit_offsets, consume_all, create_topics, kill_job, start_backup
 from tests.live_load import Producer, batches, client_args, more_batches, wait_for
 from tests.restore_helpers import (
@@ -42,7 +43,7 @@ def cluster_of_three() -> Iterator[tuple[KafkaCluster, BrokerUnderTest]]:
     # Failover timings are Kafka's defaults (broker.session.timeout.ms and the rest); the quick JIT only saves CPU.
     from confluent_kafka.admin import AdminClient, ConfigResource
 
-    with KafkaCluster(3, quick_jit=True) as cluster:
+    with KafkaCluster(3, quick_jit=True, java_options=kafka_node_options()) as cluster:
         # What the failure tests rely on: a new topic gets three replicas and min.insync.replicas=2.
         admin = AdminClient(cluster.client_settings())
         create_topics(cluster.client_settings(), {"three-nodes": 2}, replication=-1)

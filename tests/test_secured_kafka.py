@@ -32,6 +32,7 @@ from spark_kafka_backup.devkit.oidc import TokenIssuer
 from spark_kafka_backup.devkit.tls import CertificateSet, java_trust_store, make_certificates
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
+from tests.jvm_archive import kafka_node_options
 from tests.kafka_helpers import (
     backed_up,
     consume_all,
@@ -140,7 +141,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     directory = tmp_path_factory.mktemp("secrets")
     issuer = TokenIssuer({OIDC_CLIENT: OIDC_SECRET}).start()
     security = BrokerSecurity(make_certificates(directory / "certificates"), oauth_jwks_url=issuer.jwks_url)
-    with KafkaCluster(security=security, quick_jit=True) as cluster:
+    with KafkaCluster(security=security, quick_jit=True, java_options=kafka_node_options()) as cluster:
         setup = Secured(cluster, security, directory, issuer)
         upserts = [
             UserScramCredentialUpsertion(

@@ -139,6 +139,8 @@ class KafkaCluster:
     #: Nodes that live for seconds or minutes (tests): the quick compiler tier only, about a third less CPU to
     #: start. Benchmarks and the demo keep the JVM's defaults.
     quick_jit: bool = False
+    #: More options for every JVM of the cluster (its nodes and the storage tool), e.g. a class-data-sharing archive.
+    java_options: tuple[str, ...] = ()
     start_timeout: float = 120.0
     #: TLS, SASL_SSL and ACLs (see :mod:`spark_kafka_backup.devkit.kafka_security`); None: PLAINTEXT only, no
     #: authorizer.
@@ -296,6 +298,7 @@ class KafkaCluster:
             *(["-XX:TieredStopAtLevel=1"] if main != "kafka.Kafka" or self.quick_jit else []),
             "-Djava.awt.headless=true",
             *(self.security.jvm_properties() if self.security is not None else []),
+            *self.java_options,
             f"-Dlog4j2.configurationFile={node.directory / 'log4j2.properties'}",
             "-cp",
             classpath(jars),
