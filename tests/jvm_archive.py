@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 #: The variable through which workers learn the archive's path (set by the controlling process).
@@ -63,40 +64,43 @@ def archive_path(cache: Path, jvm_options: str) -> Path | None:
 
 def ensure_archive(cache: Path, jvm_options: str, env: dict[str, str]) -> Path | None:
     """The archive, made now (one short Spark job, about 10 s) unless it exists; ``None`` when it cannot be made."""
-    path = archive_path(cache, jvm_options)
+    from spark_kafka_backup.spark_submit import spark_home
+
+    def make(partial: Path) -> bool:
+        script = cache / f"warm-up-{os.getpid()}.py"
+        script.write_text(_WARM_UP)
+        command = [str(spark_home() / "bin" / "spark-submit"), "--master", "local[2]",
+                   "--conf", "spark.ui.enabled=false", str(script)]  # fmt: skip
+        made = subprocess.run(
+            command,
+            env={**env, "SPARK_SUBMIT_OPTS": f"{jvm_options} -XX:ArchiveClassesAtExit={partial}"},
+            capture_output=True,
+            timeout=300,
+        )
+        script.unlink(missing_ok=True)
+        return made.returncode == 0
+
+    return _made_once(archive_path(cache, jvm_options), make)
+
+
+def _made_once(path: Path | None, make: Callable[[Path], bool]) -> Path | None:
+    """``path`` when it exists, else made by ``make(partial)`` (a JVM writing its archive to ``partial`` as it exits,
+    True when it ended well) and put in place whole; ``None`` when there is no path or it could not be made."""
     if path is None:
         return None
     if path.is_file():
         return path
-    cache.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    script = cache / f"warm-up-{os.getpid()}.py"
-    script.write_text(_WARM_UP)
-    from spark_kafka_backup.spark_submit import spark_home
-
-    command = [
-        str(spark_home() / "bin" / "spark-submit"),
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
-        str(script),
-    ]
-    made = subprocess.run(
-        command,
-        env={**env, "SPARK_SUBMIT_OPTS": f"{jvm_options} -XX:ArchiveClassesAtExit={partial}"},
-        capture_output=True,
-        timeout=300,
-    )
-    script.unlink(missing_ok=True)
-    if made.returncode != 0 or not partial.is_file():
+    if not make(partial) or not partial.is_file():
         partial.unlink(missing_ok=True)
         return None
     os.replace(partial, path)  # whole or absent: a JVM never maps a half-written archive
-    # Archives of other installs (150 MB each) are removed once nobody has made one for a day: another checkout's
+    # Archives of other installs (50-150 MB each) are removed once nobody has made one for a day: another checkout's
     # suite running at the same time maps its own (removing it would make that run's JVMs start without it).
     day_ago = time.time() - 86_400
-    for old in cache.glob("spark-driver-*.jsa"):
+    family = path.name.rsplit("-", 1)[0]
+    for old in path.parent.glob(f"{family}-*.jsa"):
         with contextlib.suppress(OSError):
             if old != path and old.stat().st_mtime < day_ago:
                 old.unlink()
@@ -129,30 +133,18 @@ def ensure_kafka_archive(cache: Path) -> Path | None:
 
     from spark_kafka_backup.devkit.kafka_cluster import KafkaCluster, KafkaClusterError
 
-    path = kafka_archive_path(cache)
-    if path is None:
-        return None
-    if path.is_file():
-        return path
-    cache.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    cluster = KafkaCluster(quick_jit=True, warm_up=True, java_options=(f"-XX:ArchiveClassesAtExit={partial}",))
-    try:
-        cluster.start()
-        cluster.kill_node(cluster.nodes[0].node_id, signal.SIGTERM)
-    except (KafkaClusterError, OSError):
-        partial.unlink(missing_ok=True)
-        return None
-    finally:
-        cluster.stop()
-    if not partial.is_file():
-        return None
-    os.replace(partial, path)
-    for old in cache.glob("kafka-node-*.jsa"):
-        with contextlib.suppress(OSError):
-            if old != path and old.stat().st_mtime < time.time() - 86_400:
-                old.unlink()
-    return path
+    def make(partial: Path) -> bool:
+        cluster = KafkaCluster(quick_jit=True, java_options=(f"-XX:ArchiveClassesAtExit={partial}",))
+        try:
+            cluster.start()
+            cluster.kill_node(cluster.nodes[0].node_id, signal.SIGTERM)
+            return True
+        except (KafkaClusterError, OSError):
+            return False
+        finally:
+            cluster.stop()
+
+    return _made_once(kafka_archive_path(cache), make)
 
 
 def kafka_node_options() -> tuple[str, ...]:
