@@ -135,5 +135,5 @@ def main(job: str, argv: Sequence[str]) -> int:
         return 1
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(command[0], command, job_environment())
+    os.execve(command[0], command, job_environment(master=launch.master))
     return 1  # not reached

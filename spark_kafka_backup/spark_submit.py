@@ -19,9 +19,10 @@ from pathlib import Path
 from spark_kafka_backup.jobs import job_file
 
 
-def spark_home() -> Path:
+def spark_home(master: str | None = None) -> Path:
     """``SPARK_HOME`` when set, else the PySpark installation (its ``bin/spark-submit`` needs no PATH setup) seen
-    through :func:`archive_free_home`, or as it is when that cannot be made."""
+    through :func:`archive_free_home`, or as it is when that cannot be made or the master is YARN (``spark-submit``
+    ships ``SPARK_HOME/python/lib/pyspark.zip`` to YARN's containers and refuses to start without it)."""
     given = os.environ.get("SPARK_HOME")
     if given:
         return Path(given)
@@ -30,6 +31,8 @@ def spark_home() -> Path:
     from spark_kafka_backup.jars import cache_root
 
     installed = Path(pyspark.__file__).resolve().parent
+    if master is not None and master.startswith("yarn"):
+        return installed
     return archive_free_home(installed, cache_root() / "spark-home", pyspark.__version__) or installed
 
 
@@ -103,7 +106,7 @@ def spark_submit_command(job: str, *args: str | Path, master: str = "local[2]", 
         settings.insert(0, f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile={STARTUP_LOGGING.as_uri()}")
     confs = [part for setting in settings for part in ("--conf", setting)]
     return [
-        str(spark_home() / "bin" / "spark-submit"),
+        str(spark_home(master) / "bin" / "spark-submit"),
         "--master",
         master,
         *confs,
@@ -113,18 +116,18 @@ def spark_submit_command(job: str, *args: str | Path, master: str = "local[2]", 
     ]
 
 
-def job_environment(*, importable: Path | None = None) -> dict[str, str]:
+def job_environment(*, importable: Path | None = None, master: str | None = None) -> dict[str, str]:
     """The environment of a submitted job.
 
     This interpreter runs the driver and every executor's Python (unless
-    ``PYSPARK_PYTHON`` is set), ``SPARK_HOME`` is the PySpark installation
+    ``PYSPARK_PYTHON`` is set), ``SPARK_HOME`` is :func:`spark_home` for ``master``
     unless set, the driver listens on loopback unless ``SPARK_LOCAL_IP`` says
     otherwise, and ``importable`` (a source tree) is put first on ``PYTHONPATH``.
     """
     env = dict(os.environ)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", env["PYSPARK_PYTHON"])
-    env.setdefault("SPARK_HOME", str(spark_home()))
+    env.setdefault("SPARK_HOME", str(spark_home(master)))
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if importable is not None:
         env["PYTHONPATH"] = str(importable) + os.pathsep + os.environ.get("PYTHONPATH", "")

@@ -75,3 +75,17 @@ def test_a_given_spark_home_is_used_as_it_is(tmp_path: Path, monkeypatch: pytest
     home = spark_submit.spark_home()
     assert home.parent == tmp_path / "cache" / "spark-home"
     assert (home / "bin" / "spark-submit").is_file() and not (home / "python" / "lib").exists()
+
+
+def test_yarn_gets_the_installation_with_its_archives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """spark-submit ships SPARK_HOME/python/lib/pyspark.zip to YARN's containers and refuses to start without it."""
+    import pyspark
+
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    monkeypatch.setenv("KBACKUP_CACHE", str(tmp_path / "cache"))
+    installed = Path(pyspark.__file__).resolve().parent
+    assert spark_submit.spark_home("yarn") == installed
+    assert spark_submit.job_environment(master="yarn")["SPARK_HOME"] == str(installed)
+    assert spark_submit.spark_submit_command("backup", master="yarn")[0] == str(installed / "bin" / "spark-submit")
+    local = spark_submit.spark_submit_command("backup", master="local[2]")[0]
+    assert local.startswith(str(tmp_path / "cache" / "spark-home"))
