@@ -33,7 +33,7 @@ def spark_home(master: str | None = None) -> Path:
     installed = Path(pyspark.__file__).resolve().parent
     if master is not None and master.startswith("yarn"):
         return installed
-    return archive_free_home(installed, cache_root() / "spark-home", pyspark.__version__) or installed
+    return archive_free_home(installed, cache_root().absolute() / "spark-home", pyspark.__version__) or installed
 
 
 def archive_free_home(installed: Path, parent: Path, version: str) -> Path | None:
@@ -61,6 +61,10 @@ def archive_free_home(installed: Path, parent: Path, version: str) -> Path | Non
         for entry in (installed / "python").iterdir():
             if entry.name != "lib":
                 (making / "python" / entry.name).symlink_to(entry)
+        if home.exists() and not _links_to(home, installed):  # damaged, or made for files since changed
+            stale = parent / f".{home.name}.stale.{os.getpid()}"
+            home.rename(stale)
+            shutil.rmtree(stale, ignore_errors=True)
         making.rename(home)  # refused when another process made it first: then that one is used
     except OSError:
         shutil.rmtree(making, ignore_errors=True)
@@ -68,7 +72,18 @@ def archive_free_home(installed: Path, parent: Path, version: str) -> Path | Non
 
 
 def _links_to(home: Path, installed: Path) -> bool:
-    return all((home / name).resolve() == (installed / name).resolve() for name in ("bin", "jars"))
+    """Whether ``home`` links to every entry of ``installed`` (and of its ``python``, but ``lib``) and to nothing
+    else."""
+    try:
+        for made, source, left_out in ((home, installed, "python"), (home / "python", installed / "python", "lib")):
+            names = {entry.name for entry in source.iterdir()} - {left_out}
+            if {entry.name for entry in made.iterdir()} - {left_out} != names or (made / left_out).is_symlink():
+                return False
+            if any((made / name).resolve() != (source / name).resolve() for name in names):
+                return False
+    except OSError:
+        return False
+    return not (home / "python" / "lib").exists()
 
 
 def uses_spark_kafka_source(args: Sequence[str]) -> bool:

@@ -89,3 +89,28 @@ def test_yarn_gets_the_installation_with_its_archives(tmp_path: Path, monkeypatc
     assert spark_submit.spark_submit_command("backup", master="yarn")[0] == str(installed / "bin" / "spark-submit")
     local = spark_submit.spark_submit_command("backup", master="local[2]")[0]
     assert local.startswith(str(tmp_path / "cache" / "spark-home"))
+
+
+def test_a_damaged_home_is_made_again(tmp_path: Path) -> None:
+    installed = _installed(tmp_path)
+    home = archive_free_home(installed, tmp_path / "cache", "4.3.0")
+    assert home is not None
+    (home / "sql").unlink()  # a link lost
+    assert archive_free_home(installed, tmp_path / "cache", "4.3.0") == home
+    assert (home / "sql").resolve() == installed / "sql"
+    (home / "bin").unlink()
+    (home / "bin").mkdir()  # a link replaced by a directory
+    assert archive_free_home(installed, tmp_path / "cache", "4.3.0") == home
+    assert (home / "bin" / "spark-submit").is_file()
+    (home / "python" / "lib").mkdir()  # the archives' directory back
+    assert archive_free_home(installed, tmp_path / "cache", "4.3.0") == home
+    assert not (home / "python" / "lib").exists()
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [home.name]
+
+
+def test_a_relative_cache_gives_an_absolute_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KBACKUP_CACHE", "relative-cache")
+    home = spark_submit.spark_home()
+    assert home.is_absolute() and home.parent == tmp_path / "relative-cache" / "spark-home"
