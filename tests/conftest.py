@@ -62,34 +62,26 @@ def pytest_configure(config: pytest.Config) -> None:
     from spark_kafka_backup.spark.kafka_connector import connector_jars
 
     connector_jars()
-    _share_spark_classes()
     if kind == "local":
         from spark_kafka_backup.devkit.kafka_cluster import kafka_jars
 
         kafka_jars()
-        _share_kafka_classes()
+    _share_classes(kafka=kind == "local")
 
 
-def _share_spark_classes() -> None:
-    """Make (once per machine) the class archive the tests' Spark drivers map, and tell the workers where it is."""
+def _share_classes(*, kafka: bool) -> None:
+    """Make (once per machine) the class archives the tests' Spark drivers and, with ``kafka``, their Kafka nodes
+    map, and tell the workers where they are."""
     from spark_kafka_backup.jars import cache_root
     from spark_kafka_backup.spark_submit import job_environment
-    from tests.jvm_archive import ARCHIVE_ENV, ensure_archive
+    from tests.jvm_archive import ARCHIVE_ENV, KAFKA_ARCHIVE_ENV, ensure_archive, ensure_kafka_archive
     from tests.kafka_helpers import TEST_JVM_OPTIONS
 
-    archive = ensure_archive(cache_root() / "test-jvm", TEST_JVM_OPTIONS, job_environment())
-    if archive is not None:
-        os.environ[ARCHIVE_ENV] = str(archive)
-
-
-def _share_kafka_classes() -> None:
-    """The same for the tests' Kafka nodes."""
-    from spark_kafka_backup.jars import cache_root
-    from tests.jvm_archive import KAFKA_ARCHIVE_ENV, ensure_kafka_archive
-
-    archive = ensure_kafka_archive(cache_root() / "test-jvm")
-    if archive is not None:
-        os.environ[KAFKA_ARCHIVE_ENV] = str(archive)
+    cache = cache_root() / "test-jvm"
+    made = {ARCHIVE_ENV: ensure_archive(cache, TEST_JVM_OPTIONS, job_environment())}
+    if kafka:
+        made[KAFKA_ARCHIVE_ENV] = ensure_kafka_archive(cache)
+    os.environ.update({variable: str(archive) for variable, archive in made.items() if archive is not None})
 
 
 #: Files whose tests run for minutes (Spark jobs started, killed and rerun; clusters started), longest first by

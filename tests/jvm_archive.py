@@ -149,5 +149,10 @@ def ensure_kafka_archive(cache: Path) -> Path | None:
 
 def kafka_node_options() -> tuple[str, ...]:
     """JVM options of the tests' Kafka nodes: the archive, when the controlling process made one."""
-    archive = os.environ.get(KAFKA_ARCHIVE_ENV)
+    return sharing_options(os.environ.get(KAFKA_ARCHIVE_ENV))
+
+
+def sharing_options(archive: str | None) -> tuple[str, ...]:
+    """The JVM options that map ``archive`` (none without one), with cds logging off: a JVM that cannot map it runs
+    without it and says nothing into a job's output."""
     return (f"-XX:SharedArchiveFile={archive}", "-Xlog:cds=off", "-Xlog:cds+dynamic=off") if archive else ()

@@ -17,7 +17,7 @@ from typing import Any
 
 from spark_kafka_backup.spark_submit import job_environment, spark_submit_command
 from tests.broker import BrokerUnderTest
-from tests.jvm_archive import ARCHIVE_ENV
+from tests.jvm_archive import ARCHIVE_ENV, sharing_options
 
 REPO = Path(__file__).resolve().parent.parent  # the checkout (tests.conftest imports this module)
 
@@ -41,10 +41,7 @@ def job_spark_conf(master: str) -> tuple[str, ...]:
 def job_env() -> dict[str, str]:
     """Environment for spark-submit: this interpreter on driver and executors, this checkout importable."""
     env = job_environment()
-    archive = os.environ.get(ARCHIVE_ENV)
-    # cds logging off: a JVM that cannot map the archive runs without it and says nothing into the job's output.
-    shared = f" -XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off" if archive else ""
-    env.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS + shared)
+    env.setdefault("SPARK_SUBMIT_OPTS", " ".join((TEST_JVM_OPTIONS, *sharing_options(os.environ.get(ARCHIVE_ENV)))))
     return env
 
 
