@@ -122,6 +122,18 @@ def running_tasks(cluster: SparkCluster, worker: int, since: float) -> set[str]:
     return running
 
 
+def executor_log_tails(cluster: SparkCluster, since: float, lines: int = 40) -> str:
+    """The ends of the executor logs of apps started after ``since``: what a failed wait shows beside the job's."""
+    parts = []
+    for worker in range(len(cluster.nodes)):
+        for stderr in sorted(cluster.work_dir(worker).glob("app-*/*/stderr")):
+            if stderr.parent.parent.stat().st_mtime >= since - 1:
+                tail = stderr.read_text(errors="replace").splitlines()[-lines:]
+                parts.append(f"--- worker {worker}: {stderr.parent.parent.name}/{stderr.parent.name}/stderr")
+                parts += tail
+    return "\n".join(parts)
+
+
 def retried_tasks(cluster: SparkCluster, since: float) -> list[str]:
     """``task N.A in stage S`` lines of attempts after the first (A > 0) of this job, on any worker."""
     return sorted(
@@ -149,7 +161,7 @@ def test_continuous_backup_survives_a_lost_executor_and_a_lost_driver(
     submitted = time.time()
     process = start_backup(*args, log=log, master=spark.master_url)
     try:
-        wait_for(lambda: any(rows for _, rows in batches(log)), 240, "the backup's first records")
+        wait_for(lambda: any(rows for _, rows in batches(log)), 240, "the backup's first records", job=process, log=log)
         assert process.poll() is None, log.read_text()[-3000:]
 
         # Executor lost while it holds a partition writer's lock: kill worker 0's process group at that moment.
@@ -163,7 +175,9 @@ def test_continuous_backup_survives_a_lost_executor_and_a_lost_driver(
         # How long the dead executor's lock outlived it: the most a new attempt can have waited for it.
         wait_for(lambda: not set(holders) & set(lock_holders_anywhere(target)), 60, "the dead holder's lock to go")
         freed = time.monotonic() - lost_at
-        wait_for(more_batches(log, seen + 1), 240, "two micro-batches after the executor was lost")
+        wait_for(
+            more_batches(log, seen + 1), 240, "two micro-batches after the executor was lost", job=process, log=log
+        )
         recovered = time.monotonic() - lost_at
         # The task that held the lock was run again on the other worker...
         retried = retried_tasks(spark, submitted)
@@ -176,11 +190,14 @@ def test_continuous_backup_survives_a_lost_executor_and_a_lost_driver(
         spark.start_worker(0)
         spark.wait_for_workers(2)
         seen = len(batches(log))
-        wait_for(more_batches(log, seen + 1), 240, "a micro-batch with the worker back")
+        try:
+            wait_for(more_batches(log, seen + 1), 240, "a micro-batch with the worker back", job=process, log=log)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{executor_log_tails(spark, submitted)}") from None
 
         # Driver lost: kill -9 the spark-submit process group at a random moment of a batch.
         seen = len(batches(log))
-        wait_for(more_batches(log, seen), 120, "a micro-batch")
+        wait_for(more_batches(log, seen), 120, "a micro-batch", job=process, log=log)
         time.sleep(rng.uniform(0.1, 1.5))
         assert process.poll() is None, log.read_text()[-3000:]
         kill_job(process)
