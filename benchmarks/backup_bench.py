@@ -11,17 +11,19 @@ one header, spread over 4 partitions.
   partitions and encoding every message as a v1 record into memory. The
   least work any Python backup must do per record; no files, no Spark.
 - ``backup``: ``spark-submit jobs/backup.py --snapshot`` with ``local[2]``,
-  once per Kafka source (``--kafka-source python`` and ``spark``, or the one
-  given with ``--sources``), end to end (Spark and Python worker start-up
-  included), its batch time alone (from the job's per-batch log lines) and its
-  start-up (submit to the first batch line).
+  once per way in (``--sources``): spark-kafka-backup's source on the native
+  Kafka edge (``native``) and on confluent-kafka (``python``, the reference
+  path), and Spark's Kafka source (``spark``); end to end (Spark and Python
+  worker start-up included), its batch time alone (from the job's per-batch
+  log lines) and its start-up (submit to the first batch line).
 
 - ``kcat``: Debian's kcat (librdkafka's tool, C) dumping every record to
   ``/dev/null`` (``./dev bench`` installs it; without it the row says so).
 
 Printed: records/s and MB/s of value bytes, the ratio backup / raw (and
-backup / kcat), and the peak resident memory of each (for the backup: the
-whole process tree, the JVM and its Python workers, sampled every 0.2 s).
+backup / kcat), CPU seconds per million records and peak resident memory of
+each one's whole process tree (:mod:`benchmarks.process_tree`; the broker is
+not in it).
 """
 
 from __future__ import annotations
@@ -29,15 +31,16 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import subprocess
 import sys
 import tempfile
-import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.cluster import add_arguments, cluster, kcat_command, kcat_settings
+from benchmarks.process_tree import TreeUsage, measure
 from spark_kafka_backup.format.record import Record, append_record
+from spark_kafka_backup.kafka.columnar import EDGE_ENV
 from spark_kafka_backup.spark_submit import job_environment, spark_submit_command
 from tests.kafka_helpers import client_config_file
 
@@ -69,8 +72,9 @@ def produce(settings: dict[str, str], count: int, partitions: int, value_size: i
     return time.perf_counter() - started
 
 
-def raw_consume_and_encode(settings: dict[str, str], count: int, partitions: int) -> tuple[float, float]:
-    """Seconds to read and encode every record, and the peak RSS (MiB) of a fresh process doing it."""
+def raw_consume_and_encode(settings: dict[str, str], count: int, partitions: int) -> tuple[float, float, float]:
+    """Seconds to read and encode every record, the peak RSS (MiB) of a fresh process doing it, and its CPU seconds
+    (the whole process: start-up and imports included)."""
     code = f"""
 import json, time, sys
 from confluent_kafka import Consumer, TopicPartition
@@ -101,32 +105,37 @@ print(json.dumps([seconds, peak_rss_mib()]))
     import json
 
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    output = subprocess.run(
-        [sys.executable, "-c", code, json.dumps(settings)], capture_output=True, text=True, env=env, check=True
-    ).stdout
+    usage, output = measure([sys.executable, "-c", code, json.dumps(settings)], env=env, capture=True)
+    if usage.returncode != 0:
+        raise SystemExit(f"the raw loop failed:\n{output[-3000:]}")
     seconds, rss = json.loads(output.strip().splitlines()[-1])
-    return float(seconds), float(rss)
+    return float(seconds), float(rss), usage.cpu_seconds
 
 
-def kcat_dump(settings: dict[str, str], count: int) -> float | None:
-    """Seconds for kcat to read every record (key, value, headers) to /dev/null; ``None`` without kcat."""
+def kcat_dump(settings: dict[str, str], count: int) -> TreeUsage | None:
+    """kcat reading every record (key, value, headers) to /dev/null; ``None`` without kcat."""
     kcat = kcat_command()
     if kcat is None:
         return None
     command = [kcat, "-C", "-q", "-e", "-o", "beginning", "-t", TOPIC, "-f", "%k %s %h\\n", *kcat_settings(settings)]
-    started = time.perf_counter()
-    with open(os.devnull, "wb") as sink:
-        subprocess.run(command, stdout=sink, check=True)
-    return time.perf_counter() - started
+    usage, output = measure(["sh", "-c", 'exec "$@" > /dev/null', "kcat", *command], capture=True)
+    if usage.returncode != 0:
+        raise SystemExit(f"kcat failed:\n{output[-3000:]}")
+    return usage
 
 
 def run_backup(
-    settings: dict[str, str], target: Path, *job_args: str, master: str = "local[2]"
-) -> tuple[float, float, float, float]:
-    """Wall seconds, summed batch seconds, start-up seconds and peak tree RSS (MiB) of a snapshot backup.
+    settings: dict[str, str],
+    target: Path,
+    *job_args: str,
+    master: str = "local[2]",
+    environment: dict[str, str] | None = None,
+) -> BackupRun:
+    """A snapshot backup, measured (whole process tree).
 
     ``job_args``: the topics and any other option, e.g. ``("--topics", "bench", "--kafka-source", "spark")``.
-    ``master``: where Spark runs (on a standalone cluster the RSS is the driver's alone).
+    ``master``: where Spark runs (on a standalone cluster the figures are the driver's tree alone).
+    ``environment``: set for the job beside its own (``KBACKUP_KAFKA_EDGE``).
     """
     config = client_config_file(target.parent / f"{target.name}.properties", settings)
     command = spark_submit_command(
@@ -141,64 +150,31 @@ def run_backup(
         *job_args,
         master=master,
     )
-    env = job_environment()
     started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    peak = [0.0]
-    sampler = threading.Thread(target=_sample_tree, args=(process.pid, peak), daemon=True)
-    sampler.start()
-    assert process.stdout is not None
-    lines, first_batch = [], 0.0
-    for line in process.stdout:
-        lines.append(line)
-        if not first_batch and BATCH.search(line):
-            first_batch = time.perf_counter() - started
-    process.wait()
-    wall = time.perf_counter() - started
-    output = "".join(lines)
-    if process.returncode != 0:
+    first_batch = [0.0]
+
+    def watch(line: str) -> None:
+        if not first_batch[0] and BATCH.search(line):
+            first_batch[0] = time.perf_counter() - started
+
+    env = {**job_environment(), **(environment or {})}
+    usage, output = measure([str(part) for part in command], env=env, capture=True, on_line=watch)
+    if usage.returncode != 0:
         raise SystemExit(f"backup failed:\n{output[-3000:]}")
     batches = [float(s) for s in BATCH.findall(output)]
     # Start-up: until the first batch ended, less that batch's own time.
-    startup = first_batch - (batches[0] if batches else 0.0)
-    return wall, sum(batches), startup, peak[0]
+    startup = first_batch[0] - (batches[0] if batches else 0.0)
+    return BackupRun(usage, sum(batches), startup)
+
+
+@dataclass(frozen=True)
+class BackupRun:
+    usage: TreeUsage
+    batch_seconds: float
+    startup_seconds: float
 
 
 BATCH = re.compile(r"batch \d+: \d+ records read in ([\d.]+) s")
-
-
-def _sample_tree(root: int, peak: list[float]) -> None:
-    while True:
-        try:
-            os.kill(root, 0)
-        except ProcessLookupError:
-            return
-        peak[0] = max(peak[0], _tree_rss_mib(root))
-        time.sleep(0.2)
-
-
-def _tree_rss_mib(root: int) -> float:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-                children.setdefault(parent, []).append(int(entry))
-            except (OSError, ValueError, IndexError):
-                continue
-    total, stack = 0.0, [root]
-    while stack:
-        pid = stack.pop()
-        stack.extend(children.get(pid, []))
-        try:
-            with open(f"/proc/{pid}/status") as status:
-                for line in status:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) / 1024
-        except OSError:
-            continue
-    return total
 
 
 def peak_rss_mib() -> float:
@@ -212,37 +188,57 @@ def peak_rss_mib() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(parser)
-    parser.add_argument("--sources", default="python,spark", help="Kafka sources to measure (comma-separated)")
+    parser.add_argument(
+        "--sources",
+        default="native,python,spark",
+        help="what to measure (comma-separated): spark-kafka-backup's source on the native Kafka edge (native) or "
+        "on confluent-kafka (python), and Spark's Kafka source (spark)",
+    )
     args = parser.parse_args()
     # Touch the codec once so the raw loop's import cost is not in its figures.
     append_record(bytearray(), Record(0, -1, None, None, None))
 
     with tempfile.TemporaryDirectory() as tmp, cluster(args.bootstrap) as settings:
         produce_seconds = produce(settings, args.records, args.partitions, args.value_size)
-        raw_seconds, raw_rss = raw_consume_and_encode(settings, args.records, args.partitions)
-        kcat_seconds = kcat_dump(settings, args.records)
+        raw_seconds, raw_rss, raw_cpu = raw_consume_and_encode(settings, args.records, args.partitions)
+        kcat = kcat_dump(settings, args.records)
         runs = {
-            source: run_backup(settings, Path(tmp) / f"backup-{source}", "--topics", TOPIC, "--kafka-source", source)
+            source: run_backup(
+                settings,
+                Path(tmp) / f"backup-{source}",
+                *("--topics", TOPIC, "--kafka-source", "spark" if source == "spark" else "python"),
+                environment={EDGE_ENV: "native" if source == "native" else "reference"},
+            )
             for source in args.sources.split(",")
         }
     n, mb = args.records, args.records * args.value_size / 1e6
     shape = f"{args.value_size}-byte values, {args.partitions} partitions"
     print(f"{n:,} records, {shape} (produced in {produce_seconds:.1f} s)")
+    print("CPU: user + system seconds of each one's whole process tree, per million records (the broker excluded)")
     raw_rate = f"{n / raw_seconds:>10,.0f} records/s {mb / raw_seconds:7.1f} MB/s"
-    print(f"raw consume+encode            {raw_rate}  peak {raw_rss:6.0f} MiB")
-    if kcat_seconds is None:
+    print(f"raw consume+encode            {raw_rate}  CPU {raw_cpu / n * 1e6:5.2f} s/M  peak {raw_rss:6.0f} MiB")
+    if kcat is None:
         print("kcat dump                     not installed (apt-get install kcat)")
     else:
-        print(f"kcat dump                     {n / kcat_seconds:>10,.0f} records/s {mb / kcat_seconds:7.1f} MB/s")
-    for source, (wall, batch_seconds, startup, backup_rss) in runs.items():
-        versus_kcat = "" if kcat_seconds is None else f"  vs kcat {kcat_seconds / batch_seconds:5.2f}"
+        kcat_rate = f"{n / kcat.wall_seconds:>10,.0f} records/s {mb / kcat.wall_seconds:7.1f} MB/s"
+        print(f"kcat dump                     {kcat_rate}  CPU {kcat.per_million(n):5.2f} s/M  "
+              f"peak {kcat.peak_rss_mib:6.0f} MiB")  # fmt: skip
+    for source, run in runs.items():
+        wall, batch_seconds, usage = run.usage.wall_seconds, run.batch_seconds, run.usage
+        versus_kcat = "" if kcat is None else f"  vs kcat {kcat.wall_seconds / batch_seconds:5.2f}"
         print(
             f"backup ({source:7}), batches  {n / batch_seconds:>10,.0f} records/s {mb / batch_seconds:7.1f} MB/s  "
             f"ratio {raw_seconds / batch_seconds:5.2f}{versus_kcat}"
         )
+        versus_kcat = "" if kcat is None else f"  vs kcat {kcat.wall_seconds / wall:5.2f}"
+        cpu_versus = "" if kcat is None else f" ({usage.cpu_seconds / kcat.cpu_seconds:4.1f}x kcat's)"
         print(
             f"backup ({source:7}), end to end {n / wall:>8,.0f} records/s {mb / wall:7.1f} MB/s  "
-            f"ratio {raw_seconds / wall:5.2f}  start-up {startup:5.1f} s  peak {backup_rss:6.0f} MiB (JVM + workers)"
+            f"ratio {raw_seconds / wall:5.2f}{versus_kcat}  start-up {run.startup_seconds:5.1f} s"
+        )
+        print(
+            f"backup ({source:7}), whole tree CPU {usage.per_million(n):5.2f} s/M{cpu_versus} ({usage.cpu_source}) in "
+            f"{usage.processes} processes, peak {usage.peak_rss_mib:6.0f} MiB"
         )
 
 

@@ -83,7 +83,8 @@ def main() -> None:
             prefix = f"many{number}"
             fill(settings, prefix, partitions, args.partitions_per_topic, records)
             target = Path(tmp) / prefix
-            wall, _, startup, _ = run_backup(settings, target, "--topics-regex", f"{prefix}-.*")
+            run = run_backup(settings, target, "--topics-regex", f"{prefix}-.*")
+            wall, startup = run.usage.wall_seconds, run.startup_seconds
             stored = sum(
                 sum(1 for _ in PartitionReader(target / topic, p).records())
                 for topic in list_topics(target)

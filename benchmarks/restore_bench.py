@@ -27,15 +27,13 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-from benchmarks.backup_bench import _sample_tree
 from benchmarks.cluster import add_arguments, cluster, kcat_command, kcat_settings
+from benchmarks.process_tree import TreeUsage, measure
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.writer import PartitionWriter
 from spark_kafka_backup.spark_submit import job_environment, spark_submit_command
@@ -61,8 +59,8 @@ def write_backup(root: Path, count: int, partitions: int, value_size: int) -> No
 
 def kcat_produce(
     settings: dict[str, str], directory: Path, count: int, partitions: int, value_size: int
-) -> float | None:
-    """Seconds for kcat to produce the same keys, values and header from a text file; ``None`` without kcat."""
+) -> TreeUsage | None:
+    """kcat producing the same keys, values and header from a text file (idempotent); ``None`` without kcat."""
     kcat = kcat_command()
     if kcat is None:
         return None
@@ -78,11 +76,11 @@ def kcat_produce(
             out.write(b"".join(b"key-%07d\t%s\n" % (i, value) for i in range(start, min(count, start + 100_000))))
     command = [kcat, "-P", "-q", "-t", "kcat-target", "-K", "\t", "-H", "trace-id=0123456789abcdef", "-l"]
     command += [*kcat_settings(settings), "-X", "enable.idempotence=true", str(lines)]
-    started = time.perf_counter()
-    subprocess.run(command, check=True)
-    seconds = time.perf_counter() - started
+    usage, output = measure(command, capture=True)
     lines.unlink()
-    return seconds
+    if usage.returncode != 0:
+        raise SystemExit(f"kcat failed:\n{output[-3000:]}")
+    return usage
 
 
 RAW = """
@@ -110,41 +108,37 @@ print(json.dumps([time.perf_counter() - started, n, peak_rss_mib()]))
 """
 
 
-def raw_produce(settings: dict[str, str], root: Path, partitions: int) -> tuple[float, float]:
+def raw_produce(settings: dict[str, str], root: Path, partitions: int) -> tuple[float, float, float]:
+    """Seconds producing, peak RSS (MiB) and CPU seconds of the whole process (start-up included)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient(settings)  # kept alive until the topic exists
     for future in admin.create_topics([NewTopic("raw-target", partitions, 1)]).values():
         future.result(30)
-    output = subprocess.run(
+    usage, output = measure(
         [sys.executable, "-c", RAW, json.dumps(settings), str(root), str(partitions), "raw-target"],
-        capture_output=True,
-        text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
-        check=True,
-    ).stdout
+        capture=True,
+    )
+    if usage.returncode != 0:
+        raise SystemExit(f"the raw loop failed:\n{output[-3000:]}")
     seconds, _, rss = json.loads(output.strip().splitlines()[-1])
-    return float(seconds), float(rss)
+    return float(seconds), float(rss), usage.cpu_seconds
 
 
-def run_restore(settings: dict[str, str], root: Path) -> tuple[float, float, float]:
+def run_restore(settings: dict[str, str], root: Path) -> tuple[TreeUsage, float]:
+    """The restore, measured (whole process tree), and its longest task's producing time."""
     config = client_config_file(root.parent / "target.properties", settings)
     command = spark_submit_command(
         "restore", "--bootstrap-server", settings["bootstrap.servers"], "--command-config", config, "--source-dir", root
     )
-    env = job_environment()
-    started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    peak = [0.0]
-    threading.Thread(target=_sample_tree, args=(process.pid, peak), daemon=True).start()
-    output, _ = process.communicate()
-    wall = time.perf_counter() - started
-    if process.returncode != 0:
+    usage, output = measure([str(part) for part in command], env=job_environment(), capture=True)
+    if usage.returncode != 0:
         raise SystemExit(f"restore failed:\n{output[-3000:]}")
     busy = [
         float(s) for s in re.findall(r"restored \S+: \d+ records, \d+ bytes of keys and values in ([\d.]+) s", output)
     ]
-    return wall, max(busy), peak[0]
+    return usage, max(busy)
 
 
 def main() -> None:
@@ -155,22 +149,32 @@ def main() -> None:
         root = Path(tmp) / "backup"
         write_backup(root, args.records, args.partitions, args.value_size)
         with cluster(args.bootstrap) as settings:
-            raw_seconds, raw_rss = raw_produce(settings, root, args.partitions)
-            kcat_seconds = kcat_produce(settings, Path(tmp), args.records, args.partitions, args.value_size)
-            wall, busy, restore_rss = run_restore(settings, root)
+            raw_seconds, raw_rss, raw_cpu = raw_produce(settings, root, args.partitions)
+            kcat = kcat_produce(settings, Path(tmp), args.records, args.partitions, args.value_size)
+            restore, busy = run_restore(settings, root)
     n, mb = args.records, args.records * args.value_size / 1e6
+    wall = restore.wall_seconds
     print(f"{n:,} records, {args.value_size}-byte values, {args.partitions} partitions")
+    print("CPU: user + system seconds of each one's whole process tree, per million records (the broker excluded)")
     raw_rate = f"{n / raw_seconds:>10,.0f} records/s {mb / raw_seconds:7.1f} MB/s"
-    print(f"raw produce          {raw_rate}  peak {raw_rss:6.0f} MiB")
-    if kcat_seconds is None:
+    print(f"raw produce          {raw_rate}  CPU {raw_cpu / n * 1e6:5.2f} s/M  peak {raw_rss:6.0f} MiB")
+    if kcat is None:
         print("kcat produce         not installed (apt-get install kcat)")
     else:
-        print(f"kcat produce         {n / kcat_seconds:>10,.0f} records/s {mb / kcat_seconds:7.1f} MB/s")
+        kcat_rate = f"{n / kcat.wall_seconds:>10,.0f} records/s {mb / kcat.wall_seconds:7.1f} MB/s"
+        print(
+            f"kcat produce         {kcat_rate}  CPU {kcat.per_million(n):5.2f} s/M  peak {kcat.peak_rss_mib:6.0f} MiB"
+        )
     print(f"restore, task time   {n / busy:>10,.0f} records/s {mb / busy:7.1f} MB/s  ratio {raw_seconds / busy:5.2f}")
     print(
-        f"restore, end to end  {n / wall:>10,.0f} records/s {mb / wall:7.1f} MB/s  ratio {raw_seconds / wall:5.2f}  "
-        f"peak {restore_rss:6.0f} MiB (JVM + Python workers)"
-        + ("" if kcat_seconds is None else f"  vs kcat {kcat_seconds / wall:5.2f}")
+        f"restore, end to end  {n / wall:>10,.0f} records/s {mb / wall:7.1f} MB/s  ratio {raw_seconds / wall:5.2f}"
+        + ("" if kcat is None else f"  vs kcat {kcat.wall_seconds / wall:5.2f}")
+    )
+    cpu_versus = "" if kcat is None else f" ({restore.cpu_seconds / kcat.cpu_seconds:4.1f}x kcat's)"
+    print(
+        f"restore, whole tree  CPU {restore.per_million(n):5.2f} s/M{cpu_versus} ({restore.cpu_source}) in "
+        f"{restore.processes} processes, "
+        f"peak {restore.peak_rss_mib:6.0f} MiB"
     )
 
 

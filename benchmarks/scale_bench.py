@@ -19,7 +19,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from benchmarks.backup_bench import TOPIC, produce, raw_consume_and_encode, run_backup
+from benchmarks.backup_bench import TOPIC, BackupRun, produce, raw_consume_and_encode, run_backup
 from benchmarks.cluster import add_arguments, cluster
 from spark_kafka_backup.devkit.spark_cluster import SparkCluster
 from spark_kafka_backup.partition.layout import list_partitions
@@ -41,10 +41,10 @@ def main() -> None:
     args = parser.parse_args()
     counts = [int(w) for w in args.workers.split(",")]
 
-    runs: dict[int, tuple[float, float, float, float]] = {}
+    runs: dict[int, BackupRun] = {}
     with tempfile.TemporaryDirectory() as tmp, cluster(args.bootstrap) as settings:
         produce(settings, args.records, args.partitions, args.value_size)
-        raw_seconds, _ = raw_consume_and_encode(settings, args.records, args.partitions)
+        raw_seconds, _, _ = raw_consume_and_encode(settings, args.records, args.partitions)
         for workers in counts:
             with SparkCluster(workers=workers, cores=1) as spark:
                 print(f"spark: {spark.describe()}", flush=True)
@@ -58,8 +58,10 @@ def main() -> None:
     print(f"{n:,} records, {args.value_size}-byte values, {args.partitions} partitions")
     print(f"raw consume+encode (one process) {n / raw_seconds:>10,.0f} records/s {mb / raw_seconds:7.1f} MB/s")
     first = counts[0]
-    for workers, (wall, batch_seconds, startup, driver_rss) in runs.items():
-        speedup = runs[first][1] / batch_seconds
+    for workers, run in runs.items():
+        wall, batch_seconds, startup = run.usage.wall_seconds, run.batch_seconds, run.startup_seconds
+        driver_rss = run.usage.peak_rss_mib
+        speedup = runs[first].batch_seconds / batch_seconds
         print(
             f"{workers} worker(s), batches     {n / batch_seconds:>10,.0f} records/s {mb / batch_seconds:7.1f} MB/s  "
             f"ratio {raw_seconds / batch_seconds:5.2f}  speed-up over {first}: {speedup:4.2f}"

@@ -39,7 +39,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )  # fmt: skip
     assert built.returncode == 0, (built.stdout + built.stderr)[-3000:]
     (sdist,) = dist.glob("spark_kafka_backup-*.tar.gz")  # the distribution's name, normalized
-    (wheel,) = dist.glob("spark_kafka_backup-*-py3-none-any.whl")
+    # A wheel for this platform: it carries the native Kafka edge, compiled (a user of the wheel needs no compiler).
+    (wheel,) = dist.glob("spark_kafka_backup-*.whl")
     with tarfile.open(sdist) as archive:
         top = sdist.name.removesuffix(".tar.gz")
         members = {member.name.removeprefix(f"{top}/") for member in archive.getmembers()}
@@ -48,6 +49,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "README.md",
         "spark_kafka_backup/cli/__init__.py",
         "spark_kafka_backup/jobs/log4j2.properties",
+        "spark_kafka_backup/kafka/_rdkafka_columns.c",
     } <= members
     names = zipfile.ZipFile(wheel).namelist()
     metadata = zipfile.ZipFile(wheel).read(f"{top}.dist-info/METADATA").decode()
@@ -59,6 +61,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "spark_kafka_backup/jobs/log4j2.properties" in names
     )  # Spark's logging until a job sets its level (spark_submit)
     assert not [name for name in names if name.startswith(("tests/", "benchmarks/", "jobs/"))]
+    assert [name for name in names if name.startswith("spark_kafka_backup/kafka/_rdkafka_columns.") and ".so" in name]
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
@@ -96,6 +99,11 @@ def test_the_installed_package_comes_from_the_wheel(installed: Path, tmp_path: P
     assert found.returncode == 0, found.stderr
     assert Path(found.stdout.strip()).is_relative_to(installed.parent), found.stdout
     assert not Path(found.stdout.strip()).is_relative_to(REPO)
+    # The wheel's compiled native edge loads beside the installed confluent-kafka.
+    native = _run(installed, tmp_path, "python", "-c", "from spark_kafka_backup.kafka.columnar import native_edge; "
+                  "m = native_edge(); print(m.__file__ if m else 'none')")  # fmt: skip
+    assert native.returncode == 0, native.stderr
+    assert Path(native.stdout.strip()).is_relative_to(installed.parent), native.stdout
 
 
 def test_cli_and_job_help_run_outside_the_checkout(installed: Path, tmp_path: Path) -> None:

@@ -64,6 +64,13 @@ def is_transient(error: Any) -> bool:
     return bool(error.retriable()) or error.name() in TRANSIENT_ERRORS
 
 
+def is_transient_code(code: int) -> bool:
+    """:func:`is_transient` for an event's bare error code (a consumer's events are never fatal or retriable)."""
+    from confluent_kafka import KafkaError
+
+    return str(KafkaError(code).name()) in TRANSIENT_ERRORS
+
+
 #: A group coordinator moving, being created (a cluster's first group) or loading: asked again, as a consumer would.
 COORDINATOR_NOT_READY = frozenset({"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE"})
 

@@ -4,7 +4,7 @@
 id), through an admin session that replaces a client that stopped answering, and turns them into the end offsets of
 the next micro-batch and its reading tasks (:func:`~spark_kafka_backup.spark.kafka_reader.pack_ranges`). It lives in
 the one long-lived driver-side Python process Spark keeps for a Python source; executors never make one (they read
-with :func:`~spark_kafka_backup.spark.kafka_reader.read_task`). What it does through broker failures and outages is
+with :func:`~spark_kafka_backup.spark.kafka_task.read_task`). What it does through broker failures and outages is
 described in :mod:`spark_kafka_backup.spark.kafka_source`.
 """
 

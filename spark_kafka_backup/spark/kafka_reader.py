@@ -1,7 +1,8 @@
 """Reading Kafka for the ``kbackup_kafka`` source on an executor: what a task is given and how it reads.
 
-Only :class:`KafkaTask` (picklable) crosses from the driver; :func:`read_task`
-builds its own consumer. See :mod:`spark_kafka_backup.spark.kafka_source` for the
+Only :class:`KafkaTask` (picklable) crosses from the driver; :func:`~spark_kafka_backup.spark.kafka_task.read_task`
+builds its own consumer and reads with :func:`read_range` or :func:`read_together` here (confluent-kafka), or the
+native edge (:mod:`spark_kafka_backup.spark.columnar_reader`). See :mod:`spark_kafka_backup.spark.kafka_source` for the
 options and how work is planned and packed into tasks.
 
 Offsets the source deletes under a task (retention, ``kafka-delete-records``)
@@ -18,7 +19,7 @@ import heapq
 import itertools
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,9 +40,8 @@ from pyspark.sql.types import (
 
 from spark_kafka_backup.catalog.source_gaps import DROPPED, READ, record_gap
 from spark_kafka_backup.errors import ClusterError, KbackupError
-from spark_kafka_backup.kafka.client_settings import consumer_settings, redact
+from spark_kafka_backup.kafka.client_settings import redact
 from spark_kafka_backup.kafka.cluster import TopicIdAsker, is_transient
-from spark_kafka_backup.logsetup import ensure_console_logging
 from spark_kafka_backup.storage import parse_location
 from spark_kafka_backup.text import count
 
@@ -98,7 +98,7 @@ PACK_RANGES = 500
 STALL_WARNING_SECONDS = 30.0
 
 
-class _Stall:
+class Stall:
     """The warning of a task whose fetches bring nothing: the cluster stopped answering (its planned offsets exist,
     so no data means no answer). The planner cannot say it: Spark does not plan while a batch is being read."""
 
@@ -165,35 +165,6 @@ def pack_ranges(ranges: list[KafkaRange], min_tasks: int = 1) -> list[KafkaTask]
     return tasks
 
 
-def read_task(task: KafkaTask, *, batch_rows: int = 10_000) -> Iterator[pa.RecordBatch]:
-    """Read the ranges of ``task`` with one consumer, as Arrow batches of one partition each (executor side).
-
-    One range is read alone. Several (small partitions packed together) are
-    assigned at once, so one fetch brings data of many of them: each
-    partition's rows gather in its own columns, which become a batch when the
-    range is complete or holds ``batch_rows`` rows, and a complete partition
-    is unassigned.
-    """
-    from confluent_kafka import Consumer
-
-    if not task.ranges:
-        return
-    first = task.ranges[0]
-    ensure_console_logging()  # a Python worker of Spark's: librdkafka's own log (a line per reconnect) stays quiet
-    settings = consumer_settings(first.client, isolation_level=first.client.get("isolation.level", "read_committed"))
-    # Offsets deleted under the task are an event it handles (see _deleted_under), never a silent jump.
-    settings["auto.offset.reset"] = "error"
-    consumer = Consumer(settings, logger=logging.getLogger("spark_kafka_backup.librdkafka"))
-    incarnations = Incarnations(task.ranges)
-    try:
-        if len(task.ranges) == 1:
-            yield from read_range(first, consumer, batch_rows=batch_rows, incarnations=incarnations)
-        else:
-            yield from _read_together(task.ranges, consumer, batch_rows=batch_rows, incarnations=incarnations)
-    finally:
-        consumer.close()
-
-
 class Incarnations:
     """Confirms, after records are fetched and before they are handed on, that each topic still has the id its ranges
     were planned with.
@@ -249,7 +220,7 @@ class Incarnations:
                            how=DROPPED)  # fmt: skip
 
 
-def _read_together(
+def read_together(
     ranges: tuple[KafkaRange, ...], consumer: Any, *, batch_rows: int, incarnations: Incarnations
 ) -> Iterator[pa.RecordBatch]:
     from confluent_kafka import KafkaError, TopicPartition
@@ -257,7 +228,7 @@ def _read_together(
     schema = to_arrow_schema(kafka_schema(ranges[0].include_headers), timezone="UTC")
     pending = {(r.topic, r.partition): _Columns(r, schema) for r in ranges}
     consumer.incremental_assign([TopicPartition(r.topic, r.partition, r.start) for r in ranges])
-    stall = _Stall()
+    stall = Stall()
     while pending:
         messages = consumer.consume(num_messages=5000, timeout=1.0)
         if not messages:
@@ -319,7 +290,7 @@ def read_range(
     schema = to_arrow_schema(kafka_schema(task.include_headers), timezone="UTC")
     columns = _Columns(task, schema)
     consumer.assign([TopicPartition(task.topic, task.partition, task.start)])
-    stall = _Stall()
+    stall = Stall()
     done = False
     while not done:
         messages = consumer.consume(num_messages=5000, timeout=1.0)
@@ -349,7 +320,7 @@ def read_range(
 
 
 #: librdkafka's event for a fetch position the broker no longer has (``auto.offset.reset=error``).
-_AUTO_OFFSET_RESET = -140
+AUTO_OFFSET_RESET = -140
 
 
 class _OffsetResetError(Exception):
@@ -361,17 +332,27 @@ class _OffsetResetError(Exception):
 
 
 def _deleted_under(consumer: Any, task: KafkaRange, position: int) -> int:
+    """:func:`deleted_under` with a confluent-kafka consumer."""
+    from confluent_kafka import TopicPartition
+
+    return deleted_under(
+        lambda: consumer.get_watermark_offsets(TopicPartition(task.topic, task.partition), timeout=30), task, position
+    )
+
+
+def deleted_under(watermarks: Callable[[], tuple[int, int]], task: KafkaRange, position: int) -> int:
     """The partition's offsets from ``position`` on are gone at the source: record that, and return where the
     range goes on (its log start now). The source's earliest offset must have moved past ``position``; an offset
-    out of range above the log's end is a truncated or re-created partition, which ends the task."""
-    from confluent_kafka import KafkaException, TopicPartition
+    out of range above the log's end is a truncated or re-created partition, which ends the task.
+    ``watermarks``: the partition's log start and end now (a client error if they cannot be read)."""
+    from confluent_kafka import KafkaException
 
     where = f"topic {task.topic!r} partition {task.partition}"
     if position >= task.end:
         return position  # past the range: not its gap (the range holding those offsets records it)
     try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(task.topic, task.partition), timeout=30)
-    except KafkaException as exc:
+        low, high = watermarks()
+    except (KafkaException, RuntimeError) as exc:
         raise ClusterError(f"{where}: offset {position} is gone and the log start cannot be read: {exc}") from exc
     if low <= position:
         raise ClusterError(
@@ -462,7 +443,7 @@ class _Columns:
                     "topic %r partition %d: %s (the client retries)", self.task.topic, self.task.partition, error.str()
                 )
                 return self.add_all([*messages[:at], *messages[at + 1 :]], end, eof_code)
-            if error.code() == _AUTO_OFFSET_RESET:
+            if error.code() == AUTO_OFFSET_RESET:
                 if self.add_all(messages[:at], end, eof_code) or message.offset() >= end:
                     # The range was read whole before the fetch ahead of it (librdkafka prefetches past the range)
                     # met offsets the broker no longer has: the range that holds them meets the gap.

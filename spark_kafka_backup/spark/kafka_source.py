@@ -82,7 +82,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from spark_kafka_backup.spark.kafka_planning import OffsetPlanner
-from spark_kafka_backup.spark.kafka_reader import KafkaRange, KafkaTask, kafka_schema, read_range, read_task
+from spark_kafka_backup.spark.kafka_reader import KafkaRange, KafkaTask, kafka_schema, read_range
+from spark_kafka_backup.spark.kafka_task import read_task
 from spark_kafka_backup.spark.source_options import (
     SOURCE_NAME,
     SourceOptions,

@@ -43,7 +43,10 @@ RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 
 #: The modules Spark runs on its executors (the tasks' code, pickled there): with every module they import. The Kafka
 #: source's reader is one: Spark unpickles it on executors to call its ``read``.
-EXECUTOR_ENTRIES = ("restore.task", "spark.kafka_reader", "spark.kafka_source", "spark.v1_sink")
+EXECUTOR_ENTRIES = (
+    "restore.task", "spark.kafka_reader", "spark.kafka_task", "spark.columnar_reader", "spark.kafka_source",
+    "spark.v1_sink",
+)  # fmt: skip
 #: Modules of the driver alone (planning, sessions, the jobs' and the commands' entry points): never on an executor.
 DRIVER_ONLY = (
     "backup.job", "backup.settings", "restore.job", "restore.plan", "restore.settings", "restore.access",

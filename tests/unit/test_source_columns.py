@@ -181,17 +181,17 @@ def test_packed_tasks_keep_their_limits() -> None:
 
 
 def test_offsets_deleted_past_the_range_are_not_the_ranges_gap() -> None:
-    from spark_kafka_backup.spark.kafka_reader import _AUTO_OFFSET_RESET, _OffsetResetError
+    from spark_kafka_backup.spark.kafka_reader import AUTO_OFFSET_RESET, _OffsetResetError
 
     # The consumer prefetched past the range's end, then the broker's log start moved past the fetch position.
     cols = columns()
-    reset = Message(1085, error_=KafkaError(_AUTO_OFFSET_RESET))
+    reset = Message(1085, error_=KafkaError(AUTO_OFFSET_RESET))
     assert cols.add_all([Message(98), Message(99), Message(100), reset], 100, EOF_CODE)
     assert cols.batch().column("offset").to_pylist() == [98, 99]
     cols = columns()
     assert cols.add_all([Message(98), reset], 100, EOF_CODE)  # 99 was a marker: fetching went on past it
     cols = columns()
     with pytest.raises(_OffsetResetError) as raised:  # inside the range: the range's own gap
-        cols.add_all([Message(40), Message(50, error_=KafkaError(_AUTO_OFFSET_RESET))], 100, EOF_CODE)
+        cols.add_all([Message(40), Message(50, error_=KafkaError(AUTO_OFFSET_RESET))], 100, EOF_CODE)
     assert raised.value.position == 50
     assert cols.batch().column("offset").to_pylist() == [40]

@@ -229,7 +229,7 @@ def test_a_task_without_data_says_the_cluster_is_not_answering(
     """Spark does not plan while a batch is read: a task waiting for data is where an outage is seen then."""
     from spark_kafka_backup.spark import kafka_reader
 
-    stall = kafka_reader._Stall()
+    stall = kafka_reader.Stall()
     logger = logging.getLogger("spark_kafka_backup.source")
     logger.addHandler(caplog.handler)
     try:

@@ -1,0 +1,558 @@
+/*
+ * A Kafka consumer that hands out Arrow column buffers, not one Python object per record.
+ *
+ * The consumer is librdkafka's, the very library confluent-kafka's wheel ships: load() opens it by path (dlopen)
+ * and takes the few functions used here by name, so this module links against nothing, builds in a second with
+ * the system C compiler, and the native and reference paths run the same client with the same settings.
+ * The declarations below are librdkafka's public, stable ABI (rdkafka.h, unchanged since 1.x); load() refuses
+ * a librdkafka older than 1.9.
+ *
+ * poll() fills, for the records of one assigned partition, the buffers of Arrow arrays (little-endian, validity
+ * bitmaps LSB first, 32-bit offsets):
+ *
+ *   offsets       int64[n]
+ *   timestamps    int64[n]   microseconds (librdkafka's milliseconds x 1000; -1000 when the record has none)
+ *   kinds         int32[n]   Kafka's timestamp type id: -1 none, 0 CreateTime, 1 LogAppendTime
+ *   key, value    binary     validity[ceil(n/8)], offsets int32[n+1], data
+ *   headers       list<struct<key: string, value: binary>>: list validity (null: no headers), list offsets
+ *                 int32[n+1]; header keys (offsets int32[h+1], data); header values (validity, offsets, data)
+ *
+ * and stops at the first event (an error or partition EOF), at the first offset >= end, or when a buffer would
+ * pass max_bytes. Messages fetched but not handed out (after an event, or past a full batch) stay in the
+ * consumer and come first at the next poll(): nothing fetched is dropped silently. Messages of another
+ * partition (left from an earlier assignment) are dropped, as the reference path drops them.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <dlfcn.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ---- librdkafka's public ABI (rdkafka.h) ---------------------------------------------------------------- */
+
+typedef struct rd_kafka_s rd_kafka_t;
+typedef struct rd_kafka_conf_s rd_kafka_conf_t;
+typedef struct rd_kafka_topic_s rd_kafka_topic_t;
+typedef struct rd_kafka_queue_s rd_kafka_queue_t;
+typedef struct rd_kafka_headers_s rd_kafka_headers_t;
+
+typedef struct {
+    int err; /* rd_kafka_resp_err_t */
+    rd_kafka_topic_t *rkt;
+    int32_t partition;
+    void *payload;
+    size_t len;
+    void *key;
+    size_t key_len;
+    int64_t offset;
+    void *_private;
+} rd_kafka_message_t;
+
+typedef struct {
+    char *topic;
+    int32_t partition;
+    int64_t offset;
+    void *metadata;
+    size_t metadata_size;
+    void *opaque;
+    int err;
+    void *_private;
+} rd_kafka_topic_partition_t;
+
+typedef struct {
+    int cnt;
+    int size;
+    rd_kafka_topic_partition_t *elems;
+} rd_kafka_topic_partition_list_t;
+
+enum { RD_KAFKA_CONSUMER = 1, RD_KAFKA_CONF_OK = 0, RD_KAFKA_RESP_ERR__NOENT = -156 };
+
+static struct {
+    int (*version)(void);
+    rd_kafka_conf_t *(*conf_new)(void);
+    void (*conf_destroy)(rd_kafka_conf_t *);
+    int (*conf_set)(rd_kafka_conf_t *, const char *, const char *, char *, size_t);
+    rd_kafka_t *(*new_)(int, rd_kafka_conf_t *, char *, size_t);
+    void (*destroy)(rd_kafka_t *);
+    int (*consumer_close)(rd_kafka_t *);
+    rd_kafka_topic_partition_list_t *(*list_new)(int);
+    rd_kafka_topic_partition_t *(*list_add)(rd_kafka_topic_partition_list_t *, const char *, int32_t);
+    void (*list_destroy)(rd_kafka_topic_partition_list_t *);
+    int (*assign)(rd_kafka_t *, const rd_kafka_topic_partition_list_t *);
+    rd_kafka_queue_t *(*queue_get_consumer)(rd_kafka_t *);
+    int (*poll_set_consumer)(rd_kafka_t *);
+    void (*queue_destroy)(rd_kafka_queue_t *);
+    ssize_t (*consume_batch_queue)(rd_kafka_queue_t *, int, rd_kafka_message_t **, size_t);
+    void (*message_destroy)(rd_kafka_message_t *);
+    int64_t (*message_timestamp)(const rd_kafka_message_t *, int *);
+    int (*message_headers)(const rd_kafka_message_t *, rd_kafka_headers_t **);
+    size_t (*header_cnt)(const rd_kafka_headers_t *);
+    int (*header_get_all)(const rd_kafka_headers_t *, size_t, const char **, const void **, size_t *);
+    const char *(*topic_name)(const rd_kafka_topic_t *);
+    const char *(*err2str)(int);
+    int (*query_watermark_offsets)(rd_kafka_t *, const char *, int32_t, int64_t *, int64_t *, int);
+} rk;
+
+static int rk_loaded = 0;
+
+static PyObject *load(PyObject *self, PyObject *args) {
+    const char *path;
+    if (!PyArg_ParseTuple(args, "s", &path))
+        return NULL;
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        PyErr_Format(PyExc_OSError, "cannot open %s: %s", path, dlerror());
+        return NULL;
+    }
+#define TAKE(field, name)                                                                   \
+    if ((*(void **)&rk.field = dlsym(lib, name)) == NULL) {                                 \
+        PyErr_Format(PyExc_OSError, "%s has no %s: not a librdkafka this module knows", path, name); \
+        return NULL;                                                                        \
+    }
+    TAKE(version, "rd_kafka_version");
+    TAKE(conf_new, "rd_kafka_conf_new");
+    TAKE(conf_destroy, "rd_kafka_conf_destroy");
+    TAKE(conf_set, "rd_kafka_conf_set");
+    TAKE(new_, "rd_kafka_new");
+    TAKE(destroy, "rd_kafka_destroy");
+    TAKE(consumer_close, "rd_kafka_consumer_close");
+    TAKE(list_new, "rd_kafka_topic_partition_list_new");
+    TAKE(list_add, "rd_kafka_topic_partition_list_add");
+    TAKE(list_destroy, "rd_kafka_topic_partition_list_destroy");
+    TAKE(assign, "rd_kafka_assign");
+    TAKE(queue_get_consumer, "rd_kafka_queue_get_consumer");
+    TAKE(poll_set_consumer, "rd_kafka_poll_set_consumer");
+    TAKE(queue_destroy, "rd_kafka_queue_destroy");
+    TAKE(consume_batch_queue, "rd_kafka_consume_batch_queue");
+    TAKE(message_destroy, "rd_kafka_message_destroy");
+    TAKE(message_timestamp, "rd_kafka_message_timestamp");
+    TAKE(message_headers, "rd_kafka_message_headers");
+    TAKE(header_cnt, "rd_kafka_header_cnt");
+    TAKE(header_get_all, "rd_kafka_header_get_all");
+    TAKE(topic_name, "rd_kafka_topic_name");
+    TAKE(err2str, "rd_kafka_err2str");
+    TAKE(query_watermark_offsets, "rd_kafka_query_watermark_offsets");
+#undef TAKE
+    int version = rk.version();
+    if (version < 0x01090000) {
+        PyErr_Format(PyExc_OSError, "%s is librdkafka 0x%08x: 1.9 or newer is needed", path, version);
+        return NULL;
+    }
+    rk_loaded = 1;
+    return PyLong_FromLong(version);
+}
+
+/* ---- growable buffers ------------------------------------------------------------------------------------ */
+
+typedef struct {
+    char *data;
+    size_t size, capacity;
+} buffer_t;
+
+static int reserve(buffer_t *b, size_t more) {
+    if (b->size + more <= b->capacity)
+        return 0;
+    size_t capacity = b->capacity ? b->capacity : 1024;
+    while (capacity < b->size + more)
+        capacity *= 2;
+    char *data = realloc(b->data, capacity);
+    if (data == NULL)
+        return -1;
+    b->data = data;
+    b->capacity = capacity;
+    return 0;
+}
+
+static int append(buffer_t *b, const void *bytes, size_t n) {
+    if (n == 0)
+        return 0;
+    if (reserve(b, n))
+        return -1;
+    memcpy(b->data + b->size, bytes, n);
+    b->size += n;
+    return 0;
+}
+
+static int append_i32(buffer_t *b, int32_t v) { return append(b, &v, sizeof v); }
+
+/* Bit ``i`` of a validity bitmap, growing it by a zeroed byte every 8 bits. */
+static int set_valid(buffer_t *b, size_t i, int valid) {
+    if ((i & 7) == 0) {
+        if (reserve(b, 1))
+            return -1;
+        b->data[b->size++] = 0;
+    } else if (b->size <= (i >> 3)) {
+        return -1; /* an earlier step failed to grow it */
+    }
+    if (valid)
+        b->data[i >> 3] |= (char)(1 << (i & 7));
+    return 0;
+}
+
+static PyObject *to_bytes(buffer_t *b) {
+    return PyBytes_FromStringAndSize(b->data ? b->data : "", (Py_ssize_t)b->size);
+}
+
+/* ---- the consumer ---------------------------------------------------------------------------------------- */
+
+#define FETCH_MAX 5000
+
+typedef struct {
+    rd_kafka_t *handle;
+    rd_kafka_queue_t *queue;
+    char *topic;
+    int32_t partition;
+    rd_kafka_message_t *held[FETCH_MAX]; /* fetched, not yet handed out */
+    char event_text[512];                /* the last event's own text */
+    size_t held_at, held_count;
+} consumer_t;
+
+static const char *CAPSULE = "spark_kafka_backup.rdkafka_columns.consumer";
+
+static void drop_held(consumer_t *c) {
+    for (size_t i = c->held_at; i < c->held_count; i++)
+        rk.message_destroy(c->held[i]);
+    c->held_at = c->held_count = 0;
+}
+
+static void consumer_free(consumer_t *c) {
+    drop_held(c);
+    if (c->queue)
+        rk.queue_destroy(c->queue);
+    if (c->handle) {
+        rk.consumer_close(c->handle);
+        rk.destroy(c->handle);
+    }
+    free(c->topic);
+    free(c);
+}
+
+static void capsule_destructor(PyObject *capsule) {
+    consumer_t *c = PyCapsule_GetPointer(capsule, CAPSULE);
+    if (c != NULL)
+        consumer_free(c);
+}
+
+static consumer_t *consumer_of(PyObject *capsule) {
+    consumer_t *c = PyCapsule_GetPointer(capsule, CAPSULE);
+    if (c != NULL && c->handle == NULL) {
+        PyErr_SetString(PyExc_ValueError, "the consumer is closed");
+        return NULL;
+    }
+    return c;
+}
+
+/* consumer(settings: dict[str, str]) -> capsule */
+static PyObject *consumer_new(PyObject *self, PyObject *args) {
+    PyObject *settings;
+    if (!PyArg_ParseTuple(args, "O!", &PyDict_Type, &settings))
+        return NULL;
+    if (!rk_loaded) {
+        PyErr_SetString(PyExc_RuntimeError, "librdkafka is not loaded (load() first)");
+        return NULL;
+    }
+    char error[512];
+    rd_kafka_conf_t *conf = rk.conf_new();
+    PyObject *key, *value;
+    Py_ssize_t at = 0;
+    while (PyDict_Next(settings, &at, &key, &value)) {
+        const char *k = PyUnicode_AsUTF8(key), *v = k ? PyUnicode_AsUTF8(value) : NULL;
+        if (v == NULL) {
+            rk.conf_destroy(conf);
+            return NULL;
+        }
+        if (rk.conf_set(conf, k, v, error, sizeof error) != RD_KAFKA_CONF_OK) {
+            rk.conf_destroy(conf);
+            PyErr_Format(PyExc_ValueError, "client setting %s: %s", k, error);
+            return NULL;
+        }
+    }
+    rd_kafka_t *handle = rk.new_(RD_KAFKA_CONSUMER, conf, error, sizeof error); /* takes conf when it succeeds */
+    if (handle == NULL) {
+        rk.conf_destroy(conf);
+        PyErr_Format(PyExc_ValueError, "cannot create a consumer: %s", error);
+        return NULL;
+    }
+    consumer_t *c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        rk.destroy(handle);
+        return PyErr_NoMemory();
+    }
+    c->handle = handle;
+    /* The client's own events (token refreshes, errors) come through the consumer's queue, served by poll(). */
+    rk.poll_set_consumer(handle);
+    c->queue = rk.queue_get_consumer(handle);
+    c->partition = -1;
+    if (c->queue == NULL) {
+        consumer_free(c);
+        PyErr_SetString(PyExc_ValueError, "cannot create a consumer: it has no group (set group.id)");
+        return NULL;
+    }
+    PyObject *capsule = PyCapsule_New(c, CAPSULE, capsule_destructor);
+    if (capsule == NULL)
+        consumer_free(c);
+    return capsule;
+}
+
+/* assign(consumer, topic, partition, offset): read that partition alone from ``offset``. */
+static PyObject *consumer_assign(PyObject *self, PyObject *args) {
+    PyObject *capsule;
+    const char *topic;
+    int partition;
+    long long offset;
+    if (!PyArg_ParseTuple(args, "OsiL", &capsule, &topic, &partition, &offset))
+        return NULL;
+    consumer_t *c = consumer_of(capsule);
+    if (c == NULL)
+        return NULL;
+    char *copy = strdup(topic);
+    if (copy == NULL)
+        return PyErr_NoMemory();
+    rd_kafka_topic_partition_list_t *list = rk.list_new(1);
+    rk.list_add(list, topic, partition)->offset = offset;
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = rk.assign(c->handle, list);
+    Py_END_ALLOW_THREADS
+    rk.list_destroy(list);
+    if (err) {
+        free(copy);
+        PyErr_Format(PyExc_RuntimeError, "cannot assign %s [%d]: %s", topic, partition, rk.err2str(err));
+        return NULL;
+    }
+    drop_held(c); /* fetched for the earlier assignment */
+    free(c->topic);
+    c->topic = copy;
+    c->partition = partition;
+    Py_RETURN_NONE;
+}
+
+/* The next fetched message, from what is held or from a new fetch; NULL when none came within timeout_ms. */
+static rd_kafka_message_t *next_message(consumer_t *c, int timeout_ms) {
+    if (c->held_at == c->held_count) {
+        ssize_t got = rk.consume_batch_queue(c->queue, timeout_ms, c->held, FETCH_MAX);
+        c->held_at = 0;
+        c->held_count = got > 0 ? (size_t)got : 0;
+        if (c->held_count == 0)
+            return NULL;
+    }
+    return c->held[c->held_at];
+}
+
+enum { B_OFFSETS, B_TIMESTAMPS, B_KINDS, B_KEY_VALID, B_KEY_OFFSETS, B_KEY_DATA, B_VALUE_VALID, B_VALUE_OFFSETS,
+       B_VALUE_DATA, B_HEADERS_VALID, B_HEADERS_OFFSETS, B_HEADER_KEY_OFFSETS, B_HEADER_KEY_DATA,
+       B_HEADER_VALUE_VALID, B_HEADER_VALUE_OFFSETS, B_HEADER_VALUE_DATA, B_COUNT };
+
+/*
+ * poll(consumer, max_rows, timeout_ms, end, max_bytes)
+ *   -> (rows, headers_count, (16 buffers as bytes), event_code, event_offset, event_text)
+ *
+ * event_code 0: no event (the batch ended at max_rows, max_bytes, end, or a fetch that brought nothing within
+ * timeout_ms). ``reached_end`` (offset >= end seen, or end - 1 handed out) is returned as event_code 0 with
+ * event_offset set to the offset that reached it, else -1.
+ */
+static PyObject *consumer_poll(PyObject *self, PyObject *args) {
+    PyObject *capsule;
+    Py_ssize_t max_rows, max_bytes;
+    int timeout_ms;
+    long long end;
+    if (!PyArg_ParseTuple(args, "OniLn", &capsule, &max_rows, &timeout_ms, &end, &max_bytes))
+        return NULL;
+    consumer_t *c = consumer_of(capsule);
+    if (c == NULL)
+        return NULL;
+    if (c->topic == NULL) {
+        PyErr_SetString(PyExc_ValueError, "poll() before assign()");
+        return NULL;
+    }
+    if (max_bytes > INT32_MAX)
+        max_bytes = INT32_MAX;
+    buffer_t b[B_COUNT];
+    memset(b, 0, sizeof b);
+    size_t rows = 0, headers = 0;
+    int event = 0, failed = 0;
+    long long event_offset = -1;
+    const char *event_text = "";
+    failed |= append_i32(&b[B_KEY_OFFSETS], 0) | append_i32(&b[B_VALUE_OFFSETS], 0);
+    failed |= append_i32(&b[B_HEADERS_OFFSETS], 0) | append_i32(&b[B_HEADER_KEY_OFFSETS], 0);
+    failed |= append_i32(&b[B_HEADER_VALUE_OFFSETS], 0);
+
+    Py_BEGIN_ALLOW_THREADS
+    while (!failed && rows < (size_t)max_rows) {
+        /* Wait for a fetch only while nothing is in hand: a batch is handed out as soon as no more is fetched. */
+        rd_kafka_message_t *m = next_message(c, rows == 0 ? timeout_ms : 0);
+        if (m == NULL)
+            break;
+        if (m->err) {
+            event = m->err;
+            event_offset = m->offset;
+            /* An event's payload, when it has one, is its own text (librdkafka's rd_kafka_message_errstr). */
+            if (m->payload != NULL && m->len > 0) {
+                size_t n = m->len < sizeof c->event_text - 1 ? m->len : sizeof c->event_text - 1;
+                memcpy(c->event_text, m->payload, n);
+                c->event_text[n] = 0;
+                event_text = c->event_text;
+            } else {
+                event_text = rk.err2str(m->err);
+            }
+            c->held_at++;
+            rk.message_destroy(m);
+            break;
+        }
+        if (m->partition != c->partition || strcmp(rk.topic_name(m->rkt), c->topic) != 0) {
+            c->held_at++;
+            rk.message_destroy(m); /* left from an earlier assignment */
+            continue;
+        }
+        if (m->offset >= end) {
+            event_offset = m->offset; /* past the range: the rest is not this range's */
+            c->held_at++;
+            rk.message_destroy(m);
+            break;
+        }
+        size_t key_len = m->key ? m->key_len : 0, value_len = m->payload ? m->len : 0;
+        size_t header_key_len = 0, header_value_len = 0;
+        rd_kafka_headers_t *hs = NULL;
+        int has_headers = rk.message_headers(m, &hs) == 0 && hs != NULL;
+        size_t header_count = has_headers ? rk.header_cnt(hs) : 0;
+        for (size_t j = 0; j < header_count; j++) {
+            const char *name = NULL;
+            const void *bytes = NULL;
+            size_t size = 0;
+            if (rk.header_get_all(hs, j, &name, &bytes, &size) == 0) {
+                header_key_len += strlen(name);
+                header_value_len += bytes ? size : 0;
+            }
+        }
+        /* Every data buffer stays below max_bytes (<= 2 GiB - 1: 32-bit Arrow offsets); a record starts the next
+         * batch when it would pass it. */
+        if (rows > 0 && (b[B_KEY_DATA].size + key_len > (size_t)max_bytes ||
+                         b[B_VALUE_DATA].size + value_len > (size_t)max_bytes ||
+                         b[B_HEADER_KEY_DATA].size + header_key_len > (size_t)max_bytes ||
+                         b[B_HEADER_VALUE_DATA].size + header_value_len > (size_t)max_bytes)) {
+            break;
+        }
+        if (key_len > INT32_MAX || value_len > INT32_MAX || header_key_len > INT32_MAX ||
+            header_value_len > INT32_MAX) {
+            event = -1;
+            event_offset = m->offset;
+            event_text = "a record whose key, value or headers pass 2 GiB";
+            break;
+        }
+        int kind = 0;
+        int64_t millis = rk.message_timestamp(m, &kind);
+        int64_t micros = millis * 1000;
+        int32_t kind_id = kind - 1; /* librdkafka 0 none, 1 create, 2 log append -> Kafka's -1, 0, 1 */
+        failed |= append(&b[B_OFFSETS], &m->offset, 8) | append(&b[B_TIMESTAMPS], &micros, 8);
+        failed |= append(&b[B_KINDS], &kind_id, 4);
+        failed |= set_valid(&b[B_KEY_VALID], rows, m->key != NULL) | append(&b[B_KEY_DATA], m->key, key_len);
+        failed |= append_i32(&b[B_KEY_OFFSETS], (int32_t)b[B_KEY_DATA].size);
+        failed |= set_valid(&b[B_VALUE_VALID], rows, m->payload != NULL);
+        failed |= append(&b[B_VALUE_DATA], m->payload, value_len);
+        failed |= append_i32(&b[B_VALUE_OFFSETS], (int32_t)b[B_VALUE_DATA].size);
+        failed |= set_valid(&b[B_HEADERS_VALID], rows, has_headers);
+        if (has_headers) {
+            for (size_t j = 0; j < header_count && !failed; j++) {
+                const char *name = NULL;
+                const void *bytes = NULL;
+                size_t size = 0;
+                if (rk.header_get_all(hs, j, &name, &bytes, &size) != 0)
+                    break;
+                failed |= append(&b[B_HEADER_KEY_DATA], name, strlen(name));
+                failed |= append_i32(&b[B_HEADER_KEY_OFFSETS], (int32_t)b[B_HEADER_KEY_DATA].size);
+                failed |= set_valid(&b[B_HEADER_VALUE_VALID], headers, bytes != NULL);
+                failed |= append(&b[B_HEADER_VALUE_DATA], bytes, bytes ? size : 0);
+                failed |= append_i32(&b[B_HEADER_VALUE_OFFSETS], (int32_t)b[B_HEADER_VALUE_DATA].size);
+                headers++;
+            }
+        }
+        failed |= append_i32(&b[B_HEADERS_OFFSETS], (int32_t)headers);
+        rows++;
+        int64_t offset = m->offset;
+        c->held_at++;
+        rk.message_destroy(m);
+        if (offset >= end - 1) {
+            event_offset = offset; /* the range's last offset */
+            break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+
+    PyObject *result = NULL;
+    if (failed) {
+        PyErr_NoMemory();
+    } else {
+        PyObject *buffers = PyTuple_New(B_COUNT);
+        for (int i = 0; buffers != NULL && i < B_COUNT; i++) {
+            PyObject *bytes = to_bytes(&b[i]);
+            if (bytes == NULL) {
+                Py_CLEAR(buffers);
+                break;
+            }
+            PyTuple_SET_ITEM(buffers, i, bytes);
+        }
+        if (buffers != NULL)
+            result = Py_BuildValue("(nnNiLs)", (Py_ssize_t)rows, (Py_ssize_t)headers, buffers, event, event_offset,
+                                   event_text);
+    }
+    for (int i = 0; i < B_COUNT; i++)
+        free(b[i].data);
+    return result;
+}
+
+/* watermarks(consumer, topic, partition, timeout_ms) -> (low, high) */
+static PyObject *consumer_watermarks(PyObject *self, PyObject *args) {
+    PyObject *capsule;
+    const char *topic;
+    int partition, timeout_ms;
+    if (!PyArg_ParseTuple(args, "Osii", &capsule, &topic, &partition, &timeout_ms))
+        return NULL;
+    consumer_t *c = consumer_of(capsule);
+    if (c == NULL)
+        return NULL;
+    int64_t low = -1, high = -1;
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = rk.query_watermark_offsets(c->handle, topic, partition, &low, &high, timeout_ms);
+    Py_END_ALLOW_THREADS
+    if (err) {
+        PyErr_Format(PyExc_RuntimeError, "%s", rk.err2str(err));
+        return NULL;
+    }
+    return Py_BuildValue("(LL)", (long long)low, (long long)high);
+}
+
+/* close(consumer): leave the cluster now (the capsule's destructor would, later). */
+static PyObject *consumer_close(PyObject *self, PyObject *args) {
+    PyObject *capsule;
+    if (!PyArg_ParseTuple(args, "O", &capsule))
+        return NULL;
+    consumer_t *c = PyCapsule_GetPointer(capsule, CAPSULE);
+    if (c == NULL)
+        return NULL;
+    if (c->handle != NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        drop_held(c);
+        rk.queue_destroy(c->queue);
+        rk.consumer_close(c->handle);
+        rk.destroy(c->handle);
+        Py_END_ALLOW_THREADS
+        c->handle = NULL;
+        c->queue = NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"load", load, METH_VARARGS, "load(path) -> librdkafka version: open librdkafka and take its functions"},
+    {"consumer", consumer_new, METH_VARARGS, "consumer(settings) -> a consumer (capsule)"},
+    {"assign", consumer_assign, METH_VARARGS, "assign(consumer, topic, partition, offset)"},
+    {"poll", consumer_poll, METH_VARARGS, "poll(consumer, max_rows, timeout_ms, end, max_bytes) -> columns, event"},
+    {"watermarks", consumer_watermarks, METH_VARARGS, "watermarks(consumer, topic, partition, timeout_ms)"},
+    {"close", consumer_close, METH_VARARGS, "close(consumer)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rdkafka_columns", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__rdkafka_columns(void) { return PyModule_Create(&module); }

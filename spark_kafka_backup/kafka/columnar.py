@@ -1,0 +1,199 @@
+"""The native Kafka edge: a consumer that gives Arrow batches of one partition, without a Python object per record.
+
+confluent-kafka hands out one ``Message`` per record and Python pulls each field out of it (~2 µs a record); the
+native edge (``_rdkafka_columns.c``, built at install when a C compiler is there) fills the Arrow buffers in C,
+from the same librdkafka, the one confluent-kafka's wheel ships (found where the running process has it mapped,
+so both paths always run the same client). The reference path (confluent-kafka) stays: the native one is tested
+against it, and it is what runs where the native module is missing.
+
+``KBACKUP_KAFKA_EDGE`` chooses: ``native`` (fail if the module cannot be used), ``reference``, or unset (native when
+it loads). The choice is read where a consumer is made, on the executor: set it in the executors' environment.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import functools
+import glob
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from spark_kafka_backup.errors import KbackupError
+
+log = logging.getLogger("spark_kafka_backup.source")
+
+EDGE_ENV = "KBACKUP_KAFKA_EDGE"
+
+#: The Kafka source's columns (Spark's Kafka schema) as Arrow types, headers last.
+HEADER_TYPE = pa.struct([("key", pa.string()), ("value", pa.binary())])
+HEADERS_TYPE = pa.list_(HEADER_TYPE)
+
+#: librdkafka's file (``librdkafka.so.1``, a wheel's ``librdkafka-HASH.so.1``), not ``librdkafka++``.
+_LIBRDKAFKA = re.compile(r"librdkafka([-.]|$)")
+
+#: librdkafka's partition-EOF event.
+PARTITION_EOF = -191
+
+
+class NativeEdgeError(KbackupError):
+    """The native edge was asked for (``KBACKUP_KAFKA_EDGE=native``) and cannot be used here."""
+
+
+def librdkafka_path() -> str | None:
+    """The file of the librdkafka confluent-kafka runs: mapped into this process once confluent-kafka is imported
+    (its wheel's own copy, or the system's when it was built against that)."""
+    import confluent_kafka  # maps librdkafka
+
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.rstrip("\n").split(maxsplit=5)[-1]
+                if _LIBRDKAFKA.match(os.path.basename(path)) and os.path.exists(path):
+                    return path
+    except OSError:
+        pass
+    package = Path(confluent_kafka.__file__).parent
+    for pattern in (
+        str(package.parent / "confluent_kafka.libs" / "librdkafka*"),
+        str(package / ".dylibs" / "librdkafka*"),
+    ):
+        found = sorted(glob.glob(pattern))
+        if found:
+            return found[0]
+    return ctypes.util.find_library("rdkafka")
+
+
+@functools.cache
+def _native() -> tuple[ModuleType | None, str]:
+    """The loaded native module, or ``None`` and why not."""
+    try:
+        from spark_kafka_backup.kafka import _rdkafka_columns  # type: ignore[attr-defined]
+    except ImportError as exc:
+        return None, f"the native module is not built ({exc})"
+    path = librdkafka_path()
+    if path is None:
+        return None, "librdkafka was not found"
+    try:
+        _rdkafka_columns.load(path)
+    except OSError as exc:
+        return None, str(exc)
+    return _rdkafka_columns, ""
+
+
+def native_edge() -> ModuleType | None:
+    """The native module when the edge is to be native (see the module docstring), else ``None``."""
+    wanted = os.environ.get(EDGE_ENV, "").strip().lower()
+    if wanted == "reference":
+        return None
+    if wanted not in ("", "native"):
+        raise NativeEdgeError(f"{EDGE_ENV}={wanted!r}: expected 'native', 'reference' or nothing")
+    module, why = _native()
+    if module is None and wanted == "native":
+        raise NativeEdgeError(f"{EDGE_ENV}=native, but the native Kafka edge cannot be used here: {why}")
+    return module
+
+
+@dataclass(frozen=True)
+class Polled:
+    """What one :meth:`ColumnarConsumer.poll` brought.
+
+    ``batch``: the records, in offset order (``None`` when none came). ``event``: librdkafka's error code of an event
+    met after them (partition EOF, an error), 0 when none, with ``event_offset`` and ``event_text``; without an
+    event, ``event_offset`` is the offset that reached the range's end (its last, or a first one past it), else -1.
+    """
+
+    batch: pa.RecordBatch | None
+    event: int
+    event_offset: int
+    event_text: str
+
+    @property
+    def reached_end(self) -> bool:
+        return self.event == 0 and self.event_offset >= 0
+
+
+class ColumnarConsumer:
+    """A consumer of one partition at a time, by assignment, that never commits; see the module docstring."""
+
+    def __init__(self, native: ModuleType, settings: dict[str, str], schema: pa.Schema) -> None:
+        self._native = native
+        self._schema = schema
+        self._headers = schema.get_field_index("headers") >= 0
+        self._handle: Any = native.consumer({"log_level": "2", **settings})
+        self._topic = ""
+        self._partition = -1
+
+    def assign(self, topic: str, partition: int, offset: int) -> None:
+        self._native.assign(self._handle, topic, partition, offset)
+        self._topic, self._partition = topic, partition
+
+    def poll(self, max_rows: int, timeout: float, end: int, max_bytes: int = 64 << 20) -> Polled:
+        rows, headers, buffers, event, event_offset, text = self._native.poll(
+            self._handle, max_rows, int(timeout * 1000), end, max_bytes
+        )
+        batch = self._batch(rows, headers, buffers) if rows else None
+        return Polled(batch, event, event_offset, text)
+
+    def watermarks(self, topic: str, partition: int, timeout: float) -> tuple[int, int]:
+        low, high = self._native.watermarks(self._handle, topic, partition, int(timeout * 1000))
+        return int(low), int(high)
+
+    def close(self) -> None:
+        self._native.close(self._handle)
+
+    def _batch(self, rows: int, headers: int, buffers: tuple[bytes, ...]) -> pa.RecordBatch:
+        (offsets, stamps, kinds, key_valid, key_offsets, keys, value_valid, value_offsets, values,
+         headers_valid, headers_offsets, header_key_offsets, header_keys, header_value_valid,
+         header_value_offsets, header_values) = (pa.py_buffer(b) for b in buffers)  # fmt: skip
+        columns = [
+            pa.Array.from_buffers(pa.binary(), rows, [key_valid, key_offsets, keys]),
+            pa.Array.from_buffers(pa.binary(), rows, [value_valid, value_offsets, values]),
+            repeated_string(self._topic, rows),
+            pa.array(np.full(rows, self._partition, dtype=np.int32)),
+        ]
+        columns.append(pa.Array.from_buffers(pa.int64(), rows, [None, offsets]))
+        columns.append(pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), rows, [None, stamps]))
+        columns.append(pa.Array.from_buffers(pa.int32(), rows, [None, kinds]))
+        if self._headers:
+            names = pa.Array.from_buffers(pa.string(), headers, [None, header_key_offsets, header_keys])
+            try:
+                names.validate(full=True)  # a header key is a string: UTF-8, as the reference path requires
+            except pa.ArrowInvalid as exc:
+                first, last = offsets_of(columns[4])
+                raise KbackupError(
+                    f"topic {self._topic!r} partition {self._partition}: a record at offsets {first}..{last} has a "
+                    f"header key that is not UTF-8 ({exc})"
+                ) from None
+            pairs = pa.StructArray.from_arrays(
+                [
+                    names,
+                    pa.Array.from_buffers(
+                        pa.binary(), headers, [header_value_valid, header_value_offsets, header_values]
+                    ),
+                ],
+                fields=list(HEADER_TYPE),
+            )
+            columns.append(
+                pa.ListArray.from_buffers(HEADERS_TYPE, rows, [headers_valid, headers_offsets], children=[pairs])
+            )
+        return pa.RecordBatch.from_arrays(columns, schema=self._schema)
+
+
+def offsets_of(column: pa.Array) -> tuple[int, int]:
+    """The first and last offset of a batch's offset column."""
+    return int(column[0].as_py()), int(column[len(column) - 1].as_py())
+
+
+def repeated_string(text: str, rows: int) -> pa.Array:
+    """``rows`` copies of ``text`` as an Arrow string array, built from its buffers."""
+    encoded = text.encode()
+    offsets = np.arange(rows + 1, dtype=np.int32) * len(encoded)
+    return pa.Array.from_buffers(pa.string(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(encoded * rows)])

@@ -1,0 +1,51 @@
+"""One Kafka source task on an executor: its consumer, on the native edge or the reference path.
+
+A task of one range reads through the native edge when it can be used (:mod:`spark_kafka_backup.kafka.columnar`),
+else, and for packed tasks of many ranges, through confluent-kafka (:mod:`spark_kafka_backup.spark.kafka_reader`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from spark_kafka_backup.kafka.client_settings import consumer_settings
+from spark_kafka_backup.kafka.columnar import native_edge
+from spark_kafka_backup.logsetup import ensure_console_logging
+from spark_kafka_backup.spark.columnar_reader import read_range_columnar
+from spark_kafka_backup.spark.kafka_reader import Incarnations, KafkaTask, read_range, read_together
+
+
+def read_task(task: KafkaTask, *, batch_rows: int = 10_000) -> Iterator[pa.RecordBatch]:
+    """Read the ranges of ``task`` with one consumer, as Arrow batches of one partition each (executor side).
+
+    One range is read alone. Several (small partitions packed together) are
+    assigned at once, so one fetch brings data of many of them: each
+    partition's rows gather in its own columns, which become a batch when the
+    range is complete or holds ``batch_rows`` rows, and a complete partition
+    is unassigned.
+    """
+    from confluent_kafka import Consumer
+
+    if not task.ranges:
+        return
+    first = task.ranges[0]
+    ensure_console_logging()  # a Python worker of Spark's: librdkafka's own log (a line per reconnect) stays quiet
+    settings = consumer_settings(first.client, isolation_level=first.client.get("isolation.level", "read_committed"))
+    # Offsets deleted under the task are an event it handles (see _deleted_under), never a silent jump.
+    settings["auto.offset.reset"] = "error"
+    native = native_edge() if len(task.ranges) == 1 else None
+    if native is not None:
+        yield from read_range_columnar(first, native, settings, batch_rows=batch_rows)
+        return
+    consumer = Consumer(settings, logger=logging.getLogger("spark_kafka_backup.librdkafka"))
+    incarnations = Incarnations(task.ranges)
+    try:
+        if len(task.ranges) == 1:
+            yield from read_range(first, consumer, batch_rows=batch_rows, incarnations=incarnations)
+        else:
+            yield from read_together(task.ranges, consumer, batch_rows=batch_rows, incarnations=incarnations)
+    finally:
+        consumer.close()
