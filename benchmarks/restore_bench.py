@@ -9,6 +9,10 @@ invocation, against fresh topics on a local Apache Kafka node (or ``--bootstrap`
 - ``raw``: one Python process producing the same records, read from the same
   backup files, with an idempotent confluent-kafka producer and the same
   batch settings. The least work a Python restore must do per record.
+- ``native``: the same, through the native Kafka edge: the backup read in
+  columnar batches, each produced by one call from its Arrow columns
+  (:mod:`spark_kafka_backup.kafka.columnar_producer`), delivery reports counted
+  in C. What the restore's tasks will cost once they produce this way.
 - ``restore``: ``spark-submit jobs/restore.py`` with ``local[2]``, end to end
   (Spark and Python worker start-up included), and the tasks' own producing
   time (the longest task, from the job's summary).
@@ -17,8 +21,9 @@ invocation, against fresh topics on a local Apache Kafka node (or ``--bootstrap`
   text file (written before the clock starts), idempotent, to a third topic.
 
 Printed: records/s and MB/s of value bytes, the ratio restore / raw (and
-restore / kcat), and the peak resident memory of each (the restore: JVM plus
-Python workers).
+restore / kcat), CPU seconds per million records and peak resident memory of
+each one's whole process tree (:mod:`benchmarks.process_tree`; the broker is
+not in it).
 """
 
 from __future__ import annotations
@@ -108,15 +113,45 @@ print(json.dumps([time.perf_counter() - started, n, peak_rss_mib()]))
 """
 
 
-def raw_produce(settings: dict[str, str], root: Path, partitions: int) -> tuple[float, float, float]:
+NATIVE = """
+import json, sys, time
+from pathlib import Path
+from spark_kafka_backup.kafka.columnar import native_edge
+from spark_kafka_backup.kafka.columnar_producer import ColumnarProducer
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.segment_batches import produce_columns
+from spark_kafka_backup.restore.task import producer_settings
+from benchmarks.backup_bench import peak_rss_mib
+settings, root, partitions, topic = json.loads(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+native = native_edge()
+assert native is not None, "the native Kafka edge is not built"
+producer = ColumnarProducer(native, {k: str(v) for k, v in producer_settings(settings, 1 << 20).items()})
+started = time.perf_counter()
+n = 0
+for p in range(partitions):
+    for batch in PartitionReader(root / "bench", p).record_batches():
+        columns = produce_columns(batch)
+        producer.produce(topic, p, columns, n)
+        n += columns.num_rows
+assert producer.flush(300) == 0
+reports = producer.deliveries()
+assert reports.reported == n and not reports.failures, (reports.reported, reports.failures[:3])
+print(json.dumps([time.perf_counter() - started, n, peak_rss_mib()]))
+"""
+
+
+def raw_produce(
+    settings: dict[str, str], root: Path, partitions: int, *, native: bool = False
+) -> tuple[float, float, float]:
     """Seconds producing, peak RSS (MiB) and CPU seconds of the whole process (start-up included)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient(settings)  # kept alive until the topic exists
-    for future in admin.create_topics([NewTopic("raw-target", partitions, 1)]).values():
+    target = "native-target" if native else "raw-target"
+    for future in admin.create_topics([NewTopic(target, partitions, 1)]).values():
         future.result(30)
     usage, output = measure(
-        [sys.executable, "-c", RAW, json.dumps(settings), str(root), str(partitions), "raw-target"],
+        [sys.executable, "-c", NATIVE if native else RAW, json.dumps(settings), str(root), str(partitions), target],
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture=True,
     )
@@ -150,6 +185,7 @@ def main() -> None:
         write_backup(root, args.records, args.partitions, args.value_size)
         with cluster(args.bootstrap) as settings:
             raw_seconds, raw_rss, raw_cpu = raw_produce(settings, root, args.partitions)
+            native_seconds, native_rss, native_cpu = raw_produce(settings, root, args.partitions, native=True)
             kcat = kcat_produce(settings, Path(tmp), args.records, args.partitions, args.value_size)
             restore, busy = run_restore(settings, root)
     n, mb = args.records, args.records * args.value_size / 1e6
@@ -158,6 +194,8 @@ def main() -> None:
     print("CPU: user + system seconds of each one's whole process tree, per million records (the broker excluded)")
     raw_rate = f"{n / raw_seconds:>10,.0f} records/s {mb / raw_seconds:7.1f} MB/s"
     print(f"raw produce          {raw_rate}  CPU {raw_cpu / n * 1e6:5.2f} s/M  peak {raw_rss:6.0f} MiB")
+    native_rate = f"{n / native_seconds:>10,.0f} records/s {mb / native_seconds:7.1f} MB/s"
+    print(f"native produce       {native_rate}  CPU {native_cpu / n * 1e6:5.2f} s/M  peak {native_rss:6.0f} MiB")
     if kcat is None:
         print("kcat produce         not installed (apt-get install kcat)")
     else:

@@ -49,7 +49,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "README.md",
         "spark_kafka_backup/cli/__init__.py",
         "spark_kafka_backup/jobs/log4j2.properties",
-        "spark_kafka_backup/kafka/_rdkafka_columns.c",
+        "spark_kafka_backup/kafka/_native/consume.c",
+        "spark_kafka_backup/kafka/_native/rdkafka.h",
     } <= members
     names = zipfile.ZipFile(wheel).namelist()
     metadata = zipfile.ZipFile(wheel).read(f"{top}.dist-info/METADATA").decode()
@@ -61,7 +62,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "spark_kafka_backup/jobs/log4j2.properties" in names
     )  # Spark's logging until a job sets its level (spark_submit)
     assert not [name for name in names if name.startswith(("tests/", "benchmarks/", "jobs/"))]
-    assert [name for name in names if name.startswith("spark_kafka_backup/kafka/_rdkafka_columns.") and ".so" in name]
+    assert [name for name in names if name.startswith("spark_kafka_backup/kafka/_native_kafka.") and ".so" in name]
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"

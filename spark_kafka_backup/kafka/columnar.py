@@ -1,7 +1,7 @@
 """The native Kafka edge: a consumer that gives Arrow batches of one partition, without a Python object per record.
 
 confluent-kafka hands out one ``Message`` per record and Python pulls each field out of it (~2 µs a record); the
-native edge (``_rdkafka_columns.c``, built at install when a C compiler is there) fills the Arrow buffers in C,
+native edge (``_native/``, C built at install when a C compiler is there) fills the Arrow buffers in C,
 from the same librdkafka, the one confluent-kafka's wheel ships (found where the running process has it mapped,
 so both paths always run the same client). The reference path (confluent-kafka) stays: the native one is tested
 against it, and it is what runs where the native module is missing.
@@ -75,17 +75,17 @@ def librdkafka_path() -> str | None:
 def _native() -> tuple[ModuleType | None, str]:
     """The loaded native module, or ``None`` and why not."""
     try:
-        from spark_kafka_backup.kafka import _rdkafka_columns  # type: ignore[attr-defined]
+        from spark_kafka_backup.kafka import _native_kafka  # type: ignore[attr-defined]
     except ImportError as exc:
         return None, f"the native module is not built ({exc})"
     path = librdkafka_path()
     if path is None:
         return None, "librdkafka was not found"
     try:
-        _rdkafka_columns.load(path)
+        _native_kafka.load(path)
     except OSError as exc:
         return None, str(exc)
-    return _rdkafka_columns, ""
+    return _native_kafka, ""
 
 
 def native_edge() -> ModuleType | None:
@@ -170,8 +170,8 @@ class ColumnarConsumer:
                 first, last = offsets_of(columns[4])
                 raise KbackupError(
                     f"topic {self._topic!r} partition {self._partition}: a record at offsets {first}..{last} has a "
-                    f"header key that is not UTF-8 ({exc})"
-                ) from None
+                    "header key that is not UTF-8"
+                ) from exc
             pairs = pa.StructArray.from_arrays(
                 [
                     names,

@@ -97,6 +97,47 @@ class RecordBatch:
             yield new(Record, fields)
 
 
+#: The columns a producer takes (:meth:`RecordBatch.produce_columns`): timestamps in milliseconds, -1 for none.
+PRODUCE_SCHEMA = pa.schema(
+    [
+        ("key", pa.large_binary()),
+        ("value", pa.large_binary()),
+        ("timestamp", pa.int64()),
+        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.large_binary())]))),
+    ]
+)
+
+
+def produce_columns(batch: RecordBatch) -> pa.RecordBatch:
+    """``batch``'s records as a producer takes them, without a Python object per record (what
+    :meth:`RecordBatch.records` gives one by one): keys and values (null stays null), the timestamp in milliseconds
+    (-1 when the record has none), the headers in order (null when a record has none)."""
+    c = batch.columns
+    n = len(c)
+    buf = np.frombuffer(batch.data, dtype=np.uint8)
+    keys = binary_column(buf, c.key_starts, c.key_lengths)
+    values = binary_column(buf, c.value_starts, c.value_lengths)
+    has_time = (c.timestamp_types == 0) | (c.timestamp_types == 1)
+    stamps = np.where(has_time, c.timestamps, -1).astype(np.int64)
+    counts = np.asarray(c.header_counts, dtype=np.int64)
+    list_offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(counts, out=list_offsets[1:])
+    total = int(list_offsets[-1])
+    # Each record's headers, in order: header_first[i] .. header_first[i] + counts[i] - 1.
+    where = np.repeat(np.asarray(c.header_first, dtype=np.int64) - list_offsets[:-1], counts) + np.arange(total)
+    names = binary_column(buf, c.header_key_starts[where], c.header_key_lengths[where]).cast(pa.string())
+    header_values = binary_column(buf, c.header_value_starts[where], c.header_value_lengths[where])
+    pairs = pa.StructArray.from_arrays(
+        [names, header_values], fields=list(PRODUCE_SCHEMA.field("headers").type.value_type)
+    )
+    none = counts == 0
+    validity = pa.py_buffer(np.packbits(~none, bitorder="little")) if none.any() else None
+    headers = pa.ListArray.from_buffers(
+        PRODUCE_SCHEMA.field("headers").type, n, [validity, pa.py_buffer(list_offsets)], children=[pairs]
+    )
+    return pa.RecordBatch.from_arrays([keys, values, pa.array(stamps), headers], schema=PRODUCE_SCHEMA)
+
+
 def iter_segment_batches(
     records_path: Location,
     index_path: Location,

@@ -14,10 +14,18 @@ from spark_kafka_backup.format.magic import MAGIC_V1
 from spark_kafka_backup.format.record import Record, encode_record
 from spark_kafka_backup.format.segment_index import SegmentIndexEntry, encode_segment_index
 from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.partition.segment_batches import iter_segment_batches
+from spark_kafka_backup.partition.segment_batches import iter_segment_batches, produce_columns
 from spark_kafka_backup.partition.segment_reader import iter_segment
 from spark_kafka_backup.partition.writer import PartitionWriter
 from tests.strategies import record_runs
+
+
+def written(directory: Path, records: list[Record], segment_size: int) -> PartitionReader:
+    """A reader of partition 0 of topic ``t`` in ``directory``, holding ``records``."""
+    with PartitionWriter(directory / "t", "t", 0, max_segment_size=segment_size, fsync=False) as writer:
+        for record in records:
+            writer.append(record)
+    return PartitionReader(directory / "t", 0)
 
 
 def batched(reader: PartitionReader, low: int | None, high: int | None) -> list[Record]:
@@ -30,11 +38,7 @@ def test_batches_hold_the_records_the_reference_reader_yields(
     records: list[Record], segment_size: int, data: st.DataObject
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        topic_dir = Path(tmp) / "t"
-        with PartitionWriter(topic_dir, "t", 0, max_segment_size=segment_size, fsync=False) as writer:
-            for record in records:
-                writer.append(record)
-        reader = PartitionReader(topic_dir, 0)
+        reader = written(Path(tmp), records, segment_size)
         offsets = [r.offset for r in records]
         low = data.draw(st.one_of(st.none(), st.integers(offsets[0] - 2, offsets[-1] + 2)))
         high = data.draw(st.one_of(st.none(), st.integers(offsets[0] - 2, offsets[-1] + 2)))
@@ -98,3 +102,26 @@ def test_damage_is_refused_naming_the_file(tmp_path: Path, damage: str, message:
         for _ in iter_segment_batches(records_path, index_path):
             pass
     assert tmp_path.name in str(caught.value)
+
+
+@settings(max_examples=60, deadline=None)
+@given(record_runs(max_size=40), st.sampled_from([80, 1 << 30]))
+def test_produce_columns_hold_what_a_producer_is_given_record_by_record(
+    records: list[Record], segment_size: int
+) -> None:
+    """The columns the native producer takes carry, row for row, what the reference restore passes to ``produce``:
+    key, value, the timestamp (-1 when none), headers in order (none: null)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        reader = written(Path(tmp), records, segment_size)
+        for batch in reader.record_batches(None, None):
+            columns = produce_columns(batch)
+            expected = [
+                {
+                    "key": r.key,
+                    "value": r.value,
+                    "timestamp": -1 if r.timestamp is None else r.timestamp,
+                    "headers": [{"key": k, "value": v} for k, v in r.headers] if r.headers else None,
+                }
+                for r in batch.records()
+            ]
+            assert columns.to_pylist() == expected

@@ -1,11 +1,8 @@
 /*
- * A Kafka consumer that hands out Arrow column buffers, not one Python object per record.
+ * The native Kafka edge's consumer: it hands out Arrow column buffers, not one Python object per record.
  *
- * The consumer is librdkafka's, the very library confluent-kafka's wheel ships: load() opens it by path (dlopen)
- * and takes the few functions used here by name, so this module links against nothing, builds in a second with
- * the system C compiler, and the native and reference paths run the same client with the same settings.
- * The declarations below are librdkafka's public, stable ABI (rdkafka.h, unchanged since 1.x); load() refuses
- * a librdkafka older than 1.9.
+ * The consumer is librdkafka's, the very library confluent-kafka's wheel ships (see rdkafka.h and rdkafka.c), so
+ * the native and reference paths run the same client with the same settings.
  *
  * poll() fills, for the records of one assigned partition, the buffers of Arrow arrays (little-endian, validity
  * bitmaps LSB first, 32-bit offsets):
@@ -22,125 +19,9 @@
  * consumer and come first at the next poll(): nothing fetched is dropped silently. Messages of another
  * partition (left from an earlier assignment) are dropped, as the reference path drops them.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <dlfcn.h>
-#include <stdint.h>
 #include <string.h>
 
-/* ---- librdkafka's public ABI (rdkafka.h) ---------------------------------------------------------------- */
-
-typedef struct rd_kafka_s rd_kafka_t;
-typedef struct rd_kafka_conf_s rd_kafka_conf_t;
-typedef struct rd_kafka_topic_s rd_kafka_topic_t;
-typedef struct rd_kafka_queue_s rd_kafka_queue_t;
-typedef struct rd_kafka_headers_s rd_kafka_headers_t;
-
-typedef struct {
-    int err; /* rd_kafka_resp_err_t */
-    rd_kafka_topic_t *rkt;
-    int32_t partition;
-    void *payload;
-    size_t len;
-    void *key;
-    size_t key_len;
-    int64_t offset;
-    void *_private;
-} rd_kafka_message_t;
-
-typedef struct {
-    char *topic;
-    int32_t partition;
-    int64_t offset;
-    void *metadata;
-    size_t metadata_size;
-    void *opaque;
-    int err;
-    void *_private;
-} rd_kafka_topic_partition_t;
-
-typedef struct {
-    int cnt;
-    int size;
-    rd_kafka_topic_partition_t *elems;
-} rd_kafka_topic_partition_list_t;
-
-enum { RD_KAFKA_CONSUMER = 1, RD_KAFKA_CONF_OK = 0, RD_KAFKA_RESP_ERR__NOENT = -156 };
-
-static struct {
-    int (*version)(void);
-    rd_kafka_conf_t *(*conf_new)(void);
-    void (*conf_destroy)(rd_kafka_conf_t *);
-    int (*conf_set)(rd_kafka_conf_t *, const char *, const char *, char *, size_t);
-    rd_kafka_t *(*new_)(int, rd_kafka_conf_t *, char *, size_t);
-    void (*destroy)(rd_kafka_t *);
-    int (*consumer_close)(rd_kafka_t *);
-    rd_kafka_topic_partition_list_t *(*list_new)(int);
-    rd_kafka_topic_partition_t *(*list_add)(rd_kafka_topic_partition_list_t *, const char *, int32_t);
-    void (*list_destroy)(rd_kafka_topic_partition_list_t *);
-    int (*assign)(rd_kafka_t *, const rd_kafka_topic_partition_list_t *);
-    rd_kafka_queue_t *(*queue_get_consumer)(rd_kafka_t *);
-    int (*poll_set_consumer)(rd_kafka_t *);
-    void (*queue_destroy)(rd_kafka_queue_t *);
-    ssize_t (*consume_batch_queue)(rd_kafka_queue_t *, int, rd_kafka_message_t **, size_t);
-    void (*message_destroy)(rd_kafka_message_t *);
-    int64_t (*message_timestamp)(const rd_kafka_message_t *, int *);
-    int (*message_headers)(const rd_kafka_message_t *, rd_kafka_headers_t **);
-    size_t (*header_cnt)(const rd_kafka_headers_t *);
-    int (*header_get_all)(const rd_kafka_headers_t *, size_t, const char **, const void **, size_t *);
-    const char *(*topic_name)(const rd_kafka_topic_t *);
-    const char *(*err2str)(int);
-    int (*query_watermark_offsets)(rd_kafka_t *, const char *, int32_t, int64_t *, int64_t *, int);
-} rk;
-
-static int rk_loaded = 0;
-
-static PyObject *load(PyObject *self, PyObject *args) {
-    const char *path;
-    if (!PyArg_ParseTuple(args, "s", &path))
-        return NULL;
-    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL) {
-        PyErr_Format(PyExc_OSError, "cannot open %s: %s", path, dlerror());
-        return NULL;
-    }
-#define TAKE(field, name)                                                                   \
-    if ((*(void **)&rk.field = dlsym(lib, name)) == NULL) {                                 \
-        PyErr_Format(PyExc_OSError, "%s has no %s: not a librdkafka this module knows", path, name); \
-        return NULL;                                                                        \
-    }
-    TAKE(version, "rd_kafka_version");
-    TAKE(conf_new, "rd_kafka_conf_new");
-    TAKE(conf_destroy, "rd_kafka_conf_destroy");
-    TAKE(conf_set, "rd_kafka_conf_set");
-    TAKE(new_, "rd_kafka_new");
-    TAKE(destroy, "rd_kafka_destroy");
-    TAKE(consumer_close, "rd_kafka_consumer_close");
-    TAKE(list_new, "rd_kafka_topic_partition_list_new");
-    TAKE(list_add, "rd_kafka_topic_partition_list_add");
-    TAKE(list_destroy, "rd_kafka_topic_partition_list_destroy");
-    TAKE(assign, "rd_kafka_assign");
-    TAKE(queue_get_consumer, "rd_kafka_queue_get_consumer");
-    TAKE(poll_set_consumer, "rd_kafka_poll_set_consumer");
-    TAKE(queue_destroy, "rd_kafka_queue_destroy");
-    TAKE(consume_batch_queue, "rd_kafka_consume_batch_queue");
-    TAKE(message_destroy, "rd_kafka_message_destroy");
-    TAKE(message_timestamp, "rd_kafka_message_timestamp");
-    TAKE(message_headers, "rd_kafka_message_headers");
-    TAKE(header_cnt, "rd_kafka_header_cnt");
-    TAKE(header_get_all, "rd_kafka_header_get_all");
-    TAKE(topic_name, "rd_kafka_topic_name");
-    TAKE(err2str, "rd_kafka_err2str");
-    TAKE(query_watermark_offsets, "rd_kafka_query_watermark_offsets");
-#undef TAKE
-    int version = rk.version();
-    if (version < 0x01090000) {
-        PyErr_Format(PyExc_OSError, "%s is librdkafka 0x%08x: 1.9 or newer is needed", path, version);
-        return NULL;
-    }
-    rk_loaded = 1;
-    return PyLong_FromLong(version);
-}
+#include "rdkafka.h"
 
 /* ---- growable buffers ------------------------------------------------------------------------------------ */
 
@@ -207,7 +88,7 @@ typedef struct {
     size_t held_at, held_count;
 } consumer_t;
 
-static const char *CAPSULE = "spark_kafka_backup.rdkafka_columns.consumer";
+static const char *CAPSULE = "spark_kafka_backup.native_kafka.consumer";
 
 static void drop_held(consumer_t *c) {
     for (size_t i = c->held_at; i < c->held_count; i++)
@@ -243,30 +124,11 @@ static consumer_t *consumer_of(PyObject *capsule) {
 }
 
 /* consumer(settings: dict[str, str]) -> capsule */
-static PyObject *consumer_new(PyObject *self, PyObject *args) {
-    PyObject *settings;
-    if (!PyArg_ParseTuple(args, "O!", &PyDict_Type, &settings))
+PyObject *consumer_new(PyObject *self, PyObject *args) {
+    rd_kafka_conf_t *conf = conf_argument(args);
+    if (conf == NULL)
         return NULL;
-    if (!rk_loaded) {
-        PyErr_SetString(PyExc_RuntimeError, "librdkafka is not loaded (load() first)");
-        return NULL;
-    }
     char error[512];
-    rd_kafka_conf_t *conf = rk.conf_new();
-    PyObject *key, *value;
-    Py_ssize_t at = 0;
-    while (PyDict_Next(settings, &at, &key, &value)) {
-        const char *k = PyUnicode_AsUTF8(key), *v = k ? PyUnicode_AsUTF8(value) : NULL;
-        if (v == NULL) {
-            rk.conf_destroy(conf);
-            return NULL;
-        }
-        if (rk.conf_set(conf, k, v, error, sizeof error) != RD_KAFKA_CONF_OK) {
-            rk.conf_destroy(conf);
-            PyErr_Format(PyExc_ValueError, "client setting %s: %s", k, error);
-            return NULL;
-        }
-    }
     rd_kafka_t *handle = rk.new_(RD_KAFKA_CONSUMER, conf, error, sizeof error); /* takes conf when it succeeds */
     if (handle == NULL) {
         rk.conf_destroy(conf);
@@ -295,7 +157,7 @@ static PyObject *consumer_new(PyObject *self, PyObject *args) {
 }
 
 /* assign(consumer, topic, partition, offset): read that partition alone from ``offset``. */
-static PyObject *consumer_assign(PyObject *self, PyObject *args) {
+PyObject *consumer_assign(PyObject *self, PyObject *args) {
     PyObject *capsule;
     const char *topic;
     int partition;
@@ -351,7 +213,7 @@ enum { B_OFFSETS, B_TIMESTAMPS, B_KINDS, B_KEY_VALID, B_KEY_OFFSETS, B_KEY_DATA,
  * timeout_ms). ``reached_end`` (offset >= end seen, or end - 1 handed out) is returned as event_code 0 with
  * event_offset set to the offset that reached it, else -1.
  */
-static PyObject *consumer_poll(PyObject *self, PyObject *args) {
+PyObject *consumer_poll(PyObject *self, PyObject *args) {
     PyObject *capsule;
     Py_ssize_t max_rows, max_bytes;
     int timeout_ms;
@@ -501,7 +363,7 @@ static PyObject *consumer_poll(PyObject *self, PyObject *args) {
 }
 
 /* watermarks(consumer, topic, partition, timeout_ms) -> (low, high) */
-static PyObject *consumer_watermarks(PyObject *self, PyObject *args) {
+PyObject *consumer_watermarks(PyObject *self, PyObject *args) {
     PyObject *capsule;
     const char *topic;
     int partition, timeout_ms;
@@ -523,7 +385,7 @@ static PyObject *consumer_watermarks(PyObject *self, PyObject *args) {
 }
 
 /* close(consumer): leave the cluster now (the capsule's destructor would, later). */
-static PyObject *consumer_close(PyObject *self, PyObject *args) {
+PyObject *consumer_close(PyObject *self, PyObject *args) {
     PyObject *capsule;
     if (!PyArg_ParseTuple(args, "O", &capsule))
         return NULL;
@@ -543,16 +405,3 @@ static PyObject *consumer_close(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyMethodDef methods[] = {
-    {"load", load, METH_VARARGS, "load(path) -> librdkafka version: open librdkafka and take its functions"},
-    {"consumer", consumer_new, METH_VARARGS, "consumer(settings) -> a consumer (capsule)"},
-    {"assign", consumer_assign, METH_VARARGS, "assign(consumer, topic, partition, offset)"},
-    {"poll", consumer_poll, METH_VARARGS, "poll(consumer, max_rows, timeout_ms, end, max_bytes) -> columns, event"},
-    {"watermarks", consumer_watermarks, METH_VARARGS, "watermarks(consumer, topic, partition, timeout_ms)"},
-    {"close", consumer_close, METH_VARARGS, "close(consumer)"},
-    {NULL, NULL, 0, NULL},
-};
-
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rdkafka_columns", NULL, -1, methods, NULL, NULL, NULL, NULL};
-
-PyMODINIT_FUNC PyInit__rdkafka_columns(void) { return PyModule_Create(&module); }
