@@ -8,6 +8,7 @@ stamp of 0, and transactions, committed and aborted, whose markers and aborted r
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -89,8 +90,9 @@ def test_the_native_edge_reads_exactly_what_the_reference_reads(
     kinds = set(whole.column("timestampType").to_pylist())
     assert kinds == ({1} if timestamps == "LogAppendTime" else {0})
     assert any(headers is None for headers in whole.column("headers").to_pylist())
-    # Ranges: whole, inside, ending on the commit marker, into and only over the aborted records, from a marker.
-    for start, stop in [(0, end), (3, 29), (30, 41), (35, 44), (41, 47), (46, end), (0, 1), (61, end)]:
+    # Ranges: whole, inside, ending on the commit marker, only over the aborted records, from a marker, the last.
+    ranges = [(0, end), (3, 29), (30, 41), (41, 47), (46, end), (61, end)] if timestamps == "CreateTime" else [(0, end)]
+    for start, stop in ranges:
         item = KafkaRange(topic, 0, start, stop, client, True, 30)
         reference = _read(monkeypatch, "reference", item)
         native = _read(monkeypatch, "native", item)
@@ -135,13 +137,14 @@ def _consumed(kafka: BrokerUnderTest, topic: str, count: int) -> list[tuple[Any,
                          "isolation.level": "read_committed", "enable.partition.eof": "true"})  # fmt: skip
     consumer.assign([TopicPartition(topic, 0, 0)])
     seen: list[tuple[Any, ...]] = []
+    deadline = time.monotonic() + 60
     try:
-        while True:
-            messages = consumer.consume(1000, 10)
-            assert messages, f"no answer from {topic} after {len(seen)} records"
+        while time.monotonic() < deadline:
+            messages = consumer.consume(1000, 0.5)
             seen += [(m.offset(), m.key(), m.value(), m.headers(), m.timestamp()[1]) for m in messages if not m.error()]
             if any(m.error() is not None and m.error().code() == -191 for m in messages) and len(seen) >= count:
                 return seen
+        raise AssertionError(f"{topic}: {len(seen)} of {count} records within 60 s")
     finally:
         consumer.close()
 
