@@ -128,3 +128,29 @@ def test_a_killed_owner_takes_its_brokers_with_it(tmp_path: Path) -> None:
     finally:
         if owner.poll() is None:
             owner.kill()
+
+
+def test_a_port_taken_before_the_node_binds_it_is_a_start_on_new_ports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The port chosen for a node is taken (by a client's connection, in the suite) before the node binds it: the
+    cluster starts again on new ports instead of failing."""
+    import socket
+
+    from spark_kafka_backup.devkit import kafka_cluster
+
+    real = kafka_cluster.free_port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", real()))
+        taken.listen()
+        occupied = taken.getsockname()[1]
+        handed = iter([occupied])
+        monkeypatch.setattr(kafka_cluster, "free_port", lambda: next(handed, None) or real())
+        with KafkaCluster() as cluster:
+            assert occupied not in {node.port for node in cluster.nodes}
+            assert cluster.nodes[0].running
+
+
+def test_chosen_ports_are_below_the_kernels_ephemeral_range() -> None:
+    from spark_kafka_backup.devkit.kafka_cluster import free_port
+
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert all(10_000 <= free_port() < low for _ in range(20))

@@ -28,6 +28,7 @@ import base64
 import contextlib
 import ctypes
 import os
+import random
 import shutil
 import signal
 import socket
@@ -77,12 +78,30 @@ def kafka_jars() -> Path:
     return resolve(f"kafka-{KAFKA_VERSION}", KAFKA_ARTIFACTS)
 
 
+#: What a Kafka node logs when its port was taken between :func:`free_port` and its bind.
+PORT_TAKEN = "Address already in use"
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A TCP port on 127.0.0.1 that nothing uses right now, below the kernel's ephemeral range when it can be: a port
+    the kernel would pick for an outgoing connection can be taken by any client between this call and the server's
+    bind (seen in the test suite: a Kafka node failing to start with "Address already in use")."""
+    low = 32768
+    with contextlib.suppress(OSError, ValueError), open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+        low = int(ports.read().split()[0])
+    chooser = random.SystemRandom()
+    for _ in range(200 if low > 11_000 else 0):
+        port = chooser.randrange(10_000, low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        chosen: int = sock.getsockname()[1]
+        return chosen
 
 
 def die_with_parent() -> None:
@@ -114,6 +133,13 @@ class KafkaNode:
     @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def log_mentions(self, text: str) -> bool:
+        return any(
+            text in (self.directory / name).read_text(errors="replace")
+            for name in ("stdout.log", "server.log")
+            if (self.directory / name).is_file()
+        )
 
     def log_tail(self, lines: int = 20) -> str:
         text = ""
@@ -173,6 +199,17 @@ class KafkaCluster:
     # -- lifecycle -----------------------------------------------------------
 
     def start(self) -> KafkaCluster:
+        """Start the nodes; a node that could not bind its port (taken since it was chosen) is a start on new ports,
+        twice at most."""
+        for attempt in range(3):
+            try:
+                return self._start()
+            except KafkaClusterError as exc:
+                if attempt == 2 or PORT_TAKEN not in str(exc):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start(self) -> KafkaCluster:
         jars = kafka_jars()
         self.directory = Path(tempfile.mkdtemp(prefix="kbackup-kafka-"))
         self.nodes = [
@@ -343,7 +380,11 @@ class KafkaCluster:
         def check_alive() -> None:
             for node in self.nodes:
                 if not node.running:
-                    raise KafkaClusterError(f"Kafka node {node.node_id} exited during start-up:\n{node.log_tail()}")
+                    taken = node.log_mentions(PORT_TAKEN)
+                    raise KafkaClusterError(
+                        f"Kafka node {node.node_id} exited during start-up"
+                        f"{f' ({PORT_TAKEN}: a port chosen for it was taken)' if taken else ''}:\n{node.log_tail()}"
+                    )
             if time.monotonic() > deadline:
                 raise KafkaClusterError(
                     f"{self.describe()} did not become ready within {self.start_timeout:.0f} s:\n"
