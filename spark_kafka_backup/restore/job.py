@@ -20,7 +20,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -376,14 +376,14 @@ def _run_tasks(
         worker = threading.Thread(target=collect, name="kbackup-restore-collect", daemon=True)
         worker.start()
         with Progress("restore", idle + len(tasks), "partitions") as shown:
-            if idle:
-                shown.advance(idle, note=f"{idle} with nothing to produce")
-            while worker.is_alive():
-                worker.join(0.5)
-                finished = idle + _finished_tasks(context)
-                if finished > shown.done:
-                    shown.advance(finished - shown.done)
-                watch.poll(finished)
+            follow_tasks(
+                worker,
+                lambda: _finished_tasks(context),
+                shown,
+                watch.poll,
+                succeeded=lambda: "results" in outcome,
+                idle=idle,
+            )
         if "error" in outcome:
             raise outcome["error"]
         results: list[PartitionResult] = outcome["results"]
@@ -394,6 +394,33 @@ def _run_tasks(
         raise KbackupError(f"the restore failed: {failure_cause(exc)}") from exc
     finally:
         spark.stop()
+
+
+def follow_tasks(
+    worker: threading.Thread,
+    finished_tasks: Callable[[], int],
+    shown: Progress,
+    poll: Callable[[int], None],
+    *,
+    succeeded: Callable[[], bool],
+    idle: int = 0,
+    every: float = 0.5,
+) -> None:
+    """Show the tasks' progress and poll the watch until ``worker`` (the thread running the job) ends.
+
+    A job that ``succeeded`` is shown complete even when Spark's status tracker
+    had not yet counted its last tasks as the job ended.
+    """
+    if idle:
+        shown.advance(idle, note=f"{idle} with nothing to produce")
+    while worker.is_alive():
+        worker.join(every)
+        finished = idle + finished_tasks()
+        if finished > shown.done:
+            shown.advance(finished - shown.done)
+        poll(finished)
+    if succeeded() and shown.done < shown.total:
+        shown.advance(shown.total - shown.done)
 
 
 def _finished_tasks(context: Any) -> int:
