@@ -118,6 +118,8 @@ class BackupJob:
     _publisher: MetricsPublisher | None = None
     _published_at: float = float("-inf")
     _stats_dir: Path | None = None
+    #: Records read by committed batches not logged yet (from the sink's commits).
+    _read_by_batch: dict[int, int] = field(default_factory=dict)
     _progress_seen: str = ""  # the timestamp of the last query progress the metrics took in
     _registry: RegistryWatch | None = None
     _source_loss: SourceLossReport | None = None
@@ -148,8 +150,8 @@ class BackupJob:
         publisher = self._publisher = settings.monitoring.publisher("backup", {"target": str(settings.target)})
         publisher.start()  # a port in use is refused before anything is written
         self._publish(force=True)  # up, from the start
-        if publisher.enabled:
-            self._stats_dir = Path(tempfile.mkdtemp(prefix="kbackup-batches-"))
+        # Where the sink's commits say what each batch read and wrote: the batch lines and the metrics.
+        self._stats_dir = Path(tempfile.mkdtemp(prefix="kbackup-batches-"))
         finished = False
         try:
             # One job per target, from before Spark starts (its checkpoint is in the target too) until the end.
@@ -386,9 +388,7 @@ class BackupJob:
         self._published_at = now
         assert self._publisher is not None
         try:
-            if self._stats_dir is not None:
-                for batch_id, at, by_topic in read_batch_stats(self._stats_dir):
-                    self._metrics.observe_written(BatchWritten(batch_id, by_topic, at))
+            self._collect_batch_stats()
             self._publisher.publish(self._metrics.samples())
         except Exception as exc:  # a full disk under the metrics file must not stop the backup
             log.warning("metrics not written: %s", exc)
@@ -462,9 +462,13 @@ class BackupJob:
 
     def _start(self, spark: Any) -> Any:
         settings = self.settings
+        sink = self._sink_options()
         if settings.kafka_source == "spark":
             reader = spark.readStream.format(SPARK_KAFKA_FORMAT)
             client = spark_source_client(settings.java_client)
+            # Spark's source skips deleted offsets and reads recreated topics on: the sink checks both.
+            sink["checkSource"] = "true"
+            sink.update({f"kafka.{key}": value for key, value in settings.client.items()})
         else:
             # Small partitions are packed into tasks; keep every core busy when there are enough of them.
             reader = spark.readStream.format(SOURCE_NAME).option(
@@ -473,6 +477,9 @@ class BackupJob:
             client = settings.client
             reader = reader.option("logFormat", settings.monitoring.log_format)
             reader = reader.option("sourceGapsRoot", _location_text(settings.target))
+            # The source's tasks write the files: the records never cross to the JVM and back to a second Python
+            # process; the sink commits the rows that say what they wrote.
+            reader = reader.option("writeTo", json.dumps({"path": str(settings.target), **sink}))
         for key, value in client.items():
             reader = reader.option(f"kafka.{key}", value)
         if settings.selection.topics is not None:
@@ -488,27 +495,32 @@ class BackupJob:
             .writeStream.format(SINK_NAME)
             .queryName("kbackup-backup")
             .option("checkpointLocation", str(settings.checkpoint))
-            .option("maxSegmentSize", str(settings.max_segment_size))
-            .option("compression", settings.compression)
-            .option("umask", f"{self._umask:03o}")
-            .option("logFormat", settings.monitoring.log_format)
+            .options(**sink)
         )
-        if self._stats_dir is not None:
-            writer = writer.option("statsDir", str(self._stats_dir))
-        if settings.kafka_source == "spark":  # Spark's source skips deleted offsets and reads recreated topics on
-            writer = writer.option("checkSource", "true")
-            for key, value in settings.client.items():
-                writer = writer.option(f"kafka.{key}", value)
-        encryption = settings.encryption
-        if encryption is not None and encryption.file is not None:
-            writer = writer.option("encryptionKeyFile", str(encryption.file))
-        elif encryption is not None and encryption.env is not None:
-            writer = writer.option("encryptionKeyEnv", encryption.env)
         if settings.snapshot:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{settings.trigger_interval} seconds")
         return writer.start(str(settings.target))
+
+    def _sink_options(self) -> dict[str, str]:
+        """The ``kbackup_v1`` sink's options (its path aside): where the files are written, the sink's or the
+        source's tasks."""
+        settings = self.settings
+        sink = {
+            "maxSegmentSize": str(settings.max_segment_size),
+            "compression": settings.compression,
+            "umask": f"{self._umask:03o}",
+            "logFormat": settings.monitoring.log_format,
+        }
+        if self._stats_dir is not None:
+            sink["statsDir"] = str(self._stats_dir)
+        encryption = settings.encryption
+        if encryption is not None and encryption.file is not None:
+            sink["encryptionKeyFile"] = str(encryption.file)
+        elif encryption is not None and encryption.env is not None:
+            sink["encryptionKeyEnv"] = encryption.env
+        return sink
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stop_signal = signum
@@ -525,7 +537,17 @@ class BackupJob:
         )  # fmt: skip
         return self._start(spark)
 
+    def _collect_batch_stats(self) -> None:
+        """Take what the sink's commits left (records read per batch; written, for the metrics)."""
+        if self._stats_dir is None:
+            return
+        for stats in read_batch_stats(self._stats_dir):
+            self._read_by_batch[stats.batch] = stats.read
+            if self._publisher_enabled:
+                self._metrics.observe_written(BatchWritten(stats.batch, stats.topics, stats.at))
+
     def _report_progress(self, query: Any) -> None:
+        self._collect_batch_stats()
         recent = query.recentProgress
         if recent and recent[-1].get("timestamp", "") != self._progress_seen:
             # A trigger completed (with data or without: an idle query reports one every 10 s or so).
@@ -537,7 +559,7 @@ class BackupJob:
             if batch <= self._logged_batch:
                 continue
             self._logged_batch = batch
-            rows = int(progress.get("numInputRows", 0))
+            rows = self._records_read(batch, progress)
             seconds = (progress.get("durationMs") or {}).get("triggerExecution", 0) / 1000
             self._rows += rows
             self._batch_seconds += seconds
@@ -545,6 +567,23 @@ class BackupJob:
             lag = _lag_by_topic(progress)
             lag_text = ", ".join(f"{topic} {count}" for topic, count in sorted(lag.items())) or "none"
             log.info("batch %d: %d records read in %.1f s; remaining lag: %s", batch, rows, seconds, lag_text)
+
+        for batch in [b for b in self._read_by_batch if b <= self._logged_batch]:
+            del self._read_by_batch[batch]
+
+    def _records_read(self, batch: int, progress: dict[str, Any]) -> int:
+        """Records batch ``batch`` read, as its commit counted them.
+
+        Behind this project's source the rows Spark counts are the tasks' reports, one per partition, not records.
+        Without the commit's count (its file was not written: a full disk), the offsets the batch advanced stand in
+        (transaction markers and aborted records among them).
+        """
+        if batch in self._read_by_batch:
+            return self._read_by_batch.pop(batch)
+        if self.settings.kafka_source == "spark":
+            return int(progress.get("numInputRows", 0))
+        start, end = _offsets_field(progress, "startOffset"), _offsets_field(progress, "endOffset")
+        return sum(max(0, offset - start.get(key, offset)) for key, offset in end.items())
 
     def _take_over(self, watch: ClusterWatch, query: Any) -> None:
         """Pick up the watch's rounds and checkpoint cuts; complete the checkpoints the backup has reached."""

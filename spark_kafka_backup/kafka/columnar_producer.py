@@ -85,9 +85,12 @@ class ColumnarProducer:
             key_valid, key_offsets, keys, value_valid, value_offsets, values, stamps, *headers,
         )  # fmt: skip
         if code:
-            raise ProducerError(
-                code, f"record {first_index + produced} refused", fatal=code == _FATAL, produced=produced
-            )
+            text = f"record {first_index + produced} refused: {self.error_text(code)}"
+            raise ProducerError(code, text, fatal=code == _FATAL, produced=produced)
+
+    def error_text(self, code: int) -> str:
+        """librdkafka's description of error ``code`` (of a delivery report, say)."""
+        return str(self._native.error_text(code))
 
     def poll(self, timeout: float = 0) -> int:
         return int(self._native.wait(self._handle, False, int(timeout * 1000)))

@@ -44,22 +44,30 @@ class RecordBatch:
 
     def head(self, count: int) -> RecordBatch:
         """The first ``count`` records."""
+        return self.rows(0, count)
+
+    def rows(self, start: int, stop: int) -> RecordBatch:
+        """Records ``start`` to ``stop - 1``."""
         c = self.columns
         return RecordBatch(
             dataclasses.replace(
                 c,
-                offsets=c.offsets[:count],
-                timestamp_types=c.timestamp_types[:count],
-                timestamps=c.timestamps[:count],
-                key_starts=c.key_starts[:count],
-                key_lengths=c.key_lengths[:count],
-                value_starts=c.value_starts[:count],
-                value_lengths=c.value_lengths[:count],
-                header_counts=c.header_counts[:count],
-                header_first=c.header_first[:count],
+                offsets=c.offsets[start:stop],
+                timestamp_types=c.timestamp_types[start:stop],
+                timestamps=c.timestamps[start:stop],
+                key_starts=c.key_starts[start:stop],
+                key_lengths=c.key_lengths[start:stop],
+                value_starts=c.value_starts[start:stop],
+                value_lengths=c.value_lengths[start:stop],
+                header_counts=c.header_counts[start:stop],
+                header_first=c.header_first[start:stop],
             ),
             self.data,
         )
+
+    def record(self, row: int) -> Record:
+        """Record ``row`` alone."""
+        return next(self.rows(row, row + 1).records())
 
     def records(self) -> Iterator[Record]:
         """The records as :class:`Record` tuples (what a Kafka producer call needs, one by one).

@@ -40,6 +40,12 @@ Options (unknown ones are an error):
   A continuous query's planning waits as long as it takes: a trigger that
   cannot reach the cluster plans no new data and says so in a warning (tasks
   already reading still fail after ``readTimeoutSeconds`` without data).
+- ``writeTo``: a JSON object of the ``kbackup_v1`` sink's options (``{"path": "/backups", "fsync": "true"}``):
+  each task writes the records it reads into v1 files itself, as the sink would, and hands on one row per
+  partition written instead of the records (``root``, ``topic``, ``partition``, ``first_offset``,
+  ``last_offset``, ``written``, ``skipped``, ``bytes``, ``lock_wait``). Give the rows to the ``kbackup_v1`` sink
+  with the same path: it commits and reports them. The backup job reads this way; see
+  :mod:`spark_kafka_backup.spark.backup_files`.
 - ``minPartitions``: the number of tasks a micro-batch should have at least,
   when it reads that many Kafka partitions (default 1; the backup job passes
   Spark's default parallelism). See "Tasks" below.
@@ -78,12 +84,14 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
+from spark_kafka_backup.spark.backup_files import WRITES_SCHEMA
 from spark_kafka_backup.spark.kafka_planning import OffsetPlanner
 from spark_kafka_backup.spark.kafka_reader import KafkaRange, KafkaTask, kafka_schema, read_range
-from spark_kafka_backup.spark.kafka_task import read_task
+from spark_kafka_backup.spark.kafka_task import read_task, write_task
 from spark_kafka_backup.spark.source_options import (
     SOURCE_NAME,
     SourceOptions,
@@ -115,7 +123,10 @@ class KafkaSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> StructType:
-        return kafka_schema(option_is_true({k.lower(): v for k, v in self.options.items()}, "includeheaders", False))
+        lowered = {k.lower(): v for k, v in self.options.items()}
+        if "writeto" in lowered:
+            return from_arrow_schema(WRITES_SCHEMA)
+        return kafka_schema(option_is_true(lowered, "includeheaders", False))
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
         return KafkaStreamReader(SourceOptions.parse(self.options))
@@ -161,4 +172,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not isinstance(partition, KafkaTask):
             raise TypeError(f"expected a KafkaTask, got {type(partition).__name__}")
         freeze_loaded_objects()
+        if self.options.write_to is not None:
+            return write_task(partition, self.options.write_to)
         return read_task(partition)

@@ -2,6 +2,7 @@
 
 A task of one range reads through the native edge when it can be used (:mod:`spark_kafka_backup.kafka.columnar`),
 else, and for packed tasks of many ranges, through confluent-kafka (:mod:`spark_kafka_backup.spark.kafka_reader`).
+A source given ``writeTo`` writes what its task reads into v1 files in the same process (:func:`write_task`).
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
+from spark_kafka_backup.fsutil import restrict_new_files
 from spark_kafka_backup.kafka.client_settings import consumer_settings
 from spark_kafka_backup.kafka.columnar import native_edge
 from spark_kafka_backup.logsetup import ensure_console_logging
+from spark_kafka_backup.spark.backup_files import BatchFiles, writes_batch
 from spark_kafka_backup.spark.columnar_reader import read_range_columnar
 from spark_kafka_backup.spark.kafka_reader import Incarnations, KafkaTask, read_range, read_together
+from spark_kafka_backup.spark.sink_options import SinkOptions
 
 
 def read_task(task: KafkaTask, *, batch_rows: int = 10_000) -> Iterator[pa.RecordBatch]:
@@ -49,3 +53,23 @@ def read_task(task: KafkaTask, *, batch_rows: int = 10_000) -> Iterator[pa.Recor
             yield from read_together(task.ranges, consumer, batch_rows=batch_rows, incarnations=incarnations)
     finally:
         consumer.close()
+
+
+def write_task(task: KafkaTask, sink: SinkOptions) -> Iterator[pa.RecordBatch]:
+    """Read the ranges of ``task`` and write them into v1 files under ``sink.target``; one batch of
+    :data:`~spark_kafka_backup.spark.backup_files.WRITES_SCHEMA` rows says what was written (executor side).
+
+    The same files as the ``kbackup_v1`` sink writes from the same records, with the same guarantee: every
+    partition is synced before the task hands on its rows, so a micro-batch Spark commits is durable. The
+    records never leave this process (no copy through the JVM to a writer's Python process).
+    """
+    restrict_new_files(sink.umask)
+    files = BatchFiles(sink, sink.encryption_key())
+    try:
+        for batch in read_task(task):
+            files.write(batch)
+        writes = files.finish()
+    except BaseException:
+        files.abandon()
+        raise
+    yield writes_batch(str(sink.target), writes)

@@ -15,6 +15,7 @@ from typing import Any
 from spark_kafka_backup.errors import KbackupError, UsageError
 from spark_kafka_backup.kafka.cluster import TopicPartitionKey
 from spark_kafka_backup.kafka.topics import TopicSelection
+from spark_kafka_backup.spark.sink_options import SinkOptions
 
 SOURCE_NAME = "kbackup_kafka"
 
@@ -33,6 +34,7 @@ _KNOWN_OPTIONS = {
     "readtimeoutseconds",
     "minpartitions",
     "sourcegapsroot",
+    "writeto",
     "path",
 }
 
@@ -90,6 +92,9 @@ class SourceOptions:
     log_format: str | None = None
     #: Where ranges deleted at the source before they were read are recorded (``sourceGapsRoot``).
     gaps_root: str | None = None
+    #: The tasks write the records into v1 files themselves, as the ``kbackup_v1`` sink with these options would
+    #: (``writeTo``), and hand on one row per partition written.
+    write_to: SinkOptions | None = None
 
     @property
     def read_committed(self) -> bool:
@@ -128,7 +133,20 @@ class SourceOptions:
             snapshot_unreachable=float(_positive_int(other, "snapshotunreachableseconds") or 300),
             log_format=other.get("logformat"),
             gaps_root=other.get("sourcegapsroot") or None,
+            write_to=_parse_write_to(other["writeto"]) if "writeto" in other else None,
         )
+
+
+def _parse_write_to(text: str) -> SinkOptions:
+    """``writeTo``: a JSON object of the ``kbackup_v1`` sink's options, ``path`` among them."""
+    expected = 'option writeTo must be a JSON object of the sink\'s options as strings, like {"path": "/backups"}'
+    try:
+        options = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{expected}: {exc}") from exc
+    if not isinstance(options, dict) or not all(isinstance(v, str) for v in options.values()):
+        raise UsageError(f"{expected}, not {text!r}")
+    return SinkOptions.parse(options)
 
 
 def _parse_starting(text: str) -> str | dict[TopicPartitionKey, int]:

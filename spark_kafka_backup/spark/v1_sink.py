@@ -47,133 +47,59 @@ Behind Spark's Kafka source (``checkSource``), the sink does what spark-kafka-ba
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
-import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from spark_kafka_backup.catalog.ledger import CatalogLedger
-from spark_kafka_backup.catalog.source_gaps import INFERRED, record_gap
-from spark_kafka_backup.catalog.topics import read_topic_record
-from spark_kafka_backup.errors import ClusterError, FormatError, StorageError, UsageError
+from spark_kafka_backup.errors import FormatError, StorageError, UsageError
 from spark_kafka_backup.format.json_document import parse_document
-from spark_kafka_backup.format.record_columns import encode_columns
-from spark_kafka_backup.fsutil import atomic_write, parse_umask, restrict_new_files
-from spark_kafka_backup.kafka.client_settings import consumer_settings
-from spark_kafka_backup.kafka.cluster import TopicIdAsker
+from spark_kafka_backup.fsutil import atomic_write, restrict_new_files
 from spark_kafka_backup.logsetup import ensure_console_logging
-from spark_kafka_backup.partition.object_writer import ObjectPartitionWriter, open_partition_writer
-from spark_kafka_backup.partition.records_file import COMPRESSIONS, load_key
-from spark_kafka_backup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE, PartitionWriter
+from spark_kafka_backup.spark.backup_files import (
+    MAX_OPEN_PARTITIONS,
+    WRITES_SCHEMA,
+    BatchFiles,
+    PartitionWrite,
+    partition_runs,
+    v1_timestamp,
+    v1_timestamps,
+    writes_from_batch,
+)
+from spark_kafka_backup.spark.sink_options import SINK_NAME, SinkOptions
+from spark_kafka_backup.spark.source_check import SourceCheck
 from spark_kafka_backup.spark.worker_gc import freeze_loaded_objects
-from spark_kafka_backup.storage import Location, parse_location
 
-AnyWriter = PartitionWriter | ObjectPartitionWriter
+__all__ = [
+    "MAX_OPEN_PARTITIONS",
+    "SINK_NAME",
+    "BackupCommitMessage",
+    "BatchStats",
+    "PartitionWrite",
+    "SinkOptions",
+    "V1Sink",
+    "V1StreamWriter",
+    "partition_runs",
+    "read_batch_stats",
+    "v1_timestamp",
+    "v1_timestamps",
+    "write_batch_stats",
+]
 
 log = logging.getLogger("spark_kafka_backup.sink")
 
-SINK_NAME = "kbackup_v1"
-
-#: Partitions a task keeps open at once. A task packing hundreds of small partitions (see the source's "Tasks")
-#: closes the least recently written one to open another: bounded descriptors and memory, and on an object store
-#: a partition reopened in the same task publishes one more segment.
-MAX_OPEN_PARTITIONS = 32
 REQUIRED_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
-
-
-@dataclass(frozen=True)
-class SinkOptions:
-    target: Location
-    max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE
-    lock_timeout: float = 600
-    fsync: bool = True
-    #: The umask of the files the tasks create (None: the executor's own plus spark-kafka-backup's default).
-    umask: int | None = None
-    #: The job's ``--log-format`` for the batch lines the sink logs on the driver (None: text).
-    log_format: str | None = None
-    #: A directory on the driver's machine where each committed batch leaves ``batch-N.json`` (records and bytes
-    #: written per topic) for the job's metrics (:mod:`spark_kafka_backup.backup.metrics`), which consumes them.
-    stats_dir: Path | None = None
-    #: Codec of finished segments' records files (None: plain v1, readable by the original tool).
-    compression: str | None = None
-    encryption_key_file: str | None = None
-    encryption_key_env: str | None = None
-    #: Behind Spark's Kafka source: record gaps below the log start as lost at the source and refuse another
-    #: incarnation of a topic, asking the cluster these client settings reach (``kafka.*`` options).
-    check_source: bool = False
-    client: dict[str, str] = field(default_factory=dict)
-
-    def encryption_key(self) -> bytes | None:
-        """The key-encryption key, read where this runs (an executor), or ``None`` without encryption."""
-        if self.encryption_key_file is None and self.encryption_key_env is None:
-            return None
-        return load_key(file=self.encryption_key_file, env=self.encryption_key_env)
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
-        known = {
-            "path", "maxsegmentsize", "locktimeoutseconds", "fsync", "umask", "checkpointlocation", "queryname",
-            "logformat", "statsdir", "compression", "encryptionkeyfile", "encryptionkeyenv",
-        }  # fmt: skip
-        known.add("checksource")
-        lowered = {key.lower(): value for key, value in options.items()}
-        client = {key[len("kafka.") :]: value for key, value in options.items() if key.lower().startswith("kafka.")}
-        for key in options:
-            if key.lower() not in known and not key.lower().startswith("kafka."):
-                raise UsageError(f"unknown option {key!r} for the {SINK_NAME} sink")
-        if not lowered.get("path"):
-            raise UsageError(f"the {SINK_NAME} sink needs a path: writeStream...start(PATH)")
-        compression = lowered.get("compression", "none").lower()
-        if compression not in COMPRESSIONS:
-            codecs = ", ".join(COMPRESSIONS)
-            raise UsageError(f"the {SINK_NAME} sink's compression is one of {codecs}, not {compression!r}")
-        try:
-            return cls(
-                target=parse_location(lowered["path"]),
-                max_segment_size=int(lowered.get("maxsegmentsize", DEFAULT_MAX_SEGMENT_SIZE)),
-                lock_timeout=float(lowered.get("locktimeoutseconds", 600)),
-                fsync=lowered.get("fsync", "true").lower() != "false",
-                umask=parse_umask(lowered["umask"]) if "umask" in lowered else None,
-                log_format=lowered.get("logformat"),
-                stats_dir=Path(lowered["statsdir"]) if lowered.get("statsdir") else None,
-                compression=None if compression == "none" else compression,
-                encryption_key_file=lowered.get("encryptionkeyfile") or None,
-                encryption_key_env=lowered.get("encryptionkeyenv") or None,
-                check_source=lowered.get("checksource", "false").lower() == "true",
-                client=client,
-            )
-        except ValueError as exc:
-            raise UsageError(f"invalid option for the {SINK_NAME} sink: {exc}") from exc
 
 
 #: A lock wait shorter than this is not reported (one poll of the lock: it was free, or freed at once).
 LOCK_WAIT_REPORTED = 0.05
-
-
-@dataclass
-class PartitionWrite:
-    """What one task did to one partition."""
-
-    topic: str
-    partition: int
-    first_offset: int
-    last_offset: int
-    written: int = 0
-    skipped: int = 0
-    bytes: int = 0
-    #: Seconds this task waited for the partition's lock (held by an earlier attempt, e.g. a lost executor's).
-    lock_wait: float = 0.0
 
 
 @dataclass
@@ -190,107 +116,41 @@ class V1Sink(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> V1StreamWriter:
         freeze_loaded_objects()  # asked once a micro-batch, in a reused Python worker of Spark's
+        options = SinkOptions.parse(self.options)
+        if schema.fieldNames() == WRITES_SCHEMA.names:
+            return V1StreamWriter(options, written_by_source=True)
         missing = [name for name in REQUIRED_COLUMNS if name not in schema.fieldNames()]
         if missing:
             hint = " (set includeHeaders=true on the Kafka source)" if missing == ["headers"] else ""
             raise UsageError(f"the {SINK_NAME} sink needs the Kafka columns {', '.join(missing)}{hint}")
-        return V1StreamWriter(SinkOptions.parse(self.options))
+        return V1StreamWriter(options)
 
 
 class V1StreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, options: SinkOptions) -> None:
+    def __init__(self, options: SinkOptions, *, written_by_source: bool = False) -> None:
         self.options = options
-        self._encryption_key: bytes | None = None
-        self._check: SourceCheck | None = None
+        #: The batches are :data:`WRITES_SCHEMA` rows of a source that wrote the files itself (its ``writeTo``).
+        self.written_by_source = written_by_source
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BackupCommitMessage:
         """Executor side: append every record, then sync each partition it touched."""
         freeze_loaded_objects()
+        if self.written_by_source:
+            root = str(self.options.target)
+            return BackupCommitMessage([write for batch in iterator for write in writes_from_batch(batch, root)])
         restrict_new_files(self.options.umask)
-        self._encryption_key = self.options.encryption_key()
-        if self.options.check_source:
-            self._check = SourceCheck(self.options.target, self.options.client)
-        writers: dict[tuple[str, int], AnyWriter] = {}
-        stats: dict[tuple[str, int], PartitionWrite] = {}
+        check = SourceCheck(self.options.target, self.options.client) if self.options.check_source else None
+        files = BatchFiles(self.options, self.options.encryption_key(), check)
         try:
             for batch in iterator:
-                self._write_batch(batch, writers, stats)
-            while writers:
-                self._close(writers, stats, next(iter(writers)))
+                files.write(batch)
+            return BackupCommitMessage(files.finish())
         except BaseException:
-            for writer in writers.values():
-                writer.abandon()
+            files.abandon()
             raise
         finally:
-            if self._check is not None:
-                self._check.close()
-        return BackupCommitMessage(sorted(stats.values(), key=lambda s: (s.topic, s.partition)))
-
-    def _write_batch(
-        self,
-        batch: pa.RecordBatch,
-        writers: dict[tuple[str, int], AnyWriter],
-        stats: dict[tuple[str, int], PartitionWrite],
-    ) -> None:
-        """Encode each run of one partition's rows as a whole and hand it to that partition's writer."""
-        n = batch.num_rows
-        if not n:
-            return
-        if self._check is not None:
-            self._check.new_batch()
-        topics = batch.column("topic")
-        partitions = batch.column("partition").to_numpy(zero_copy_only=False)
-        offsets = batch.column("offset").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-        types, millis = v1_timestamps(batch.column("timestampType"), batch.column("timestamp"))
-        keys, values, headers = batch.column("key"), batch.column("value"), batch.column("headers")
-        for start, stop in partition_runs(topics, partitions):
-            key = (str(topics[start].as_py()), int(partitions[start]))
-            writer = writers.pop(key, None)
-            if writer is None:
-                while len(writers) >= MAX_OPEN_PARTITIONS:
-                    self._close(writers, stats, next(iter(writers)))  # the least recently written
-                writer = open_partition_writer(
-                    self.options.target / key[0],
-                    key[0],
-                    key[1],
-                    max_segment_size=self.options.max_segment_size,
-                    fsync=self.options.fsync,
-                    lock_timeout=self.options.lock_timeout,
-                    ledger=CatalogLedger(self.options.target),
-                    compression=self.options.compression,
-                    encryption_key=self._encryption_key,
-                )
-                if key not in stats:
-                    stats[key] = PartitionWrite(key[0], key[1], int(offsets[start]), int(offsets[start]))
-                stats[key].lock_wait += writer.lock_wait
-            writers[key] = writer  # most recently written last
-            size = stop - start
-            if self._check is not None:  # before the records are written (see the module docstring)
-                if not self._check.same_incarnation(key[0]):
-                    continue
-                self._check.gaps(key[0], key[1], writer.last_offset, offsets[start:stop])
-            encoded = encode_columns(
-                offsets[start:stop],
-                types[start:stop],
-                millis[start:stop],
-                keys.slice(start, size),
-                values.slice(start, size),
-                headers.slice(start, size),
-            )
-            written, skipped = writer.append_batch(encoded)
-            stat = stats[key]
-            stat.written += written
-            stat.skipped += skipped
-            stat.last_offset = int(offsets[stop - 1])
-
-    @staticmethod
-    def _close(
-        writers: dict[tuple[str, int], AnyWriter], stats: dict[tuple[str, int], PartitionWrite], key: tuple[str, int]
-    ) -> None:
-        """Sync, publish and close one partition's writer."""
-        writer = writers.pop(key)
-        writer.close()
-        stats[key].bytes += writer.appended_bytes
+            if check is not None:
+                check.close()
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver side: report what the batch wrote, in one line (and one per topic at debug level)."""
@@ -338,156 +198,48 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
         )
 
 
-#: How long the sink asks a cluster that stopped answering for a topic's id before its task fails.
-SOURCE_CHECK_PATIENCE = 120.0
+class BatchStats(NamedTuple):
+    """What one committed batch did, as :func:`read_batch_stats` finds it."""
 
-
-class SourceCheck:
-    """Behind Spark's Kafka source: gaps below the log start, and topics of another incarnation (module docstring)."""
-
-    def __init__(self, root: Location, client: Mapping[str, str]) -> None:
-        self._root = root
-        self._client = dict(client)
-        self._consumer: Any = None
-        self._ids = TopicIdAsker(client, patience=SOURCE_CHECK_PATIENCE)
-        self._recorded: dict[str, str | None] = {}
-        self._refused: set[str] = set()
-        #: Topics confirmed since the batch being written arrived: one answer covers all its runs of a topic.
-        self._confirmed: set[str] = set()
-
-    def new_batch(self) -> None:
-        """A batch arrived: its records were fetched before now, so an id asked from here on covers them all."""
-        self._confirmed.clear()
-
-    def same_incarnation(self, topic: str) -> bool:
-        """Whether ``topic`` still has the id the backup recorded (asked after its records were fetched)."""
-        if topic in self._refused:
-            return False
-        if topic in self._confirmed:
-            return True
-        if topic not in self._recorded:
-            record = read_topic_record(self._root, topic)
-            self._recorded[topic] = record.topic_id if record is not None else None
-        recorded = self._recorded[topic]
-        if recorded is None:
-            return True  # nothing recorded yet (a topic new to the backup): the job records it and checks it
-        now = self._ids.ask([topic]).get(topic)
-        if now == recorded:
-            self._confirmed.add(topic)
-            return True
-        self._refused.add(topic)
-        log.error(
-            "topic %r is not the one backed up here: the backup holds topic id %s, the cluster %s; its records are "
-            "not written (it was deleted and created again)",
-            topic, recorded, f"now has {now}" if now else "no longer has it",
-        )  # fmt: skip
-        return False
-
-    def gaps(self, topic: str, partition: int, stored: int | None, offsets: npt.NDArray[np.int64]) -> None:
-        """Look at the gaps before and between ``offsets`` (a partition's next records; ``stored``: its last)."""
-        fresh = offsets[offsets > stored] if stored is not None else offsets
-        if not len(fresh):
-            return
-        ends = np.flatnonzero(np.diff(fresh) > 1)
-        gaps = [(int(fresh[i]) + 1, int(fresh[i + 1]) - 1) for i in ends]
-        if stored is not None and fresh[0] > stored + 1:
-            gaps.insert(0, (stored + 1, int(fresh[0]) - 1))
-        if not gaps:
-            return
-        start = self._log_start(topic, partition)
-        for first, last in gaps:
-            if first < start:
-                gap = record_gap(self._root, topic, partition, first, min(last, start - 1), how=INFERRED)
-                log.info("%s: lost at the source (below its log start %d when read)", gap.describe(), start)
-
-    def _log_start(self, topic: str, partition: int) -> int:
-        from confluent_kafka import Consumer, KafkaException, TopicPartition
-
-        if self._consumer is None:
-            self._consumer = Consumer(
-                consumer_settings(self._client), logger=logging.getLogger("spark_kafka_backup.librdkafka")
-            )
-        try:
-            low, _ = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
-        except KafkaException as exc:
-            raise ClusterError(
-                f"topic {topic!r} partition {partition}: the log start offset cannot be read to tell a gap in the "
-                f"offsets read from records lost at the source: {exc}"
-            ) from exc
-        return int(low)
-
-    def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+    batch: int
+    #: When it was committed (UNIX time).
+    at: float
+    #: Records and bytes written, per topic.
+    topics: dict[str, tuple[int, int]]
+    #: Records read: those written and those found already in the backup (a batch replayed).
+    read: int
 
 
 def write_batch_stats(directory: Path, batch_id: int, per_topic: Mapping[str, list[int]]) -> None:
-    """Leave ``batch-N.json`` (``{"batch": N, "at": UNIX_TIME, "topics": {topic: [records, bytes]}}``) for the job's
-    metrics.
+    """Leave ``batch-N.json`` (``{"batch": N, "at": UNIX_TIME, "topics": {topic: [records, bytes]}, "read":
+    RECORDS}``) for the job; ``per_topic``: records written, bytes written and records skipped of each topic.
 
-    A missing directory (the job ended) or a full disk costs the metrics one batch, never the backup.
+    A missing directory (the job ended) or a full disk costs the job's report one batch, never the backup.
     """
-    document = {"batch": batch_id, "at": time.time(), "topics": {t: totals[:2] for t, totals in per_topic.items()}}
+    document = {
+        "batch": batch_id,
+        "at": time.time(),
+        "topics": {t: totals[:2] for t, totals in per_topic.items()},
+        "read": sum(totals[0] + totals[2] for totals in per_topic.values()),
+    }
     with contextlib.suppress(OSError, StorageError):
         atomic_write(directory / f"batch-{batch_id}.json", json.dumps(document).encode(), sync=False)
 
 
-def read_batch_stats(directory: Path) -> list[tuple[int, float, dict[str, tuple[int, int]]]]:
-    """Consume the ``batch-N.json`` files :func:`write_batch_stats` left, in batch order: (batch, time, topics).
+def read_batch_stats(directory: Path) -> list[BatchStats]:
+    """Consume the ``batch-N.json`` files :func:`write_batch_stats` left, in batch order.
 
-    A file that cannot be read or understood is removed and left out: the metrics lose one batch.
+    A file that cannot be read or understood is removed and left out: the job's report loses one batch.
     """
     found = []
     for path in directory.glob("batch-*.json"):
         try:
             document = parse_document(path.read_bytes(), file=str(path), floats=True)
             topics = {str(topic): (int(totals[0]), int(totals[1])) for topic, totals in document["topics"].items()}
-            found.append((int(document["batch"]), float(document["at"]), topics))
+            read = int(document["read"])
+            found.append(BatchStats(int(document["batch"]), float(document["at"]), topics, read))
         except (OSError, FormatError, ValueError, KeyError, TypeError, IndexError, AttributeError):
             pass
         with contextlib.suppress(OSError):
             path.unlink()
-    return sorted(found, key=lambda item: item[0])
-
-
-def partition_runs(topics: pa.Array, partitions: npt.NDArray[np.int32]) -> list[tuple[int, int]]:
-    """``(start, stop)`` of each run of consecutive rows of one topic partition."""
-    n = len(partitions)
-    changes = partitions[1:] != partitions[:-1]
-    if n > 1:
-        changes |= pc.not_equal(topics.slice(1), topics.slice(0, n - 1)).to_numpy(zero_copy_only=False)
-    cuts = [0, *(np.flatnonzero(changes) + 1).tolist(), n]
-    return list(itertools.pairwise(cuts))
-
-
-def v1_timestamps(kafka_types: pa.Array, timestamps: pa.Array) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int64]]:
-    """:func:`v1_timestamp` over columns: v1 types and milliseconds (0 where a type stores none)."""
-    kinds = kafka_types.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
-    micros_column = timestamps.cast(pa.int64())
-    present = micros_column.is_valid().to_numpy(zero_copy_only=False)
-    micros = micros_column.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    create = (kinds == 0) & present & (micros != -1000)
-    create_null = (kinds == 0) & ~create
-    append = (kinds == 1) & present
-    types = np.full(len(kinds), -1, dtype=np.int32)
-    types[create] = 0
-    types[create_null] = -2
-    types[append] = 1
-    millis = np.where(create | append, micros // 1000, 0)
-    return types, millis
-
-
-def v1_timestamp(kafka_type: int, micros: int | None) -> tuple[int, int | None]:
-    """Kafka's timestamp type and Spark's timestamp (microseconds) -> v1 type and milliseconds.
-
-    A CreateTime record without a timestamp (Kafka's -1) becomes type -2, as
-    the original tool writes it.
-    """
-    if kafka_type == 0:
-        if micros is None or micros == -1000:
-            return -2, None
-        return 0, micros // 1000
-    if kafka_type == 1 and micros is not None:
-        return 1, micros // 1000
-    return -1, None
+    return sorted(found, key=lambda item: item.batch)

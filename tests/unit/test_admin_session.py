@@ -228,7 +228,9 @@ def test_a_refusal_stops_the_watch_and_is_raised_in_the_jobs_thread(
             failure = exc
         time.sleep(0.01)
     assert failure is not None and "authorization failed" in str(failure)
-    assert [r.ends for r in collected] == [{("orders", 0): 3}]
+    # Round 3 may come before the refusal or in the same collect, which raises (the job stops: nothing is lost);
+    # nothing the watch would have asked after the refusal ever comes.
+    assert [r.ends for r in collected] in ([], [{("orders", 0): 3}])
     rounds.stop()
     assert not any(t.name == "kbackup-cluster-watch" and t.is_alive() for t in threading.enumerate())
 

@@ -313,8 +313,8 @@ def test_batch_stats_are_consumed_once_in_batch_order(tmp_path: Path) -> None:
     (tmp_path / "batch-7.json").write_text("{torn")  # a reader never sees this (atomic rename); dropped if it did
     (tmp_path / "batch-8.json").write_text('{"batch": 8}')
     found = read_batch_stats(tmp_path)
-    assert [(batch, topics) for batch, _, topics in found] == [(3, {"a": (1, 10)}), (12, {"b": (5, 50)})]
-    assert all(abs(at - time.time()) < 60 for _, at, _ in found)
+    assert [(s.batch, s.topics, s.read) for s in found] == [(3, {"a": (1, 10)}, 3), (12, {"b": (5, 50)}, 5)]
+    assert all(abs(s.at - time.time()) < 60 for s in found)
     assert read_batch_stats(tmp_path) == [] and not list(tmp_path.iterdir())
     write_batch_stats(tmp_path / "gone", 4, {"a": [1, 1, 0]})  # the job ended: nothing to report to, no error
 

@@ -10,15 +10,22 @@ else (the backup files, the task, its marker logic) is real.
 
 from __future__ import annotations
 
+import functools
 import threading
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.kafka.columnar_producer import Deliveries, ProducerError
 from spark_kafka_backup.partition.writer import PartitionWriter
+from spark_kafka_backup.restore import columnar_run, reference_run
+from spark_kafka_backup.restore import marker as markers
+from spark_kafka_backup.restore import producer_calls as calls
 from spark_kafka_backup.restore import task as task_module
 from spark_kafka_backup.restore.selection import Window
 from spark_kafka_backup.restore.task import PartitionTask, restore_partition
@@ -54,6 +61,7 @@ class TargetLog:
     epoch: int = 0
     open_transaction: bool = False
     producers: int = 0
+    closed: int = 0
     hang_sends: int = 0  # how many send_offsets_to_transaction calls never return
     release: threading.Event = field(default_factory=threading.Event)
 
@@ -164,17 +172,115 @@ def _task(backup: Path) -> PartitionTask:
     )  # fmt: skip
 
 
+def fake_columnar(log: TargetLog) -> type:
+    """The native producer's face (:class:`ColumnarProducer`) over the same transactional log."""
+
+    class Columnar:
+        def __init__(self, native: Any, settings: dict[str, str]) -> None:
+            self.pending: list[tuple[int, bytes | None]] = []
+            self.queued: list[tuple[int, bytes | None]] = []  # (delivery index, key)
+            self.offsets: dict[int, int] = {}
+            self.last = -1
+            self.epoch = -1
+            self.marker: Position | None = None
+            log.producers += 1
+
+        def _check(self) -> None:
+            if self.epoch != log.epoch:
+                raise ProducerError(47, "producer fenced by a newer epoch")
+
+        def init_transactions(self, timeout: float) -> None:
+            if log.open_transaction:
+                log.next_offset += 1
+                log.open_transaction = False
+            log.epoch += 1
+            self.epoch = log.epoch
+
+        def begin_transaction(self) -> None:
+            self._check()
+
+        def produce(self, topic: str, partition: int, batch: Any, first_index: int) -> None:
+            keys = batch.column("key").to_pylist()
+            self.queued += [(first_index + i, key) for i, key in enumerate(keys)]
+
+        def poll(self, timeout: float = 0) -> int:
+            return self.flush(timeout)
+
+        def flush(self, timeout: float) -> int:
+            for index, key in self.queued:
+                offset = log.next_offset
+                log.next_offset += 1
+                log.records.append((offset, key, False))
+                log.open_transaction = True
+                self.pending.append((offset, key))
+                self.offsets[index] = self.last = offset
+            self.queued = []
+            return 0
+
+        def deliveries(self, forget_below: int = 0) -> Deliveries:
+            for index in [i for i in self.offsets if i < forget_below]:
+                del self.offsets[index]
+            base = min(self.offsets, default=forget_below)
+            top = max(self.offsets, default=base - 1)
+            offsets = np.array([self.offsets.get(i, -1) for i in range(base, top + 1)], dtype=np.int64)
+            return Deliveries(len(self.offsets), self.last, base, offsets, [], 0, None)
+
+        def send_offsets_to_transaction(
+            self, topic: str, partition: int, offset: int, metadata: str, group: str, timeout: float
+        ) -> None:
+            if log.hang_sends:
+                log.hang_sends -= 1
+                log.release.wait()  # the coordinator is never asked again
+            self._check()
+            self.marker = Position(topic, partition, offset, metadata)
+
+        def commit_transaction(self, timeout: float) -> None:
+            self._check()
+            offsets = {offset for offset, _ in self.pending}
+            log.records = [(o, k, committed or o in offsets) for o, k, committed in log.records]
+            log.next_offset += 1
+            log.open_transaction = False
+            log.marker = self.marker
+            self.pending = []
+
+        def abort_transaction(self, timeout: float) -> None:
+            self.pending = []
+
+        def error_text(self, code: int) -> str:
+            return f"error {code}"
+
+        def close(self) -> None:
+            log.closed += 1
+
+    return Columnar
+
+
+@pytest.fixture(params=["reference", "columnar"])
+def path(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture
-def log(monkeypatch: pytest.MonkeyPatch) -> Any:
+def log(monkeypatch: pytest.MonkeyPatch, path: str) -> Any:
     import confluent_kafka
 
     target = TargetLog()
     producer, consumer = fake_kafka(target)
-    monkeypatch.setattr(confluent_kafka, "Producer", producer)
-    monkeypatch.setattr(task_module, "marker_consumer", lambda client: consumer())
-    monkeypatch.setattr(task_module, "TRANSACTION_RECORDS", 50)  # three transactions
-    monkeypatch.setattr(task_module, "SEND_OFFSETS_SECONDS", 0.1)
-    monkeypatch.setattr(task_module, "STUCK_GRACE_SECONDS", 0.2)
+    if path == "reference":
+        monkeypatch.setattr(confluent_kafka, "Producer", producer)
+        monkeypatch.setattr(task_module, "_producer_path", lambda task: reference_run.restore_reference)
+    else:
+        monkeypatch.setattr(columnar_run, "ColumnarProducer", fake_columnar(target))
+        monkeypatch.setattr(
+            task_module,
+            "_producer_path",
+            lambda task: functools.partial(columnar_run.restore_columnar, native=types.ModuleType("fake_native")),
+        )
+    for module in (reference_run, columnar_run):
+        monkeypatch.setattr(module, "marker_consumer", lambda client: consumer())
+    monkeypatch.setattr(markers, "TRANSACTION_RECORDS", 50)  # three transactions
+    monkeypatch.setattr(calls, "SEND_OFFSETS_SECONDS", 0.1)
+    monkeypatch.setattr(calls, "STUCK_GRACE_SECONDS", 0.2)
     # A task that waits for the call to return (the old behaviour) is let go after 20 s, and fails the checks.
     timer = threading.Timer(20, target.release.set)
     timer.start()
@@ -183,27 +289,32 @@ def log(monkeypatch: pytest.MonkeyPatch) -> Any:
     target.release.set()
 
 
-def test_a_send_offsets_call_that_never_returns_costs_one_producer_and_nothing_twice(log: Any, backup: Path) -> None:
+def test_a_send_offsets_call_that_never_returns_costs_one_producer_and_nothing_twice(
+    log: Any, backup: Path, path: str
+) -> None:
     log.hang_sends = 1  # the first commit's send_offsets hangs
     result = restore_partition(_task(backup))
     assert log.producers == 2
+    if path == "columnar":
+        assert log.closed == 1  # the stuck producer is left to the call that holds it, never destroyed under it
     assert log.committed_keys() == [b"k%d" % i for i in range(120)]  # each once, in order
     assert result.fenced is None and result.produced == 120
 
 
 def test_after_the_second_transaction_the_new_producer_goes_on_from_the_marker(
-    log: Any, backup: Path, monkeypatch: pytest.MonkeyPatch
+    log: Any, backup: Path, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
-    calls = {"n": 0}
-    real = task_module._Run._commit
+    commits = {"n": 0}
+    run_class: Any = reference_run._Run if path == "reference" else columnar_run._Run
+    real = run_class._commit
 
-    def commit(self: Any, resume_from: int) -> None:
-        calls["n"] += 1
-        if calls["n"] == 2:
+    def commit(self: Any, *args: Any) -> None:
+        commits["n"] += 1
+        if commits["n"] == 2:
             log.hang_sends = 1
-        real(self, resume_from)
+        real(self, *args)
 
-    monkeypatch.setattr(task_module._Run, "_commit", commit)
+    monkeypatch.setattr(run_class, "_commit", commit)
     result = restore_partition(_task(backup))
     assert log.producers == 2
     assert log.committed_keys() == [b"k%d" % i for i in range(120)]
@@ -214,10 +325,11 @@ def test_after_the_second_transaction_the_new_producer_goes_on_from_the_marker(
 def test_a_producer_stuck_every_time_ends_in_one_error_and_keeps_what_was_committed(log: Any, backup: Path) -> None:
     from spark_kafka_backup.errors import DeliveryError
 
-    log.hang_sends = task_module.PRODUCER_ATTEMPTS
+    log.hang_sends = calls.PRODUCER_ATTEMPTS
     with pytest.raises(
         DeliveryError, match=r"did not complete a transaction with 3 producers .* run the restore again"
     ):
         restore_partition(_task(backup))
     assert log.producers == 3
     assert log.committed_keys() == []
+    assert log.closed == 0

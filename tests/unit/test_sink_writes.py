@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from spark_kafka_backup.errors import UsageError
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.spark import v1_sink
+from spark_kafka_backup.spark import backup_files
+from spark_kafka_backup.spark.backup_files import WRITES_SCHEMA, BatchFiles, PartitionWrite, writes_batch
 from spark_kafka_backup.spark.kafka_reader import kafka_schema
+from spark_kafka_backup.spark.source_options import SourceOptions
 from spark_kafka_backup.spark.v1_sink import SinkOptions, V1StreamWriter
 
 SCHEMA = to_arrow_schema(kafka_schema(True), timezone="UTC")
@@ -49,7 +54,7 @@ def test_interleaved_partitions_are_placed_and_counted_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, open_limit: int
 ) -> None:
     """A packed task may hand the sink A, B, A, C, B...: every record lands once; each partition is counted once."""
-    monkeypatch.setattr(v1_sink, "MAX_OPEN_PARTITIONS", open_limit)
+    monkeypatch.setattr(backup_files, "MAX_OPEN_PARTITIONS", open_limit)
     writer = V1StreamWriter(SinkOptions.parse({"path": str(tmp_path), "fsync": "false"}))
     batches = [
         batch("a", 0, [0, 1, 2]),
@@ -80,3 +85,69 @@ def test_one_batch_of_many_partitions(tmp_path: Path) -> None:
     assert len(message.partitions) == 40 and all(w.written == 2 for w in message.partitions)
     for n in range(40):
         assert list(PartitionReader(tmp_path / f"t{n % 4}", n).records()) == expected(f"t{n % 4}", n, [n, n + 1])
+
+
+def test_files_written_by_the_source_are_the_sinks_files(tmp_path: Path) -> None:
+    """writeTo: the source's task writes with BatchFiles and hands on one row per partition; the sink takes the rows
+    back as the commit message the sink's own write would have returned, for the same files."""
+    batches = [batch("a", 0, [0, 1, 2]), batch("b", 1, [5, 6]), batch("a", 0, [3])]
+    by_sink = V1StreamWriter(SinkOptions.parse({"path": str(tmp_path / "sink"), "fsync": "false"})).write(iter(batches))
+    options = SinkOptions.parse({"path": str(tmp_path / "source"), "fsync": "false"})
+    files = BatchFiles(options, None)
+    for each in batches:
+        files.write(each)
+    rows = writes_batch(str(options.target), files.finish())
+    assert rows.schema == WRITES_SCHEMA and rows.num_rows == 2
+    by_source = V1StreamWriter(options, written_by_source=True).write(iter([rows]))
+    accounted = [replace(write, lock_wait=0.0) for write in by_source.partitions]
+    assert accounted == [replace(write, lock_wait=0.0) for write in by_sink.partitions]
+    assert [w.lock_wait for w in by_source.partitions] == rows.column("lock_wait").to_pylist()
+    for topic, partition in (("a", 0), ("b", 1)):
+        sink_files = sorted(p.name for p in (tmp_path / "sink" / topic).iterdir())
+        assert sink_files == sorted(p.name for p in (tmp_path / "source" / topic).iterdir())
+        for name in sink_files:
+            if name.startswith("segment_"):
+                assert (tmp_path / "sink" / topic / name).read_bytes() == (
+                    tmp_path / "source" / topic / name
+                ).read_bytes(), name
+        assert list(PartitionReader(tmp_path / "source" / topic, partition).records()) == list(
+            PartitionReader(tmp_path / "sink" / topic, partition).records()
+        )
+
+
+def test_rows_written_under_another_root_are_refused(tmp_path: Path) -> None:
+    rows = writes_batch("/elsewhere", [PartitionWrite("a", 0, 0, 3, written=4, bytes=100)])
+    writer = V1StreamWriter(SinkOptions.parse({"path": str(tmp_path)}), written_by_source=True)
+    with pytest.raises(UsageError, match=r"wrote a/0 to '/elsewhere', but the sink's path is"):
+        writer.write(iter([rows]))
+
+
+def test_a_task_that_fails_leaves_nothing_synced_it_did_not_report(tmp_path: Path) -> None:
+    files = BatchFiles(SinkOptions.parse({"path": str(tmp_path), "fsync": "false"}), None)
+    files.write(batch("a", 0, [0, 1]))
+    files.abandon()
+    # the next writer repairs the unsynced tail; the replay writes what was not reported
+    again = BatchFiles(SinkOptions.parse({"path": str(tmp_path), "fsync": "false"}), None)
+    again.write(batch("a", 0, [0, 1, 2]))
+    (write,) = again.finish()
+    assert (write.first_offset, write.last_offset, write.written + write.skipped) == (0, 2, 3)
+    assert list(PartitionReader(tmp_path / "a", 0).records()) == expected("a", 0, [0, 1, 2])
+
+
+@pytest.mark.parametrize(
+    ("given", "error"),
+    [
+        ("{torn", "option writeTo must be a JSON object of the sink's options as strings"),
+        ('{"path": "/b", "fsync": false}', "option writeTo must be a JSON object of the sink's options as strings"),
+        ('["/b"]', "option writeTo must be a JSON object"),
+        ('{"fsync": "true"}', "the kbackup_v1 sink needs a path"),
+        ('{"path": "/b", "colour": "red"}', "unknown option 'colour' for the kbackup_v1 sink"),
+    ],
+)
+def test_write_to_takes_the_sinks_options(given: str, error: str) -> None:
+    base = {"kafka.bootstrap.servers": "k:1", "subscribe": "a"}
+    assert SourceOptions.parse(base).write_to is None
+    parsed = SourceOptions.parse({**base, "writeTo": '{"path": "/b", "compression": "zstd"}'}).write_to
+    assert parsed is not None and str(parsed.target) == "/b" and parsed.compression == "zstd"
+    with pytest.raises(UsageError, match=re.escape(error)):
+        SourceOptions.parse({**base, "writeTo": given})

@@ -3,6 +3,7 @@
 
 static PyMethodDef methods[] = {
     {"load", native_load, METH_VARARGS, "load(path) -> librdkafka version: open librdkafka and take its functions"},
+    {"error_text", native_error_text, METH_VARARGS, "error_text(code) -> librdkafka's description of the code"},
     {"consumer", consumer_new, METH_VARARGS, "consumer(settings) -> a consumer (capsule)"},
     {"assign", consumer_assign, METH_VARARGS, "assign(consumer, topic, partition, offset)"},
     {"poll", consumer_poll, METH_VARARGS, "poll(consumer, max_rows, timeout_ms, end, max_bytes) -> columns, event"},

@@ -40,7 +40,6 @@ typedef struct {
     failure_t failures[FAILURES_KEPT];
     size_t failure_count;
     int64_t failures_dropped;
-    int fatal; /* an error callback reported a fatal error */
 } producer_t;
 
 static const char *CAPSULE = "spark_kafka_backup.native_kafka.producer";
@@ -73,10 +72,10 @@ static void on_delivery(rd_kafka_t *handle, const rd_kafka_message_t *m, void *o
     pthread_mutex_unlock(&p->lock);
 }
 
+/* Errors are read where they matter (delivery reports, rd_kafka_fatal_error()); without this callback librdkafka
+   would print each one. */
 static void on_error(rd_kafka_t *handle, int code, const char *reason, void *opaque) {
-    producer_t *p = opaque;
-    if (code == -150) /* RD_KAFKA_RESP_ERR__FATAL: the fatal error itself is read with rd_kafka_fatal_error() */
-        p->fatal = 1;
+    (void)handle, (void)code, (void)reason, (void)opaque;
 }
 
 static void producer_free(producer_t *p) {
@@ -399,15 +398,15 @@ PyObject *producer_deliveries(PyObject *self, PyObject *args) {
         PyList_SET_ITEM(failures, (Py_ssize_t)i, item);
     }
     long long reported = p->reported, last = p->last_offset, base = p->base, dropped = p->failures_dropped;
-    int fatal = p->fatal;
     pthread_mutex_unlock(&p->lock);
+    /* Asked of librdkafka each time: its error callback is served only by a poll, after the call that met it. */
+    char text[512] = "";
+    int fatal_code = rk.fatal_error(p->handle, text, sizeof text);
     PyObject *fatal_error = Py_None;
     Py_INCREF(Py_None);
-    if (fatal) {
-        char text[512] = "";
-        int code = rk.fatal_error(p->handle, text, sizeof text);
+    if (fatal_code) {
         Py_DECREF(Py_None);
-        fatal_error = Py_BuildValue("(is)", code, text);
+        fatal_error = Py_BuildValue("(is)", fatal_code, text);
     }
     if (offsets == NULL || failures == NULL || fatal_error == NULL) {
         Py_XDECREF(offsets);

@@ -108,3 +108,15 @@ rd_kafka_conf_t *conf_argument(PyObject *args) {
     }
     return native_conf(settings);
 }
+
+/* error_text(code) -> librdkafka's description of an error code. */
+PyObject *native_error_text(PyObject *self, PyObject *args) {
+    int code;
+    if (!PyArg_ParseTuple(args, "i", &code))
+        return NULL;
+    if (!rk_loaded) {
+        PyErr_SetString(PyExc_RuntimeError, "librdkafka is not loaded (load() first)");
+        return NULL;
+    }
+    return PyUnicode_DecodeUTF8(rk.err2str(code), (Py_ssize_t)strlen(rk.err2str(code)), "replace");
+}

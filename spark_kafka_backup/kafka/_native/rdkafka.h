@@ -122,6 +122,7 @@ extern rdkafka_api rk;
 extern int rk_loaded;
 
 PyObject *native_load(PyObject *self, PyObject *args);
+PyObject *native_error_text(PyObject *self, PyObject *args);
 
 PyObject *consumer_new(PyObject *self, PyObject *args);
 PyObject *consumer_assign(PyObject *self, PyObject *args);

@@ -1,0 +1,415 @@
+"""A restore task's native producer: the backed-up records as Arrow columns, a batch per call, no Python object per
+record (:mod:`spark_kafka_backup.kafka.columnar_producer`).
+
+The same work as the reference (:mod:`spark_kafka_backup.restore.reference_run`), done on columns:
+
+- the records come as the reader's columnar batches (:meth:`PartitionReader.record_batches`), turned into the
+  producer's columns by :func:`~spark_kafka_backup.partition.segment_batches.produce_columns`; a time window is a
+  mask over the timestamps;
+- records below the marker are skipped by a binary search over the batch's offsets, and so is each consumer
+  group's place (the first selected record at or after its committed offset);
+- the records are queued in chunks that end where a transaction must end (:data:`TRANSACTION_RECORDS` records,
+  :data:`TRANSACTION_SECONDS`) and, under a rate limit, after at most a tenth of a second's worth;
+- delivery reports are counted in C; Python reads the offsets it needs (the first record's, each placed group's)
+  when a transaction commits, and the failures by delivery index, which it matches to the open transaction's
+  records to name the one that explains a failure, as the reference does.
+
+Only for a task of one backed-up partition produced as stored (no repartitioning, no schema ids rewritten): the
+task chooses (:mod:`spark_kafka_backup.restore.task`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from types import ModuleType
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from spark_kafka_backup.errors import DeliveryError
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.kafka.cluster import PROGRESS_GROUP
+from spark_kafka_backup.kafka.columnar_producer import ColumnarProducer, ProducerError
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.segment_batches import RecordBatch, produce_columns
+from spark_kafka_backup.restore import marker as markers
+from spark_kafka_backup.restore import producer_calls as calls
+from spark_kafka_backup.restore.marker import (
+    TRANSACTION_TIMEOUT_MS,
+    ProgressMarker,
+    marker_consumer,
+    read_markers,
+    transactional_id,
+)
+from spark_kafka_backup.restore.partition_task import (
+    PartitionResult,
+    PartitionTask,
+    earlier_offset,
+    foreign_marker,
+    position_name,
+    zero_stamped,
+)
+from spark_kafka_backup.restore.producer_calls import (
+    FATAL,
+    FENCED_CODES,
+    FencedError,
+    StuckProducerError,
+    failure_rank,
+    producer_settings,
+    record_failure,
+    within,
+)
+from spark_kafka_backup.restore.selection import Window
+from spark_kafka_backup.restore.throttle import Pace, Throttle
+
+Int64s = npt.NDArray[np.int64]
+
+#: Records queued in one call at most (a reader's batch holds up to 10,000).
+CHUNK_RECORDS = 10_000
+
+
+def restore_columnar(
+    task: PartitionTask, readers: dict[int, PartitionReader], result: PartitionResult, *, native: ModuleType
+) -> PartitionResult:
+    """Produce ``task``'s records through the native producer (see :mod:`spark_kafka_backup.restore.task`)."""
+    where = f"topic {task.target_topic!r} partition {task.target_partition}"
+    settings = {
+        key: str(value) for key, value in producer_settings(task.client, task.batch_size, task.message_bytes).items()
+    }
+    producer = _Producer(
+        ColumnarProducer(
+            native,
+            {
+                **settings,
+                "transactional.id": transactional_id(task.target_topic, task.target_partition),
+                "transaction.timeout.ms": str(TRANSACTION_TIMEOUT_MS),
+            },
+        )
+    )
+    consumer = marker_consumer(task.client)
+    key = (task.target_topic, task.target_partition)
+    run: _Run | None = None
+    try:
+        # Once before fencing (a restore of other records is refused without stopping the one that wrote them),
+        # and again after (what the fenced one committed until then is what counts).
+        foreign_marker(read_markers(consumer, [key]).get(key), task, where)
+        try:
+            producer.call(calls.INIT_SECONDS, producer.columns.init_transactions, calls.INIT_SECONDS)
+        except ProducerError as exc:
+            raise DeliveryError(f"{where}: cannot start a transactional producer: {exc.text}") from exc
+        marker = foreign_marker(read_markers(consumer, [key]).get(key), task, where)
+        run = _Run(task, producer, marker)
+        if marker is not None and marker.resume_from > task.resume_from:
+            result.taken_over = (
+                f"{where}: another restore of the same records had reached {position_name(task)} "
+                f"{marker.resume_from}; this one went on from there"
+            )
+        run.produce_all(readers[task.source_partition], result)
+    except StuckProducerError:
+        raise  # the producer is held by the call that hangs: nothing more is asked of it
+    except FencedError as exc:
+        result.fenced = f"{where}: {exc.reason}"
+    except ProducerError as exc:
+        code, text = exc.code, exc.text
+        fatal = producer.columns.deliveries().fatal
+        if code == FATAL and fatal is not None:
+            code, text = fatal
+        if code in FENCED_CODES:
+            result.fenced = f"{where}: {text}"
+        else:
+            producer.abort()
+            reason = run.failure() if run is not None else None
+            raise DeliveryError(f"{where}: {reason or text}") from exc
+    except BaseException:
+        producer.abort()
+        raise
+    finally:
+        consumer.close()
+        producer.close()
+    result.ended_at = time.time()
+    return result
+
+
+class _Producer:
+    """The columnar producer, with its transactional calls given up when they hang (and then never closed: the call
+    that hangs still holds it)."""
+
+    def __init__(self, columns: ColumnarProducer) -> None:
+        self.columns = columns
+        self.stuck = False
+
+    def call(self, seconds: float, method: object, *args: object) -> object:
+        try:
+            return within(seconds, method, *args)  # type: ignore[arg-type]
+        except StuckProducerError:
+            self.stuck = True
+            raise
+
+    def abort(self) -> None:
+        """Abort an open transaction at once (best effort), not after the broker's timeout: its records vanish."""
+        if self.stuck:
+            return
+        # None open, or the producer is unusable: then the broker aborts it after its timeout.
+        with contextlib.suppress(ProducerError, StuckProducerError):
+            self.call(calls.ABORT_SECONDS, self.columns.abort_transaction, calls.ABORT_SECONDS)
+
+    def close(self) -> None:
+        if not self.stuck:
+            self.columns.close()
+
+
+@dataclass
+class _Sent:
+    """The open transaction's records, from delivery index ``first``: enough to name the one a failure is about."""
+
+    first: int = 0
+    offsets: list[Int64s] = field(default_factory=list)
+    stamps: list[Int64s] = field(default_factory=list)
+    key_missing: list[npt.NDArray[np.bool_]] = field(default_factory=list)
+    sizes: list[Int64s] = field(default_factory=list)
+
+    def add(self, offsets: Int64s, stamps: Int64s, key_missing: npt.NDArray[np.bool_], sizes: Int64s) -> None:
+        self.offsets.append(offsets)
+        self.stamps.append(stamps)
+        self.key_missing.append(key_missing)
+        self.sizes.append(sizes)
+
+    def anew(self, first: int) -> None:
+        self.first = first
+        self.offsets, self.stamps, self.key_missing, self.sizes = [], [], [], []
+
+    @property
+    def end(self) -> int:
+        """The delivery index after the open transaction's last record."""
+        return self.first + sum(len(offsets) for offsets in self.offsets)
+
+    def row(self, index: int) -> tuple[int, int, bool, int] | None:
+        """(offset, timestamp, key missing, size) of the record of delivery index ``index``, if it is open."""
+        at = index - self.first
+        for offsets, stamps, missing, sizes in zip(
+            self.offsets, self.stamps, self.key_missing, self.sizes, strict=True
+        ):
+            if 0 <= at < len(offsets):
+                return int(offsets[at]), int(stamps[at]), bool(missing[at]), int(sizes[at])
+            at -= len(offsets)
+        return None
+
+
+class _Run:
+    """One producer's pass over the task's records (see the module docstring)."""
+
+    def __init__(self, task: PartitionTask, producer: _Producer, marker: ProgressMarker | None) -> None:
+        self.task = task
+        self.producer = producer
+        self.marker = marker
+        self.resume_from = marker.resume_from if marker is not None else task.resume_from
+        # Target offset of the first selected record, once known (a marker, or the older spark-kafka-backup's dense
+        # prefix).
+        self.first: int | None = marker.first if marker is not None else (task.baseline if task.resume_from else None)
+        self.next = marker.next if marker is not None else task.after_last
+        self.in_transaction = 0
+        self.sent = _Sent()
+        #: Delivery indexes whose target offsets are wanted (the first record's, placed groups'), and those found.
+        self.wanted: set[int] = set()
+        self.found: dict[int, int] = {}
+
+    def produce_all(self, reader: PartitionReader, result: PartitionResult) -> None:
+        task = self.task
+        window = task.window
+        source = task.source_partition
+        waiting = list(task.group_positions().get(source, []))
+        placed: set[str] = set()
+        earlier: dict[str, tuple[int, Record]] = {}  # group -> (nth selected record, the record): an earlier run's
+        this_run: dict[str, int] = {}  # group -> delivery index of its record in this run
+        selected = 0
+        first_index = -1
+        transaction_ends = 0.0
+        last_position = -1
+        pace = Pace(task.throttle) if task.throttle.limited else None
+        paced_bytes = 0
+        batches = reader.record_batches(window.from_offset, window.to_offset, skip_segments=window.skip_segments)
+        for stored in batches:
+            rows = _selected_rows(stored, window)
+            columns = produce_columns(stored)
+            offsets = stored.columns.offsets
+            if rows is not None:
+                columns, offsets = columns.take(pa.array(rows)), offsets[rows]
+            n = len(offsets)
+            if not n:
+                continue
+            # Groups placed at a record of this batch: the first selected record at or past their committed offset.
+            while waiting and waiting[0][0] <= offsets[-1]:
+                committed, group = waiting.pop(0)
+                if group in placed:
+                    continue
+                placed.add(group)
+                at = int(np.searchsorted(offsets, committed, side="left"))
+                if offsets[at] < self.resume_from:
+                    earlier[group] = (selected + at, stored.record(int(rows[at]) if rows is not None else at))
+                else:
+                    skipped_here = int(np.searchsorted(offsets, self.resume_from, side="left"))
+                    this_run[group] = result.produced + at - skipped_here
+                    self.wanted.add(this_run[group])
+            selected += n
+            start = int(np.searchsorted(offsets, self.resume_from, side="left"))
+            result.skipped += start
+            stamps = columns.column("timestamp").to_numpy()
+            key_lengths = _lengths(stored.columns.key_lengths, rows)
+            sizes = np.maximum(key_lengths, 0) + np.maximum(_lengths(stored.columns.value_lengths, rows), 0)
+            headers = _header_sizes(stored, rows) if task.throttle.bytes_per_second else None
+            while start < n:
+                if self.in_transaction == 0:
+                    self.producer.columns.begin_transaction()
+                    transaction_ends = time.monotonic() + markers.TRANSACTION_SECONDS
+                    self.sent.anew(result.produced)
+                    if self.first is None:
+                        first_index = result.produced
+                        self.wanted.add(first_index)
+                stop = min(n, start + markers.TRANSACTION_RECORDS - self.in_transaction, start + CHUNK_RECORDS)
+                if pace is not None:
+                    stop = start + _paced_rows(task.throttle, sizes[start:stop], headers, start)
+                if not task.restamp_zero:
+                    zeros = np.flatnonzero(stamps[start:stop] == 0)
+                    if len(zeros):
+                        # Kafka's "no timestamp" is -1, which librdkafka sends as it is; 0 it replaces with "now".
+                        raise zero_stamped(task, source, int(offsets[start + zeros[0]]))
+                count = stop - start
+                self.sent.add(offsets[start:stop], stamps[start:stop], key_lengths[start:stop] < 0, sizes[start:stop])
+                self.producer.columns.produce(
+                    task.target_topic, task.target_partition, columns.slice(start, count), result.produced
+                )
+                result.produced += count
+                result.produced_bytes += int(sizes[start:stop].sum())
+                self.in_transaction += count
+                last_position = int(offsets[stop - 1])
+                self.producer.columns.poll(0)
+                if self.producer.columns.deliveries(self.sent.first).failures:
+                    self._flush()  # raises
+                if pace is not None:
+                    paced_bytes += int(sizes[start:stop].sum())
+                    paced_bytes += int(headers[start:stop].sum()) if headers is not None else 0
+                    pace.wait(result.produced, paced_bytes, until=transaction_ends)
+                start = stop
+                if self.in_transaction >= markers.TRANSACTION_RECORDS or time.monotonic() >= transaction_ends:
+                    self._commit(last_position + 1, first_index)
+        if self.in_transaction:
+            self._commit(last_position + 1, first_index)
+        result.selected = selected
+        offsets_by_group = {group: self.found[at] for group, at in this_run.items()}
+        for group, (nth, expected) in earlier.items():
+            offsets_by_group[group] = earlier_offset(self.task, self.marker, nth, expected)
+        for group in task.groups:
+            if group not in placed:
+                offsets_by_group[group] = self.next  # after the last restored record
+        result.group_offsets = offsets_by_group
+        result.end_offset = self.next
+
+    def failure(self) -> str | None:
+        """The failed delivery that explains the open transaction's failure best, named by its record."""
+        columns = self.producer.columns
+        reports = columns.deliveries(self.sent.first)
+        best: tuple[int, str] | None = None
+        for index, code in reports.failures:
+            row = self.sent.row(index)
+            offset, stamp, key_missing, size = row if row is not None else (-1, None, False, 0)
+            rank = failure_rank(code, stamp=stamp, key_missing=key_missing, size=size)
+            if best is not None and rank <= best[0]:
+                continue
+            reason = columns.error_text(code)
+            if row is not None:
+                reason = record_failure(
+                    code, reason, topic=self.task.source_topic, partition=self.task.source_partition, offset=offset,
+                    stamp=int(stamp or 0), key_missing=key_missing, size=size,
+                )  # fmt: skip
+            best = (rank, reason)
+        return best[1] if best is not None else None
+
+    def _flush(self) -> None:
+        columns = self.producer.columns
+        remaining = columns.flush(300)
+        reports = columns.deliveries(self.sent.first)
+        if reports.fatal is not None and reports.fatal[0] in FENCED_CODES:
+            raise FencedError(reports.fatal[1])
+        if reports.failures:
+            if any(code in FENCED_CODES for _, code in reports.failures):
+                raise FencedError(str(self.failure()))
+            raise DeliveryError(
+                f"topic {self.task.target_topic!r} partition {self.task.target_partition}: {self.failure()}"
+            )
+        if remaining:
+            raise DeliveryError(
+                f"topic {self.task.target_topic!r} partition {self.task.target_partition}: "
+                f"{remaining} records not acknowledged within 300 s"
+            )
+
+    def _commit(self, resume_from: int, first_index: int) -> None:
+        """Commit the open transaction with the marker saying everything below ``resume_from`` is in the target."""
+        self._flush()
+        columns = self.producer.columns
+        reports = columns.deliveries(self.sent.first)
+        for index in [i for i in self.wanted if self.sent.first <= i < self.sent.end]:
+            self.found[index] = reports.offset_of(index)
+            self.wanted.discard(index)
+        if self.first is None:
+            self.first = self.found[first_index]
+        marker = ProgressMarker(self.task.identity, resume_from, self.first, reports.last_offset + 1)
+        self.producer.call(
+            calls.SEND_OFFSETS_SECONDS,
+            columns.send_offsets_to_transaction,
+            self.task.target_topic,
+            self.task.target_partition,
+            resume_from,
+            marker.metadata(),
+            PROGRESS_GROUP,
+            calls.SEND_OFFSETS_SECONDS,
+        )
+        self.producer.call(calls.COMMIT_SECONDS, columns.commit_transaction, calls.COMMIT_SECONDS)
+        self.in_transaction = 0
+        self.resume_from, self.next = resume_from, marker.next
+
+
+def _selected_rows(stored: RecordBatch, window: Window) -> npt.NDArray[np.int64] | None:
+    """The rows of ``stored`` a time window selects (``None``: all of them)."""
+    if not window.by_time:
+        return None
+    c = stored.columns
+    keep = (c.timestamp_types == 0) | (c.timestamp_types == 1)
+    if window.from_time is not None:
+        keep &= c.timestamps >= window.from_time
+    if window.to_time is not None:
+        keep &= c.timestamps <= window.to_time
+    return None if keep.all() else np.flatnonzero(keep)
+
+
+def _lengths(lengths: Int64s, rows: npt.NDArray[np.int64] | None) -> Int64s:
+    """Lengths of keys or values (-1: null) of the selected rows."""
+    chosen = lengths if rows is None else lengths[rows]
+    return np.asarray(chosen, dtype=np.int64)
+
+
+def _header_sizes(stored: RecordBatch, rows: npt.NDArray[np.int64] | None) -> Int64s:
+    """Bytes of each selected record's headers (names and values), as a rate limit counts them."""
+    c = stored.columns
+    each = np.asarray(c.header_key_lengths, dtype=np.int64) + np.maximum(c.header_value_lengths, 0)
+    running = np.zeros(len(each) + 1, dtype=np.int64)
+    np.cumsum(each, out=running[1:])
+    first = np.asarray(c.header_first, dtype=np.int64)
+    sizes = running[first + np.asarray(c.header_counts, dtype=np.int64)] - running[first]
+    return sizes if rows is None else sizes[rows]
+
+
+def _paced_rows(throttle: Throttle, sizes: Int64s, headers: Int64s | None, start: int) -> int:
+    """How many of the next records make at most a tenth of a second at the limit (one at least)."""
+    limit = len(sizes)
+    if throttle.records_per_second:
+        limit = min(limit, max(1, int(throttle.records_per_second / 10)))
+    if throttle.bytes_per_second:
+        weights = sizes[:limit]
+        if headers is not None:
+            weights = weights + headers[start : start + limit]
+        fitting = int(np.searchsorted(np.cumsum(weights), throttle.bytes_per_second / 10, side="right"))
+        limit = min(limit, max(1, fitting))
+    return limit

@@ -1,0 +1,180 @@
+"""What one restore task is given (:class:`PartitionTask`, picklable) and what it returns (:class:`PartitionResult`),
+with the checks both of its producers make the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from spark_kafka_backup.errors import TargetChangedError, TargetLimitError
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.restore.marker import ProgressMarker
+from spark_kafka_backup.restore.repartition import Repartition, routed_records
+from spark_kafka_backup.restore.selection import Window, same_record, selected_records
+from spark_kafka_backup.restore.throttle import Throttle
+from spark_kafka_backup.schema_registry.wire import IdRewrite
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class PartitionTask:
+    """Everything a restore task needs (picklable)."""
+
+    source_dir: str
+    source_topic: str
+    source_partition: int
+    target_topic: str
+    target_partition: int
+    window: Window
+    #: The restore's name for this partition's records (see :func:`spark_kafka_backup.restore.marker.restore_identity`).
+    identity: str
+    #: Source offset to go on from when the target holds no marker (the selected records below it are there,
+    #: committed, from target offset ``baseline`` on: a restore whose marker expired, or an older spark-kafka-backup's);
+    #: 0 when the target holds none of them.
+    resume_from: int
+    baseline: int
+    #: The target offset after the last record already there (where a group past every record goes).
+    after_last: int
+    #: Another restore's marker identity the plan found and accepted to replace (empty target, --allow-non-empty).
+    replaces: str | None
+    groups: dict[str, int]
+    client: dict[str, str]
+    batch_size: int
+    #: This task's part of the restore's rate limits (see :mod:`spark_kafka_backup.restore.throttle`).
+    throttle: Throttle = field(default_factory=Throttle)
+    legacy: bool = False
+    #: The umask of the files the task creates (its staged copy of an object-storage backup).
+    umask: int | None = None
+    #: Set for a target partition of a repartitioned topic (``source_partition`` is then -1, ``groups`` only names
+    #: the groups, and positions of the merged stream replace source offsets:
+    #: :mod:`spark_kafka_backup.restore.repartition`).
+    repartition: Repartition | None = None
+    #: Where this task reads the key-encryption keys of encrypted segments: (file path, variable name) pairs.
+    key_sources: tuple[tuple[str | None, str | None], ...] = ()
+    #: The schema ids the records' keys and values get in the target registry (``--schema-registry``).
+    id_rewrite: IdRewrite | None = None
+    #: The producer's ``message.max.bytes``: at least the largest record (the plan measured it).
+    message_bytes: int = 1_000_000
+    #: ``--restamp-zero-timestamps``: a record stamped 0 is produced with the restore's time (else refused).
+    restamp_zero: bool = False
+
+    def sources(self) -> list[tuple[int, Window]]:
+        """The backed-up partitions this task reads, with their selections."""
+        if self.repartition is None:
+            return [(self.source_partition, self.window)]
+        return [(source.partition, source.window) for source in self.repartition.sources]
+
+    def group_positions(self) -> dict[int, list[tuple[int, str]]]:
+        """Per backed-up partition, ``(committed offset, group)`` in offset order: a group is placed at the first
+        record of that partition at or past its offset (or of any partition, repartitioned, whichever comes first)."""
+        if self.repartition is None:
+            return {self.source_partition: sorted((offset, group) for group, offset in self.groups.items())}
+        found: dict[int, list[tuple[int, str]]] = {}
+        for group, offsets in self.repartition.groups.items():
+            for source in self.repartition.sources:
+                # No offset stored on a partition: every record there is unread.
+                found.setdefault(source.partition, []).append((offsets.get(source.partition, -1), group))
+        return {partition: sorted(items) for partition, items in found.items()}
+
+    def stream(self, readers: dict[int, PartitionReader]) -> Iterator[tuple[int, int, Record]]:
+        """``(position, backed-up partition, record)`` of what this task produces, in order; the position is the
+        source offset, or the merged stream's position when repartitioned."""
+        if self.repartition is None:
+            for record in selected_records(readers[self.source_partition], self.window):
+                yield record.offset, self.source_partition, record
+        else:
+            yield from routed_records(self.repartition, readers, self.target_partition, self.rewritten)
+
+    def rewritten(self, record: Record, partition: int) -> Record:
+        """``record`` of backed-up ``partition`` as it is produced: with the target registry's schema ids."""
+        if self.id_rewrite is None:
+            return record
+        return self.id_rewrite.record(record, topic=self.source_topic, partition=partition)
+
+
+@dataclass
+class PartitionResult:
+    source_topic: str
+    source_partition: int
+    target_topic: str
+    target_partition: int
+    selected: int = 0
+    produced: int = 0
+    produced_bytes: int = 0
+    #: Selected records found already in the target when the task started.
+    skipped: int = 0
+    started_at: float = 0.0  # wall clock, seconds since the epoch
+    ended_at: float = 0.0
+    end_offset: int = 0
+    group_offsets: dict[str, int] = field(default_factory=dict)
+    #: Set when a newer restore of the same target partition fenced this one: why it stopped.
+    fenced: str | None = None
+    #: Set when this task found another restore's progress beyond its plan and went on from there.
+    taken_over: str | None = None
+    #: Repartitioned: per group, records after its new offset that it had read on the source (read again).
+    read_again: dict[str, int] = field(default_factory=dict)
+
+
+def foreign_marker(marker: ProgressMarker | None, task: PartitionTask, where: str) -> ProgressMarker | None:
+    """This restore's marker (``None`` when there is none, or the plan accepted replacing another restore's)."""
+    if marker is None or marker.restore == task.replaces:
+        return None
+    if marker.restore != task.identity:
+        raise TargetChangedError(
+            f"{where} now holds another restore's records (written after this restore was planned); "
+            "nothing was produced there by this run"
+        )
+    return marker
+
+
+def earlier_offset(task: PartitionTask, marker: ProgressMarker | None, nth: int, expected: Record) -> int:
+    """Target offset of the ``nth`` selected record (``expected``, as produced), produced by an earlier run.
+
+    Counted among the committed records from the restore's first one, and checked to be that record: records
+    deleted or compacted away since would otherwise move a group past records it had not read.
+    """
+    from spark_kafka_backup.kafka.cluster import nth_committed_record
+
+    first = marker.first if marker is not None else task.baseline
+    where = f"topic {task.target_topic!r} partition {task.target_partition}"
+    found = nth_committed_record(task.client, task.target_topic, task.target_partition, first, nth)
+    if found is None or not same_record(expected, found[1]):
+        raise TargetChangedError(
+            f"{where}: the restored record of source offset {expected.offset} is not where the restore left it "
+            f"(the {nth + 1}th record from target offset {first}): records were deleted or compacted since, "
+            "so consumer group offsets cannot be placed; restore into a new topic"
+        )
+    return int(found[0])
+
+
+def zero_stamped(task: PartitionTask, source: int, offset: int) -> TargetLimitError:
+    """A record stamped 0 the plan did not see (backed up since): librdkafka would give it the restore's time."""
+    return TargetLimitError(
+        f"topic {task.source_topic!r} partition {source} offset {offset} is stamped 0 "
+        "(1970-01-01T00:00:00.000Z): librdkafka, the producer under spark-kafka-backup, sends 0 as 'now', so it would "
+        "come "
+        "back with the restore's time; what is committed stays, run the restore again with "
+        "--restamp-zero-timestamps to accept that"
+    )
+
+
+def with_last(items: Iterable[T]) -> Iterator[tuple[T, bool]]:
+    """Each item, and whether it is the last."""
+    iterator = iter(items)
+    try:
+        current = next(iterator)
+    except StopIteration:
+        return
+    for following in iterator:
+        yield current, False
+        current = following
+    yield current, True
+
+
+def position_name(task: PartitionTask) -> str:
+    """What the marker's number counts, for messages."""
+    return "source offset" if task.repartition is None else "position"
