@@ -238,7 +238,8 @@ def main() -> None:
         )
         print(
             f"backup ({source:7}), whole tree CPU {usage.per_million(n):5.2f} s/M{cpu_versus} ({usage.cpu_source}) in "
-            f"{usage.processes} processes, peak {usage.peak_rss_mib:6.0f} MiB"
+            f"{usage.processes} processes, peak {usage.peak_rss_mib:6.0f} MiB resident "
+            f"({usage.peak_pss_mib:.0f} MiB proportional)"
         )
 
 

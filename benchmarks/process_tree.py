@@ -15,8 +15,10 @@ daemon ignores ``SIGCHLD``, so the kernel reaps its workers without adding their
   re-parented here and reaped here, and the command's end is the end of its whole tree.
 
 Peak memory is the largest sum of resident set sizes over the tree, sampled every 0.2 s (a process living less than
-that may be missed). The measuring process itself is not counted. Processes the command leaves running after it
-exits are given ``--grace`` seconds, then killed.
+that may be missed), and, beside it, the largest sum of proportional set sizes (``Pss``: a page shared by N
+processes counts 1/N in each; PySpark forks its workers from daemons, so the resident sum counts their shared pages
+many times over; the proportional sum is what the machine pays). The measuring process itself is not counted.
+Processes the command leaves running after it exits are given ``--grace`` seconds, then killed.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ class TreeUsage:
     processes: int
     #: ``cgroup`` (exact) or ``sampled`` (a lower bound).
     cpu_source: str
+    #: Peak of the tree's summed proportional set sizes (0 where the kernel has no ``smaps_rollup``).
+    peak_pss_mib: float = 0.0
 
     def per_million(self, records: int) -> float:
         """CPU seconds per million records."""
@@ -122,6 +126,17 @@ def _rss_mib(pids: list[int]) -> float:
     return total
 
 
+def _pss_mib(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) / 1024
+                    break
+    return total
+
+
 def _cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds of a live process (``/proc/PID/stat`` fields 14 and 15)."""
     try:
@@ -171,7 +186,7 @@ def _run(command: list[str], grace: float) -> TreeUsage:
     if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
     me = os.getpid()
-    peak = [0.0]
+    peak = [0.0, 0.0]  # resident, proportional
     seen: dict[int, float] = {}  # pid -> last CPU seconds sampled
     stop = threading.Event()
 
@@ -179,6 +194,7 @@ def _run(command: list[str], grace: float) -> TreeUsage:
         while not stop.is_set():
             tree = _children_of(me)
             peak[0] = max(peak[0], _rss_mib(tree))
+            peak[1] = max(peak[1], _pss_mib(tree))
             for pid in tree:
                 cpu = _cpu_seconds(pid)
                 if cpu is not None:
@@ -219,7 +235,7 @@ def _run(command: list[str], grace: float) -> TreeUsage:
             cpu, source = max(reaped_cpu, sum(seen.values())), "sampled"
     finally:
         group.remove()
-    return TreeUsage(returncode, wall, cpu, peak[0], len(reaped | set(seen)), source)
+    return TreeUsage(returncode, wall, cpu, peak[0], len(reaped | set(seen)), source, peak[1])
 
 
 def main() -> None:

@@ -212,7 +212,7 @@ def main() -> None:
     print(
         f"restore, whole tree  CPU {restore.per_million(n):5.2f} s/M{cpu_versus} ({restore.cpu_source}) in "
         f"{restore.processes} processes, "
-        f"peak {restore.peak_rss_mib:6.0f} MiB"
+        f"peak {restore.peak_rss_mib:6.0f} MiB resident ({restore.peak_pss_mib:.0f} MiB proportional)"
     )
 
 

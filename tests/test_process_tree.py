@@ -65,3 +65,26 @@ def test_the_cpu_time_of_a_child_no_one_waits_for_is_counted() -> None:
     assert usage.returncode == 0
     # Exact in a cgroup; sampled every 0.2 s otherwise, which sees at least most of a 0.6 s process.
     assert usage.cpu_seconds >= (0.6 if usage.cpu_source == "cgroup" else 0.3), usage
+
+
+# A parent that fills 200 MiB and forks two children that keep it without writing to it (as PySpark's daemons fork
+# their workers): every process shows the 200 MiB resident, but the machine holds them once.
+SHARING = textwrap.dedent(
+    """
+    import os, time
+    block = bytearray(200 << 20)
+    for at in range(0, len(block), 4096):
+        block[at] = 1
+    children = [pid for pid in (os.fork(), os.fork()) if pid]
+    time.sleep(1.5)
+    for pid in children:
+        os.waitpid(pid, 0)
+    """
+)
+
+
+def test_pages_shared_by_forked_processes_are_counted_once_in_the_proportional_peak() -> None:
+    usage, _ = measure([sys.executable, "-c", SHARING])
+    assert usage.returncode == 0
+    assert usage.peak_rss_mib >= 3 * 200  # the parent and its forks (four processes: fork() twice)
+    assert 200 <= usage.peak_pss_mib < 300, usage

@@ -547,8 +547,8 @@ class BackupJob:
                 self._metrics.observe_written(BatchWritten(stats.batch, stats.topics, stats.at))
 
     def _report_progress(self, query: Any) -> None:
-        self._collect_batch_stats()
         recent = query.recentProgress
+        self._collect_batch_stats()  # after: a batch's commit leaves its file before Spark reports the batch
         if recent and recent[-1].get("timestamp", "") != self._progress_seen:
             # A trigger completed (with data or without: an idle query reports one every 10 s or so).
             self._progress_seen = recent[-1].get("timestamp", "")
@@ -572,16 +572,18 @@ class BackupJob:
             del self._read_by_batch[batch]
 
     def _records_read(self, batch: int, progress: dict[str, Any]) -> int:
-        """Records batch ``batch`` read, as its commit counted them.
+        """Records batch ``batch`` read.
 
-        Behind this project's source the rows Spark counts are the tasks' reports, one per partition, not records.
-        Without the commit's count (its file was not written: a full disk), the offsets the batch advanced stand in
-        (transaction markers and aborted records among them).
+        Spark's source counts them (its rows are the records). Behind this project's source the rows Spark counts
+        are the tasks' reports, one per partition written, so the count comes from the sink's commit (records
+        written and found already stored); if its file was not written (a full disk), the offsets the batch
+        advanced stand in (transaction markers and aborted records among them; none on the first batch).
         """
+        if self.settings.kafka_source == "spark":
+            self._read_by_batch.pop(batch, None)
+            return int(progress.get("numInputRows", 0))
         if batch in self._read_by_batch:
             return self._read_by_batch.pop(batch)
-        if self.settings.kafka_source == "spark":
-            return int(progress.get("numInputRows", 0))
         start, end = _offsets_field(progress, "startOffset"), _offsets_field(progress, "endOffset")
         return sum(max(0, offset - start.get(key, offset)) for key, offset in end.items())
 

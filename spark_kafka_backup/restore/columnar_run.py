@@ -24,6 +24,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -89,10 +90,11 @@ def restore_columnar(
             },
         )
     )
-    consumer = marker_consumer(task.client)
+    consumer: Any = None
     key = (task.target_topic, task.target_partition)
     run: _Run | None = None
     try:
+        consumer = marker_consumer(task.client)
         # Once before fencing (a restore of other records is refused without stopping the one that wrote them),
         # and again after (what the fenced one committed until then is what counts).
         foreign_marker(read_markers(consumer, [key]).get(key), task, where)
@@ -127,7 +129,8 @@ def restore_columnar(
         producer.abort()
         raise
     finally:
-        consumer.close()
+        if consumer is not None:
+            consumer.close()
         producer.close()
     result.ended_at = time.time()
     return result
@@ -157,8 +160,11 @@ class _Producer:
             self.call(calls.ABORT_SECONDS, self.columns.abort_transaction, calls.ABORT_SECONDS)
 
     def close(self) -> None:
-        if not self.stuck:
-            self.columns.close()
+        """Destroy the producer (given up like a transactional call if that hangs too), unless a call holds it."""
+        if self.stuck:
+            return
+        with contextlib.suppress(StuckProducerError):
+            self.call(calls.ABORT_SECONDS, self.columns.close)
 
 
 @dataclass
@@ -230,6 +236,7 @@ class _Run:
         last_position = -1
         pace = Pace(task.throttle) if task.throttle.limited else None
         paced_bytes = 0
+        checked = 0  # records produced when the delivery reports were last looked at
         batches = reader.record_batches(window.from_offset, window.to_offset, skip_segments=window.skip_segments)
         for stored in batches:
             rows = _selected_rows(stored, window)
@@ -285,9 +292,11 @@ class _Run:
                 result.produced_bytes += int(sizes[start:stop].sum())
                 self.in_transaction += count
                 last_position = int(offsets[stop - 1])
-                self.producer.columns.poll(0)
-                if self.producer.columns.deliveries(self.sent.first).failures:
-                    self._flush()  # raises
+                if result.produced >= checked + CHUNK_RECORDS:  # as often as the reference looks
+                    checked = result.produced
+                    self.producer.columns.poll(0)
+                    if self.producer.columns.deliveries(self.sent.first).failures:
+                        self._flush()  # raises
                 if pace is not None:
                     paced_bytes += int(sizes[start:stop].sum())
                     paced_bytes += int(headers[start:stop].sum()) if headers is not None else 0
@@ -334,8 +343,9 @@ class _Run:
         if reports.fatal is not None and reports.fatal[0] in FENCED_CODES:
             raise FencedError(reports.fatal[1])
         if reports.failures:
-            if any(code in FENCED_CODES for _, code in reports.failures):
-                raise FencedError(str(self.failure()))
+            fenced = [code for _, code in reports.failures if code in FENCED_CODES]
+            if fenced:
+                raise FencedError(columns.error_text(fenced[0]))
             raise DeliveryError(
                 f"topic {self.task.target_topic!r} partition {self.task.target_partition}: {self.failure()}"
             )

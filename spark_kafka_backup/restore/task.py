@@ -26,7 +26,8 @@ which is the reference and the fallback: where the native edge is not built or
 ``KBACKUP_KAFKA_EDGE=reference``, and for what the columnar path does not do
 (a repartitioned target partition, schema ids rewritten).
 
-Memory: the reader's 1 MiB chunks plus the producer's queue (bounded by
+Memory: the reader's batches (up to 8 MiB of records, and their columns as
+the producer takes them) plus the producer's queue (bounded by
 ``queue.buffering.max.kbytes``), whatever the partition's size.
 
 Consumer groups: a group committed at source offset C resumes, on the target,

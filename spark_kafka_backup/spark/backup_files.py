@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -28,6 +29,7 @@ from spark_kafka_backup.format.record_columns import encode_columns
 from spark_kafka_backup.partition.object_writer import ObjectPartitionWriter, open_partition_writer
 from spark_kafka_backup.partition.writer import PartitionWriter
 from spark_kafka_backup.spark.sink_options import SinkOptions
+from spark_kafka_backup.storage import parse_location
 
 AnyWriter = PartitionWriter | ObjectPartitionWriter
 
@@ -81,12 +83,22 @@ def writes_from_batch(batch: pa.RecordBatch, root: str) -> list[PartitionWrite]:
     """The :class:`PartitionWrite` rows of ``batch``; refused when they were written under another root."""
     rows = batch.to_pylist()
     for row in rows:
-        if row["root"] != root:
+        if not _same_root(row["root"], root):
             raise UsageError(
                 f"the source wrote {row['topic']}/{row['partition']} to {row['root']!r}, but the sink's path is "
                 f"{root!r}: give the source's writeTo the sink's path"
             )
     return [PartitionWrite(**{name: row[name] for name in WRITES_SCHEMA.names[1:]}) for row in rows]
+
+
+def _same_root(written: str, root: str) -> bool:
+    """Whether two spellings of a backup root are the same place (a local path as resolved here)."""
+    if written == root:
+        return True
+    a, b = parse_location(written), parse_location(root)
+    if isinstance(a, Path) and isinstance(b, Path):
+        return a.resolve() == b.resolve()
+    return str(a) == str(b)
 
 
 class RunCheck(Protocol):

@@ -67,6 +67,7 @@ def read_range_columnar(
                                                       polled.event_text)  # fmt: skip
             if held and (done or rows >= batch_rows or held_bytes >= HELD_BYTES):
                 yield from check.confirmed(_together(held))
+                stall.progressed()  # time the batches' taker spent (writing, waiting for a lock) is no stall
                 held, rows, held_bytes = [], 0, 0
                 if task.topic in check.refused:
                     return

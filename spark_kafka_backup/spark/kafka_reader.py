@@ -275,6 +275,7 @@ def read_together(
                 item = columns.task
                 consumer.incremental_unassign([TopicPartition(item.topic, item.partition)])
         yield from incarnations.confirmed(ready)
+        stall.progressed()  # the time the batches' taker spent (writing them, waiting for a lock) is not a stall
         for key in [key for key in pending if key[0] in incarnations.refused]:
             del pending[key]
             consumer.incremental_unassign([TopicPartition(*key)])
@@ -313,6 +314,7 @@ def read_range(
                 consumer.assign([TopicPartition(task.topic, task.partition, resume)])
         if columns.rows >= batch_rows:
             yield from check.confirmed([columns.batch()])
+            stall.progressed()  # the time the batch's taker spent (writing it, waiting for a lock) is not a stall
             if task.topic in check.refused:
                 return
     if columns.rows:

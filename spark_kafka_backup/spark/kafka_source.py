@@ -1,8 +1,10 @@
 """A Kafka source for Spark Structured Streaming on the Python Data Source API.
 
 Spark's own Kafka source is a JVM package that cannot be installed everywhere;
-this one reads Kafka with confluent-kafka and offers the same output schema and
-the same option names, so the backup sink works behind either::
+this one reads Kafka with librdkafka (the native edge, or confluent-kafka) and
+offers the same output schema and the same option names, so the backup sink
+works behind either (unless ``writeTo`` is given: then its tasks write the
+files themselves)::
 
     spark.readStream.format("kbackup_kafka")
         .option("kafka.bootstrap.servers", "host:9092")
@@ -44,7 +46,8 @@ Options (unknown ones are an error):
   each task writes the records it reads into v1 files itself, as the sink would, and hands on one row per
   partition written instead of the records (``root``, ``topic``, ``partition``, ``first_offset``,
   ``last_offset``, ``written``, ``skipped``, ``bytes``, ``lock_wait``). Give the rows to the ``kbackup_v1`` sink
-  with the same path: it commits and reports them. The backup job reads this way; see
+  with the same path: it commits and reports them. The records never cross to the JVM and into a second Python
+  process. Headers are always read. The backup job reads this way; see
   :mod:`spark_kafka_backup.spark.backup_files`.
 - ``minPartitions``: the number of tasks a micro-batch should have at least,
   when it reads that many Kafka partitions (default 1; the backup job passes
@@ -71,10 +74,11 @@ ones are packed together (at most :data:`PACK_RECORDS` offsets and
 :data:`PACK_RANGES` partitions per task, but in at least ``minPartitions``
 tasks when there are that many), and a task assigns all its partitions to one
 consumer at once (one fetch brings records of many). Each Kafka partition is
-read by one task, in offset order, and handed to the sink in batches of that
-partition alone (batches of different partitions may alternate), so a task of
-many small partitions costs one consumer and one Spark task instead of one
-each per partition.
+read by one task, in offset order, and handed on (to the sink, or to the
+task's own writer with ``writeTo``) in batches of that partition alone
+(batches of different partitions may alternate), so a task of many small
+partitions costs one consumer and one Spark task instead of one each per
+partition.
 """
 
 from __future__ import annotations

@@ -126,7 +126,8 @@ class SourceOptions:
             selection=selection,
             starting=_parse_starting(other.get("startingoffsets", "earliest")),
             max_offsets_per_trigger=_positive_int(other, "maxoffsetspertrigger"),
-            include_headers=option_is_true(other, "includeheaders", False),
+            # Written to files, every record keeps its headers.
+            include_headers=option_is_true(other, "includeheaders", False) or "writeto" in other,
             fail_on_data_loss=option_is_true(other, "failondataloss", True),
             read_timeout=float(_positive_int(other, "readtimeoutseconds") or 120),
             min_partitions=_positive_int(other, "minpartitions") or 1,

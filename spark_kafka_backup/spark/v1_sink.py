@@ -10,7 +10,16 @@ project's source or Spark's own (with ``includeHeaders=true``), and writes
 each record to ``<path>/<topic>/`` with one partition writer per Kafka
 partition. ``path`` is a local directory or ``s3://bucket/prefix``; on an
 object store each task publishes whole new segments when it finishes (see
-:mod:`spark_kafka_backup.partition.object_writer`).
+:mod:`spark_kafka_backup.partition.object_writer`). The writing itself is
+:class:`~spark_kafka_backup.spark.backup_files.BatchFiles`.
+
+Behind this project's source given ``writeTo`` (what the backup job does), the
+source's tasks have written the files already and hand on one row per
+partition written (:data:`~spark_kafka_backup.spark.backup_files.WRITES_SCHEMA`):
+the sink only commits and reports them. Its path must then be the source's
+``writeTo`` path (another is refused when its task ends); its writing options
+(segment size, compression, encryption, ``fsync``, ``umask``) are not used:
+the source's are.
 
 Exactly once in the files: every record is placed by its offset, so a
 micro-batch replayed after a crash finds its records already stored and skips
@@ -133,7 +142,8 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
         self.written_by_source = written_by_source
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BackupCommitMessage:
-        """Executor side: append every record, then sync each partition it touched."""
+        """Executor side: append every record, then sync each partition it touched (or, behind a source that
+        wrote them, take its rows)."""
         freeze_loaded_objects()
         if self.written_by_source:
             root = str(self.options.target)

@@ -151,3 +151,15 @@ def test_write_to_takes_the_sinks_options(given: str, error: str) -> None:
     assert parsed is not None and str(parsed.target) == "/b" and parsed.compression == "zstd"
     with pytest.raises(UsageError, match=re.escape(error)):
         SourceOptions.parse({**base, "writeTo": given})
+
+
+def test_write_to_reads_headers_and_accepts_another_spelling_of_the_sinks_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = {"kafka.bootstrap.servers": "k:1", "subscribe": "a"}
+    assert not SourceOptions.parse(base).include_headers
+    assert SourceOptions.parse({**base, "writeTo": '{"path": "/b"}'}).include_headers  # files keep every header
+    monkeypatch.chdir(tmp_path)
+    rows = writes_batch("backups/../backups", [PartitionWrite("a", 0, 0, 3, written=4, bytes=100)])
+    writer = V1StreamWriter(SinkOptions.parse({"path": str(tmp_path / "backups")}), written_by_source=True)
+    assert [w.written for w in writer.write(iter([rows])).partitions] == [4]

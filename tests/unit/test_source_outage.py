@@ -243,3 +243,74 @@ def test_a_task_without_data_says_the_cluster_is_not_answering(
     messages = [r.getMessage() for r in {id(r): r for r in caplog.records}.values()]
     assert len(messages) == 1
     assert messages[0].startswith("source cluster not answering for 0 s: no data for topic 'orders' partition 0")
+
+
+class _Message:
+    def __init__(self, offset: int) -> None:
+        self._offset = offset
+
+    def error(self) -> None:
+        return None
+
+    def topic(self) -> str:
+        return "orders"
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes:
+        return b"k%d" % self._offset
+
+    def value(self) -> bytes:
+        return b"v"
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_700_000_000_000)
+
+    def headers(self) -> None:
+        return None
+
+
+class _SlowSecondFetch:
+    """A consumer whose first fetch fills a batch and whose next fetches bring the rest only after a while."""
+
+    def __init__(self, first: int, end: int, later: float) -> None:
+        self.first, self.end, self.later = first, end, later
+        self.fetches = 0
+        self.ready_at = float("inf")
+
+    def assign(self, partitions: Any) -> None:
+        pass
+
+    def consume(self, num_messages: int, timeout: float) -> list[_Message]:
+        import time
+
+        self.fetches += 1
+        if self.fetches == 1:
+            self.ready_at = float("inf")
+            return [_Message(o) for o in range(self.first)]
+        if self.ready_at == float("inf"):
+            self.ready_at = time.monotonic() + self.later
+        if time.monotonic() < self.ready_at:
+            time.sleep(0.01)
+            return []
+        return [_Message(o) for o in range(self.first, self.end)]
+
+
+def test_time_the_taker_of_a_batch_spends_is_not_a_stall_of_the_cluster() -> None:
+    """A task that writes what it reads (the backup's source with writeTo) may wait long for a partition's lock
+    between two fetches; only time without data while the task waits for the cluster counts towards the timeout."""
+    import time
+
+    from spark_kafka_backup.spark.kafka_reader import KafkaRange, read_range
+
+    task = KafkaRange("orders", 0, 0, 20, {}, False, read_timeout=0.5)
+    batches = read_range(task, _SlowSecondFetch(first=10, end=20, later=0.2), batch_rows=10)
+    first = next(batches)
+    assert first.num_rows == 10
+    time.sleep(0.8)  # the taker writes (or waits for a lock) for longer than the read timeout
+    rest = list(batches)
+    assert [b.num_rows for b in rest] == [10]
