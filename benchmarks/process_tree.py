@@ -116,23 +116,21 @@ def _children_of(root: int) -> list[int]:
 
 
 def _rss_mib(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) / 1024
-                    break
-    return total
+    return _summed_kib(pids, "status", "VmRSS:") / 1024
 
 
 def _pss_mib(pids: list[int]) -> float:
+    return _summed_kib(pids, "smaps_rollup", "Pss:") / 1024
+
+
+def _summed_kib(pids: list[int], name: str, field: str) -> float:
+    """The sum over ``pids`` of a ``/proc/PID/NAME`` line's kiB (a process gone meanwhile counts 0)."""
     total = 0.0
     for pid in pids:
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/smaps_rollup") as rollup:
-            for line in rollup:
-                if line.startswith("Pss:"):
-                    total += int(line.split()[1]) / 1024
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/{name}") as lines:
+            for line in lines:
+                if line.startswith(field):
+                    total += int(line.split()[1])
                     break
     return total
 

@@ -16,6 +16,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,17 +42,33 @@ from tests.restore_helpers import (
 @pytest.fixture(scope="module")
 def cluster_of_three() -> Iterator[tuple[KafkaCluster, BrokerUnderTest]]:
     # Failover timings are Kafka's defaults (broker.session.timeout.ms and the rest); the quick JIT only saves CPU.
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, ConfigResource
 
     with KafkaCluster(3, quick_jit=True, java_options=kafka_node_options()) as cluster:
+        broker = BrokerUnderTest("local", cluster.bootstrap_servers, description=cluster.describe())
+        _all_up(cluster, broker)
         # What the failure tests rely on: a new topic gets three replicas and min.insync.replicas=2.
         admin = AdminClient(cluster.client_settings())
         create_topics(cluster.client_settings(), {"three-nodes": 2}, replication=-1)
         partitions = admin.list_topics("three-nodes", timeout=10).topics["three-nodes"].partitions
         assert sorted(partitions) == [0, 1] and all(len(p.replicas) == 3 for p in partitions.values())
-        described = next(iter(admin.describe_configs([ConfigResource("TOPIC", "three-nodes")]).values())).result(30)
-        assert described["min.insync.replicas"].value == "2"
-        yield cluster, BrokerUnderTest("local", cluster.bootstrap_servers, description=cluster.describe())
+        found: dict[str, Any] = {}
+
+        def described() -> bool:
+            # The node asked may not have the new topic's metadata yet (UNKNOWN_TOPIC_OR_PART): ask again.
+            down = [node for node in cluster.nodes if not node.running]
+            assert not down, "\n".join(f"node {n.node_id} stopped:\n{n.log_tail()}" for n in down)
+            try:
+                request = admin.describe_configs([ConfigResource("TOPIC", "three-nodes")])
+                found.update(next(iter(request.values())).result(10))
+            except KafkaException:
+                return False
+            return True
+
+        wait_for(described, 60, "the new topic's configuration")
+        assert found["min.insync.replicas"].value == "2"
+        yield cluster, broker
 
 
 @pytest.fixture

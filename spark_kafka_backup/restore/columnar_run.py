@@ -129,9 +129,9 @@ def restore_columnar(
         producer.abort()
         raise
     finally:
+        producer.close()  # first: bounded, whatever the consumer's close does
         if consumer is not None:
             consumer.close()
-        producer.close()
     result.ended_at = time.time()
     return result
 

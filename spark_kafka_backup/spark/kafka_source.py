@@ -47,7 +47,7 @@ Options (unknown ones are an error):
   partition written instead of the records (``root``, ``topic``, ``partition``, ``first_offset``,
   ``last_offset``, ``written``, ``skipped``, ``bytes``, ``lock_wait``). Give the rows to the ``kbackup_v1`` sink
   with the same path: it commits and reports them. The records never cross to the JVM and into a second Python
-  process. Headers are always read. The backup job reads this way; see
+  process. Headers are always read (``includeHeaders`` does not apply). The backup job reads this way; see
   :mod:`spark_kafka_backup.spark.backup_files`.
 - ``minPartitions``: the number of tasks a micro-batch should have at least,
   when it reads that many Kafka partitions (default 1; the backup job passes

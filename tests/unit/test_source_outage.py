@@ -285,6 +285,12 @@ class _SlowSecondFetch:
     def assign(self, partitions: Any) -> None:
         pass
 
+    def incremental_assign(self, partitions: Any) -> None:
+        pass
+
+    def incremental_unassign(self, partitions: Any) -> None:
+        pass
+
     def consume(self, num_messages: int, timeout: float) -> list[_Message]:
         import time
 
@@ -300,17 +306,22 @@ class _SlowSecondFetch:
         return [_Message(o) for o in range(self.first, self.end)]
 
 
-def test_time_the_taker_of_a_batch_spends_is_not_a_stall_of_the_cluster() -> None:
+@pytest.mark.parametrize("reader", ["one range", "packed"])
+def test_time_the_taker_of_a_batch_spends_is_not_a_stall_of_the_cluster(reader: str) -> None:
     """A task that writes what it reads (the backup's source with writeTo) may wait long for a partition's lock
     between two fetches; only time without data while the task waits for the cluster counts towards the timeout."""
     import time
 
-    from spark_kafka_backup.spark.kafka_reader import KafkaRange, read_range
+    from spark_kafka_backup.spark.kafka_reader import Incarnations, KafkaRange, read_range, read_together
 
-    task = KafkaRange("orders", 0, 0, 20, {}, False, read_timeout=0.5)
-    batches = read_range(task, _SlowSecondFetch(first=10, end=20, later=0.2), batch_rows=10)
+    task = KafkaRange("orders", 0, 0, 20, {}, False, read_timeout=1.0)
+    consumer = _SlowSecondFetch(first=10, end=20, later=0.2)
+    if reader == "one range":
+        batches = read_range(task, consumer, batch_rows=10)
+    else:
+        batches = read_together((task,), consumer, batch_rows=10, incarnations=Incarnations((task,)))
     first = next(batches)
     assert first.num_rows == 10
-    time.sleep(0.8)  # the taker writes (or waits for a lock) for longer than the read timeout
+    time.sleep(1.5)  # the taker writes (or waits for a lock) for longer than the read timeout
     rest = list(batches)
     assert [b.num_rows for b in rest] == [10]
