@@ -99,6 +99,8 @@ def uses_spark_kafka_source(args: Sequence[str]) -> bool:
 #: Spark's logging until the job sets its level (see the file).
 STARTUP_LOGGING = Path(__file__).resolve().parent / "jobs" / "log4j2.properties"
 DEFAULT_CONF = ("spark.ui.enabled=false", "spark.python.authenticate.socketTimeout=120s")
+#: The JVM's quick (C1) compiler alone, for a driver that carries no records (see :func:`spark_submit_command`).
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
 
 
 def spark_submit_command(job: str, *args: str | Path, master: str = "local[2]", conf: Sequence[str] = ()) -> list[str]:
@@ -118,7 +120,13 @@ def spark_submit_command(job: str, *args: str | Path, master: str = "local[2]", 
     settings = [default for default in DEFAULT_CONF if default.partition("=")[0] not in given] + list(conf)
     if "spark.driver.extraJavaOptions" not in given:
         # Quiet from the JVM's start: Spark's level is set by the job only once its session exists.
-        settings.insert(0, f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile={STARTUP_LOGGING.as_uri()}")
+        options = [f"-Dlog4j2.configurationFile={STARTUP_LOGGING.as_uri()}"]
+        if not jars:
+            # No record passes through the driver's JVM (spark-kafka-backup's source reads and writes in its Python
+            # tasks, a restore's tasks produce from Python): its code runs briefly, so the quick compiler alone
+            # saves the optimizing one's CPU (about 5 CPU seconds of a job's start-up on two cores).
+            options.insert(0, QUICK_JIT)
+        settings.insert(0, f"spark.driver.extraJavaOptions={' '.join(options)}")
     confs = [part for setting in settings for part in ("--conf", setting)]
     return [
         str(spark_home(master) / "bin" / "spark-submit"),

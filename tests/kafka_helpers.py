@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent  # the checkout (tests.conftest im
 #: JVM options of the tests' ``spark-submit`` (the driver, and in ``local[N]`` the executors): a test's JVM lives for
 #: seconds, and the quick compiler alone with the serial collector spends about a quarter less CPU on it (measured on
 #: tests/test_backup_snapshot.py: 138 s of user time down to 102 s). The suite is CPU-bound on two cores; the jobs
-#: themselves, the demo and the benchmarks keep the JVM's defaults.
+#: themselves take the quick compiler alone where the driver carries no records (spark_submit.QUICK_JIT).
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 

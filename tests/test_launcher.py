@@ -13,7 +13,7 @@ import pytest
 
 from spark_kafka_backup.errors import UsageError
 from spark_kafka_backup.launcher import DEFAULT_MASTER, split_arguments
-from spark_kafka_backup.spark_submit import STARTUP_LOGGING
+from spark_kafka_backup.spark_submit import QUICK_JIT, STARTUP_LOGGING
 from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import TEST_JVM_OPTIONS, backed_up, client_config_file, consume_all, create_topics
 
@@ -85,7 +85,8 @@ def test_the_command_uses_the_installed_job_file_and_the_options_given(tmp_path:
     command = shlex.split(result.stdout)
     assert Path(command[0]).name == "spark-submit" and os.access(command[0], os.X_OK)
     assert command[1:3] == ["--master", "spark://h:7077"]
-    startup = f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile={STARTUP_LOGGING.as_uri()}"
+    # The driver carries no records here: the quick compiler alone (a JVM reading Kafka keeps both).
+    startup = f"spark.driver.extraJavaOptions={QUICK_JIT} -Dlog4j2.configurationFile={STARTUP_LOGGING.as_uri()}"
     assert command[3:9] == ["--conf", startup, "--conf", "spark.python.authenticate.socketTimeout=120s",
                             "--conf", "spark.executor.memory=2g"]  # fmt: skip
     assert "spark.ui.enabled=false" not in command and STARTUP_LOGGING.is_file()
@@ -93,6 +94,16 @@ def test_the_command_uses_the_installed_job_file_and_the_options_given(tmp_path:
     assert job.name == "backup.py" and job.parent.name == "jobs" and job.parent.parent.name == "spark_kafka_backup"
     assert job.is_file()
     assert command[-6:] == ["--bootstrap-server", "k:9092", "--target-dir", str(tmp_path / "b"), "--topics", "t"]
+
+
+def test_a_driver_that_reads_kafka_keeps_the_optimizing_compiler() -> None:
+    from spark_kafka_backup.spark_submit import spark_submit_command
+
+    mine = spark_submit_command("backup", "--topics", "t")
+    assert any(part.startswith("spark.driver.extraJavaOptions=") and QUICK_JIT in part for part in mine)
+    spark_source = spark_submit_command("backup", "--topics", "t", "--kafka-source", "spark")
+    options = [part for part in spark_source if part.startswith("spark.driver.extraJavaOptions=")]
+    assert options and QUICK_JIT not in options[0]
 
 
 def test_split_arguments() -> None:
