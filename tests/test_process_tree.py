@@ -6,8 +6,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 from benchmarks.process_tree import measure
 
 # A child that forks a grandchild and exits at once: the grandchild, orphaned, burns 0.3 s of its own CPU time, then
@@ -90,7 +88,6 @@ SHARING = textwrap.dedent(
 )
 
 
-@pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="the kernel has no smaps_rollup")
 def test_pages_shared_by_forked_processes_are_counted_once_in_the_proportional_peak() -> None:
     usage, _ = measure([sys.executable, "-c", SHARING])
     assert usage.returncode == 0 and usage.processes == 4
