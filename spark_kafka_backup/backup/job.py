@@ -67,6 +67,7 @@ from spark_kafka_backup.job_options import run_job
 from spark_kafka_backup.kafka.admin_session import AdminSession
 from spark_kafka_backup.kafka.client_settings import redact
 from spark_kafka_backup.kafka.cluster import TopicPartitionKey, cluster_identity, partition_counts
+from spark_kafka_backup.kafka.columnar import edge_setting
 from spark_kafka_backup.kafka.permissions import Permission, refuse_missing, secured
 from spark_kafka_backup.logsetup import ensure_console_logging
 from spark_kafka_backup.metrics import MetricsPublisher
@@ -128,6 +129,7 @@ class BackupJob:
 
     def run(self) -> int:
         settings = self.settings
+        edge_setting()  # a mistyped KBACKUP_KAFKA_EDGE is refused before anything is written
         self._umask = restrict_new_files(settings.umask)
         safe = redact(settings.client)
         log.info(

@@ -88,13 +88,20 @@ def _native() -> tuple[ModuleType | None, str]:
     return _native_kafka, ""
 
 
+def edge_setting() -> str:
+    """``KBACKUP_KAFKA_EDGE`` as given here: ``native``, ``reference`` or empty; anything else is refused (the jobs
+    ask on the driver before they change anything, so that a mistyped value is not first met by a task)."""
+    wanted = os.environ.get(EDGE_ENV, "").strip().lower()
+    if wanted not in ("", "native", "reference"):
+        raise NativeEdgeError(f"{EDGE_ENV}={wanted!r}: expected 'native', 'reference' or nothing")
+    return wanted
+
+
 def native_edge() -> ModuleType | None:
     """The native module when the edge is to be native (see the module docstring), else ``None``."""
-    wanted = os.environ.get(EDGE_ENV, "").strip().lower()
+    wanted = edge_setting()
     if wanted == "reference":
         return None
-    if wanted not in ("", "native"):
-        raise NativeEdgeError(f"{EDGE_ENV}={wanted!r}: expected 'native', 'reference' or nothing")
     module, why = _native()
     if module is None and wanted == "native":
         raise NativeEdgeError(f"{EDGE_ENV}=native, but the native Kafka edge cannot be used here: {why}")

@@ -30,6 +30,7 @@ from spark_kafka_backup.fsutil import restrict_new_files, world_writable
 from spark_kafka_backup.job_options import run_job
 from spark_kafka_backup.kafka.client_settings import redact
 from spark_kafka_backup.kafka.cluster import TopicPartitionKey, admin_client, create_topics, partition_counts
+from spark_kafka_backup.kafka.columnar import edge_setting
 from spark_kafka_backup.kafka.permissions import refuse_missing
 from spark_kafka_backup.logsetup import ensure_console_logging
 from spark_kafka_backup.partition.reader import PartitionReader
@@ -71,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run(settings: RestoreSettings) -> int:
     ensure_console_logging(debug=settings.debug, log_format=settings.monitoring.log_format)
+    edge_setting()  # a mistyped KBACKUP_KAFKA_EDGE is refused before a topic is created
     safe = redact(settings.client)
     log.info("restoring %s into %s", settings.source, safe["bootstrap.servers"])
     umask = restrict_new_files(settings.umask)
