@@ -42,15 +42,13 @@ from spark_kafka_backup.restore.marker import (
     TRANSACTION_TIMEOUT_MS,
     ProgressMarker,
     marker_consumer,
-    read_markers,
     transactional_id,
 )
 from spark_kafka_backup.restore.partition_task import (
     PartitionResult,
     PartitionTask,
     earlier_offset,
-    foreign_marker,
-    position_name,
+    fence,
     zero_stamped,
 )
 from spark_kafka_backup.restore.producer_calls import (
@@ -91,24 +89,17 @@ def restore_columnar(
         )
     )
     consumer: Any = None
-    key = (task.target_topic, task.target_partition)
     run: _Run | None = None
-    try:
-        consumer = marker_consumer(task.client)
-        # Once before fencing (a restore of other records is refused without stopping the one that wrote them),
-        # and again after (what the fenced one committed until then is what counts).
-        foreign_marker(read_markers(consumer, [key]).get(key), task, where)
+
+    def start_producer() -> None:
         try:
             producer.call(calls.INIT_SECONDS, producer.columns.init_transactions, calls.INIT_SECONDS)
         except ProducerError as exc:
             raise DeliveryError(f"{where}: cannot start a transactional producer: {exc.text}") from exc
-        marker = foreign_marker(read_markers(consumer, [key]).get(key), task, where)
-        run = _Run(task, producer, marker)
-        if marker is not None and marker.resume_from > task.resume_from:
-            result.taken_over = (
-                f"{where}: another restore of the same records had reached {position_name(task)} "
-                f"{marker.resume_from}; this one went on from there"
-            )
+
+    try:
+        consumer = marker_consumer(task.client)
+        run = _Run(task, producer, fence(task, consumer, start_producer, result))
         run.produce_all(readers[task.source_partition], result)
     except StuckProducerError:
         raise  # the producer is held by the call that hangs: nothing more is asked of it

@@ -4,14 +4,14 @@ with the checks both of its producers make the same way.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from spark_kafka_backup.errors import TargetChangedError, TargetLimitError
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.restore.marker import ProgressMarker
+from spark_kafka_backup.restore.marker import ProgressMarker, read_markers
 from spark_kafka_backup.restore.repartition import Repartition, routed_records
 from spark_kafka_backup.restore.selection import Window, same_record, selected_records
 from spark_kafka_backup.restore.throttle import Throttle
@@ -127,6 +127,29 @@ def foreign_marker(marker: ProgressMarker | None, task: PartitionTask, where: st
         raise TargetChangedError(
             f"{where} now holds another restore's records (written after this restore was planned); "
             "nothing was produced there by this run"
+        )
+    return marker
+
+
+def fence(
+    task: PartitionTask, consumer: Any, start_producer: Callable[[], None], result: PartitionResult
+) -> ProgressMarker | None:
+    """Start the partition's transactional producer (``start_producer``, which fences any other holding its id)
+    between two reads of the partition's progress marker; this restore's marker, read after fencing.
+
+    Read before fencing, a marker of another restore is refused without stopping the one that wrote it; read
+    after, it says what the fenced producer committed until then, which is what counts (noted in ``result`` when
+    another run of this restore had got further than the plan).
+    """
+    where = f"topic {task.target_topic!r} partition {task.target_partition}"
+    key = (task.target_topic, task.target_partition)
+    foreign_marker(read_markers(consumer, [key]).get(key), task, where)
+    start_producer()
+    marker = foreign_marker(read_markers(consumer, [key]).get(key), task, where)
+    if marker is not None and marker.resume_from > task.resume_from:
+        result.taken_over = (
+            f"{where}: another restore of the same records had reached {position_name(task)} "
+            f"{marker.resume_from}; this one went on from there"
         )
     return marker
 

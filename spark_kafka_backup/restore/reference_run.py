@@ -21,15 +21,13 @@ from spark_kafka_backup.restore.marker import (
     TRANSACTION_TIMEOUT_MS,
     ProgressMarker,
     marker_consumer,
-    read_markers,
     transactional_id,
 )
 from spark_kafka_backup.restore.partition_task import (
     PartitionResult,
     PartitionTask,
     earlier_offset,
-    foreign_marker,
-    position_name,
+    fence,
     with_last,
     zero_stamped,
 )
@@ -69,22 +67,15 @@ def restore_reference(
         }
     )
     consumer = marker_consumer(task.client)
-    key = (task.target_topic, task.target_partition)
-    try:
-        # Once before fencing (a restore of other records is refused without stopping the one that wrote them),
-        # and again after (what the fenced one committed until then is what counts).
-        foreign_marker(read_markers(consumer, [key]).get(key), task, where)
+
+    def start_producer() -> None:
         try:
             within(calls.INIT_SECONDS, producer.init_transactions, calls.INIT_SECONDS)
         except KafkaException as exc:
             raise DeliveryError(f"{where}: cannot start a transactional producer: {exc.args[0].str()}") from exc
-        marker = foreign_marker(read_markers(consumer, [key]).get(key), task, where)
-        run = _Run(task, producer, consumer, deliveries, marker)
-        if marker is not None and marker.resume_from > task.resume_from:
-            result.taken_over = (
-                f"{where}: another restore of the same records had reached {position_name(task)} {marker.resume_from}; "
-                "this one went on from there"
-            )
+
+    try:
+        run = _Run(task, producer, consumer, deliveries, fence(task, consumer, start_producer, result))
         run.produce_all(readers, result)
     except StuckProducerError:
         raise  # the producer is held by the call that hangs: nothing more is asked of it
