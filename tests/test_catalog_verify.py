@@ -16,6 +16,7 @@ from spark_kafka_backup.catalog.build import rebuild_catalog
 from spark_kafka_backup.catalog.ledger import CatalogLedger
 from spark_kafka_backup.catalog.store import catalog_path, read_catalog
 from spark_kafka_backup.catalog.verify import verify_backup
+from spark_kafka_backup.errors import DamagedBackupError
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.writer import PartitionWriter
 from spark_kafka_backup.storage import as_local
@@ -183,15 +184,21 @@ def test_segment_finished_after_the_catalog_is_a_note_not_damage(root: Path) -> 
 def test_the_writer_catalogs_each_segment_it_finishes_and_catches_up(tmp_path: Path) -> None:
     root = tmp_path / "backup"
     with PartitionWriter(root / "t", "t", 0, max_segment_size=1000, fsync=False, ledger=CatalogLedger(root)) as writer:
-        for i in range(30):
+        for i in range(10):
+            writer.append(sample_record(i))
+    older = as_local(catalog_path(root, "t", 0)).read_bytes()
+    with PartitionWriter(root / "t", "t", 0, max_segment_size=1000, fsync=False, ledger=CatalogLedger(root)) as writer:
+        for i in range(10, 30):
             writer.append(sample_record(i))
     catalog = read_catalog(root, "t", 0)
     assert catalog is not None
     segments = sorted((root / "t").glob("*_records"), key=lambda p: int(p.name.split("_")[5]))
     assert [e.name for e in catalog.segments] == [p.name[: -len("_records")] for p in segments[:-1]]
     assert catalog.segments == read_catalog_rebuilt(tmp_path, root)
-    # A crash between starting a segment and updating the catalog loses the update; the next roll catches up.
-    as_local(catalog_path(root, "t", 0)).unlink()
+    # A crash between starting a segment and updating the catalog loses the update (the catalog is replaced whole:
+    # the older one stays); the next roll catches up.
+    as_local(catalog_path(root, "t", 0)).write_bytes(older)
+    assert len(read_catalog(root, "t", 0).segments) < len(catalog.segments)  # type: ignore[union-attr]
     with PartitionWriter(root / "t", "t", 0, max_segment_size=1000, fsync=False, ledger=CatalogLedger(root)) as writer:
         for i in range(30, 45):
             writer.append(sample_record(i))
@@ -199,6 +206,58 @@ def test_the_writer_catalogs_each_segment_it_finishes_and_catches_up(tmp_path: P
     assert caught_up is not None
     assert len(caught_up.segments) == len(list((root / "t").glob("*_records"))) - 1
     assert run_kbackup("verify", root, "--deep").returncode == 0
+
+
+# -- a lost catalog ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lost", ["catalog file", "catalog directory"])
+def test_a_lost_catalog_is_damage_not_an_unchecked_backup(tmp_path: Path, lost: str) -> None:
+    """A partition of one segment whose catalog goes, and then a byte of a value: verify and cat refuse, naming the
+    catalog; catalog rebuild (the operator vouching for the files) makes it a checked backup again."""
+    root = tmp_path / "backup"
+    with PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root)) as writer:
+        for i in range(10):
+            writer.append(sample_record(i))
+    assert run_kbackup("verify", root).returncode == 0
+    path = as_local(catalog_path(root, "t", 0))
+    if lost == "catalog file":
+        path.unlink()
+    else:
+        shutil.rmtree(path.parent)
+    segment = next((root / "t").glob("*_records"))
+    data = bytearray(segment.read_bytes())
+    data[bytes(data).index(b"value-")] ^= 0x20  # still decodes: only a checksum shows it
+    segment.write_bytes(bytes(data))
+    result = run_kbackup("verify", root)
+    assert result.returncode == 1, result.stdout
+    assert "t/0: DAMAGED" in result.stdout
+    assert f"its catalog {path} is missing, though spark-kafka-backup kept one for it" in result.stdout
+    refused, printed = _cat(root, "--topic", "t")
+    assert refused.returncode == 1 and printed == []
+    assert f"its catalog {path} is missing" in refused.stderr and "Traceback" not in refused.stderr
+    assert f"spark-kafka-backup catalog rebuild {root} --topic t" in refused.stderr
+    # The backup's writer does not go on and describe the files anew as they are now.
+    with pytest.raises(DamagedBackupError, match=r"its catalog .* is missing"):
+        PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root))
+    assert not path.exists()
+    rebuilt = run_kbackup("catalog", "rebuild", root, "--topic", "t")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert run_kbackup("verify", root).returncode == 0  # what the operator vouched for is the reference now
+
+
+def test_a_partition_never_cataloged_is_read_as_the_originals(tmp_path: Path) -> None:
+    """A backup copied without its state directory has no marker: structure only, as before."""
+    root = tmp_path / "backup"
+    with PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root)) as writer:
+        for i in range(10):
+            writer.append(sample_record(i))
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    shutil.rmtree(copy / "kbackup~state")
+    assert run_kbackup("verify", copy).returncode == 0
+    result, printed = _cat(copy, "--topic", "t")
+    assert result.returncode == 0 and printed == _expected(0, range(10))
 
 
 def read_catalog_rebuilt(tmp_path: Path, root: Path) -> tuple[object, ...]:

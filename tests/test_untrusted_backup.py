@@ -620,12 +620,17 @@ def test_the_next_backup_run_does_not_vouch_for_a_forgery_whose_record_was_delet
     sealed_backup: Path, tmp_path: Path
 ) -> None:
     from spark_kafka_backup.catalog.seals import seal_record_path
+    from spark_kafka_backup.catalog.store import cataloged_marker_path
+    from spark_kafka_backup.errors import DamagedBackupError
     from spark_kafka_backup.format.encryption import KeyRing
     from spark_kafka_backup.partition.records_file import install_keys
 
     root = sealed_backup
     name = forge_plain(root, 1)
     Path(str(catalog_path(root, "t", 0))).unlink()  # the catalog no longer says anything is sealed
+    with pytest.raises(DamagedBackupError, match=r"its catalog .* is missing"):  # a lost catalog stops the writer
+        PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root), encryption_key=KEK)
+    Path(str(cataloged_marker_path(root, "t", 0))).unlink()  # a careful forger removes the marker as well
     record = Path(str(seal_record_path(root, "t", 0)))
     for tamper in ("delete", "garble"):
         if tamper == "delete":

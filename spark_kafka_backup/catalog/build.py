@@ -228,7 +228,8 @@ def catch_up_catalog(
     ``newest_too`` after it sealed the newest one (whose recorded prefix then goes).
     """
     reader = PartitionReader(topic_dir, partition)
-    catalog = read_catalog(root, topic_dir.name, partition) or PartitionCatalog(topic_dir.name, partition)
+    topic = topic_dir.name
+    catalog = read_catalog(root, topic, partition, expected=True) or PartitionCatalog(topic, partition)
     named = {entry.name for entry in catalog.segments}
     finished = len(reader.segments) if newest_too else len(reader.segments) - 1
     added = [describe_segment(reader, i) for i in range(finished) if reader.segments[i].name not in named]

@@ -2,6 +2,8 @@
 
 Finished segments are checked whole; the newest segment's committed prefix
 against the tail the catalog recorded (:mod:`spark_kafka_backup.catalog.tail`).
+A partition whose catalog was kept and is lost has every segment unchecked, each reported as such
+(:func:`unverifiable_segments`).
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from dataclasses import dataclass
 
 from spark_kafka_backup.catalog.build import file_crc32c
 from spark_kafka_backup.catalog.model import SegmentEntry
-from spark_kafka_backup.catalog.store import read_catalog
+from spark_kafka_backup.catalog.store import catalog_path, missing_catalog, read_catalog
 from spark_kafka_backup.catalog.tail import tail_problem
 from spark_kafka_backup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
+from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.storage import Location, exists
 
 
@@ -25,10 +28,11 @@ class BadSegment:
     reason: str
 
     def describe(self, topic: str, partition: int) -> str:
-        return (
-            f"topic {topic!r} partition {partition}: segment {self.name} "
-            f"(offsets {self.first_offset}..{self.last_offset}): {self.reason}"
-        )
+        if self.first_offset is not None and self.last_offset is not None:
+            offsets = f"offsets {self.first_offset}..{self.last_offset}"
+        else:
+            offsets = "offsets unknown" if self.first_offset is None else f"from offset {self.first_offset}"
+        return f"topic {topic!r} partition {partition}: segment {self.name} ({offsets}): {self.reason}"
 
 
 def segment_problem(topic_dir: Location, entry: SegmentEntry) -> str | None:
@@ -67,7 +71,7 @@ def bad_segments(
     topic_dir = files if files is not None else root / topic
     catalog = read_catalog(root, topic, partition)
     if catalog is None:
-        return []
+        return unverifiable_segments(root, topic, partition, from_offset=from_offset, to_offset=to_offset, only=only)
     found = []
     for entry in catalog.segments:
         if not offsets_overlap(entry.first_offset, entry.last_offset, from_offset, to_offset):
@@ -86,6 +90,36 @@ def bad_segments(
         problem = tail_problem(topic_dir, tail)
         if problem is not None:
             found.append(BadSegment(tail.name, tail.first_offset, tail.last_offset, problem))
+    return found
+
+
+def unverifiable_segments(
+    root: Location,
+    topic: str,
+    partition: int,
+    *,
+    from_offset: int | None = None,
+    to_offset: int | None = None,
+    only: Collection[str] | None = None,
+) -> list[BadSegment]:
+    """The partition's segments (those that may hold offsets in the window), when its catalog was kept and is lost
+    (:func:`spark_kafka_backup.catalog.store.missing_catalog`): none can be checked. Empty when the partition has a
+    catalog or never had one. No record is read: a look at two paths and the partition index."""
+    if exists(catalog_path(root, topic, partition)):
+        return []
+    reason = missing_catalog(root, topic, partition)
+    if reason is None:
+        return []
+    segments = PartitionReader(root / topic, partition).segments
+    found: list[BadSegment] = []
+    for number, segment in enumerate(segments):
+        last = segments[number + 1].start_offset - 1 if number + 1 < len(segments) else None
+        if not offsets_overlap(segment.start_offset, last, from_offset, to_offset):
+            continue
+        if only is not None and segment.name not in only:
+            continue
+        why = reason if not found else "unchecked: its checksums are lost with the catalog"
+        found.append(BadSegment(segment.name, segment.start_offset, last, why))
     return found
 
 

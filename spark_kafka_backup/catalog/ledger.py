@@ -34,7 +34,7 @@ class CatalogLedger:
     def committed_tail(
         self, topic: str, partition: int, segment: str, *, present: Collection[str] = ()
     ) -> TailEntry | None:
-        catalog = read_catalog(self.root, topic, partition)
+        catalog = read_catalog(self.root, topic, partition, expected=True)
         if catalog is None:
             return None
         tail = catalog.tail
@@ -52,6 +52,10 @@ class CatalogLedger:
                 file=str(catalog_path(self.root, topic, partition)),
             )
         return catalog.tail_of(segment)
+
+    def opening(self, topic: str, partition: int, *, has_segments: bool) -> None:
+        if read_catalog(self.root, topic, partition, expected=has_segments) is None and not has_segments:
+            write_catalog(self.root, PartitionCatalog(topic, partition))  # and its marker, first
 
     def record_tail(self, topic: str, partition: int, tail: TailEntry, *, read_from: int | None = None) -> None:
         record_tail(self.root, topic, partition, tail, read_from=read_from)
@@ -110,7 +114,7 @@ class CatalogLedger:
         fresh: dict[str, SegmentEntry] = {
             segment.name: describe_segment(spool, number) for number, segment in enumerate(spool.segments)
         }
-        catalog = read_catalog(self.root, topic, partition) or PartitionCatalog(topic, partition)
+        catalog = read_catalog(self.root, topic, partition, expected=True) or PartitionCatalog(topic, partition)
         current = {segment.name for segment in named}
         # Entries of replaced (empty) placeholders go, fresh ones come in. An entry of records the index no longer
         # names stays: it is how verify and ls tell that they are lost (dropping it would hide the loss).

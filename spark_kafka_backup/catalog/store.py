@@ -1,9 +1,18 @@
-"""Where catalog documents live and how they are replaced (atomically)."""
+"""Where catalog documents live, how they are replaced (atomically), and the marker that says one was kept.
+
+A partition's catalog is the only record of its segments' checksums, so losing the file must not quietly turn a
+checked backup into an unchecked one. The first time a catalog is written for a partition, a marker goes beside the
+catalog directory first: ``STATE/cataloged/<topic>/partition_PPP`` (an empty file, never removed). A partition with
+segments and a marker but no catalog has lost its checksums: readers (``verify``, ``cat``, the restore) report or
+refuse it, and the backup's writers refuse to go on and describe the files again as they are now
+(:func:`missing_catalog`). A partition without a marker was never cataloged (the original tool's backups, a backup
+copied without its state directory): it is read as the original's, structure checked only.
+"""
 
 from __future__ import annotations
 
 from spark_kafka_backup.catalog.model import PartitionCatalog
-from spark_kafka_backup.errors import FormatError
+from spark_kafka_backup.errors import DamagedBackupError, FormatError
 from spark_kafka_backup.partition.layout import state_dir
 from spark_kafka_backup.storage import Location, exists, read_limited, write_whole
 
@@ -21,9 +30,37 @@ def catalog_path(root: Location, topic: str, partition: int) -> Location:
     return catalog_dir(root, topic) / f"partition_{partition:03d}.json"
 
 
-def read_catalog(root: Location, topic: str, partition: int) -> PartitionCatalog | None:
+def cataloged_marker_path(root: Location, topic: str, partition: int) -> Location:
+    """``STATE/cataloged/<topic>/partition_PPP``: exists once a catalog was written for the partition."""
+    return state_dir(root) / "cataloged" / topic / f"partition_{partition:03d}"
+
+
+#: Markers this process wrote or found, so a writer looks once per partition and process (kbackup never removes one).
+_marked: set[Location] = set()
+
+
+def missing_catalog(root: Location, topic: str, partition: int) -> str | None:
+    """Why the partition's checksums are lost (its catalog is gone, its marker says one was kept), else ``None``.
+
+    Call it for a partition that has segments and no catalog."""
+    marker = cataloged_marker_path(root, topic, partition)
+    if not exists(marker):
+        return None
+    return (
+        f"its catalog {catalog_path(root, topic, partition)} is missing, though spark-kafka-backup kept one for it "
+        f"({marker} says so): the checksums of its segments are lost, so nothing shows the files are intact (if they "
+        f"are known to be good: spark-kafka-backup catalog rebuild {root} --topic {topic})"
+    )
+
+
+def read_catalog(root: Location, topic: str, partition: int, *, expected: bool = False) -> PartitionCatalog | None:
+    """The partition's catalog, ``None`` when it has none. ``expected``: the caller has segments of the partition
+    to record or check, so a catalog lost after one was kept raises :class:`DamagedBackupError`."""
     path = catalog_path(root, topic, partition)
     if not exists(path):
+        problem = missing_catalog(root, topic, partition) if expected else None
+        if problem is not None:
+            raise DamagedBackupError(f"topic {topic!r} partition {partition}: {problem}")
         return None
     catalog = PartitionCatalog.decode(read_limited(path, MAX_CATALOG_BYTES), file=str(path))
     if (catalog.topic, catalog.partition) != (topic, partition):
@@ -35,5 +72,11 @@ def read_catalog(root: Location, topic: str, partition: int) -> PartitionCatalog
 
 
 def write_catalog(root: Location, catalog: PartitionCatalog, *, sync: bool = True) -> None:
-    """Replace the partition's catalog whole: readers see the old one or the new one."""
+    """Replace the partition's catalog whole: readers see the old one or the new one. The partition's marker is
+    written first, the first time."""
+    marker = cataloged_marker_path(root, catalog.topic, catalog.partition)
+    if marker not in _marked:
+        if not exists(marker):
+            write_whole(marker, b"", sync=sync)
+        _marked.add(marker)
     write_whole(catalog_path(root, catalog.topic, catalog.partition), catalog.encode(), sync=sync)

@@ -39,7 +39,7 @@ def record_tail(
 ) -> None:
     """Replace the partition's recorded tail (the rest of its catalog unchanged); ``read_from`` is kept when the
     catalog does not know one yet (see :attr:`PartitionCatalog.read_from`)."""
-    catalog = read_catalog(root, topic, partition) or PartitionCatalog(topic, partition)
+    catalog = read_catalog(root, topic, partition, expected=True) or PartitionCatalog(topic, partition)
     known = catalog.read_from if catalog.read_from is not None else read_from
     if catalog.tail != tail or known != catalog.read_from:
         write_catalog(root, replace(catalog, tail=tail, read_from=known), sync=sync)

@@ -23,7 +23,7 @@ from spark_kafka_backup.catalog.build import file_crc32c, file_size
 from spark_kafka_backup.catalog.prune import pending_deletions
 from spark_kafka_backup.catalog.seals import seal_problems
 from spark_kafka_backup.catalog.source_gaps import HOW, read_gaps
-from spark_kafka_backup.catalog.store import catalog_path, read_catalog
+from spark_kafka_backup.catalog.store import catalog_path, missing_catalog, read_catalog
 from spark_kafka_backup.catalog.tail import tail_problem
 from spark_kafka_backup.errors import KbackupError
 from spark_kafka_backup.format.encryption import KeyRing
@@ -168,6 +168,10 @@ def _check_catalog(root: Location, reader: PartitionReader, report: PartitionRep
         report.errors.append(str(exc))
         return
     if catalog is None:
+        lost = missing_catalog(root, report.topic, report.partition) if reader.segments else None
+        if lost is not None:
+            report.errors.append(lost)
+            return
         if len(reader.segments) <= 1:
             return  # only the open newest segment: nothing a catalog rebuild would record yet
         report.notes.append(

@@ -7,6 +7,9 @@ their checksums. A writer given no ledger keeps no account (a spool, a test's fi
 
 Calls and what they promise, in the order a writer makes them:
 
+* ``opening`` when a writer opens a partition that has no segments yet (a local writer), or any partition (an object
+  writer): before the first segment is named, the ledger starts its account, so a partition with segments and no
+  account has lost it; with segments, a lost account is refused (the writer does not go on).
 * ``committed_tail`` once when a local writer opens a partition with segments: the newest
   segment's prefix as last recorded, which the writer extends instead of reading the files.
 * ``record_tail`` when a local writer closes after syncing: the newest segment's committed
@@ -70,6 +73,11 @@ class SegmentLedger(Protocol):
         """The committed prefix last recorded for ``segment`` as the newest, unfinished one (else ``None``).
         ``present``: the partition's segments; a recorded prefix of one not among them (nor finished) means
         committed records were lost, and is refused."""
+        ...
+
+    def opening(self, topic: str, partition: int, *, has_segments: bool) -> None:
+        """A writer opens the partition: start its account before a first segment is named, or (``has_segments``)
+        refuse to go on where an account was kept and is lost."""
         ...
 
     def record_tail(self, topic: str, partition: int, tail: TailEntry, *, read_from: int | None = None) -> None:

@@ -95,6 +95,7 @@ class ObjectPartitionWriter(ClosingWriter):
         self.first_appended: int | None = None
         self._remove_orphans()
         if ledger is not None:
+            ledger.opening(topic, partition, has_segments=bool(self._segments))
             ledger.sealing(topic_dir, partition, encryption_key)
         self._spool_root: Path | None = None
         self._spool: PartitionWriter | None = None

@@ -191,6 +191,8 @@ class PartitionWriter(ClosingWriter):
             self.segments = self._load_partition_index()
             self._starts = [segment.start_offset for segment in self.segments]
             self._reconcile_segment_files()
+            if ledger is not None and not self.segments:
+                ledger.opening(topic, partition, has_segments=False)
             if self.segments:
                 self._open_tail_segment()
                 if ledger is not None and self._records_fd is not None:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_kafka_backup.catalog import checkpoints
-from spark_kafka_backup.catalog.integrity import BadSegment, bad_segments, offsets_overlap
+from spark_kafka_backup.catalog.integrity import BadSegment, bad_segments, offsets_overlap, unverifiable_segments
 from spark_kafka_backup.catalog.offset_history import has_history, offsets_as_of
 from spark_kafka_backup.catalog.prune import pending_deletions
 from spark_kafka_backup.catalog.seals import seal_problems
@@ -211,7 +211,8 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
             # otherwise each task checks its own partition before producing.
             # A repartitioned topic is read whole on the driver anyway (to count what goes where): checked first.
             checked = settings.skip_bad_segments or settings.dry_run or spread
-            bad = bad_segments(settings.source, topic, partition) if checked else []
+            # A lost catalog costs nothing to find: refused here, before anything is created or produced.
+            bad = (bad_segments if checked else unverifiable_segments)(settings.source, topic, partition)
             if bad:
                 window = replace(window, skip_segments=frozenset(segment.name for segment in bad))
             location = str(settings.source.resolve()) if isinstance(settings.source, Path) else str(settings.source)

@@ -1,0 +1,77 @@
+"""A catalog that was kept and is lost: the marker written before a partition's first segment, and who refuses."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from spark_kafka_backup.catalog.integrity import bad_segments, unverifiable_segments
+from spark_kafka_backup.catalog.ledger import CatalogLedger
+from spark_kafka_backup.catalog.store import catalog_path, cataloged_marker_path, read_catalog
+from spark_kafka_backup.catalog.verify import verify_partition
+from spark_kafka_backup.errors import DamagedBackupError
+from spark_kafka_backup.partition.writer import PartitionWriter
+from tests.backup_builders import write_original_style
+from tests.recordgen import sample_record
+
+
+def _backup(root: Path, count: int, *, max_segment_size: int = 1 << 20) -> None:
+    with PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root),
+                         max_segment_size=max_segment_size) as writer:  # fmt: skip
+        for i in range(count):
+            writer.append(sample_record(i))
+
+
+def test_the_catalog_and_its_marker_exist_before_the_first_segment(tmp_path: Path) -> None:
+    root = tmp_path / "backup"
+    writer = PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root))
+    try:
+        assert writer.segments == []  # a kill now leaves no segment, and a catalog to go on from
+        catalog = read_catalog(root, "t", 0)
+        assert catalog is not None and catalog.segments == () and catalog.tail is None
+        assert Path(str(cataloged_marker_path(root, "t", 0))).is_file()
+    finally:
+        writer.close()
+
+
+def test_a_lost_catalog_leaves_every_segment_unchecked(tmp_path: Path) -> None:
+    root = tmp_path / "backup"
+    _backup(root, 40, max_segment_size=1000)
+    catalog = read_catalog(root, "t", 0)
+    assert catalog is not None and len(catalog.segments) >= 3
+    assert bad_segments(root, "t", 0) == [] and unverifiable_segments(root, "t", 0) == []
+    Path(str(catalog_path(root, "t", 0))).unlink()
+    unchecked = bad_segments(root, "t", 0)
+    names = [entry.name for entry in catalog.segments] + [catalog.tail.name if catalog.tail else ""]
+    assert [bad.name for bad in unchecked] == names
+    assert "is missing, though spark-kafka-backup kept one" in unchecked[0].reason
+    assert all(bad.reason == "unchecked: its checksums are lost with the catalog" for bad in unchecked[1:])
+    # Only the segments a window reaches, as for checksum failures.
+    second = catalog.segments[1]
+    window = unverifiable_segments(root, "t", 0, from_offset=second.first_offset, to_offset=second.last_offset)
+    assert [bad.name for bad in window] == [second.name]
+    assert unverifiable_segments(root, "t", 0) == bad_segments(root, "t", 0)
+    report = verify_partition(root, "t", 0)
+    assert not report.ok and any("is missing, though" in error for error in report.errors)
+
+
+def test_a_single_segment_partition_is_held_to_its_catalog_too(tmp_path: Path) -> None:
+    root = tmp_path / "backup"
+    _backup(root, 5)
+    shutil.rmtree(Path(str(catalog_path(root, "t", 0))).parent)
+    report = verify_partition(root, "t", 0)
+    assert not report.ok
+    with pytest.raises(DamagedBackupError, match=r"topic 't' partition 0: its catalog .* is missing"):
+        _backup(root, 6)
+
+
+def test_the_originals_backups_have_no_marker_and_stay_readable(tmp_path: Path) -> None:
+    root = tmp_path / "backup"
+    write_original_style(root / "t", 0, [[sample_record(i) for i in range(3)], [sample_record(i) for i in range(3, 6)]])
+    assert unverifiable_segments(root, "t", 0) == [] and verify_partition(root, "t", 0).ok
+    _backup(root, 9)  # kbackup goes on with it: catalogs what it finds, the marker first
+    assert read_catalog(root, "t", 0) is not None
+    assert Path(str(cataloged_marker_path(root, "t", 0))).is_file()
+    assert verify_partition(root, "t", 0).ok
