@@ -40,8 +40,9 @@ from pathlib import Path
 from benchmarks.cluster import add_arguments, cluster, kcat_command, kcat_settings
 from benchmarks.process_tree import TreeUsage, measure
 from spark_kafka_backup.format.record import Record, append_record
+from spark_kafka_backup.jvm_archive import ensure_driver_archive
 from spark_kafka_backup.kafka.columnar import EDGE_ENV
-from spark_kafka_backup.spark_submit import job_environment, spark_submit_command
+from spark_kafka_backup.spark_submit import job_environment, spark_home, spark_submit_command
 from tests.kafka_helpers import client_config_file
 
 REPO = Path(__file__).resolve().parent.parent
@@ -195,6 +196,9 @@ def main() -> None:
         "on confluent-kafka (python), and Spark's Kafka source (spark)",
     )
     args = parser.parse_args()
+    # As a user's second job on the machine finds it (KBACKUP_JVM_ARCHIVE=off measures without).
+    archive = ensure_driver_archive(job_environment(), spark_home(), announce=print)
+    print(f"driver class archive: {archive or 'none'}", flush=True)
     # Touch the codec once so the raw loop's import cost is not in its figures.
     append_record(bytearray(), Record(0, -1, None, None, None))
 

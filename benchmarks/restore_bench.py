@@ -40,8 +40,9 @@ from pathlib import Path
 from benchmarks.cluster import add_arguments, cluster, kcat_command, kcat_settings
 from benchmarks.process_tree import TreeUsage, measure
 from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.jvm_archive import ensure_driver_archive
 from spark_kafka_backup.partition.writer import PartitionWriter
-from spark_kafka_backup.spark_submit import job_environment, spark_submit_command
+from spark_kafka_backup.spark_submit import job_environment, spark_home, spark_submit_command
 from tests.kafka_helpers import client_config_file
 
 REPO = Path(__file__).resolve().parent.parent
@@ -180,6 +181,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args()
+    # As a user's second job on the machine finds it (KBACKUP_JVM_ARCHIVE=off measures without).
+    archive = ensure_driver_archive(job_environment(), spark_home(), announce=print)
+    print(f"driver class archive: {archive or 'none'}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "backup"
         write_backup(root, args.records, args.partitions, args.value_size)

@@ -120,7 +120,8 @@ def main(job: str, argv: Sequence[str]) -> int:
     except KbackupError as exc:
         print_error(f"{prog}: error: {exc}")
         return 2
-    from spark_kafka_backup.spark_submit import job_environment, spark_submit_command
+    from spark_kafka_backup.jvm_archive import ensure_driver_archive, existing_driver_archive
+    from spark_kafka_backup.spark_submit import job_environment, spark_home, spark_submit_command
 
     try:
         command = spark_submit_command(job, *launch.job_args, master=launch.master, conf=launch.conf)
@@ -133,7 +134,13 @@ def main(job: str, argv: Sequence[str]) -> int:
     if not os.access(command[0], os.X_OK):
         print_error(f"{prog}: error: {command[0]} is not an executable spark-submit (check SPARK_HOME)")
         return 1
+    environment = job_environment(master=launch.master)
+    home = spark_home(launch.master)
+    if existing_driver_archive(environment, home) is None and ensure_driver_archive(
+        environment, home, announce=lambda line: print(f"{prog}: {line}", file=sys.stderr, flush=True)
+    ):
+        command = spark_submit_command(job, *launch.job_args, master=launch.master, conf=launch.conf)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(command[0], command, job_environment(master=launch.master))
+    os.execve(command[0], command, environment)
     return 1  # not reached

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from spark_kafka_backup.jobs import job_file
+from spark_kafka_backup.jvm_archive import existing_driver_archive, sharing_options
 
 
 def spark_home(master: str | None = None) -> Path:
@@ -126,6 +127,8 @@ def spark_submit_command(job: str, *args: str | Path, master: str = "local[2]", 
             # tasks, a restore's tasks produce from Python): its code runs briefly, so the quick compiler alone
             # saves the optimizing one's CPU (about 5 CPU seconds of a job's start-up on two cores).
             options.insert(0, QUICK_JIT)
+        # Spark's classes ready to map, when the launcher made the archive (spark_kafka_backup.jvm_archive).
+        options[0:0] = sharing_options(existing_driver_archive(os.environ, spark_home(master)))
         settings.insert(0, f"spark.driver.extraJavaOptions={' '.join(options)}")
     confs = [part for setting in settings for part in ("--conf", setting)]
     return [

@@ -73,12 +73,15 @@ def _share_classes(*, kafka: bool) -> None:
     """Make (once per machine) the class archives the tests' Spark drivers and, with ``kafka``, their Kafka nodes
     map, and tell the workers where they are."""
     from spark_kafka_backup.jars import cache_root
-    from spark_kafka_backup.spark_submit import job_environment
-    from tests.jvm_archive import ARCHIVE_ENV, KAFKA_ARCHIVE_ENV, ensure_archive, ensure_kafka_archive
-    from tests.kafka_helpers import TEST_JVM_OPTIONS
+    from spark_kafka_backup.jvm_archive import ensure_driver_archive
+    from spark_kafka_backup.spark_submit import job_environment, spark_home
+    from tests.jvm_archive import KAFKA_ARCHIVE_ENV, ensure_kafka_archive
 
     cache = cache_root() / "test-jvm"
-    made = {ARCHIVE_ENV: ensure_archive(cache, TEST_JVM_OPTIONS, job_environment())}
+    # The jobs' own driver archive, as the launcher makes it on a user's first job (spark_kafka_backup.jvm_archive):
+    # every test job maps it (spark_submit_command adds it); made here once, not by several workers at once.
+    ensure_driver_archive(job_environment(), spark_home())
+    made: dict[str, Path | None] = {}
     if kafka:
         made[KAFKA_ARCHIVE_ENV] = ensure_kafka_archive(cache)
     os.environ.update({variable: str(archive) for variable, archive in made.items() if archive is not None})

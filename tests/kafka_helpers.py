@@ -17,7 +17,6 @@ from typing import Any
 
 from spark_kafka_backup.spark_submit import job_environment, spark_submit_command
 from tests.broker import BrokerUnderTest
-from tests.jvm_archive import ARCHIVE_ENV, sharing_options
 
 REPO = Path(__file__).resolve().parent.parent  # the checkout (tests.conftest imports this module)
 
@@ -41,7 +40,7 @@ def job_spark_conf(master: str) -> tuple[str, ...]:
 def job_env() -> dict[str, str]:
     """Environment for spark-submit: this interpreter on driver and executors, this checkout importable."""
     env = job_environment()
-    env.setdefault("SPARK_SUBMIT_OPTS", " ".join((TEST_JVM_OPTIONS, *sharing_options(os.environ.get(ARCHIVE_ENV)))))
+    env.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)  # the jobs' own class archive: as a user's jobs map it
     return env
 
 

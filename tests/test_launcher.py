@@ -79,8 +79,8 @@ def test_the_command_uses_the_installed_job_file_and_the_options_given(tmp_path:
     result = run_cli(
         "backup", "--bootstrap-server", "k:9092", "--target-dir", str(tmp_path / "b"), "--topics", "t",
         "--master", "spark://h:7077", "--conf", "spark.executor.memory=2g", "--conf=spark.ui.enabled=true",
-        "--print-command", cwd=tmp_path,
-    )  # fmt: skip
+        "--print-command", cwd=tmp_path, env={**os.environ, "KBACKUP_JVM_ARCHIVE": "off"},
+    )  # fmt: skip  # the class archive's options: tests/unit/test_jvm_archive.py
     assert result.returncode == 0, result.stderr
     command = shlex.split(result.stdout)
     assert Path(command[0]).name == "spark-submit" and os.access(command[0], os.X_OK)
@@ -148,3 +148,36 @@ def test_backup_through_the_entry_point_from_another_directory(kafka: BrokerUnde
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     expected = consume_all(kafka, [topic])
     assert len(expected) == 500 and backed_up(backup, [topic]) == expected
+
+
+def test_the_drivers_class_archive_is_made_once_and_a_driver_maps_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the launcher does on a user's first job (spark_kafka_backup.jvm_archive), in a cache of its own; a driver
+    started with the archive and ``-Xshare:on`` (which refuses to start without mapping it) runs a job."""
+    from spark_kafka_backup.jvm_archive import ensure_driver_archive, sharing_options
+    from spark_kafka_backup.spark_submit import job_environment, spark_home
+
+    monkeypatch.setenv("KBACKUP_CACHE", str(tmp_path / "cache"))
+    env = {key: value for key, value in job_environment().items() if key != "SPARK_SUBMIT_OPTS"}
+    said: list[str] = []
+    archive = ensure_driver_archive(env, spark_home(), announce=said.append)
+    assert archive is not None and archive.is_file() and archive.parent == tmp_path / "cache" / "jvm"
+    assert len(said) == 1 and "KBACKUP_JVM_ARCHIVE=off" in said[0]
+    assert [path.name for path in archive.parent.iterdir()] == [archive.name]  # no partial file or script left
+    assert ensure_driver_archive(env, spark_home(), announce=said.append) == archive and len(said) == 1
+    assert ensure_driver_archive({**env, "KBACKUP_JVM_ARCHIVE": "off"}, spark_home()) is None
+
+    script = tmp_path / "count.py"
+    script.write_text(
+        "from pyspark.sql import SparkSession\n"
+        "spark = SparkSession.builder.getOrCreate()\n"
+        "print('counted', spark.range(7).count())\n"
+        "spark.stop()\n"
+    )
+    options = " ".join((*sharing_options(archive), "-Xshare:on"))
+    command = [str(spark_home() / "bin" / "spark-submit"), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+               "--conf", f"spark.driver.extraJavaOptions={options}", str(script)]  # fmt: skip
+    mapped = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert mapped.returncode == 0, mapped.stderr[-3000:]
+    assert "counted 7" in mapped.stdout

@@ -32,6 +32,7 @@ LAYERS: list[set[str]] = [
     {"job_options"},
     {"backup", "restore"},
     {"report", "jobs"},
+    {"jvm_archive"},
     {"spark_submit"},
     {"launcher"},
     {"cli"},
@@ -50,7 +51,7 @@ EXECUTOR_ENTRIES = (
 #: Modules of the driver alone (planning, sessions, the jobs' and the commands' entry points): never on an executor.
 DRIVER_ONLY = (
     "backup.job", "backup.settings", "restore.job", "restore.plan", "restore.settings", "restore.access",
-    "job_options", "spark.session", "spark_submit", "launcher", "cli",
+    "job_options", "spark.session", "spark_submit", "jvm_archive", "launcher", "cli",
 )  # fmt: skip
 
 
