@@ -81,19 +81,24 @@ def driver_archive_path(cache: Path, spark_home: Path, env: Mapping[str, str], j
 
 
 def existing_driver_archive(env: Mapping[str, str], spark_home: Path) -> Path | None:
-    """The archive for drivers of ``spark_home`` when it was made and the environment does not choose otherwise
-    (no side effect)."""
+    """The archive for drivers of ``spark_home`` when it was made and the environment does not choose otherwise;
+    its time is set to now (archives unused for a day are removed when another is made)."""
     if chooses_its_own(env):
         return None
     path = driver_archive_path(cache_root() / "jvm", spark_home, env)
-    return path if path is not None and path.is_file() else None
+    if path is None or not path.is_file() or not _plain(path):
+        return None
+    with contextlib.suppress(OSError):
+        os.utime(path)
+    return path
 
 
 def ensure_driver_archive(
     env: Mapping[str, str], spark_home: Path, *, announce: Callable[[str], None] | None = None
 ) -> Path | None:
-    """The archive for drivers of ``spark_home``, made now unless it exists (``announce`` is told first); ``None``
-    when the environment chooses otherwise or it could not be made (the job then runs without it)."""
+    """The archive for drivers of ``spark_home``, made now unless it exists (``announce`` is told first, and why
+    when it could not be made); ``None`` when the environment chooses otherwise or it could not be made (the job
+    then runs without it; a failed attempt is not repeated for a day)."""
     if chooses_its_own(env):
         return None
     return make_driver_archive(cache_root() / "jvm", env, spark_home, announce=announce)
@@ -109,29 +114,57 @@ def make_driver_archive(
 ) -> Path | None:
     """The archive in ``cache`` for drivers of the Spark home ``home`` started with ``jvm_options``, made now (one
     short Spark job) unless it exists; ``None`` when it cannot be made."""
+    path = driver_archive_path(cache, home, env, jvm_options)
+    if path is None or not _plain(path):
+        return None  # Spark splits JVM options at spaces: a path with one could not be given to the JVM
+    failed = path.with_suffix(".failed")
+    with contextlib.suppress(OSError):
+        if not path.is_file() and time.time() - failed.stat().st_mtime < FAILED_WAIT_SECONDS:
+            return None  # tried and failed within the day: the jobs run without it, without asking again
 
     def make(partial: Path) -> bool:
         if announce is not None:
             announce(f"making a class-sharing archive for Spark's driver JVM in {cache}, once per install "
                      f"(about 10 s; {ARCHIVE_SETTING}=off skips it)")  # fmt: skip
         script = cache / f"warm-up-{os.getpid()}.py"
-        script.write_text(WARM_UP)
         command = [str(home / "bin" / "spark-submit"), "--master", "local[2]",
                    "--conf", "spark.ui.enabled=false", str(script)]  # fmt: skip
+        options = " ".join(part for part in (env.get("SPARK_SUBMIT_OPTS", ""), jvm_options) if part)
+        why = ""
         try:
+            script.write_text(WARM_UP)
             made = subprocess.run(
                 command,
-                env={**env, "SPARK_SUBMIT_OPTS": f"{jvm_options} -XX:ArchiveClassesAtExit={partial}".strip()},
+                env={**env, "SPARK_SUBMIT_OPTS": f"{options} -XX:ArchiveClassesAtExit={partial}".strip()},
                 capture_output=True,
+                text=True,
                 timeout=300,
             )
-        except (OSError, subprocess.SubprocessError):
-            return False
+            if made.returncode == 0:
+                return True
+            lines = [line.strip() for line in (made.stderr or made.stdout or "").splitlines() if line.strip()]
+            why = f"the warm-up job exited {made.returncode}" + (f": {lines[-1][:300]}" if lines else "")
+        except (OSError, subprocess.SubprocessError) as exc:
+            why = f"the warm-up job could not run: {exc}"
         finally:
             script.unlink(missing_ok=True)
-        return made.returncode == 0
+        with contextlib.suppress(OSError):
+            failed.write_text(why + "\n")
+        if announce is not None:
+            announce(f"no class-sharing archive ({why}); jobs run without it, and it is tried again in a day "
+                     f"(or once {failed} is deleted)")  # fmt: skip
+        return False
 
-    return made_once(driver_archive_path(cache, home, env, jvm_options), make)
+    return made_once(path, make)
+
+
+#: How long a failed attempt at the driver archive keeps the launcher from trying again.
+FAILED_WAIT_SECONDS = 86_400
+
+
+def _plain(path: Path) -> bool:
+    """Whether ``path`` can be given inside Spark's JVM options as it is (no space or quote to split it)."""
+    return not any(char.isspace() or char in "\"'\\" for char in str(path))
 
 
 def made_once(path: Path | None, make: Callable[[Path], bool]) -> Path | None:
@@ -141,20 +174,22 @@ def made_once(path: Path | None, make: Callable[[Path], bool]) -> Path | None:
         return None
     if path.is_file():
         return path
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        if not make(partial) or not partial.is_file():
+            partial.unlink(missing_ok=True)
+            return None
+        os.replace(partial, path)  # whole or absent: a JVM never maps a half-written archive
     except OSError:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
         return None
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    if not make(partial) or not partial.is_file():
-        partial.unlink(missing_ok=True)
-        return None
-    os.replace(partial, path)  # whole or absent: a JVM never maps a half-written archive
-    # Archives of other installs (50-150 MB each) are removed once nobody has made one for a day: another install
-    # running at the same time maps its own (removing it would make its JVMs start without it).
+    # Archives of other installs (50-150 MB each) are removed once none has been used for a day (a job's launch
+    # sets its archive's time), and so are partial ones a killed attempt left.
     day_ago = time.time() - 86_400
     family = path.name.rsplit("-", 1)[0]
-    for old in path.parent.glob(f"{family}-*.jsa"):
+    for old in [*path.parent.glob(f"{family}-*.jsa"), *path.parent.glob(f"{family}-*.partial")]:
         with contextlib.suppress(OSError):
             if old != path and old.stat().st_mtime < day_ago:
                 old.unlink()

@@ -25,6 +25,7 @@ from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.kafka.columnar import EDGE_ENV, native_edge
 from spark_kafka_backup.partition.writer import PartitionWriter
 from spark_kafka_backup.restore import marker as markers
+from spark_kafka_backup.restore.partition_task import NATIVE_PRODUCER, REFERENCE_PRODUCER
 from spark_kafka_backup.restore.selection import Window
 from spark_kafka_backup.restore.task import PartitionResult, PartitionTask, restore_partition
 from tests.broker import BrokerUnderTest
@@ -114,6 +115,7 @@ def test_both_producers_restore_the_same_records_and_place_the_groups_alike(
         create_topics(kafka, {topics[edge]: 1})
         result = restore_partition(_task(source, topics[edge], kafka, window, groups))
         seen[edge] = (_outcome(result), _restored(kafka, topics[edge]))
+        assert result.producer == {"native": NATIVE_PRODUCER, "reference": REFERENCE_PRODUCER}[edge]
     assert seen["native"] == seen["reference"]
     outcome, restored = seen["native"]
     expected = [r for r in records if window.selects(r)]

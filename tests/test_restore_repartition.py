@@ -137,10 +137,11 @@ def test_murmur2_puts_keys_where_kafka_would_and_groups_at_their_first_unread_re
     assert process.poll() is None, log_path.read_text()[-3000:]
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(60)
+    assert "throttled to 100 records/s in each partition (--max-rate)" in log_path.read_text()
     assert 0 < committed_end(target.broker, name, 5) < 3000
     result = run_restore(*args[:-2])
     assert result.returncode == 0, result.stdout[-3000:]
-    assert "were already in the target from an earlier run" in result.stdout
+    assert "were already in the target (from an earlier run" in result.stdout
     restored = _decoded(consume_all(target.broker, [name]))
     keys = {r["key"] for r in restored if r["key"] is not None}
     assert _where_kafka_puts(target, keys, 5) == {key: key_partition(key, 5) for key in keys}

@@ -84,6 +84,7 @@ from spark_kafka_backup.spark.kafka_connector import (
 from spark_kafka_backup.spark.kafka_source import SOURCE_NAME, KafkaSource, decode_offsets
 from spark_kafka_backup.spark.session import job_session
 from spark_kafka_backup.spark.v1_sink import SINK_NAME, V1Sink, read_batch_stats
+from spark_kafka_backup.spark.written_batches import commit_written_batches
 from spark_kafka_backup.storage import Location, check_writable_root, prepare_root
 from spark_kafka_backup.storage.lease import TargetLease
 from spark_kafka_backup.text import count
@@ -302,7 +303,7 @@ class BackupJob:
         self._source_loss.poll(now=True)
         lost = self._source_loss.describe()
         if not lost:
-            log.info("snapshot: nothing was lost at the source")
+            log.info("snapshot: nothing was deleted at the source while the snapshot read it")
             return
         if self.settings.accept_source_loss:
             log.warning("snapshot: the source deleted %s before they were read (accepted with --accept-source-loss; "
@@ -480,7 +481,7 @@ class BackupJob:
             reader = reader.option("logFormat", settings.monitoring.log_format)
             reader = reader.option("sourceGapsRoot", _location_text(settings.target))
             # The source's tasks write the files: the records never cross to the JVM and back to a second Python
-            # process; the sink commits the rows that say what they wrote.
+            # process; this process commits the rows that say what they wrote (foreachBatch, below).
             reader = reader.option("writeTo", json.dumps({"path": str(settings.target), **sink}))
         for key, value in client.items():
             reader = reader.option(f"kafka.{key}", value)
@@ -492,18 +493,17 @@ class BackupJob:
         reader = reader.option("failOnDataLoss", "false")
         if settings.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
-        writer = (
-            reader.load()
-            .writeStream.format(SINK_NAME)
-            .queryName("kbackup-backup")
-            .option("checkpointLocation", str(settings.checkpoint))
-            .options(**sink)
-        )
+        records = reader.load().writeStream
+        if settings.kafka_source == "spark":
+            writer = records.format(SINK_NAME).options(**sink).option("path", str(settings.target))
+        else:
+            writer = records.foreachBatch(commit_written_batches(str(settings.target), self._stats_dir))
+        writer = writer.queryName("kbackup-backup").option("checkpointLocation", str(settings.checkpoint))
         if settings.snapshot:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{settings.trigger_interval} seconds")
-        return writer.start(str(settings.target))
+        return writer.start()
 
     def _sink_options(self) -> dict[str, str]:
         """The ``kbackup_v1`` sink's options (its path aside): where the files are written, the sink's or the

@@ -27,12 +27,16 @@ class BadSegment:
     last_offset: int | None
     reason: str
 
-    def describe(self, topic: str, partition: int) -> str:
+    @property
+    def offsets(self) -> str:
+        """``offsets A..B``, ``from offset A`` (the newest segment of a partition whose catalog is lost), or
+        ``offsets unknown``."""
         if self.first_offset is not None and self.last_offset is not None:
-            offsets = f"offsets {self.first_offset}..{self.last_offset}"
-        else:
-            offsets = "offsets unknown" if self.first_offset is None else f"from offset {self.first_offset}"
-        return f"topic {topic!r} partition {partition}: segment {self.name} ({offsets}): {self.reason}"
+            return f"offsets {self.first_offset}..{self.last_offset}"
+        return "offsets unknown" if self.first_offset is None else f"from offset {self.first_offset}"
+
+    def describe(self, topic: str, partition: int) -> str:
+        return f"topic {topic!r} partition {partition}: segment {self.name} ({self.offsets}): {self.reason}"
 
 
 def segment_problem(topic_dir: Location, entry: SegmentEntry) -> str | None:
@@ -61,8 +65,10 @@ def bad_segments(
     to_offset: int | None = None,
     files: Location | None = None,
     only: Collection[str] | None = None,
+    legacy: bool = False,
 ) -> list[BadSegment]:
-    """Every cataloged segment of a partition whose files fail the check (none without a catalog).
+    """Every cataloged segment of a partition whose files fail the check (none without a catalog; every segment when
+    its catalog was kept and is lost: :func:`unverifiable_segments`).
 
     With ``from_offset``/``to_offset`` only the segments that may hold offsets in that range are checked.
     ``files``: the directory holding the segment files, when not ``root / topic`` (a local copy); ``only``: check
@@ -71,7 +77,8 @@ def bad_segments(
     topic_dir = files if files is not None else root / topic
     catalog = read_catalog(root, topic, partition)
     if catalog is None:
-        return unverifiable_segments(root, topic, partition, from_offset=from_offset, to_offset=to_offset, only=only)
+        return unverifiable_segments(root, topic, partition, from_offset=from_offset, to_offset=to_offset, only=only,
+                                     legacy=legacy)  # fmt: skip
     found = []
     for entry in catalog.segments:
         if not offsets_overlap(entry.first_offset, entry.last_offset, from_offset, to_offset):
@@ -101,16 +108,17 @@ def unverifiable_segments(
     from_offset: int | None = None,
     to_offset: int | None = None,
     only: Collection[str] | None = None,
+    legacy: bool = False,
 ) -> list[BadSegment]:
     """The partition's segments (those that may hold offsets in the window), when its catalog was kept and is lost
     (:func:`spark_kafka_backup.catalog.store.missing_catalog`): none can be checked. Empty when the partition has a
     catalog or never had one. No record is read: a look at two paths and the partition index."""
-    if exists(catalog_path(root, topic, partition)):
-        return []
+    # The marker first: it is written after the catalog, so a catalog not found after the marker was is gone (not
+    # about to be written by a backup starting the partition).
     reason = missing_catalog(root, topic, partition)
-    if reason is None:
+    if reason is None or exists(catalog_path(root, topic, partition)):
         return []
-    segments = PartitionReader(root / topic, partition).segments
+    segments = PartitionReader(root / topic, partition, legacy=legacy).segments
     found: list[BadSegment] = []
     for number, segment in enumerate(segments):
         last = segments[number + 1].start_offset - 1 if number + 1 < len(segments) else None

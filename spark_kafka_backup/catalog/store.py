@@ -2,9 +2,11 @@
 
 A partition's catalog is the only record of its segments' checksums, so losing the file must not quietly turn a
 checked backup into an unchecked one. The first time a catalog is written for a partition, a marker goes beside the
-catalog directory first: ``STATE/cataloged/<topic>/partition_PPP`` (an empty file, never removed). A partition with
-segments and a marker but no catalog has lost its checksums: readers (``verify``, ``cat``, the restore) report or
-refuse it, and the backup's writers refuse to go on and describe the files again as they are now
+catalog directory, just after it: ``STATE/cataloged/<topic>/partition_PPP`` (an empty file, never removed). After,
+so that a kill between the two leaves a catalog without a marker (added at the next catalog write), never a marker
+without a catalog where none had been written yet (a partition continued from the original tool's files, a rebuild).
+A partition with segments and a marker but no catalog has lost its checksums: readers (``verify``, ``cat``, the
+restore) report or refuse it, and the backup's writers refuse to go on and describe the files again as they are now
 (:func:`missing_catalog`). A partition without a marker was never cataloged (the original tool's backups, a backup
 copied without its state directory): it is read as the original's, structure checked only.
 """
@@ -40,9 +42,10 @@ _marked: set[Location] = set()
 
 
 def missing_catalog(root: Location, topic: str, partition: int) -> str | None:
-    """Why the partition's checksums are lost (its catalog is gone, its marker says one was kept), else ``None``.
+    """Why the partition's checksums are lost (its marker says a catalog was kept), else ``None`` (no marker).
 
-    Call it for a partition that has segments and no catalog."""
+    Call it for a partition that has segments and no catalog, or look for the catalog after calling it: the marker
+    is written after the catalog, so a catalog missing after the marker was found is gone."""
     marker = cataloged_marker_path(root, topic, partition)
     if not exists(marker):
         return None
@@ -73,10 +76,10 @@ def read_catalog(root: Location, topic: str, partition: int, *, expected: bool =
 
 def write_catalog(root: Location, catalog: PartitionCatalog, *, sync: bool = True) -> None:
     """Replace the partition's catalog whole: readers see the old one or the new one. The partition's marker is
-    written first, the first time."""
+    written after it, the first time."""
+    write_whole(catalog_path(root, catalog.topic, catalog.partition), catalog.encode(), sync=sync)
     marker = cataloged_marker_path(root, catalog.topic, catalog.partition)
     if marker not in _marked:
         if not exists(marker):
             write_whole(marker, b"", sync=sync)
         _marked.add(marker)
-    write_whole(catalog_path(root, catalog.topic, catalog.partition), catalog.encode(), sync=sync)

@@ -59,8 +59,9 @@ def cmd_cat(args: argparse.Namespace, out: TextIO) -> None:
                 skipped = frozenset(bad.name for bad in found)
             readers.append((topic, partition, reader, skipped))
     if damage and not args.skip_bad_segments:
+        listed = damage[:5] + ([f"and {len(damage) - 5} more segments"] if len(damage) > 5 else [])
         raise DamagedBackupError(
-            f"the backup is damaged: {'; '.join(damage)} "
+            f"the backup is damaged: {'; '.join(listed)} "
             "(--skip-bad-segments prints the rest, --no-verify prints what the files hold)"
         )
     for line in damage:

@@ -174,11 +174,10 @@ def _restore(settings: RestoreSettings, plan: RestorePlan, admin: Any, umask: in
     for part in plan.source_parts():
         for bad in part.bad_segments:
             log.warning(
-                "not restored: %s/%d offsets %s..%s (segment %s: %s)",
+                "not restored: %s/%d %s (segment %s: %s)",
                 part.source_topic,
                 part.source_partition,
-                bad.first_offset,
-                bad.last_offset,
+                bad.offsets,
                 bad.name,
                 bad.reason,
             )
@@ -339,6 +338,8 @@ def _shared_throttle(tasks: list[PartitionTask], settings: RestoreSettings, slot
     """The tasks, each with its part of the whole restore's rate limits (see
     :mod:`spark_kafka_backup.restore.throttle`)."""
     if not settings.throttle.limited:
+        if settings.max_rate:
+            log.info("throttled to %s records/s in each partition (--max-rate)", f"{settings.max_rate:,}")
         return tasks
     at_once = max(1, min(len(tasks), slots))
     part = settings.throttle.share(at_once, per_partition_records=settings.max_rate)
@@ -455,20 +456,22 @@ def _summary(plan: RestorePlan, results: list[PartitionResult], seconds: float) 
         # From the first task's start to the last one's end: the topic's producing time.
         busy = max(r.ended_at for r in items) - min(r.started_at for r in items)
         rate = records / busy if busy > 0 else 0.0
+        producers = " and ".join(sorted({r.producer for r in items if r.producer}))
         log.info(
-            "restored %s: %d records, %d bytes of keys and values in %.1f s (%.0f records/s)",
+            "restored %s: %d records, %d bytes of keys and values in %.1f s (%.0f records/s%s)",
             topic,
             records,
             size,
             busy,
             rate,
+            f", produced through {producers}" if producers else "",
         )
     # A task counts what it found in the target after fencing; a partition without a task, what the plan found.
     found = {(r.target_topic, r.target_partition): r.skipped for r in results}
     skipped = sum(found.get((p.target_topic, p.target_partition), p.skip) for p in plan.partitions)
     if skipped:
         log.info(
-            "%s already in the target from an earlier run, not produced again",
+            "%s already in the target (from an earlier run, or the same records found there), not produced again",
             count(skipped, "record was", "records were"),
         )
     log.info("restore finished in %.1f s", seconds)
@@ -497,8 +500,8 @@ def describe(plan: RestorePlan, settings: RestoreSettings) -> list[str]:
         for bad in source.bad_segments:
             verdict = "left out" if settings.skip_bad_segments else "damaged, the restore refuses"
             lines.append(
-                f"  {source.source_topic}/{source.source_partition} {verdict}: offsets {bad.first_offset}.."
-                f"{bad.last_offset} (segment {bad.name}: {bad.reason})"
+                f"  {source.source_topic}/{source.source_partition} {verdict}: {bad.offsets} (segment {bad.name}: "
+                f"{bad.reason})"
             )
     for part in plan.partitions:
         if part.repartition is not None:
@@ -519,9 +522,7 @@ def describe(plan: RestorePlan, settings: RestoreSettings) -> list[str]:
         )
         for bad in part.bad_segments:
             verdict = "left out" if settings.skip_bad_segments else "damaged, the restore refuses"
-            lines.append(
-                f"  {verdict}: offsets {bad.first_offset}..{bad.last_offset} (segment {bad.name}: {bad.reason})"
-            )
+            lines.append(f"  {verdict}: {bad.offsets} (segment {bad.name}: {bad.reason})")
         for group, offset in sorted(part.groups.items()):
             nth = count_selected(reader, part.window, below=offset)
             if part.skip:  # where the records an earlier run committed landed is read from the target

@@ -117,6 +117,13 @@ class PartitionResult:
     taken_over: str | None = None
     #: Repartitioned: per group, records after its new offset that it had read on the source (read again).
     read_again: dict[str, int] = field(default_factory=dict)
+    #: Which producer the task produced through (:data:`NATIVE_PRODUCER` or :data:`REFERENCE_PRODUCER`).
+    producer: str = ""
+
+
+#: The producers a task may produce through, as the job's summary names them.
+NATIVE_PRODUCER = "the native Kafka edge"
+REFERENCE_PRODUCER = "confluent-kafka"
 
 
 def foreign_marker(marker: ProgressMarker | None, task: PartitionTask, where: str) -> ProgressMarker | None:

@@ -212,7 +212,10 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
             # A repartitioned topic is read whole on the driver anyway (to count what goes where): checked first.
             checked = settings.skip_bad_segments or settings.dry_run or spread
             # A lost catalog costs nothing to find: refused here, before anything is created or produced.
-            bad = (bad_segments if checked else unverifiable_segments)(settings.source, topic, partition)
+            bad = (bad_segments if checked else unverifiable_segments)(
+                settings.source, topic, partition, from_offset=window.from_offset, to_offset=window.to_offset,
+                legacy=settings.legacy,
+            )  # fmt: skip
             if bad:
                 window = replace(window, skip_segments=frozenset(segment.name for segment in bad))
             location = str(settings.source.resolve()) if isinstance(settings.source, Path) else str(settings.source)
@@ -509,8 +512,9 @@ def refuse_damage(plan: RestorePlan, settings: RestoreSettings) -> None:
         for bad in part.bad_segments
     ]
     if found:
+        shown = found[:5] + ([f"and {len(found) - 5} more segments"] if len(found) > 5 else [])
         raise DamagedBackupError(
-            f"the backup is damaged, nothing was produced: {'; '.join(found)} "
+            f"the backup is damaged, nothing was produced: {'; '.join(shown)} "
             "(--skip-bad-segments restores the rest and reports what was left out)"
         )
 
@@ -592,7 +596,9 @@ def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: d
         elif settings.allow_non_empty:
             part.baseline, part.status = part.target_end, "after existing records"
         else:
-            problems.append(f"{part.target_topic}/{part.target_partition} ({count_of(held, 'record')})")
+            # Offsets, not records: a transactional producer's markers take offsets too.
+            problems.append(f"{part.target_topic}/{part.target_partition} (offsets {part.target_start}.."
+                            f"{part.target_end - 1})")  # fmt: skip
     _count_resumed(settings, [p for p in plan.partitions if p.repartition is not None and p.status == "resume"])
     if problems:
         raise TargetNotEmptyError(

@@ -54,7 +54,12 @@ from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.records_file import install_keys, load_key
 from spark_kafka_backup.restore import producer_calls as calls
 from spark_kafka_backup.restore.columnar_run import restore_columnar
-from spark_kafka_backup.restore.partition_task import PartitionResult, PartitionTask
+from spark_kafka_backup.restore.partition_task import (
+    NATIVE_PRODUCER,
+    REFERENCE_PRODUCER,
+    PartitionResult,
+    PartitionTask,
+)
 from spark_kafka_backup.restore.producer_calls import StuckProducerError, producer_settings
 from spark_kafka_backup.restore.reference_run import restore_reference
 from spark_kafka_backup.restore.selection import Window
@@ -87,7 +92,7 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
             _check_segments(task, partition, window, staged)
             readers[partition] = PartitionReader(staged.topic_dir, partition, legacy=task.legacy)
         where = f"topic {task.target_topic!r} partition {task.target_partition}"
-        run = _producer_path(task)
+        run, result.producer = _producer_path(task)
         stuck = ""
         for attempt in range(1, calls.PRODUCER_ATTEMPTS + 1):
             try:
@@ -101,7 +106,7 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
                     _task_log.warning("%s: %s; going on with a new producer", where, stuck)
                 result = PartitionResult(
                     task.source_topic, task.source_partition, task.target_topic, task.target_partition,
-                    started_at=result.started_at,
+                    started_at=result.started_at, producer=result.producer,
                 )  # fmt: skip
         raise DeliveryError(
             f"{where}: the target cluster did not complete a transaction with {calls.PRODUCER_ATTEMPTS} producers "
@@ -109,12 +114,13 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
         )
 
 
-def _producer_path(task: PartitionTask) -> Run:
-    """The native edge's producer where it can take the task's records as they are stored, else confluent-kafka's."""
+def _producer_path(task: PartitionTask) -> tuple[Run, str]:
+    """The native edge's producer where it can take the task's records as they are stored, else confluent-kafka's;
+    and its name."""
     native = native_edge()
     if native is None or task.repartition is not None or task.id_rewrite is not None:
-        return restore_reference
-    return functools.partial(restore_columnar, native=native)
+        return restore_reference, REFERENCE_PRODUCER
+    return functools.partial(restore_columnar, native=native), NATIVE_PRODUCER
 
 
 def _check_segments(task: PartitionTask, partition: int, window: Window, staged: Staged) -> None:
@@ -132,12 +138,13 @@ def _check_segments(task: PartitionTask, partition: int, window: Window, staged:
         to_offset=window.to_offset,
         files=staged.topic_dir,
         only=staged.names,
+        legacy=task.legacy,
     )
     for bad in found:
         if bad.name in window.skip_segments:
             continue
         raise ChecksumError(
             f"topic {task.source_topic!r} partition {partition}: segment {bad.name} "
-            f"(offsets {bad.first_offset}..{bad.last_offset}) is damaged: {bad.reason}; nothing was produced "
+            f"({bad.offsets}) is damaged: {bad.reason}; nothing was produced "
             "from this partition (--skip-bad-segments restores the rest and reports what was left out)"
         )

@@ -36,6 +36,8 @@ UNREACHABLE_RETRY_SECONDS = 2.0
 UNREACHABLE_LOG_SECONDS = 30.0
 #: How long one planning step goes on asking (with a new admin client after a failure) before it plans nothing.
 PLANNING_PATIENCE_SECONDS = 12.0
+#: The (topic, partition, log start) of offsets this process said were deleted before the backup started.
+_TOLD_DELETED: set[tuple[str, int, int]] = set()
 
 
 class OffsetPlanner:
@@ -137,7 +139,8 @@ class OffsetPlanner:
         earliest, latest = self._current()
         stored = self._stored_positions(earliest, latest) if self.options.starting == "earliest" else {}
         for (topic, partition), low in sorted(earliest.items()):
-            if low > 0 and (topic, partition) not in stored:
+            if low > 0 and (topic, partition) not in stored and (topic, partition, low) not in _TOLD_DELETED:
+                _TOLD_DELETED.add((topic, partition, low))  # Spark may ask for the initial offset more than once
                 log.warning(
                     "topic %r partition %d: offsets 0..%d no longer exist on the cluster "
                     "(deleted by retention before this backup started)",

@@ -59,7 +59,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -97,6 +97,7 @@ __all__ = [
     "V1StreamWriter",
     "partition_runs",
     "read_batch_stats",
+    "report_batch",
     "v1_timestamp",
     "v1_timestamps",
     "write_batch_stats",
@@ -166,39 +167,12 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
         """Driver side: report what the batch wrote, in one line (and one per topic at debug level)."""
         freeze_loaded_objects()  # a reused Python worker of Spark's, as on executors
         ensure_console_logging(log_format=self.options.log_format)
-        per_topic: dict[str, list[int]] = {}
-        partitions = 0
-        longest: PartitionWrite | None = None
-        for message in messages:
-            for write in message.partitions if isinstance(message, BackupCommitMessage) else ():
-                if write.lock_wait > (longest.lock_wait if longest else LOCK_WAIT_REPORTED):
-                    longest = write
-                totals = per_topic.setdefault(write.topic, [0, 0, 0])
-                totals[0] += write.written
-                totals[1] += write.bytes
-                totals[2] += write.skipped
-                partitions += 1
-        for topic, (written, size, skipped) in sorted(per_topic.items()):
-            log.debug("batch %d: %s: %d records, %d bytes written, %d already in the backup",
-                      batchId, topic, written, size, skipped)  # fmt: skip
-        written = sum(totals[0] for totals in per_topic.values())
-        size = sum(totals[1] for totals in per_topic.values())
-        skipped = sum(totals[2] for totals in per_topic.values())
-        if per_topic:
-            extra = f", {skipped:,} already in the backup" if skipped else ""
-            where = f"{partitions:,} partition{'s' if partitions != 1 else ''} of {len(per_topic):,} topic" + (
-                "s" if len(per_topic) != 1 else ""
-            )
-            log.info(
-                "batch %d: %s records, %s bytes written to %s%s", batchId, f"{written:,}", f"{size:,}", where, extra
-            )
-        if self.options.stats_dir is not None:
-            write_batch_stats(self.options.stats_dir, batchId, per_topic)
-        if longest is not None:
-            log.info(
-                "batch %d: waited %.1f s for the lock of %s/%d, held by an earlier attempt (a lost or slow task)",
-                batchId, longest.lock_wait, longest.topic, longest.partition,
-            )  # fmt: skip
+        writes = [
+            write
+            for message in messages
+            for write in (message.partitions if isinstance(message, BackupCommitMessage) else ())
+        ]
+        report_batch(batchId, writes, self.options.stats_dir)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         ensure_console_logging(log_format=self.options.log_format)  # a Python worker of Spark's, not the job's
@@ -206,6 +180,41 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
             "batch %d failed; what its tasks wrote but did not sync is repaired when the partition is next opened",
             batchId,
         )
+
+
+def report_batch(batch_id: int, writes: Iterable[PartitionWrite], stats_dir: Path | None) -> None:
+    """Say what a committed batch wrote, in one line (and one per topic at debug level), and leave its
+    ``batch-N.json`` in ``stats_dir`` (see :func:`write_batch_stats`)."""
+    per_topic: dict[str, list[int]] = {}
+    partitions = 0
+    longest: PartitionWrite | None = None
+    for write in writes:
+        if write.lock_wait > (longest.lock_wait if longest else LOCK_WAIT_REPORTED):
+            longest = write
+        totals = per_topic.setdefault(write.topic, [0, 0, 0])
+        totals[0] += write.written
+        totals[1] += write.bytes
+        totals[2] += write.skipped
+        partitions += 1
+    for topic, (written, size, skipped) in sorted(per_topic.items()):
+        log.debug("batch %d: %s: %d records, %d bytes written, %d already in the backup",
+                  batch_id, topic, written, size, skipped)  # fmt: skip
+    written = sum(totals[0] for totals in per_topic.values())
+    size = sum(totals[1] for totals in per_topic.values())
+    skipped = sum(totals[2] for totals in per_topic.values())
+    if per_topic:
+        extra = f", {skipped:,} already in the backup" if skipped else ""
+        where = f"{partitions:,} partition{'s' if partitions != 1 else ''} of {len(per_topic):,} topic" + (
+            "s" if len(per_topic) != 1 else ""
+        )
+        log.info("batch %d: %s records, %s bytes written to %s%s", batch_id, f"{written:,}", f"{size:,}", where, extra)
+    if stats_dir is not None:
+        write_batch_stats(stats_dir, batch_id, per_topic)
+    if longest is not None:
+        log.info(
+            "batch %d: waited %.1f s for the lock of %s/%d, held by an earlier attempt (a lost or slow task)",
+            batch_id, longest.lock_wait, longest.topic, longest.partition,
+        )  # fmt: skip
 
 
 class BatchStats(NamedTuple):

@@ -75,3 +75,32 @@ def test_the_originals_backups_have_no_marker_and_stay_readable(tmp_path: Path) 
     assert read_catalog(root, "t", 0) is not None
     assert Path(str(cataloged_marker_path(root, "t", 0))).is_file()
     assert verify_partition(root, "t", 0).ok
+
+
+def test_a_kill_between_a_first_catalog_and_its_marker_is_no_false_alarm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The original tool's files, cataloged for the first time (a rebuild, or kbackup going on with them): killed
+    after the catalog, before the marker. Nothing reads as a lost catalog, and the next catalog write adds the
+    marker."""
+    from spark_kafka_backup.catalog import store
+    from spark_kafka_backup.catalog.build import rebuild_catalog
+
+    root = tmp_path / "backup"
+    write_original_style(root / "t", 0, [[sample_record(i) for i in range(3)], [sample_record(i) for i in range(3, 6)]])
+    real = store.write_whole  # type: ignore[attr-defined]
+
+    def killed_at_the_marker(location: object, data: bytes, *, sync: bool = True) -> None:
+        if "cataloged" in str(location):
+            raise KeyboardInterrupt("killed")
+        real(location, data, sync=sync)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "write_whole", killed_at_the_marker)
+    with pytest.raises(KeyboardInterrupt):
+        rebuild_catalog(root, ["t"])
+    monkeypatch.setattr(store, "write_whole", real)
+    assert read_catalog(root, "t", 0) is not None
+    assert not Path(str(cataloged_marker_path(root, "t", 0))).exists()
+    assert verify_partition(root, "t", 0).ok and unverifiable_segments(root, "t", 0) == []
+    _backup(root, 9)
+    assert Path(str(cataloged_marker_path(root, "t", 0))).is_file()

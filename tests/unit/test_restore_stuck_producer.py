@@ -27,6 +27,7 @@ from spark_kafka_backup.restore import columnar_run, reference_run
 from spark_kafka_backup.restore import marker as markers
 from spark_kafka_backup.restore import producer_calls as calls
 from spark_kafka_backup.restore import task as task_module
+from spark_kafka_backup.restore.partition_task import NATIVE_PRODUCER, REFERENCE_PRODUCER
 from spark_kafka_backup.restore.selection import Window
 from spark_kafka_backup.restore.task import PartitionTask, restore_partition
 
@@ -268,13 +269,18 @@ def log(monkeypatch: pytest.MonkeyPatch, path: str) -> Any:
     producer, consumer = fake_kafka(target)
     if path == "reference":
         monkeypatch.setattr(confluent_kafka, "Producer", producer)
-        monkeypatch.setattr(task_module, "_producer_path", lambda task: reference_run.restore_reference)
+        monkeypatch.setattr(
+            task_module, "_producer_path", lambda task: (reference_run.restore_reference, REFERENCE_PRODUCER)
+        )
     else:
         monkeypatch.setattr(columnar_run, "ColumnarProducer", fake_columnar(target))
         monkeypatch.setattr(
             task_module,
             "_producer_path",
-            lambda task: functools.partial(columnar_run.restore_columnar, native=types.ModuleType("fake_native")),
+            lambda task: (
+                functools.partial(columnar_run.restore_columnar, native=types.ModuleType("fake_native")),
+                NATIVE_PRODUCER,
+            ),
         )
     for module in (reference_run, columnar_run):
         monkeypatch.setattr(module, "marker_consumer", lambda client: consumer())
