@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import shutil
 import subprocess
@@ -236,6 +237,9 @@ def test_a_lost_catalog_is_damage_not_an_unchecked_backup(tmp_path: Path, lost: 
     refused, printed = _cat(root, "--topic", "t")
     assert refused.returncode == 1 and printed == []
     assert f"its catalog {path} is missing" in refused.stderr and "Traceback" not in refused.stderr
+    listed = run_kbackup("ls", root)
+    assert listed.returncode == 0 and "DAMAGED: its catalog is lost" in listed.stdout, listed.stdout
+    assert json.loads(run_kbackup("ls", root, "--json").stdout)[0]["partitions"][0]["catalogLost"] is True
     assert f"spark-kafka-backup catalog rebuild {root} --topic t" in refused.stderr
     # The backup's writer does not go on and describe the files anew as they are now.
     with pytest.raises(DamagedBackupError, match=r"its catalog .* is missing"):
@@ -247,7 +251,8 @@ def test_a_lost_catalog_is_damage_not_an_unchecked_backup(tmp_path: Path, lost: 
 
 
 def test_a_partition_never_cataloged_is_read_as_the_originals(tmp_path: Path) -> None:
-    """A backup copied without its state directory has no marker: structure only, as before."""
+    """A backup copied without its state directory has no marker: structure only, as before (and ls says nothing of
+    damage)."""
     root = tmp_path / "backup"
     with PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root)) as writer:
         for i in range(10):
@@ -256,6 +261,7 @@ def test_a_partition_never_cataloged_is_read_as_the_originals(tmp_path: Path) ->
     shutil.copytree(root, copy)
     shutil.rmtree(copy / "kbackup~state")
     assert run_kbackup("verify", copy).returncode == 0
+    assert "DAMAGED" not in run_kbackup("ls", copy).stdout
     result, printed = _cat(copy, "--topic", "t")
     assert result.returncode == 0 and printed == _expected(0, range(10))
 

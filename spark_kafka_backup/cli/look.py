@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from spark_kafka_backup.catalog.source_gaps import SourceGap, describe_gaps, read_gaps
-from spark_kafka_backup.catalog.store import read_catalog
+from spark_kafka_backup.catalog.store import missing_catalog, read_catalog
 from spark_kafka_backup.cli.records import chosen_partitions, chosen_topics, record_to_json
 from spark_kafka_backup.errors import BackupNotFoundError, KbackupError, UsageError
 from spark_kafka_backup.format.naming import INDEX_SUFFIX, parse_partition_index_file_name
@@ -82,9 +82,12 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
             reader = PartitionReader(topic_dir, partition, legacy=args.legacy_no_magic)
             segments = reader.summaries()
             lost = read_gaps(root, topic, partition)
+            catalog = read_catalog(root, topic, partition)
             (missing, missing_ranges), (skipped, skipped_ranges) = missing_offsets(
-                reader, legacy=args.legacy_no_magic, lost_at_source=lost, catalog=read_catalog(root, topic, partition)
+                reader, legacy=args.legacy_no_magic, lost_at_source=lost, catalog=catalog
             )
+            # A catalog kept and lost is damage (checksums gone), not a backup that never had one.
+            catalog_lost = catalog is None and bool(segments) and missing_catalog(root, topic, partition) is not None
             firsts = [s.first_offset for s in segments if s.first_offset is not None]
             lasts = [s.last_offset for s in segments if s.last_offset is not None]
             partitions.append(
@@ -100,6 +103,7 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
                     "transactionRanges": [asdict(r) for r in skipped_ranges],
                     "lostAtSourceOffsets": sum(g.count for g in lost),
                     "lostAtSource": [{"first": g.first, "last": g.last, "how": g.how} for g in lost],
+                    "catalogLost": catalog_lost,
                     "segments": [
                         {
                             "name": s.name,
@@ -135,6 +139,8 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
                                        for g in p["lostAtSource"]])  # fmt: skip
             if lost_text:
                 span += f", {lost_text}"
+            if p["catalogLost"]:
+                span += ", DAMAGED: its catalog is lost, the checksums cannot be checked (spark-kafka-backup verify)"
             out.write(
                 f"  partition {p['partition']}: {count(p['records'], 'record')}, {span}, "
                 f"{count(p['bytes'], 'byte')} in {count(len(p['segments']), 'segment')}\n"
