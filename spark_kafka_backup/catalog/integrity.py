@@ -131,6 +131,16 @@ def unverifiable_segments(
     return found
 
 
+#: How many damaged segments one refusal names (a partition whose catalog is lost has every segment unchecked).
+DAMAGE_NAMED = 5
+
+
+def damage_text(described: list[str]) -> str:
+    """Damaged segments as one refusal names them: the first :data:`DAMAGE_NAMED`, then how many more."""
+    more = len(described) - DAMAGE_NAMED
+    return "; ".join(described[:DAMAGE_NAMED] + ([f"and {more} more segments"] if more > 0 else []))
+
+
 def offsets_overlap(first: int | None, last: int | None, low: int | None, high: int | None) -> bool:
     """Whether offsets ``first..last`` meet the window ``low..high`` (``None``: unknown or open)."""
     if low is not None and last is not None and last < low:

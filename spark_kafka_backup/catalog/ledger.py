@@ -15,9 +15,9 @@ from pathlib import Path
 from spark_kafka_backup.catalog.build import catch_up_catalog, describe_segment
 from spark_kafka_backup.catalog.model import PartitionCatalog, SegmentEntry
 from spark_kafka_backup.catalog.seals import refuse_plain_writer, vouch
-from spark_kafka_backup.catalog.store import catalog_path, missing_catalog, read_catalog, write_catalog
+from spark_kafka_backup.catalog.store import catalog_path, read_catalog, refuse_lost_catalog, write_catalog
 from spark_kafka_backup.catalog.tail import record_tail
-from spark_kafka_backup.errors import DamagedBackupError, FormatError
+from spark_kafka_backup.errors import FormatError
 from spark_kafka_backup.format.partition_index import PartitionIndexEntry
 from spark_kafka_backup.partition.ledger import TailEntry
 from spark_kafka_backup.partition.reader import PartitionReader
@@ -56,12 +56,10 @@ class CatalogLedger:
     def opening(self, topic: str, partition: int, *, has_segments: bool) -> None:
         if exists(catalog_path(self.root, topic, partition)):
             return  # a look, not a read: an object writer opens each partition every batch
-        if not has_segments:
+        if has_segments:
+            refuse_lost_catalog(self.root, topic, partition)
+        else:
             write_catalog(self.root, PartitionCatalog(topic, partition))  # then its marker
-            return
-        problem = missing_catalog(self.root, topic, partition)
-        if problem is not None:
-            raise DamagedBackupError(f"topic {topic!r} partition {partition}: {problem}")
 
     def record_tail(self, topic: str, partition: int, tail: TailEntry, *, read_from: int | None = None) -> None:
         record_tail(self.root, topic, partition, tail, read_from=read_from)

@@ -56,14 +56,20 @@ def missing_catalog(root: Location, topic: str, partition: int) -> str | None:
     )
 
 
+def refuse_lost_catalog(root: Location, topic: str, partition: int) -> None:
+    """Raise :class:`DamagedBackupError` when the partition's catalog was kept and is lost (:func:`missing_catalog`)."""
+    problem = missing_catalog(root, topic, partition)
+    if problem is not None:
+        raise DamagedBackupError(f"topic {topic!r} partition {partition}: {problem}")
+
+
 def read_catalog(root: Location, topic: str, partition: int, *, expected: bool = False) -> PartitionCatalog | None:
     """The partition's catalog, ``None`` when it has none. ``expected``: the caller has segments of the partition
     to record or check, so a catalog lost after one was kept raises :class:`DamagedBackupError`."""
     path = catalog_path(root, topic, partition)
     if not exists(path):
-        problem = missing_catalog(root, topic, partition) if expected else None
-        if problem is not None:
-            raise DamagedBackupError(f"topic {topic!r} partition {partition}: {problem}")
+        if expected:
+            refuse_lost_catalog(root, topic, partition)
         return None
     catalog = PartitionCatalog.decode(read_limited(path, MAX_CATALOG_BYTES), file=str(path))
     if (catalog.topic, catalog.partition) != (topic, partition):

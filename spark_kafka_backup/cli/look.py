@@ -34,6 +34,7 @@ from spark_kafka_backup.text import count, shown
 
 def cmd_cat(args: argparse.Namespace, out: TextIO) -> None:
     """Print records as JSON lines; first check that every segment they come from is whole (unless told not to)."""
+    from spark_kafka_backup.catalog.integrity import damage_text
     from spark_kafka_backup.catalog.seals import seal_problems
     from spark_kafka_backup.catalog.segment_set import damaged_segments
     from spark_kafka_backup.errors import DamagedBackupError
@@ -59,9 +60,8 @@ def cmd_cat(args: argparse.Namespace, out: TextIO) -> None:
                 skipped = frozenset(bad.name for bad in found)
             readers.append((topic, partition, reader, skipped))
     if damage and not args.skip_bad_segments:
-        listed = damage[:5] + ([f"and {len(damage) - 5} more segments"] if len(damage) > 5 else [])
         raise DamagedBackupError(
-            f"the backup is damaged: {'; '.join(listed)} "
+            f"the backup is damaged: {damage_text(damage)} "
             "(--skip-bad-segments prints the rest, --no-verify prints what the files hold)"
         )
     for line in damage:

@@ -32,7 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from spark_kafka_backup.catalog import checkpoints
-from spark_kafka_backup.catalog.integrity import BadSegment, bad_segments, offsets_overlap, unverifiable_segments
+from spark_kafka_backup.catalog.integrity import (
+    BadSegment,
+    bad_segments,
+    damage_text,
+    offsets_overlap,
+    unverifiable_segments,
+)
 from spark_kafka_backup.catalog.offset_history import has_history, offsets_as_of
 from spark_kafka_backup.catalog.prune import pending_deletions
 from spark_kafka_backup.catalog.seals import seal_problems
@@ -512,9 +518,8 @@ def refuse_damage(plan: RestorePlan, settings: RestoreSettings) -> None:
         for bad in part.bad_segments
     ]
     if found:
-        shown = found[:5] + ([f"and {len(found) - 5} more segments"] if len(found) > 5 else [])
         raise DamagedBackupError(
-            f"the backup is damaged, nothing was produced: {'; '.join(shown)} "
+            f"the backup is damaged, nothing was produced: {damage_text(found)} "
             "(--skip-bad-segments restores the rest and reports what was left out)"
         )
 

@@ -104,3 +104,11 @@ def test_a_kill_between_a_first_catalog_and_its_marker_is_no_false_alarm(
     assert verify_partition(root, "t", 0).ok and unverifiable_segments(root, "t", 0) == []
     _backup(root, 9)
     assert Path(str(cataloged_marker_path(root, "t", 0))).is_file()
+
+
+def test_a_refusal_names_five_segments_and_counts_the_rest() -> None:
+    from spark_kafka_backup.catalog.integrity import damage_text
+
+    assert damage_text(["a", "b"]) == "a; b"
+    assert damage_text([str(n) for n in range(5)]) == "0; 1; 2; 3; 4"
+    assert damage_text([str(n) for n in range(8)]) == "0; 1; 2; 3; 4; and 3 more segments"
