@@ -193,9 +193,11 @@ def kafka() -> Iterator[BrokerUnderTest]:
         yield broker
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def target(kafka: BrokerUnderTest) -> Iterator[Target]:
-    """Where restores go: a second, empty local cluster; the same cluster with renamed topics otherwise."""
+    """Where restores go: a second local cluster, started once per worker (its topics are named after the source's,
+    which are unique in the suite, or renamed by the test); the same cluster with renamed topics otherwise. A test
+    that needs a brand-new cluster starts its own (``local_cluster``)."""
     if kafka.kind == "local":
         with local_cluster() as broker:
             yield Target(broker)

@@ -120,6 +120,7 @@ def _all_up(cluster: KafkaCluster, broker: BrokerUnderTest) -> None:
     wait_for(listed, 120, "every node back in the cluster")
 
 
+@pytest.mark.long
 def test_continuous_backup_through_a_leader_failover_and_a_30_s_outage(
     three_nodes: tuple[KafkaCluster, BrokerUnderTest], tmp_path: Path
 ) -> None:
@@ -134,17 +135,17 @@ def test_continuous_backup_through_a_leader_failover_and_a_30_s_outage(
     log = tmp_path / "backup.log"
     process = start_backup(*args, log=log)
     try:
-        wait_for(lambda: any(rows for _, rows in batches(log)), 240, "the backup's first records")
+        wait_for(lambda: any(rows for _, rows in batches(log)), 240, "the backup's first records", job=process, log=log)
         # The leader of a partition being read dies; its replicas take over; it comes back a while later.
         leader = _leader(broker, topic, random.Random().randrange(3))
         print(f"killing node {leader}, leader of a partition of {topic}")
         cluster.kill_node(leader)
         seen = len(batches(log))
-        wait_for(more_batches(log, seen + 2), 120, "micro-batches with the old leader down")
+        wait_for(more_batches(log, seen + 2), 120, "micro-batches with the old leader down", job=process, log=log)
         cluster.start_node(leader)
         _all_up(cluster, broker)
         seen = len(batches(log))
-        wait_for(more_batches(log, seen + 1), 120, "a micro-batch with the leader back")
+        wait_for(more_batches(log, seen + 1), 120, "a micro-batch with the leader back", job=process, log=log)
         assert process.poll() is None, log.read_text()[-3000:]
 
         # The whole source cluster unreachable for 30 s: what the backup says about it is in the log from here on.
@@ -195,6 +196,7 @@ def test_continuous_backup_through_a_leader_failover_and_a_30_s_outage(
     assert backed_up(target, [topic]) == expected
 
 
+@pytest.mark.long
 def test_restore_through_a_leader_failover(
     three_nodes: tuple[KafkaCluster, BrokerUnderTest], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

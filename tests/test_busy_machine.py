@@ -13,6 +13,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import backed_up, backup_command, consume_all, create_topics, job_env
 from tests.live_load import client_args
@@ -39,6 +41,7 @@ if marker and "PYTHON_WORKER_FACTORY_PORT" in os.environ:
 """
 
 
+@pytest.mark.long
 def test_a_query_stopped_by_a_python_worker_that_started_too_late_is_started_again(
     kafka: BrokerUnderTest, tmp_path: Path
 ) -> None:

@@ -120,6 +120,7 @@ def test_a_second_backup_of_a_target_is_refused_and_the_running_one_goes_on(
     _same_records(backed_up(target, [topic]), consume_all(kafka, [topic]))
 
 
+@pytest.mark.long
 def test_prune_beside_a_running_backup_deletes_only_old_segments(kafka: BrokerUnderTest, tmp_path: Path) -> None:
     topic = "prune-live"
     create_topics(kafka, {topic: 2})
@@ -174,6 +175,7 @@ def test_prune_beside_a_running_backup_deletes_only_old_segments(kafka: BrokerUn
     assert len(kept) < len(source)
 
 
+@pytest.mark.long
 def test_a_prune_killed_at_any_step_leaves_a_backup_that_verifies(tmp_path: Path) -> None:
     from tests.test_prune import write_old_backup
 

@@ -251,6 +251,7 @@ def _run_until_done(
     raise AssertionError("the writer never finished")
 
 
+@pytest.mark.long
 def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     directory = tmp_path / "crash"
     kills = _run_until_done(directory, random.Random(20261122), total=20_000, step_kills=False)
@@ -297,7 +298,7 @@ def test_sigkill_while_compressing_finished_segments_leaves_a_backup_that_verifi
     assert sum(is_framed(path.read_bytes()[:4]) for path in directory.glob("*_records")) >= 5
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.long), pytest.param(3, marks=pytest.mark.long)])
 def test_sigkill_at_file_system_calls_loses_and_duplicates_nothing(tmp_path: Path, seed: int) -> None:
     """Kills at chosen write/fsync/truncate/rename calls, torn writes included, across segment rolls."""
     directory = tmp_path / "crash"

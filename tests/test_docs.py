@@ -235,7 +235,15 @@ def docs_cluster(kafka: BrokerUnderTest) -> BrokerUnderTest:
     return kafka
 
 
-@pytest.mark.parametrize("document", RUNNABLE_DOCS, ids=lambda p: str(p.relative_to(REPO)))
+#: The operations page walks through every maintenance command, each a job or a subprocess: a long scenario.
+LONG_DOCS = {REPO / "docs" / "operations.md"}
+
+
+@pytest.mark.parametrize(
+    "document",
+    [pytest.param(path, marks=pytest.mark.long) if path in LONG_DOCS else path for path in RUNNABLE_DOCS],
+    ids=lambda p: str(p.relative_to(REPO)),
+)
 def test_runnable_blocks_run(document: Path, docs_cluster: BrokerUnderTest, target: Target, tmp_path: Path) -> None:
     for broker in (docs_cluster, target.broker):
         assert not broker.extra_settings or set(broker.extra_settings) <= {"receive.message.max.bytes"}, (

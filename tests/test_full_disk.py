@@ -13,11 +13,14 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
 from tests.kafka_helpers import backed_up, backup_command, consume_all, create_topics, job_env
 
 
+@pytest.mark.long
 def test_a_full_disk_is_one_line_leaves_no_temporary_files_and_the_rerun_is_exact(
     kafka: BrokerUnderTest, tmp_path: Path
 ) -> None:

@@ -320,6 +320,7 @@ BIG = 5 * 1024 * 1024
 LIMIT = str(8 * 1024 * 1024)
 
 
+@pytest.mark.long
 def test_a_5_mb_record_round_trips(kafka: BrokerUnderTest, target: Target, tmp_path: Path) -> None:
     """The operator raised the topic's max.message.bytes and the producers' limits; nothing else is needed."""
     from confluent_kafka import Producer

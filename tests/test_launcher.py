@@ -150,6 +150,7 @@ def test_backup_through_the_entry_point_from_another_directory(kafka: BrokerUnde
     assert len(expected) == 500 and backed_up(backup, [topic]) == expected
 
 
+@pytest.mark.long
 def test_the_drivers_class_archive_is_made_once_and_a_driver_maps_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

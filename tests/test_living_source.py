@@ -49,7 +49,7 @@ def delete_records(kafka: BrokerUnderTest, topic: str, before: dict[int, int]) -
         future.result(30)
 
 
-@pytest.mark.parametrize("source", ["python", "spark"])
+@pytest.mark.parametrize("source", ["python", pytest.param("spark", marks=pytest.mark.long)])
 def test_records_deleted_before_a_snapshot_reads_them_are_named_recorded_and_fail_it(
     kafka: BrokerUnderTest, tmp_path: Path, source: str
 ) -> None:
@@ -148,7 +148,7 @@ def _recreate(kafka: BrokerUnderTest, topic: str) -> None:
             time.sleep(0.5)
 
 
-@pytest.mark.parametrize("source", ["python", "spark"])
+@pytest.mark.parametrize("source", ["python", pytest.param("spark", marks=pytest.mark.long)])
 def test_a_topic_that_grows_is_followed_and_one_created_again_is_refused_alone(
     kafka: BrokerUnderTest, tmp_path: Path, target: Target, source: str
 ) -> None:
@@ -221,6 +221,7 @@ def test_a_topic_that_grows_is_followed_and_one_created_again_is_refused_alone(
     assert f"create topic now-{grow} with 4 partitions" in now.stdout
 
 
+@pytest.mark.long
 def test_a_backup_started_again_without_its_spark_checkpoint_records_what_was_deleted_meanwhile(
     kafka: BrokerUnderTest, tmp_path: Path
 ) -> None:

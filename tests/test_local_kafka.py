@@ -130,6 +130,7 @@ def test_a_killed_owner_takes_its_brokers_with_it(tmp_path: Path) -> None:
             owner.kill()
 
 
+@pytest.mark.long
 def test_a_port_taken_before_the_node_binds_it_is_a_start_on_new_ports(monkeypatch: pytest.MonkeyPatch) -> None:
     """The port chosen for a node is taken (by a client's connection, in the suite) before the node binds it: the
     cluster starts again on new ports instead of failing."""

@@ -160,6 +160,7 @@ def test_a_damaged_segment_is_not_merged_and_nothing_changes(mixed: Path) -> Non
     assert _names(mixed) == names and not as_local(intent_path(mixed)).exists()
 
 
+@pytest.mark.long
 def test_a_merge_killed_at_any_step_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     source = tmp_path / "source"  # one group: every kill point of one merge, for a test that stays short
     _write(source, range(RECORDS // 4))

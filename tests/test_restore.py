@@ -314,6 +314,7 @@ def test_a_throttled_restore_shares_its_byte_limit_between_the_partitions_restor
     assert comparable(consume_all(target.broker, [name])) == comparable(backed_up(backup, [topic]))
 
 
+@pytest.mark.long
 def test_a_second_restore_of_the_same_target_fences_the_first(target: Target, tmp_path: Path) -> None:
     """Two restores of one backup into one cluster at once leave one copy; the fenced one says why and exits 1."""
     backup = tmp_path / "backup"
@@ -955,6 +956,7 @@ def test_restore_to_a_checkpoint(target: Target, tmp_path: Path, small_backup: P
 # -- a checkpoint taken under load, restored ---------------------------------------------------
 
 
+@pytest.mark.long
 def test_checkpoint_taken_while_producing_and_committing_restores_consistently(
     kafka: BrokerUnderTest, target: Target, tmp_path: Path
 ) -> None:

@@ -510,6 +510,7 @@ def files_end(backup: Path, topic: str) -> int:
     return last + 1
 
 
+@pytest.mark.long
 def test_oauthbearer_through_an_oidc_token_endpoint(secured: Secured, tmp_path: Path) -> None:
     """The Java client's OIDC settings (KIP-768) back up through SASL_SSL OAUTHBEARER; a wrong secret is one line."""
     from confluent_kafka import Producer

@@ -73,6 +73,7 @@ def _delete_records(kafka: BrokerUnderTest, topic: str, partition: int, before: 
         future.result(30)
 
 
+@pytest.mark.long
 def test_offsets_deleted_under_a_reading_task_are_recorded_as_lost_at_the_source(
     kafka: BrokerUnderTest, tmp_path: Path
 ) -> None:

@@ -144,6 +144,7 @@ def retried_tasks(cluster: SparkCluster, since: float) -> list[str]:
     )
 
 
+@pytest.mark.long
 def test_continuous_backup_survives_a_lost_executor_and_a_lost_driver(
     kafka: BrokerUnderTest, spark: SparkCluster, tmp_path: Path
 ) -> None:
@@ -228,6 +229,7 @@ def test_continuous_backup_survives_a_lost_executor_and_a_lost_driver(
         assert {group: stored[group] for group in wanted} == wanted, partition
 
 
+@pytest.mark.long
 def test_restore_survives_a_lost_driver_and_a_lost_executor(
     target: Target, spark: SparkCluster, tmp_path: Path
 ) -> None:

@@ -27,11 +27,13 @@ def test_what_is_loaded_is_frozen_once_and_later_objects_stay_collectable(fresh_
     assert frozen > 1000  # the modules' objects
 
     # Tasks that load nothing new freeze nothing more, however many run: what they hold stays collectable.
+    # (The count may drop: a frozen object whose last reference goes, e.g. in pytest-xdist's own thread, is freed.
+    # A second freeze would add the 303 lists held here.)
     held = []
     for _ in range(3):
         held.append([[n] for n in range(100)])
         worker_gc.freeze_loaded_objects()
-    assert gc.get_freeze_count() == frozen
+    assert gc.get_freeze_count() <= frozen
 
     # A task's cyclic garbage is still found by the collection PySpark runs between tasks.
     class Node:
