@@ -37,10 +37,48 @@ _LAUNCH_VARIABLES = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME", "S
 _gateway_environment: dict[str, str] | None = None
 
 
+#: Variables the JVM or Spark's launch reads (the jars' and class archives' cache among them): a job whose value
+#: differs from the kept JVM's is not run here.
+_LAUNCH_PREFIXES = ("SPARK_", "PYSPARK_", "JAVA_", "_JAVA_", "JDK_", "KBACKUP_JVM_", "KBACKUP_CACHE")
+
+
 def can_run_in_process() -> bool:
     """Whether a job here would see the environment a ``spark-submit`` would give it, on the driver and the
-    executors: not when a test changed the environment (S3 credentials, a fault to inject) after the JVM started."""
-    return _gateway_environment is None or _gateway_environment == _environment()
+    executors. Variables a test set or changed after the JVM started (S3 credentials, a fault to inject) reach the
+    executors' Python workers as ``spark.executorEnv`` (:func:`_executor_environment`); a variable removed since,
+    or one the JVM's launch reads, cannot: such a job runs as a process of its own."""
+    if _gateway_environment is None:
+        return True
+    now = _environment()
+    if any(name not in now for name in _gateway_environment):
+        return False
+    return not any(name.startswith(_LAUNCH_PREFIXES) for name in _changed_since_launch(now))
+
+
+def _changed_since_launch(now: dict[str, str]) -> dict[str, str]:
+    assert _gateway_environment is not None
+    return {name: value for name, value in now.items() if _gateway_environment.get(name) != value}
+
+
+@contextlib.contextmanager
+def _executor_environment() -> Iterator[None]:
+    """What changed in this process's environment since the kept JVM started, given to the job's executors as
+    ``spark.executorEnv.NAME`` (JVM system properties, which the job's new SparkConf reads), as a ``spark-submit``
+    started now would give it to them by inheritance; cleared after the job."""
+    from pyspark import SparkContext
+
+    jvm = SparkContext._jvm
+    if jvm is None or _gateway_environment is None:
+        yield
+        return
+    properties = {f"spark.executorEnv.{name}": value for name, value in _changed_since_launch(_environment()).items()}
+    for name, value in properties.items():
+        jvm.java.lang.System.setProperty(name, value)
+    try:
+        yield
+    finally:
+        for name in properties:
+            jvm.java.lang.System.clearProperty(name)
 
 
 def _environment() -> dict[str, str]:
@@ -162,7 +200,7 @@ def run_job_in_process(
 ) -> subprocess.CompletedProcess[str]:
     """``main(args)`` of ``job`` (``"backup"`` or ``"restore"``) in this process: its exit code and what it printed,
     as :func:`subprocess.run` with captured output would give them. Only where :func:`can_run_in_process`."""
-    assert can_run_in_process(), "the environment changed since this process's Spark JVM started"
+    assert can_run_in_process(), "the environment lost or changed a launch variable since this process's JVM started"
     global _gateway_environment
     if _gateway_environment is None:
         _gateway_environment = _environment()
@@ -175,6 +213,7 @@ def run_job_in_process(
         contextlib.redirect_stdout(out),
         contextlib.redirect_stderr(err),
         _jvm_started_into(jvm_output),
+        _executor_environment(),
     ):
         os.environ.update(_launch_environment(job))
         code = exit_status(main, texts)

@@ -44,8 +44,8 @@ def run_restore(
     *args: str | Path, master: str = "local[2]", in_process: bool = True
 ) -> subprocess.CompletedProcess[str]:
     """The restore to its end: its exit code and output. On ``local[2]`` it runs in this worker's process (see
-    :mod:`tests.in_process`) unless ``in_process`` is False or the environment changed since that process's Spark
-    JVM started; elsewhere as ``spark-submit``."""
+    :mod:`tests.in_process`) unless ``in_process`` is False or :func:`~tests.in_process.can_run_in_process` says no;
+    elsewhere as ``spark-submit``."""
     from tests.in_process import job_in_process
 
     if in_process and master == "local[2]" and (done := job_in_process("restore", args)) is not None:
@@ -56,8 +56,8 @@ def run_restore(
 
 def restore_python(*args: str | Path, in_process: bool = True) -> subprocess.CompletedProcess[str]:
     """The restore without ``spark-submit``: for dry runs and errors, which never start Spark. In this process
-    (see :mod:`tests.in_process`) unless ``in_process`` is False or the environment changed since this process's
-    Spark JVM started; else ``python jobs/restore.py``."""
+    (see :mod:`tests.in_process`) unless ``in_process`` is False or :func:`~tests.in_process.can_run_in_process`
+    says no; else ``python jobs/restore.py``."""
     from tests.in_process import job_in_process
 
     if in_process and (done := job_in_process("restore", args)) is not None:

@@ -75,6 +75,7 @@ def _stop(process: subprocess.Popen[bytes], log: Path) -> None:
     assert process.wait(120) == 0, log.read_text()[-3000:]
 
 
+@pytest.mark.long
 def test_a_second_backup_of_a_target_is_refused_and_the_running_one_goes_on(
     kafka: BrokerUnderTest, tmp_path: Path
 ) -> None:

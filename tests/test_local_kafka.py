@@ -67,6 +67,7 @@ def _fail_inside(cluster: KafkaCluster, pids: list[int], directories: list[Path]
         raise RuntimeError("test body failed")
 
 
+@pytest.mark.long
 def test_every_node_stops_when_the_body_raises() -> None:
     pids: list[int] = []
     directories: list[Path] = []
@@ -103,6 +104,7 @@ def test_a_failing_test_leaves_no_broker(tmp_path: Path) -> None:
     assert _wait_gone(marker, timeout=5) == []
 
 
+@pytest.mark.long
 def test_a_killed_owner_takes_its_brokers_with_it(tmp_path: Path) -> None:
     """kill -9 of the process that started a cluster: its nodes die too (parent-death signal)."""
     marker = uuid.uuid4().hex

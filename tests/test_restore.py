@@ -384,6 +384,7 @@ def small_backup(tmp_path: Path) -> Path:
     return backup
 
 
+@pytest.mark.long
 def test_a_marker_left_pending_by_a_killed_restore_is_waited_for(
     target: Target, tmp_path: Path, small_backup: Path
 ) -> None:

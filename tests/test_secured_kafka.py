@@ -569,6 +569,7 @@ def test_oauthbearer_through_an_oidc_token_endpoint(secured: Secured, tmp_path: 
         secured.acls(OIDC_CLIENT, grants, grant=False)
 
 
+@pytest.mark.long
 def test_spark_kafka_source_through_sasl_ssl_with_the_same_acls(secured: Secured, tmp_path: Path) -> None:
     """``--kafka-source spark``: Spark's Java consumer gets the Java settings as they are (JKS trust store read by
     the JVM itself) and needs no ACL beyond the backup's."""
