@@ -240,6 +240,13 @@ def test_a_lost_catalog_is_damage_not_an_unchecked_backup(tmp_path: Path, lost: 
     listed = run_kbackup("ls", root)
     assert listed.returncode == 0 and "DAMAGED: its catalog is lost" in listed.stdout, listed.stdout
     assert json.loads(run_kbackup("ls", root, "--json").stdout)[0]["partitions"][0]["catalogLost"] is True
+    described = run_kbackup("describe", root)
+    assert described.returncode == 0 and "DAMAGED: its catalog is lost" in described.stdout, described.stdout
+    summary = json.loads(run_kbackup("describe", root, "--json").stdout)["topics"][0]["partitions"][0]
+    assert (summary["catalogLost"], summary["cataloged"]) == (True, False)
+    page = tmp_path / "report.html"
+    assert run_kbackup("report", root, "--output", page).returncode == 0
+    assert "DAMAGED: its catalog is lost" in page.read_text()
     assert f"spark-kafka-backup catalog rebuild {root} --topic t" in refused.stderr
     # The backup's writer does not go on and describe the files anew as they are now.
     with pytest.raises(DamagedBackupError, match=r"its catalog .* is missing"):
@@ -248,6 +255,9 @@ def test_a_lost_catalog_is_damage_not_an_unchecked_backup(tmp_path: Path, lost: 
     rebuilt = run_kbackup("catalog", "rebuild", root, "--topic", "t")
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert run_kbackup("verify", root).returncode == 0  # what the operator vouched for is the reference now
+    assert (
+        json.loads(run_kbackup("describe", root, "--json").stdout)["topics"][0]["partitions"][0]["catalogLost"] is False
+    )
 
 
 def test_a_partition_never_cataloged_is_read_as_the_originals(tmp_path: Path) -> None:
@@ -262,6 +272,7 @@ def test_a_partition_never_cataloged_is_read_as_the_originals(tmp_path: Path) ->
     shutil.rmtree(copy / "kbackup~state")
     assert run_kbackup("verify", copy).returncode == 0
     assert "DAMAGED" not in run_kbackup("ls", copy).stdout
+    assert "DAMAGED" not in run_kbackup("describe", copy).stdout
     result, printed = _cat(copy, "--topic", "t")
     assert result.returncode == 0 and printed == _expected(0, range(10))
 

@@ -56,6 +56,10 @@ def missing_catalog(root: Location, topic: str, partition: int) -> str | None:
     )
 
 
+#: How a listing (``ls``, ``describe``, the report) marks a partition whose catalog was kept and is lost.
+LOST_CATALOG_NOTE = "DAMAGED: its catalog is lost, the checksums cannot be checked (spark-kafka-backup verify)"
+
+
 def refuse_lost_catalog(root: Location, topic: str, partition: int) -> None:
     """Raise :class:`DamagedBackupError` when the partition's catalog was kept and is lost (:func:`missing_catalog`)."""
     problem = missing_catalog(root, topic, partition)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from spark_kafka_backup.catalog.source_gaps import SourceGap, describe_gaps, read_gaps
-from spark_kafka_backup.catalog.store import missing_catalog, read_catalog
+from spark_kafka_backup.catalog.store import LOST_CATALOG_NOTE, missing_catalog, read_catalog
 from spark_kafka_backup.cli.records import chosen_partitions, chosen_topics, record_to_json
 from spark_kafka_backup.errors import BackupNotFoundError, KbackupError, UsageError
 from spark_kafka_backup.format.naming import INDEX_SUFFIX, parse_partition_index_file_name
@@ -140,7 +140,7 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
             if lost_text:
                 span += f", {lost_text}"
             if p["catalogLost"]:
-                span += ", DAMAGED: its catalog is lost, the checksums cannot be checked (spark-kafka-backup verify)"
+                span += f", {LOST_CATALOG_NOTE}"
             out.write(
                 f"  partition {p['partition']}: {count(p['records'], 'record')}, {span}, "
                 f"{count(p['bytes'], 'byte')} in {count(len(p['segments']), 'segment')}\n"
@@ -256,7 +256,8 @@ def cmd_describe(args: argparse.Namespace, out: TextIO) -> None:
             missing = ", ".join(text for text in (describe_missing(p.missing, p.missing_ranges),
                                                   describe_gaps(p.lost_at_source),
                                                   describe_skipped(p.skipped, p.skipped_ranges,
-                                                                   compacted=topic.compacted)) if text)  # fmt: skip
+                                                                   compacted=topic.compacted),
+                                                  LOST_CATALOG_NOTE if p.catalog_lost else "") if text)  # fmt: skip
             missing = f", {missing}" if missing else ""
             out.write(
                 f"  partition {p.partition}: {count(p.records, 'record')}, {span}{missing}, {count(p.bytes, 'byte')}\n"

@@ -17,6 +17,7 @@ import datetime as dt
 import html
 
 from spark_kafka_backup.catalog.source_gaps import describe_gaps
+from spark_kafka_backup.catalog.store import LOST_CATALOG_NOTE
 from spark_kafka_backup.report.summary import (
     BackupSummary,
     PartitionSummary,
@@ -125,6 +126,8 @@ def _topic_section(topic: TopicSummary) -> str:
         )
         if lost:
             gap_text += f'<br><span class="lost">{_e(lost)}</span>'
+        if p.catalog_lost:
+            gap_text += f'<br><span class="bad">{_e(LOST_CATALOG_NOTE)}</span>'
         if skipped:  # the source had no record there: normal, in a neutral colour
             gap_text += f'<br><span class="skipped">{_e(skipped)}</span>'
 

@@ -34,7 +34,7 @@ from spark_kafka_backup.catalog.build import file_size, segment_time_range
 from spark_kafka_backup.catalog.checkpoints import Checkpoint, list_checkpoints
 from spark_kafka_backup.catalog.model import PartitionCatalog
 from spark_kafka_backup.catalog.source_gaps import SourceGap, read_gaps
-from spark_kafka_backup.catalog.store import read_catalog
+from spark_kafka_backup.catalog.store import missing_catalog, read_catalog
 from spark_kafka_backup.catalog.topics import read_topic_record
 from spark_kafka_backup.partition.layout import list_partitions, list_topics
 from spark_kafka_backup.partition.offsets_file import read_consumer_offsets
@@ -72,6 +72,9 @@ class PartitionSummary:
     index_bytes: int = 0
     groups: dict[str, int] = field(default_factory=dict)
     cataloged: bool = False
+    #: Its catalog was kept and is lost (:func:`~spark_kafka_backup.catalog.store.missing_catalog`): damage, the
+    #: segments' checksums are gone.
+    catalog_lost: bool = False
     #: Offsets between first and last that the backup does not hold, gaps of every size included, less those
     #: recorded as lost at the source and the transaction offsets.
     missing: int = 0
@@ -155,6 +158,7 @@ def _partition_json(p: PartitionSummary) -> dict[str, Any]:
         "indexBytes": p.index_bytes,
         "groups": dict(sorted(p.groups.items())),
         "cataloged": p.cataloged,
+        "catalogLost": p.catalog_lost,
     }
 
 
@@ -176,6 +180,9 @@ def summarize_partition(
     summary.segments = len(reader.segments)
     summary.lost_at_source = read_gaps(root, topic, partition)
     catalog = read_catalog(root, topic, partition)
+    summary.catalog_lost = (
+        catalog is None and bool(reader.segments) and missing_catalog(root, topic, partition) is not None
+    )
     sorter = GapSorter(summary.lost_at_source, catalog)
     previous: int | None = None
     run_start: int | None = None
