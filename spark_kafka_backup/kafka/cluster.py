@@ -225,6 +225,10 @@ def list_offsets(
     (a leader just elected whose high watermark has not caught up, no leader
     yet) is asked again for up to :data:`OFFSETS_RETRY_SECONDS` before it is
     raised, so that a failover or a topic created a moment ago is not an error.
+    So is UNKNOWN_TOPIC_OR_PART: on a cluster of several brokers, partitions
+    added a moment ago are unknown to a broker that has not learned them yet;
+    it is raised as before (not transient: a deleted topic says the same) once
+    the time is up.
 
     ``partial``: partitions whose leader did not answer (a transient error
     of theirs alone) are left out of the answer at once instead; only when
@@ -260,22 +264,36 @@ def list_offsets(
                 "(its leader did not answer)",
                 transient=True,
             )
+            asked_again = True
         except Exception as exc:
             error = _failed(f"cannot list {which} offsets of {count(len(wanted), 'partition')}", exc)
-        if not error.transient or time.monotonic() >= deadline:
+            asked_again = error.transient or _unknown_partition(exc)
+        if not asked_again or time.monotonic() >= deadline:
             raise error from None
         time.sleep(0.5)
 
 
+def _unknown_partition(exc: BaseException) -> bool:
+    """Whether a client's error is UNKNOWN_TOPIC_OR_PART (a partition the answering broker does not know)."""
+    error = exc.args[0] if exc.args else None
+    return getattr(error, "name", lambda: None)() == "UNKNOWN_TOPIC_OR_PART"
+
+
 def _offsets_answered(futures: Mapping[Any, Any], *, partial: bool) -> dict[TopicPartitionKey, int]:
-    """Each partition's offset; with ``partial``, a partition whose own answer is a transient error is left out."""
+    """Each partition's offset; with ``partial``, a partition whose own answer is a transient error, or says the
+    answering broker does not know it (yet), is left out, unless no partition has an offset: then the last
+    UNKNOWN_TOPIC_OR_PART is raised (every partition unknown is what a deleted topic answers)."""
     answered: dict[TopicPartitionKey, int] = {}
+    unknown: BaseException | None = None
     for tp, future in futures.items():
         try:
             answered[(tp.topic, tp.partition)] = future.result().offset
         except Exception as exc:
-            if not partial or not _failed("", exc).transient:
+            if not partial or not (_failed("", exc).transient or _unknown_partition(exc)):
                 raise
+            unknown = exc if _unknown_partition(exc) else unknown
+    if unknown is not None and not any(offset >= 0 for offset in answered.values()):
+        raise unknown
     return answered
 
 

@@ -262,9 +262,10 @@ def test_stop_does_not_wait_for_a_round_stuck_on_the_cluster(tmp_path: Path, mon
 
 
 class Offsets:
-    """An admin client whose ListOffsets answers ``answers.pop(0)`` for partitions 0 and 1 of ``orders``."""
+    """An admin client whose ListOffsets answers ``answers.pop(0)`` for partitions 0 and 1 of ``orders``: an offset,
+    or an exception the partition's future raises."""
 
-    def __init__(self, answers: list[tuple[int, int]]) -> None:
+    def __init__(self, answers: list[tuple[int | Exception, int | Exception]]) -> None:
         self.answers = answers
 
     def list_offsets(self, request: dict[Any, Any], isolation_level: Any, request_timeout: float) -> dict[Any, Any]:
@@ -272,9 +273,46 @@ class Offsets:
         futures = {}
         for tp in request:
             future: Future[Any] = Future()
-            future.set_result(type("Info", (), {"offset": offsets[tp.partition]})())
+            answer = offsets[tp.partition]
+            if isinstance(answer, Exception):
+                future.set_exception(answer)
+            else:
+                future.set_result(type("Info", (), {"offset": answer})())
             futures[tp] = future
         return futures
+
+
+def unknown_partition() -> Exception:
+    from confluent_kafka import KafkaError, KafkaException
+
+    error: Exception = KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+    return error
+
+
+def test_a_partition_the_answering_broker_does_not_know_yet_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Partitions added a moment ago, on a cluster of several brokers: UNKNOWN_TOPIC_OR_PART from a broker that has
+    not learned them is asked again within the retry time; after it, raised as before (a deleted topic says so too)."""
+    keys = [("orders", 0), ("orders", 1)]
+    monkeypatch.setattr(cluster, "OFFSETS_RETRY_SECONDS", 5.0)
+    monkeypatch.setattr(time, "sleep", lambda seconds: None)
+    answers = Offsets([(40, unknown_partition()), (41, 17)])
+    assert list_offsets(answers, keys, latest=False) == {("orders", 0): 41, ("orders", 1): 17}
+    assert answers.answers == []
+    monkeypatch.setattr(cluster, "OFFSETS_RETRY_SECONDS", 0.0)
+    with pytest.raises(ClusterError, match="UNKNOWN_TOPIC_OR_PART") as raised:
+        list_offsets(Offsets([(40, unknown_partition())]), keys, latest=False)
+    assert not raised.value.transient
+
+
+def test_planning_leaves_out_a_partition_not_known_yet_but_not_a_topic_that_is_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    keys = [("orders", 0), ("orders", 1)]
+    monkeypatch.setattr(cluster, "OFFSETS_RETRY_SECONDS", 0.0)
+    assert list_offsets(Offsets([(40, unknown_partition())]), keys, latest=True, partial=True) == {("orders", 0): 40}
+    with pytest.raises(ClusterError, match="UNKNOWN_TOPIC_OR_PART") as raised:
+        list_offsets(Offsets([(unknown_partition(), unknown_partition())]), keys, latest=True, partial=True)
+    assert not raised.value.transient
 
 
 def test_an_offset_listing_without_an_answer_for_a_partition_is_transient(monkeypatch: pytest.MonkeyPatch) -> None:
