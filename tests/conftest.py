@@ -195,9 +195,9 @@ def kafka() -> Iterator[BrokerUnderTest]:
 
 @pytest.fixture(scope="session")
 def target(kafka: BrokerUnderTest) -> Iterator[Target]:
-    """Where restores go: a second local cluster, started once per worker (its topics are named after the source's,
-    which are unique in the suite, or renamed by the test); the same cluster with renamed topics otherwise. A test
-    that needs a brand-new cluster starts its own (``local_cluster``)."""
+    """Where restores go: a second local cluster, started once per worker and shared by the files it runs (so a
+    topic or consumer group name on it belongs to one test file); the same cluster with renamed topics otherwise. A
+    test that needs a brand-new cluster starts its own (``local_cluster``)."""
     if kafka.kind == "local":
         with local_cluster() as broker:
             yield Target(broker)

@@ -200,23 +200,33 @@ def run_job_in_process(
 ) -> subprocess.CompletedProcess[str]:
     """``main(args)`` of ``job`` (``"backup"`` or ``"restore"``) in this process: its exit code and what it printed,
     as :func:`subprocess.run` with captured output would give them. Only where :func:`can_run_in_process`."""
+    from pyspark import SparkContext
+
     assert can_run_in_process(), "the environment lost or changed a launch variable since this process's JVM started"
     global _gateway_environment
-    if _gateway_environment is None:
-        _gateway_environment = _environment()
+    # The JVM's environment is this one if this job starts it (a dry run or a refusal starts none).
+    at_entry = _environment()
     texts = [str(arg) for arg in args]
     out, err = io.StringIO(), io.StringIO()
     jvm_output = _jvm_output_file()
     before = jvm_output.stat().st_size
-    with (
-        process_state_kept(),
-        contextlib.redirect_stdout(out),
-        contextlib.redirect_stderr(err),
-        _jvm_started_into(jvm_output),
-        _executor_environment(),
-    ):
-        os.environ.update(_launch_environment(job))
-        code = exit_status(main, texts)
+    try:
+        with (
+            process_state_kept(),
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+            _jvm_started_into(jvm_output),
+            _executor_environment(),
+        ):
+            os.environ.update(_launch_environment(job))
+            code = exit_status(main, texts)
+    finally:
+        if _gateway_environment is None and SparkContext._gateway is not None:
+            _gateway_environment = at_entry
+        # A job that failed before stopping its SparkContext would hand it, and its executors' environment, to the
+        # next job's getOrCreate: stopped here, as the end of a spark-submit process would.
+        if SparkContext._active_spark_context is not None:
+            SparkContext._active_spark_context.stop()
     with open(jvm_output, "rb") as written:
         written.seek(before)
         # What Spark's side printed (the streaming sink's commit lines, the executors' Python workers): the job's

@@ -31,7 +31,8 @@ from tests.restore_helpers import Target, comparable, group_offsets, run_restore
 
 SOURCES = ["python", "spark"]
 #: Spark's source is run on the shapes where it has its own logic (transaction markers, and the 5 MB record's fetch
-#: sizes); compaction gaps and a moved log start it reads like any consumer, and CI time is short.
+#: sizes: a long test, ./dev test-long); compaction gaps and a moved log start it reads like any consumer, and CI
+#: time is short.
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ def _backup(root: Path, topic: str, per_partition: int) -> dict[bytes, tuple[int
                 headers = (("n", str(offset).encode()),) if offset % 5 == 0 else ()
                 writer.append(Record(offset, 0, BASE + offset * 10 + partition, key, value, headers))
                 where[value] = (partition, offset)
-        offsets = {"readers": COMMITTED[partition]} if partition in COMMITTED else {}
+        offsets = {"spread-readers": COMMITTED[partition]} if partition in COMMITTED else {}
         write_consumer_offsets(root / topic, partition, offsets)
     return where
 
@@ -107,8 +107,8 @@ def _check_group(
         after = sum(1 for source in sources[first_unread:] if read(source))
         again += after
         if after:
-            assert (f"group readers: {name}/{partition} was repartitioned: the group resumes at the first record "
-                    f"it had not read, and reads {after} records it had read before again") in log  # fmt: skip
+            assert (f"group spread-readers: {name}/{partition} was repartitioned: the group resumes at the first "
+                    f"record it had not read, and reads {after} records it had read before again") in log  # fmt: skip
     assert again > 0  # the interleaving makes the placement approximate here
 
 
@@ -117,13 +117,13 @@ def test_murmur2_puts_keys_where_kafka_would_and_groups_at_their_first_unread_re
 ) -> None:
     assert [murmur2(k) for k in (b"21", b"foobar", b"abc")] == [-973932308, -790332482, 479470107]  # Kafka's own
     backup = tmp_path / "backup"
-    where = _backup(backup, "orders", 1000)
-    name = target.name("orders")
-    maps = ["--topic-map", f"orders={name}"] if target.prefix else []
+    where = _backup(backup, "spread-orders", 1000)
+    name = target.name("spread-orders")
+    maps = ["--topic-map", f"spread-orders={name}"] if target.prefix else []
     dry = restore_python(*target.args(tmp_path), "--source-dir", backup, *maps, "--repartition", "murmur2",
                          "--partitions", f"{name}=5", "--dry-run")  # fmt: skip
     assert dry.returncode == 0, dry.stdout[-3000:]
-    assert f"orders/* -> {name}/4 (repartitioned, murmur2 over 5 partitions): " in dry.stdout
+    assert f"spread-orders/* -> {name}/4 (repartitioned, murmur2 over 5 partitions): " in dry.stdout
     # Killed once after its first commit (a transaction is cut by time at 5 s: 100 records/s per partition).
     args: list[str | Path] = [*target.args(tmp_path), "--source-dir", backup, *maps, "--repartition", "murmur2",
             "--partitions", f"{name}=5", "--max-rate", "100"]  # fmt: skip
@@ -149,7 +149,7 @@ def test_murmur2_puts_keys_where_kafka_would_and_groups_at_their_first_unread_re
     positions: dict[int, dict[int, int]] = {r["partition"]: {} for r in restored}
     for record in restored:
         positions[record["partition"]][record["offset"]] = len(positions[record["partition"]])
-    committed = group_offsets(target.broker, "readers")
+    committed = group_offsets(target.broker, "spread-readers")
     placed: dict[tuple[str, int], int] = {}
     for (topic, partition), offset in committed.items():
         by_offset = positions[partition]
@@ -162,10 +162,10 @@ def test_murmur2_puts_keys_where_kafka_would_and_groups_at_their_first_unread_re
 
 def test_round_robin_into_fewer_existing_partitions(target: Target, tmp_path: Path) -> None:
     backup = tmp_path / "backup"
-    where = _backup(backup, "events", 300)
-    name = target.name("events")
+    where = _backup(backup, "spread-events", 300)
+    name = target.name("spread-events")
     create_topics(target.broker, {name: 2})
-    maps = ["--topic-map", f"events={name}"] if target.prefix else []
+    maps = ["--topic-map", f"spread-events={name}"] if target.prefix else []
     refused = run_restore(*target.args(tmp_path), "--source-dir", backup, *maps)
     assert refused.returncode != 0
     assert "(--repartition murmur2 or round-robin spreads them)" in refused.stdout + refused.stderr
@@ -182,4 +182,4 @@ def test_round_robin_into_fewer_existing_partitions(target: Target, tmp_path: Pa
     by_partition: dict[int, list[tuple[int, int]]] = {}
     for record in restored:
         by_partition.setdefault(record["partition"], []).append(where[record["value"]])
-    _check_group(by_partition, group_offsets(target.broker, "readers"), name, result.stdout)
+    _check_group(by_partition, group_offsets(target.broker, "spread-readers"), name, result.stdout)
