@@ -289,9 +289,10 @@ def _offsets_answered(futures: Mapping[Any, Any], *, partial: bool) -> dict[Topi
         try:
             answered[(tp.topic, tp.partition)] = future.result().offset
         except Exception as exc:
-            if not partial or not (_failed("", exc).transient or _unknown_partition(exc)):
+            not_known = _unknown_partition(exc)
+            if not partial or not (not_known or _failed("", exc).transient):
                 raise
-            unknown = exc if _unknown_partition(exc) else unknown
+            unknown = exc if not_known else unknown
     if unknown is not None and not any(offset >= 0 for offset in answered.values()):
         raise unknown
     return answered
