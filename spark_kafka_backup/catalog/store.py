@@ -56,6 +56,12 @@ def missing_catalog(root: Location, topic: str, partition: int) -> str | None:
     )
 
 
+def catalog_lost(root: Location, topic: str, partition: int, *, catalog: object | None, has_segments: bool) -> bool:
+    """Whether a partition read with ``catalog`` (None: not found) and ``has_segments`` has lost the catalog it had:
+    damage, the checksums gone, not a backup that never had one (:func:`missing_catalog`)."""
+    return catalog is None and has_segments and missing_catalog(root, topic, partition) is not None
+
+
 #: How a listing (``ls``, ``describe``, the report) marks a partition whose catalog was kept and is lost.
 LOST_CATALOG_NOTE = "DAMAGED: its catalog is lost, the checksums cannot be checked (spark-kafka-backup verify)"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from spark_kafka_backup.catalog.source_gaps import SourceGap, describe_gaps, read_gaps
-from spark_kafka_backup.catalog.store import LOST_CATALOG_NOTE, missing_catalog, read_catalog
+from spark_kafka_backup.catalog.store import LOST_CATALOG_NOTE, catalog_lost, read_catalog
 from spark_kafka_backup.cli.records import chosen_partitions, chosen_topics, record_to_json
 from spark_kafka_backup.errors import BackupNotFoundError, KbackupError, UsageError
 from spark_kafka_backup.format.naming import INDEX_SUFFIX, parse_partition_index_file_name
@@ -86,8 +86,7 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
             (missing, missing_ranges), (skipped, skipped_ranges) = missing_offsets(
                 reader, legacy=args.legacy_no_magic, lost_at_source=lost, catalog=catalog
             )
-            # A catalog kept and lost is damage (checksums gone), not a backup that never had one.
-            catalog_lost = catalog is None and bool(segments) and missing_catalog(root, topic, partition) is not None
+            lost_catalog = catalog_lost(root, topic, partition, catalog=catalog, has_segments=bool(segments))
             firsts = [s.first_offset for s in segments if s.first_offset is not None]
             lasts = [s.last_offset for s in segments if s.last_offset is not None]
             partitions.append(
@@ -103,7 +102,7 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
                     "transactionRanges": [asdict(r) for r in skipped_ranges],
                     "lostAtSourceOffsets": sum(g.count for g in lost),
                     "lostAtSource": [{"first": g.first, "last": g.last, "how": g.how} for g in lost],
-                    "catalogLost": catalog_lost,
+                    "catalogLost": lost_catalog,
                     "segments": [
                         {
                             "name": s.name,

@@ -34,7 +34,7 @@ from spark_kafka_backup.catalog.build import file_size, segment_time_range
 from spark_kafka_backup.catalog.checkpoints import Checkpoint, list_checkpoints
 from spark_kafka_backup.catalog.model import PartitionCatalog
 from spark_kafka_backup.catalog.source_gaps import SourceGap, read_gaps
-from spark_kafka_backup.catalog.store import missing_catalog, read_catalog
+from spark_kafka_backup.catalog.store import catalog_lost, read_catalog
 from spark_kafka_backup.catalog.topics import read_topic_record
 from spark_kafka_backup.partition.layout import list_partitions, list_topics
 from spark_kafka_backup.partition.offsets_file import read_consumer_offsets
@@ -180,9 +180,7 @@ def summarize_partition(
     summary.segments = len(reader.segments)
     summary.lost_at_source = read_gaps(root, topic, partition)
     catalog = read_catalog(root, topic, partition)
-    summary.catalog_lost = (
-        catalog is None and bool(reader.segments) and missing_catalog(root, topic, partition) is not None
-    )
+    summary.catalog_lost = catalog_lost(root, topic, partition, catalog=catalog, has_segments=bool(reader.segments))
     sorter = GapSorter(summary.lost_at_source, catalog)
     previous: int | None = None
     run_start: int | None = None
