@@ -15,7 +15,9 @@ invocation, against fresh topics on a local Apache Kafka node (or ``--bootstrap`
   in C. What the restore's tasks will cost once they produce this way.
 - ``restore``: ``spark-submit jobs/restore.py`` with ``local[2]``, end to end
   (Spark and Python worker start-up included), and the tasks' own producing
-  time (the longest task, from the job's summary).
+  time (the longest task, from the job's summary). ``--repartition MODE`` (with
+  ``--into N`` target partitions) restores through the merged stream instead;
+  ``--edge reference`` through confluent-kafka (``KBACKUP_KAFKA_EDGE``).
 
 - ``kcat``: Debian's kcat producing the same keys, values and header from a
   text file (written before the clock starts), idempotent, to a third topic.
@@ -162,13 +164,20 @@ def raw_produce(
     return float(seconds), float(rss), usage.cpu_seconds
 
 
-def run_restore(settings: dict[str, str], root: Path) -> tuple[TreeUsage, float]:
+def run_restore(
+    settings: dict[str, str], root: Path, *, repartition: str | None = None, into: int = 0, edge: str | None = None
+) -> tuple[TreeUsage, float]:
     """The restore, measured (whole process tree), and its longest task's producing time."""
     config = client_config_file(root.parent / "target.properties", settings)
+    spread = ["--repartition", repartition, "--partitions", f"bench={into}"] if repartition else []
     command = spark_submit_command(
-        "restore", "--bootstrap-server", settings["bootstrap.servers"], "--command-config", config, "--source-dir", root
-    )
-    usage, output = measure([str(part) for part in command], env=job_environment(), capture=True)
+        "restore", "--bootstrap-server", settings["bootstrap.servers"], "--command-config", config,
+        "--source-dir", root, *spread,
+    )  # fmt: skip
+    env = job_environment()
+    if edge:
+        env["KBACKUP_KAFKA_EDGE"] = edge
+    usage, output = measure([str(part) for part in command], env=env, capture=True)
     if usage.returncode != 0:
         raise SystemExit(f"restore failed:\n{output[-3000:]}")
     busy = [
@@ -180,6 +189,9 @@ def run_restore(settings: dict[str, str], root: Path) -> tuple[TreeUsage, float]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(parser)
+    parser.add_argument("--repartition", choices=["murmur2", "round-robin"], help="restore through the merged stream")
+    parser.add_argument("--into", type=int, default=0, help="target partitions with --repartition (default: as many)")
+    parser.add_argument("--edge", choices=["native", "reference"], help="the restore's producer (default: native)")
     args = parser.parse_args()
     # As a user's second job on the machine finds it (KBACKUP_JVM_ARCHIVE=off measures without).
     archive = ensure_driver_archive(job_environment(), spark_home(), announce=print)
@@ -191,10 +203,15 @@ def main() -> None:
             raw_seconds, raw_rss, raw_cpu = raw_produce(settings, root, args.partitions)
             native_seconds, native_rss, native_cpu = raw_produce(settings, root, args.partitions, native=True)
             kcat = kcat_produce(settings, Path(tmp), args.records, args.partitions, args.value_size)
-            restore, busy = run_restore(settings, root)
+            restore, busy = run_restore(settings, root, repartition=args.repartition,
+                                        into=args.into or args.partitions, edge=args.edge)  # fmt: skip
     n, mb = args.records, args.records * args.value_size / 1e6
     wall = restore.wall_seconds
     print(f"{n:,} records, {args.value_size}-byte values, {args.partitions} partitions")
+    if args.repartition:
+        print(f"restored with --repartition {args.repartition} into {args.into or args.partitions} partitions")
+    if args.edge:
+        print(f"restored through the {args.edge} edge")
     print("CPU: user + system seconds of each one's whole process tree, per million records (the broker excluded)")
     raw_rate = f"{n / raw_seconds:>10,.0f} records/s {mb / raw_seconds:7.1f} MB/s"
     print(f"raw produce          {raw_rate}  CPU {raw_cpu / n * 1e6:5.2f} s/M  peak {raw_rss:6.0f} MiB")

@@ -24,10 +24,13 @@ from spark_kafka_backup.errors import DeliveryError, TargetLimitError
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.kafka.columnar import EDGE_ENV, native_edge
 from spark_kafka_backup.partition.writer import PartitionWriter
+from spark_kafka_backup.restore import columnar_run, reference_run
 from spark_kafka_backup.restore import marker as markers
 from spark_kafka_backup.restore.partition_task import NATIVE_PRODUCER, REFERENCE_PRODUCER
+from spark_kafka_backup.restore.repartition import Repartition, Source, key_partition
 from spark_kafka_backup.restore.selection import Window
 from spark_kafka_backup.restore.task import PartitionResult, PartitionTask, restore_partition
+from spark_kafka_backup.schema_registry.wire import IdRewrite
 from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import consume_all, create_topics
 
@@ -168,3 +171,131 @@ def test_a_record_the_broker_rejects_is_named_on_both_paths(
         "Broker: Invalid timestamp"
     )
     assert consume_all(kafka, [name]) == []
+
+
+SPREAD_PARTITIONS = 3
+#: Committed offsets of the groups on the backed-up partitions (none stored: every record there counts as unread).
+SPREAD_GROUPS = {"spread-half": {0: 20, 1: 45}, "spread-all": {0: 60, 1: 60, 2: 60}, "spread-none": {}}
+#: The backup's schema ids and the target registry's: 1 moves, 2 stays.
+SPREAD_IDS = {1: 11, 2: 2}
+
+
+def _wired(schema: int, payload: bytes) -> bytes:
+    return b"\x00" + schema.to_bytes(4, "big") + payload
+
+
+def _spread_backup(root: Path, topic: str) -> Path:
+    """Three partitions whose timestamps interleave and now and then go back; keys in the schema registry's wire
+    format (two ids), plain, empty and missing; values wired half of the time; headers on some."""
+    for partition in range(SPREAD_PARTITIONS):
+        with PartitionWriter(root / topic, topic, partition, max_segment_size=2_000, fsync=False,
+                             ledger=CatalogLedger(root)) as writer:  # fmt: skip
+            for offset in range(60):
+                key = (None, b"", _wired(1 + offset % 2, b"user-%d" % (offset % 9)), b"plain-%d" % (offset % 5))[
+                    offset % 4
+                ]
+                value = b"p%do%d" % (partition, offset)
+                value = _wired(1 + offset % 3 // 2, value) if offset % 2 else value
+                stamp = NOW - 3_600_000 + offset * 100 + partition * 7 - (250 if offset % 11 == 4 else 0)
+                headers = (("n", b"%d" % offset),) if offset % 5 == 0 else ()
+                writer.append(Record(offset * 2 if partition == 1 else offset, 0, stamp, key, value, headers))
+    record_topic(root, topic, SPREAD_PARTITIONS, {})
+    return root / topic
+
+
+def _spread_task(source: Path, target: str, kafka: BrokerUnderTest, mode: str, partition: int) -> PartitionTask:
+    windows = (Window(), Window(from_offset=10), Window(from_time=NOW - 3_600_000 + 1_000))
+    sources = tuple(Source(p, windows[p]) for p in range(SPREAD_PARTITIONS))
+    return PartitionTask(
+        source_dir=str(source), source_topic=source.name, source_partition=-1, target_topic=target,
+        target_partition=partition, window=Window(), identity=f"spread-edges-{target}-{partition}", resume_from=0,
+        baseline=0, after_last=0, replaces=None, groups=dict.fromkeys(SPREAD_GROUPS, 0),
+        client=kafka.client_settings(), batch_size=1 << 20,
+        repartition=Repartition(mode, 2, sources, SPREAD_GROUPS),
+        id_rewrite=IdRewrite(SPREAD_IDS, key=True, value=True, registry="http://target"),
+    )  # fmt: skip
+
+
+def _spread_outcome(result: PartitionResult) -> tuple[Any, ...]:
+    return (result.selected, result.produced, result.skipped, result.produced_bytes, result.end_offset,
+            result.group_offsets, result.read_again, result.fenced)  # fmt: skip
+
+
+def _restored_by_partition(kafka: BrokerUnderTest, topic: str) -> dict[int, list[tuple[Any, ...]]]:
+    """Each target partition's records in order, and the offsets they were found at."""
+    found: dict[int, list[tuple[Any, ...]]] = {0: [], 1: []}
+    for r in consume_all(kafka, [topic]):
+        found[r["partition"]].append((r["offset"], r["key"], r["value"], r["timestamp"], r["headers"]))
+    return found
+
+
+def _placed(restored: dict[int, list[tuple[Any, ...]]], offsets: dict[str, int], partition: int) -> dict[str, int]:
+    """Where each group was placed: the index of its record among the partition's records (the end: past them)."""
+    at = {record[0]: index for index, record in enumerate(restored[partition])}
+    return {group: at.get(offset, len(at)) for group, offset in offsets.items()}
+
+
+class _InterruptedError(Exception):
+    pass
+
+
+@pytest.mark.parametrize("mode", ["murmur2", "round-robin"])
+def test_both_producers_repartition_and_rewrite_schema_ids_alike(
+    kafka: BrokerUnderTest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """The merged stream, its routing with keys hashed as produced, the ids rewritten, the groups placed and the
+    records they read again: the same on both paths, and a run stopped after a few transactions on one path is
+    finished by the other exactly."""
+    source = _spread_backup(tmp_path, "spread")
+    monkeypatch.setattr(markers, "TRANSACTION_RECORDS", 9)
+    seen: dict[str, Any] = {}
+    for edge in EDGES:
+        monkeypatch.setenv(EDGE_ENV, edge)
+        name = f"spread-edges-{edge}-{uuid.uuid4().hex[:8]}"
+        create_topics(kafka, {name: 2})
+        outcomes = []
+        for partition in (0, 1):
+            result = restore_partition(_spread_task(source, name, kafka, mode, partition))
+            assert result.producer == {"native": NATIVE_PRODUCER, "reference": REFERENCE_PRODUCER}[edge]
+            outcomes.append(_spread_outcome(result))
+        seen[edge] = (outcomes, _restored_by_partition(kafka, name))
+    assert seen["native"] == seen["reference"]
+    outcomes, restored = seen["native"]
+    records = [r for p in (0, 1) for r in restored[p]]
+    assert sum(o[1] for o in outcomes) == len(records) == 60 + 55 + 50  # p1 from offset 10, p2 from its 10th record
+    keys = [base64.b64decode(r[1]) for r in records if r[1] is not None]
+    assert _wired(11, b"user-0") in keys and not any(k.startswith(_wired(1, b"")[:5]) for k in keys)
+    if mode == "murmur2":  # keys as produced decide the partition
+        for p in (0, 1):
+            assert all(key_partition(base64.b64decode(r[1]), 2) == p for r in restored[p] if r[1] is not None)
+    assert any(o[6].get("spread-half") for o in outcomes)  # interleaved: the group reads some records again
+
+    # Stopped after three transactions of each target partition on one path, finished on the other.
+    for first, then in (("reference", "native"), ("native", "reference")):
+        name = f"spread-resumed-{first}-{uuid.uuid4().hex[:8]}"
+        create_topics(kafka, {name: 2})
+        commits = {"count": 0}
+        run_module = {"reference": reference_run, "native": columnar_run}[first]
+        real_commit = run_module._Run._commit
+
+        def commit(self: Any, *args: Any, _real: Any = real_commit, commits: dict[str, int] = commits) -> None:
+            if commits["count"] == 3:
+                raise _InterruptedError
+            commits["count"] += 1
+            _real(self, *args)
+
+        monkeypatch.setenv(EDGE_ENV, first)
+        for partition in (0, 1):
+            commits["count"] = 0
+            with monkeypatch.context() as patched:
+                patched.setattr(run_module._Run, "_commit", commit)
+                with pytest.raises(_InterruptedError):
+                    restore_partition(_spread_task(source, name, kafka, mode, partition))
+        monkeypatch.setenv(EDGE_ENV, then)
+        resumed = [restore_partition(_spread_task(source, name, kafka, mode, p)) for p in (0, 1)]
+        assert [r.skipped for r in resumed] == [27, 27]
+        again = _restored_by_partition(kafka, name)
+        for p in (0, 1):
+            assert [r[1:] for r in again[p]] == [r[1:] for r in restored[p]]
+            assert _placed(again, resumed[p].group_offsets, p) == _placed(restored, outcomes[p][5], p)
+            assert resumed[p].read_again == outcomes[p][6]

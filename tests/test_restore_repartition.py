@@ -142,6 +142,7 @@ def test_murmur2_puts_keys_where_kafka_would_and_groups_at_their_first_unread_re
     result = run_restore(*args[:-2])
     assert result.returncode == 0, result.stdout[-3000:]
     assert "were already in the target (from an earlier run" in result.stdout
+    assert "produced through the native Kafka edge)" in result.stdout  # the columnar merged stream, not the reference
     restored = _decoded(consume_all(target.broker, [name]))
     keys = {r["key"] for r in restored if r["key"] is not None}
     assert _where_kafka_puts(target, keys, 5) == {key: key_partition(key, 5) for key in keys}

@@ -3,19 +3,20 @@ record (:mod:`spark_kafka_backup.kafka.columnar_producer`).
 
 The same work as the reference (:mod:`spark_kafka_backup.restore.reference_run`), done on columns:
 
-- the records come as the reader's columnar batches (:meth:`PartitionReader.record_batches`), turned into the
-  producer's columns by :func:`~spark_kafka_backup.partition.segment_batches.produce_columns`; a time window is a
-  mask over the timestamps;
-- records below the marker are skipped by a binary search over the batch's offsets, and so is each consumer
-  group's place (the first selected record at or after its committed offset);
+- the records come as chunks of columns (:mod:`spark_kafka_backup.restore.stream_columns`): a backed-up partition's
+  batches as read, a time window a mask over the timestamps, or a repartitioned topic's merged stream routed to
+  this task's target partition;
+- records below the marker are skipped by a binary search over the chunk's positions, and each consumer group
+  is placed by one over each partition's offsets (:class:`~spark_kafka_backup.restore.stream_columns.GroupPlacement`);
+- schema ids are rewritten on the key and value columns of each call's records
+  (:mod:`spark_kafka_backup.schema_registry.wire_columns`);
 - the records are queued in chunks that end where a transaction must end (:data:`TRANSACTION_RECORDS` records,
   :data:`TRANSACTION_SECONDS`) and, under a rate limit, after at most a tenth of a second's worth;
 - delivery reports are counted in C; Python reads the offsets it needs (the first record's, each placed group's)
   when a transaction commits, and the failures by delivery index, which it matches to the open transaction's
   records to name the one that explains a failure, as the reference does.
 
-Only for a task of one backed-up partition produced as stored (no repartitioning, no schema ids rewritten): the
-task chooses (:mod:`spark_kafka_backup.restore.task`).
+The task chooses between the two producers (:mod:`spark_kafka_backup.restore.task`).
 """
 
 from __future__ import annotations
@@ -29,13 +30,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spark_kafka_backup.errors import DeliveryError
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.kafka.cluster import PROGRESS_GROUP
 from spark_kafka_backup.kafka.columnar_producer import ColumnarProducer, ProducerError
 from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.partition.segment_batches import RecordBatch, produce_columns
 from spark_kafka_backup.restore import marker as markers
 from spark_kafka_backup.restore import producer_calls as calls
 from spark_kafka_backup.restore.marker import (
@@ -61,8 +62,9 @@ from spark_kafka_backup.restore.producer_calls import (
     record_failure,
     within,
 )
-from spark_kafka_backup.restore.selection import Window
+from spark_kafka_backup.restore.stream_columns import GroupPlacement, task_chunks
 from spark_kafka_backup.restore.throttle import Pace, Throttle
+from spark_kafka_backup.schema_registry.wire_columns import ColumnIdRewrite
 
 Int64s = npt.NDArray[np.int64]
 
@@ -100,7 +102,7 @@ def restore_columnar(
     try:
         consumer = marker_consumer(task.client)
         run = _Run(task, producer, fence(task, consumer, start_producer, result))
-        run.produce_all(readers[task.source_partition], result)
+        run.produce_all(readers, result)
     except StuckProducerError:
         raise  # the producer is held by the call that hangs: nothing more is asked of it
     except FencedError as exc:
@@ -163,12 +165,16 @@ class _Sent:
     """The open transaction's records, from delivery index ``first``: enough to name the one a failure is about."""
 
     first: int = 0
+    partitions: list[Int64s] = field(default_factory=list)
     offsets: list[Int64s] = field(default_factory=list)
     stamps: list[Int64s] = field(default_factory=list)
     key_missing: list[npt.NDArray[np.bool_]] = field(default_factory=list)
     sizes: list[Int64s] = field(default_factory=list)
 
-    def add(self, offsets: Int64s, stamps: Int64s, key_missing: npt.NDArray[np.bool_], sizes: Int64s) -> None:
+    def add(
+        self, partitions: Int64s, offsets: Int64s, stamps: Int64s, key_missing: npt.NDArray[np.bool_], sizes: Int64s
+    ) -> None:
+        self.partitions.append(partitions)
         self.offsets.append(offsets)
         self.stamps.append(stamps)
         self.key_missing.append(key_missing)
@@ -176,21 +182,22 @@ class _Sent:
 
     def anew(self, first: int) -> None:
         self.first = first
-        self.offsets, self.stamps, self.key_missing, self.sizes = [], [], [], []
+        self.partitions, self.offsets, self.stamps, self.key_missing, self.sizes = [], [], [], [], []
 
     @property
     def end(self) -> int:
         """The delivery index after the open transaction's last record."""
         return self.first + sum(len(offsets) for offsets in self.offsets)
 
-    def row(self, index: int) -> tuple[int, int, bool, int] | None:
-        """(offset, timestamp, key missing, size) of the record of delivery index ``index``, if it is open."""
+    def row(self, index: int) -> tuple[int, int, int, bool, int] | None:
+        """(partition, offset, timestamp, key missing, size) of the record of delivery index ``index``, if it is
+        open."""
         at = index - self.first
-        for offsets, stamps, missing, sizes in zip(
-            self.offsets, self.stamps, self.key_missing, self.sizes, strict=True
+        for partitions, offsets, stamps, missing, sizes in zip(
+            self.partitions, self.offsets, self.stamps, self.key_missing, self.sizes, strict=True
         ):
             if 0 <= at < len(offsets):
-                return int(offsets[at]), int(stamps[at]), bool(missing[at]), int(sizes[at])
+                return int(partitions[at]), int(offsets[at]), int(stamps[at]), bool(missing[at]), int(sizes[at])
             at -= len(offsets)
         return None
 
@@ -213,13 +220,13 @@ class _Run:
         self.wanted: set[int] = set()
         self.found: dict[int, int] = {}
 
-    def produce_all(self, reader: PartitionReader, result: PartitionResult) -> None:
+    def produce_all(self, readers: dict[int, PartitionReader], result: PartitionResult) -> None:
         task = self.task
-        window = task.window
-        source = task.source_partition
-        waiting = list(task.group_positions().get(source, []))
-        placed: set[str] = set()
-        earlier: dict[str, tuple[int, Record]] = {}  # group -> (nth selected record, the record): an earlier run's
+        rewrite = ColumnIdRewrite(task.id_rewrite) if task.id_rewrite is not None else None
+        placement = GroupPlacement(task)
+        # group -> (nth record of the stream, the record as stored, its partition): placed at a record an earlier run
+        # produced
+        earlier: dict[str, tuple[int, Record, int]] = {}
         this_run: dict[str, int] = {}  # group -> delivery index of its record in this run
         selected = 0
         first_index = -1
@@ -228,36 +235,22 @@ class _Run:
         pace = Pace(task.throttle) if task.throttle.limited else None
         paced_bytes = 0
         checked = 0  # records produced when the delivery reports were last looked at
-        batches = reader.record_batches(window.from_offset, window.to_offset, skip_segments=window.skip_segments)
-        for stored in batches:
-            rows = _selected_rows(stored, window)
-            columns = produce_columns(stored)
-            offsets = stored.columns.offsets
-            if rows is not None:
-                columns, offsets = columns.take(pa.array(rows)), offsets[rows]
-            n = len(offsets)
-            if not n:
-                continue
-            # Groups placed at a record of this batch: the first selected record at or past their committed offset.
-            while waiting and waiting[0][0] <= offsets[-1]:
-                committed, group = waiting.pop(0)
-                if group in placed:
-                    continue
-                placed.add(group)
-                at = int(np.searchsorted(offsets, committed, side="left"))
-                if offsets[at] < self.resume_from:
-                    earlier[group] = (selected + at, stored.record(int(rows[at]) if rows is not None else at))
+        for chunk in task_chunks(task, readers, rewrite):
+            n = len(chunk)
+            start = int(np.searchsorted(chunk.positions, self.resume_from, side="left"))  # the rest is new here
+            for group, at in placement.place(chunk).items():
+                if at < start:
+                    earlier[group] = (selected + at, chunk.record(at), int(chunk.partitions[at]))
                 else:
-                    skipped_here = int(np.searchsorted(offsets, self.resume_from, side="left"))
-                    this_run[group] = result.produced + at - skipped_here
+                    this_run[group] = result.produced + at - start
                     self.wanted.add(this_run[group])
             selected += n
-            start = int(np.searchsorted(offsets, self.resume_from, side="left"))
             result.skipped += start
+            columns = chunk.columns
             stamps = columns.column("timestamp").to_numpy()
-            key_lengths = _lengths(stored.columns.key_lengths, rows)
-            sizes = np.maximum(key_lengths, 0) + np.maximum(_lengths(stored.columns.value_lengths, rows), 0)
-            headers = _header_sizes(stored, rows) if task.throttle.bytes_per_second else None
+            key_lengths = _lengths(columns.column("key"))
+            sizes = np.maximum(key_lengths, 0) + np.maximum(_lengths(columns.column("value")), 0)
+            headers = _header_sizes(columns) if task.throttle.bytes_per_second else None
             while start < n:
                 if self.in_transaction == 0:
                     self.producer.columns.begin_transaction()
@@ -273,16 +266,20 @@ class _Run:
                     zeros = np.flatnonzero(stamps[start:stop] == 0)
                     if len(zeros):
                         # Kafka's "no timestamp" is -1, which librdkafka sends as it is; 0 it replaces with "now".
-                        raise zero_stamped(task, source, int(offsets[start + zeros[0]]))
+                        at = start + int(zeros[0])
+                        raise zero_stamped(task, int(chunk.partitions[at]), int(chunk.offsets[at]))
                 count = stop - start
-                self.sent.add(offsets[start:stop], stamps[start:stop], key_lengths[start:stop] < 0, sizes[start:stop])
-                self.producer.columns.produce(
-                    task.target_topic, task.target_partition, columns.slice(start, count), result.produced
-                )
+                produced = columns.slice(start, count)
+                if rewrite is not None:
+                    produced = rewrite.apply(produced, topic=task.source_topic, partitions=chunk.partitions[start:stop],
+                                             offsets=chunk.offsets[start:stop])  # fmt: skip
+                self.sent.add(chunk.partitions[start:stop], chunk.offsets[start:stop], stamps[start:stop],
+                              key_lengths[start:stop] < 0, sizes[start:stop])  # fmt: skip
+                self.producer.columns.produce(task.target_topic, task.target_partition, produced, result.produced)
                 result.produced += count
                 result.produced_bytes += int(sizes[start:stop].sum())
                 self.in_transaction += count
-                last_position = int(offsets[stop - 1])
+                last_position = int(chunk.positions[stop - 1])
                 if result.produced >= checked + CHUNK_RECORDS:  # as often as the reference looks
                     checked = result.produced
                     self.producer.columns.poll(0)
@@ -298,11 +295,12 @@ class _Run:
         if self.in_transaction:
             self._commit(last_position + 1, first_index)
         result.selected = selected
+        result.read_again = placement.read_again
         offsets_by_group = {group: self.found[at] for group, at in this_run.items()}
-        for group, (nth, expected) in earlier.items():
-            offsets_by_group[group] = earlier_offset(self.task, self.marker, nth, expected)
+        for group, (nth, expected, partition) in earlier.items():
+            offsets_by_group[group] = earlier_offset(self.task, self.marker, nth, task.rewritten(expected, partition))
         for group in task.groups:
-            if group not in placed:
+            if group not in placement.placed:
                 offsets_by_group[group] = self.next  # after the last restored record
         result.group_offsets = offsets_by_group
         result.end_offset = self.next
@@ -314,14 +312,14 @@ class _Run:
         best: tuple[int, str] | None = None
         for index, code in reports.failures:
             row = self.sent.row(index)
-            offset, stamp, key_missing, size = row if row is not None else (-1, None, False, 0)
+            partition, offset, stamp, key_missing, size = row if row is not None else (-1, -1, None, False, 0)
             rank = failure_rank(code, stamp=stamp, key_missing=key_missing, size=size)
             if best is not None and rank <= best[0]:
                 continue
             reason = columns.error_text(code)
             if row is not None:
                 reason = record_failure(
-                    code, reason, topic=self.task.source_topic, partition=self.task.source_partition, offset=offset,
+                    code, reason, topic=self.task.source_topic, partition=partition, offset=offset,
                     stamp=int(stamp or 0), key_missing=key_missing, size=size,
                 )  # fmt: skip
             best = (rank, reason)
@@ -372,34 +370,18 @@ class _Run:
         self.resume_from, self.next = resume_from, marker.next
 
 
-def _selected_rows(stored: RecordBatch, window: Window) -> npt.NDArray[np.int64] | None:
-    """The rows of ``stored`` a time window selects (``None``: all of them)."""
-    if not window.by_time:
-        return None
-    c = stored.columns
-    keep = (c.timestamp_types == 0) | (c.timestamp_types == 1)
-    if window.from_time is not None:
-        keep &= c.timestamps >= window.from_time
-    if window.to_time is not None:
-        keep &= c.timestamps <= window.to_time
-    return None if keep.all() else np.flatnonzero(keep)
+def _lengths(column: pa.Array) -> Int64s:
+    """Lengths of a binary column's values (-1: null)."""
+    return np.asarray(pc.binary_length(column).fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def _lengths(lengths: Int64s, rows: npt.NDArray[np.int64] | None) -> Int64s:
-    """Lengths of keys or values (-1: null) of the selected rows."""
-    chosen = lengths if rows is None else lengths[rows]
-    return np.asarray(chosen, dtype=np.int64)
-
-
-def _header_sizes(stored: RecordBatch, rows: npt.NDArray[np.int64] | None) -> Int64s:
-    """Bytes of each selected record's headers (names and values), as a rate limit counts them."""
-    c = stored.columns
-    each = np.asarray(c.header_key_lengths, dtype=np.int64) + np.maximum(c.header_value_lengths, 0)
-    running = np.zeros(len(each) + 1, dtype=np.int64)
-    np.cumsum(each, out=running[1:])
-    first = np.asarray(c.header_first, dtype=np.int64)
-    sizes = running[first + np.asarray(c.header_counts, dtype=np.int64)] - running[first]
-    return sizes if rows is None else sizes[rows]
+def _header_sizes(columns: pa.RecordBatch) -> Int64s:
+    """Bytes of each record's headers (names and values), as a rate limit counts them."""
+    headers = columns.column("headers")
+    pairs = headers.flatten()
+    each = _lengths(pairs.field("key")) + np.maximum(_lengths(pairs.field("value")), 0)
+    owners = pc.list_parent_indices(headers).to_numpy(zero_copy_only=False)
+    return np.bincount(owners, weights=each, minlength=len(headers)).astype(np.int64)
 
 
 def _paced_rows(throttle: Throttle, sizes: Int64s, headers: Int64s | None, start: int) -> int:

@@ -70,9 +70,10 @@ from spark_kafka_backup.restore.marker import (
     restore_identity,
 )
 from spark_kafka_backup.restore.profile import RecordsProfile, profile_partition
-from spark_kafka_backup.restore.repartition import KEEP, Repartition, Source, count_routed
+from spark_kafka_backup.restore.repartition import KEEP, Repartition, Source
 from spark_kafka_backup.restore.selection import Window, count_selected, nth_selected, same_record
 from spark_kafka_backup.restore.settings import RestoreSettings
+from spark_kafka_backup.restore.stream_columns import count_routed_columns
 from spark_kafka_backup.restore.target_limits import (
     PRODUCER_MESSAGE_BYTES,
     Choices,
@@ -91,6 +92,7 @@ from spark_kafka_backup.restore.timestamp_type import (
     creation_config,
 )
 from spark_kafka_backup.restore.topic_configs import choose_configs
+from spark_kafka_backup.schema_registry.wire_columns import ColumnIdRewrite
 from spark_kafka_backup.text import count as count_of
 from spark_kafka_backup.text import iso_time
 
@@ -329,7 +331,7 @@ def _spread(
         tuple(Source(part.source_partition, _pinned(readers[part.source_partition], part.window)) for part in sources),
         groups,
     )
-    counts, _ = count_routed(repartition, readers, produced=_produced_form(settings, topic))
+    counts, _ = count_routed_columns(repartition, readers, rewrite=_column_rewrite(settings, topic), topic=topic)
     location = str(settings.source.resolve()) if isinstance(settings.source, Path) else str(settings.source)
     return [
         PartitionPlan(
@@ -625,11 +627,12 @@ def _count_resumed(settings: RestoreSettings, parts: list[PartitionPlan]) -> Non
         source = settings.source / topic_parts[0].source_topic
         readers = {s.partition: PartitionReader(source, s.partition, legacy=settings.legacy)
                    for s in repartition.sources}  # fmt: skip
-        _, below = count_routed(
+        _, below = count_routed_columns(
             repartition,
             readers,
             below={p.target_partition: p.resume_from for p in topic_parts},
-            produced=_produced_form(settings, topic_parts[0].source_topic),
+            rewrite=_column_rewrite(settings, topic_parts[0].source_topic),
+            topic=topic_parts[0].source_topic,
         )
         for part in topic_parts:
             part.skip = below[part.target_partition]
@@ -699,6 +702,12 @@ def _ids_part(settings: RestoreSettings, topic: str) -> dict[str, Any] | None:
     """The schema id rewrite's part of the restore's identity (``None`` without one)."""
     rewrite = settings.id_rewrite(topic)
     return rewrite.identity_part() if rewrite is not None and rewrite.rewrites else None
+
+
+def _column_rewrite(settings: RestoreSettings, topic: str) -> ColumnIdRewrite | None:
+    """The schema id rewrite of ``topic``'s records, on columns (``None`` without one)."""
+    rewrite = settings.id_rewrite(topic)
+    return ColumnIdRewrite(rewrite) if rewrite is not None else None
 
 
 def _produced_form(settings: RestoreSettings, topic: str) -> Callable[[Record, int], Record] | None:

@@ -1,8 +1,8 @@
 """A restore task's reference producer: confluent-kafka, one ``produce()`` call and one delivery report per record.
 
-Used where the native edge cannot be (it is not built, ``KBACKUP_KAFKA_EDGE=reference``, a repartitioned target
-partition, schema ids rewritten); the native path (:mod:`spark_kafka_backup.restore.columnar_run`) is tested
-against it. What a task guarantees is in :mod:`spark_kafka_backup.restore.task`.
+Used where the native edge cannot be (it is not built, or ``KBACKUP_KAFKA_EDGE=reference``); the native path
+(:mod:`spark_kafka_backup.restore.columnar_run`) is tested against it. What a task guarantees is in
+:mod:`spark_kafka_backup.restore.task`.
 """
 
 from __future__ import annotations

@@ -40,6 +40,10 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+import numpy.typing as npt
+
+from spark_kafka_backup.format.arrow_binary import BinaryParts
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.restore.selection import Window, selected_records
@@ -78,6 +82,46 @@ def murmur2(data: bytes) -> int:
     h = (h * _M) & _MASK
     h ^= h >> 15
     return h - (1 << 32) if h & 0x80000000 else h
+
+
+def murmur2_columns(keys: BinaryParts) -> npt.NDArray[np.uint32]:
+    """:func:`murmur2` of every value of a binary column at once, unsigned (a null value hashes as empty bytes).
+
+    The keys are walked four bytes at a time, all keys still that long together: as many steps as the longest
+    key has words, each over the keys with one more word.
+    """
+    lengths = np.maximum(keys.lengths, 0)
+    m = np.uint32(_M)
+    h = np.uint32(_SEED) ^ lengths.astype(np.uint32)
+    words = lengths // 4
+    by_words = np.argsort(-words, kind="stable")  # the keys with the most words first
+    ascending = np.sort(words)
+    data, starts = keys.data, keys.starts
+    for step in range(int(ascending[-1]) if len(words) else 0):
+        rows = by_words[: len(words) - int(np.searchsorted(ascending, step, side="right"))]  # words > step
+        at = starts[rows] + 4 * step
+        k = (
+            data[at].astype(np.uint32)
+            | (data[at + 1].astype(np.uint32) << np.uint32(8))
+            | (data[at + 2].astype(np.uint32) << np.uint32(16))
+            | (data[at + 3].astype(np.uint32) << np.uint32(24))
+        )
+        k *= m
+        k ^= k >> np.uint32(24)
+        k *= m
+        h[rows] = (h[rows] * m) ^ k
+    rest = lengths & 3
+    tail = starts + (lengths & ~3)
+    for size, shift in ((3, 16), (2, 8)):
+        rows = np.flatnonzero(rest >= size)
+        h[rows] ^= data[tail[rows] + size - 1].astype(np.uint32) << np.uint32(shift)
+    rows = np.flatnonzero(rest >= 1)
+    h[rows] ^= data[tail[rows]].astype(np.uint32)
+    h[rows] *= m
+    h ^= h >> np.uint32(13)
+    h *= m
+    h ^= h >> np.uint32(15)
+    return h
 
 
 def key_partition(key: bytes, partitions: int) -> int:

@@ -15,8 +15,12 @@ import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.segment_batches import RecordBatch
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile, iter_segment
 
 
@@ -57,6 +61,19 @@ def selected_records(reader: PartitionReader, window: Window) -> Iterator[Record
         for record in batch.records():
             if not window.by_time or window.selects(record):
                 yield record
+
+
+def selected_rows(stored: RecordBatch, window: Window) -> npt.NDArray[np.int64] | None:
+    """The rows of a batch read within the offset window that the time window selects (``None``: all of them)."""
+    if not window.by_time:
+        return None
+    c = stored.columns
+    keep = (c.timestamp_types == 0) | (c.timestamp_types == 1)
+    if window.from_time is not None:
+        keep &= c.timestamps >= window.from_time
+    if window.to_time is not None:
+        keep &= c.timestamps <= window.to_time
+    return None if keep.all() else np.flatnonzero(keep)
 
 
 def count_selected(reader: PartitionReader, window: Window, *, below: int | None = None) -> int:

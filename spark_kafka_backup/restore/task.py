@@ -22,9 +22,9 @@ Two producers do this work, with the same guarantees: the native edge's, which
 takes the records as Arrow columns, a batch per call, with no Python object
 per record (:mod:`spark_kafka_backup.restore.columnar_run`), and
 confluent-kafka's, one call per record (:mod:`spark_kafka_backup.restore.reference_run`),
-which is the reference and the fallback: where the native edge is not built or
-``KBACKUP_KAFKA_EDGE=reference``, and for what the columnar path does not do
-(a repartitioned target partition, schema ids rewritten).
+which is the reference and the fallback where the native edge is not built or
+``KBACKUP_KAFKA_EDGE=reference``. Both do everything a task does: time windows,
+repartitioned target partitions, schema ids rewritten, rate limits.
 
 Memory: the reader's batches (up to 8 MiB of records, and their columns as
 the producer takes them) plus the producer's queue (bounded by
@@ -115,10 +115,9 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
 
 
 def _producer_path(task: PartitionTask) -> tuple[Run, str]:
-    """The native edge's producer where it can take the task's records as they are stored, else confluent-kafka's;
-    and its name."""
+    """The native edge's producer where it is built and not turned off, else confluent-kafka's; and its name."""
     native = native_edge()
-    if native is None or task.repartition is not None or task.id_rewrite is not None:
+    if native is None:
         return restore_reference, REFERENCE_PRODUCER
     return functools.partial(restore_columnar, native=native), NATIVE_PRODUCER
 

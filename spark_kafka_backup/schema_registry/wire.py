@@ -101,27 +101,37 @@ class IdRewrite:
         if new is None:
             if self.lenient:
                 return data
-            raise SchemaIdError(
-                f"topic {topic!r} partition {partition} offset {offset}: the {what} names schema id {found}, which "
-                "the backup's copy of the schema registry does not hold (registered after the last capture, or "
-                "not in the registry's format); this record and those after it were not produced. Capture the "
-                "registry again (spark-kafka-backup schemas capture) and run the restore again",
-                schema_id=found,
-                field=what,
-            )
+            raise unknown_id(found, what, topic=topic, partition=partition, offset=offset)
         return data if new == found else with_schema_id(data, new)
 
     def _unmoved(self, data: bytes, what: str, offset: int, topic: str, partition: int) -> None:
         found = _ID.unpack_from(data, 1)[0]
         new = self.ids.get(found, found)
         if new != found:
-            raise SchemaIdError(
-                f"topic {topic!r} partition {partition} offset {offset}: the {what} looks like the wire format of "
-                f"schema id {found}, which is {new} in the target registry, but the restore does not rewrite the "
-                f"{what}s of {topic!r} (the backup holds no {topic}-{what} subject): restored as it is, it would "
-                f"name another schema. Say what the {what}s are: --schema-ids {topic}="
-                + ("keys-and-values" if what == "key" else "values")
-                + f" rewrites them, --schema-ids {topic}=none restores the topic's records as they are",
-                schema_id=found,
-                field=what,
-            )
+            raise moved_id(found, new, what, topic=topic, partition=partition, offset=offset)
+
+
+def unknown_id(found: int, what: str, *, topic: str, partition: int, offset: int) -> SchemaIdError:
+    """A record's ``what`` (key or value) names a schema id the backup's copy of the registry lacks."""
+    return SchemaIdError(
+        f"topic {topic!r} partition {partition} offset {offset}: the {what} names schema id {found}, which "
+        "the backup's copy of the schema registry does not hold (registered after the last capture, or "
+        "not in the registry's format); this record and those after it were not produced. Capture the "
+        "registry again (spark-kafka-backup schemas capture) and run the restore again",
+        schema_id=found,
+        field=what,
+    )
+
+
+def moved_id(found: int, new: int, what: str, *, topic: str, partition: int, offset: int) -> SchemaIdError:
+    """A record's ``what``, which the restore does not rewrite, names a schema id that is another in the target."""
+    return SchemaIdError(
+        f"topic {topic!r} partition {partition} offset {offset}: the {what} looks like the wire format of "
+        f"schema id {found}, which is {new} in the target registry, but the restore does not rewrite the "
+        f"{what}s of {topic!r} (the backup holds no {topic}-{what} subject): restored as it is, it would "
+        f"name another schema. Say what the {what}s are: --schema-ids {topic}="
+        + ("keys-and-values" if what == "key" else "values")
+        + f" rewrites them, --schema-ids {topic}=none restores the topic's records as they are",
+        schema_id=found,
+        field=what,
+    )
