@@ -105,6 +105,35 @@ def test_the_native_edge_reads_exactly_what_the_reference_reads(
     )
 
 
+def test_a_packed_task_reads_on_the_native_edge_what_the_reference_reads(
+    kafka: BrokerUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Many ranges in one task, read at once: ranges ending on a commit marker, inside aborted records, at the
+    end, and one of a partition that is complete long before the others; the same rows per partition on both paths,
+    in batches of one partition each."""
+    monkeypatch.setenv(EDGE_ENV, "native")
+    assert native_edge() is not None, "the native module is not built (./dev setup builds it)"
+    topics = [f"packed-edges-{n}-{uuid.uuid4().hex[:8]}" for n in range(3)]
+    create_topics(kafka, dict.fromkeys(topics, 1))
+    ends = {topic: _fill(kafka, topic) for topic in topics}
+    client = kafka.client_settings()
+    # Ending on the commit marker, ending inside the aborted records, the whole partition.
+    shapes = [(0, 41), (3, 44), (0, ends[topics[2]])]
+    ranges = tuple(KafkaRange(topic, 0, start, stop, client, True, 30)
+                   for topic, (start, stop) in zip(topics, shapes, strict=True))  # fmt: skip
+    seen = {}
+    for edge in ("reference", "native"):
+        monkeypatch.setenv(EDGE_ENV, edge)
+        rows: dict[str, list[dict[str, Any]]] = {}
+        for batch in read_task(KafkaTask(ranges), batch_rows=7):
+            (topic,) = set(batch.column("topic").to_pylist())
+            assert set(batch.column("partition").to_pylist()) == {0}
+            rows.setdefault(topic, []).extend(batch.to_pylist())
+        seen[edge] = rows
+    assert seen["native"] == seen["reference"]
+    assert [len(seen["native"][topic]) for topic in topics] == [40, 37, 55]  # aborted records and markers are none
+
+
 def test_a_wrong_edge_setting_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(EDGE_ENV, "fast")
     with pytest.raises(NativeEdgeError, match="KBACKUP_KAFKA_EDGE='fast': expected 'native', 'reference' or nothing"):

@@ -11,6 +11,7 @@ record stamped 0 and a record the broker rejects end both paths in the same line
 from __future__ import annotations
 
 import base64
+import dataclasses
 import time
 import uuid
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest
 
 from spark_kafka_backup.catalog.ledger import CatalogLedger
 from spark_kafka_backup.catalog.topics import record_topic
-from spark_kafka_backup.errors import DeliveryError, TargetLimitError
+from spark_kafka_backup.errors import DeliveryError, SchemaIdError, TargetLimitError
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.kafka.columnar import EDGE_ENV, native_edge
 from spark_kafka_backup.partition.writer import PartitionWriter
@@ -150,6 +151,23 @@ def test_a_record_stamped_0_is_refused_by_name_on_both_paths(
         restore_partition(_task(source, name, kafka, Window(), {}))
     # the transactions before the one holding it stay committed, as on the reference path
     assert [r[1] for r in _restored(kafka, name)] == [b64(b"k%d" % i) for i in range(10)]
+
+
+@pytest.mark.parametrize("edge", EDGES)
+def test_a_record_stamped_0_that_names_an_unknown_schema_id_is_refused_for_its_id_on_both_paths(
+    kafka: BrokerUnderTest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edge: str
+) -> None:
+    """Its ids are rewritten before its timestamp is looked at: the error says to capture the registry again."""
+    monkeypatch.setenv(EDGE_ENV, edge)
+    records = [Record(i, 0, 0 if i == 12 else NOW + i, b"k%d" % i, _wired(9 if i == 12 else 1, b"v%d" % i))
+               for i in range(20)]  # fmt: skip
+    source = _backup(tmp_path, "stamped-wired", records)
+    name = f"restore-zero-wired-{edge}-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka, {name: 1})
+    task = dataclasses.replace(_task(source, name, kafka, Window(), {}), id_rewrite=IdRewrite({1: 4}, value=True))
+    with pytest.raises(SchemaIdError, match=r"'stamped-wired' partition 0 offset 12: the value names schema id 9"):
+        restore_partition(task)
+    assert consume_all(kafka, [name]) == []  # one transaction, aborted
 
 
 @pytest.mark.parametrize("edge", EDGES)

@@ -1,5 +1,5 @@
 """spark-kafka-backup's Kafka source reading packed tasks from a real broker: every record of every range, once, in
-order."""
+order, on the native edge and on confluent-kafka."""
 
 from __future__ import annotations
 
@@ -12,15 +12,24 @@ import pytest
 
 from spark_kafka_backup.catalog.source_gaps import read_gaps
 from spark_kafka_backup.errors import KbackupError
+from spark_kafka_backup.kafka.columnar import EDGE_ENV
 from spark_kafka_backup.spark.kafka_reader import KafkaRange, KafkaTask, pack_ranges
 from spark_kafka_backup.spark.kafka_task import read_task
 from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import create_topics
 
+#: Each test reads on both paths: the native edge (packed tasks read at once) and confluent-kafka, its reference.
+EDGES = ("native", "reference")
 
-def test_a_packed_task_reads_each_range_exactly(kafka: BrokerUnderTest) -> None:
+
+@pytest.mark.parametrize("edge", EDGES)
+def test_a_packed_task_reads_each_range_exactly(
+    kafka: BrokerUnderTest, monkeypatch: pytest.MonkeyPatch, edge: str
+) -> None:
     """Many small partitions in one task, ranges starting and ending inside partitions, one partition empty."""
     from confluent_kafka import Producer
+
+    monkeypatch.setenv(EDGE_ENV, edge)
 
     topics = [f"packed-{uuid.uuid4().hex[:8]}-{n}" for n in range(3)]
     create_topics(kafka, dict.fromkeys(topics, 7))
@@ -74,12 +83,15 @@ def _delete_records(kafka: BrokerUnderTest, topic: str, partition: int, before: 
 
 
 @pytest.mark.long
+@pytest.mark.parametrize("edge", EDGES)
 def test_offsets_deleted_under_a_reading_task_are_recorded_as_lost_at_the_source(
-    kafka: BrokerUnderTest, tmp_path: Path
+    kafka: BrokerUnderTest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edge: str
 ) -> None:
     """Retention (here delete-records) moves the log start past what a task has not read yet, alone and packed: the
     range is recorded exactly, the rest read from the new start; with failOnDataLoss the task fails naming it."""
     from confluent_kafka import Producer
+
+    monkeypatch.setenv(EDGE_ENV, edge)
 
     # Whether the deletion lands before the reader fetched past it is a race the test sets up but cannot force (a
     # loaded machine may fetch a partition whole first): tried on a fresh topic until a partition lost records.
@@ -137,13 +149,18 @@ def test_offsets_deleted_under_a_reading_task_are_recorded_as_lost_at_the_source
         list(read_task(KafkaTask((failing,))))
 
 
-def test_records_of_a_topic_created_again_after_planning_are_not_handed_on(kafka: BrokerUnderTest) -> None:
+@pytest.mark.parametrize("edge", EDGES)
+def test_records_of_a_topic_created_again_after_planning_are_not_handed_on(
+    kafka: BrokerUnderTest, monkeypatch: pytest.MonkeyPatch, edge: str
+) -> None:
     """A range planned on one incarnation and read on the next (deleted and created again, with more records than
     the range's start): no record is handed on, alone or packed with a partition of another topic, which is read."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient
 
     from spark_kafka_backup.kafka.cluster import topic_ids
+
+    monkeypatch.setenv(EDGE_ENV, edge)
 
     topic, other = f"again-{uuid.uuid4().hex[:8]}", f"steady-{uuid.uuid4().hex[:8]}"
     create_topics(kafka, {topic: 1, other: 1})

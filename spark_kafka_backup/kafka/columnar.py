@@ -41,6 +41,8 @@ _LIBRDKAFKA = re.compile(r"librdkafka([-.]|$)")
 
 #: librdkafka's partition-EOF event.
 PARTITION_EOF = -191
+#: A range's end for :meth:`ColumnarConsumer.poll` when there is none (several partitions: the caller cuts).
+NO_END = (1 << 63) - 1
 
 
 class NativeEdgeError(KbackupError):
@@ -115,12 +117,15 @@ class Polled:
     ``batch``: the records, in offset order (``None`` when none came). ``event``: librdkafka's error code of an event
     met after them (partition EOF, an error), 0 when none, with ``event_offset`` and ``event_text``; without an
     event, ``event_offset`` is the offset that reached the range's end (its last, or a first one past it), else -1.
+    ``topic`` and ``partition``: whose records and event they are ("" and -1: an event of no partition, or nothing).
     """
 
     batch: pa.RecordBatch | None
     event: int
     event_offset: int
     event_text: str
+    topic: str = ""
+    partition: int = -1
 
     @property
     def reached_end(self) -> bool:
@@ -128,26 +133,34 @@ class Polled:
 
 
 class ColumnarConsumer:
-    """A consumer of one partition at a time, by assignment, that never commits; see the module docstring."""
+    """A consumer that never commits, of one partition at a time (:meth:`assign`) or of several (:meth:`add`,
+    :meth:`remove`; each :meth:`poll` then hands out records of one of them, named); see the module docstring."""
 
     def __init__(self, native: ModuleType, settings: dict[str, str], schema: pa.Schema) -> None:
         self._native = native
         self._schema = schema
         self._headers = schema.get_field_index("headers") >= 0
         self._handle: Any = native.consumer({"log_level": "2", **settings})
-        self._topic = ""
-        self._partition = -1
 
     def assign(self, topic: str, partition: int, offset: int) -> None:
+        """Read this partition alone, from ``offset``."""
         self._native.assign(self._handle, topic, partition, offset)
-        self._topic, self._partition = topic, partition
 
-    def poll(self, max_rows: int, timeout: float, end: int, max_bytes: int = 64 << 20) -> Polled:
-        rows, headers, buffers, event, event_offset, text = self._native.poll(
+    def add(self, topic: str, partition: int, offset: int) -> None:
+        """Read this partition too, from ``offset`` (the first call ends an :meth:`assign`)."""
+        self._native.add(self._handle, topic, partition, offset)
+
+    def remove(self, topic: str, partition: int) -> None:
+        """Stop reading a partition :meth:`add` gave (records of it fetched before may still come)."""
+        self._native.remove(self._handle, topic, partition)
+
+    def poll(self, max_rows: int, timeout: float, end: int = NO_END, max_bytes: int = 64 << 20) -> Polled:
+        """Records of one partition, up to ``end`` (exclusive; with several partitions the caller keeps the ends)."""
+        rows, headers, buffers, event, event_offset, text, topic, partition = self._native.poll(
             self._handle, max_rows, int(timeout * 1000), end, max_bytes
         )
-        batch = self._batch(rows, headers, buffers) if rows else None
-        return Polled(batch, event, event_offset, text)
+        batch = self._batch(rows, headers, buffers, topic, partition) if rows else None
+        return Polled(batch, event, event_offset, text, topic, partition)
 
     def watermarks(self, topic: str, partition: int, timeout: float) -> tuple[int, int]:
         low, high = self._native.watermarks(self._handle, topic, partition, int(timeout * 1000))
@@ -156,15 +169,15 @@ class ColumnarConsumer:
     def close(self) -> None:
         self._native.close(self._handle)
 
-    def _batch(self, rows: int, headers: int, buffers: tuple[bytes, ...]) -> pa.RecordBatch:
+    def _batch(self, rows: int, headers: int, buffers: tuple[bytes, ...], topic: str, partition: int) -> pa.RecordBatch:
         (offsets, stamps, kinds, key_valid, key_offsets, keys, value_valid, value_offsets, values,
          headers_valid, headers_offsets, header_key_offsets, header_keys, header_value_valid,
          header_value_offsets, header_values) = (pa.py_buffer(b) for b in buffers)  # fmt: skip
         columns = [
             pa.Array.from_buffers(pa.binary(), rows, [key_valid, key_offsets, keys]),
             pa.Array.from_buffers(pa.binary(), rows, [value_valid, value_offsets, values]),
-            repeated_string(self._topic, rows),
-            pa.array(np.full(rows, self._partition, dtype=np.int32)),
+            repeated_string(topic, rows),
+            pa.array(np.full(rows, partition, dtype=np.int32)),
         ]
         columns.append(pa.Array.from_buffers(pa.int64(), rows, [None, offsets]))
         columns.append(pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), rows, [None, stamps]))
@@ -176,7 +189,7 @@ class ColumnarConsumer:
             except pa.ArrowInvalid as exc:
                 first, last = offsets_of(columns[4])
                 raise KbackupError(
-                    f"topic {self._topic!r} partition {self._partition}: a record at offsets {first}..{last} has a "
+                    f"topic {topic!r} partition {partition}: a record at offsets {first}..{last} has a "
                     "header key that is not UTF-8"
                 ) from exc
             pairs = pa.StructArray.from_arrays(

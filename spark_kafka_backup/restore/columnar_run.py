@@ -262,17 +262,19 @@ class _Run:
                 stop = min(n, start + markers.TRANSACTION_RECORDS - self.in_transaction, start + CHUNK_RECORDS)
                 if pace is not None:
                     stop = start + _paced_rows(task.throttle, sizes[start:stop], headers, start)
-                if not task.restamp_zero:
-                    zeros = np.flatnonzero(stamps[start:stop] == 0)
-                    if len(zeros):
-                        # Kafka's "no timestamp" is -1, which librdkafka sends as it is; 0 it replaces with "now".
-                        at = start + int(zeros[0])
-                        raise zero_stamped(task, int(chunk.partitions[at]), int(chunk.offsets[at]))
+                # Kafka's "no timestamp" is -1, which librdkafka sends as it is; 0 it replaces with "now".
+                zeros = np.flatnonzero(stamps[start:stop] == 0) if not task.restamp_zero else np.zeros(0, np.int64)
+                # A record's ids are rewritten before its timestamp is looked at, as by the reference.
+                checked_to = start + int(zeros[0]) + 1 if len(zeros) else stop
                 count = stop - start
-                produced = columns.slice(start, count)
+                produced = columns.slice(start, checked_to - start)
                 if rewrite is not None:
-                    produced = rewrite.apply(produced, topic=task.source_topic, partitions=chunk.partitions[start:stop],
-                                             offsets=chunk.offsets[start:stop])  # fmt: skip
+                    produced = rewrite.apply(produced, topic=task.source_topic,
+                                             partitions=chunk.partitions[start:checked_to],
+                                             offsets=chunk.offsets[start:checked_to])  # fmt: skip
+                if len(zeros):
+                    at = checked_to - 1
+                    raise zero_stamped(task, int(chunk.partitions[at]), int(chunk.offsets[at]))
                 self.sent.add(chunk.partitions[start:stop], chunk.offsets[start:stop], stamps[start:stop],
                               key_lengths[start:stop] < 0, sizes[start:stop])  # fmt: skip
                 self.producer.columns.produce(task.target_topic, task.target_partition, produced, result.produced)

@@ -84,12 +84,26 @@ def murmur2(data: bytes) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+#: Keys longer than this are hashed one by one (:func:`murmur2`): each step over the column costs the same however few
+#: keys it holds, so one long key would cost a step per four of its bytes.
+COLUMN_KEY_BYTES = 1024
+
+
 def murmur2_columns(keys: BinaryParts) -> npt.NDArray[np.uint32]:
     """:func:`murmur2` of every value of a binary column at once, unsigned (a null value hashes as empty bytes).
 
     The keys are walked four bytes at a time, all keys still that long together: as many steps as the longest
-    key has words, each over the keys with one more word.
+    key has words, each over the keys with one more word (keys over :data:`COLUMN_KEY_BYTES`: one by one).
     """
+    long_keys = np.flatnonzero(keys.lengths > COLUMN_KEY_BYTES)
+    if len(long_keys):
+        short = BinaryParts(keys.valid, keys.starts, np.where(keys.lengths > COLUMN_KEY_BYTES, 0, keys.lengths),
+                            keys.data)  # fmt: skip
+        hashes = murmur2_columns(short)
+        for row in long_keys.tolist():
+            start = int(keys.starts[row])
+            hashes[row] = murmur2(keys.data[start : start + int(keys.lengths[row])].tobytes()) & _MASK
+        return hashes
     lengths = np.maximum(keys.lengths, 0)
     m = np.uint32(_M)
     h = np.uint32(_SEED) ^ lengths.astype(np.uint32)

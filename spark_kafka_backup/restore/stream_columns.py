@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from spark_kafka_backup.errors import SchemaIdError
 from spark_kafka_backup.format.arrow_binary import binary_parts
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.reader import PartitionReader
@@ -226,21 +227,27 @@ class ColumnRouter:
         self.topic = topic
         self._turn = 0
 
-    def targets(self, merged: MergedRound) -> Int64s:
-        """The target partition of each record of ``merged``, in the stream's order."""
+    def targets(self, merged: MergedRound) -> tuple[Int64s, SchemaIdError | None]:
+        """The target partition of each record of ``merged``, in the stream's order; with ids rewritten, up to the
+        first record that cannot be (and why: the records after it are not routed)."""
         n = len(merged)
         if self.mode == ROUND_ROBIN:
-            return self._turns(n)
+            return self._turns(n), None
         columns = merged.columns
+        order = merged.order
+        stop = None
         if self.rewrite is not None:
-            columns = self.rewrite.apply(
+            columns, failure = self.rewrite.apply_until(
                 columns, topic=self.topic, partitions=merged.partitions, offsets=merged.offsets, rank=merged.rank()
             )
-        keys = binary_parts(columns.column("key").take(pa.array(merged.order)))
+            if failure is not None:
+                order = order[: failure[0]]
+                stop = failure[1]
+        keys = binary_parts(columns.column("key").take(pa.array(order)))
         targets = ((murmur2_columns(keys) & np.uint32(0x7FFFFFFF)) % np.uint32(self.partitions)).astype(np.int64)
         keyless = np.flatnonzero(~keys.valid)
         targets[keyless] = self._turns(len(keyless))
-        return targets
+        return targets, stop
 
     def _turns(self, n: int) -> Int64s:
         turns = (self._turn + np.arange(n, dtype=np.int64)) % self.partitions
@@ -259,9 +266,12 @@ def routed_chunks(
     """The records target partition ``target`` receives, in the merged stream's order (positions: the stream's)."""
     router = ColumnRouter(repartition, rewrite, topic)
     for merged in merged_rounds(repartition, readers):
-        chosen = np.flatnonzero(router.targets(merged) == target)
+        targets, stop = router.targets(merged)
+        chosen = np.flatnonzero(targets == target)
         if len(chosen):
-            yield merged.chunk(chosen)
+            yield merged.chunk(chosen)  # produced before a record after them stops the restore, as in the stream
+        if stop is not None:
+            raise stop
 
 
 def count_routed_columns(
@@ -282,7 +292,9 @@ def count_routed_columns(
     for partition, limit in (below or {}).items():
         limits[partition] = limit
     for merged in merged_rounds(repartition, readers):
-        targets = router.targets(merged)
+        targets, stop = router.targets(merged)
+        if stop is not None:
+            raise stop
         counts += np.bincount(targets, minlength=n)
         positions = merged.first + np.arange(len(merged), dtype=np.int64)
         under += np.bincount(targets[positions < limits[targets]], minlength=n)

@@ -47,6 +47,22 @@ class ColumnIdRewrite:
         ``partitions`` and ``offsets`` name each row's record for an error; ``rank`` is each row's place in the
         stream when that is not the row order: the error is about the record that comes first.
         """
+        rewritten, failure = self.apply_until(columns, topic=topic, partitions=partitions, offsets=offsets, rank=rank)
+        if failure is not None:
+            raise failure[1]
+        return rewritten
+
+    def apply_until(
+        self,
+        columns: pa.RecordBatch,
+        *,
+        topic: str,
+        partitions: Int64s,
+        offsets: Int64s,
+        rank: Int64s | None = None,
+    ) -> tuple[pa.RecordBatch, tuple[int, SchemaIdError] | None]:
+        """:meth:`apply`, and instead of raising, the first record's failure with its place (its rank, or its row):
+        the records before it are rewritten."""
         rewrite = self.rewrite
         fields = {"key": (rewrite.key, rewrite.check_key), "value": (rewrite.value, rewrite.check_value)}
         arrays = list(columns.columns)
@@ -59,9 +75,8 @@ class ColumnIdRewrite:
                                               partitions=partitions, offsets=offsets, rank=rank)  # fmt: skip
             if failure is not None and (first is None or failure[:2] < first[:2]):
                 first = failure
-        if first is not None:
-            raise first[2]
-        return pa.RecordBatch.from_arrays(arrays, schema=columns.schema)
+        rewritten = pa.RecordBatch.from_arrays(arrays, schema=columns.schema)
+        return rewritten, (first[0], first[2]) if first is not None else None
 
     def _field(
         self,

@@ -1,10 +1,12 @@
-"""Reading one Kafka range through the native edge (:mod:`spark_kafka_backup.kafka.columnar`), on an executor.
+"""Reading Kafka ranges through the native edge (:mod:`spark_kafka_backup.kafka.columnar`), on an executor.
 
-The same contract as :func:`spark_kafka_backup.spark.kafka_reader.read_range` on confluent-kafka, the reference it
-is tested against: offsets ``[start, end)`` of one partition as Arrow batches of up to ``batch_rows`` rows, complete
-at the range's last offset, at the first offset past it, or at a partition EOF at or past ``end`` (the last offsets
-were transaction markers or aborted records); offsets deleted under the task recorded as lost at the source
-(or failing it); a topic deleted and created again refused. Only the records' way into Python differs.
+The same contract as :func:`spark_kafka_backup.spark.kafka_reader.read_range` (one range) and
+:func:`~spark_kafka_backup.spark.kafka_reader.read_together` (a packed task's many small ranges, read at once) on
+confluent-kafka, the references they are tested against: offsets ``[start, end)`` of each partition as Arrow
+batches of one partition and up to ``batch_rows`` rows, a range complete at its last offset, at the first offset
+past it, or at a partition EOF at or past ``end`` (the last offsets were transaction markers or aborted records);
+offsets deleted under the task recorded as lost at the source (or failing it); a topic deleted and created again
+refused. Only the records' way into Python differs.
 """
 
 from __future__ import annotations
@@ -13,13 +15,13 @@ import logging
 from collections.abc import Iterator
 from types import ModuleType
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from spark_kafka_backup.errors import ClusterError
-from spark_kafka_backup.kafka.client_settings import redact
 from spark_kafka_backup.kafka.cluster import is_transient_code
-from spark_kafka_backup.kafka.columnar import PARTITION_EOF, ColumnarConsumer
+from spark_kafka_backup.kafka.columnar import PARTITION_EOF, ColumnarConsumer, Polled
 from spark_kafka_backup.spark.kafka_reader import (
     AUTO_OFFSET_RESET,
     Incarnations,
@@ -27,7 +29,9 @@ from spark_kafka_backup.spark.kafka_reader import (
     Stall,
     deleted_under,
     kafka_schema,
+    no_data,
 )
+from spark_kafka_backup.text import count
 
 log = logging.getLogger("spark_kafka_backup.source")
 
@@ -51,12 +55,7 @@ def read_range_columnar(
         while not done:
             polled = consumer.poll(batch_rows - rows, 1.0, task.end)
             if polled.batch is None and polled.event == 0 and not polled.reached_end:
-                where = f"topic {task.topic!r} partition {task.partition}"
-                if stall.waited(where, task.read_timeout) > task.read_timeout:
-                    raise ClusterError(
-                        f"{where}: no data for {task.read_timeout:.0f} s while reading offsets "
-                        f"{task.start}..{task.end - 1} from {redact(task.client).get('bootstrap.servers')}"
-                    )
+                no_data(stall, task)
                 continue
             stall.progressed()
             if polled.batch is not None:
@@ -75,8 +74,101 @@ def read_range_columnar(
         consumer.close()
 
 
-def _after_event(consumer: ColumnarConsumer, task: KafkaRange, event: int, offset: int, text: str) -> bool:
-    """Handle an event met while reading; whether the range is complete."""
+def read_ranges_columnar(
+    ranges: tuple[KafkaRange, ...], native: ModuleType, settings: dict[str, str], *, batch_rows: int = 10_000
+) -> Iterator[pa.RecordBatch]:
+    """Read a packed task's ranges with one native consumer, all assigned at once (see the module docstring).
+
+    Each poll brings records of one partition; they gather per partition and become batches when its range is
+    complete or holds ``batch_rows`` rows (or :data:`HELD_BYTES`), and a complete partition is no longer read. The
+    batches ready are handed on after one check of their topics' ids, when nothing more is fetched at once or many
+    are ready.
+    """
+    check = Incarnations(ranges)
+    schema = to_arrow_schema(kafka_schema(ranges[0].include_headers), timezone="UTC")
+    consumer = ColumnarConsumer(native, settings, schema)
+    pending = {(r.topic, r.partition): _Held(r) for r in ranges}
+    try:
+        for item in ranges:
+            consumer.add(item.topic, item.partition, item.start)
+        stall = Stall()
+        ready: list[pa.RecordBatch] = []
+        while pending:
+            polled = consumer.poll(batch_rows, 0 if ready else 1.0)
+            if polled.batch is None and polled.event == 0:
+                if ready:  # nothing more at once: hand on what is ready
+                    yield from _hand_on(check, ready, pending, consumer)
+                    ready = []
+                    stall.progressed()
+                    continue
+                no_data(stall, pending[min(pending)].task, len(pending))
+                continue
+            stall.progressed()
+            held = pending.get((polled.topic, polled.partition))
+            if held is None:
+                if polled.event and polled.event != PARTITION_EOF and not is_transient_code(polled.event):
+                    where = f"topic {polled.topic!r} partition {polled.partition}: " if polled.partition >= 0 else ""
+                    raise ClusterError(f"reading {count(len(pending), 'partition')}: {where}{polled.event_text}")
+                continue  # a partition already complete: what was fetched past its range is not ours
+            done = held.take(polled) or _after_event(consumer, held.task, polled.event, polled.event_offset,
+                                                     polled.event_text, several=True)  # fmt: skip
+            if held.batches and (done or held.rows >= batch_rows or held.bytes >= HELD_BYTES):
+                ready.extend(held.hand_on())
+            if done:
+                del pending[(held.task.topic, held.task.partition)]
+                consumer.remove(held.task.topic, held.task.partition)
+            if sum(batch.num_rows for batch in ready) >= batch_rows or not pending:
+                yield from _hand_on(check, ready, pending, consumer)
+                ready = []
+                stall.progressed()
+        yield from _hand_on(check, ready, pending, consumer)
+    finally:
+        consumer.close()
+
+
+class _Held:
+    """One range of a packed task: its records fetched and not handed on yet."""
+
+    def __init__(self, task: KafkaRange) -> None:
+        self.task = task
+        self.batches: list[pa.RecordBatch] = []
+        self.rows = self.bytes = 0
+
+    def take(self, polled: Polled) -> bool:
+        """Keep the polled records of the range; whether they complete it."""
+        batch = polled.batch
+        if batch is None:
+            return False
+        offsets = batch.column("offset")
+        last = int(offsets[len(offsets) - 1].as_py())
+        if last >= self.task.end:  # fetched past the range: the rest is not the range's
+            batch = batch.slice(0, int(np.searchsorted(offsets.to_numpy(), self.task.end, side="left")))
+        if batch.num_rows:
+            self.batches.append(batch)
+            self.rows += batch.num_rows
+            self.bytes += batch.nbytes
+        return last >= self.task.end - 1
+
+    def hand_on(self) -> list[pa.RecordBatch]:
+        batches = _together(self.batches)
+        self.batches, self.rows, self.bytes = [], 0, 0
+        return batches
+
+
+def _hand_on(
+    check: Incarnations, ready: list[pa.RecordBatch], pending: dict[tuple[str, int], _Held], consumer: ColumnarConsumer
+) -> Iterator[pa.RecordBatch]:
+    """The ready batches whose topics still have their planned ids; a refused topic's ranges are read no more."""
+    yield from check.confirmed(ready)
+    for key in [key for key in pending if key[0] in check.refused]:
+        del pending[key]
+        consumer.remove(*key)
+
+
+def _after_event(
+    consumer: ColumnarConsumer, task: KafkaRange, event: int, offset: int, text: str, *, several: bool = False
+) -> bool:
+    """Handle an event met while reading ``task``'s range (``several``: among others); whether it is complete."""
     if event == 0:
         return False
     if event == PARTITION_EOF:
@@ -87,7 +179,11 @@ def _after_event(consumer: ColumnarConsumer, task: KafkaRange, event: int, offse
         resume = deleted_under(lambda: consumer.watermarks(task.topic, task.partition, 30), task, offset)
         if resume >= task.end:
             return True
-        consumer.assign(task.topic, task.partition, resume)
+        if several:
+            consumer.remove(task.topic, task.partition)
+            consumer.add(task.topic, task.partition, resume)
+        else:
+            consumer.assign(task.topic, task.partition, resume)
         return False
     if is_transient_code(event):
         log.info("topic %r partition %d: %s (the client retries)", task.topic, task.partition, text)

@@ -232,16 +232,7 @@ def read_together(
     while pending:
         messages = consumer.consume(num_messages=5000, timeout=1.0)
         if not messages:
-            stuck = min(pending)
-            item = pending[stuck].task
-            where = f"topic {item.topic!r} partition {item.partition} ({count(len(pending), 'partition')} unread)"
-            if stall.waited(where, item.read_timeout) > item.read_timeout:
-                raise ClusterError(
-                    f"topic {item.topic!r} partition {item.partition}: no data for {item.read_timeout:.0f} s "
-                    f"while reading offsets {item.start}..{item.end - 1} from "
-                    f"{redact(item.client).get('bootstrap.servers')} "
-                    f"({count(len(pending), 'partition')} of this task unread)"
-                )
+            no_data(stall, pending[min(pending)].task, len(pending))
             continue
         stall.progressed()
         keys = [(message.topic(), message.partition()) for message in messages]
@@ -281,6 +272,20 @@ def read_together(
             consumer.incremental_unassign([TopicPartition(*key)])
 
 
+def no_data(stall: Stall, item: KafkaRange, unread: int = 0) -> None:
+    """A fetch brought nothing: fail once the range ``item`` (a packed task's first unread one, of ``unread``) has had
+    no data for its ``read_timeout``."""
+    where = f"topic {item.topic!r} partition {item.partition}"
+    if stall.waited(where + (f" ({count(unread, 'partition')} unread)" if unread else ""), item.read_timeout) > (
+        item.read_timeout
+    ):
+        raise ClusterError(
+            f"{where}: no data for {item.read_timeout:.0f} s while reading offsets {item.start}..{item.end - 1} from "
+            f"{redact(item.client).get('bootstrap.servers')}"
+            + (f" ({count(unread, 'partition')} of this task unread)" if unread else "")
+        )
+
+
 def read_range(
     task: KafkaRange, consumer: Any, *, batch_rows: int = 10_000, incarnations: Incarnations | None = None
 ) -> Iterator[pa.RecordBatch]:
@@ -296,13 +301,7 @@ def read_range(
     while not done:
         messages = consumer.consume(num_messages=5000, timeout=1.0)
         if not messages:
-            where = f"topic {task.topic!r} partition {task.partition}"
-            if stall.waited(where, task.read_timeout) > task.read_timeout:
-                raise ClusterError(
-                    f"topic {task.topic!r} partition {task.partition}: no data for {task.read_timeout:.0f} s "
-                    f"while reading offsets {task.start}..{task.end - 1} from "
-                    f"{redact(task.client).get('bootstrap.servers')}"
-                )
+            no_data(stall, task)
             continue
         stall.progressed()
         try:

@@ -1,7 +1,7 @@
 """One Kafka source task on an executor: its consumer, on the native edge or the reference path.
 
-A task of one range reads through the native edge when it can be used (:mod:`spark_kafka_backup.kafka.columnar`),
-else, and for packed tasks of many ranges, through confluent-kafka (:mod:`spark_kafka_backup.spark.kafka_reader`).
+A task reads through the native edge when it can be used (:mod:`spark_kafka_backup.kafka.columnar`; one range, or a
+packed task's many at once), else through confluent-kafka (:mod:`spark_kafka_backup.spark.kafka_reader`).
 A source given ``writeTo`` writes what its task reads into v1 files in the same process (:func:`write_task`).
 """
 
@@ -17,7 +17,7 @@ from spark_kafka_backup.kafka.client_settings import consumer_settings
 from spark_kafka_backup.kafka.columnar import native_edge
 from spark_kafka_backup.logsetup import ensure_console_logging
 from spark_kafka_backup.spark.backup_files import BatchFiles, writes_batch
-from spark_kafka_backup.spark.columnar_reader import read_range_columnar
+from spark_kafka_backup.spark.columnar_reader import read_range_columnar, read_ranges_columnar
 from spark_kafka_backup.spark.kafka_reader import Incarnations, KafkaTask, read_range, read_together
 from spark_kafka_backup.spark.sink_options import SinkOptions
 
@@ -40,9 +40,12 @@ def read_task(task: KafkaTask, *, batch_rows: int = 10_000) -> Iterator[pa.Recor
     settings = consumer_settings(first.client, isolation_level=first.client.get("isolation.level", "read_committed"))
     # Offsets deleted under the task are an event it handles (see _deleted_under), never a silent jump.
     settings["auto.offset.reset"] = "error"
-    native = native_edge() if len(task.ranges) == 1 else None
+    native = native_edge()
     if native is not None:
-        yield from read_range_columnar(first, native, settings, batch_rows=batch_rows)
+        if len(task.ranges) == 1:
+            yield from read_range_columnar(first, native, settings, batch_rows=batch_rows)
+        else:
+            yield from read_ranges_columnar(task.ranges, native, settings, batch_rows=batch_rows)
         return
     consumer = Consumer(settings, logger=logging.getLogger("spark_kafka_backup.librdkafka"))
     incarnations = Incarnations(task.ranges)

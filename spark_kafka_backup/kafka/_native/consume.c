@@ -1,6 +1,10 @@
 /*
  * The native Kafka edge's consumer: it hands out Arrow column buffers, not one Python object per record.
  *
+ * It reads one partition at a time (assign()), or several at once (add() and remove(), librdkafka's incremental
+ * assignment): then each poll() hands out a run of consecutive records of one partition, the one whose record or
+ * event came first, and says which; the caller keeps each partition's range.
+ *
  * The consumer is librdkafka's, the very library confluent-kafka's wheel ships (see rdkafka.h and rdkafka.c), so
  * the native and reference paths run the same client with the same settings.
  *
@@ -83,6 +87,8 @@ typedef struct {
     rd_kafka_queue_t *queue;
     char *topic;
     int32_t partition;
+    int many;                            /* several partitions assigned (add()): no filter, runs of one partition */
+    char run_topic[256];                 /* the topic of the run poll() hands out, many */
     rd_kafka_message_t *held[FETCH_MAX]; /* fetched, not yet handed out */
     char event_text[512];                /* the last event's own text */
     size_t held_at, held_count;
@@ -186,8 +192,68 @@ PyObject *consumer_assign(PyObject *self, PyObject *args) {
     free(c->topic);
     c->topic = copy;
     c->partition = partition;
+    c->many = 0;
     Py_RETURN_NONE;
 }
+
+/* add() and remove(): one partition more or less in an incremental assignment. */
+static PyObject *change_assignment(PyObject *args, int adding) {
+    PyObject *capsule;
+    const char *topic;
+    int partition;
+    long long offset = 0;
+    if (adding ? !PyArg_ParseTuple(args, "OsiL", &capsule, &topic, &partition, &offset)
+               : !PyArg_ParseTuple(args, "Osi", &capsule, &topic, &partition))
+        return NULL;
+    consumer_t *c = consumer_of(capsule);
+    if (c == NULL)
+        return NULL;
+    if (strlen(topic) >= sizeof c->run_topic) {
+        PyErr_Format(PyExc_ValueError, "a topic name of %zu bytes: Kafka allows 249", strlen(topic));
+        return NULL;
+    }
+    if (!c->many) {
+        /* From a single assignment to several: the earlier partition is no longer read. */
+        if (c->topic != NULL) {
+            rd_kafka_topic_partition_list_t *none = rk.list_new(0);
+            int err;
+            Py_BEGIN_ALLOW_THREADS
+            err = rk.assign(c->handle, none);
+            Py_END_ALLOW_THREADS
+            rk.list_destroy(none);
+            if (err) {
+                PyErr_Format(PyExc_RuntimeError, "cannot unassign %s [%d]: %s", c->topic, c->partition,
+                             rk.err2str(err));
+                return NULL;
+            }
+        }
+        drop_held(c);
+        free(c->topic);
+        c->topic = NULL;
+        c->partition = -1;
+        c->many = 1;
+    }
+    rd_kafka_topic_partition_list_t *list = rk.list_new(1);
+    rk.list_add(list, topic, partition)->offset = adding ? offset : -1001;
+    rd_kafka_error_t *error;
+    Py_BEGIN_ALLOW_THREADS
+    error = adding ? rk.incremental_assign(c->handle, list) : rk.incremental_unassign(c->handle, list);
+    Py_END_ALLOW_THREADS
+    rk.list_destroy(list);
+    if (error != NULL) {
+        PyErr_Format(PyExc_RuntimeError, "cannot %s %s [%d]: %s", adding ? "assign" : "unassign", topic, partition,
+                     rk.error_string(error));
+        rk.error_destroy(error);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* add(consumer, topic, partition, offset): read that partition too, from ``offset``. */
+PyObject *consumer_add(PyObject *self, PyObject *args) { return change_assignment(args, 1); }
+
+/* remove(consumer, topic, partition): stop reading it (what was fetched of it may still come: drop it). */
+PyObject *consumer_remove(PyObject *self, PyObject *args) { return change_assignment(args, 0); }
 
 /* The next fetched message, from what is held or from a new fetch; NULL when none came within timeout_ms. */
 static rd_kafka_message_t *next_message(consumer_t *c, int timeout_ms) {
@@ -207,11 +273,12 @@ enum { B_OFFSETS, B_TIMESTAMPS, B_KINDS, B_KEY_VALID, B_KEY_OFFSETS, B_KEY_DATA,
 
 /*
  * poll(consumer, max_rows, timeout_ms, end, max_bytes)
- *   -> (rows, headers_count, (16 buffers as bytes), event_code, event_offset, event_text)
+ *   -> (rows, headers_count, (16 buffers as bytes), event_code, event_offset, event_text, topic, partition)
  *
  * event_code 0: no event (the batch ended at max_rows, max_bytes, end, or a fetch that brought nothing within
  * timeout_ms). ``reached_end`` (offset >= end seen, or end - 1 handed out) is returned as event_code 0 with
- * event_offset set to the offset that reached it, else -1.
+ * event_offset set to the offset that reached it, else -1. ``topic`` and ``partition`` are those of the records and
+ * the event (with several partitions assigned: of the run handed out; "" and -1 for an event of no partition).
  */
 PyObject *consumer_poll(PyObject *self, PyObject *args) {
     PyObject *capsule;
@@ -223,10 +290,13 @@ PyObject *consumer_poll(PyObject *self, PyObject *args) {
     consumer_t *c = consumer_of(capsule);
     if (c == NULL)
         return NULL;
-    if (c->topic == NULL) {
-        PyErr_SetString(PyExc_ValueError, "poll() before assign()");
+    if (c->topic == NULL && !c->many) {
+        PyErr_SetString(PyExc_ValueError, "poll() before assign() or add()");
         return NULL;
     }
+    const char *run_topic = c->many ? NULL : c->topic; /* many: set by the run's first record or event */
+    int32_t run_partition = c->many ? -1 : c->partition;
+    c->run_topic[0] = 0;
     if (max_bytes > INT32_MAX)
         max_bytes = INT32_MAX;
     buffer_t b[B_COUNT];
@@ -245,6 +315,19 @@ PyObject *consumer_poll(PyObject *self, PyObject *args) {
         rd_kafka_message_t *m = next_message(c, rows == 0 ? timeout_ms : 0);
         if (m == NULL)
             break;
+        if (c->many) {
+            const char *name = m->rkt != NULL ? rk.topic_name(m->rkt) : "";
+            if (run_topic == NULL) {
+                size_t n = strlen(name);
+                n = n < sizeof c->run_topic - 1 ? n : sizeof c->run_topic - 1;
+                memcpy(c->run_topic, name, n);
+                c->run_topic[n] = 0;
+                run_topic = c->run_topic;
+                run_partition = m->rkt != NULL ? m->partition : -1;
+            } else if (m->partition != run_partition || strcmp(name, run_topic) != 0) {
+                break; /* another partition's: it starts the next run */
+            }
+        }
         if (m->err) {
             event = m->err;
             event_offset = m->offset;
@@ -261,7 +344,7 @@ PyObject *consumer_poll(PyObject *self, PyObject *args) {
             rk.message_destroy(m);
             break;
         }
-        if (m->partition != c->partition || strcmp(rk.topic_name(m->rkt), c->topic) != 0) {
+        if (!c->many && (m->partition != c->partition || strcmp(rk.topic_name(m->rkt), c->topic) != 0)) {
             c->held_at++;
             rk.message_destroy(m); /* left from an earlier assignment */
             continue;
@@ -354,8 +437,8 @@ PyObject *consumer_poll(PyObject *self, PyObject *args) {
             PyTuple_SET_ITEM(buffers, i, bytes);
         }
         if (buffers != NULL)
-            result = Py_BuildValue("(nnNiLs)", (Py_ssize_t)rows, (Py_ssize_t)headers, buffers, event, event_offset,
-                                   event_text);
+            result = Py_BuildValue("(nnNiLssi)", (Py_ssize_t)rows, (Py_ssize_t)headers, buffers, event, event_offset,
+                                   event_text, run_topic != NULL ? run_topic : "", (int)run_partition);
     }
     for (int i = 0; i < B_COUNT; i++)
         free(b[i].data);

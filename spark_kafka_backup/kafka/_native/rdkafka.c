@@ -32,6 +32,8 @@ PyObject *native_load(PyObject *self, PyObject *args) {
     TAKE(list_add, "rd_kafka_topic_partition_list_add");
     TAKE(list_destroy, "rd_kafka_topic_partition_list_destroy");
     TAKE(assign, "rd_kafka_assign");
+    TAKE(incremental_assign, "rd_kafka_incremental_assign");
+    TAKE(incremental_unassign, "rd_kafka_incremental_unassign");
     TAKE(queue_get_consumer, "rd_kafka_queue_get_consumer");
     TAKE(poll_set_consumer, "rd_kafka_poll_set_consumer");
     TAKE(queue_destroy, "rd_kafka_queue_destroy");

@@ -77,6 +77,8 @@ typedef struct {
     rd_kafka_topic_partition_t *(*list_add)(rd_kafka_topic_partition_list_t *, const char *, int32_t);
     void (*list_destroy)(rd_kafka_topic_partition_list_t *);
     int (*assign)(rd_kafka_t *, const rd_kafka_topic_partition_list_t *);
+    rd_kafka_error_t *(*incremental_assign)(rd_kafka_t *, const rd_kafka_topic_partition_list_t *);
+    rd_kafka_error_t *(*incremental_unassign)(rd_kafka_t *, const rd_kafka_topic_partition_list_t *);
     rd_kafka_queue_t *(*queue_get_consumer)(rd_kafka_t *);
     int (*poll_set_consumer)(rd_kafka_t *);
     void (*queue_destroy)(rd_kafka_queue_t *);
@@ -126,6 +128,8 @@ PyObject *native_error_text(PyObject *self, PyObject *args);
 
 PyObject *consumer_new(PyObject *self, PyObject *args);
 PyObject *consumer_assign(PyObject *self, PyObject *args);
+PyObject *consumer_add(PyObject *self, PyObject *args);
+PyObject *consumer_remove(PyObject *self, PyObject *args);
 PyObject *consumer_poll(PyObject *self, PyObject *args);
 PyObject *consumer_watermarks(PyObject *self, PyObject *args);
 PyObject *consumer_close(PyObject *self, PyObject *args);
