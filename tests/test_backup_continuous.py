@@ -75,6 +75,7 @@ def test_sigkill_during_continuous_backup_loses_and_duplicates_nothing(
     assert sum(len(PartitionReader(target / topic, p).segments) for p in list_partitions(target / topic)) > 3
 
 
+@pytest.mark.long
 def test_new_topic_is_picked_up_and_sigterm_stops_cleanly(kafka: BrokerUnderTest, tmp_path: Path) -> None:
     create_topics(kafka, {"grow-first": 2})
     first = Producer(kafka, "grow-first", 2)

@@ -115,6 +115,7 @@ def test_split_arguments() -> None:
         split_arguments(["--conf", "=x"])
 
 
+@pytest.mark.long
 def test_backup_through_the_entry_point_from_another_directory(kafka: BrokerUnderTest, tmp_path: Path) -> None:
     """The quick start's commands as a user runs them: no checkout on PYTHONPATH, any working directory.
 

@@ -257,7 +257,7 @@ class _InterruptedError(Exception):
     pass
 
 
-@pytest.mark.parametrize("mode", ["murmur2", "round-robin"])
+@pytest.mark.parametrize("mode", ["murmur2", pytest.param("round-robin", marks=pytest.mark.long)])
 def test_both_producers_repartition_and_rewrite_schema_ids_alike(
     kafka: BrokerUnderTest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:

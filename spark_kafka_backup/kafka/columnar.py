@@ -41,7 +41,7 @@ _LIBRDKAFKA = re.compile(r"librdkafka([-.]|$)")
 
 #: librdkafka's partition-EOF event.
 PARTITION_EOF = -191
-#: A range's end for :meth:`ColumnarConsumer.poll` when there is none (several partitions: the caller cuts).
+#: :meth:`ColumnarConsumer.poll`'s end when there is none (several partitions: each has its own).
 NO_END = (1 << 63) - 1
 
 
@@ -146,16 +146,18 @@ class ColumnarConsumer:
         """Read this partition alone, from ``offset``."""
         self._native.assign(self._handle, topic, partition, offset)
 
-    def add(self, topic: str, partition: int, offset: int) -> None:
-        """Read this partition too, from ``offset`` (the first call ends an :meth:`assign`)."""
-        self._native.add(self._handle, topic, partition, offset)
+    def add(self, ranges: list[tuple[str, int, int, int]]) -> None:
+        """Read these partitions too: ``(topic, partition, offset, end)``, from ``offset`` up to ``end``, exclusive
+        (the first call ends an :meth:`assign`; a partition added again after :meth:`remove` takes the new ones)."""
+        self._native.add(self._handle, ranges)
 
     def remove(self, topic: str, partition: int) -> None:
-        """Stop reading a partition :meth:`add` gave (records of it fetched before may still come)."""
+        """Stop reading a partition :meth:`add` gave (what was fetched of it is dropped, never handed out)."""
         self._native.remove(self._handle, topic, partition)
 
     def poll(self, max_rows: int, timeout: float, end: int = NO_END, max_bytes: int = 64 << 20) -> Polled:
-        """Records of one partition, up to ``end`` (exclusive; with several partitions the caller keeps the ends)."""
+        """Records of one partition, up to ``end`` (exclusive; of several partitions, up to the end each was added
+        with)."""
         rows, headers, buffers, event, event_offset, text, topic, partition = self._native.poll(
             self._handle, max_rows, int(timeout * 1000), end, max_bytes
         )

@@ -15,13 +15,12 @@ import logging
 from collections.abc import Iterator
 from types import ModuleType
 
-import numpy as np
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from spark_kafka_backup.errors import ClusterError
 from spark_kafka_backup.kafka.cluster import is_transient_code
-from spark_kafka_backup.kafka.columnar import PARTITION_EOF, ColumnarConsumer, Polled
+from spark_kafka_backup.kafka.columnar import PARTITION_EOF, ColumnarConsumer
 from spark_kafka_backup.spark.kafka_reader import (
     AUTO_OFFSET_RESET,
     Incarnations,
@@ -79,23 +78,22 @@ def read_ranges_columnar(
 ) -> Iterator[pa.RecordBatch]:
     """Read a packed task's ranges with one native consumer, all assigned at once (see the module docstring).
 
-    Each poll brings records of one partition; they gather per partition and become batches when its range is
-    complete or holds ``batch_rows`` rows (or :data:`HELD_BYTES`), and a complete partition is no longer read. The
-    batches ready are handed on after one check of their topics' ids, when nothing more is fetched at once or many
-    are ready.
+    Each poll brings records of one partition, cut at its range's end; they gather per partition and become
+    batches when its range is complete or holds ``batch_rows`` rows (or :data:`HELD_BYTES`), and a complete
+    partition is no longer read. The batches ready are handed on after one check of their topics' ids, when nothing
+    more is fetched at once or ``batch_rows`` rows or :data:`HELD_BYTES` are ready.
     """
     check = Incarnations(ranges)
     schema = to_arrow_schema(kafka_schema(ranges[0].include_headers), timezone="UTC")
     consumer = ColumnarConsumer(native, settings, schema)
     pending = {(r.topic, r.partition): _Held(r) for r in ranges}
     try:
-        for item in ranges:
-            consumer.add(item.topic, item.partition, item.start)
+        consumer.add([(item.topic, item.partition, item.start, item.end) for item in ranges])
         stall = Stall()
         ready: list[pa.RecordBatch] = []
         while pending:
             polled = consumer.poll(batch_rows, 0 if ready else 1.0)
-            if polled.batch is None and polled.event == 0:
+            if polled.batch is None and polled.event == 0 and not polled.reached_end:
                 if ready:  # nothing more at once: hand on what is ready
                     yield from _hand_on(check, ready, pending, consumer)
                     ready = []
@@ -105,19 +103,23 @@ def read_ranges_columnar(
                 continue
             stall.progressed()
             held = pending.get((polled.topic, polled.partition))
-            if held is None:
+            if held is None:  # an event of no partition (the consumer drops what partitions no longer read bring)
                 if polled.event and polled.event != PARTITION_EOF and not is_transient_code(polled.event):
-                    where = f"topic {polled.topic!r} partition {polled.partition}: " if polled.partition >= 0 else ""
-                    raise ClusterError(f"reading {count(len(pending), 'partition')}: {where}{polled.event_text}")
-                continue  # a partition already complete: what was fetched past its range is not ours
-            done = held.take(polled) or _after_event(consumer, held.task, polled.event, polled.event_offset,
-                                                     polled.event_text, several=True)  # fmt: skip
+                    raise ClusterError(f"reading {count(len(pending), 'partition')}: {polled.event_text}")
+                continue
+            held.take(polled.batch)
+            done = polled.reached_end or _after_event(consumer, held.task, polled.event, polled.event_offset,
+                                                      polled.event_text, several=True)  # fmt: skip
             if held.batches and (done or held.rows >= batch_rows or held.bytes >= HELD_BYTES):
                 ready.extend(held.hand_on())
             if done:
                 del pending[(held.task.topic, held.task.partition)]
                 consumer.remove(held.task.topic, held.task.partition)
-            if sum(batch.num_rows for batch in ready) >= batch_rows or not pending:
+            if (
+                not pending
+                or sum(b.num_rows for b in ready) >= batch_rows
+                or sum(b.nbytes for b in ready) >= HELD_BYTES
+            ):
                 yield from _hand_on(check, ready, pending, consumer)
                 ready = []
                 stall.progressed()
@@ -134,20 +136,12 @@ class _Held:
         self.batches: list[pa.RecordBatch] = []
         self.rows = self.bytes = 0
 
-    def take(self, polled: Polled) -> bool:
-        """Keep the polled records of the range; whether they complete it."""
-        batch = polled.batch
-        if batch is None:
-            return False
-        offsets = batch.column("offset")
-        last = int(offsets[len(offsets) - 1].as_py())
-        if last >= self.task.end:  # fetched past the range: the rest is not the range's
-            batch = batch.slice(0, int(np.searchsorted(offsets.to_numpy(), self.task.end, side="left")))
-        if batch.num_rows:
+    def take(self, batch: pa.RecordBatch | None) -> None:
+        """Keep polled records of the range (the consumer cut them at its end)."""
+        if batch is not None:
             self.batches.append(batch)
             self.rows += batch.num_rows
             self.bytes += batch.nbytes
-        return last >= self.task.end - 1
 
     def hand_on(self) -> list[pa.RecordBatch]:
         batches = _together(self.batches)
@@ -181,7 +175,7 @@ def _after_event(
             return True
         if several:
             consumer.remove(task.topic, task.partition)
-            consumer.add(task.topic, task.partition, resume)
+            consumer.add([(task.topic, task.partition, resume, task.end)])
         else:
             consumer.assign(task.topic, task.partition, resume)
         return False

@@ -2,8 +2,9 @@
  * The native Kafka edge's consumer: it hands out Arrow column buffers, not one Python object per record.
  *
  * It reads one partition at a time (assign()), or several at once (add() and remove(), librdkafka's incremental
- * assignment): then each poll() hands out a run of consecutive records of one partition, the one whose record or
- * event came first, and says which; the caller keeps each partition's range.
+ * assignment, each partition with the end of its range): then each poll() hands out a run of consecutive records of
+ * one partition, the one whose record or event came first, cut at that partition's end as assign()'s are, and says
+ * which. Records and events of a partition no longer read (removed, or never added) are dropped here, unconverted.
  *
  * The consumer is librdkafka's, the very library confluent-kafka's wheel ships (see rdkafka.h and rdkafka.c), so
  * the native and reference paths run the same client with the same settings.
@@ -80,6 +81,14 @@ static PyObject *to_bytes(buffer_t *b) {
 
 /* ---- the consumer ---------------------------------------------------------------------------------------- */
 
+/* A partition read among several: where its range ends (exclusive), and whether it is still read. */
+typedef struct {
+    char *topic;
+    int32_t partition;
+    int64_t end;
+    int active;
+} range_t;
+
 #define FETCH_MAX 5000
 
 typedef struct {
@@ -87,8 +96,10 @@ typedef struct {
     rd_kafka_queue_t *queue;
     char *topic;
     int32_t partition;
-    int many;                            /* several partitions assigned (add()): no filter, runs of one partition */
+    int many;                            /* several partitions assigned (add()): runs of one partition */
     char run_topic[256];                 /* the topic of the run poll() hands out, many */
+    range_t *ranges;                     /* many: the partitions added, with their ends */
+    size_t range_count, range_capacity;
     rd_kafka_message_t *held[FETCH_MAX]; /* fetched, not yet handed out */
     char event_text[512];                /* the last event's own text */
     size_t held_at, held_count;
@@ -111,6 +122,9 @@ static void consumer_free(consumer_t *c) {
         rk.destroy(c->handle);
     }
     free(c->topic);
+    for (size_t i = 0; i < c->range_count; i++)
+        free(c->ranges[i].topic);
+    free(c->ranges);
     free(c);
 }
 
@@ -196,64 +210,146 @@ PyObject *consumer_assign(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* add() and remove(): one partition more or less in an incremental assignment. */
-static PyObject *change_assignment(PyObject *args, int adding) {
-    PyObject *capsule;
-    const char *topic;
-    int partition;
-    long long offset = 0;
-    if (adding ? !PyArg_ParseTuple(args, "OsiL", &capsule, &topic, &partition, &offset)
-               : !PyArg_ParseTuple(args, "Osi", &capsule, &topic, &partition))
-        return NULL;
-    consumer_t *c = consumer_of(capsule);
-    if (c == NULL)
-        return NULL;
-    if (strlen(topic) >= sizeof c->run_topic) {
-        PyErr_Format(PyExc_ValueError, "a topic name of %zu bytes: Kafka allows 249", strlen(topic));
-        return NULL;
+/* The range of a partition added (NULL: not added, or removed when ``active_only``). */
+static range_t *range_of(consumer_t *c, const char *topic, int32_t partition, int active_only) {
+    for (size_t i = 0; i < c->range_count; i++) {
+        range_t *r = &c->ranges[i];
+        if (r->partition == partition && strcmp(r->topic, topic) == 0)
+            return active_only && !r->active ? NULL : r;
     }
-    if (!c->many) {
-        /* From a single assignment to several: the earlier partition is no longer read. */
-        if (c->topic != NULL) {
-            rd_kafka_topic_partition_list_t *none = rk.list_new(0);
-            int err;
-            Py_BEGIN_ALLOW_THREADS
-            err = rk.assign(c->handle, none);
-            Py_END_ALLOW_THREADS
-            rk.list_destroy(none);
-            if (err) {
-                PyErr_Format(PyExc_RuntimeError, "cannot unassign %s [%d]: %s", c->topic, c->partition,
-                             rk.err2str(err));
-                return NULL;
-            }
+    return NULL;
+}
+
+/* From a single assignment to several: the earlier partition is no longer read. */
+static int start_many(consumer_t *c) {
+    if (c->many)
+        return 0;
+    if (c->topic != NULL) {
+        rd_kafka_topic_partition_list_t *none = rk.list_new(0);
+        int err;
+        Py_BEGIN_ALLOW_THREADS
+        err = rk.assign(c->handle, none);
+        Py_END_ALLOW_THREADS
+        rk.list_destroy(none);
+        if (err) {
+            PyErr_Format(PyExc_RuntimeError, "cannot unassign %s [%d]: %s", c->topic, c->partition, rk.err2str(err));
+            return -1;
         }
-        drop_held(c);
-        free(c->topic);
-        c->topic = NULL;
-        c->partition = -1;
-        c->many = 1;
     }
-    rd_kafka_topic_partition_list_t *list = rk.list_new(1);
-    rk.list_add(list, topic, partition)->offset = adding ? offset : -1001;
+    drop_held(c);
+    free(c->topic);
+    c->topic = NULL;
+    c->partition = -1;
+    c->many = 1;
+    return 0;
+}
+
+/* Apply an incremental change; 0, or -1 with the Python error set. */
+static int change(consumer_t *c, rd_kafka_topic_partition_list_t *list, int adding) {
     rd_kafka_error_t *error;
     Py_BEGIN_ALLOW_THREADS
     error = adding ? rk.incremental_assign(c->handle, list) : rk.incremental_unassign(c->handle, list);
     Py_END_ALLOW_THREADS
-    rk.list_destroy(list);
-    if (error != NULL) {
-        PyErr_Format(PyExc_RuntimeError, "cannot %s %s [%d]: %s", adding ? "assign" : "unassign", topic, partition,
-                     rk.error_string(error));
-        rk.error_destroy(error);
+    if (error == NULL)
+        return 0;
+    PyErr_Format(PyExc_RuntimeError, "cannot %s: %s", adding ? "assign partitions" : "unassign a partition",
+                 rk.error_string(error));
+    rk.error_destroy(error);
+    return -1;
+}
+
+/* add(consumer, [(topic, partition, offset, end), ...]): read these partitions too, from ``offset``, up to ``end``
+   (exclusive); a partition added again (after remove()) takes its new offset and end. */
+PyObject *consumer_add(PyObject *self, PyObject *args) {
+    PyObject *capsule, *items;
+    if (!PyArg_ParseTuple(args, "OO", &capsule, &items))
+        return NULL;
+    consumer_t *c = consumer_of(capsule);
+    if (c == NULL)
+        return NULL;
+    PyObject *sequence = PySequence_Fast(items, "add() takes a list of (topic, partition, offset, end)");
+    if (sequence == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(sequence);
+    if (start_many(c)) {
+        Py_DECREF(sequence);
         return NULL;
     }
+    rd_kafka_topic_partition_list_t *list = rk.list_new((int)n);
+    int failed = 0;
+    for (Py_ssize_t i = 0; i < n && !failed; i++) {
+        const char *topic;
+        int partition;
+        long long offset, end;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(sequence, i), "siLL", &topic, &partition, &offset, &end)) {
+            failed = 1;
+            break;
+        }
+        if (strlen(topic) >= sizeof c->run_topic) {
+            PyErr_Format(PyExc_ValueError, "a topic name of %zu bytes: Kafka allows 249", strlen(topic));
+            failed = 1;
+            break;
+        }
+        range_t *r = range_of(c, topic, partition, 0);
+        if (r == NULL) {
+            if (c->range_count == c->range_capacity) {
+                size_t capacity = c->range_capacity ? 2 * c->range_capacity : 16;
+                range_t *grown = realloc(c->ranges, capacity * sizeof *grown);
+                if (grown == NULL) {
+                    PyErr_NoMemory();
+                    failed = 1;
+                    break;
+                }
+                c->ranges = grown;
+                c->range_capacity = capacity;
+            }
+            char *copy = strdup(topic);
+            if (copy == NULL) {
+                PyErr_NoMemory();
+                failed = 1;
+                break;
+            }
+            r = &c->ranges[c->range_count++];
+            r->topic = copy;
+            r->partition = partition;
+        }
+        r->end = end;
+        r->active = 1;
+        rk.list_add(list, topic, partition)->offset = offset;
+    }
+    Py_DECREF(sequence);
+    if (!failed)
+        failed = change(c, list, 1) != 0;
+    rk.list_destroy(list);
+    if (failed)
+        return NULL;
     Py_RETURN_NONE;
 }
 
-/* add(consumer, topic, partition, offset): read that partition too, from ``offset``. */
-PyObject *consumer_add(PyObject *self, PyObject *args) { return change_assignment(args, 1); }
-
-/* remove(consumer, topic, partition): stop reading it (what was fetched of it may still come: drop it). */
-PyObject *consumer_remove(PyObject *self, PyObject *args) { return change_assignment(args, 0); }
+/* remove(consumer, topic, partition): stop reading it; what was fetched of it is dropped. */
+PyObject *consumer_remove(PyObject *self, PyObject *args) {
+    PyObject *capsule;
+    const char *topic;
+    int partition;
+    if (!PyArg_ParseTuple(args, "Osi", &capsule, &topic, &partition))
+        return NULL;
+    consumer_t *c = consumer_of(capsule);
+    if (c == NULL)
+        return NULL;
+    range_t *r = c->many ? range_of(c, topic, partition, 1) : NULL;
+    if (r == NULL) {
+        PyErr_Format(PyExc_ValueError, "remove(): %s [%d] was not added", topic, partition);
+        return NULL;
+    }
+    r->active = 0;
+    rd_kafka_topic_partition_list_t *list = rk.list_new(1);
+    rk.list_add(list, topic, partition);
+    int failed = change(c, list, 0);
+    rk.list_destroy(list);
+    if (failed)
+        return NULL;
+    Py_RETURN_NONE;
+}
 
 /* The next fetched message, from what is held or from a new fetch; NULL when none came within timeout_ms. */
 static rd_kafka_message_t *next_message(consumer_t *c, int timeout_ms) {
@@ -297,6 +393,8 @@ PyObject *consumer_poll(PyObject *self, PyObject *args) {
     const char *run_topic = c->many ? NULL : c->topic; /* many: set by the run's first record or event */
     int32_t run_partition = c->many ? -1 : c->partition;
     c->run_topic[0] = 0;
+    if (c->many)
+        end = INT64_MAX; /* set by the run's partition */
     if (max_bytes > INT32_MAX)
         max_bytes = INT32_MAX;
     buffer_t b[B_COUNT];
@@ -318,12 +416,20 @@ PyObject *consumer_poll(PyObject *self, PyObject *args) {
         if (c->many) {
             const char *name = m->rkt != NULL ? rk.topic_name(m->rkt) : "";
             if (run_topic == NULL) {
+                range_t *r = m->rkt != NULL ? range_of(c, name, m->partition, 1) : NULL;
+                if (m->rkt != NULL && r == NULL) {
+                    c->held_at++;
+                    rk.message_destroy(m); /* of a partition no longer read (or a fetch ahead of its removal) */
+                    continue;
+                }
                 size_t n = strlen(name);
                 n = n < sizeof c->run_topic - 1 ? n : sizeof c->run_topic - 1;
                 memcpy(c->run_topic, name, n);
                 c->run_topic[n] = 0;
                 run_topic = c->run_topic;
                 run_partition = m->rkt != NULL ? m->partition : -1;
+                if (r != NULL)
+                    end = (long long)r->end;
             } else if (m->partition != run_partition || strcmp(name, run_topic) != 0) {
                 break; /* another partition's: it starts the next run */
             }

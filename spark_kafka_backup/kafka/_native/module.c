@@ -6,7 +6,7 @@ static PyMethodDef methods[] = {
     {"error_text", native_error_text, METH_VARARGS, "error_text(code) -> librdkafka's description of the code"},
     {"consumer", consumer_new, METH_VARARGS, "consumer(settings) -> a consumer (capsule)"},
     {"assign", consumer_assign, METH_VARARGS, "assign(consumer, topic, partition, offset)"},
-    {"add", consumer_add, METH_VARARGS, "add(consumer, topic, partition, offset): read one more partition"},
+    {"add", consumer_add, METH_VARARGS, "add(consumer, [(topic, partition, offset, end)]): read these too"},
     {"remove", consumer_remove, METH_VARARGS, "remove(consumer, topic, partition): stop reading a partition"},
     {"poll", consumer_poll, METH_VARARGS,
      "poll(consumer, max_rows, timeout_ms, end, max_bytes) -> columns, event, topic, partition"},
