@@ -91,12 +91,13 @@ def read_ranges_columnar(
         consumer.add([(item.topic, item.partition, item.start, item.end) for item in ranges])
         stall = Stall()
         ready: list[pa.RecordBatch] = []
+        ready_rows = ready_bytes = 0
         while pending:
             polled = consumer.poll(batch_rows, 0 if ready else 1.0)
             if polled.batch is None and polled.event == 0 and not polled.reached_end:
                 if ready:  # nothing more at once: hand on what is ready
                     yield from _hand_on(check, ready, pending, consumer)
-                    ready = []
+                    ready, ready_rows, ready_bytes = [], 0, 0
                     stall.progressed()
                     continue
                 no_data(stall, pending[min(pending)].task, len(pending))
@@ -111,17 +112,14 @@ def read_ranges_columnar(
             done = polled.reached_end or _after_event(consumer, held.task, polled.event, polled.event_offset,
                                                       polled.event_text, several=True)  # fmt: skip
             if held.batches and (done or held.rows >= batch_rows or held.bytes >= HELD_BYTES):
+                ready_rows, ready_bytes = ready_rows + held.rows, ready_bytes + held.bytes
                 ready.extend(held.hand_on())
             if done:
                 del pending[(held.task.topic, held.task.partition)]
                 consumer.remove(held.task.topic, held.task.partition)
-            if (
-                not pending
-                or sum(b.num_rows for b in ready) >= batch_rows
-                or sum(b.nbytes for b in ready) >= HELD_BYTES
-            ):
+            if not pending or ready_rows >= batch_rows or ready_bytes >= HELD_BYTES:
                 yield from _hand_on(check, ready, pending, consumer)
-                ready = []
+                ready, ready_rows, ready_bytes = [], 0, 0
                 stall.progressed()
         yield from _hand_on(check, ready, pending, consumer)
     finally:
