@@ -279,6 +279,7 @@ def test_backup_after_delete_records_starts_at_the_new_log_start(
         assert _last_output[0].count(told) == 1, _last_output[0][-3000:]
 
 
+@pytest.mark.long
 def test_records_deleted_between_two_runs_are_a_named_gap_and_the_rest_is_exact(
     kafka: BrokerUnderTest, tmp_path: Path
 ) -> None:

@@ -49,7 +49,8 @@ def delete_records(kafka: BrokerUnderTest, topic: str, before: dict[int, int]) -
         future.result(30)
 
 
-@pytest.mark.parametrize("source", ["python", pytest.param("spark", marks=pytest.mark.long)])
+@pytest.mark.long
+@pytest.mark.parametrize("source", ["python", "spark"])
 def test_records_deleted_before_a_snapshot_reads_them_are_named_recorded_and_fail_it(
     kafka: BrokerUnderTest, tmp_path: Path, source: str
 ) -> None:
