@@ -203,7 +203,8 @@ def _round(first: int, taken: Sequence[tuple[_Run, int, int]]) -> MergedRound:
     starts = np.zeros(len(taken), dtype=np.int64)
     np.cumsum(sizes[:-1], out=starts[1:])
     slices = [run.columns.slice(start, stop - start) for run, start, stop in taken if run.columns is not None]
-    columns = slices[0] if len(slices) == 1 else pa.concat_batches(slices)
+    # (pa.concat_batches is pyarrow 19's; 18 is enough here)
+    columns = slices[0] if len(slices) == 1 else pa.Table.from_batches(slices).combine_chunks().to_batches()[0]
     keys = np.concatenate([run.keys[start:stop] for run, start, stop in taken])
     partitions = np.concatenate([np.full(stop - start, run.partition, dtype=np.int64) for run, start, stop in taken])
     offsets = np.concatenate([run.offsets[start:stop] for run, start, stop in taken])
