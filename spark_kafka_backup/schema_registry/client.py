@@ -159,7 +159,24 @@ class RegistryClient:
         if not isinstance(document, dict):
             return None
         level = document.get("compatibilityLevel", document.get("compatibility"))
-        return None if level is None else str(level)
+        if level is None or (subject is not None and self._apicurio_without_rule(subject)):
+            return None
+        return str(level)
+
+    def _apicurio_without_rule(self, subject: str) -> bool:
+        """Apicurio Registry's ``ccompat`` API answers a level (``NONE``) for a subject without one of its own; its
+        own API (``/apis/registry/v3``, beside ``/apis/ccompat/vN``) says whether the subject has a compatibility
+        rule. False for other registries, and where that API does not answer as expected."""
+        root, ccompat, _ = self._base.rpartition("/apis/ccompat/")
+        if not ccompat:
+            return False
+        native = f"{root}/apis/registry/v3/groups/default/artifacts/{quoted(subject)}/rules"
+        try:
+            with self._opener.open(urllib.request.Request(native, headers=self._headers), timeout=30) as answer:
+                rules = json.loads(answer.read())
+        except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError):
+            return False
+        return isinstance(rules, list) and "COMPATIBILITY" not in rules
 
     def request(self, method: str, path: str, *, body: Any = None, query: dict[str, str] | None = None) -> Any:
         """The decoded JSON answer; :class:`RegistryRefusalError` for an error status, :class:`SchemaRegistryError` when

@@ -127,6 +127,15 @@ class RegistryImportState:
         }
         write_whole(self.path, json.dumps(document, indent=1).encode())
 
+    def lost(self, old: int, subject: str, registry: str) -> None:
+        """Refuse a target registry that lacks a schema an earlier import registered or found there."""
+        raise SchemaRegistryError(
+            f"schema registry {registry} no longer holds the backup's schema id {old} under {subject!r}, where an "
+            f"earlier restore from this backup found it as id {self.ids[old]} and wrote records naming that id: the "
+            "registry was replaced or wiped since, or the subject deleted for good. Restore into an empty cluster "
+            f"and registry after deleting {self.path}"
+        )
+
     def check_ids(self, ids: Mapping[int, int], registry: str) -> None:
         """Refuse target ids that differ from those an earlier import found for the same schemas."""
         moved = sorted((old, self.ids[old], new) for old, new in ids.items() if self.ids.get(old, new) != new)
@@ -185,6 +194,8 @@ def import_registry(
         # A live version must be live in the target too (a deleted one with the same schema does not count: the
         # registry makes a new version when it is registered again); a deleted one may be there either way.
         found = _look_up(client, target, body, deleted=version.deleted)
+        if found is None and pending is not None and schema.id in pending.ids:
+            pending.lost(schema.id, target, client.address.shown)  # before registering anything
         if found is None and not dry_run:
             assert pending is not None
             if version.deleted:
