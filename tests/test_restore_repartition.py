@@ -170,7 +170,12 @@ def test_round_robin_into_fewer_existing_partitions(target: Target, tmp_path: Pa
     refused = run_restore(*target.args(tmp_path), "--source-dir", backup, *maps)
     assert refused.returncode != 0
     assert "(--repartition murmur2 or round-robin spreads them)" in refused.stdout + refused.stderr
-    result = run_restore(*target.args(tmp_path), "--source-dir", backup, *maps, "--repartition", "round-robin")
+    typo = restore_python(*target.args(tmp_path), "--source-dir", backup, *maps, "--repartition", "spread=round-robin")
+    said = typo.stdout + typo.stderr
+    assert typo.returncode == 1 and f"it writes into '{name}'" in said and "Traceback" not in said, said
+    assert "--repartition spread=...: 'spread' is not a topic this restore writes into" in said
+    # Per target topic (the only one here).
+    result = run_restore(*target.args(tmp_path), "--source-dir", backup, *maps, "--repartition", f"{name}=round-robin")
     assert result.returncode == 0, result.stdout[-3000:]
     restored = _decoded(consume_all(target.broker, [name]))
     assert sorted(r["value"] for r in restored) == sorted(where)

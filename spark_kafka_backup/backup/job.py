@@ -146,7 +146,7 @@ class BackupJob:
         session = AdminSession({**settings.client, "socket.timeout.ms": "10000"})
         self._preflight(session)
         if settings.schema_registry is not None:
-            interval = settings.offsets_interval
+            interval = settings.schema_registry_interval or settings.offsets_interval
             self._registry = RegistryWatch(settings.target, settings.schema_registry, interval=interval)
             self._registry.check()
         self._metrics = BackupMetrics(rate_window=settings.monitoring.metrics_interval)

@@ -3,8 +3,9 @@
 Lifecycle: :meth:`RegistryWatch.check` before anything is written (an unreachable registry or a wrong password
 stops the job with one line); :meth:`RegistryWatch.capture_now` before the query starts and when a snapshot has
 read everything; :meth:`RegistryWatch.poll` from the driver's loop of a continuous backup, which starts a capture
-on a thread of its own every ``--offsets-interval`` (a registry that hangs never holds up the loop or the records)
-and logs a failed one as a warning, to be tried again; :meth:`RegistryWatch.stop` at the end.
+on a thread of its own every ``--schema-registry-interval`` (default: ``--offsets-interval``; a registry that hangs
+never holds up the loop or the records) and logs a failed one as a warning, to be tried again;
+:meth:`RegistryWatch.stop` at the end.
 """
 
 from __future__ import annotations

@@ -83,6 +83,8 @@ class BackupSettings:
     accept_source_loss: bool = False
     #: ``--schema-registry``: the registry captured into the backup beside the records.
     schema_registry: RegistryAddress | None = None
+    #: ``--schema-registry-interval``: seconds between captures of a continuous backup (None: ``offsets_interval``).
+    schema_registry_interval: float | None = None
     debug: bool = False
     spark_conf: dict[str, str] = field(default_factory=dict)
     #: ``--umask``; None: the inherited one plus :data:`spark_kafka_backup.fsutil.DEFAULT_UMASK`.
@@ -165,6 +167,13 @@ def build_parser(prog: str = "spark-submit jobs/backup.py") -> argparse.Argument
         purpose="to back up beside the topics: subjects, versions, ids, compatibility levels (at the start, with "
         "every offset round, at the end of a snapshot)",
     )
+    registry.add_argument(
+        "--schema-registry-interval",
+        type=positive_float,
+        metavar="SECONDS",
+        help="seconds between captures of the registry in a continuous backup (default: --offsets-interval); each "
+        "costs three requests per subject",
+    )
     return parser
 
 
@@ -196,6 +205,8 @@ def parse_backup_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/bac
     if not isinstance(location, Path) and args.checkpoint_location is None:
         raise UsageError(f"a backup to {location} needs a local --checkpoint-location DIR for Spark's state")
     client = client_settings(properties, args.command_config, args.bootstrap_server)
+    if args.schema_registry_interval is not None and args.schema_registry is None:
+        raise UsageError("--schema-registry-interval needs --schema-registry")
     return BackupSettings(
         target=location,
         client=client,
@@ -213,6 +224,7 @@ def parse_backup_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/bac
         prune_groups=args.prune_groups,
         accept_source_loss=args.accept_source_loss,
         schema_registry=schema_registry_address(args),
+        schema_registry_interval=args.schema_registry_interval,
         debug=args.debug,
         spark_conf=spark_conf(args.spark_conf),
         umask=args.umask,

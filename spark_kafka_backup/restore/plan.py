@@ -193,6 +193,7 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
     if not chosen:
         raise BackupNotFoundError(f"no topic of the backup {settings.source} is selected")
     settings.check_target_names(chosen)
+    settings.check_target_options(chosen)
     existing = partition_counts(admin)
     historic = _historic_groups(settings)
     if historic is not None:
@@ -203,7 +204,7 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
         topic_dir = settings.source / topic
         target = settings.target_topic(topic)
         wanted = settings.partitions.get(target)
-        spread = settings.repartition != KEEP
+        spread = settings.repartition_mode(target) != KEEP
         recorded = read_topic_record(settings.source, topic)
         origin = (recorded.cluster_id, recorded.topic_id) if recorded is not None else (None, None)
         first_part = len(plan.partitions)
@@ -326,7 +327,7 @@ def _spread(
     readers = {p.source_partition: PartitionReader(settings.source / topic, p.source_partition,
                                                    legacy=settings.legacy) for p in sources}  # fmt: skip
     repartition = Repartition(
-        settings.repartition,
+        settings.repartition_mode(target),
         partitions,
         tuple(Source(part.source_partition, _pinned(readers[part.source_partition], part.window)) for part in sources),
         groups,

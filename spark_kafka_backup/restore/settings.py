@@ -86,8 +86,11 @@ class RestoreSettings:
     topic_configs: str = DEFAULT_POLICY
     state_dir: Path | None = None
     spark_conf: dict[str, str] = field(default_factory=dict)
-    #: ``--repartition``: how records find their target partition (see :mod:`spark_kafka_backup.restore.repartition`).
+    #: ``--repartition``: how records find their target partition (see :mod:`spark_kafka_backup.restore.repartition`),
+    #: for every target topic not in ``repartition_topics``.
     repartition: str = KEEP
+    #: ``--repartition TOPIC=MODE``: per target topic.
+    repartition_topics: dict[str, str] = field(default_factory=dict)
     #: Key-encryption keys for encrypted segments (``--encryption-key-file`` / ``--encryption-key-env``), read on
     #: the driver; the tasks get where to read them (files' paths, variables' names), never the keys.
     keys: KeyRing = field(default_factory=lambda: KeyRing({}))
@@ -118,6 +121,27 @@ class RestoreSettings:
 
     def target_topic(self, source_topic: str) -> str:
         return self.topic_map.get(source_topic, source_topic)
+
+    def repartition_mode(self, target_topic: str) -> str:
+        """``--repartition`` for ``target_topic``."""
+        return self.repartition_topics.get(target_topic, self.repartition)
+
+    def check_target_options(self, restored: Sequence[str]) -> None:
+        """Refuse ``--partitions`` and ``--repartition TOPIC=`` naming a topic this restore does not write into."""
+        targets = {self.target_topic(topic): topic for topic in restored}
+        for flag, named in (("--partitions", self.partitions), ("--repartition", self.repartition_topics)):
+            for name in sorted(named):
+                if name in targets:
+                    continue
+                hint = (
+                    f" (it is restored as {self.target_topic(name)!r}: name the target topic)"
+                    if name in restored
+                    else ""
+                )
+                raise UsageError(
+                    f"{flag} {name}=...: {name!r} is not a topic this restore writes into{hint}; it writes into "
+                    f"{', '.join(map(repr, sorted(targets))) or 'no topic'}"
+                )
 
     def window(self, topic: str, partition: int) -> Window:
         low, high = self.offset_windows.get((topic, partition), self.offset_windows.get((topic, None), (None, None)))
@@ -181,11 +205,13 @@ def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.Argumen
     )
     own.add_argument(
         "--repartition",
-        choices=MODES,
-        default=KEEP,
+        action="append",
+        default=[],
+        metavar="[TOPIC=]MODE",
         help="keep: backed-up partition P goes to target partition P (default); murmur2: by key, as Kafka's default "
         "partitioner would place it among the target's partitions (records without key round-robin); "
-        "round-robin: every record to the next partition. Group offsets are then approximate (docs/restore.md)",
+        "round-robin: every record to the next partition. Group offsets are then approximate (docs/restore.md). "
+        "TOPIC=MODE for one target topic (repeatable)",
     )
     add_encryption_flags(own, purpose="encrypted segments of the backup were sealed with", several=True)
     own.add_argument("--from-time", help="only records at or after this time (ISO 8601 or epoch ms)")
@@ -333,6 +359,7 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
         part = int(match["partition"]) if match["partition"] is not None else None
         windows[(match["topic"], part)] = (low, high)
     sources = encryption_key_sources(args)
+    repartition = _repartition_modes(args.repartition)
     settings = RestoreSettings(
         source=parse_location(source),
         client=client,
@@ -362,7 +389,8 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
         topic_configs=args.topic_configs,
         state_dir=args.state_dir,
         spark_conf=spark_conf(args.spark_conf),
-        repartition=args.repartition,
+        repartition=repartition.pop(None, KEEP),
+        repartition_topics={topic: mode for topic, mode in repartition.items() if topic is not None},
         keys=KeyRing.of(source.key for source in sources),
         allow_unauthenticated=args.allow_unauthenticated,
         key_sources=tuple(source.where() for source in sources),
@@ -379,20 +407,28 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
     return settings
 
 
+def _per_topic(items: Sequence[str], flag: str, word: str, choices: Sequence[str]) -> dict[str | None, str]:
+    """``FLAG VALUE`` and ``FLAG TOPIC=VALUE`` items, each value one of ``choices`` (``None``: every other topic)."""
+    found: dict[str | None, str] = {}
+    for item in items:
+        topic, sep, value = item.rpartition("=")
+        name = topic if sep else None
+        if value not in choices or (sep and not topic):
+            raise UsageError(f"{flag} takes [TOPIC=]{word}, not {item!r} ({word}: {', '.join(choices)})")
+        if name in found:
+            raise UsageError(f"{flag} gives {'every topic' if name is None else repr(name)} twice")
+        found[name] = value
+    return found
+
+
+def _repartition_modes(items: Sequence[str]) -> dict[str | None, str]:
+    """``--repartition MODE`` and ``--repartition TOPIC=MODE`` items."""
+    return _per_topic(items, "--repartition", "MODE", MODES)
+
+
 def _schema_id_fields(items: Sequence[str]) -> dict[str | None, str]:
     """``--schema-ids FIELDS`` and ``--schema-ids TOPIC=FIELDS`` items."""
-    found: dict[str | None, str] = {None: "auto"}
-    given: set[str | None] = set()
-    for item in items:
-        topic, sep, fields = item.rpartition("=")
-        name = topic if sep else None
-        if fields not in SCHEMA_ID_FIELDS or (sep and not topic):
-            raise UsageError(f"--schema-ids takes [TOPIC=]FIELDS, not {item!r} (FIELDS: {', '.join(SCHEMA_ID_FIELDS)})")
-        if name in given:
-            raise UsageError(f"--schema-ids gives {'every topic' if name is None else repr(name)} twice")
-        given.add(name)
-        found[name] = fields
-    return found
+    return {None: "auto", **_per_topic(items, "--schema-ids", "FIELDS", SCHEMA_ID_FIELDS)}
 
 
 def parse_time(text: str, flag: str) -> int:

@@ -331,3 +331,49 @@ def test_an_interval_must_be_a_finite_number_above_0(interval: str, capsys: pyte
     with pytest.raises(SystemExit):
         parse_backup_args([*base, "--metrics-interval", interval])
     assert f"expected a number > 0, got '{interval}'" in capsys.readouterr().err
+
+
+def test_repartition_is_given_for_every_topic_or_one_target_topic() -> None:
+    from spark_kafka_backup.restore.settings import parse_restore_args
+
+    base = ["--bootstrap-server", "k:1", "--source-dir", "/b"]
+    settings = parse_restore_args([*base, "--repartition", "orders-new=murmur2", "--repartition", "round-robin"])
+    assert settings.repartition_mode("orders-new") == "murmur2"
+    assert settings.repartition_mode("payments") == "round-robin"
+    assert parse_restore_args(base).repartition_mode("orders") == "keep"
+    for wrong, message in [
+        (["--repartition", "orders=hash"], r"--repartition takes \[TOPIC=\]MODE, not 'orders=hash' \(MODE: keep, "),
+        (["--repartition", "=murmur2"], "takes"),
+        (["--repartition", "a=keep", "--repartition", "a=murmur2"], "--repartition gives 'a' twice"),
+        (["--repartition", "keep", "--repartition", "murmur2"], "--repartition gives every topic twice"),
+    ]:
+        with pytest.raises(UsageError, match=message):
+            parse_restore_args([*base, *wrong])
+
+
+def test_partitions_and_repartition_must_name_a_topic_the_restore_writes_into() -> None:
+    from spark_kafka_backup.restore.settings import parse_restore_args
+
+    base = ["--bootstrap-server", "k:1", "--source-dir", "/b", "--topic-map", "orders=orders-new"]
+    settings = parse_restore_args([*base, "--partitions", "orders-new=6", "--repartition", "orders-new=murmur2"])
+    settings.check_target_options(["orders", "payments"])  # both name the target: accepted
+    renamed = parse_restore_args([*base, "--partitions", "orders=6"])
+    with pytest.raises(UsageError) as refused:
+        renamed.check_target_options(["orders", "payments"])
+    assert str(refused.value) == (
+        "--partitions orders=...: 'orders' is not a topic this restore writes into (it is restored as 'orders-new': "
+        "name the target topic); it writes into 'orders-new', 'payments'"
+    )
+    typo = parse_restore_args([*base, "--repartition", "paymnets=round-robin"])
+    with pytest.raises(UsageError, match=r"--repartition paymnets=\.\.\.: 'paymnets' is not a topic this restore"):
+        typo.check_target_options(["orders", "payments"])
+
+
+def test_the_schema_registry_is_captured_every_offsets_interval_unless_told_otherwise(tmp_path: Path) -> None:
+    base = ["--bootstrap-server", "b:9092", "--target-dir", str(tmp_path), "--topics", "t"]
+    registry = ["--schema-registry", "http://registry:8081"]
+    assert parse_backup_args([*base, *registry]).schema_registry_interval is None
+    settings = parse_backup_args([*base, *registry, "--offsets-interval", "30", "--schema-registry-interval", "600"])
+    assert settings.schema_registry_interval == 600.0 and settings.offsets_interval == 30.0
+    with pytest.raises(UsageError, match="--schema-registry-interval needs --schema-registry"):
+        parse_backup_args([*base, "--schema-registry-interval", "600"])
