@@ -355,6 +355,64 @@ def test_a_restore_killed_at_its_registry_requests_then_run_again_leaves_the_reg
     assert state["levels"] == {} and state["deletions"] == [] and len(state["ids"]) == 7
 
 
+def test_registering_under_the_backups_ids_keeps_every_record_as_it_was_and_is_refused_where_the_target_cannot(
+    kafka: BrokerUnderTest,
+    target: Target,
+    registries: tuple[ApicurioRegistry, ApicurioRegistry],
+    source_backup: SourceBackup,
+    tmp_path: Path,
+) -> None:
+    """``--schema-registry-import``. Apicurio takes mode IMPORT but not the ids given, so a registry of its keeps the
+    backup's ids only where it gives the same ones (an empty one, registered in the source's order): there the
+    records come back unchanged; where its ids differ the restore is refused at the first registration, before
+    anything is produced; and a registry not in mode IMPORT is refused before anything is registered."""
+    _, busy_registry = registries
+    renamed = {"sr-orders": target.name("sr-i-orders"), "sr-people": target.name("sr-i-people")}
+    maps = [a for old, new in renamed.items() for a in ("--topic-map", f"{old}={new}")]
+    common = [*target.args(tmp_path), "--source-dir", str(source_backup.path), "--state-dir",
+              str(tmp_path / "restore-state"), "--schema-registry-import", *maps]  # fmt: skip
+
+    busy = _client(busy_registry)
+    refused = restore_python(*common, "--schema-registry", busy_registry.url)
+    said = refused.stdout + refused.stderr
+    assert refused.returncode == 1 and "Traceback" not in said, said
+    assert [line for line in said.splitlines() if "error" in line] == [said.strip().splitlines()[-1]], said
+    assert "is in mode READWRITE, and subject 'sr-addr' is not in mode IMPORT either" in said
+    assert not any(name.startswith("sr-i-") for name in busy.get("/subjects"))
+    busy.put("/mode", {"mode": "IMPORT"})
+    try:
+        ignored = restore_python(*common, "--schema-registry", busy_registry.url)
+    finally:
+        busy.put("/mode", {"mode": "READWRITE"})
+    said = ignored.stdout + ignored.stderr
+    assert ignored.returncode == 1 and "Traceback" not in said, said
+    assert "this registry does not register under the ids given" in said, said
+    from confluent_kafka.admin import AdminClient
+
+    assert not set(renamed.values()) & set(AdminClient(target.broker.client_settings()).list_topics(timeout=30).topics)
+
+    with ApicurioRegistry() as empty:
+        destination = _client(empty)
+        destination.put("/config", {"compatibility": "BACKWARD"})
+        destination.put("/mode", {"mode": "IMPORT"})
+        args = [*common, "--schema-registry", empty.url]
+        done = run_restore(*args)
+        said = done.stdout + done.stderr
+        assert done.returncode == 0, said[-3000:]
+        assert "registered under the backup's ids (--schema-registry-import): no record's id changes" in said, said
+        subjects = {"sr-orders-key": "sr-i-orders-key", "sr-orders-value": "sr-i-orders-value", "sr-addr": "sr-addr",
+                    "sr-people-value": "sr-i-people-value"}  # fmt: skip
+        assert set(_target_ids(destination, source_backup.path, subjects).items()) == {
+            (i, i) for i in source_backup.ids.values()
+        }
+        original = consume_all(kafka, ["sr-orders", "sr-people"])
+        back = consume_all(target.broker, list(renamed.values()))
+        for source_topic, restored_topic in renamed.items():
+            assert comparable(back, topic=restored_topic) == comparable(original, topic=source_topic)
+        assert destination.get("/subjects/sr-i-people-value/versions") == [2]
+        assert destination.compatibility("sr-i-orders-value") == "BACKWARD"
+
+
 def test_an_unreachable_registry_ends_the_backup_and_the_restore_in_one_line(
     kafka: BrokerUnderTest, target: Target, tmp_path: Path
 ) -> None:

@@ -24,6 +24,7 @@ from spark_kafka_backup.schema_registry.registry_import import (
     KEY_SUFFIX,
     VALUE_SUFFIX,
     RegistryImportState,
+    check_import_mode,
     import_registry,
     target_subjects,
 )
@@ -59,7 +60,11 @@ def register_schemas(settings: RestoreSettings) -> tuple[RestoreSettings, list[s
     digest = hashlib.sha256(f"{address.shown}\n{settings.client['bootstrap.servers']}".encode()).hexdigest()[:16]
     state = settings.restore_state_dir / f"schemas-{digest}.json"
     pending = RegistryImportState(state) if not settings.dry_run or exists(state) else None
-    done = import_registry(client, copy, subjects, pending, dry_run=settings.dry_run)
+    if settings.schema_registry_import:
+        check_import_mode(client, subjects.values())  # before anything is registered
+    done = import_registry(
+        client, copy, subjects, pending, dry_run=settings.dry_run, keep_ids=settings.schema_registry_import
+    )
     lines = [
         f"schema registry {address.shown}: {copy.describe()} in the backup (captured from {copy.registry}), "
         "subject versions "
@@ -80,6 +85,8 @@ def register_schemas(settings: RestoreSettings) -> tuple[RestoreSettings, list[s
     if moved:
         shown = ", ".join(f"{old} -> {new}" for old, new in moved[:20]) + (", ..." if len(moved) > 20 else "")
         lines.append(f"  {count(len(moved), 'schema id')} differ in the target: {shown}")
+    elif settings.schema_registry_import:
+        lines.append("  registered under the backup's ids (--schema-registry-import): no record's id changes")
     else:
         lines.append("  every schema id is the same in the target" + (" (so far)" if done.missing else ""))
     rewrites = {

@@ -103,6 +103,8 @@ class RestoreSettings:
     monitoring: Monitoring = field(default_factory=Monitoring)
     #: ``--schema-registry``: the target registry the backup's schemas are registered in.
     schema_registry: RegistryAddress | None = None
+    #: ``--schema-registry-import``: register under the backup's ids (the target in IMPORT mode); no id moves.
+    schema_registry_import: bool = False
     #: ``--schema-ids``: per backed-up topic (``None``: every other topic), which fields hold schema ids.
     schema_ids: dict[str | None, str] = field(default_factory=lambda: {None: "auto"})
     #: Per backed-up topic, the schema ids its records' keys and values get (filled once the schemas are
@@ -304,6 +306,12 @@ def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.Argumen
         "keys and values of topics with a TOPIC-key / TOPIC-value subject, checking the other fields; values; "
         "keys-and-values; none (register the schemas, restore the records as they are)",
     )
+    registry.add_argument(
+        "--schema-registry-import",
+        action="store_true",
+        help="register the schemas under the backup's ids and version numbers, so that no record's id changes: "
+        "the target registry must be in mode IMPORT (Confluent Schema Registry; refused where it is not)",
+    )
     own.add_argument(
         "--state-dir",
         type=Path,
@@ -398,10 +406,13 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
         monitoring=Monitoring.from_args(args),
         schema_registry=schema_registry_address(args),
         schema_ids=_schema_id_fields(args.schema_ids),
+        schema_registry_import=args.schema_registry_import,
         debug=args.debug,
     )
     if settings.schema_registry is None and args.schema_ids:
         raise UsageError("--schema-ids needs --schema-registry")
+    if settings.schema_registry is None and args.schema_registry_import:
+        raise UsageError("--schema-registry-import needs --schema-registry")
     if selection is not None and selection.topics is not None:
         settings.check_target_names(selection.topics)  # the rest is checked once the backup's topics are listed
     return settings

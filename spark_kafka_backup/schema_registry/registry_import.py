@@ -26,7 +26,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,10 +170,13 @@ def import_registry(
     pending: RegistryImportState | None,
     *,
     dry_run: bool = False,
+    keep_ids: bool = False,
 ) -> RegistryImport:
     """Make the target registry hold every schema of ``copy`` (``subjects``: :func:`target_subjects`).
 
-    ``pending``: the import's state (:class:`RegistryImportState`); ``dry_run``: look up only, change nothing.
+    ``pending``: the import's state (:class:`RegistryImportState`); ``dry_run``: look up only, change nothing;
+    ``keep_ids``: register under the backup's ids and version numbers (the target in ``IMPORT`` mode,
+    :func:`check_import_mode`), and refuse a target that holds a schema under another id or ignores the id given.
     """
     done = RegistryImport()
     versions: dict[tuple[str, int], int] = {}  # (backup subject, backup version) -> target version
@@ -188,12 +191,20 @@ def import_registry(
             done.missing.append((subject, version.version))  # dry run: references not registered yet
             continue
         body = _body(schema, subjects, versions)
+        # Registered under the backup's id and version (IMPORT mode); looked up by the schema alone.
+        registration = {**body, "id": schema.id, "version": version.version} if keep_ids else body
         key = (target, schema.id)
         if not version.deleted and key in deferred:
             _soft_delete(client, target, deferred.pop(key), key, pending, done)
         # A live version must be live in the target too (a deleted one with the same schema does not count: the
         # registry makes a new version when it is registered again); a deleted one may be there either way.
         found = _look_up(client, target, body, deleted=version.deleted)
+        if keep_ids and found is not None and found[0] != schema.id:
+            raise SchemaRegistryError(
+                f"schema registry {client.address.shown}: {target!r} holds the backup's schema id {schema.id} as id "
+                f"{found[0]}: it cannot be registered under its own id there (--schema-registry-import); restore "
+                "without it (the records' ids are then rewritten), or into a registry without this schema"
+            )
         if found is None and pending is not None and schema.id in pending.ids:
             pending.lost(schema.id, target, client.address.shown)  # before registering anything
         if found is None and not dry_run:
@@ -201,12 +212,19 @@ def import_registry(
             if version.deleted:
                 pending.deletions.add(key)
                 pending.save()
-            _register(client, target, body, schema, pending, done)
+            _register(client, target, registration, schema, pending, done)
             found = _look_up(client, target, body, deleted=False)
             if found is None:
                 raise SchemaRegistryError(
                     f"schema registry {client.address.shown}: schema id {schema.id} of subject {subject!r} was "
                     f"registered under {target!r} but cannot be looked up there"
+                )
+            if keep_ids and found[0] != schema.id:
+                raise SchemaRegistryError(
+                    f"schema registry {client.address.shown}: asked to register the backup's schema id {schema.id} "
+                    f"under {target!r} with that id (mode IMPORT), it gave it id {found[0]}: this registry does not "
+                    "register under the ids given (Apicurio Registry ignores them). Restore without "
+                    "--schema-registry-import: the records' ids are then rewritten"
                 )
             done.registered += 1
         elif found is not None:
@@ -230,6 +248,41 @@ def import_registry(
             pending.ids.update(done.ids)
             pending.save()
     return done
+
+
+IMPORT = "IMPORT"
+
+
+def check_import_mode(client: RegistryClient, subjects: Iterable[str]) -> None:
+    """Refuse, in one line, a target registry that cannot register under the ids given: one without modes, or whose
+    mode is not ``IMPORT`` (for the registry, or for every one of ``subjects``)."""
+    what = f"--schema-registry-import: schema registry {client.address.shown}"
+    try:
+        document = client.get("/mode")
+    except RegistryRefusalError as exc:
+        if exc.status in (404, 405):
+            raise SchemaRegistryError(
+                f"{what} has no modes, so it cannot register schemas under the backup's ids: restore without "
+                "--schema-registry-import (the records' ids are then rewritten)"
+            ) from exc
+        raise
+    mode = document.get("mode") if isinstance(document, dict) else None
+    if mode == IMPORT:
+        return
+    for subject in sorted(set(subjects)):
+        try:
+            own = client.get(f"/mode/{quoted(subject)}")
+        except RegistryRefusalError as exc:
+            if not exc.not_found:
+                raise
+            own = None
+        if not isinstance(own, dict) or own.get("mode") != IMPORT:
+            raise SchemaRegistryError(
+                f"{what} is in mode {mode or 'unknown'}, and subject {subject!r} is not in mode IMPORT either: "
+                "registering under the "
+                'backup\'s ids needs mode IMPORT (PUT /mode {"mode": "IMPORT"}, on an empty registry; READWRITE '
+                "again after the restore), or restore without --schema-registry-import"
+            )
 
 
 def _soft_delete(

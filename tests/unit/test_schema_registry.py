@@ -31,6 +31,7 @@ from spark_kafka_backup.schema_registry.registry_copy import (
 )
 from spark_kafka_backup.schema_registry.registry_import import (
     RegistryImportState,
+    check_import_mode,
     import_order,
     import_registry,
     target_subjects,
@@ -374,6 +375,10 @@ class ModelRegistry:
         self.levels: dict[str, str] = {}
         self.requests = 0
         self.fail_at: int | None = None
+        #: The registry's mode (``None``: a registry without modes); in IMPORT mode a registration's id and version
+        #: are taken, unless ``honors_ids`` is False (Apicurio's ccompat API ignores them).
+        self.mode: str | None = "READWRITE"
+        self.honors_ids = True
 
     def request(self, method: str, path: str, body: object = None, query: dict[str, str] | None = None) -> object:
         from spark_kafka_backup.schema_registry.client import RegistryRefusalError
@@ -387,6 +392,12 @@ class ModelRegistry:
         def refuse(status: int, code: int) -> RegistryRefusalError:
             return RegistryRefusalError(f"{method} {path}: {code}", status=status, error_code=code)
 
+        if parts[0] == "mode":
+            if self.mode is None:
+                raise refuse(404, 404)
+            if len(parts) == 2:
+                raise refuse(404, 40401)  # no subject has a mode of its own here
+            return {"mode": self.mode}
         if parts[0] == "config" and len(parts) == 2:
             if method == "GET":
                 if parts[1] not in self.levels:
@@ -421,10 +432,16 @@ class ModelRegistry:
             return {"id": schema}
         if body["schema"].startswith("!") and versions and self.levels.get(name) != "NONE":
             raise refuse(409, 409)
+        number = max((v for v, _, _ in versions), default=0) + 1
+        if self.mode == "IMPORT" and self.honors_ids and "id" in body:
+            if schema is None and body["id"] in self.ids.values():
+                raise refuse(422, 42205)  # the id is another schema's
+            schema = self.ids[content] = schema if schema is not None else int(body["id"])
+            number = int(body.get("version", number))
         if schema is None:
             schema = self.ids[content] = self.next_id
             self.next_id += 1
-        self.subjects[name] = [*versions, (max((v for v, _, _ in versions), default=0) + 1, schema, False)]
+        self.subjects[name] = [*versions, (number, schema, False)]
         return {"id": schema}
 
 
@@ -460,10 +477,14 @@ def _source_copy() -> RegistryCopy:
     )
 
 
-def _import(model: ModelRegistry, state: Path) -> object:
+def _import(model: ModelRegistry, state: Path, *, keep_ids: bool = False) -> object:
     copy = _source_copy()
     return import_registry(
-        _model_client(model), copy, target_subjects(copy, {"orders": "orders2"}), RegistryImportState(state)
+        _model_client(model),
+        copy,
+        target_subjects(copy, {"orders": "orders2"}),
+        RegistryImportState(state),
+        keep_ids=keep_ids,
     )
 
 
@@ -482,18 +503,22 @@ def test_an_import_registers_like_the_source_and_a_second_one_changes_nothing(tm
     assert again.registered == 0 and again.ids == done.ids  # type: ignore[attr-defined]
 
 
-def test_an_import_killed_at_any_request_is_finished_by_the_next_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("keep_ids", [False, True], ids=["ids-rewritten", "import-mode"])
+def test_an_import_killed_at_any_request_is_finished_by_the_next_one(tmp_path: Path, keep_ids: bool) -> None:
+    mode = "IMPORT" if keep_ids else "READWRITE"
     whole = ModelRegistry(first_id=101)
-    _import(whole, tmp_path / "whole.json")
+    whole.mode = mode
+    _import(whole, tmp_path / "whole.json", keep_ids=keep_ids)
     expected = (whole.subjects, whole.levels)
     for kill_at in range(1, whole.requests + 1):
         model = ModelRegistry(first_id=101)
+        model.mode = mode
         model.fail_at = kill_at
         state = tmp_path / f"state-{kill_at}.json"
         with pytest.raises(KeyboardInterrupt):
-            _import(model, state)
+            _import(model, state, keep_ids=keep_ids)
         model.fail_at = None
-        _import(model, state)
+        _import(model, state, keep_ids=keep_ids)
         assert (model.subjects, model.levels) == expected, f"killed at request {kill_at}"
         assert RegistryImportState(state).levels == {} and RegistryImportState(state).deletions == set()
 
@@ -525,3 +550,42 @@ def test_the_restore_refuses_a_backup_without_a_copy_and_unknown_topics_before_a
     (root / "kbackup~state" / "schema-registry.json").write_bytes(_copy(orders_value=[(1, 1, False)]).encode())
     with pytest.raises(UsageError, match="--schema-ids names 'order', which the backup does not hold"):
         register_schemas(parse_restore_args([*base, "--schema-ids", "order=values"]))
+
+
+def test_an_import_in_import_mode_keeps_the_backups_ids_and_versions(tmp_path: Path) -> None:
+    model = ModelRegistry(first_id=101)
+    model.mode = "IMPORT"
+    check_import_mode(_model_client(model), ["orders2-value"])
+    done = _import(model, tmp_path / "state.json", keep_ids=True)
+    assert done.ids == {i: i for i in range(11, 17)}  # type: ignore[attr-defined]
+    assert model.subjects["orders2-value"] == [(1, 11, False), (2, 12, True), (3, 12, False), (4, 13, False)]
+    assert model.subjects["invoice-value"] == [(1, 15, False)] and model.subjects["gone"] == [(1, 16, True)]
+    assert model.levels == {"customer": "FULL"}
+    again = _import(model, tmp_path / "state.json", keep_ids=True)
+    assert again.registered == 0 and again.ids == done.ids  # type: ignore[attr-defined]
+
+
+def test_import_mode_is_refused_in_one_line_where_the_target_cannot_keep_ids(tmp_path: Path) -> None:
+    model = ModelRegistry(first_id=101)
+    with pytest.raises(SchemaRegistryError, match=r"is in mode READWRITE, and subject 'orders2-value' is not in mode"):
+        check_import_mode(_model_client(model), ["orders2-value"])
+    model.mode = None
+    with pytest.raises(SchemaRegistryError, match="has no modes, so it cannot register schemas under the backup's"):
+        check_import_mode(_model_client(model), ["orders2-value"])
+    # In IMPORT mode but ignoring the ids given: refused at the first registration, nothing more registered.
+    model.mode, model.honors_ids = "IMPORT", False
+    with pytest.raises(SchemaRegistryError) as caught:
+        _import(model, tmp_path / "state.json", keep_ids=True)
+    assert (
+        "asked to register the backup's schema id 11 under 'orders2-value' with that id (mode IMPORT), it gave "
+        "it id 101: this registry does not register under the ids given" in str(caught.value)
+    )
+    assert "\n" not in str(caught.value)
+    assert model.subjects == {"orders2-value": [(1, 101, False)]}
+    # A target holding a schema of the backup under another id already.
+    held = ModelRegistry(first_id=101)
+    held.mode = "IMPORT"
+    held.ids[("customer", "[]")] = 7
+    held.subjects["customer"] = [(1, 7, False)]
+    with pytest.raises(SchemaRegistryError, match="'customer' holds the backup's schema id 14 as id 7"):
+        _import(held, tmp_path / "held.json", keep_ids=True)
