@@ -7,7 +7,8 @@ What the source registry holds (:func:`_fill_source`), under a global level of B
 - ``sr-orders-value``: three versions, the third incompatible with the second (registered while the subject's own
   level was NONE; the subject's level is BACKWARD since);
 - ``sr-addr``: an Avro record that ``sr-people-value`` references (Avro named types);
-- ``sr-people-value``: two versions referencing ``sr-addr``, the first soft-deleted after records named it.
+- ``sr-people-value``: two versions referencing ``sr-addr``, the first soft-deleted after records named it;
+- ``sr-gone-value``: one version, soft-deleted.
 
 The target registry has other schemas registered first, so every id differs there. The model-based tests
 (tests/unit/test_schema_registry.py) stay for what Apicurio cannot show: a registry that keeps serving a schema whose
@@ -20,6 +21,7 @@ import base64
 import json
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +109,9 @@ def _fill_source(client: RegistryClient) -> dict[str, int]:
     ids["address"] = _register(client, "sr-addr", ADDRESS)
     ids["person1"] = _register(client, "sr-people-value", PERSON_1, ADDRESS_REFERENCE)
     ids["person2"] = _register(client, "sr-people-value", PERSON_2, ADDRESS_REFERENCE)
+    # A subject whose one version is soft-deleted (Apicurio then answers 404 for that version, deleted or not).
+    ids["gone"] = _register(client, "sr-gone-value", _avro("Gone", ("g", "int")))
+    client.delete("/subjects/sr-gone-value/versions/1")
     return ids
 
 
@@ -145,8 +150,10 @@ def _produce(broker: BrokerUnderTest, ids: dict[str, int], *, prefix: str = "sr-
     commit_offsets(broker, f"{prefix}readers", {(f"{prefix}orders", 0): 40, (f"{prefix}people", 0): 70})
 
 
-def _rewritten(records: list[dict[str, Any]], moved: dict[int, int]) -> list[dict[str, Any]]:
-    """The records with the schema id of every key and value in the wire format mapped through ``moved``."""
+def _rewritten(
+    records: list[dict[str, Any]], moved: dict[int, int], fields: tuple[str, ...] = ("key", "value")
+) -> list[dict[str, Any]]:
+    """The records with the schema id of each of their ``fields`` in the wire format mapped through ``moved``."""
 
     def mapped(field: str | None) -> str | None:
         if field is None:
@@ -156,19 +163,25 @@ def _rewritten(records: list[dict[str, Any]], moved: dict[int, int]) -> list[dic
             return field
         return base64.b64encode(_wired(moved[int.from_bytes(data[1:5], "big")], data[5:])).decode()
 
-    return [{**r, "key": mapped(r["key"]), "value": mapped(r["value"])} for r in records]
+    return [{**r, **{name: mapped(r[name]) for name in fields}} for r in records]
 
 
 def _target_ids(target: RegistryClient, backup: Path, subjects: dict[str, str]) -> dict[int, int]:
-    """Each id of the backup's copy -> the target's id of the same subject version, as the target registry gives it."""
+    """Each id of the backup's copy -> the target's id of the same schema under the same (renamed) subject, looked up
+    in the target registry (deleted versions too)."""
     copy = read_registry_copy(parse_location(backup))
     assert copy is not None
     moved = {}
     for subject, renamed in subjects.items():
         for version in copy.subjects[subject].versions:
-            new = target.get(f"/subjects/{quoted(renamed)}/versions/{version.version}", deleted="true")
-            assert json.loads(new["schema"]) == json.loads(copy.schemas[version.id].schema), (subject, version)
-            moved[version.id] = int(new["id"])
+            schema = copy.schemas[version.id]
+            body: dict[str, Any] = {"schema": schema.schema}
+            if schema.references:
+                body["references"] = [{"name": r.name, "subject": r.subject, "version": r.version}
+                                      for r in schema.references]  # fmt: skip
+            found = target.post(f"/subjects/{quoted(renamed)}", body, deleted="true")
+            assert int(found["version"]) == version.version, (subject, version)
+            moved[version.id] = int(found["id"])
     return moved
 
 
@@ -229,9 +242,11 @@ def test_a_backup_and_restore_through_two_registries_rewrites_every_id_and_keeps
     levels = {s["subject"]: s["compatibility"] for s in copy["subjects"]}
     # Only sr-orders-value has a level of its own (Apicurio answers the global level for the others, and NONE
     # where none is set at all: the capture asks its own API which subjects have a rule).
-    assert levels == {"sr-orders-key": None, "sr-orders-value": "BACKWARD", "sr-addr": None, "sr-people-value": None}
+    assert levels == {"sr-orders-key": None, "sr-orders-value": "BACKWARD", "sr-addr": None, "sr-people-value": None,
+                      "sr-gone-value": None}  # fmt: skip
+    assert f"sr-gone-value: 1: id {ids['gone']} deleted" in listed, listed
     verified = run_kbackup("verify", backup)
-    assert verified.returncode == 0 and "schema registry copy: ok (4 subjects, 7 versions" in verified.stdout
+    assert verified.returncode == 0 and "schema registry copy: ok (5 subjects, 8 versions" in verified.stdout
 
     # The restore: sr-orders renamed (its subjects follow), sr-people kept.
     maps = ["--topic-map", f"sr-orders={target.name('sr-orders-restored')}"]
@@ -240,7 +255,7 @@ def test_a_backup_and_restore_through_two_registries_rewrites_every_id_and_keeps
     restored = run_restore(*args)
     said = restored.stdout + restored.stderr
     assert restored.returncode == 0, said[-3000:]
-    assert "subject versions 0 there already, 7 registered" in said, said
+    assert "subject versions 0 there already, 8 registered" in said, said
     assert "compatibility set to NONE while registering older versions, then restored: sr-orders-restored-value" in said
 
     moved = _target_ids(destination, backup, SUBJECTS)
@@ -269,7 +284,7 @@ def test_a_backup_and_restore_through_two_registries_rewrites_every_id_and_keeps
     again = run_restore(*args)
     said = again.stdout + again.stderr
     assert again.returncode == 0, said[-3000:]
-    assert "subject versions 7 there already, 0 registered" in said and "420 records were already in the target" in said
+    assert "subject versions 8 there already, 0 registered" in said and "420 records were already in the target" in said
     assert consume_all(target.broker, [target.name("sr-orders-restored"), target.name("sr-people")]) == back
 
     # The target registry replaced (wiped and filled again, at the same address): the records restored name ids
@@ -336,7 +351,7 @@ def test_a_restore_killed_at_its_registry_requests_then_run_again_leaves_the_reg
     done = run_restore(*args)
     said = done.stdout + done.stderr
     assert done.returncode == 0, said[-3000:]
-    assert "subject versions 7 there already, 0 registered" in said, said
+    assert "subject versions 8 there already, 0 registered" in said, said
     subjects = {"sr-orders-key": "sr-k-orders-key", "sr-orders-value": "sr-k-orders-value", "sr-addr": "sr-addr",
                 "sr-people-value": "sr-k-people-value"}  # fmt: skip
     moved = _target_ids(destination, source_backup.path, subjects)
@@ -352,7 +367,7 @@ def test_a_restore_killed_at_its_registry_requests_then_run_again_leaves_the_reg
     assert destination.get("/subjects/sr-k-orders-value/versions", deleted="true") == [1, 2, 3]
     assert destination.compatibility("sr-k-orders-value") == "BACKWARD"
     state = json.loads(next((tmp_path / "restore-state").glob("schemas-*.json")).read_text())
-    assert state["levels"] == {} and state["deletions"] == [] and len(state["ids"]) == 7
+    assert state["levels"] == {} and state["deletions"] == [] and len(state["ids"]) == 8
 
 
 def test_registering_under_the_backups_ids_keeps_every_record_as_it_was_and_is_refused_where_the_target_cannot(
@@ -401,7 +416,7 @@ def test_registering_under_the_backups_ids_keeps_every_record_as_it_was_and_is_r
         assert done.returncode == 0, said[-3000:]
         assert "registered under the backup's ids (--schema-registry-import): no record's id changes" in said, said
         subjects = {"sr-orders-key": "sr-i-orders-key", "sr-orders-value": "sr-i-orders-value", "sr-addr": "sr-addr",
-                    "sr-people-value": "sr-i-people-value"}  # fmt: skip
+                    "sr-people-value": "sr-i-people-value", "sr-gone-value": "sr-gone-value"}  # fmt: skip
         assert set(_target_ids(destination, source_backup.path, subjects).items()) == {
             (i, i) for i in source_backup.ids.values()
         }
@@ -411,6 +426,70 @@ def test_registering_under_the_backups_ids_keeps_every_record_as_it_was_and_is_r
             assert comparable(back, topic=restored_topic) == comparable(original, topic=source_topic)
         assert destination.get("/subjects/sr-i-people-value/versions") == [2]
         assert destination.compatibility("sr-i-orders-value") == "BACKWARD"
+
+
+def test_a_schema_no_listed_subject_holds_is_fetched_by_the_id_records_name_and_restored(
+    kafka: BrokerUnderTest,
+    target: Target,
+    registries: tuple[ApicurioRegistry, ApicurioRegistry],
+    tmp_path: Path,
+) -> None:
+    """A schema Apicurio serves by id but lists under no subject of its Confluent API (an artifact of another group,
+    as a subject deleted for good is in registries that keep serving its ids): the backup's tasks report the ids
+    its records name, the capture fetches it by id, the restore registers it (a deleted version of a subject of
+    its own) and rewrites the records. An id nobody holds is said at the backup, and passes in a checked field."""
+    source_registry, target_registry = registries
+    hidden = _avro("Hidden", ("h", "long"))
+    native = f"{source_registry.root}/apis/registry/v3/groups/sr-other/artifacts"
+    body = {"artifactId": "hidden", "artifactType": "AVRO",
+            "firstVersion": {"content": {"content": hidden, "contentType": "application/json"}}}  # fmt: skip
+    request = urllib.request.Request(native, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        hidden_id = int(json.loads(answer.read())["version"]["contentId"])
+    source = _client(source_registry)
+    assert json.loads(source.get(f"/schemas/ids/{hidden_id}")["schema"]) == json.loads(hidden)
+    assert not any(name.startswith("hidden") for name in source.get("/subjects", deleted="true"))
+
+    from confluent_kafka import Producer
+
+    create_topics(kafka, {"sr-hidden": 1})
+    producer = Producer(kafka.client_settings())
+    for i in range(50):
+        key = _wired(4242, b"x") if i % 10 == 0 else b"plain-%d" % i  # 4242: no registry holds it
+        producer.produce("sr-hidden", key=key, value=_wired(hidden_id, b"h%d" % i))
+    producer.flush(30)
+    backup = tmp_path / "backup"
+    config = client_config_file(tmp_path / "source.properties", kafka.extra_settings)
+    done = run_backup("--bootstrap-server", kafka.bootstrap_servers, "--command-config", config,
+                      "--target-dir", backup, "--topics", "sr-hidden", "--snapshot",
+                      "--schema-registry", source_registry.url)  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said[-3000:]
+    assert f"records of the backup name schema id(s) 4242, which schema registry {source_registry.url}" in said
+    assert json.loads((backup / "kbackup~state" / "schema-ids.json").read_text())["topics"] == {
+        "sr-hidden": sorted([hidden_id, 4242])
+    }
+    listed = run_kbackup("schemas", "list", backup, check=True).stdout
+    assert f"kbackup~schema-{hidden_id}: 1: id {hidden_id} deleted" in listed, listed
+
+    restored_topic = target.name("sr-hidden-restored")
+    args = [*target.args(tmp_path), "--source-dir", str(backup), "--schema-registry", target_registry.url,
+            "--topic-map", f"sr-hidden={restored_topic}", "--schema-ids", "sr-hidden=values"]  # fmt: skip
+    restored = run_restore(*args)
+    said = restored.stdout + restored.stderr
+    assert restored.returncode == 0, said[-3000:]
+    destination = _client(target_registry)
+    subject = f"kbackup~schema-{hidden_id}"
+    assert destination.get(f"/subjects/{quoted(subject)}/versions", deleted="true") == [1]
+    assert subject not in destination.get("/subjects")  # registered, then soft-deleted as the copy holds it
+    found = destination.post(f"/subjects/{quoted(subject)}", {"schema": hidden}, deleted="true")
+    new_id = int(found["id"])
+    assert new_id != hidden_id and json.loads(destination.get(f"/schemas/ids/{new_id}")["schema"]) == json.loads(hidden)
+    original = consume_all(kafka, ["sr-hidden"])
+    back = consume_all(target.broker, [restored_topic])
+    expected = _rewritten(original, {hidden_id: new_id}, fields=("value",))
+    assert comparable(back) == comparable(expected)  # keys as they were, 4242 included
 
 
 def test_an_unreachable_registry_ends_the_backup_and_the_restore_in_one_line(

@@ -497,7 +497,10 @@ class BackupJob:
         if settings.kafka_source == "spark":
             writer = records.format(SINK_NAME).options(**sink).option("path", str(settings.target))
         else:
-            writer = records.foreachBatch(commit_written_batches(str(settings.target), self._stats_dir))
+            commit = commit_written_batches(
+                str(settings.target), self._stats_dir, schema_ids=settings.schema_registry is not None
+            )
+            writer = records.foreachBatch(commit)
         writer = writer.queryName("kbackup-backup").option("checkpointLocation", str(settings.checkpoint))
         if settings.snapshot:
             writer = writer.trigger(availableNow=True)
@@ -517,6 +520,8 @@ class BackupJob:
         }
         if self._stats_dir is not None:
             sink["statsDir"] = str(self._stats_dir)
+        if settings.schema_registry is not None:  # the ids the records name: a capture fetches those it lacks
+            sink["schemaIds"] = "true"
         encryption = settings.encryption
         if encryption is not None and encryption.file is not None:
             sink["encryptionKeyFile"] = str(encryption.file)

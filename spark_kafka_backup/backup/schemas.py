@@ -15,7 +15,7 @@ import threading
 import time
 
 from spark_kafka_backup.errors import KbackupError, SchemaRegistryError
-from spark_kafka_backup.schema_registry.capture import capture_into, registry_copy_path
+from spark_kafka_backup.schema_registry.capture import capture_into, missing_ids_line, registry_copy_path
 from spark_kafka_backup.schema_registry.client import RegistryAddress, RegistryClient
 from spark_kafka_backup.schema_registry.registry_copy import RegistryCopy
 from spark_kafka_backup.storage import Location
@@ -35,6 +35,7 @@ class RegistryWatch:
         self._thread: threading.Thread | None = None
         self._started_at = float("-inf")
         self._failure: str | None = None
+        self._missing: tuple[int, ...] = ()
 
     def check(self) -> None:
         """One request, so that a registry that is not there or refuses the login stops the job before it starts."""
@@ -84,7 +85,11 @@ class RegistryWatch:
             self._failure = str(exc)
 
     def _capture(self, when: str) -> RegistryCopy:
-        copy, changed = capture_into(self.target, self.address)
+        captured = capture_into(self.target, self.address)
+        copy, changed = captured.copy, captured.changed
+        if captured.missing and captured.missing != self._missing:
+            log.warning("%s", missing_ids_line(captured.missing, self.address.shown))
+        self._missing = captured.missing
         if not changed:
             log.debug("schema registry %s captured (%s): unchanged", self.address.shown, when)
         else:

@@ -40,13 +40,15 @@ def cmd_schemas_list(args: argparse.Namespace, out: TextIO) -> None:
 
 def cmd_schemas_capture(args: argparse.Namespace, out: TextIO) -> None:
     from spark_kafka_backup.arguments import schema_registry_address
-    from spark_kafka_backup.schema_registry.capture import capture_into, registry_copy_path
+    from spark_kafka_backup.schema_registry.capture import capture_into, missing_ids_line, registry_copy_path
 
     root = parse_location(args.dir)
     chosen_topics(root, None)
     address = schema_registry_address(args)
     if address is None:
         raise UsageError("say which registry: --schema-registry URL")
-    copy, changed = capture_into(root, address)
-    what = "written to" if changed else "unchanged in"
-    out.write(f"{copy.describe()} of {address.shown}: {what} {registry_copy_path(root)}\n")
+    captured = capture_into(root, address)
+    what = "written to" if captured.changed else "unchanged in"
+    out.write(f"{captured.copy.describe()} of {address.shown}: {what} {registry_copy_path(root)}\n")
+    if captured.missing:
+        out.write(f"{missing_ids_line(captured.missing, address.shown)}\n")

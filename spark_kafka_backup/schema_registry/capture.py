@@ -16,6 +16,8 @@ it starts, every ``--offsets-interval`` while it runs, and after the last record
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 from spark_kafka_backup.errors import SchemaRegistryError
@@ -30,6 +32,7 @@ from spark_kafka_backup.schema_registry.registry_copy import (
     SubjectVersion,
     whole_number,
 )
+from spark_kafka_backup.schema_registry.seen_ids import all_seen_ids
 from spark_kafka_backup.storage import Location, exists, read_limited, write_whole
 
 #: Largest registry copy read back (a registry of 100,000 schema versions of a few KiB each fits).
@@ -48,24 +51,64 @@ def read_registry_copy(root: Location) -> RegistryCopy | None:
     return RegistryCopy.decode(read_limited(path, MAX_COPY_BYTES), file=str(path))
 
 
-def capture_into(root: Location, address: RegistryAddress) -> tuple[RegistryCopy, bool]:
-    """Capture the registry and merge it into the backup's copy; return the copy and whether it changed."""
+@dataclass(frozen=True)
+class Captured:
+    """What :func:`capture_into` did."""
+
+    copy: RegistryCopy
+    changed: bool
+    #: Ids that backed-up records name and that neither the copy nor the registry holds (a restore stops at them).
+    missing: tuple[int, ...] = ()
+
+
+def capture_into(root: Location, address: RegistryAddress) -> Captured:
+    """Capture the registry, with every id the backup's records name (:mod:`~spark_kafka_backup.schema_registry.
+    seen_ids`), and merge it into the backup's copy."""
     previous = read_registry_copy(root)
-    captured = capture(RegistryClient(address), previous)
+    missing: list[int] = []
+    captured = capture(RegistryClient(address), previous, wanted=all_seen_ids(root), missing=missing)
     merged = captured if previous is None else previous.merged(captured)
     if previous is not None and merged.content() == previous.content():
-        return previous, False
+        return Captured(previous, False, tuple(missing))
     write_whole(registry_copy_path(root), merged.encode())
-    return merged, True
+    return Captured(merged, True, tuple(missing))
 
 
-def capture(client: RegistryClient, previous: RegistryCopy | None = None) -> RegistryCopy:
-    """What the registry holds now.
+def missing_ids_line(missing: Collection[int], registry: str) -> str:
+    """What to say of ids the records name that neither the copy nor the registry holds."""
+    shown = ", ".join(map(str, sorted(missing)[:10])) + (", ..." if len(missing) > 10 else "")
+    return (
+        f"records of the backup name schema id(s) {shown}, which schema registry {registry} does not hold: a "
+        "restore rewriting ids stops at them (data that only looks like the wire format, or schemas deleted for "
+        "good before they were captured)"
+    )
+
+
+def by_id_subject(schema_id: int) -> str:
+    """The subject under which the copy keeps a schema that records name and no subject of the registry lists (a
+    deleted version of it: the restore registers it, then soft-deletes it)."""
+    return f"{BY_ID_PREFIX}{schema_id}"
+
+
+#: Subjects the backup makes up for schemas fetched by id (``kbackup~schema-N``).
+BY_ID_PREFIX = "kbackup~schema-"
+
+
+def capture(
+    client: RegistryClient,
+    previous: RegistryCopy | None = None,
+    *,
+    wanted: Collection[int] = (),
+    missing: list[int] | None = None,
+) -> RegistryCopy:
+    """What the registry holds now, and every schema of ``wanted`` (ids records name) it serves.
 
     Live versions come from one listing of every schema (``GET /schemas``) where the registry has it, or are read
     one by one: read again at every capture, so that a subject deleted for good and registered again (its versions
     numbered from 1 again, with other ids) is seen, and refused by the merge. A deleted version cannot change: one
-    the previous copy holds is not read again.
+    the previous copy holds is not read again. An id of ``wanted`` that neither the listed subjects nor the previous
+    copy hold is asked for by id (``GET /schemas/ids/N``) and kept as the one deleted version of a subject of its
+    own (:func:`by_id_subject`); one the registry does not hold either goes to ``missing``.
     """
     known = previous.subjects if previous is not None else {}
     schemas: dict[int, Schema] = {}
@@ -75,6 +118,20 @@ def capture(client: RegistryClient, previous: RegistryCopy | None = None) -> Reg
         found = _subject(client, name, known.get(name), previous, schemas, listed)
         if found is not None:
             subjects[name] = found
+    held = set(schemas) | set(previous.schemas if previous is not None else ())
+    for schema_id in sorted(set(wanted) - held):
+        request = f"GET /schemas/ids/{schema_id}"
+        try:
+            document = client.get(f"/schemas/ids/{schema_id}")
+        except RegistryRefusalError as exc:
+            if not exc.not_found:
+                raise
+            if missing is not None:
+                missing.append(schema_id)
+            continue
+        _add(schemas, _schema({**document, "id": schema_id}, client, request), client, request)
+        name = by_id_subject(schema_id)
+        subjects[name] = Subject(name, (SubjectVersion(1, schema_id, deleted=True),))
     _referenced(client, subjects, schemas)
     compatibility = client.compatibility()
     mode = _mode(client)
@@ -144,7 +201,16 @@ def _live(client: RegistryClient, name: str) -> set[int]:
 
 def _read_version(client: RegistryClient, subject: str, version: int, schemas: dict[int, Schema]) -> int:
     path = f"/subjects/{quoted(subject)}/versions/{version}"
-    schema = _schema(client.get(path, deleted="true"), client, f"GET {path}")
+    try:
+        document = client.get(path, deleted="true")
+    except RegistryRefusalError as exc:
+        # Apicurio: every version of the subject soft-deleted, its versions answer 404; its own API has the id.
+        schema_id = client.apicurio_version_id(subject, version) if exc.not_found else None
+        if schema_id is None:
+            raise
+        path = f"/schemas/ids/{schema_id}"
+        document = {**client.get(path), "id": schema_id}
+    schema = _schema(document, client, f"GET {path}")
     _add(schemas, schema, client, f"GET {path}")
     return schema.id
 

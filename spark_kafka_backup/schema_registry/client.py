@@ -165,18 +165,30 @@ class RegistryClient:
 
     def _apicurio_without_rule(self, subject: str) -> bool:
         """Apicurio Registry's ``ccompat`` API answers a level (``NONE``) for a subject without one of its own; its
-        own API (``/apis/registry/v3``, beside ``/apis/ccompat/vN``) says whether the subject has a compatibility
-        rule. False for other registries, and where that API does not answer as expected."""
+        own API says whether the subject has a compatibility rule. False for other registries."""
+        rules = self._apicurio(f"/groups/default/artifacts/{quoted(subject)}/rules")
+        return isinstance(rules, list) and "COMPATIBILITY" not in rules
+
+    def apicurio_version_id(self, subject: str, version: int) -> int | None:
+        """The schema id of a subject version, from Apicurio Registry's own API: its ``ccompat`` API answers 404 for
+        a version of a subject whose versions are all soft-deleted. ``None`` for other registries."""
+        found = self._apicurio(f"/groups/default/artifacts/{quoted(subject)}/versions/{version}")
+        content = found.get("contentId") if isinstance(found, dict) else None
+        return content if isinstance(content, int) and not isinstance(content, bool) else None
+
+    def _apicurio(self, path: str) -> Any:
+        """The answer of Apicurio Registry's own API (``/apis/registry/v3`` beside ``/apis/ccompat/vN``) to a GET of
+        ``path``; ``None`` when the registry is not one (its URL does not end in ``/apis/ccompat/vN``) or the API
+        does not answer with JSON."""
         root, ccompat, _ = self._base.rpartition("/apis/ccompat/")
         if not ccompat:
-            return False
-        native = f"{root}/apis/registry/v3/groups/default/artifacts/{quoted(subject)}/rules"
+            return None
+        native = urllib.request.Request(f"{root}/apis/registry/v3{path}", headers=self._headers)
         try:
-            with self._opener.open(urllib.request.Request(native, headers=self._headers), timeout=30) as answer:
-                rules = json.loads(answer.read())
+            with self._opener.open(native, timeout=self.address.timeout) as answer:
+                return json.loads(answer.read())
         except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError):
-            return False
-        return isinstance(rules, list) and "COMPATIBILITY" not in rules
+            return None
 
     def request(self, method: str, path: str, *, body: Any = None, query: dict[str, str] | None = None) -> Any:
         """The decoded JSON answer; :class:`RegistryRefusalError` for an error status, :class:`SchemaRegistryError` when

@@ -15,7 +15,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from spark_kafka_backup.errors import SchemaIdError
-from spark_kafka_backup.format.arrow_binary import binary_parts, with_data
+from spark_kafka_backup.format.arrow_binary import BinaryParts, binary_parts, with_data
 from spark_kafka_backup.schema_registry.wire import HEADER_SIZE, MAGIC, IdRewrite, moved_id, unknown_id
 
 Int64s = npt.NDArray[np.int64]
@@ -93,17 +93,9 @@ class ColumnIdRewrite:
             column = column.cast(pa.large_binary())
         parts = binary_parts(column)
         data = parts.data
-        framed = np.flatnonzero(parts.lengths >= HEADER_SIZE)
-        rows = framed[data[parts.starts[framed]] == MAGIC]
+        rows, ids = _wire_rows(parts)
         if not len(rows):
             return column, None
-        at = parts.starts[rows]
-        ids = (
-            (data[at + 1].astype(np.int64) << 24)
-            | (data[at + 2].astype(np.int64) << 16)
-            | (data[at + 3].astype(np.int64) << 8)
-            | data[at + 4].astype(np.int64)
-        )
         place = np.minimum(np.searchsorted(self._old, ids), max(len(self._old) - 1, 0))
         known = (self._old[place] == ids) if len(self._old) else np.zeros(len(ids), dtype=np.bool_)
         new = np.where(known, self._new[place] if len(self._new) else ids, ids)
@@ -130,7 +122,33 @@ class ColumnIdRewrite:
         if not len(moved):
             return column, failure
         written = data.copy()
-        target = at[moved]
+        target = parts.starts[rows][moved]
         for byte, shift in enumerate((24, 16, 8, 0), start=1):
             written[target + byte] = ((new[moved] >> shift) & 0xFF).astype(np.uint8)
         return with_data(column, written), failure
+
+
+def _wire_rows(parts: BinaryParts) -> tuple[Int64s, Int64s]:
+    """The rows of a binary column in the wire format (five bytes or more, the first 0x00) and their ids."""
+    data = parts.data
+    framed = np.flatnonzero(parts.lengths >= HEADER_SIZE)
+    rows = framed[data[parts.starts[framed]] == MAGIC]
+    at = parts.starts[rows]
+    ids = (
+        (data[at + 1].astype(np.int64) << 24)
+        | (data[at + 2].astype(np.int64) << 16)
+        | (data[at + 3].astype(np.int64) << 8)
+        | data[at + 4].astype(np.int64)
+    )
+    return rows, ids
+
+
+def wire_schema_ids(column: pa.Array) -> Int64s:
+    """The distinct schema ids that the values of a binary column in the wire format name, ascending (what the
+    backup's tasks report, :mod:`spark_kafka_backup.schema_registry.seen_ids`)."""
+    if not len(column):
+        return np.zeros(0, dtype=np.int64)
+    if pa.types.is_binary(column.type):
+        column = column.cast(pa.large_binary())
+    _, ids = _wire_rows(binary_parts(column))
+    return np.unique(ids)

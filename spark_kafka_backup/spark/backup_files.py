@@ -28,6 +28,7 @@ from spark_kafka_backup.errors import UsageError
 from spark_kafka_backup.format.record_columns import encode_columns
 from spark_kafka_backup.partition.object_writer import ObjectPartitionWriter, open_partition_writer
 from spark_kafka_backup.partition.writer import PartitionWriter
+from spark_kafka_backup.schema_registry.wire_columns import wire_schema_ids
 from spark_kafka_backup.spark.sink_options import SinkOptions
 from spark_kafka_backup.storage import parse_location
 
@@ -52,6 +53,8 @@ class PartitionWrite:
     bytes: int = 0
     #: Seconds this task waited for the partition's lock (held by an earlier attempt, e.g. a lost executor's).
     lock_wait: float = 0.0
+    #: The schema ids the keys and values written name (the sink's ``schemaIds`` option; ascending).
+    schema_ids: tuple[int, ...] = ()
 
 
 #: What a task that wrote the files itself hands on: one row per partition (a :class:`PartitionWrite`), and the
@@ -67,6 +70,7 @@ WRITES_SCHEMA = pa.schema(
         ("skipped", pa.int64()),
         ("bytes", pa.int64()),
         ("lock_wait", pa.float64()),
+        ("schema_ids", pa.list_(pa.int64())),
     ]
 )
 
@@ -88,7 +92,10 @@ def writes_from_batch(batch: pa.RecordBatch, root: str) -> list[PartitionWrite]:
                 f"the source wrote {row['topic']}/{row['partition']} to {row['root']!r}, but the sink's path is "
                 f"{root!r}: give the source's writeTo the sink's path"
             )
-    return [PartitionWrite(**{name: row[name] for name in WRITES_SCHEMA.names[1:]}) for row in rows]
+    return [
+        PartitionWrite(**{name: row[name] for name in WRITES_SCHEMA.names[1:-1]}, schema_ids=tuple(row["schema_ids"]))
+        for row in rows
+    ]
 
 
 def _same_root(written: str, root: str) -> bool:
@@ -124,6 +131,7 @@ class BatchFiles:
         self._check = check
         self._writers: dict[tuple[str, int], AnyWriter] = {}
         self._stats: dict[tuple[str, int], PartitionWrite] = {}
+        self._schema_ids: dict[tuple[str, int], set[int]] = {}
 
     def write(self, batch: pa.RecordBatch) -> None:
         """Encode each run of one partition's rows as a whole and hand it to that partition's writer."""
@@ -154,6 +162,10 @@ class BatchFiles:
                 headers.slice(start, size),
             )
             written, skipped = writer.append_batch(encoded)
+            if self.options.schema_ids:
+                found = self._schema_ids.setdefault(key, set())
+                found.update(wire_schema_ids(keys.slice(start, size)).tolist())
+                found.update(wire_schema_ids(values.slice(start, size)).tolist())
             stat = self._stats[key]
             stat.written += written
             stat.skipped += skipped
@@ -163,6 +175,8 @@ class BatchFiles:
         """Sync, publish and close every open partition; what each partition of the task got, in order."""
         while self._writers:
             self._close(next(iter(self._writers)))
+        for key, ids in self._schema_ids.items():
+            self._stats[key].schema_ids = tuple(sorted(ids))
         return sorted(self._stats.values(), key=lambda s: (s.topic, s.partition))
 
     def abandon(self) -> None:

@@ -41,6 +41,9 @@ class SinkOptions:
     #: incarnation of a topic, asking the cluster these client settings reach (``kafka.*`` options).
     check_source: bool = False
     client: dict[str, str] = field(default_factory=dict)
+    #: Report the schema ids (the schema registry's wire format) the keys and values written name (``schemaIds``:
+    #: a backup with ``--schema-registry``, :mod:`spark_kafka_backup.schema_registry.seen_ids`).
+    schema_ids: bool = False
 
     def encryption_key(self) -> bytes | None:
         """The key-encryption key, read where this runs (an executor), or ``None`` without encryption."""
@@ -54,7 +57,7 @@ class SinkOptions:
             "path", "maxsegmentsize", "locktimeoutseconds", "fsync", "umask", "checkpointlocation", "queryname",
             "logformat", "statsdir", "compression", "encryptionkeyfile", "encryptionkeyenv",
         }  # fmt: skip
-        known.add("checksource")
+        known.update(("checksource", "schemaids"))
         lowered = {key.lower(): value for key, value in options.items()}
         client = {key[len("kafka.") :]: value for key, value in options.items() if key.lower().startswith("kafka.")}
         for key in options:
@@ -80,6 +83,7 @@ class SinkOptions:
                 encryption_key_env=lowered.get("encryptionkeyenv") or None,
                 check_source=lowered.get("checksource", "false").lower() == "true",
                 client=client,
+                schema_ids=lowered.get("schemaids", "false").lower() == "true",
             )
         except ValueError as exc:
             raise UsageError(f"invalid option for the {SINK_NAME} sink: {exc}") from exc

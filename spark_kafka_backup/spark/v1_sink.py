@@ -38,7 +38,10 @@ default 1 GiB), ``lockTimeoutSeconds`` (default 600), ``fsync`` (default true),
 records files are stored, see ``formats/compressed-records.md``), ``encryptionKeyFile`` or ``encryptionKeyEnv``
 (where each task reads the key-encryption key finished segments are sealed with: a file on every executor's machine,
 or a variable in every executor's environment; never the key itself, which Spark would show in its UI),
-``checkSource`` (``true`` behind Spark's Kafka source, with ``kafka.*`` client settings for librdkafka: see below).
+``checkSource`` (``true`` behind Spark's Kafka source, with ``kafka.*`` client settings for librdkafka: see below),
+``schemaIds`` (``true``: the tasks report the schema registry ids their keys and values name, and the commit adds
+new ones to ``ROOT/kbackup~state/schema-ids.json`` before Spark records the batch: see
+:mod:`spark_kafka_backup.schema_registry.seen_ids`).
 
 Behind Spark's Kafka source (``checkSource``), the sink does what spark-kafka-backup's own source does while reading:
 
@@ -72,6 +75,7 @@ from spark_kafka_backup.errors import FormatError, StorageError, UsageError
 from spark_kafka_backup.format.json_document import parse_document
 from spark_kafka_backup.fsutil import atomic_write, restrict_new_files
 from spark_kafka_backup.logsetup import ensure_console_logging
+from spark_kafka_backup.schema_registry.seen_ids import record_seen_ids
 from spark_kafka_backup.spark.backup_files import (
     MAX_OPEN_PARTITIONS,
     WRITES_SCHEMA,
@@ -85,6 +89,7 @@ from spark_kafka_backup.spark.backup_files import (
 from spark_kafka_backup.spark.sink_options import SINK_NAME, SinkOptions
 from spark_kafka_backup.spark.source_check import SourceCheck
 from spark_kafka_backup.spark.worker_gc import freeze_loaded_objects
+from spark_kafka_backup.storage import Location
 
 __all__ = [
     "MAX_OPEN_PARTITIONS",
@@ -173,6 +178,8 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
             for write in (message.partitions if isinstance(message, BackupCommitMessage) else ())
         ]
         report_batch(batchId, writes, self.options.stats_dir)
+        if self.options.schema_ids:
+            record_schema_ids(self.options.target, writes)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         ensure_console_logging(log_format=self.options.log_format)  # a Python worker of Spark's, not the job's
@@ -180,6 +187,18 @@ class V1StreamWriter(DataSourceStreamArrowWriter):
             "batch %d failed; what its tasks wrote but did not sync is repaired when the partition is next opened",
             batchId,
         )
+
+
+def record_schema_ids(root: Location, writes: Iterable[PartitionWrite]) -> None:
+    """Add the schema ids a committed batch's records name to the backup's list (before the batch is recorded)."""
+    found: dict[str, set[int]] = {}
+    for write in writes:
+        if write.schema_ids:
+            found.setdefault(write.topic, set()).update(write.schema_ids)
+    if found and record_seen_ids(root, found):
+        log.info("records name schema ids not seen before: %s", ", ".join(
+            f"{topic}: {', '.join(map(str, sorted(ids)[:10]))}{', ...' if len(ids) > 10 else ''}"
+            for topic, ids in sorted(found.items())))  # fmt: skip
 
 
 def report_batch(batch_id: int, writes: Iterable[PartitionWrite], stats_dir: Path | None) -> None:

@@ -19,16 +19,23 @@ from pathlib import Path
 from typing import Any
 
 from spark_kafka_backup.spark.backup_files import writes_from_batch
-from spark_kafka_backup.spark.v1_sink import report_batch
+from spark_kafka_backup.spark.v1_sink import record_schema_ids, report_batch
+from spark_kafka_backup.storage import parse_location
 
 
-def commit_written_batches(root: str, stats_dir: Path | None) -> Callable[[Any, int], None]:
+def commit_written_batches(
+    root: str, stats_dir: Path | None, *, schema_ids: bool = False
+) -> Callable[[Any, int], None]:
     """The ``foreachBatch`` function of a backup into ``root`` whose source's tasks write the files (``writeTo``
-    ``root``): runs each batch, then reports what it wrote (:func:`~spark_kafka_backup.spark.v1_sink.report_batch`)."""
+    ``root``): runs each batch, then reports what it wrote (:func:`~spark_kafka_backup.spark.v1_sink.report_batch`)
+    and, with ``schema_ids``, adds the schema ids its records name to the backup's list
+    (:func:`~spark_kafka_backup.spark.v1_sink.record_schema_ids`) before Spark records the batch."""
 
     def commit(frame: Any, batch_id: int) -> None:
         table = frame.toArrow()
-        report_batch(batch_id, [write for batch in table.to_batches() for write in writes_from_batch(batch, root)],
-                     stats_dir)  # fmt: skip
+        writes = [write for batch in table.to_batches() for write in writes_from_batch(batch, root)]
+        report_batch(batch_id, writes, stats_dir)
+        if schema_ids:
+            record_schema_ids(parse_location(root), writes)
 
     return commit

@@ -163,3 +163,50 @@ def test_write_to_reads_headers_and_accepts_another_spelling_of_the_sinks_path(
     rows = writes_batch("backups/../backups", [PartitionWrite("a", 0, 0, 3, written=4, bytes=100)])
     writer = V1StreamWriter(SinkOptions.parse({"path": str(tmp_path / "backups")}), written_by_source=True)
     assert [w.written for w in writer.write(iter([rows])).partitions] == [4]
+
+
+def _wired_batch(topic: str, partition: int, keys: list[bytes | None], values: list[bytes | None]) -> pa.RecordBatch:
+    plain = batch(topic, partition, list(range(len(keys))))
+    columns = [pa.array(keys, pa.binary()), pa.array(values, pa.binary()), *plain.columns[2:]]
+    return pa.RecordBatch.from_arrays(columns, schema=SCHEMA)
+
+
+def test_tasks_report_the_schema_ids_their_records_name_and_the_commit_lists_new_ones(tmp_path: Path) -> None:
+    """With ``schemaIds``, each partition's write names the distinct ids of its keys and values in the wire format
+    (not null, short, or other first bytes); the driver's commit adds new ones to ``kbackup~state/schema-ids.json``."""
+    from spark_kafka_backup.schema_registry.seen_ids import read_seen_ids, record_seen_ids
+    from spark_kafka_backup.spark.v1_sink import record_schema_ids
+
+    def wired(schema_id: int) -> bytes:
+        return b"\x00" + schema_id.to_bytes(4, "big") + b"payload"
+
+    options = SinkOptions.parse({"path": str(tmp_path), "fsync": "false", "schemaIds": "true"})
+    batches = [
+        _wired_batch("a", 0, [wired(7), None, b"\x00\x00\x00\x01", wired(2**32 - 1)], [wired(3), wired(3), b"", None]),
+        _wired_batch("b", 0, [b"\x01" + bytes(8), wired(9)], [wired(0), b"\x00\x00\x00\x00\x05"]),
+    ]
+    message = V1StreamWriter(options).write(iter(batches))
+    assert {(w.topic, w.schema_ids) for w in message.partitions} == {("a", (3, 7, 2**32 - 1)), ("b", (0, 5, 9))}
+    # Through the rows a source that wrote the files hands on, and back.
+    rows = writes_batch(str(tmp_path), message.partitions)
+    assert [w.schema_ids for w in backup_files.writes_from_batch(rows, str(tmp_path))] == [(3, 7, 2**32 - 1), (0, 5, 9)]
+    record_schema_ids(tmp_path, message.partitions)
+    assert read_seen_ids(tmp_path) == {"a": {3, 7, 2**32 - 1}, "b": {0, 5, 9}}
+    assert not record_seen_ids(tmp_path, {"a": [3]})  # nothing new: not written again
+    assert record_seen_ids(tmp_path, {"c": [1]}) and read_seen_ids(tmp_path)["c"] == {1}
+    # Without the option nothing is looked at.
+    plain = V1StreamWriter(SinkOptions.parse({"path": str(tmp_path / "other"), "fsync": "false"}))
+    assert all(w.schema_ids == () for w in plain.write(iter(batches)).partitions)
+
+
+def test_a_damaged_schema_ids_file_is_one_error_naming_it(tmp_path: Path) -> None:
+    from spark_kafka_backup.errors import FormatError
+    from spark_kafka_backup.schema_registry.seen_ids import read_seen_ids, seen_ids_path
+
+    path = seen_ids_path(tmp_path)
+    assert isinstance(path, Path)
+    path.parent.mkdir(parents=True)
+    for damage in (b'{"version": 1, "topics": {"a": [-1]}}', b'{"version": 2, "topics": {}}', b"[1", b'{"topics": 1}'):
+        path.write_bytes(damage)
+        with pytest.raises(FormatError, match=r"schema-ids\.json"):
+            read_seen_ids(tmp_path)

@@ -71,3 +71,17 @@ def test_columns_are_rewritten_and_refused_as_the_reference_does(seed: int) -> N
         tail = columns.apply(batch.slice(3), topic="t", partitions=partitions[3:], offsets=offsets[3:])
         assert tail.column("value").to_pylist() == [r.value for r in expected[3:] if r is not None]
     assert rewritten > 10  # the trials were not all refusals
+
+
+@pytest.mark.parametrize("kind", [pa.binary(), pa.large_binary()])
+def test_the_ids_a_column_names_are_found_in_slices_too(kind: pa.DataType) -> None:
+    from spark_kafka_backup.schema_registry.wire_columns import wire_schema_ids
+
+    def wired(schema_id: int) -> bytes:
+        return b"\x00" + schema_id.to_bytes(4, "big")
+
+    column = pa.array([wired(5), None, wired(1), b"\x00\x00", wired(1), b"\x02" + bytes(4), wired(70000)], kind)
+    assert wire_schema_ids(column).tolist() == [1, 5, 70000]
+    assert wire_schema_ids(column.slice(1, 3)).tolist() == [1]
+    assert wire_schema_ids(column.slice(3, 3)).tolist() == [1]
+    assert wire_schema_ids(column.slice(0, 0)).tolist() == []

@@ -1,0 +1,66 @@
+"""The schema ids the backup's records name, per topic: ``ROOT/kbackup~state/schema-ids.json``.
+
+A backup with ``--schema-registry`` has its tasks report the distinct ids in the wire format (a zero byte, then a
+4-byte id) among the keys and values they wrote
+(:func:`~spark_kafka_backup.schema_registry.wire_columns.wire_schema_ids`); the driver adds the ids of a committed
+micro-batch that are not in this file yet before Spark records the batch (:func:`record_seen_ids`), so that the
+file holds every id of every record committed. A capture reads it and fetches each id that the registry's subjects
+do not show (``GET /schemas/ids/N``): a schema whose subjects were deleted for good before the first capture, or one
+that the registry serves by id under no subject the API lists (Apicurio's other groups).
+
+Format: ``{"version": 1, "topics": {"TOPIC": [id, ...]}}``, topics and ids ascending; replaced whole, only when it
+grows. Ids the tasks found in data that only looks like the wire format (raw Avro starting with zeros) are listed
+too: an id the registry does not hold is only said, never refused.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+
+from spark_kafka_backup.errors import FormatError
+from spark_kafka_backup.format.json_document import parse_document
+from spark_kafka_backup.partition.layout import state_dir
+from spark_kafka_backup.schema_registry.registry_copy import whole_number
+from spark_kafka_backup.storage import Location, exists, read_limited, write_whole
+
+SEEN_IDS_VERSION = 1
+#: Largest file read back (a million ids over a thousand topics fit).
+MAX_SEEN_IDS_BYTES = 64 << 20
+
+
+def seen_ids_path(root: Location) -> Location:
+    return state_dir(root) / "schema-ids.json"
+
+
+def read_seen_ids(root: Location) -> dict[str, frozenset[int]]:
+    """Each topic's ids named by records backed up (empty without the file)."""
+    path = seen_ids_path(root)
+    if not exists(path):
+        return {}
+    try:
+        document = parse_document(read_limited(path, MAX_SEEN_IDS_BYTES), file=str(path), what="schema ids")
+        if not isinstance(document, dict) or document.get("version") != SEEN_IDS_VERSION:
+            raise FormatError("not a schema ids file", file=str(path), expected=f"version {SEEN_IDS_VERSION}")
+        return {str(topic): frozenset(map(whole_number, ids)) for topic, ids in document["topics"].items()}
+    except FormatError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise FormatError(f"not a valid schema ids file ({exc!r})", file=str(path)) from exc
+
+
+def record_seen_ids(root: Location, found: Mapping[str, Iterable[int]]) -> bool:
+    """Add ``found`` (topic -> ids) to the file; return whether it grew (it is written only then)."""
+    known = read_seen_ids(root)
+    grown = {topic: known.get(topic, frozenset()) | frozenset(ids) for topic, ids in found.items()}
+    if all(grown[topic] == known.get(topic, frozenset()) for topic in grown):
+        return False
+    merged = {**known, **grown}
+    document = {"version": SEEN_IDS_VERSION, "topics": {t: sorted(merged[t]) for t in sorted(merged)}}
+    write_whole(seen_ids_path(root), json.dumps(document).encode() + b"\n")
+    return True
+
+
+def all_seen_ids(root: Location) -> frozenset[int]:
+    """Every id some backed-up record names."""
+    return frozenset().union(*read_seen_ids(root).values())
