@@ -266,6 +266,7 @@ def test_round_trip_through_sasl_ssl_with_exactly_the_documented_acls_and_no_sec
     assert b"SparkListenerEnvironmentUpdate" in events_seen and b"SparkListenerSQLExecutionStart" in events_seen
 
 
+@pytest.mark.long  # CI time: the round trip above runs with exactly these ACLs
 def test_each_missing_acl_is_refused_in_one_line_before_anything_changes(secured: Secured, tmp_path: Path) -> None:
     """Without any one documented ACL, each job stops before it writes a file, creates a topic or commits."""
     from confluent_kafka.admin import NewTopic
@@ -367,6 +368,7 @@ def test_the_operations_guide_lists_exactly_the_tested_acls() -> None:
     assert listed["restore"] == {(kind, operation) for kind, _, _, operation in RESTORE_ACLS}
 
 
+@pytest.mark.long  # CI time
 def test_metrics_show_the_lag_measured_independently_and_a_stalled_backup(secured: Secured, tmp_path: Path) -> None:
     """A continuous backup through SASL_SSL with metrics by HTTP and to a JSON file, and logs as JSON lines.
 

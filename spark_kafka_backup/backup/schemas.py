@@ -35,7 +35,8 @@ class RegistryWatch:
         self._thread: threading.Thread | None = None
         self._started_at = float("-inf")
         self._failure: str | None = None
-        self._missing: tuple[int, ...] = ()
+        #: Ids records name that the registry answered 404 for: not asked again by this job.
+        self._absent: set[int] = set()
 
     def check(self) -> None:
         """One request, so that a registry that is not there or refuses the login stops the job before it starts."""
@@ -85,11 +86,11 @@ class RegistryWatch:
             self._failure = str(exc)
 
     def _capture(self, when: str) -> RegistryCopy:
-        captured = capture_into(self.target, self.address)
+        captured = capture_into(self.target, self.address, absent=self._absent)
         copy, changed = captured.copy, captured.changed
-        if captured.missing and captured.missing != self._missing:
+        if captured.missing:  # asked once: such ids are mostly data that only looks like the wire format
+            self._absent |= set(captured.missing)
             log.warning("%s", missing_ids_line(captured.missing, self.address.shown))
-        self._missing = captured.missing
         if not changed:
             log.debug("schema registry %s captured (%s): unchanged", self.address.shown, when)
         else:

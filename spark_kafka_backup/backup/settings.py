@@ -207,6 +207,11 @@ def parse_backup_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/bac
     client = client_settings(properties, args.command_config, args.bootstrap_server)
     if args.schema_registry_interval is not None and args.schema_registry is None:
         raise UsageError("--schema-registry-interval needs --schema-registry")
+    if args.schema_registry_interval is not None and (args.snapshot or snapshot_property == "true"):
+        raise UsageError(
+            "--schema-registry-interval is for a continuous backup: a snapshot captures the registry when it starts "
+            "and when it has read everything"
+        )
     return BackupSettings(
         target=location,
         client=client,

@@ -17,6 +17,7 @@ on where the target log says it stopped (see the plan module).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -46,11 +47,18 @@ from spark_kafka_backup.restore.marker import (
     transactional_id,
 )
 from spark_kafka_backup.restore.metrics import RestoreMetrics
-from spark_kafka_backup.restore.plan import PartitionPlan, RestorePlan, TopicPlan, build_plan, refuse_damage
+from spark_kafka_backup.restore.plan import (
+    PartitionPlan,
+    RestorePlan,
+    TopicPlan,
+    build_plan,
+    refuse_damage,
+    restored_topics,
+)
 from spark_kafka_backup.restore.schemas import register_schemas
 from spark_kafka_backup.restore.selection import count_selected
 from spark_kafka_backup.restore.settings import RestoreSettings, parse_restore_args
-from spark_kafka_backup.restore.task import PartitionResult, PartitionTask, restore_partition
+from spark_kafka_backup.restore.task import PartitionResult, PartitionTask, restore_partition_sharing
 from spark_kafka_backup.restore.throttle import Throttle
 from spark_kafka_backup.restore.timestamp_type import TIMESTAMP_TYPE, PendingTimestampTypes, set_timestamp_types
 from spark_kafka_backup.spark.failures import failure_cause
@@ -87,6 +95,7 @@ def run(settings: RestoreSettings) -> int:
         raise ClusterError(f"cannot reach Kafka at {settings.client['bootstrap.servers']}: {exc}") from exc
     registry_lines: list[str] = []
     if settings.schema_registry is not None:
+        restored_topics(settings)  # the options naming topics are checked before anything is registered
         settings, registry_lines = register_schemas(settings)
     plan = build_plan(settings, admin)
     if not settings.dry_run:  # a dry run's report says all of this once, in its own lines
@@ -366,13 +375,17 @@ def _run_tasks(
     try:
         context = spark.sparkContext
         tasks = _shared_throttle(tasks, settings, context.defaultParallelism)
-        rdd = context.parallelize(tasks, len(tasks))
+        # Schema id maps go once to each executor (a broadcast), not with every task.
+        rewrites = {task.source_topic: task.id_rewrite for task in tasks if task.id_rewrite is not None}
+        shared = context.broadcast(rewrites) if rewrites else None
+        shipped = [replace(task, id_rewrite=None) for task in tasks]
+        rdd = context.parallelize(shipped, len(shipped))
         outcome: dict[str, Any] = {}
 
         def collect() -> None:
             context.setJobGroup(JOB_GROUP, "spark-kafka-backup restore")
             try:
-                outcome["results"] = rdd.map(restore_partition).collect()
+                outcome["results"] = rdd.map(functools.partial(restore_partition_sharing, shared)).collect()
             except Exception as exc:  # re-raised on the main thread
                 outcome["error"] = exc
 

@@ -172,9 +172,9 @@ class RestorePlan:
         return [part for part in self.partitions if part.repartition is None] + self.merged_sources
 
 
-def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
-    """Check the backup and the target; decide each partition's starting point."""
-    plan = RestorePlan()
+def restored_topics(settings: RestoreSettings) -> list[str]:
+    """The backed-up topics the restore writes, checked with the options that name them (``--topics``,
+    ``--topic-map``, ``--partitions``, ``--repartition``): refused before anything is registered or created."""
     available = list_topics(settings.source)
     if settings.selection is None:
         chosen = available
@@ -194,6 +194,13 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
         raise BackupNotFoundError(f"no topic of the backup {settings.source} is selected")
     settings.check_target_names(chosen)
     settings.check_target_options(chosen)
+    return chosen
+
+
+def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
+    """Check the backup and the target; decide each partition's starting point."""
+    plan = RestorePlan()
+    chosen = restored_topics(settings)
     existing = partition_counts(admin)
     historic = _historic_groups(settings)
     if historic is not None:

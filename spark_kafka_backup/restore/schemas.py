@@ -86,7 +86,11 @@ def register_schemas(settings: RestoreSettings) -> tuple[RestoreSettings, list[s
         shown = ", ".join(f"{old} -> {new}" for old, new in moved[:20]) + (", ..." if len(moved) > 20 else "")
         lines.append(f"  {count(len(moved), 'schema id')} differ in the target: {shown}")
     elif settings.schema_registry_import:
-        lines.append("  registered under the backup's ids (--schema-registry-import): no record's id changes")
+        lines.append(
+            "  to be registered under the backup's ids (--schema-registry-import): no record's id would change"
+            if settings.dry_run
+            else "  registered under the backup's ids (--schema-registry-import): no record's id changes"
+        )
     else:
         lines.append("  every schema id is the same in the target" + (" (so far)" if done.missing else ""))
     rewrites = {

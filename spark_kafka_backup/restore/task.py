@@ -44,6 +44,8 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
 
 from spark_kafka_backup.catalog.integrity import bad_segments
 from spark_kafka_backup.errors import ChecksumError, DeliveryError
@@ -68,11 +70,19 @@ from spark_kafka_backup.spark.stack_dumps import stacks_if_slow
 from spark_kafka_backup.spark.worker_gc import freeze_loaded_objects
 from spark_kafka_backup.storage import parse_location
 
-__all__ = ["PartitionResult", "PartitionTask", "producer_settings", "restore_partition"]
+__all__ = ["PartitionResult", "PartitionTask", "producer_settings", "restore_partition", "restore_partition_sharing"]
 
 _task_log = logging.getLogger("spark_kafka_backup.restore")
 
 Run = Callable[[PartitionTask, dict[int, PartitionReader], PartitionResult], PartitionResult]
+
+
+def restore_partition_sharing(rewrites: Any, task: PartitionTask) -> PartitionResult:
+    """:func:`restore_partition`, the task's schema id rewrite taken from ``rewrites``: a Spark broadcast of
+    ``{source topic: IdRewrite}``, which reaches each executor once, where a map of a registry's every id shipped with
+    each task would cost its size once per task (10 MB for a million ids); ``None`` without rewrites."""
+    found = rewrites.value.get(task.source_topic) if rewrites is not None else None
+    return restore_partition(task if found is None else replace(task, id_rewrite=found))
 
 
 def restore_partition(task: PartitionTask) -> PartitionResult:

@@ -61,12 +61,18 @@ class Captured:
     missing: tuple[int, ...] = ()
 
 
-def capture_into(root: Location, address: RegistryAddress) -> Captured:
+#: Schemas asked for by id in one capture at most (the rest at the next one).
+MAX_BY_ID_REQUESTS = 1000
+
+
+def capture_into(root: Location, address: RegistryAddress, *, absent: Collection[int] = ()) -> Captured:
     """Capture the registry, with every id the backup's records name (:mod:`~spark_kafka_backup.schema_registry.
-    seen_ids`), and merge it into the backup's copy."""
+    seen_ids`) but those in ``absent`` (the registry answered 404 for them before), and merge it into the backup's
+    copy."""
     previous = read_registry_copy(root)
     missing: list[int] = []
-    captured = capture(RegistryClient(address), previous, wanted=all_seen_ids(root), missing=missing)
+    wanted = all_seen_ids(root) - frozenset(absent)
+    captured = capture(RegistryClient(address), previous, wanted=wanted, missing=missing)
     merged = captured if previous is None else previous.merged(captured)
     if previous is not None and merged.content() == previous.content():
         return Captured(previous, False, tuple(missing))
@@ -118,24 +124,35 @@ def capture(
         found = _subject(client, name, known.get(name), previous, schemas, listed)
         if found is not None:
             subjects[name] = found
-    held = set(schemas) | set(previous.schemas if previous is not None else ())
-    for schema_id in sorted(set(wanted) - held):
-        request = f"GET /schemas/ids/{schema_id}"
-        try:
-            document = client.get(f"/schemas/ids/{schema_id}")
-        except RegistryRefusalError as exc:
-            if not exc.not_found:
-                raise
-            if missing is not None:
-                missing.append(schema_id)
-            continue
-        _add(schemas, _schema({**document, "id": schema_id}, client, request), client, request)
-        name = by_id_subject(schema_id)
-        subjects[name] = Subject(name, (SubjectVersion(1, schema_id, deleted=True),))
     _referenced(client, subjects, schemas)
+    held = set(schemas) | set(previous.schemas if previous is not None else ())
+    for schema_id in sorted(set(wanted) - held)[:MAX_BY_ID_REQUESTS]:
+        if not _by_id(client, schema_id, subjects, schemas) and missing is not None:
+            missing.append(schema_id)
     compatibility = client.compatibility()
     mode = _mode(client)
     return RegistryCopy(client.address.shown, int(time.time() * 1000), compatibility, mode, schemas, subjects)
+
+
+def _by_id(client: RegistryClient, schema_id: int, subjects: dict[str, Subject], schemas: dict[int, Schema]) -> bool:
+    """Add the schema the registry serves under ``schema_id`` (and the versions it references) as the one deleted
+    version of :func:`by_id_subject`; False, adding nothing, when the registry lacks it or a version it references."""
+    request = f"GET /schemas/ids/{schema_id}"
+    trial_subjects, trial_schemas = dict(subjects), dict(schemas)
+    try:
+        document = client.get(f"/schemas/ids/{schema_id}")
+        schema = _schema({**document, "id": schema_id}, client, request)
+        _add(trial_schemas, schema, client, request)
+        name = by_id_subject(schema_id)
+        trial_subjects[name] = Subject(name, (SubjectVersion(1, schema_id, deleted=True),))
+        _referenced(client, trial_subjects, trial_schemas, [schema])
+    except RegistryRefusalError as exc:
+        if not exc.not_found:
+            raise
+        return False
+    subjects.update(trial_subjects)
+    schemas.update(trial_schemas)
+    return True
 
 
 def _listed_versions(client: RegistryClient, schemas: dict[int, Schema]) -> dict[tuple[str, int], int] | None:
@@ -243,9 +260,15 @@ def _add(schemas: dict[int, Schema], schema: Schema, client: RegistryClient, req
     schemas[schema.id] = schema
 
 
-def _referenced(client: RegistryClient, subjects: dict[str, Subject], schemas: dict[int, Schema]) -> None:
-    """Add the subject versions that captured schemas reference and the listing did not show (deleted for good)."""
-    pending = list(schemas.values())
+def _referenced(
+    client: RegistryClient,
+    subjects: dict[str, Subject],
+    schemas: dict[int, Schema],
+    start: list[Schema] | None = None,
+) -> None:
+    """Add the subject versions that captured schemas (or those of ``start``) reference and the listing did not show
+    (deleted for good)."""
+    pending = list(schemas.values()) if start is None else list(start)
     while pending:
         schema = pending.pop()
         for reference in schema.references:

@@ -127,14 +127,30 @@ class RegistryImportState:
         }
         write_whole(self.path, json.dumps(document, indent=1).encode())
 
-    def lost(self, old: int, subject: str, registry: str) -> None:
-        """Refuse a target registry that lacks a schema an earlier import registered or found there."""
-        raise SchemaRegistryError(
-            f"schema registry {registry} no longer holds the backup's schema id {old} under {subject!r}, where an "
-            f"earlier restore from this backup found it as id {self.ids[old]} and wrote records naming that id: the "
-            "registry was replaced or wiped since, or the subject deleted for good. Restore into an empty cluster "
-            f"and registry after deleting {self.path}"
-        )
+    def check_held(self, client: RegistryClient, schema: Schema) -> None:
+        """Refuse a target registry that no longer serves, under the id an earlier import found, a schema the records
+        restored then name (it was replaced or wiped since); before anything is registered."""
+        earlier = self.ids.get(schema.id)
+        if earlier is None:
+            return
+        try:
+            document = client.get(f"/schemas/ids/{earlier}")
+            served = Schema(schema.id, str(document["schema"]), schema.schema_type, schema.references)
+        except RegistryRefusalError as exc:
+            if not exc.not_found:
+                raise
+            served = None
+        except (KeyError, TypeError) as exc:
+            raise SchemaRegistryError(
+                f"schema registry {client.address.shown}: GET /schemas/ids/{earlier}: not a schema ({exc!r})"
+            ) from exc
+        if served is None or not served.same_as(schema):
+            what = "no longer holds" if served is None else "holds another schema under"
+            raise SchemaRegistryError(
+                f"schema registry {client.address.shown} {what} id {earlier}, which an earlier restore from this "
+                f"backup found for the backup's schema id {schema.id} and wrote records naming: the registry was "
+                f"replaced or wiped since. Restore into an empty cluster and registry after deleting {self.path}"
+            )
 
     def check_ids(self, ids: Mapping[int, int], registry: str) -> None:
         """Refuse target ids that differ from those an earlier import found for the same schemas."""
@@ -205,8 +221,8 @@ def import_registry(
                 f"{found[0]}: it cannot be registered under its own id there (--schema-registry-import); restore "
                 "without it (the records' ids are then rewritten), or into a registry without this schema"
             )
-        if found is None and pending is not None and schema.id in pending.ids:
-            pending.lost(schema.id, target, client.address.shown)  # before registering anything
+        if found is None and pending is not None:
+            pending.check_held(client, schema)  # before registering anything
         if found is None and not dry_run:
             assert pending is not None
             if version.deleted:
@@ -219,12 +235,13 @@ def import_registry(
                     f"schema registry {client.address.shown}: schema id {schema.id} of subject {subject!r} was "
                     f"registered under {target!r} but cannot be looked up there"
                 )
-            if keep_ids and found[0] != schema.id:
+            if keep_ids and found != (schema.id, version.version):
                 raise SchemaRegistryError(
                     f"schema registry {client.address.shown}: asked to register the backup's schema id {schema.id} "
-                    f"under {target!r} with that id (mode IMPORT), it gave it id {found[0]}: this registry does not "
-                    "register under the ids given (Apicurio Registry ignores them). Restore without "
-                    "--schema-registry-import: the records' ids are then rewritten"
+                    f"under {target!r} as version {version.version} with that id (mode IMPORT), it made it version "
+                    f"{found[1]} with id {found[0]}: this registry does not register under the ids and versions "
+                    "given (Apicurio Registry ignores them). Restore without --schema-registry-import: the records' "
+                    "ids are then rewritten"
                 )
             done.registered += 1
         elif found is not None:

@@ -8,9 +8,10 @@ file holds every id of every record committed. A capture reads it and fetches ea
 do not show (``GET /schemas/ids/N``): a schema whose subjects were deleted for good before the first capture, or one
 that the registry serves by id under no subject the API lists (Apicurio's other groups).
 
-Format: ``{"version": 1, "topics": {"TOPIC": [id, ...]}}``, topics and ids ascending; replaced whole, only when it
-grows. Ids the tasks found in data that only looks like the wire format (raw Avro starting with zeros) are listed
-too: an id the registry does not hold is only said, never refused.
+Format: ``{"version": 1, "topics": {"TOPIC": [id, ...]}}`` (with ``"capped": true`` once it holds
+:data:`MAX_SEEN_IDS`), topics and ids ascending; replaced whole, only when it grows. Ids the tasks found in data that
+only looks like the wire format (raw Avro starting with zeros) are listed too: an id the registry does not hold is
+only said, never refused.
 """
 
 from __future__ import annotations
@@ -25,8 +26,15 @@ from spark_kafka_backup.schema_registry.registry_copy import whole_number
 from spark_kafka_backup.storage import Location, exists, read_limited, write_whole
 
 SEEN_IDS_VERSION = 1
-#: Largest file read back (a million ids over a thousand topics fit).
-MAX_SEEN_IDS_BYTES = 64 << 20
+#: Distinct ids the file lists at most, over every topic. Keys or values that only look like the wire format (a
+#: Java long serializer's big-endian numbers, UUIDs with a leading zero byte) name a new "id" every few records:
+#: past this the file stops growing and says so (``"capped": true``), and the job warns once.
+MAX_SEEN_IDS = 100_000
+#: Largest file read back (:data:`MAX_SEEN_IDS` ids take about 1 MB).
+MAX_SEEN_IDS_BYTES = 16 << 20
+
+#: What this process last read or wrote, per backup root: a micro-batch naming only known ids costs no read.
+_known: dict[str, dict[str, frozenset[int]]] = {}
 
 
 def seen_ids_path(root: Location) -> Location:
@@ -50,15 +58,34 @@ def read_seen_ids(root: Location) -> dict[str, frozenset[int]]:
 
 
 def record_seen_ids(root: Location, found: Mapping[str, Iterable[int]]) -> bool:
-    """Add ``found`` (topic -> ids) to the file; return whether it grew (it is written only then)."""
-    known = read_seen_ids(root)
-    grown = {topic: known.get(topic, frozenset()) | frozenset(ids) for topic, ids in found.items()}
-    if all(grown[topic] == known.get(topic, frozenset()) for topic in grown):
+    """Add ``found`` (topic -> ids) to the file, up to :data:`MAX_SEEN_IDS` in all; return whether it grew (it is
+    written only then)."""
+    wanted = {topic: frozenset(ids) for topic, ids in found.items()}
+    cached = _known.get(str(root))
+    if cached is not None and all(ids <= cached.get(topic, frozenset()) for topic, ids in wanted.items()):
         return False
-    merged = {**known, **grown}
-    document = {"version": SEEN_IDS_VERSION, "topics": {t: sorted(merged[t]) for t in sorted(merged)}}
+    known = read_seen_ids(root)
+    room = MAX_SEEN_IDS - sum(map(len, known.values()))
+    merged = dict(known)
+    for topic, ids in sorted(wanted.items()):
+        new = sorted(ids - merged.get(topic, frozenset()))[: max(room, 0)]
+        room -= len(new)
+        if new:
+            merged[topic] = merged.get(topic, frozenset()) | frozenset(new)
+    _known[str(root)] = merged
+    if merged == known:
+        return False
+    document: dict[str, object] = {"version": SEEN_IDS_VERSION}
+    if room <= 0:
+        document["capped"] = True
+    document["topics"] = {t: sorted(merged[t]) for t in sorted(merged)}
     write_whole(seen_ids_path(root), json.dumps(document).encode() + b"\n")
     return True
+
+
+def seen_ids_capped(root: Location) -> bool:
+    """Whether the file stopped growing at :data:`MAX_SEEN_IDS`."""
+    return sum(map(len, read_seen_ids(root).values())) >= MAX_SEEN_IDS
 
 
 def all_seen_ids(root: Location) -> frozenset[int]:

@@ -75,7 +75,7 @@ from spark_kafka_backup.errors import FormatError, StorageError, UsageError
 from spark_kafka_backup.format.json_document import parse_document
 from spark_kafka_backup.fsutil import atomic_write, restrict_new_files
 from spark_kafka_backup.logsetup import ensure_console_logging
-from spark_kafka_backup.schema_registry.seen_ids import record_seen_ids
+from spark_kafka_backup.schema_registry.seen_ids import MAX_SEEN_IDS, record_seen_ids, seen_ids_capped
 from spark_kafka_backup.spark.backup_files import (
     MAX_OPEN_PARTITIONS,
     WRITES_SCHEMA,
@@ -199,6 +199,12 @@ def record_schema_ids(root: Location, writes: Iterable[PartitionWrite]) -> None:
         log.info("records name schema ids not seen before: %s", ", ".join(
             f"{topic}: {', '.join(map(str, sorted(ids)[:10]))}{', ...' if len(ids) > 10 else ''}"
             for topic, ids in sorted(found.items())))  # fmt: skip
+        if seen_ids_capped(root):
+            log.warning(
+                "records name %s distinct schema ids or more: most are data that only looks like the schema "
+                "registry's wire format; no more ids are listed, and ids seen from now on are fetched only if a "
+                "subject lists them", f"{MAX_SEEN_IDS:,}",
+            )  # fmt: skip
 
 
 def report_batch(batch_id: int, writes: Iterable[PartitionWrite], stats_dir: Path | None) -> None:

@@ -377,3 +377,5 @@ def test_the_schema_registry_is_captured_every_offsets_interval_unless_told_othe
     assert settings.schema_registry_interval == 600.0 and settings.offsets_interval == 30.0
     with pytest.raises(UsageError, match="--schema-registry-interval needs --schema-registry"):
         parse_backup_args([*base, "--schema-registry-interval", "600"])
+    with pytest.raises(UsageError, match="--schema-registry-interval is for a continuous backup"):
+        parse_backup_args([*base, *registry, "--schema-registry-interval", "600", "--snapshot"])

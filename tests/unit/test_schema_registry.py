@@ -392,6 +392,11 @@ class ModelRegistry:
         def refuse(status: int, code: int) -> RegistryRefusalError:
             return RegistryRefusalError(f"{method} {path}: {code}", status=status, error_code=code)
 
+        if parts[0] == "schemas":  # /schemas/ids/N
+            held = [text for (text, _), found in self.ids.items() if found == int(parts[2])]
+            if not held:
+                raise refuse(404, 40403)
+            return {"schema": held[0]}
         if parts[0] == "mode":
             if self.mode is None:
                 raise refuse(404, 404)
@@ -477,15 +482,40 @@ def _source_copy() -> RegistryCopy:
     )
 
 
-def _import(model: ModelRegistry, state: Path, *, keep_ids: bool = False) -> object:
+def _import(model: ModelRegistry, state: Path, *, keep_ids: bool = False, orders: str = "orders2") -> object:
     copy = _source_copy()
     return import_registry(
         _model_client(model),
         copy,
-        target_subjects(copy, {"orders": "orders2"}),
+        target_subjects(copy, {"orders": orders}),
         RegistryImportState(state),
         keep_ids=keep_ids,
     )
+
+
+def test_a_rerun_under_other_subjects_finds_the_ids_and_a_wiped_registry_is_refused_before_registering(
+    tmp_path: Path,
+) -> None:
+    """The restore's state remembers target ids: a rerun renaming the topic elsewhere registers the same schemas under
+    new subjects and gets the same ids (accepted); a registry that no longer serves them is refused at once."""
+    model = ModelRegistry(first_id=101)
+    state = tmp_path / "state.json"
+    first = _import(model, state)
+    again = _import(model, state, orders="orders3")
+    assert again.ids == first.ids and again.registered == 4  # type: ignore[attr-defined]
+    assert [v for v, _, _ in model.subjects["orders3-value"]] == [1, 2, 3, 4]
+    wiped = ModelRegistry(first_id=101)
+    wiped.ids[("something else", "[]")] = 101
+    wiped.next_id = 102
+    with pytest.raises(SchemaRegistryError) as caught:
+        _import(wiped, state)
+    assert (
+        "holds another schema under id 101, which an earlier restore from this backup found for the backup's "
+        "schema id 11" in str(caught.value)
+    )
+    assert wiped.subjects == {}  # nothing registered
+    with pytest.raises(SchemaRegistryError, match="no longer holds id 101"):
+        _import(ModelRegistry(first_id=500), state)
 
 
 def test_an_import_registers_like_the_source_and_a_second_one_changes_nothing(tmp_path: Path) -> None:
@@ -577,8 +607,9 @@ def test_import_mode_is_refused_in_one_line_where_the_target_cannot_keep_ids(tmp
     with pytest.raises(SchemaRegistryError) as caught:
         _import(model, tmp_path / "state.json", keep_ids=True)
     assert (
-        "asked to register the backup's schema id 11 under 'orders2-value' with that id (mode IMPORT), it gave "
-        "it id 101: this registry does not register under the ids given" in str(caught.value)
+        "asked to register the backup's schema id 11 under 'orders2-value' as version 1 with that id (mode IMPORT), "
+        "it made it version 1 with id 101: this registry does not register under the ids and versions given"
+        in str(caught.value)
     )
     assert "\n" not in str(caught.value)
     assert model.subjects == {"orders2-value": [(1, 101, False)]}

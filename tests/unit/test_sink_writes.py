@@ -210,3 +210,19 @@ def test_a_damaged_schema_ids_file_is_one_error_naming_it(tmp_path: Path) -> Non
         path.write_bytes(damage)
         with pytest.raises(FormatError, match=r"schema-ids\.json"):
             read_seen_ids(tmp_path)
+
+
+def test_the_schema_ids_listed_stop_at_a_cap_and_say_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Data that only looks like the wire format names a new id every few records: the list stops growing."""
+    import json
+
+    from spark_kafka_backup.schema_registry import seen_ids
+
+    monkeypatch.setattr(seen_ids, "MAX_SEEN_IDS", 5)
+    assert seen_ids.record_seen_ids(tmp_path, {"a": [1, 2, 3]})
+    assert not seen_ids.seen_ids_capped(tmp_path)
+    assert seen_ids.record_seen_ids(tmp_path, {"a": [3, 4], "b": [10, 11, 12]})
+    assert seen_ids.read_seen_ids(tmp_path) == {"a": {1, 2, 3, 4}, "b": {10}}
+    assert seen_ids.seen_ids_capped(tmp_path)
+    assert json.loads(seen_ids.seen_ids_path(tmp_path).read_text())["capped"] is True  # type: ignore[union-attr]
+    assert not seen_ids.record_seen_ids(tmp_path, {"b": [13]})  # full: nothing written
