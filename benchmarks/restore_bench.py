@@ -21,6 +21,12 @@ invocation, against fresh topics on a local Apache Kafka node (or ``--bootstrap`
 
 - ``kcat``: Debian's kcat producing the same keys, values and header from a
   text file (written before the clock starts), idempotent, to a third topic.
+- ``--schema-registry``: the values are in a schema registry's wire format (ten
+  schema ids, in turn), the backup holds a copy of a registry with those ten
+  schemas, and the restore runs twice: without a registry, then with
+  ``--schema-registry`` into a local Apicurio Registry (devkit) where every id
+  differs, so that every value's id is rewritten (on columns). The second
+  restore's rows are printed beside the first's.
 
 Printed: records/s and MB/s of value bytes, the ratio restore / raw (and
 restore / kcat), CPU seconds per million records and peak resident memory of
@@ -31,12 +37,14 @@ not in it).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from benchmarks.cluster import add_arguments, cluster, kcat_command, kcat_settings
@@ -54,15 +62,36 @@ def bench_value(value_size: int) -> bytes:
     return (b"0123456789abcdef" * (value_size // 16 + 1))[:value_size]
 
 
-def write_backup(root: Path, count: int, partitions: int, value_size: int) -> None:
+#: Schema ids the values name with ``--schema-registry`` (1 to this).
+SCHEMAS = 10
+
+
+def write_backup(root: Path, count: int, partitions: int, value_size: int, *, wired: bool = False) -> None:
+    """The backup; ``wired``: values in the wire format of :data:`SCHEMAS` ids, and a registry copy holding them."""
     value = bench_value(value_size)
+    values = [b"\x00" + i.to_bytes(4, "big") + value[5:] for i in range(1, SCHEMAS + 1)] if wired else [value]
     header = (("trace-id", b"0123456789abcdef"),)
     now = int(time.time() * 1000)
     writers = [PartitionWriter(root / "bench", "bench", p, fsync=False) for p in range(partitions)]
     for i in range(count):
-        writers[i % partitions].append(Record(i // partitions, 0, now + i // 1000, b"key-%07d" % i, value, header))
+        record = Record(i // partitions, 0, now + i // 1000, b"key-%07d" % i, values[i % len(values)], header)
+        writers[i % partitions].append(record)
     for writer in writers:
         writer.close()
+    if wired:
+        from spark_kafka_backup.schema_registry.capture import registry_copy_path
+        from spark_kafka_backup.schema_registry.registry_copy import RegistryCopy, Schema, Subject, SubjectVersion
+
+        schemas = {i: Schema(i, json.dumps({"type": "record", "name": f"Bench{i}", "fields": []}))
+                   for i in range(1, SCHEMAS + 1)}  # fmt: skip
+        versions = tuple(SubjectVersion(i, i) for i in range(1, SCHEMAS + 1))
+        copy = RegistryCopy(
+            "http://bench-source", 0, None, None, schemas, {"bench-value": Subject("bench-value", versions)}
+        )
+        path = registry_copy_path(root)
+        assert isinstance(path, Path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(copy.encode())
 
 
 def kcat_produce(
@@ -165,14 +194,21 @@ def raw_produce(
 
 
 def run_restore(
-    settings: dict[str, str], root: Path, *, repartition: str | None = None, into: int = 0, edge: str | None = None
+    settings: dict[str, str],
+    root: Path,
+    *,
+    repartition: str | None = None,
+    into: int = 0,
+    edge: str | None = None,
+    extra: tuple[str, ...] = (),
 ) -> tuple[TreeUsage, float]:
     """The restore, measured (whole process tree), and its longest task's producing time."""
     config = client_config_file(root.parent / "target.properties", settings)
-    spread = ["--repartition", repartition, "--partitions", f"bench={into}"] if repartition else []
+    target = next((a.split("=", 1)[1] for a in extra if a.startswith("bench=")), "bench")
+    spread = ["--repartition", repartition, "--partitions", f"{target}={into}"] if repartition else []
     command = spark_submit_command(
         "restore", "--bootstrap-server", settings["bootstrap.servers"], "--command-config", config,
-        "--source-dir", root, *spread,
+        "--source-dir", root, *spread, *extra,
     )  # fmt: skip
     env = job_environment()
     if edge:
@@ -192,19 +228,28 @@ def main() -> None:
     parser.add_argument("--repartition", choices=["murmur2", "round-robin"], help="restore through the merged stream")
     parser.add_argument("--into", type=int, default=0, help="target partitions with --repartition (default: as many)")
     parser.add_argument("--edge", choices=["native", "reference"], help="the restore's producer (default: native)")
+    parser.add_argument(
+        "--schema-registry", action="store_true", help="values in the wire format; a second restore rewrites every id"
+    )
     args = parser.parse_args()
     # As a user's second job on the machine finds it (KBACKUP_JVM_ARCHIVE=off measures without).
     archive = ensure_driver_archive(job_environment(), spark_home(), announce=print)
     print(f"driver class archive: {archive or 'none'}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "backup"
-        write_backup(root, args.records, args.partitions, args.value_size)
-        with cluster(args.bootstrap) as settings:
+        write_backup(root, args.records, args.partitions, args.value_size, wired=args.schema_registry)
+        with cluster(args.bootstrap) as settings, contextlib.ExitStack() as stack:
             raw_seconds, raw_rss, raw_cpu = raw_produce(settings, root, args.partitions)
             native_seconds, native_rss, native_cpu = raw_produce(settings, root, args.partitions, native=True)
             kcat = kcat_produce(settings, Path(tmp), args.records, args.partitions, args.value_size)
             restore, busy = run_restore(settings, root, repartition=args.repartition,
                                         into=args.into or args.partitions, edge=args.edge)  # fmt: skip
+            rewritten = None
+            if args.schema_registry:
+                registry = stack.enter_context(registry_with_other_ids())
+                rewritten = run_restore(settings, root, repartition=args.repartition, into=args.into or args.partitions,
+                                        edge=args.edge, extra=("--schema-registry", registry,
+                                                               "--topic-map", "bench=bench-ids"))  # fmt: skip
     n, mb = args.records, args.records * args.value_size / 1e6
     wall = restore.wall_seconds
     print(f"{n:,} records, {args.value_size}-byte values, {args.partitions} partitions")
@@ -235,6 +280,30 @@ def main() -> None:
         f"{restore.processes} processes, "
         f"peak {restore.peak_rss_mib:6.0f} MiB resident ({restore.peak_pss_mib:.0f} MiB proportional)"
     )
+    if rewritten is not None:
+        usage, ids_busy = rewritten
+        ids_wall = usage.wall_seconds
+        print(f"with --schema-registry (every value's id rewritten, {SCHEMAS} ids):")
+        print(f"restore, task time   {n / ids_busy:>10,.0f} records/s  vs without a registry {busy / ids_busy:5.2f}")
+        print(f"restore, end to end  {n / ids_wall:>10,.0f} records/s  vs without a registry {wall / ids_wall:5.2f}")
+        print(
+            f"restore, whole tree  CPU {usage.per_million(n):5.2f} s/M "
+            f"({usage.cpu_seconds / restore.cpu_seconds:4.2f}x without a registry), peak {usage.peak_rss_mib:6.0f} MiB"
+        )
+
+
+@contextlib.contextmanager
+def registry_with_other_ids() -> Iterator[str]:
+    """A local Apicurio Registry (its Confluent API's URL) where the backup's ids are taken by other schemas."""
+    from spark_kafka_backup.devkit.apicurio import ApicurioRegistry
+    from spark_kafka_backup.schema_registry.client import RegistryAddress, RegistryClient
+
+    with ApicurioRegistry() as registry:
+        client = RegistryClient(RegistryAddress.parse(registry.url))
+        for i in range(SCHEMAS + 3):
+            schema = json.dumps({"type": "record", "name": f"Taken{i}", "fields": []})
+            client.post(f"/subjects/taken-{i}/versions", {"schema": schema})
+        yield registry.url
 
 
 if __name__ == "__main__":

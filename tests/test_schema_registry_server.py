@@ -247,6 +247,8 @@ def test_a_backup_and_restore_through_two_registries_rewrites_every_id_and_keeps
     assert levels == {"sr-orders-key": None, "sr-orders-value": "BACKWARD", "sr-addr": None, "sr-people-value": None,
                       "sr-gone-value": None}  # fmt: skip
     assert f"sr-gone-value: 1: id {ids['gone']} deleted" in listed, listed
+    recaptured = run_kbackup("schemas", "capture", backup, "--schema-registry", source_registry.url, check=True)
+    assert f"5 subjects, 8 versions, 8 schemas of {source_registry.url}: unchanged in" in recaptured.stdout
     verified = run_kbackup("verify", backup)
     assert verified.returncode == 0 and "schema registry copy: ok (5 subjects, 8 versions" in verified.stdout
 

@@ -26,6 +26,10 @@ from spark_kafka_backup.partition.writer import PartitionWriter
 
 REPO = Path(__file__).resolve().parent.parent
 
+#: Building the sdist, then the wheel from it (the native extension compiled), takes a minute of CI's two cores: a
+#: release check, in the long tier.
+pytestmark = pytest.mark.long
+
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
