@@ -15,7 +15,12 @@ import threading
 import time
 
 from spark_kafka_backup.errors import KbackupError, SchemaRegistryError
-from spark_kafka_backup.schema_registry.capture import capture_into, missing_ids_line, registry_copy_path
+from spark_kafka_backup.schema_registry.capture import (
+    capture_into,
+    deferred_line,
+    missing_ids_line,
+    registry_copy_path,
+)
 from spark_kafka_backup.schema_registry.client import RegistryAddress, RegistryClient
 from spark_kafka_backup.schema_registry.registry_copy import RegistryCopy
 from spark_kafka_backup.storage import Location
@@ -91,6 +96,8 @@ class RegistryWatch:
         if captured.missing:  # asked once: such ids are mostly data that only looks like the wire format
             self._absent |= set(captured.missing)
             log.warning("%s", missing_ids_line(captured.missing, self.address.shown))
+        if captured.deferred:
+            log.warning("%s", deferred_line(captured.deferred))
         if not changed:
             log.debug("schema registry %s captured (%s): unchanged", self.address.shown, when)
         else:

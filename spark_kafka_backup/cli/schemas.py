@@ -40,7 +40,12 @@ def cmd_schemas_list(args: argparse.Namespace, out: TextIO) -> None:
 
 def cmd_schemas_capture(args: argparse.Namespace, out: TextIO) -> None:
     from spark_kafka_backup.arguments import schema_registry_address
-    from spark_kafka_backup.schema_registry.capture import capture_into, missing_ids_line, registry_copy_path
+    from spark_kafka_backup.schema_registry.capture import (
+        capture_into,
+        deferred_line,
+        missing_ids_line,
+        registry_copy_path,
+    )
 
     root = parse_location(args.dir)
     chosen_topics(root, None)
@@ -52,3 +57,5 @@ def cmd_schemas_capture(args: argparse.Namespace, out: TextIO) -> None:
     out.write(f"{captured.copy.describe()} of {address.shown}: {what} {registry_copy_path(root)}\n")
     if captured.missing:
         out.write(f"{missing_ids_line(captured.missing, address.shown)}\n")
+    if captured.deferred:
+        out.write(f"{deferred_line(captured.deferred)}\n")

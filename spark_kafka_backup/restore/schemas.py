@@ -65,6 +65,8 @@ def register_schemas(settings: RestoreSettings) -> tuple[RestoreSettings, list[s
     done = import_registry(
         client, copy, subjects, pending, dry_run=settings.dry_run, keep_ids=settings.schema_registry_import
     )
+    for warning in done.warnings:
+        log.warning("%s", warning)
     lines = [
         f"schema registry {address.shown}: {copy.describe()} in the backup (captured from {copy.registry}), "
         "subject versions "

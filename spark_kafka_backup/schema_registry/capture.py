@@ -59,6 +59,8 @@ class Captured:
     changed: bool
     #: Ids that backed-up records name and that neither the copy nor the registry holds (a restore stops at them).
     missing: tuple[int, ...] = ()
+    #: Ids left to ask for by id at the next capture (beyond :data:`MAX_BY_ID_REQUESTS`).
+    deferred: int = 0
 
 
 #: Schemas asked for by id in one capture at most (the rest at the next one).
@@ -74,10 +76,19 @@ def capture_into(root: Location, address: RegistryAddress, *, absent: Collection
     wanted = all_seen_ids(root) - frozenset(absent)
     captured = capture(RegistryClient(address), previous, wanted=wanted, missing=missing)
     merged = captured if previous is None else previous.merged(captured)
+    deferred = len(wanted - set(merged.schemas) - set(missing))
     if previous is not None and merged.content() == previous.content():
-        return Captured(previous, False, tuple(missing))
+        return Captured(previous, False, tuple(missing), deferred)
     write_whole(registry_copy_path(root), merged.encode())
-    return Captured(merged, True, tuple(missing))
+    return Captured(merged, True, tuple(missing), deferred)
+
+
+def deferred_line(deferred: int) -> str:
+    """What to say of ids left for the next capture."""
+    return (
+        f"{deferred:,} more schema ids that records name are left to ask the registry for by id (at most "
+        f"{MAX_BY_ID_REQUESTS:,} a capture): the next capture asks for them (spark-kafka-backup schemas capture)"
+    )
 
 
 def missing_ids_line(missing: Collection[int], registry: str) -> str:

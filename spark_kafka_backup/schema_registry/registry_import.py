@@ -99,10 +99,11 @@ class RegistryImportState:
     directory: ``{"ids": {backup id: target id}, "levels": {subject: level or null}, "deletions": [[subject, schema id],
     ...]}``.
 
-    ``ids``: the target ids the records already restored name. A later import that finds another id for one of
-    them (the registry was replaced or wiped since) is refused: its records would name other schemas than those
-    restored before. ``levels`` and ``deletions``: compatibility levels to put back and versions to soft-delete,
-    written down before the import changes them, so that a killed import's successor finishes the work.
+    ``ids``: the target ids the records already restored name (the first one found for each schema). A later
+    import into a registry that no longer serves them (it was replaced or wiped since) is refused before it
+    registers anything (:meth:`check_held`). ``levels`` and ``deletions``: compatibility levels to put back and
+    versions to soft-delete, written down before the import changes them, so that a killed import's successor
+    finishes the work.
     """
 
     def __init__(self, path: Location) -> None:
@@ -127,42 +128,42 @@ class RegistryImportState:
         }
         write_whole(self.path, json.dumps(document, indent=1).encode())
 
-    def check_held(self, client: RegistryClient, schema: Schema) -> None:
-        """Refuse a target registry that no longer serves, under the id an earlier import found, a schema the records
-        restored then name (it was replaced or wiped since); before anything is registered."""
-        earlier = self.ids.get(schema.id)
-        if earlier is None:
-            return
-        try:
-            document = client.get(f"/schemas/ids/{earlier}")
-            served = Schema(schema.id, str(document["schema"]), schema.schema_type, schema.references)
-        except RegistryRefusalError as exc:
-            if not exc.not_found:
-                raise
-            served = None
-        except (KeyError, TypeError) as exc:
-            raise SchemaRegistryError(
-                f"schema registry {client.address.shown}: GET /schemas/ids/{earlier}: not a schema ({exc!r})"
-            ) from exc
-        if served is None or not served.same_as(schema):
-            what = "no longer holds" if served is None else "holds another schema under"
-            raise SchemaRegistryError(
-                f"schema registry {client.address.shown} {what} id {earlier}, which an earlier restore from this "
-                f"backup found for the backup's schema id {schema.id} and wrote records naming: the registry was "
-                f"replaced or wiped since. Restore into an empty cluster and registry after deleting {self.path}"
-            )
+    def check_held(self, client: RegistryClient, copy: RegistryCopy) -> list[str]:
+        """Refuse a target registry that no longer serves the ids earlier imports found (records restored then name
+        them): it was replaced or wiped since. Asked before anything is registered, of at most :data:`HELD_CHECKS`
+        ids spread over those remembered (a wiped registry lacks nearly all). Returns warnings for ids served with
+        another schema text than the backup's: a registry may store a schema in its own canonical form, so this is
+        said, not refused."""
+        remembered = sorted(old for old in self.ids if old in copy.schemas)
+        step = max(1, -(-len(remembered) // HELD_CHECKS))
+        warnings = []
+        for old in remembered[::step]:
+            earlier = self.ids[old]
+            try:
+                document = client.get(f"/schemas/ids/{earlier}")
+            except RegistryRefusalError as exc:
+                if not exc.not_found:
+                    raise
+                raise SchemaRegistryError(
+                    f"schema registry {client.address.shown} no longer holds id {earlier}, which an earlier restore "
+                    f"from this backup found for the backup's schema id {old} and wrote records naming: the registry "
+                    f"was replaced or wiped since. Restore into an empty cluster and registry after deleting "
+                    f"{self.path}"
+                ) from exc
+            schema = copy.schemas[old]
+            served = Schema(old, str(document.get("schema") if isinstance(document, dict) else document),
+                            schema.schema_type, schema.references)  # fmt: skip
+            if not served.same_as(schema):
+                warnings.append(
+                    f"schema registry {client.address.shown} serves id {earlier} (the backup's schema id {old}, which "
+                    "records an earlier restore wrote name) as a schema whose text differs from the backup's: "
+                    "the registry's canonical form of it, or another schema if the registry was refilled"
+                )
+        return warnings
 
-    def check_ids(self, ids: Mapping[int, int], registry: str) -> None:
-        """Refuse target ids that differ from those an earlier import found for the same schemas."""
-        moved = sorted((old, self.ids[old], new) for old, new in ids.items() if self.ids.get(old, new) != new)
-        if moved:
-            old, before, now = moved[0]
-            raise SchemaRegistryError(
-                f"schema registry {registry} now gives the backup's schema id {old} the id {now}, but an earlier "
-                f"restore from this backup wrote records naming {before} ({len(moved)} such ids): the registry was "
-                "replaced or wiped since, and records restored then and now would name different schemas. Restore "
-                f"into an empty cluster and registry after deleting {self.path}"
-            )
+
+#: Remembered ids a restore asks the target registry for before registering anything.
+HELD_CHECKS = 64
 
 
 @dataclass
@@ -177,6 +178,8 @@ class RegistryImport:
     missing: list[tuple[str, int]] = field(default_factory=list)
     relaxed: list[str] = field(default_factory=list)
     soft_deleted: int = 0
+    #: Things to say (:meth:`RegistryImportState.check_held`).
+    warnings: list[str] = field(default_factory=list)
 
 
 def import_registry(
@@ -195,6 +198,8 @@ def import_registry(
     :func:`check_import_mode`), and refuse a target that holds a schema under another id or ignores the id given.
     """
     done = RegistryImport()
+    if pending is not None:
+        done.warnings = pending.check_held(client, copy)  # before anything is registered
     versions: dict[tuple[str, int], int] = {}  # (backup subject, backup version) -> target version
     # Versions to soft-delete, deleted after every registration (referrers first: a registry refuses to delete a
     # version others reference), except where a later live version of the same schema under the same subject needs
@@ -221,8 +226,6 @@ def import_registry(
                 f"{found[0]}: it cannot be registered under its own id there (--schema-registry-import); restore "
                 "without it (the records' ids are then rewritten), or into a registry without this schema"
             )
-        if found is None and pending is not None:
-            pending.check_held(client, schema)  # before registering anything
         if found is None and not dry_run:
             assert pending is not None
             if version.deleted:
@@ -250,8 +253,6 @@ def import_registry(
             done.missing.append((subject, version.version))
             continue
         target_id, target_version = found
-        if pending is not None:
-            pending.check_ids({schema.id: target_id}, client.address.shown)  # before registering anything more
         done.ids.setdefault(schema.id, target_id)
         versions[(subject, version.version)] = target_version
         if version.deleted and pending is not None and key in pending.deletions and not dry_run:
@@ -261,8 +262,10 @@ def import_registry(
         for key, target_version in reversed(deferred.items()):
             _soft_delete(client, key[0], target_version, key, pending, done)
         _set_levels(client, copy, subjects, pending)
-        if any(pending.ids.get(old) != new for old, new in done.ids.items()):
-            pending.ids.update(done.ids)
+        # The first target id of each schema stays: records restored then name it (a rerun under other subjects
+        # may get other ids, where references name renamed subjects; those records name the new ones).
+        if any(old not in pending.ids for old in done.ids):
+            pending.ids.update({old: new for old, new in done.ids.items() if old not in pending.ids})
             pending.save()
     return done
 

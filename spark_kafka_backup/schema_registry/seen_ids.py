@@ -35,6 +35,8 @@ MAX_SEEN_IDS_BYTES = 16 << 20
 
 #: What this process last read or wrote, per backup root: a micro-batch naming only known ids costs no read.
 _known: dict[str, dict[str, frozenset[int]]] = {}
+#: Backup roots whose list is full (:data:`MAX_SEEN_IDS`).
+_full: set[str] = set()
 
 
 def seen_ids_path(root: Location) -> Location:
@@ -60,6 +62,8 @@ def read_seen_ids(root: Location) -> dict[str, frozenset[int]]:
 def record_seen_ids(root: Location, found: Mapping[str, Iterable[int]]) -> bool:
     """Add ``found`` (topic -> ids) to the file, up to :data:`MAX_SEEN_IDS` in all; return whether it grew (it is
     written only then)."""
+    if str(root) in _full:
+        return False
     wanted = {topic: frozenset(ids) for topic, ids in found.items()}
     cached = _known.get(str(root))
     if cached is not None and all(ids <= cached.get(topic, frozenset()) for topic, ids in wanted.items()):
@@ -72,15 +76,17 @@ def record_seen_ids(root: Location, found: Mapping[str, Iterable[int]]) -> bool:
         room -= len(new)
         if new:
             merged[topic] = merged.get(topic, frozenset()) | frozenset(new)
+    if merged != known:
+        document: dict[str, object] = {"version": SEEN_IDS_VERSION}
+        if room <= 0:
+            document["capped"] = True
+        document["topics"] = {t: sorted(merged[t]) for t in sorted(merged)}
+        write_whole(seen_ids_path(root), json.dumps(document).encode() + b"\n")
+    # Remembered once written (a failed write is tried again with the next batch); a full list is not read again.
     _known[str(root)] = merged
-    if merged == known:
-        return False
-    document: dict[str, object] = {"version": SEEN_IDS_VERSION}
     if room <= 0:
-        document["capped"] = True
-    document["topics"] = {t: sorted(merged[t]) for t in sorted(merged)}
-    write_whole(seen_ids_path(root), json.dumps(document).encode() + b"\n")
-    return True
+        _full.add(str(root))
+    return merged != known
 
 
 def seen_ids_capped(root: Location) -> bool:
