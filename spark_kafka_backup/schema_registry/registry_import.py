@@ -153,17 +153,46 @@ class RegistryImportState:
             schema = copy.schemas[old]
             served = Schema(old, str(document.get("schema") if isinstance(document, dict) else document),
                             schema.schema_type, schema.references)  # fmt: skip
-            if not served.same_as(schema):
+            if served.same_as(schema):
+                continue
+            same = None if schema.references else _registry_says_same(client, earlier, schema)
+            if same is False:
+                raise SchemaRegistryError(
+                    f"schema registry {client.address.shown} holds another schema under id {earlier}, which an "
+                    f"earlier restore from this backup found for the backup's schema id {old} and wrote records "
+                    "naming: the registry was replaced or wiped since, and filled again. Restore into an empty "
+                    f"cluster and registry after deleting {self.path}"
+                )
+            if same is None:
                 warnings.append(
                     f"schema registry {client.address.shown} serves id {earlier} (the backup's schema id {old}, which "
                     "records an earlier restore wrote name) as a schema whose text differs from the backup's: "
-                    "the registry's canonical form of it, or another schema if the registry was refilled"
+                    "the registry's canonical form of it, or another schema if the registry was filled again"
                 )
         return warnings
 
 
 #: Remembered ids a restore asks the target registry for before registering anything.
 HELD_CHECKS = 64
+
+
+def _registry_says_same(client: RegistryClient, schema_id: int, schema: Schema) -> bool | None:
+    """Whether the registry takes ``schema`` (without references) for the one it serves under ``schema_id``: looked up
+    under a subject of that id, the registry compares in its own canonical form. ``None`` where it cannot tell."""
+    try:
+        where = client.get(f"/schemas/ids/{schema_id}/versions", deleted="true")
+        subject = str(where[0]["subject"])
+        body: dict[str, Any] = {"schema": schema.schema}
+        if schema.schema_type != "AVRO":
+            body["schemaType"] = schema.schema_type
+        found = _look_up(client, subject, body, deleted=True)
+    except RegistryRefusalError as exc:
+        if exc.status in (404, 405, 422):
+            return None
+        raise
+    except (KeyError, IndexError, TypeError):
+        return None
+    return found is not None and found[0] == schema_id
 
 
 @dataclass
