@@ -152,7 +152,7 @@ def _by_id(client: RegistryClient, schema_id: int, subjects: dict[str, Subject],
     trial_subjects, trial_schemas = dict(subjects), dict(schemas)
     try:
         document = client.get(f"/schemas/ids/{schema_id}")
-        schema = _schema({**document, "id": schema_id}, client, request)
+        schema = _schema({**_object(document), "id": schema_id}, client, request)
         _add(trial_schemas, schema, client, request)
         name = by_id_subject(schema_id)
         trial_subjects[name] = Subject(name, (SubjectVersion(1, schema_id, deleted=True),))
@@ -237,7 +237,7 @@ def _read_version(client: RegistryClient, subject: str, version: int, schemas: d
         if schema_id is None:
             raise
         path = f"/schemas/ids/{schema_id}"
-        document = {**client.get(path), "id": schema_id}
+        document = {**_object(client.get(path)), "id": schema_id}
     schema = _schema(document, client, f"GET {path}")
     _add(schemas, schema, client, f"GET {path}")
     return schema.id
@@ -305,6 +305,11 @@ def _mode(client: RegistryClient) -> str | None:
             return None  # registries without modes
         raise
     return str(document["mode"]) if isinstance(document, dict) and "mode" in document else None
+
+
+def _object(document: Any) -> dict[str, Any]:
+    """A registry's answer as a JSON object (an empty one otherwise: :func:`_schema` then says what is missing)."""
+    return document if isinstance(document, dict) else {}
 
 
 def _names(document: Any, what: str) -> list[str]:
