@@ -8,7 +8,9 @@ import argparse
 import math
 import re
 from collections.abc import Callable
+from datetime import UTC, datetime
 
+from spark_kafka_backup.errors import UsageError
 from spark_kafka_backup.fsutil import parse_umask
 
 
@@ -80,3 +82,17 @@ def positive_count(text: str) -> int:
     if value == 0:
         raise argparse.ArgumentTypeError("expected a number > 0, got 0")
     return value
+
+
+def parse_time(text: str, flag: str) -> int:
+    """Epoch milliseconds from digits, or from ISO 8601 (UTC when no zone is given)."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise UsageError(f"{flag} takes ISO 8601 (2026-11-22T08:00:00Z) or epoch milliseconds, not {text!r}") from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)

@@ -26,6 +26,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from spark_kafka_backup.jobs import job_file
 from spark_kafka_backup.spark_submit import spark_submit_command
@@ -289,3 +290,29 @@ def stop_gateway() -> None:
     SparkContext._jvm = None
     if _jvm_output is not None:
         _jvm_output.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def spark_session() -> Iterator[Any]:
+    """A SparkSession on ``local[2]`` in this process, on the kept JVM (started as the jobs start it), for tests
+    that query with Spark themselves (the ``kbackup`` data source); stopped after, with the process state put
+    back. Only where :func:`can_run_in_process`."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    assert can_run_in_process(), "the environment lost or changed a launch variable since this process's JVM started"
+    global _gateway_environment
+    at_entry = _environment()
+    session = None
+    try:
+        with process_state_kept(), _jvm_started_into(_jvm_output_file()), _executor_environment():
+            os.environ.update(_launch_environment("restore"))
+            session = SparkSession.builder.master("local[2]").appName("kbackup-test").getOrCreate()
+            yield session
+    finally:
+        if _gateway_environment is None and SparkContext._gateway is not None:
+            _gateway_environment = at_entry
+        if session is not None:
+            session.stop()  # also forgets it as the default session: the next getOrCreate makes a new one
+        if SparkContext._active_spark_context is not None:
+            SparkContext._active_spark_context.stop()

@@ -216,7 +216,7 @@ def test_batches_publish_what_single_appends_publish(bucket: ObjectPath) -> None
 
 
 def test_a_restore_task_downloads_the_segments_its_window_reads_once(bucket: ObjectPath) -> None:
-    from spark_kafka_backup.restore.selection import Window
+    from spark_kafka_backup.partition.selection import Window
     from spark_kafka_backup.restore.staging import staged_topic_dir
 
     with ObjectPartitionWriter(bucket / "win", "win", 2, max_segment_size=200) as writer:
@@ -245,8 +245,8 @@ def test_a_staged_restore_checks_what_it_copied_and_not_an_empty_placeholder_bel
     """The placeholder segment stays when the first records arrive above it; a window above both skips it."""
     import types
 
+    from spark_kafka_backup.partition.selection import Window
     from spark_kafka_backup.restore import task as restore_task
-    from spark_kafka_backup.restore.selection import Window
     from spark_kafka_backup.restore.staging import staged_topic_dir
 
     with ObjectPartitionWriter(bucket / "ph", "ph", 0, ledger=CatalogLedger(bucket)) as writer:

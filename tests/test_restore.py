@@ -22,8 +22,8 @@ import pytest
 from spark_kafka_backup.catalog.ledger import CatalogLedger
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.offsets_file import write_consumer_offsets
+from spark_kafka_backup.partition.selection import BelowCounter
 from spark_kafka_backup.partition.writer import PartitionWriter
-from spark_kafka_backup.restore.selection import BelowCounter
 from spark_kafka_backup.text import iso_time
 from tests.backup_builders import write_original_style
 from tests.broker import BrokerUnderTest, local_cluster

@@ -24,12 +24,12 @@ from spark_kafka_backup.catalog.topics import record_topic
 from spark_kafka_backup.errors import DeliveryError, SchemaIdError, TargetLimitError
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.kafka.columnar import EDGE_ENV, native_edge
+from spark_kafka_backup.partition.selection import Window
 from spark_kafka_backup.partition.writer import PartitionWriter
 from spark_kafka_backup.restore import columnar_run, reference_run
 from spark_kafka_backup.restore import marker as markers
 from spark_kafka_backup.restore.partition_task import NATIVE_PRODUCER, REFERENCE_PRODUCER
 from spark_kafka_backup.restore.repartition import Repartition, Source, key_partition
-from spark_kafka_backup.restore.selection import Window
 from spark_kafka_backup.restore.task import PartitionResult, PartitionTask, restore_partition
 from spark_kafka_backup.schema_registry.wire import IdRewrite
 from tests.broker import BrokerUnderTest

@@ -167,7 +167,7 @@ def test_a_record_the_broker_rejects_anyway_is_named_with_the_brokers_reason(tar
     """The plan checks limits; a topic changed after it still fails naming the record, not a batch neighbour's
     error (librdkafka gives every record of a rejected batch the batch's error)."""
     from spark_kafka_backup.errors import DeliveryError
-    from spark_kafka_backup.restore.selection import Window
+    from spark_kafka_backup.partition.selection import Window
     from spark_kafka_backup.restore.task import PartitionTask, restore_partition
 
     now = int(time.time() * 1000)

@@ -1,13 +1,12 @@
-"""Records and partitions as the commands show them: a record as JSON, the topics and partitions a command covers."""
+"""Records as the commands show them: a record as JSON (and the topics and partitions a command covers, from
+:mod:`spark_kafka_backup.partition.layout`)."""
 
 from __future__ import annotations
 
 import base64
 
-from spark_kafka_backup.errors import BackupNotFoundError, UsageError
 from spark_kafka_backup.format.record import Record, TimestampType
-from spark_kafka_backup.partition.layout import STATE_DIR, list_partitions, list_topics
-from spark_kafka_backup.storage import Location, storage_for
+from spark_kafka_backup.partition.layout import chosen_partitions, chosen_topics
 
 _TIMESTAMP_TYPE_NAMES = {
     TimestampType.NO_TIMESTAMP: "NoTimestampType",
@@ -35,31 +34,4 @@ def _b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode("ascii")
 
 
-def chosen_topics(root: Location, only: str | None) -> list[str]:
-    topics = list_topics(root)
-    if not topics and list_partitions(root):
-        raise UsageError(f"{root} is a topic directory; pass the backup root {root.parent} and --topic {root.name}")
-    if not topics and STATE_DIR not in (storage_for(root).list_dirs(root) or []):
-        raise BackupNotFoundError(
-            f"{root}: not a spark-kafka-backup backup: no topic directory with a partition index in it, and no "
-            f"{STATE_DIR}/ "
-            "(give the backup root, the directory that holds one directory per topic)"
-        )
-    if only is None:
-        return topics
-    if only not in topics:
-        shown = ", ".join(topics) or "none"
-        raise BackupNotFoundError(f"topic {only!r} is not in backup {root} (topics: {shown})")
-    return [only]
-
-
-def chosen_partitions(topic_dir: Location, only: int | None) -> list[int]:
-    partitions = list_partitions(topic_dir)
-    if only is None:
-        return partitions
-    if only not in partitions:
-        raise BackupNotFoundError(
-            f"partition {only} of topic {topic_dir.name!r} is not in the backup "
-            f"(partitions: {', '.join(map(str, partitions)) or 'none'})"
-        )
-    return [only]
+__all__ = ["chosen_partitions", "chosen_topics", "record_to_json"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spark_kafka_backup.errors import BackupNotFoundError
+from spark_kafka_backup.errors import BackupNotFoundError, UsageError
 from spark_kafka_backup.format.naming import (
     INDEX_SUFFIX,
     RECORDS_SUFFIX,
@@ -157,3 +157,33 @@ def _scan(directory: Location) -> list[str]:
     if names is None:
         raise BackupNotFoundError(f"{directory}: topic directory does not exist")
     return names
+
+
+def chosen_topics(root: Location, only: str | None) -> list[str]:
+    topics = list_topics(root)
+    if not topics and list_partitions(root):
+        raise UsageError(f"{root} is a topic directory; pass the backup root {root.parent} and --topic {root.name}")
+    if not topics and STATE_DIR not in (storage_for(root).list_dirs(root) or []):
+        raise BackupNotFoundError(
+            f"{root}: not a spark-kafka-backup backup: no topic directory with a partition index in it, and no "
+            f"{STATE_DIR}/ "
+            "(give the backup root, the directory that holds one directory per topic)"
+        )
+    if only is None:
+        return topics
+    if only not in topics:
+        shown = ", ".join(topics) or "none"
+        raise BackupNotFoundError(f"topic {only!r} is not in backup {root} (topics: {shown})")
+    return [only]
+
+
+def chosen_partitions(topic_dir: Location, only: int | None) -> list[int]:
+    partitions = list_partitions(topic_dir)
+    if only is None:
+        return partitions
+    if only not in partitions:
+        raise BackupNotFoundError(
+            f"partition {only} of topic {topic_dir.name!r} is not in the backup "
+            f"(partitions: {', '.join(map(str, partitions)) or 'none'})"
+        )
+    return [only]

@@ -36,6 +36,7 @@ from spark_kafka_backup.kafka.permissions import refuse_missing
 from spark_kafka_backup.logsetup import ensure_console_logging
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.records_file import install_keys
+from spark_kafka_backup.partition.selection import count_selected
 from spark_kafka_backup.progress import Progress
 from spark_kafka_backup.restore.access import check_transactions, restore_permissions
 from spark_kafka_backup.restore.group_offsets import commit_group_offsets
@@ -56,7 +57,6 @@ from spark_kafka_backup.restore.plan import (
     restored_topics,
 )
 from spark_kafka_backup.restore.schemas import register_schemas
-from spark_kafka_backup.restore.selection import count_selected
 from spark_kafka_backup.restore.settings import RestoreSettings, parse_restore_args
 from spark_kafka_backup.restore.task import PartitionResult, PartitionTask, restore_partition_sharing
 from spark_kafka_backup.restore.throttle import Throttle
@@ -556,6 +556,6 @@ def describe(plan: RestorePlan, settings: RestoreSettings) -> list[str]:
 
 
 def _selected(reader: PartitionReader, part: PartitionPlan) -> Any:
-    from spark_kafka_backup.restore.selection import selected_records
+    from spark_kafka_backup.partition.selection import selected_records
 
     return selected_records(reader, part.window)

@@ -43,7 +43,7 @@ from typing import Any
 from spark_kafka_backup.errors import FormatError
 from spark_kafka_backup.format.json_document import parse_document
 from spark_kafka_backup.kafka.cluster import COORDINATOR_NOT_READY, PROGRESS_GROUP
-from spark_kafka_backup.restore.selection import Window
+from spark_kafka_backup.partition.selection import Window
 
 _log = logging.getLogger("spark_kafka_backup.restore")
 

@@ -11,9 +11,9 @@ from typing import Any, TypeVar
 from spark_kafka_backup.errors import TargetChangedError, TargetLimitError
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.selection import Window, same_record, selected_records
 from spark_kafka_backup.restore.marker import ProgressMarker, read_markers
 from spark_kafka_backup.restore.repartition import Repartition, routed_records
-from spark_kafka_backup.restore.selection import Window, same_record, selected_records
 from spark_kafka_backup.restore.throttle import Throttle
 from spark_kafka_backup.schema_registry.wire import IdRewrite
 

@@ -1,7 +1,7 @@
 """What a restore will do, decided on the driver before anything is produced.
 
 For every backed-up partition the plan knows its target topic and partition,
-its selected records (see :mod:`spark_kafka_backup.restore.selection`), and how the target
+its selected records (see :mod:`spark_kafka_backup.partition.selection`), and how the target
 partition stands:
 
 - **empty** (or holding only aborted transactions): restore everything;
@@ -61,6 +61,7 @@ from spark_kafka_backup.kafka.permissions import refuse_missing
 from spark_kafka_backup.partition.layout import list_partitions, list_topics
 from spark_kafka_backup.partition.offsets_file import read_consumer_offsets
 from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.selection import Window, count_selected, nth_selected, same_record
 from spark_kafka_backup.restore.access import restore_permissions
 from spark_kafka_backup.restore.marker import (
     PLAN_MARKER_SECONDS,
@@ -71,7 +72,6 @@ from spark_kafka_backup.restore.marker import (
 )
 from spark_kafka_backup.restore.profile import RecordsProfile, profile_partition
 from spark_kafka_backup.restore.repartition import KEEP, Repartition, Source
-from spark_kafka_backup.restore.selection import Window, count_selected, nth_selected, same_record
 from spark_kafka_backup.restore.settings import RestoreSettings
 from spark_kafka_backup.restore.stream_columns import count_routed_columns
 from spark_kafka_backup.restore.target_limits import (

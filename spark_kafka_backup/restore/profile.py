@@ -52,7 +52,7 @@ from spark_kafka_backup.format.record_columns import DecodedRecords
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.segment_batches import iter_segment_batches
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile
-from spark_kafka_backup.restore.selection import Window
+from spark_kafka_backup.partition.selection import Window
 from spark_kafka_backup.storage import Location
 
 #: The bytes of a v2 record batch before its records.

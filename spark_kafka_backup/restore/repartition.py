@@ -46,7 +46,7 @@ import numpy.typing as npt
 from spark_kafka_backup.format.arrow_binary import BinaryParts
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.restore.selection import Window, selected_records
+from spark_kafka_backup.partition.selection import Window, selected_records
 from spark_kafka_backup.text import count
 
 KEEP = "keep"

@@ -17,10 +17,9 @@ import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
-from spark_kafka_backup.argtypes import byte_count, positive_int
+from spark_kafka_backup.argtypes import byte_count, parse_time, positive_int
 from spark_kafka_backup.arguments import (
     add_encryption_flags,
     add_schema_registry_flags,
@@ -33,8 +32,8 @@ from spark_kafka_backup.job_options import Monitoring, job_parser, spark_conf
 from spark_kafka_backup.kafka.connector_config import ConnectorProperties, client_settings
 from spark_kafka_backup.kafka.topics import TopicSelection
 from spark_kafka_backup.partition.layout import state_dir
+from spark_kafka_backup.partition.selection import Window
 from spark_kafka_backup.restore.repartition import KEEP, MODES
-from spark_kafka_backup.restore.selection import Window
 from spark_kafka_backup.restore.throttle import Throttle
 from spark_kafka_backup.restore.topic_configs import DEFAULT_POLICY, POLICIES
 from spark_kafka_backup.schema_registry.client import RegistryAddress
@@ -440,20 +439,6 @@ def _repartition_modes(items: Sequence[str]) -> dict[str | None, str]:
 def _schema_id_fields(items: Sequence[str]) -> dict[str | None, str]:
     """``--schema-ids FIELDS`` and ``--schema-ids TOPIC=FIELDS`` items."""
     return {None: "auto", **_per_topic(items, "--schema-ids", "FIELDS", SCHEMA_ID_FIELDS)}
-
-
-def parse_time(text: str, flag: str) -> int:
-    """Epoch milliseconds from digits, or from ISO 8601 (UTC when no zone is given)."""
-    text = text.strip()
-    if text.isdigit():
-        return int(text)
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise UsageError(f"{flag} takes ISO 8601 (2026-11-22T08:00:00Z) or epoch milliseconds, not {text!r}") from exc
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
 
 
 def _pairs(items: Sequence[str], flag: str, shape: str) -> dict[str, str]:

@@ -28,10 +28,9 @@ from spark_kafka_backup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from spark_kafka_backup.partition.layout import partition_index_path
 from spark_kafka_backup.partition.object_writer import SPOOL_DIR_ENV
 from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.restore.selection import Window
-from spark_kafka_backup.storage import Location, ObjectPath, as_local, read_chunks
-
-CHUNK = 8 << 20
+from spark_kafka_backup.partition.selection import Window
+from spark_kafka_backup.partition.spool import download
+from spark_kafka_backup.storage import Location, ObjectPath, as_local
 
 
 @dataclass(frozen=True)
@@ -69,10 +68,3 @@ def staged_topic_dir(source_dir: Location, partition: int, window: Window, *, le
         yield Staged(local, frozenset(names))
     finally:
         shutil.rmtree(spool, ignore_errors=True)
-
-
-def download(source: Location, destination: Path) -> None:
-    """Copy one object to a local file in chunks."""
-    with open(destination, "wb") as out:
-        for chunk in read_chunks(source, CHUNK):
-            out.write(chunk)

@@ -38,9 +38,9 @@ from spark_kafka_backup.format.arrow_binary import binary_parts
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.segment_batches import RecordBatch, produce_columns
+from spark_kafka_backup.partition.selection import Window, selected_rows
 from spark_kafka_backup.restore.partition_task import PartitionTask
 from spark_kafka_backup.restore.repartition import MURMUR2, ROUND_ROBIN, Repartition, murmur2_columns
-from spark_kafka_backup.restore.selection import Window, selected_rows
 from spark_kafka_backup.schema_registry.wire_columns import ColumnIdRewrite
 
 Int64s = npt.NDArray[np.int64]

@@ -54,6 +54,7 @@ from spark_kafka_backup.fsutil import restrict_new_files
 from spark_kafka_backup.kafka.columnar import native_edge
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.records_file import install_keys, load_key
+from spark_kafka_backup.partition.selection import Window
 from spark_kafka_backup.restore import producer_calls as calls
 from spark_kafka_backup.restore.columnar_run import restore_columnar
 from spark_kafka_backup.restore.partition_task import (
@@ -64,7 +65,6 @@ from spark_kafka_backup.restore.partition_task import (
 )
 from spark_kafka_backup.restore.producer_calls import StuckProducerError, producer_settings
 from spark_kafka_backup.restore.reference_run import restore_reference
-from spark_kafka_backup.restore.selection import Window
 from spark_kafka_backup.restore.staging import Staged, staged_topic_dir
 from spark_kafka_backup.spark.stack_dumps import stacks_if_slow
 from spark_kafka_backup.spark.worker_gc import freeze_loaded_objects

@@ -16,8 +16,8 @@ from spark_kafka_backup.errors import UsageError
 from spark_kafka_backup.kafka.client_settings import redact
 from spark_kafka_backup.kafka.java_client_settings import librdkafka_settings
 from spark_kafka_backup.kafka.topics import TopicSelection
+from spark_kafka_backup.partition.selection import Window
 from spark_kafka_backup.properties import parse_properties
-from spark_kafka_backup.restore.selection import Window
 from spark_kafka_backup.spark.kafka_planning import admit
 from spark_kafka_backup.spark.source_options import SourceOptions, decode_offsets, encode_offsets
 from spark_kafka_backup.spark.v1_sink import SinkOptions, v1_timestamp, v1_timestamps
@@ -236,7 +236,8 @@ def test_restore_accepts_the_originals_source_properties(tmp_path: Path) -> None
 
 
 def test_restore_windows_and_times() -> None:
-    from spark_kafka_backup.restore.settings import parse_restore_args, parse_time
+    from spark_kafka_backup.argtypes import parse_time
+    from spark_kafka_backup.restore.settings import parse_restore_args
 
     assert parse_time("2026-11-22T08:00:00Z", "--from-time") == 1_795_334_400_000
     assert parse_time("2026-11-22T09:00:00+01:00", "--from-time") == 1_795_334_400_000

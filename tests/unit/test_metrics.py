@@ -197,10 +197,10 @@ def test_json_log_lines_are_one_object_each() -> None:
 
 
 def test_restore_progress_follows_its_own_markers_and_ends_exact() -> None:
+    from spark_kafka_backup.partition.selection import Window
     from spark_kafka_backup.restore.marker import ProgressMarker
     from spark_kafka_backup.restore.metrics import RestoreMetrics
     from spark_kafka_backup.restore.plan import PartitionPlan
-    from spark_kafka_backup.restore.selection import Window
 
     parts = [
         PartitionPlan("src", 0, "dst", 0, Window(), selected=100, groups={}, identity="mine", resume_from=0),

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.selection import Window
 from spark_kafka_backup.partition.writer import PartitionWriter
 from spark_kafka_backup.restore.plan import _pinned
 from spark_kafka_backup.restore.repartition import ROUND_ROBIN, Repartition, Source, count_routed, routed_records
-from spark_kafka_backup.restore.selection import Window
 
 
 def _write(root: Path, partition: int, offsets: range) -> None:

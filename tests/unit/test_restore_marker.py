@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from spark_kafka_backup.partition.selection import Window
 from spark_kafka_backup.restore.marker import ProgressMarker, restore_identity, transactional_id
-from spark_kafka_backup.restore.selection import Window
 
 
 def test_a_marker_survives_its_commit_metadata() -> None:

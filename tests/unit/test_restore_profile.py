@@ -11,9 +11,9 @@ from spark_kafka_backup.catalog.ledger import CatalogLedger
 from spark_kafka_backup.catalog.store import read_catalog
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.selection import Window, selected_records
 from spark_kafka_backup.partition.writer import PartitionWriter
 from spark_kafka_backup.restore.profile import RecordsProfile, kafka_size_bound, profile_partition
-from spark_kafka_backup.restore.selection import Window, selected_records
 from spark_kafka_backup.restore.target_limits import LONG_MAX, Choices, TopicLimits, broker_topic_defaults, judge
 from spark_kafka_backup.text import iso_time as iso
 from tests.strategies import records

@@ -22,13 +22,13 @@ import pytest
 
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.kafka.columnar_producer import Deliveries, ProducerError
+from spark_kafka_backup.partition.selection import Window
 from spark_kafka_backup.partition.writer import PartitionWriter
 from spark_kafka_backup.restore import columnar_run, reference_run
 from spark_kafka_backup.restore import marker as markers
 from spark_kafka_backup.restore import producer_calls as calls
 from spark_kafka_backup.restore import task as task_module
 from spark_kafka_backup.restore.partition_task import NATIVE_PRODUCER, REFERENCE_PRODUCER
-from spark_kafka_backup.restore.selection import Window
 from spark_kafka_backup.restore.task import PartitionTask, restore_partition
 
 

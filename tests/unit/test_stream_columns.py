@@ -23,6 +23,7 @@ from spark_kafka_backup.errors import SchemaIdError
 from spark_kafka_backup.format.arrow_binary import binary_parts
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.selection import Window
 from spark_kafka_backup.partition.writer import PartitionWriter
 from spark_kafka_backup.restore.repartition import (
     MURMUR2,
@@ -34,7 +35,6 @@ from spark_kafka_backup.restore.repartition import (
     murmur2_columns,
     routed_records,
 )
-from spark_kafka_backup.restore.selection import Window
 from spark_kafka_backup.restore.stream_columns import count_routed_columns, routed_chunks
 from spark_kafka_backup.schema_registry.wire import IdRewrite
 from spark_kafka_backup.schema_registry.wire_columns import ColumnIdRewrite

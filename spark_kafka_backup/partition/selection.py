@@ -1,4 +1,4 @@
-"""Which records of a backed-up partition a restore produces.
+"""Which records of a backed-up partition a read selects (a restore produces them; the data source gives them).
 
 A record is **selected** when its offset lies in the partition's offset window
 (``from_offset <= offset <= to_offset``, either end open) and, if a time

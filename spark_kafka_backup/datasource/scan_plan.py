@@ -1,0 +1,170 @@
+"""Planning a read of a backup on the driver: which segments, in which tasks.
+
+What is looked at: the topic directories, each chosen partition's partition index and its catalog (small files).
+No segment is opened (but with keys, each segment's sealed head, as ``cat`` checks it): a segment is left out when
+the options or the query's pushed filters (:mod:`spark_kafka_backup.datasource.scan_bounds`) show it holds no row
+they want, from the catalog's first and last offset and its smallest and largest timestamp. A segment the catalog
+does not describe (the newest one of a running backup, or a backup without a catalog) is pruned by offsets only,
+from the partition index's start offsets.
+
+Each task then reads whole segments of one partition, consecutive ones grouped up to ``maxBytesPerTask`` stored
+bytes (:class:`~spark_kafka_backup.datasource.segment_scan.SegmentScan`).
+
+Checked here, as ``cat`` checks them: segments lost from the partition index (named by the catalog, or present as
+files) and, with keys, the seals; checksums are checked by each task on the segments it reads.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+
+from spark_kafka_backup.catalog.integrity import damage_text, offsets_overlap
+from spark_kafka_backup.catalog.model import SegmentEntry
+from spark_kafka_backup.catalog.seals import seal_problems
+from spark_kafka_backup.catalog.segment_set import lost_segments
+from spark_kafka_backup.catalog.store import read_catalog
+from spark_kafka_backup.datasource.scan_bounds import ScanBounds
+from spark_kafka_backup.datasource.scan_options import ScanOptions
+from spark_kafka_backup.datasource.segment_scan import SegmentScan
+from spark_kafka_backup.errors import BackupNotFoundError, DamagedBackupError
+from spark_kafka_backup.format.encryption import KeyRing
+from spark_kafka_backup.partition.layout import chosen_topics, list_partitions
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.records_file import install_keys, installed_keys, load_key
+from spark_kafka_backup.partition.selection import Window
+from spark_kafka_backup.storage import parse_location
+
+log = logging.getLogger("spark_kafka_backup.datasource")
+
+
+@dataclass(frozen=True)
+class _Chosen:
+    name: str
+    start_offset: int
+    #: Stored bytes, from the catalog (``None``: not described there).
+    size: int | None
+
+
+def plan_scans(options: ScanOptions, bounds: ScanBounds | None = None) -> list[SegmentScan]:
+    """The tasks reading what ``options`` and ``bounds`` leave of the backup, by topic, partition and offset."""
+    bounds = bounds or ScanBounds()
+    root = parse_location(options.root)
+    # Exactly this read's keys (none: none), also in a Python worker Spark reuses after a read that had keys.
+    install_keys(KeyRing.of(load_key(file=file, env=env) for file, env in options.key_sources))
+    window = _window(options.window, bounds)
+    topics = chosen_topics(root, None)
+    for topic in options.topics or ():
+        if topic not in topics:
+            raise BackupNotFoundError(
+                f"kbackup data source: topic {topic!r} (option topics) is not in backup {root} "
+                f"(topics: {', '.join(topics) or 'none'})"
+            )
+    scans: list[SegmentScan] = []
+    if bounds.nothing or window is None:
+        return scans
+    for topic in options.topics or topics:
+        if not bounds.takes_topic(topic):
+            continue
+        for partition in list_partitions(root / topic):
+            if options.partitions is not None and partition not in options.partitions:
+                continue
+            if bounds.takes_partition(partition):
+                scans += _partition_scans(options, window, topic, partition)
+    return scans
+
+
+def _window(given: Window, bounds: ScanBounds) -> Window | None:
+    """The options' window narrowed by the filters' bounds (``None``: empty)."""
+
+    def higher(a: int | None, b: int | None) -> int | None:
+        return b if a is None else a if b is None else max(a, b)
+
+    def lower(a: int | None, b: int | None) -> int | None:
+        return b if a is None else a if b is None else min(a, b)
+
+    window = replace(
+        given,
+        from_offset=higher(given.from_offset, bounds.from_offset),
+        to_offset=lower(given.to_offset, bounds.to_offset),
+        from_time=higher(given.from_time, bounds.from_time),
+        to_time=lower(given.to_time, bounds.to_time),
+    )
+    for low, high in ((window.from_offset, window.to_offset), (window.from_time, window.to_time)):
+        if low is not None and high is not None and low > high:
+            return None
+    return window
+
+
+def _partition_scans(options: ScanOptions, window: Window, topic: str, partition: int) -> list[SegmentScan]:
+    root = parse_location(options.root)
+    reader = PartitionReader(root / topic, partition, legacy=options.legacy)
+    keys = installed_keys()
+    if keys.keys:  # what the key does not vouch for is never read, whatever verify says
+        unsealed = seal_problems(root, topic, partition, reader, keys, unrecorded_ok=options.allow_unauthenticated)
+        if unsealed:
+            raise DamagedBackupError(f"kbackup data source: nothing was read: {'; '.join(unsealed)}")
+    if options.verify:
+        lost = [bad.describe(topic, partition) for bad in lost_segments(root, topic, partition, reader)]
+        if lost and not options.skip_bad_segments:
+            raise DamagedBackupError(
+                f"kbackup data source: the backup is damaged: {damage_text(lost)} (the option skipBadSegments reads "
+                "the rest, verify=false reads what the files hold)"
+            )
+        for line in lost:
+            log.warning("kbackup data source: left out: %s", line)
+    catalog = read_catalog(root, topic, partition)
+    described = {entry.name: entry for entry in catalog.segments} if catalog is not None else {}
+    chosen: list[_Chosen] = []
+    for number, segment in enumerate(reader.segments):
+        following = reader.segments[number + 1].start_offset if number + 1 < len(reader.segments) else None
+        entry = described.get(segment.name)
+        if _may_hold(entry, segment.start_offset, following, window):
+            chosen.append(_Chosen(segment.name, segment.start_offset, None if entry is None else _stored(entry)))
+    return [
+        SegmentScan(
+            root=options.root,
+            topic=topic,
+            partition=partition,
+            segments=tuple((one.name, one.start_offset) for one in group),
+            window=window,
+            key_sources=options.key_sources,
+            verify=options.verify,
+            skip_bad_segments=options.skip_bad_segments,
+            legacy=options.legacy,
+        )
+        for group in _grouped(chosen, options.task_bytes)
+    ]
+
+
+def _may_hold(entry: SegmentEntry | None, start: int, following: int | None, window: Window) -> bool:
+    """Whether a segment may hold a record of the window (its catalog entry when it has one, else its place)."""
+    if entry is None:
+        last = None if following is None else following - 1
+        return offsets_overlap(start, last, window.from_offset, window.to_offset)
+    if entry.records == 0:
+        return False
+    if not offsets_overlap(entry.first_offset, entry.last_offset, window.from_offset, window.to_offset):
+        return False
+    if not window.by_time:
+        return True
+    if entry.min_timestamp is None or entry.max_timestamp is None:
+        return False  # no record of it has a timestamp: none is in a time window
+    return offsets_overlap(entry.min_timestamp, entry.max_timestamp, window.from_time, window.to_time)
+
+
+def _stored(entry: SegmentEntry) -> int:
+    return entry.records_bytes + entry.index_bytes
+
+
+def _grouped(chosen: list[_Chosen], task_bytes: int) -> list[list[_Chosen]]:
+    """Consecutive segments together up to ``task_bytes`` stored bytes; a segment of unknown size alone."""
+    groups: list[list[_Chosen]] = []
+    total = task_bytes
+    for one in chosen:
+        if one.size is None or total + one.size > task_bytes or (groups and groups[-1][-1].size is None):
+            groups.append([])
+            total = 0
+        groups[-1].append(one)
+        total += one.size or task_bytes
+    return groups

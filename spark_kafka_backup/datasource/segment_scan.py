@@ -1,0 +1,128 @@
+"""One task of the ``kbackup`` data source: whole segments of one backed-up partition, read on an executor.
+
+The driver plans (:mod:`spark_kafka_backup.datasource.scan_plan`); a :class:`SegmentScan` carries, pickled, all a
+task needs: the backup root as text, the partition, the segments in order, the offset and time window, and where the
+decryption keys are (a key file's path or an environment variable's name: never the key). This module never imports
+the driver's.
+
+A task first checks its segments against the catalog's checksums (as ``cat`` and the restore do), so a damaged
+segment is an error naming it before any of its rows is given, never wrong rows; with ``skipBadSegments`` it is left
+out and said in the executor's log. On an object store the task copies its segments to a local spool once
+(``KBACKUP_SPOOL_DIR``) and reads, checks and removes the copy. Memory: one reader batch (at most 10,000 records or
+8 MiB) and its Arrow rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from spark_kafka_backup.catalog.integrity import bad_segments
+from spark_kafka_backup.datasource.kafka_rows import kafka_rows
+from spark_kafka_backup.errors import ChecksumError, FormatError
+from spark_kafka_backup.format.encryption import KeyRing
+from spark_kafka_backup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
+from spark_kafka_backup.partition.records_file import install_keys, load_key
+from spark_kafka_backup.partition.segment_batches import RecordBatch, iter_segment_batches
+from spark_kafka_backup.partition.selection import Window, selected_rows
+from spark_kafka_backup.partition.spool import staged_segments
+from spark_kafka_backup.storage import Location, parse_location
+
+log = logging.getLogger("spark_kafka_backup.datasource")
+
+
+@dataclass(frozen=True)
+class SegmentScan:
+    """Whole segments of one partition, read in offset order (a ``pyspark`` ``InputPartition``: pickled to a task).
+
+    ``segments`` are ``(name, start offset)`` pairs in the partition index's order; ``window`` the offsets and times
+    kept (its ``skip_segments`` are not read).
+    """
+
+    root: str
+    topic: str
+    partition: int
+    segments: tuple[tuple[str, int], ...]
+    window: Window
+    key_sources: tuple[tuple[str | None, str | None], ...] = ()
+    verify: bool = True
+    skip_bad_segments: bool = False
+    legacy: bool = False
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.segments)
+
+
+def read_scan(scan: SegmentScan) -> Iterator[pa.RecordBatch]:
+    """The scan's records as Kafka rows (:data:`~spark_kafka_backup.datasource.kafka_rows.KAFKA_ROWS_SCHEMA`)."""
+    # Exactly this read's keys (none: none), also in a Python worker Spark reuses after a task that had keys.
+    install_keys(KeyRing.of(load_key(file=file, env=env) for file, env in scan.key_sources))
+    root = parse_location(scan.root)
+    topic_dir = root / scan.topic
+    window = scan.window
+    with staged_segments(topic_dir, scan.names) as files:
+        skipped = _checked(scan, files) if scan.verify else frozenset()
+        previous = -1
+        for name, start in scan.segments:
+            if name in skipped or name in window.skip_segments:
+                continue
+            records_path = files / f"{name}{RECORDS_SUFFIX}"
+            batches = iter_segment_batches(
+                records_path, files / f"{name}{INDEX_SUFFIX}", from_offset=window.from_offset, legacy=scan.legacy
+            )
+            for batch in batches:
+                offsets = batch.columns.offsets
+                _check_follows(str(topic_dir / f"{name}{RECORDS_SUFFIX}"), start, int(offsets[0]), previous)
+                previous = int(offsets[-1])
+                if window.to_offset is not None and offsets[-1] > window.to_offset:
+                    kept = int(np.searchsorted(offsets, window.to_offset, side="right"))
+                    if kept:
+                        yield from _rows(scan, batch.head(kept), window)
+                    return
+                yield from _rows(scan, batch, window)
+
+
+def _rows(scan: SegmentScan, batch: RecordBatch, window: Window) -> Iterator[pa.RecordBatch]:
+    rows = selected_rows(batch, window)
+    if rows is None or len(rows):
+        yield kafka_rows(batch, scan.topic, scan.partition, rows)
+
+
+def _checked(scan: SegmentScan, files: Location) -> frozenset[str]:
+    """The scan's segments that fail the catalog's checksums, when ``skipBadSegments`` lets them be left out;
+    otherwise the first one is an error naming it."""
+    root = parse_location(scan.root)
+    found = bad_segments(root, scan.topic, scan.partition, files=files, only=scan.names, legacy=scan.legacy)
+    for bad in found:
+        text = f"topic {scan.topic!r} partition {scan.partition}: segment {bad.name} ({bad.offsets}) is damaged: "
+        if not scan.skip_bad_segments:
+            raise ChecksumError(
+                f"{text}{bad.reason} (in {root / scan.topic}); no row of it was read (the option skipBadSegments "
+                "reads the rest and leaves it out)"
+            )
+        log.warning("%s%s; left out (skipBadSegments)", text, bad.reason)
+    return frozenset(bad.name for bad in found)
+
+
+def _check_follows(records_file: str, start: int, offset: int, previous: int) -> None:
+    """A segment's records come after the previous segment's and at or above its start offset (the partition
+    reader's check)."""
+    if offset <= previous:
+        raise FormatError(
+            "segment repeats or goes back in offsets",
+            file=records_file,
+            expected=f"offsets > {previous} (the previous segment's last)",
+            found=str(offset),
+        )
+    if offset < start:
+        raise FormatError(
+            f"record offset below its segment's start offset {start}",
+            file=records_file,
+            expected=f"offsets >= {start}",
+            found=str(offset),
+        )

@@ -1,0 +1,218 @@
+"""The ``kbackup`` Spark data source on real backups: rows equal to ``cat`` record for record, pruning by the
+catalog shown by removing every segment a query must not open, damage an error, keys as the restore takes them."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_kafka_backup.catalog.ledger import CatalogLedger
+from spark_kafka_backup.catalog.store import read_catalog
+from spark_kafka_backup.datasource import register
+from spark_kafka_backup.datasource.scan_bounds import ScanBounds
+from spark_kafka_backup.datasource.scan_options import scan_options
+from spark_kafka_backup.datasource.scan_plan import plan_scans
+from spark_kafka_backup.partition.object_writer import ObjectPartitionWriter
+from spark_kafka_backup.partition.writer import PartitionWriter
+from spark_kafka_backup.storage import ObjectPath
+from tests.broker import BrokerUnderTest
+from tests.conftest import REPO
+from tests.data_source_query import as_cat
+from tests.in_process import spark_session
+from tests.kafka_helpers import client_config_file, create_topics, job_env, kbackup_lines, run_backup
+from tests.recordgen import sample_record
+from tests.s3_server import S3Server
+
+HOUR = 3_600_000
+#: Records of the Kafka topic, spread over three hours ending a minute ago.
+RECORDS = 1_800
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    with spark_session() as session:
+        register(session)
+        yield session
+
+
+def cat(root: Path | str, *args: str | Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in kbackup_lines("cat", root, *args)]
+
+
+@pytest.fixture(scope="module")
+def kafka_backup(kafka: BrokerUnderTest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    """A compressed snapshot backup, in small segments, of a 3-partition topic (keys, null keys and values, repeated
+    and null headers, an aborted transaction) and a LogAppendTime topic; and the time its records start at."""
+    from confluent_kafka import Producer
+
+    create_topics(
+        kafka, {"ds-events": 3, "ds-appended": 1}, {"ds-appended": {"message.timestamp.type": "LogAppendTime"}}
+    )
+    start = (int(time.time() * 1000) // HOUR - 3) * HOUR
+    producer = Producer(kafka.client_settings(**{"transactional.id": "ds-tx", "linger.ms": "5"}))
+    producer.init_transactions(30)
+    for batch in range(6):
+        producer.begin_transaction()
+        for i in range(batch * RECORDS // 6, (batch + 1) * RECORDS // 6):
+            producer.produce(
+                "ds-events",
+                key=None if i % 9 == 0 else b"customer-%d" % (i % 40),
+                value=None if i % 17 == 0 else b"event-%d-" % i * (1 + i % 5),
+                headers=[("trace", b"%d" % i), ("trace", None)] if i % 4 == 0 else None,
+                partition=i % 3,
+                timestamp=start + i * (3 * HOUR // RECORDS),
+            )
+            if i % 10 == 0:
+                producer.produce("ds-appended", key=b"a%d" % i, value=b"x")
+        if batch == 2:
+            producer.flush(30)
+            producer.abort_transaction(30)  # offsets taken by aborted records and markers: never rows
+        else:
+            producer.commit_transaction(30)
+    root = tmp_path_factory.mktemp("ds") / "backup"
+    settings = client_config_file(tmp_path_factory.mktemp("ds-config") / "client.properties", kafka.extra_settings)
+    done = run_backup(
+        "--bootstrap-server", kafka.bootstrap_servers, "--command-config", settings, "--target-dir", root,
+        "--topics", "ds-events,ds-appended", "--snapshot", "--max-segment-size", "6000", "--compression", "zstd",
+        "--checkpoint-location", root.parent / "spark-state",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return root, start
+
+
+def test_rows_equal_cat_and_a_query_opens_only_the_segments_it_needs(
+    kafka_backup: tuple[Path, int], spark: Any
+) -> None:
+    root, start = kafka_backup
+    expected = cat(root)
+    assert len(expected) == RECORDS - RECORDS // 6 + (RECORDS - RECORDS // 6) // 10
+    df = spark.read.format("kbackup").load(str(root))
+    assert [field.simpleString() for field in df.schema.fields] == [
+        "key:binary", "value:binary", "topic:string", "partition:int", "offset:bigint", "timestamp:timestamp",
+        "timestampType:int", "headers:array<struct<key:string,value:binary>>",
+    ]  # fmt: skip
+    assert as_cat(df.collect()) == expected
+    assert {r["timestampType"] for r in expected if r["topic"] == "ds-appended"} == {"LogAppendTime"}
+
+    # SQL over the columns: one customer's events, and the records carrying a header.
+    df.createOrReplaceTempView("backup")
+    customer = spark.sql("SELECT offset FROM backup WHERE key = CAST('customer-7' AS BINARY)").collect()
+    assert sorted(row.offset for row in customer) == sorted(
+        r["offset"] for r in expected if r["key"] == base64.b64encode(b"customer-7").decode()
+    )
+    traced = spark.sql("SELECT count(*) AS n FROM backup WHERE array_contains(headers.key, 'trace')").collect()[0].n
+    assert traced == sum(1 for r in expected if r["headers"])
+
+    # One partition and one hour: the plan names only the segments whose catalog offsets and times meet them.
+    hour_from, hour_to = start + HOUR, start + 2 * HOUR - 1
+    wanted = [
+        r for r in expected
+        if (r["topic"], r["partition"]) == ("ds-events", 1) and r["timestamp"] is not None
+        and hour_from <= r["timestamp"] <= hour_to
+    ]  # fmt: skip
+    assert wanted
+    options = scan_options({"path": str(root)})
+    planned = plan_scans(options, ScanBounds(frozenset(["ds-events"]), frozenset([1]), from_time=hour_from,
+                                             to_time=hour_to))  # fmt: skip
+    chosen = {name for scan in planned for name in scan.names}
+    catalog = read_catalog(root, "ds-events", 1)
+    assert catalog is not None
+    meeting = {
+        entry.name for entry in catalog.segments
+        if entry.min_timestamp is not None and entry.max_timestamp is not None
+        and entry.min_timestamp <= hour_to and entry.max_timestamp >= hour_from
+    }  # fmt: skip
+    assert chosen - {catalog.tail.name if catalog.tail else ""} == meeting
+    assert 0 < len(meeting) < len(catalog.segments) // 2
+    # Every other segment file of the backup removed: the query still gives exactly its rows (verified, read).
+    for path in [*root.glob("*/segment_*_records"), *root.glob("*/segment_*_index")]:
+        if path.parent.name != "ds-events" or not any(path.name.startswith(name + "_") for name in chosen):
+            path.unlink()
+    query = (
+        f"topic = 'ds-events' AND partition = 1 AND timestamp >= timestamp_millis({hour_from}) "
+        f"AND timestamp < timestamp_millis({hour_to + 1})"
+    )
+    assert as_cat(spark.read.format("kbackup").load(str(root)).filter(query).collect()) == wanted
+
+
+@pytest.fixture
+def written(tmp_path: Path) -> Path:
+    """A backup written by the backup's partition writer: compressed and encrypted segments, two partitions."""
+    root = tmp_path / "backup"
+    for partition in (0, 1):
+        with PartitionWriter(root / "t", "t", partition, max_segment_size=3000, fsync=False,
+                             ledger=CatalogLedger(root), compression="lz4", encryption_key=KEK) as writer:  # fmt: skip
+            for i in range(200):
+                writer.append(sample_record(i))
+    (tmp_path / "kek.hex").write_text(KEK.hex() + "\n")
+    return root
+
+
+KEK = bytes(range(32))
+
+
+def test_encrypted_segments_read_with_the_key_and_options_narrow_the_rows(spark: Any, written: Path) -> None:
+    key_file = written.parent / "kek.hex"
+    expected = cat(written, "--encryption-key-file", key_file)
+    reader = spark.read.format("kbackup").option("encryptionKeyFile", str(key_file))
+    assert as_cat(reader.load(str(written)).collect()) == expected
+    narrowed = reader.option("partitions", "1").option("fromOffset", "30").option("toOffset", "90")
+    assert as_cat(narrowed.load(str(written)).collect()) == [
+        r for r in expected if r["partition"] == 1 and 30 <= r["offset"] <= 90
+    ]
+    with pytest.raises(Exception, match="no key was given"):
+        spark.read.format("kbackup").load(str(written)).collect()
+    with pytest.raises(Exception, match="unknown option 'fromoffst'"):
+        reader.option("fromOffst", "3").load(str(written)).collect()
+
+
+def test_a_damaged_segment_is_an_error_naming_it_never_wrong_rows(spark: Any, tmp_path: Path) -> None:
+    root = tmp_path / "backup"
+    with PartitionWriter(root / "t", "t", 0, max_segment_size=3000, fsync=False, ledger=CatalogLedger(root)) as writer:
+        for i in range(200):
+            writer.append(sample_record(i))
+    catalog = read_catalog(root, "t", 0)
+    assert catalog is not None and len(catalog.segments) > 3
+    damaged = catalog.segments[1]
+    records = root / "t" / f"{damaged.name}_records"
+    data = bytearray(records.read_bytes())
+    data[-5] ^= 0x01  # inside a value: the records still decode; only the checksum tells
+    records.write_bytes(bytes(data))
+    with pytest.raises(Exception, match=f"segment {damaged.name} .* is damaged: .*CRC32C"):
+        spark.read.format("kbackup").load(str(root)).collect()
+    rest = spark.read.format("kbackup").option("skipBadSegments", "true").load(str(root)).collect()
+    assert as_cat(rest) == [
+        r for r in cat(root, "--no-verify")
+        if not damaged.first_offset <= r["offset"] <= damaged.last_offset
+    ]  # fmt: skip
+
+
+def test_a_backup_on_the_s3_server_reads_the_same_as_cat(s3: S3Server) -> None:
+    root = ObjectPath("s3", s3.new_bucket(), "backups/prod")
+    for partition in (0, 1, 2):
+        with ObjectPartitionWriter(root / "t", "t", partition, max_segment_size=2500, ledger=CatalogLedger(root),
+                                   compression="zstd") as writer:  # fmt: skip
+            for i in range(120):
+                writer.append(sample_record(i + partition))
+    expected = cat(str(root))
+    assert len(expected) == 360
+    # In a process of its own: the driver's planning runs in a Python worker with the environment the driver's JVM
+    # started with, and this worker's kept JVM may predate the server's credentials.
+    where = "partition = 2 AND offset BETWEEN 100 AND 200"
+    query = [sys.executable, str(REPO / "tests" / "data_source_query.py"), str(root), where]
+    done = subprocess.run(query, capture_output=True, text=True, env=job_env(), cwd=REPO, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers: list[list[dict[str, Any]]] = [[], []]
+    for line in done.stdout.splitlines():
+        row = json.loads(line)
+        answers[row.pop("query")].append(row)
+    assert answers[0] == expected
+    assert answers[1] == [r for r in expected if r["partition"] == 2 and 100 <= r["offset"] <= 200]

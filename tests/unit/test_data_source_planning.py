@@ -1,0 +1,185 @@
+"""The ``kbackup`` data source without Spark running: its options, what pushed filters imply, the rows built from a
+segment's columns, and the plan over a backup's catalog."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pyspark.sql.datasource import (
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+    StringStartsWith,
+)
+
+from spark_kafka_backup.catalog.ledger import CatalogLedger
+from spark_kafka_backup.catalog.store import read_catalog
+from spark_kafka_backup.datasource.kafka_rows import KAFKA_ROWS_SCHEMA, kafka_rows
+from spark_kafka_backup.datasource.scan_bounds import ScanBounds, scan_bounds
+from spark_kafka_backup.datasource.scan_options import scan_options
+from spark_kafka_backup.datasource.scan_plan import plan_scans
+from spark_kafka_backup.datasource.segment_scan import read_scan
+from spark_kafka_backup.errors import BackupNotFoundError, InvalidRecordError, UsageError
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.writer import PartitionWriter
+from tests.recordgen import sample_record
+from tests.strategies import record_runs
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def at(micros: int) -> datetime:
+    return EPOCH + timedelta(microseconds=micros)
+
+
+def test_options_are_typed_and_a_wrong_one_is_one_error_naming_it() -> None:
+    options = scan_options({"path": "/b", "topics": "a, b", "partitions": "0,2", "fromoffset": "5", "verify": "FALSE",
+                            "totimestamp": "2026-11-22T08:00:00Z", "encryptionkeyfile": "/k1,/k2"})  # fmt: skip
+    assert options.topics == ("a", "b") and options.partitions == frozenset({0, 2})
+    assert options.window.from_offset == 5 and options.window.to_time == 1_795_334_400_000
+    assert options.key_sources == (("/k1", None), ("/k2", None)) and options.verify is False
+    for wrong, message in (
+        ({}, "no backup root"),
+        ({"path": "/b", "fromOffst": "1"}, "unknown option 'fromOffst'"),
+        ({"path": "/b", "partitions": "x"}, "partitions takes partition numbers, not 'x'"),
+        ({"path": "/b", "fromOffset": "-1"}, "fromOffset takes an offset"),
+        ({"path": "/b", "fromOffset": "9", "toOffset": "3"}, "fromOffset is above toOffset"),
+        ({"path": "/b", "verify": "yes"}, "verify takes true or false, not 'yes'"),
+        ({"path": "/b", "fromTimestamp": "yesterday"}, "option fromTimestamp takes ISO 8601"),
+        ({"path": "/b", "maxBytesPerTask": "0"}, "maxBytesPerTask"),
+    ):
+        with pytest.raises(UsageError, match=message):
+            scan_options(wrong)
+
+
+def test_filters_narrow_topics_partitions_offsets_and_times_and_others_say_nothing() -> None:
+    bounds = scan_bounds([
+        EqualTo(("topic",), "a"), In(("partition",), (1, 3, 5)), LessThan(("partition",), 5),
+        GreaterThan(("offset",), 10), LessThanOrEqual(("offset",), 99),
+        GreaterThanOrEqual(("timestamp",), at(1_500_001)), LessThan(("timestamp",), at(2_000_000)),
+        StringStartsWith(("topic",), "x"), EqualTo(("key",), b"k"), EqualTo(("headers", "key"), "t"),
+    ])  # fmt: skip
+    assert bounds.topics == frozenset({"a"}) and bounds.partitions == frozenset({1, 3, 5})
+    assert [bounds.takes_partition(p) for p in (1, 3, 5)] == [True, True, False]
+    assert (bounds.from_offset, bounds.to_offset) == (11, 99)
+    # >= 1500.001 ms: from 1501 ms; < 2000.000 ms: to 1999 ms.
+    assert (bounds.from_time, bounds.to_time) == (1501, 1999)
+    assert scan_bounds([EqualTo(("topic",), "a"), In(("topic",), ("b",))]).nothing
+    assert scan_bounds([GreaterThan(("offset",), 5), LessThan(("offset",), 6)]).nothing
+    assert scan_bounds([IsNull(("offset",))]).nothing
+    assert scan_bounds([IsNull(("timestamp",))]) == ScanBounds()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(-(10**15), 10**15), st.integers(-(10**12), 10**12),
+       st.sampled_from([EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual]))  # fmt: skip
+def test_a_time_bound_keeps_exactly_the_milliseconds_the_filter_matches(
+    micros: int, millis: int, kind: type[Filter]
+) -> None:
+    """Pruning is safe and tight: a record of ``millis`` is inside the bounds exactly when the filter holds for it."""
+    bounds = scan_bounds([kind(("timestamp",), at(micros))])  # type: ignore[call-arg]
+    inside = (bounds.from_time is None or millis >= bounds.from_time) and (
+        bounds.to_time is None or millis <= bounds.to_time
+    )
+    value = millis * 1000
+    holds = {
+        EqualTo: value == micros, GreaterThan: value > micros, GreaterThanOrEqual: value >= micros,
+        LessThan: value < micros, LessThanOrEqual: value <= micros,
+    }[kind]  # fmt: skip
+    assert inside == holds
+
+
+@settings(max_examples=60, deadline=None)
+@given(record_runs())
+def test_rows_hold_exactly_the_records_the_reference_reader_gives(records: list[Record]) -> None:
+    """Timestamps within what Spark holds (int64 microseconds); beyond it, see the next test."""
+    import tempfile
+
+    records = [r._replace(timestamp=r.timestamp % 10**15) if r.timestamp is not None else r for r in records]
+    with tempfile.TemporaryDirectory() as directory:
+        with PartitionWriter(Path(directory) / "t", "t", 4, max_segment_size=700, fsync=False) as writer:
+            for record in records:
+                writer.append(record)
+        reader = PartitionReader(Path(directory) / "t", 4)
+        rows = [kafka_rows(batch, "t", 4) for batch in reader.record_batches()]
+        assert all(batch.schema == KAFKA_ROWS_SCHEMA for batch in rows)
+        # Timestamps as their int64 microseconds: Python's datetime holds years 1 to 9999 only.
+        got = [row for batch in rows for row in _with_micros(batch).to_pylist()]
+        assert [(row["topic"], row["partition"]) for row in got] == [("t", 4)] * len(records)
+        assert [_as_record(row) for row in got] == [_comparable(record) for record in reader.records()]
+
+
+def test_a_timestamp_spark_cannot_hold_is_an_error_naming_its_offset(tmp_path: Path) -> None:
+    with PartitionWriter(tmp_path / "t", "t", 0, fsync=False) as writer:
+        writer.append(Record(7, 0, 1_700_000_000_000, b"k", b"v", ()))
+        writer.append(Record(9, 0, 2**62, b"k", b"v", ()))
+    (batch,) = PartitionReader(tmp_path / "t", 0).record_batches()
+    with pytest.raises(InvalidRecordError, match=r"topic 't' partition 0 offset 9: timestamp 4611686018427387904 ms"):
+        kafka_rows(batch, "t", 0)
+    assert kafka_rows(batch.head(1), "t", 0).column("offset").to_pylist() == [7]
+
+
+def _with_micros(batch: pa.RecordBatch) -> pa.RecordBatch:
+    at = batch.schema.get_field_index("timestamp")
+    return batch.set_column(at, "timestamp", batch.column(at).cast(pa.int64()))
+
+
+def _as_record(row: dict[str, object]) -> tuple[object, ...]:
+    stamp = row["timestamp"]
+    millis = None if stamp is None else stamp // 1000  # type: ignore[operator]
+    headers = tuple((h["key"], h["value"]) for h in row["headers"] or ())  # type: ignore[attr-defined]
+    return (row["offset"], row["timestampType"], millis, row["key"], row["value"], headers)
+
+
+def _comparable(record: Record) -> tuple[object, ...]:
+    """What a row says of a record: CreateTime with a null timestamp (-2 on disk) is CreateTime without one."""
+    kind = 0 if record.timestamp_type == -2 else record.timestamp_type
+    stamp = record.timestamp if record.timestamp_type in (0, 1) else None
+    return (record.offset, kind, stamp, record.key, record.value, tuple(record.headers))
+
+
+def test_the_plan_reads_whole_segments_the_catalog_says_can_match(tmp_path: Path) -> None:
+    root = tmp_path / "backup"
+    for partition in (0, 1):
+        with PartitionWriter(root / "t", "t", partition, max_segment_size=3000, fsync=False,
+                             ledger=CatalogLedger(root)) as writer:  # fmt: skip
+            for i in range(300):
+                writer.append(sample_record(i))
+    catalog = read_catalog(root, "t", 1)
+    assert catalog is not None and len(catalog.segments) > 6
+    options = scan_options({"path": str(root), "maxBytesPerTask": "1"})
+    everything = plan_scans(options)
+    assert [(scan.partition, scan.names) for scan in everything if scan.partition == 1][: len(catalog.segments)] == [
+        (1, (entry.name,)) for entry in catalog.segments
+    ]
+    # Offsets 300..330 of partition 1 only: the one or two segments holding them, read from offset 300.
+    narrow = plan_scans(options, scan_bounds([EqualTo(("partition",), 1), GreaterThanOrEqual(("offset",), 300),
+                                              LessThanOrEqual(("offset",), 330)]))  # fmt: skip
+    holding = [e.name for e in catalog.segments if e.first_offset <= 330 and e.last_offset >= 300]  # type: ignore[operator]
+    assert [name for scan in narrow for name in scan.names] == holding
+    rows = [row for scan in narrow for batch in read_scan(scan) for row in batch.to_pylist()]
+    assert [row["offset"] for row in rows] == list(range(300, 331, 3))
+    # Times: sample records of kinds 0 and 1 carry 1_700_000_000_000 + i; a window inside partition 0's second half.
+    timed = plan_scans(scan_options({"path": str(root), "partitions": "0", "fromTimestamp": "1700000000200"}))
+    kept = [name for scan in timed for name in scan.names]
+    first = read_catalog(root, "t", 0)
+    assert first is not None
+    assert set(kept) >= {e.name for e in first.segments if (e.max_timestamp or 0) >= 1_700_000_000_200}
+    assert not set(kept) & {e.name for e in first.segments if (e.max_timestamp or 0) < 1_700_000_000_200}
+    assert [row["offset"] for scan in timed for batch in read_scan(scan) for row in batch.to_pylist()] == [
+        3 * i for i in range(200, 300) if i % 4 < 2
+    ]
+    assert plan_scans(options, scan_bounds([EqualTo(("topic",), "other")])) == []
+    with pytest.raises(BackupNotFoundError, match=r"topic 'other' .* is not in backup"):
+        plan_scans(scan_options({"path": str(root), "topics": "other"}))
