@@ -66,7 +66,8 @@ start = time.perf_counter()
 spark.read.format("kbackup").load(root).write.format("noop").mode("overwrite").save()
 whole = time.perf_counter() - start
 start = time.perf_counter()
-where = f"partition = 1 AND timestamp >= timestamp_millis({hour_from}) AND timestamp < timestamp_millis({hour_from + 3_600_000})"
+hour_to = hour_from + 3_600_000
+where = f"partition = 1 AND timestamp >= timestamp_millis({hour_from}) AND timestamp < timestamp_millis({hour_to})"
 pruned = spark.read.format("kbackup").load(root).filter(where)
 rows = pruned.count()
 print(json.dumps([whole, time.perf_counter() - start, rows]))
