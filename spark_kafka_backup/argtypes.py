@@ -35,7 +35,7 @@ def byte_count(text: str) -> int:
     cleaned = text.strip().upper().removesuffix("IB").removesuffix("B")
     unit = cleaned[-1:] if cleaned[-1:] in _BYTE_UNITS else ""
     digits = cleaned[: len(cleaned) - len(unit)]
-    value = int(digits) * _BYTE_UNITS[unit] if digits.isdigit() else 0
+    value = int(digits) * _BYTE_UNITS[unit] if digits.isascii() and digits.isdigit() else 0
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a byte count > 0 such as 1048576, 512K, 20M or 1G, got {text!r}")
     return value
@@ -87,7 +87,7 @@ def positive_count(text: str) -> int:
 def parse_time(text: str, flag: str) -> int:
     """Epoch milliseconds from digits, or from ISO 8601 (UTC when no zone is given)."""
     text = text.strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
         return int(text)
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))

@@ -170,8 +170,14 @@ def test_encrypted_segments_read_with_the_key_and_options_narrow_the_rows(spark:
     ]
     with pytest.raises(Exception, match="no key was given"):
         spark.read.format("kbackup").load(str(written)).collect()
-    with pytest.raises(Exception, match="unknown option 'fromoffst'"):
+    with pytest.raises(Exception, match="unknown option 'fromoffst'"):  # (a DataFrameReader's options accumulate)
         reader.option("fromOffst", "3").load(str(written)).collect()
+    with pytest.raises(Exception, match="its rows have the schema struct<key:binary,"):
+        spark.read.format("kbackup").schema("value binary").load(str(written)).collect()
+    # An instant whatever the session calls a timestamp.
+    spark.conf.set("spark.sql.timestampType", "TIMESTAMP_NTZ")
+    keyed = spark.read.format("kbackup").option("encryptionKeyFile", str(key_file))
+    assert as_cat(keyed.load(str(written)).collect()) == expected
 
 
 def test_a_damaged_segment_is_an_error_naming_it_never_wrong_rows(spark: Any, tmp_path: Path) -> None:

@@ -32,10 +32,16 @@ from spark_kafka_backup.errors import InvalidRecordError
 from spark_kafka_backup.format.record_columns import binary_column
 from spark_kafka_backup.partition.segment_batches import RecordBatch
 
-#: The rows' schema, as Spark declares it (``DataSource.schema``).
+#: The rows' schema, as Spark declares it (``DataSource.schema``). ``timestamp_ltz``: an instant, whatever the
+#: session's ``spark.sql.timestampType`` makes of a bare ``timestamp``.
 KAFKA_ROWS_DDL = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int, "
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp_ltz, timestampType int, "
     "headers array<struct<key:string,value:binary>>"
+)
+#: The same, as Spark prints a schema (``StructType.simpleString``): a reader given another schema refuses it.
+KAFKA_ROWS_SIMPLE = (
+    "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,timestamp:timestamp,timestampType:int,"
+    "headers:array<struct<key:string,value:binary>>>"
 )
 
 #: Spark keeps timestamps as int64 microseconds: milliseconds beyond this do not fit.
@@ -74,7 +80,7 @@ def kafka_rows(
     kinds = pick(c.timestamp_types)
     has_time = (kinds == 0) | (kinds == 1)
     millis = np.where(has_time, pick(c.timestamps), 0).astype(np.int64)
-    beyond = np.abs(millis) > _MAX_MILLIS
+    beyond = (millis > _MAX_MILLIS) | (millis < -_MAX_MILLIS)  # not abs: -2**63 has no positive int64
     if beyond.any():
         row = int(np.flatnonzero(beyond)[0])
         raise InvalidRecordError(

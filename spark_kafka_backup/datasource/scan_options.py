@@ -55,6 +55,8 @@ def scan_options(given: Mapping[str, str]) -> ScanOptions:
     """The settings ``given`` (the data source's options) name; one :class:`UsageError` for the first wrong one."""
     options: dict[str, str] = {}
     for key, value in given.items():
+        if key.lower() == "paths":
+            raise UsageError("kbackup data source: one backup root per read: load(ROOT), not several paths")
         name = _BY_LOWER.get(key.lower())
         if name is None:
             raise UsageError(f"kbackup data source: unknown option {key!r} (options: {', '.join(sorted(OPTIONS))})")
@@ -82,7 +84,7 @@ def scan_options(given: Mapping[str, str]) -> ScanOptions:
     topics = _listed(options, "topics")
     return ScanOptions(
         root=root,
-        topics=tuple(topics) if topics else None,
+        topics=tuple(dict.fromkeys(topics)) if topics else None,
         partitions=frozenset(_partition(text) for text in _listed(options, "partitions")) or None,
         window=window,
         key_sources=keys,
@@ -99,7 +101,7 @@ def _listed(options: Mapping[str, str], name: str) -> list[str]:
 
 
 def _partition(text: str) -> int:
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise UsageError(f"kbackup data source: option partitions takes partition numbers, not {text!r}")
     return int(text)
 
@@ -108,7 +110,7 @@ def _offset(options: Mapping[str, str], name: str) -> int | None:
     text = options.get(name)
     if text is None:
         return None
-    if not text.strip().isdigit():
+    if not (text.strip().isascii() and text.strip().isdigit()):
         raise UsageError(f"kbackup data source: option {name} takes an offset (a whole number >= 0), not {text!r}")
     return int(text)
 

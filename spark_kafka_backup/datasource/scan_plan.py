@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from spark_kafka_backup.catalog.integrity import damage_text, offsets_overlap
+from spark_kafka_backup.catalog.integrity import damage_text, offsets_overlap, unverifiable_segments
 from spark_kafka_backup.catalog.model import SegmentEntry
 from spark_kafka_backup.catalog.seals import seal_problems
 from spark_kafka_backup.catalog.segment_set import lost_segments
@@ -42,6 +42,8 @@ log = logging.getLogger("spark_kafka_backup.datasource")
 class _Chosen:
     name: str
     start_offset: int
+    #: The start offset of the segment after it in the partition index (``None``: none).
+    following: int | None
     #: Stored bytes, from the catalog (``None``: not described there).
     size: int | None
 
@@ -53,20 +55,28 @@ def plan_scans(options: ScanOptions, bounds: ScanBounds | None = None) -> list[S
     # Exactly this read's keys (none: none), also in a Python worker Spark reuses after a read that had keys.
     install_keys(KeyRing.of(load_key(file=file, env=env) for file, env in options.key_sources))
     window = _window(options.window, bounds)
-    topics = chosen_topics(root, None)
+    topics = chosen_topics(root, None, option="the option topics")
     for topic in options.topics or ():
         if topic not in topics:
             raise BackupNotFoundError(
                 f"kbackup data source: topic {topic!r} (option topics) is not in backup {root} "
                 f"(topics: {', '.join(topics) or 'none'})"
             )
+    partitions = {topic: list_partitions(root / topic) for topic in options.topics or topics}
+    found = {partition for listed in partitions.values() for partition in listed}
+    for partition in sorted(options.partitions or ()):
+        if partition not in found:
+            raise BackupNotFoundError(
+                f"kbackup data source: partition {partition} (option partitions) is in none of the topics read "
+                f"(partitions: {', '.join(map(str, sorted(found))) or 'none'})"
+            )
     scans: list[SegmentScan] = []
     if bounds.nothing or window is None:
         return scans
-    for topic in options.topics or topics:
+    for topic, listed in partitions.items():
         if not bounds.takes_topic(topic):
             continue
-        for partition in list_partitions(root / topic):
+        for partition in listed:
             if options.partitions is not None and partition not in options.partitions:
                 continue
             if bounds.takes_partition(partition):
@@ -104,6 +114,7 @@ def _partition_scans(options: ScanOptions, window: Window, topic: str, partition
         unsealed = seal_problems(root, topic, partition, reader, keys, unrecorded_ok=options.allow_unauthenticated)
         if unsealed:
             raise DamagedBackupError(f"kbackup data source: nothing was read: {'; '.join(unsealed)}")
+    unchecked: frozenset[str] = frozenset()
     if options.verify:
         lost = [bad.describe(topic, partition) for bad in lost_segments(root, topic, partition, reader)]
         if lost and not options.skip_bad_segments:
@@ -113,20 +124,36 @@ def _partition_scans(options: ScanOptions, window: Window, topic: str, partition
             )
         for line in lost:
             log.warning("kbackup data source: left out: %s", line)
-    catalog = read_catalog(root, topic, partition)
+        # A catalog that was kept and is lost: no segment of the partition can be checked.
+        unverifiable = unverifiable_segments(root, topic, partition, legacy=options.legacy)
+        if unverifiable and not options.skip_bad_segments:
+            unread = damage_text([bad.describe(topic, partition) for bad in unverifiable])
+            raise DamagedBackupError(
+                f"kbackup data source: nothing was read: {unread} (verify=false reads what the files hold, "
+                "unchecked; skipBadSegments leaves the partition out)"
+            )
+        if unverifiable:
+            log.warning("kbackup data source: left out, unchecked: topic %r partition %d (%d segments): its catalog is "
+                        "lost", topic, partition, len(unverifiable))  # fmt: skip
+        unchecked = frozenset(bad.name for bad in unverifiable)
+    # The catalog's offsets and times prune only what is checked against it; verify=false reads as cat --no-verify
+    # does, by the partition index alone.
+    catalog = read_catalog(root, topic, partition) if options.verify else None
     described = {entry.name: entry for entry in catalog.segments} if catalog is not None else {}
     chosen: list[_Chosen] = []
     for number, segment in enumerate(reader.segments):
         following = reader.segments[number + 1].start_offset if number + 1 < len(reader.segments) else None
         entry = described.get(segment.name)
-        if _may_hold(entry, segment.start_offset, following, window):
-            chosen.append(_Chosen(segment.name, segment.start_offset, None if entry is None else _stored(entry)))
+        if segment.name not in unchecked and _may_hold(entry, segment.start_offset, following, window):
+            size = None if entry is None else _stored(entry)
+            chosen.append(_Chosen(segment.name, segment.start_offset, following, size))
     return [
         SegmentScan(
             root=options.root,
             topic=topic,
             partition=partition,
             segments=tuple((one.name, one.start_offset) for one in group),
+            next_start=group[-1].following,
             window=window,
             key_sources=options.key_sources,
             verify=options.verify,
@@ -142,8 +169,6 @@ def _may_hold(entry: SegmentEntry | None, start: int, following: int | None, win
     if entry is None:
         last = None if following is None else following - 1
         return offsets_overlap(start, last, window.from_offset, window.to_offset)
-    if entry.records == 0:
-        return False
     if not offsets_overlap(entry.first_offset, entry.last_offset, window.from_offset, window.to_offset):
         return False
     if not window.by_time:

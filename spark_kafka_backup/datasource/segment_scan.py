@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from spark_kafka_backup.catalog.integrity import bad_segments
 from spark_kafka_backup.datasource.kafka_rows import kafka_rows
-from spark_kafka_backup.errors import ChecksumError, FormatError
+from spark_kafka_backup.errors import ChecksumError, FormatError, KbackupError
 from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from spark_kafka_backup.partition.records_file import install_keys, load_key
@@ -39,14 +39,17 @@ log = logging.getLogger("spark_kafka_backup.datasource")
 class SegmentScan:
     """Whole segments of one partition, read in offset order (a ``pyspark`` ``InputPartition``: pickled to a task).
 
-    ``segments`` are ``(name, start offset)`` pairs in the partition index's order; ``window`` the offsets and times
-    kept (its ``skip_segments`` are not read).
+    ``segments`` are ``(name, start offset)`` pairs in the partition index's order; ``next_start`` the start offset of
+    the segment after the last of them in the partition index (``None``: none follows), so that a task's records stay
+    below the next task's as the partition reader checks across segments; ``window`` the offsets and times kept (its
+    ``skip_segments`` are not read).
     """
 
     root: str
     topic: str
     partition: int
     segments: tuple[tuple[str, int], ...]
+    next_start: int | None
     window: Window
     key_sources: tuple[tuple[str | None, str | None], ...] = ()
     verify: bool = True
@@ -64,27 +67,51 @@ def read_scan(scan: SegmentScan) -> Iterator[pa.RecordBatch]:
     install_keys(KeyRing.of(load_key(file=file, env=env) for file, env in scan.key_sources))
     root = parse_location(scan.root)
     topic_dir = root / scan.topic
-    window = scan.window
     with staged_segments(topic_dir, scan.names) as files:
-        skipped = _checked(scan, files) if scan.verify else frozenset()
-        previous = -1
-        for name, start in scan.segments:
-            if name in skipped or name in window.skip_segments:
-                continue
-            records_path = files / f"{name}{RECORDS_SUFFIX}"
-            batches = iter_segment_batches(
-                records_path, files / f"{name}{INDEX_SUFFIX}", from_offset=window.from_offset, legacy=scan.legacy
-            )
-            for batch in batches:
-                offsets = batch.columns.offsets
-                _check_follows(str(topic_dir / f"{name}{RECORDS_SUFFIX}"), start, int(offsets[0]), previous)
-                previous = int(offsets[-1])
-                if window.to_offset is not None and offsets[-1] > window.to_offset:
-                    kept = int(np.searchsorted(offsets, window.to_offset, side="right"))
-                    if kept:
-                        yield from _rows(scan, batch.head(kept), window)
-                    return
-                yield from _rows(scan, batch, window)
+        try:
+            yield from _read_staged(scan, files, topic_dir)
+        except KbackupError as exc:
+            if files == topic_dir:
+                raise
+            # A local copy's path means nothing to the user: the error names the object it was copied from.
+            raise _named_at_source(exc, str(files), str(topic_dir)) from exc
+
+
+def _read_staged(scan: SegmentScan, files: Location, topic_dir: Location) -> Iterator[pa.RecordBatch]:
+    window = scan.window
+    skipped = _checked(scan, files) if scan.verify else frozenset()
+    previous = -1
+    for number, (name, start) in enumerate(scan.segments):
+        if name in skipped or name in window.skip_segments:
+            continue
+        following = scan.segments[number + 1][1] if number + 1 < len(scan.segments) else scan.next_start
+        records_path = files / f"{name}{RECORDS_SUFFIX}"
+        batches = iter_segment_batches(
+            records_path, files / f"{name}{INDEX_SUFFIX}", from_offset=window.from_offset, legacy=scan.legacy
+        )
+        for batch in batches:
+            offsets = batch.columns.offsets
+            _check_follows(str(topic_dir / f"{name}{RECORDS_SUFFIX}"), start, int(offsets[0]), previous)
+            _check_below(str(topic_dir / f"{name}{RECORDS_SUFFIX}"), following, int(offsets[-1]))
+            previous = int(offsets[-1])
+            if window.to_offset is not None and offsets[-1] > window.to_offset:
+                kept = int(np.searchsorted(offsets, window.to_offset, side="right"))
+                if kept:
+                    yield from _rows(scan, batch.head(kept), window)
+                return
+            yield from _rows(scan, batch, window)
+
+
+def _named_at_source(exc: KbackupError, local: str, source: str) -> KbackupError:
+    """``exc`` with the local copy's directory ``local`` replaced by the object prefix ``source`` it came from."""
+    if isinstance(exc, FormatError):
+        exc.file = None if exc.file is None else exc.file.replace(local, source)
+        exc.args = (exc._render(),)
+        return exc
+    try:
+        return type(exc)(str(exc).replace(local, source))
+    except TypeError:
+        return exc
 
 
 def _rows(scan: SegmentScan, batch: RecordBatch, window: Window) -> Iterator[pa.RecordBatch]:
@@ -107,6 +134,17 @@ def _checked(scan: SegmentScan, files: Location) -> frozenset[str]:
             )
         log.warning("%s%s; left out (skipBadSegments)", text, bad.reason)
     return frozenset(bad.name for bad in found)
+
+
+def _check_below(records_file: str, following: int | None, last: int) -> None:
+    """A segment's records come before the next segment's start offset (the next task's first records)."""
+    if following is not None and last >= following:
+        raise FormatError(
+            "segment reaches into the next segment's offsets",
+            file=records_file,
+            expected=f"offsets < {following} (the next segment's start offset)",
+            found=str(last),
+        )
 
 
 def _check_follows(records_file: str, start: int, offset: int, previous: int) -> None:

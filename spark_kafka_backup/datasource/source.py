@@ -19,9 +19,10 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
 
-from spark_kafka_backup.datasource.kafka_rows import KAFKA_ROWS_DDL
+from spark_kafka_backup.datasource.kafka_rows import KAFKA_ROWS_DDL, KAFKA_ROWS_SIMPLE
 from spark_kafka_backup.datasource.scan_bounds import ScanBounds, scan_bounds
 from spark_kafka_backup.datasource.scan_options import scan_options
+from spark_kafka_backup.errors import UsageError
 
 #: The format name: ``spark.read.format(FORMAT)``.
 FORMAT = "kbackup"
@@ -77,6 +78,7 @@ class BackupDataSource(DataSource):
         return KAFKA_ROWS_DDL
 
     def reader(self, schema: Any) -> DataSourceReader:
+        _check_schema(schema)
         return FilteringBackupReader(dict(self.options))
 
 
@@ -84,14 +86,26 @@ class UnfilteredBackupDataSource(BackupDataSource):
     """The same source for a session whose filter pushdown is off (its reader takes no filters)."""
 
     def reader(self, schema: Any) -> DataSourceReader:
+        _check_schema(schema)
         return BackupReader(dict(self.options))
+
+
+def _check_schema(schema: Any) -> None:
+    """A schema the user gave (``spark.read.schema(...)``) must be the source's own: the rows have no other."""
+    shown = schema.simpleString() if hasattr(schema, "simpleString") else str(schema)
+    if shown != KAFKA_ROWS_SIMPLE:
+        raise UsageError(
+            f"kbackup data source: its rows have the schema {KAFKA_ROWS_SIMPLE}, not {shown} (leave out .schema(...); "
+            "select or cast columns after loading)"
+        )
 
 
 def register(spark: Any) -> None:
     """Make ``spark.read.format("kbackup")`` read backups in this session.
 
     Filter pushdown (segments pruned by a query's filters) needs ``spark.sql.python.filterPushdown.enabled``: it is
-    turned on unless the session set it to false, in which case the source reads without it.
+    turned on unless the session set it to false, in which case the source reads without it. Which of the two is
+    decided here: a session that changes the setting afterwards calls ``register`` again.
     """
     setting = spark.conf.get(PUSHDOWN_CONF, None)
     if setting is not None and setting.strip().lower() == "false":

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from spark_kafka_backup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from spark_kafka_backup.partition.object_writer import SPOOL_DIR_ENV
-from spark_kafka_backup.storage import Location, ObjectPath, read_chunks
+from spark_kafka_backup.storage import Location, ObjectPath, exists, read_chunks
 
 CHUNK = 8 << 20
 
@@ -33,7 +33,9 @@ def staged_segments(topic_dir: Location, names: tuple[str, ...]) -> Iterator[Loc
         local.mkdir()
         for name in names:
             for suffix in (RECORDS_SUFFIX, INDEX_SUFFIX):
-                download(topic_dir / f"{name}{suffix}", local / f"{name}{suffix}")
+                # An object that is not there stays missing in the copy: the checksum check, or the read, names it.
+                if exists(topic_dir / f"{name}{suffix}"):
+                    download(topic_dir / f"{name}{suffix}", local / f"{name}{suffix}")
         yield local
     finally:
         shutil.rmtree(spool, ignore_errors=True)

@@ -29,7 +29,13 @@ from spark_kafka_backup.datasource.scan_bounds import ScanBounds, scan_bounds
 from spark_kafka_backup.datasource.scan_options import scan_options
 from spark_kafka_backup.datasource.scan_plan import plan_scans
 from spark_kafka_backup.datasource.segment_scan import read_scan
-from spark_kafka_backup.errors import BackupNotFoundError, InvalidRecordError, UsageError
+from spark_kafka_backup.errors import (
+    BackupNotFoundError,
+    DamagedBackupError,
+    FormatError,
+    InvalidRecordError,
+    UsageError,
+)
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.writer import PartitionWriter
@@ -124,9 +130,12 @@ def test_a_timestamp_spark_cannot_hold_is_an_error_naming_its_offset(tmp_path: P
     with PartitionWriter(tmp_path / "t", "t", 0, fsync=False) as writer:
         writer.append(Record(7, 0, 1_700_000_000_000, b"k", b"v", ()))
         writer.append(Record(9, 0, 2**62, b"k", b"v", ()))
+        writer.append(Record(11, 1, -(2**63), b"k", b"v", ()))
     (batch,) = PartitionReader(tmp_path / "t", 0).record_batches()
     with pytest.raises(InvalidRecordError, match=r"topic 't' partition 0 offset 9: timestamp 4611686018427387904 ms"):
         kafka_rows(batch, "t", 0)
+    with pytest.raises(InvalidRecordError, match=r"offset 11: timestamp -9223372036854775808 ms"):
+        kafka_rows(batch.rows(2, 3), "t", 0)
     assert kafka_rows(batch.head(1), "t", 0).column("offset").to_pylist() == [7]
 
 
@@ -183,3 +192,76 @@ def test_the_plan_reads_whole_segments_the_catalog_says_can_match(tmp_path: Path
     assert plan_scans(options, scan_bounds([EqualTo(("topic",), "other")])) == []
     with pytest.raises(BackupNotFoundError, match=r"topic 'other' .* is not in backup"):
         plan_scans(scan_options({"path": str(root), "topics": "other"}))
+
+
+def test_segments_reaching_into_the_next_ones_offsets_are_refused_across_tasks(tmp_path: Path) -> None:
+    """Without a catalog every segment is a task of its own; a segment holding offsets of the next one (0-9, then a
+    segment starting at 5) is an error, as the partition reader's, never the offsets 5-9 twice."""
+    from tests.backup_builders import write_original_style
+
+    write_original_style(tmp_path / "t", 0, [
+        [Record(offset, 0, 1_700_000_000_000, b"k", b"v", ()) for offset in range(0, 10)],
+        [Record(offset, 0, 1_700_000_000_000, b"k", b"v", ()) for offset in range(5, 15)],
+    ])  # fmt: skip
+    scans = plan_scans(scan_options({"path": str(tmp_path)}))
+    assert [len(scan.segments) for scan in scans] == [1, 1] and scans[0].next_start == 5
+    with pytest.raises(FormatError, match=r"reaches into the next segment.s offsets: expected offsets < 5 .*, found 9"):
+        [batch for scan in scans for batch in read_scan(scan)]
+
+
+def test_a_catalog_is_trusted_for_pruning_only_where_it_is_checked(tmp_path: Path) -> None:
+    """With verify=false the plan reads as ``cat --no-verify`` does, by the partition index alone: a catalog entry
+    saying a segment holds nothing does not hide its records."""
+    import dataclasses
+
+    from spark_kafka_backup.catalog.store import write_catalog
+
+    root = tmp_path / "backup"
+    with PartitionWriter(root / "t", "t", 0, max_segment_size=3000, fsync=False, ledger=CatalogLedger(root)) as writer:
+        for i in range(100):
+            writer.append(sample_record(i))
+    catalog = read_catalog(root, "t", 0)
+    assert catalog is not None
+    hidden = dataclasses.replace(catalog.segments[1], records=0, first_offset=None, last_offset=None,
+                                 min_timestamp=None, max_timestamp=None)  # fmt: skip
+    write_catalog(root, dataclasses.replace(catalog, segments=(catalog.segments[0], hidden, *catalog.segments[2:])))
+    unverified = plan_scans(scan_options({"path": str(root), "verify": "false", "fromTimestamp": "1700000000000"}))
+    offsets = [row["offset"] for scan in unverified for batch in read_scan(scan) for row in batch.to_pylist()]
+    assert offsets == [3 * i for i in range(100) if i % 4 < 2]
+
+
+def test_repeated_topics_read_once_and_missing_partitions_are_named(tmp_path: Path) -> None:
+    root = tmp_path / "backup"
+    with PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root)) as writer:
+        for i in range(10):
+            writer.append(sample_record(i))
+    assert len(plan_scans(scan_options({"path": str(root), "topics": "t,t"}))) == 1
+    with pytest.raises(BackupNotFoundError, match=r"partition 7 \(option partitions\) is in none of the topics read"):
+        plan_scans(scan_options({"path": str(root), "partitions": "7"}))
+    with pytest.raises(UsageError, match=r"is a topic directory; pass the backup root .* and the option topics t"):
+        plan_scans(scan_options({"path": str(root / "t")}))
+    for wrong, message in (({"path": "/b", "paths": "/a,/b"}, "one backup root per read"),
+                           ({"path": "/b", "partitions": "²"}, "partitions takes partition numbers"),
+                           ({"path": "/b", "fromOffset": "²"}, "fromOffset takes an offset")):  # fmt: skip
+        with pytest.raises(UsageError, match=message):
+            scan_options(wrong)
+
+
+def test_a_partition_whose_catalog_is_lost_is_refused_unchecked_or_left_out(tmp_path: Path) -> None:
+    from spark_kafka_backup.catalog.store import catalog_path
+
+    root = tmp_path / "backup"
+    for partition in (0, 1):
+        with PartitionWriter(root / "t", "t", partition, max_segment_size=3000, fsync=False,
+                             ledger=CatalogLedger(root)) as writer:  # fmt: skip
+            for i in range(60):
+                writer.append(sample_record(i))
+    lost = catalog_path(root, "t", 1)
+    assert isinstance(lost, Path)
+    lost.unlink()
+    with pytest.raises(DamagedBackupError, match=r"nothing was read: topic 't' partition 1: segment .*catalog"):
+        plan_scans(scan_options({"path": str(root)}))
+    skipped = plan_scans(scan_options({"path": str(root), "skipBadSegments": "true"}))
+    assert {scan.partition for scan in skipped} == {0}
+    unchecked = plan_scans(scan_options({"path": str(root), "verify": "false"}))
+    assert {scan.partition for scan in unchecked} == {0, 1}
