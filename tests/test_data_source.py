@@ -222,3 +222,28 @@ def test_a_backup_on_the_s3_server_reads_the_same_as_cat(s3: S3Server) -> None:
         answers[row.pop("query")].append(row)
     assert answers[0] == expected
     assert answers[1] == [r for r in expected if r["partition"] == 2 and 100 <= r["offset"] <= 200]
+
+
+def test_exports_to_parquet_and_to_a_table_partitioned_by_topic_and_date_keep_every_field(
+    spark: Any, written: Path
+) -> None:
+    """The recipes of docs/data-source.md#export, as written there."""
+    from pyspark.sql.functions import to_date
+
+    key_file = written.parent / "kek.hex"
+    expected = cat(written, "--encryption-key-file", key_file)
+    df = spark.read.format("kbackup").option("encryptionKeyFile", str(key_file)).load(str(written))
+    out = written.parent / "export"
+    df.withColumn("date", to_date("timestamp")).write.partitionBy("topic", "date").parquet(str(out / "parquet"))
+    assert {path.name for path in (out / "parquet").iterdir() if path.is_dir()} == {"topic=t"}
+    back = spark.read.parquet(str(out / "parquet")).drop("date")
+    assert as_cat(back.collect()) == expected
+
+    (df.withColumn("date", to_date("timestamp"))
+       .write.format("orc").partitionBy("topic", "date").option("path", str(out / "table"))
+       .saveAsTable("kafka_archive"))  # fmt: skip
+    try:
+        table = spark.sql("SELECT * FROM kafka_archive WHERE topic = 't'").drop("date")
+        assert as_cat(table.collect()) == expected
+    finally:
+        spark.sql("DROP TABLE kafka_archive")

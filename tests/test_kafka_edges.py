@@ -80,7 +80,9 @@ def test_the_native_edge_reads_exactly_what_the_reference_reads(
     monkeypatch.setenv(EDGE_ENV, "native")
     assert native_edge() is not None, "the native module is not built (./dev setup builds it)"
     topic = f"edges-{timestamps}-{uuid.uuid4().hex[:8]}"
-    create_topics(kafka, {topic: 1}, {topic: {"message.timestamp.type": timestamps}})
+    # Timestamps of 2023: without retention.ms=-1 the broker may delete them mid-test (seen in CI: "offsets 0..5 were
+    # deleted at the source").
+    create_topics(kafka, {topic: 1}, {topic: {"message.timestamp.type": timestamps, "retention.ms": "-1"}})
     end = _fill(kafka, topic)
     # 0..29 plain, 30..39 committed, 40 its marker, 41..45 aborted, 46 their marker, 47..61 plain.
     assert end == 62
@@ -114,7 +116,7 @@ def test_a_packed_task_reads_on_the_native_edge_what_the_reference_reads(
     monkeypatch.setenv(EDGE_ENV, "native")
     assert native_edge() is not None, "the native module is not built (./dev setup builds it)"
     topics = [f"packed-edges-{n}-{uuid.uuid4().hex[:8]}" for n in range(3)]
-    create_topics(kafka, dict.fromkeys(topics, 1))
+    create_topics(kafka, dict.fromkeys(topics, 1), {topic: {"retention.ms": "-1"} for topic in topics})  # 2023 times
     ends = {topic: _fill(kafka, topic) for topic in topics}
     client = kafka.client_settings()
     # Ending on the commit marker, ending inside the aborted records, the whole partition.

@@ -162,6 +162,8 @@ def _scan(directory: Location) -> list[str]:
 def chosen_topics(root: Location, only: str | None, *, option: str = "--topic") -> list[str]:
     """The topics of the backup at ``root`` (``only`` that one); ``option`` is how the caller's user names a topic."""
     topics = list_topics(root)
+    if not topics and list_partitions(root) and option == "--topic":
+        raise UsageError(f"{root} is a topic directory; pass the backup root {root.parent} and --topic {root.name}")
     if not topics and list_partitions(root):
         raise UsageError(f"{root} is a topic directory; pass the backup root {root.parent} and {option} {root.name}")
     if not topics and STATE_DIR not in (storage_for(root).list_dirs(root) or []):

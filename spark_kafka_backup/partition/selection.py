@@ -1,17 +1,20 @@
 """Which records of a backed-up partition a read selects (a restore produces them; the data source gives them).
 
 A record is **selected** when its offset lies in the partition's offset window
-(``from_offset <= offset <= to_offset``, either end open) and, if a time
+(``from_offset <= offset <= to_offset``, either end open), if a time
 window is given, its timestamp lies in it (``from_time <= timestamp <=
-to_time``; records without a timestamp are outside any time window).
+to_time``; records without a timestamp are outside any time window), and, if the
+records were matched against a predicate (``restore --where``), it is among those that matched
+(:class:`MatchedRuns`).
 
-Without a time window, counting and locating selected records needs only the
+Without a time window or matches, counting and locating selected records needs only the
 segment indexes (a binary search per segment); with one, the records are read.
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -19,9 +22,52 @@ import numpy as np
 import numpy.typing as npt
 
 from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.format.segment_index import ENTRY_DTYPE
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.segment_batches import RecordBatch
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile, iter_segment
+from spark_kafka_backup.storage import Location
+
+
+@dataclass(frozen=True, eq=False)
+class MatchedRuns:
+    """The records of one backed-up partition that matched a predicate, as runs: run ``i`` is every stored record
+    with an offset from ``firsts[i]`` to ``lasts[i]`` (they all matched, and they are consecutive in the backup: no
+    record between them did not). Runs are in offset order and do not overlap. Memory: 16 bytes per run, however
+    many records a run holds."""
+
+    firsts: npt.NDArray[np.int64]
+    lasts: npt.NDArray[np.int64]
+    #: The predicate, as given: part of a restore's identity (the runs grow with a backup that goes on).
+    where: str = ""
+
+    @classmethod
+    def of(cls, runs: list[tuple[int, int]], where: str = "") -> MatchedRuns:
+        ordered = sorted(runs)
+        firsts = np.array([a for a, _ in ordered], dtype=np.int64)
+        return cls(firsts, np.array([b for _, b in ordered], dtype=np.int64), where)
+
+    def __len__(self) -> int:
+        return len(self.firsts)
+
+    def holds(self, offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """Which of ``offsets`` lie in a run."""
+        at = np.searchsorted(self.firsts, offsets, side="right") - 1
+        if not len(self.firsts):
+            return np.zeros(len(offsets), dtype=bool)
+        return (at >= 0) & (offsets <= self.lasts[np.maximum(at, 0)])
+
+    def __contains__(self, offset: int) -> bool:
+        return bool(self.holds(np.array([offset], dtype=np.int64))[0])
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.firsts.tobytes() + b"|" + self.lasts.tobytes()).hexdigest()[:16]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MatchedRuns) and self.digest() == other.digest()
+
+    def __hash__(self) -> int:
+        return hash(self.digest())
 
 
 @dataclass(frozen=True)
@@ -34,10 +80,18 @@ class Window:
     to_time: int | None = None
     #: Segments left out whole (damaged ones, with ``--skip-bad-segments``).
     skip_segments: frozenset[str] = frozenset()
+    #: The records that matched a predicate (``None``: no predicate).
+    matched: MatchedRuns | None = None
 
     @property
     def by_time(self) -> bool:
         return self.from_time is not None or self.to_time is not None
+
+    @property
+    def by_records(self) -> bool:
+        """Whether selecting needs the records themselves (their times, or whether they matched), not only the
+        indexes."""
+        return self.by_time or self.matched is not None
 
     def selects(self, record: Record) -> bool:
         if self.from_offset is not None and record.offset < self.from_offset:
@@ -51,7 +105,7 @@ class Window:
                 return False
             if self.to_time is not None and record.timestamp > self.to_time:
                 return False
-        return True
+        return self.matched is None or record.offset in self.matched
 
 
 def selected_records(reader: PartitionReader, window: Window) -> Iterator[Record]:
@@ -59,20 +113,25 @@ def selected_records(reader: PartitionReader, window: Window) -> Iterator[Record
     batches = reader.record_batches(window.from_offset, window.to_offset, skip_segments=window.skip_segments)
     for batch in batches:
         for record in batch.records():
-            if not window.by_time or window.selects(record):
+            if not window.by_records or window.selects(record):
                 yield record
 
 
 def selected_rows(stored: RecordBatch, window: Window) -> npt.NDArray[np.int64] | None:
-    """The rows of a batch read within the offset window that the time window selects (``None``: all of them)."""
-    if not window.by_time:
+    """The rows of a batch read within the offset window that the time window and the matches select (``None``: all
+    of them)."""
+    if not window.by_records:
         return None
     c = stored.columns
-    keep = (c.timestamp_types == 0) | (c.timestamp_types == 1)
+    keep = np.ones(len(c), dtype=bool)
+    if window.by_time:
+        keep &= (c.timestamp_types == 0) | (c.timestamp_types == 1)
     if window.from_time is not None:
         keep &= c.timestamps >= window.from_time
     if window.to_time is not None:
         keep &= c.timestamps <= window.to_time
+    if window.matched is not None:
+        keep &= window.matched.holds(np.asarray(c.offsets, dtype=np.int64))
     return None if keep.all() else np.flatnonzero(keep)
 
 
@@ -80,20 +139,9 @@ def count_selected(reader: PartitionReader, window: Window, *, below: int | None
     """How many records are selected (with an offset ``< below`` when given)."""
     if window.by_time:
         return sum(1 for record in selected_records(reader, window) if below is None or record.offset < below)
-    low = window.from_offset
-    high = window.to_offset + 1 if window.to_offset is not None else None
-    if below is not None:
-        high = below if high is None else min(high, below)
-    total = 0
-    for segment in reader.segments:
-        if segment.name in window.skip_segments:
-            continue
-        _, index_path = reader.segment_paths(segment)
-        with SegmentIndexFile(index_path, legacy=reader.legacy) as index:
-            first = index.bisect(low) if low is not None else 0
-            last = index.bisect(high) if high is not None else index.count
-            total += max(0, last - first)
-    return total
+    if window.matched is not None:
+        return sum(len(offsets) for _, _, offsets in _indexed_matches(reader, window, below))
+    return sum(last - first for _, _, _, first, last in _indexed_spans(reader, window, below))
 
 
 def nth_selected(reader: PartitionReader, window: Window, n: int) -> Record | None:
@@ -102,6 +150,14 @@ def nth_selected(reader: PartitionReader, window: Window, n: int) -> Record | No
         for position, record in enumerate(selected_records(reader, window)):
             if position == n:
                 return record
+        return None
+    if window.matched is not None:
+        remaining = n
+        for records_path, index_path, offsets in _indexed_matches(reader, window, None):
+            if remaining < len(offsets):
+                at = int(offsets[remaining])
+                return next(iter_segment(records_path, index_path, from_offset=at, legacy=reader.legacy))
+            remaining -= len(offsets)
         return None
     remaining = n
     for segment in reader.segments:
@@ -117,6 +173,42 @@ def nth_selected(reader: PartitionReader, window: Window, n: int) -> Record | No
                 return next(iter_segment(records_path, index_path, from_offset=offset, legacy=reader.legacy))
             remaining -= available
     return None
+
+
+#: Index entries read at a time by :func:`_indexed_matches`.
+_ENTRIES = 65_536
+
+
+def _indexed_matches(
+    reader: PartitionReader, window: Window, below: int | None
+) -> Iterator[tuple[Location, Location, npt.NDArray[np.int64]]]:
+    """Per stretch of a segment's index: its files and the offsets of its entries in the offset window (and below
+    ``below``) that matched. From the indexes alone: no record is read (a window without times)."""
+    assert window.matched is not None
+    for records_path, index_path, index, first, last in _indexed_spans(reader, window, below):
+        for start in range(first, last, _ENTRIES):
+            entries = np.frombuffer(index.read_entries(start, min(_ENTRIES, last - start)), dtype=ENTRY_DTYPE)
+            offsets = entries["offset"].astype(np.int64)
+            yield records_path, index_path, offsets[window.matched.holds(offsets)]
+
+
+def _indexed_spans(
+    reader: PartitionReader, window: Window, below: int | None
+) -> Iterator[tuple[Location, Location, SegmentIndexFile, int, int]]:
+    """Per segment not skipped: its files, its open index, and the entries ``first .. last - 1`` in the offset
+    window (and below ``below``)."""
+    low = window.from_offset
+    high = window.to_offset + 1 if window.to_offset is not None else None
+    if below is not None:
+        high = below if high is None else min(high, below)
+    for segment in reader.segments:
+        if segment.name in window.skip_segments:
+            continue
+        records_path, index_path = reader.segment_paths(segment)
+        with SegmentIndexFile(index_path, legacy=reader.legacy) as index:
+            first = index.bisect(low) if low is not None else 0
+            last = index.bisect(high) if high is not None else index.count
+            yield records_path, index_path, index, first, max(first, last)
 
 
 class BelowCounter:

@@ -97,6 +97,8 @@ def run(settings: RestoreSettings) -> int:
     if settings.schema_registry is not None:
         restored_topics(settings)  # the options naming topics are checked before anything is registered
         settings, registry_lines = register_schemas(settings)
+    if settings.where is not None:
+        settings = _match(settings, umask)
     plan = build_plan(settings, admin)
     if not settings.dry_run:  # a dry run's report says all of this once, in its own lines
         for topic_plan in plan.topics:
@@ -123,6 +125,24 @@ def run(settings: RestoreSettings) -> int:
     finally:
         watch.stop(succeeded=succeeded)
     return 0
+
+
+def _match(settings: RestoreSettings, umask: int) -> RestoreSettings:
+    """``--where``: the records it holds for, found by Spark (a session of its own, stopped after)."""
+    from spark_kafka_backup.restore.matching import match_records
+
+    spark = _session("kbackup-restore-where", settings, umask)
+    try:
+        return match_records(settings, spark, restored_topics(settings))
+    finally:
+        spark.stop()
+
+
+def _session(name: str, settings: RestoreSettings, umask: int) -> Any:
+    return job_session(
+        name, debug=settings.debug, spark_conf=settings.spark_conf, umask=umask,
+        log_format=settings.monitoring.log_format,
+    )  # fmt: skip
 
 
 def _restore(settings: RestoreSettings, plan: RestorePlan, admin: Any, umask: int, watch: RestoreWatch) -> None:
@@ -246,7 +266,7 @@ class RestoreWatch:
     def _count(self, key: TopicPartitionKey, below: int) -> int | None:
         """This run's records below source offset ``below``, from the segment indexes (None with a time window)."""
         part = self._parts[key]
-        if part.window.by_time or part.repartition is not None:
+        if part.window.by_records or part.repartition is not None:
             return None
         return count_selected(self._reader(part), part.window, below=below) - part.skip
 
@@ -365,13 +385,7 @@ def _run_tasks(
     tasks: list[PartitionTask], settings: RestoreSettings, umask: int, watch: RestoreWatch, *, idle: int = 0
 ) -> list[PartitionResult]:
     """Run the tasks; ``idle`` partitions of the plan have nothing to do and count as done from the start."""
-    spark = job_session(
-        "kbackup-restore",
-        debug=settings.debug,
-        spark_conf=settings.spark_conf,
-        umask=umask,
-        log_format=settings.monitoring.log_format,
-    )
+    spark = _session("kbackup-restore", settings, umask)
     try:
         context = spark.sparkContext
         tasks = _shared_throttle(tasks, settings, context.defaultParallelism)
@@ -493,6 +507,9 @@ def _summary(plan: RestorePlan, results: list[PartitionResult], seconds: float) 
 def describe(plan: RestorePlan, settings: RestoreSettings) -> list[str]:
     """The dry-run report: topics, partitions, records and bytes in the window, planned group offsets."""
     lines = ["dry run: nothing was changed"]
+    if settings.where is not None:
+        matched = sum(part.selected for part in plan.partitions)
+        lines.append(f"--where {settings.where!r}: {count(matched, 'record')} selected (each partition's below)")
     predicted = False
     if plan.groups_round is not None:
         lines.append(f"consumer group offsets as of the offset round at {iso_time(plan.groups_round)}")

@@ -121,6 +121,8 @@ def restore_identity(
     """
     where: list[Any] = list(origin) if origin[0] is not None else [location]
     bounds = [window.from_offset, window.to_offset, window.from_time, window.to_time, sorted(window.skip_segments)]
+    if window.matched is not None:
+        bounds.append(["where", window.matched.where])  # (absent before --where: earlier identities stay the same)
     named: list[Any] = [source_topic, source_partition, where, bounds]
     if spread is not None:
         named.append(spread)

@@ -131,7 +131,7 @@ def profile_partition(
             continue
         entry = cataloged.get(segment.name)
         records_path, index_path = reader.segment_paths(segment)
-        if entry is not None and not window.by_time and _takes_whole(entry, window):
+        if entry is not None and not window.by_records and _takes_whole(entry, window):
             quick = _from_catalog(entry, index_path, partition, legacy=reader.legacy)
             # A 0 may be in the range, or a -1 ("no timestamp", which the catalog counts among timestamps): read it.
             zero_possible = quick.oldest is not None and quick.oldest <= 0 and (quick.newest or 0) >= -1
@@ -274,6 +274,9 @@ def _selected(columns: DecodedRecords, window: Window) -> npt.NDArray[np.bool_] 
             chosen &= stamps >= window.from_time
         if window.to_time is not None:
             chosen &= stamps <= window.to_time
+        every = False
+    if window.matched is not None:
+        chosen &= window.matched.holds(np.asarray(offsets, dtype=np.int64))
         every = False
     return None if every else chosen
 

@@ -169,7 +169,7 @@ class Repartition:
         :mod:`spark_kafka_backup.restore.marker`)."""
         windows = [
             [s.partition, s.window.from_offset, s.window.to_offset, s.window.from_time, s.window.to_time,
-             sorted(s.window.skip_segments)]
+             sorted(s.window.skip_segments), *([["where", s.window.matched.where]] if s.window.matched else [])]
             for s in self.sources
         ]  # fmt: skip
         return json.dumps([self.mode, self.partitions, windows])

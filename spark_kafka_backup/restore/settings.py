@@ -32,7 +32,7 @@ from spark_kafka_backup.job_options import Monitoring, job_parser, spark_conf
 from spark_kafka_backup.kafka.connector_config import ConnectorProperties, client_settings
 from spark_kafka_backup.kafka.topics import TopicSelection
 from spark_kafka_backup.partition.layout import state_dir
-from spark_kafka_backup.partition.selection import Window
+from spark_kafka_backup.partition.selection import MatchedRuns, Window
 from spark_kafka_backup.restore.repartition import KEEP, MODES
 from spark_kafka_backup.restore.throttle import Throttle
 from spark_kafka_backup.restore.topic_configs import DEFAULT_POLICY, POLICIES
@@ -109,6 +109,12 @@ class RestoreSettings:
     #: Per backed-up topic, the schema ids its records' keys and values get (filled once the schemas are
     #: registered, :mod:`spark_kafka_backup.restore.schemas`).
     id_rewrites: dict[str, IdRewrite] = field(default_factory=dict)
+    #: ``--where``: a Spark SQL predicate over the columns of the ``kbackup`` data source; only records it holds for
+    #: are restored (docs/restore.md).
+    where: str | None = None
+    #: Per backed-up partition, the records that matched ``where`` (filled before the plan,
+    #: :mod:`spark_kafka_backup.restore.matching`); a partition not named matched nothing.
+    matched: dict[tuple[str, int], MatchedRuns] = field(default_factory=dict)
     debug: bool = False
 
     def schema_id_fields(self, source_topic: str) -> str:
@@ -146,7 +152,10 @@ class RestoreSettings:
 
     def window(self, topic: str, partition: int) -> Window:
         low, high = self.offset_windows.get((topic, partition), self.offset_windows.get((topic, None), (None, None)))
-        return Window(low, high, self.from_time, self.to_time)
+        matched = None
+        if self.where is not None:
+            matched = self.matched.get((topic, partition), MatchedRuns.of([], self.where))
+        return Window(low, high, self.from_time, self.to_time, matched=matched)
 
     def check_target_names(self, restored: Sequence[str]) -> None:
         """Refuse two restored topics that would go into one target topic (a rename onto a restored name)."""
@@ -215,6 +224,13 @@ def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.Argumen
         "TOPIC=MODE for one target topic (repeatable)",
     )
     add_encryption_flags(own, purpose="encrypted segments of the backup were sealed with", several=True)
+    own.add_argument(
+        "--where",
+        metavar="PREDICATE",
+        help="only records this Spark SQL predicate holds for, over the columns of the kbackup data source: key, "
+        "value, topic, partition, offset, timestamp, timestampType, headers (e.g. \"key = 'customer-42'\", "
+        "\"array_contains(headers.key, 'trace')\"); evaluated by Spark before anything is produced",
+    )
     own.add_argument("--from-time", help="only records at or after this time (ISO 8601 or epoch ms)")
     own.add_argument("--to-time", help="only records at or before this time (ISO 8601 or epoch ms)")
     own.add_argument(
@@ -406,6 +422,7 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
         schema_registry=schema_registry_address(args),
         schema_ids=_schema_id_fields(args.schema_ids),
         schema_registry_import=args.schema_registry_import,
+        where=_predicate(args.where),
         debug=args.debug,
     )
     if settings.schema_registry is None and args.schema_ids:
@@ -439,6 +456,15 @@ def _repartition_modes(items: Sequence[str]) -> dict[str | None, str]:
 def _schema_id_fields(items: Sequence[str]) -> dict[str | None, str]:
     """``--schema-ids FIELDS`` and ``--schema-ids TOPIC=FIELDS`` items."""
     return {None: "auto", **_per_topic(items, "--schema-ids", "FIELDS", SCHEMA_ID_FIELDS)}
+
+
+def _predicate(text: str | None) -> str | None:
+    """``--where``: a predicate, not blank (Spark parses it: :mod:`spark_kafka_backup.restore.matching`)."""
+    if text is None:
+        return None
+    if not text.strip():
+        raise UsageError("--where takes a Spark SQL predicate such as \"key = 'customer-42'\", not an empty text")
+    return text.strip()
 
 
 def _pairs(items: Sequence[str], flag: str, shape: str) -> dict[str, str]:

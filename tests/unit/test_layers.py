@@ -47,7 +47,7 @@ RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 #: source's reader is one: Spark unpickles it on executors to call its ``read``.
 EXECUTOR_ENTRIES = (
     "restore.task", "spark.kafka_reader", "spark.kafka_task", "spark.columnar_reader", "spark.kafka_source",
-    "spark.v1_sink", "datasource.source", "datasource.segment_scan",
+    "spark.v1_sink", "datasource.source", "datasource.segment_scan", "datasource.match_runs",
 )  # fmt: skip
 #: Modules of the driver alone (planning, sessions, the jobs' and the commands' entry points): never on an executor.
 DRIVER_ONLY = (
