@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from spark_kafka_backup.errors import KbackupError
+
 #: What :func:`matched_runs` yields (Spark's DDL for ``mapInArrow``).
 RUNS_DDL = "topic string, partition int, first long, last long, records long"
 RUNS_SCHEMA = pa.schema(
@@ -39,11 +41,26 @@ class _Open:
 def matched_runs(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Runs of matching records from batches of ``topic, partition, offset, matched`` in offset order."""
     open_run: _Open | None = None
+    #: The last offset seen of each partition (a partition's rows come together, offsets increasing).
+    last_seen: dict[tuple[str, int], int] = {}
+    current: tuple[str, int] | None = None
     for batch in batches:
         if batch.num_rows == 0:
             continue
         topics = batch.column("topic").to_pylist() if _varies(batch.column("topic")) else None
         for topic, partition, offsets, flags in _pieces(batch, topics):
+            key = (topic, partition)
+            previous = last_seen.get(key)
+            if (
+                (previous is not None and key != current)
+                or bool(np.any(offsets[1:] <= offsets[:-1]))
+                or (previous is not None and offsets[0] <= previous)
+            ):
+                raise KbackupError(
+                    f"--where: the records of topic {topic!r} partition {partition} reached the matching out of "
+                    "offset order (the predicate needs other rows than its own); nothing was produced"
+                )
+            last_seen[key], current = int(offsets[-1]), key
             runs, open_run = _runs(topic, partition, offsets, flags, open_run)
             yield from runs
     if open_run is not None:

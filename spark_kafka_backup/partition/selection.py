@@ -40,6 +40,8 @@ class MatchedRuns:
     lasts: npt.NDArray[np.int64]
     #: The predicate, as given: part of a restore's identity (the runs grow with a backup that goes on).
     where: str = ""
+    #: How many records matched, as the scan that found the runs counted them.
+    records: int = 0
 
     @classmethod
     def of(cls, runs: list[tuple[int, int]], where: str = "") -> MatchedRuns:
@@ -60,8 +62,26 @@ class MatchedRuns:
     def __contains__(self, offset: int) -> bool:
         return bool(self.holds(np.array([offset], dtype=np.int64))[0])
 
+    def without(self, ranges: list[tuple[int | None, int | None]]) -> MatchedRuns:
+        """These runs less the offsets of ``ranges`` (inclusive; ``None``: open), each run cut around them."""
+        firsts, lasts = self.firsts, self.lasts
+        none = np.zeros(0, dtype=np.int64)
+        for low, high in ranges:
+            # The parts of each run below the range and above it (none below an open start, none above an open end).
+            below_first, below_last = (none, none) if low is None else (firsts, np.minimum(lasts, low - 1))
+            above_first, above_last = (none, none) if high is None else (np.maximum(firsts, high + 1), lasts)
+            keep_below = below_first <= below_last
+            keep_above = above_first <= above_last
+            firsts = np.concatenate((below_first[keep_below], above_first[keep_above])).astype(np.int64)
+            lasts = np.concatenate((below_last[keep_below], above_last[keep_above])).astype(np.int64)
+            order = np.argsort(firsts, kind="stable")
+            firsts, lasts = firsts[order], lasts[order]
+        return MatchedRuns(firsts, lasts, self.where, self.records)
+
     def digest(self) -> str:
-        return hashlib.sha256(self.firsts.tobytes() + b"|" + self.lasts.tobytes()).hexdigest()[:16]
+        runs = hashlib.sha256(self.firsts.tobytes() + b"|" + self.lasts.tobytes())
+        runs.update(self.where.encode())
+        return runs.hexdigest()[:16]
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, MatchedRuns) and self.digest() == other.digest()
@@ -112,9 +132,12 @@ def selected_records(reader: PartitionReader, window: Window) -> Iterator[Record
     """The selected records, in offset order (decoded in columnar batches)."""
     batches = reader.record_batches(window.from_offset, window.to_offset, skip_segments=window.skip_segments)
     for batch in batches:
-        for record in batch.records():
-            if not window.by_records or window.selects(record):
-                yield record
+        rows = selected_rows(batch, window)
+        if rows is None:
+            yield from batch.records()
+        else:
+            for row in rows.tolist():
+                yield batch.record(row)
 
 
 def selected_rows(stored: RecordBatch, window: Window) -> npt.NDArray[np.int64] | None:

@@ -1,38 +1,59 @@
 """``restore --where PREDICATE``: the records a Spark SQL predicate holds for, found before the plan.
 
 Spark reads the backup through the ``kbackup`` data source (:mod:`spark_kafka_backup.datasource`), evaluates the
-predicate on every record of the restored topics and hands each task's flags to
-:func:`~spark_kafka_backup.datasource.match_runs.matched_runs`, which keeps runs of consecutive matching records.
-The driver collects the runs (16 bytes each, at most :data:`MAX_RUNS`) into each partition's
+predicate on every record of the restored topics (within ``--from-time``/``--to-time``) and hands each task's flags,
+in offset order, to :func:`~spark_kafka_backup.datasource.match_runs.matched_runs`, which keeps runs of consecutive
+matching records. The driver collects the runs (16 bytes each, at most :data:`MAX_RUNS`) into each partition's
 :class:`~spark_kafka_backup.partition.selection.MatchedRuns`: the plan, the tasks and the group offset remapping
-then select exactly those records, as they select a time window's, and a rerun after a kill evaluates the predicate
-again on the same records and finds the same ones.
+then select exactly those records, as they select a time window's.
+
+What keeps the runs exact:
+
+- the predicate is evaluated row by row, in the data source's order: one that needs other rows (a window function,
+  an aggregate, a subquery) is refused, and :func:`matched_runs` refuses offsets that do not increase;
+- a rerun after a stop must select the same records: a predicate whose value may change between runs
+  (``rand()``, ``current_timestamp()``, ``current_date()`` ...) is refused, and the session time zone is UTC, so that
+  ``timestamp >= '2026-11-20'`` means the same on every host;
+- a run claims every stored record from its first offset to its last; each run's record count is checked against
+  the segment indexes, and runs are cut where a damaged segment was left out (``--skip-bad-segments``), so a run never
+  bridges records that were not read.
 
 Refused before anything is produced, in one line: a predicate Spark cannot parse or resolve, one that is not a
-condition (not a boolean), and one whose result could change between runs (``rand()``, ``current_timestamp()``):
-a restore killed and run again must select the same records.
+condition (not a boolean), and the two kinds above.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
+from spark_kafka_backup.catalog.integrity import bad_segments
 from spark_kafka_backup.datasource import register
 from spark_kafka_backup.datasource.match_runs import RUNS_DDL, matched_runs
 from spark_kafka_backup.errors import KbackupError, UsageError
-from spark_kafka_backup.partition.selection import MatchedRuns
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.selection import MatchedRuns, Window, count_selected
 from spark_kafka_backup.restore.settings import RestoreSettings
 from spark_kafka_backup.text import count
 
 log = logging.getLogger("spark_kafka_backup.restore")
 
-#: Runs held on the driver at most (16 bytes each: 80 MB); a predicate matching more scattered records is refused.
+#: Runs held on the driver at most (16 bytes each as arrays: 80 MB); a predicate matching more scattered records is
+#: refused.
 MAX_RUNS = 5_000_000
+#: Expression nodes that read other rows than the one evaluated: the flags would not come in offset order.
+_OTHER_ROWS = ("WindowExpression", "AggregateExpression", "ScalarSubquery", "ListQuery", "Exists", "InSubquery",
+               "LateralSubquery", "OuterReference")  # fmt: skip
+#: Expression nodes whose value depends on when or where they run (Spark calls some of them deterministic).
+_MOMENT = ("CurrentTimestamp", "Now", "CurrentDate", "LocalTimestamp", "CurrentTimeZone", "CurrentUser",
+           "CurrentDatabase", "CurrentCatalog", "CurrentBatchTimestamp", "Uuid")  # fmt: skip
+#: The session time zone the predicate is evaluated in.
+TIME_ZONE = "UTC"
 
 
 def match_records(settings: RestoreSettings, spark: Any, topics: list[str]) -> RestoreSettings:
@@ -40,41 +61,80 @@ def match_records(settings: RestoreSettings, spark: Any, topics: list[str]) -> R
     assert settings.where is not None
     where = settings.where
     register(spark)
+    spark.conf.set("spark.sql.session.timeZone", TIME_ZONE)
     reader = spark.read.format("kbackup").option("topics", ",".join(topics))
-    files = [file for file, _ in settings.key_sources if file is not None]
-    envs = [env for _, env in settings.key_sources if env is not None]
-    if files:
-        reader = reader.option("encryptionKeyFile", ",".join(files))
-    if envs:
-        reader = reader.option("encryptionKeyEnv", ",".join(envs))
+    for option, values in (
+        ("encryptionKeyFile", [file for file, _ in settings.key_sources if file is not None]),
+        ("encryptionKeyEnv", [env for _, env in settings.key_sources if env is not None]),
+    ):
+        if any("," in value for value in values):
+            raise UsageError(f"--where: a key file or variable name with a comma cannot be handed to Spark: {values}")
+        if values:
+            reader = reader.option(option, ",".join(values))
+    if settings.from_time is not None:
+        reader = reader.option("fromTimestamp", str(settings.from_time))
+    if settings.to_time is not None:
+        reader = reader.option("toTimestamp", str(settings.to_time))
     reader = reader.option("skipBadSegments", str(settings.skip_bad_segments).lower())
     reader = reader.option("allowUnauthenticated", str(settings.allow_unauthenticated).lower())
     reader = reader.option("legacyNoMagic", str(settings.legacy).lower())
-    flagged = _flagged(spark, reader.load(str(settings.source)), where)
+    flagged = _flagged(reader.load(str(settings.source)), where)
     try:
-        table = flagged.mapInArrow(matched_runs, RUNS_DDL).toArrow()
+        table = flagged.mapInArrow(matched_runs, RUNS_DDL).limit(MAX_RUNS + 1).toArrow()
     except KbackupError:
         raise
     except Exception as exc:
-        raise KbackupError(f"--where: Spark could not evaluate {where!r} on the backup: {_first_line(exc)}") from exc
+        from spark_kafka_backup.spark.failures import failure_cause
+
+        cause = _flags(failure_cause(exc))
+        raise KbackupError(f"--where: Spark could not evaluate {where!r} on the backup: {cause}") from exc
     if table.num_rows > MAX_RUNS:
         raise UsageError(
-            f"--where {where!r} matches records scattered over {table.num_rows:,} runs, more than the "
-            f"{MAX_RUNS:,} a restore holds; narrow it (an offset or time window, fewer topics)"
+            f"--where {where!r} matches records scattered over more than {MAX_RUNS:,} runs, more than a restore "
+            "holds; narrow it (--from-time/--to-time, --topics, a stricter predicate)"
         )
-    runs: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
-    records: dict[tuple[str, int], int] = defaultdict(int)
-    for row in table.to_pylist():
-        key = (row["topic"], row["partition"])
-        runs[key].append((row["first"], row["last"]))
-        records[key] += row["records"]
-    for key in sorted(records):
-        log.info("--where: %s/%d: %s matched", key[0], key[1], count(records[key], "record"))
-    log.info("--where: %s matched in %s", count(sum(records.values()), "record"), count(len(records), "partition"))
-    return replace(settings, matched={key: MatchedRuns.of(found, where) for key, found in runs.items()})
+    matched = _checked_runs(settings, table, where)
+    for (topic, partition), runs in sorted(matched.items()):
+        log.info("--where: %s/%d: %s matched", topic, partition, count(runs.records, "record"))
+    total = sum(runs.records for runs in matched.values())
+    log.info("--where: %s matched in %s", count(total, "record"), count(len(matched), "partition"))
+    return replace(settings, matched=matched)
 
 
-def _flagged(spark: Any, rows: Any, where: str) -> Any:
+def _checked_runs(settings: RestoreSettings, table: Any, where: str) -> dict[tuple[str, int], MatchedRuns]:
+    """The runs per partition, each cut where a segment left out as damaged lies inside it and checked against the
+    segment indexes: a run holds exactly the records the scan saw matching."""
+    found: dict[tuple[str, int], MatchedRuns] = {}
+    if table.num_rows == 0:
+        return found
+    topics = np.array(table.column("topic").to_pylist(), dtype=object)
+    partitions = table.column("partition").to_numpy()
+    firsts = table.column("first").to_numpy()
+    lasts = table.column("last").to_numpy()
+    records = table.column("records").to_numpy()
+    for topic in sorted(set(topics.tolist())):
+        of_topic = topics == topic
+        for partition in sorted(set(partitions[of_topic].tolist())):
+            rows = of_topic & (partitions == partition)
+            order = np.argsort(firsts[rows], kind="stable")
+            runs = MatchedRuns(firsts[rows][order], lasts[rows][order], where, records=int(records[rows].sum()))
+            reader = PartitionReader(settings.source / topic, partition, legacy=settings.legacy)
+            left_out = [
+                (bad.first_offset, bad.last_offset)
+                for bad in bad_segments(settings.source, topic, partition, legacy=settings.legacy)
+            ] if settings.skip_bad_segments else []  # fmt: skip
+            runs = runs.without(left_out)
+            if count_selected(reader, Window(matched=runs)) != runs.records:
+                raise KbackupError(
+                    f"--where: topic {topic!r} partition {partition}: the records matched ({runs.records}) are not "
+                    "the records the backup's indexes hold in their runs: the backup changed while it was read "
+                    "(a merge, a prune or a repair); run the restore again"
+                )
+            found[(topic, partition)] = runs
+    return found
+
+
+def _flagged(rows: Any, where: str) -> Any:
     """``topic, partition, offset, matched`` of every row; the predicate checked first."""
     from pyspark.errors import PySparkException
     from pyspark.sql import functions
@@ -89,13 +149,51 @@ def _flagged(spark: Any, rows: Any, where: str) -> Any:
         raise UsageError(f"--where {where!r}: {_first_line(exc)}") from exc
     if not isinstance(kind, BooleanType):
         raise UsageError(f"--where {where!r} is not a condition: it gives {kind.simpleString()}, not true or false")
-    resolved = flagged._jdf.queryExecution().analyzed().expressions().last()
-    if not resolved.deterministic():
+    analyzed = flagged._jdf.queryExecution().analyzed()
+    source = rows._jdf.queryExecution().analyzed()
+    names, undetermined = _expression_nodes(analyzed.expressions())
+    other_rows = sorted(set(names) & set(_OTHER_ROWS))
+    over_rows = analyzed.getClass().getSimpleName() == "Project" and analyzed.child().sameResult(source)
+    if other_rows or not over_rows:
+        named = ", ".join(other_rows) or "a window or aggregate"
         raise UsageError(
-            f"--where {where!r} may hold for other records on another run (rand(), current_timestamp() ...): a "
+            f"--where {where!r} reads other records than the one it is evaluated on ({named}): a predicate of one "
+            "record at a time (its key, value, headers, time, offset)"
+        )
+    moments = sorted(set(names) & set(_MOMENT))
+    if undetermined or moments:
+        raise UsageError(
+            f"--where {where!r} may hold for other records on another run ({', '.join(moments + undetermined)}): a "
             "restore run again after a stop must select the same records"
         )
     return flagged
+
+
+def _expression_nodes(expressions: Any) -> tuple[list[str], list[str]]:
+    """The class names of every node under ``expressions`` (a Scala sequence of the JVM's expressions), and those of
+    the nodes Spark calls nondeterministic."""
+    names: list[str] = []
+    undetermined: list[str] = []
+    pending = [expressions.apply(i) for i in range(expressions.size())]
+    while pending:
+        node = pending.pop()
+        name = node.getClass().getSimpleName()
+        names.append(name)
+        children = [node.children().apply(i) for i in range(node.children().size())]
+        # The node that makes its parents nondeterministic: not deterministic, its children all are.
+        if not node.deterministic() and all(child.deterministic() for child in children):
+            undetermined.append(name)
+        pending.extend(children)
+    return names, sorted(set(undetermined))
+
+
+def _flags(text: str) -> str:
+    """The data source's words for its options, in the restore's flags."""
+    return (
+        text.replace("the option skipBadSegments", "--skip-bad-segments")
+        .replace("skipBadSegments", "--skip-bad-segments")
+        .replace("verify=false reads what the files hold", "the restore reads nothing it cannot check")
+    )
 
 
 @contextlib.contextmanager

@@ -50,7 +50,7 @@ def test_a_window_with_matches_selects_only_them_and_names_the_predicate() -> No
     assert window.by_records and not window.by_time
     picked = [o for o in range(0, 25) if window.selects(Record(o, 0, 1, None, None, ()))]
     assert picked == [11, 12, 20]
-    assert runs == MatchedRuns.of([(20, 20), (10, 12)]) and 13 not in runs and 20 in runs
+    assert runs == MatchedRuns.of([(20, 20), (10, 12)], "key = 'a'") and 13 not in runs and 20 in runs
     assert not MatchedRuns.of([]).holds(np.array([1, 2], dtype=np.int64)).any()
 
 
@@ -83,3 +83,24 @@ def test_counting_and_finding_matches_from_the_indexes_agrees_with_reading_the_r
         )
         for n in {0, len(reference) // 2, max(len(reference) - 1, 0), len(reference)}:
             assert nth_selected(reader, window, n) == (reference[n] if 0 <= n < len(reference) else None)
+
+
+def test_flags_out_of_offset_order_are_refused_never_a_run_over_them() -> None:
+    import pytest
+
+    from spark_kafka_backup.errors import KbackupError
+
+    shuffled = _batches(0, [5, 100, 7], [True, True, False], [])
+    with pytest.raises(KbackupError, match="partition 0 reached the matching out of offset order"):
+        list(matched_runs(iter(shuffled)))
+    back_and_forth = [*_batches(0, [1, 2], [True, True], []), *_batches(1, [1], [True], []),
+                      *_batches(0, [3], [True], [])]  # fmt: skip
+    with pytest.raises(KbackupError, match="out of offset order"):
+        list(matched_runs(iter(back_and_forth)))
+
+
+def test_runs_are_cut_around_offsets_left_out() -> None:
+    runs = MatchedRuns.of([(0, 11), (20, 30)], "w")
+    cut = runs.without([(3, 9), (25, None)])
+    assert list(zip(cut.firsts.tolist(), cut.lasts.tolist(), strict=True)) == [(0, 2), (10, 11), (20, 24)]
+    assert cut.where == "w" and MatchedRuns.of([(1, 2)], "a") != MatchedRuns.of([(1, 2)], "b")
