@@ -120,12 +120,19 @@ def test_a_selective_restore_killed_and_run_again_is_exact(target: Target, tmp_p
     base = (int(time.time()) // 60 - 60) * 60_000
     for partition in range(2):
         with PartitionWriter(backup / "where-kill", "where-kill", partition, fsync=False) as writer:
-            for i in range(30_000):  # 20,000 selected: at 2,000 a second, a first transaction ends after 5 s
-                writer.append(Record(i, 0, base + i, b"key-%d" % (i % 3), b"value-%d" % i, ()))
-    source = [r for r in backed_up(backup, ["where-kill"]) if r["key"] != base64.b64encode(b"key-1").decode()]
+            for i in range(45_000):  # 20,000 selected: at 2,000 a second, a first transaction ends after 5 s
+                # Times out of order: the time window below leaves out records among those it keeps.
+                writer.append(Record(i, 0, base + (i * 7919) % 30_000, b"key-%d" % (i % 3), b"value-%d" % i, ()))
+    # Within a time window too: the matching reads only its records, so runs bridge the records outside it.
+    since = base + 10_000
+    source = [
+        r for r in backed_up(backup, ["where-kill"])
+        if r["key"] != base64.b64encode(b"key-1").decode() and r["timestamp"] >= since
+    ]  # fmt: skip
     name = target.name("where-kill")
     args = [*target.args(tmp_path), "--source-dir", str(backup), "--topic-map", f"where-kill={name}",
-            "--where", "key <> CAST('key-1' AS BINARY)", "--max-rate", "2000", "--batch-size", "512"]  # fmt: skip
+            "--where", "key <> CAST('key-1' AS BINARY)", "--from-time", str(since), "--max-rate", "2000",
+            "--batch-size", "512"]  # fmt: skip
     log = tmp_path / "killed.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(restore_command(*args), stdout=out, stderr=subprocess.STDOUT, env=job_env(),

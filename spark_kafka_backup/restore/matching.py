@@ -124,7 +124,9 @@ def _checked_runs(settings: RestoreSettings, table: Any, where: str) -> dict[tup
                 for bad in bad_segments(settings.source, topic, partition, legacy=settings.legacy)
             ] if settings.skip_bad_segments else []  # fmt: skip
             runs = runs.without(left_out)
-            if count_selected(reader, Window(matched=runs)) != runs.records:
+            # The scan saw the records of the time window only: a run may bridge records outside it.
+            if count_selected(reader, Window(from_time=settings.from_time, to_time=settings.to_time,
+                                             matched=runs)) != runs.records:  # fmt: skip
                 raise KbackupError(
                     f"--where: topic {topic!r} partition {partition}: the records matched ({runs.records}) are not "
                     "the records the backup's indexes hold in their runs: the backup changed while it was read "
