@@ -74,7 +74,10 @@ def read_scan(scan: SegmentScan) -> Iterator[pa.RecordBatch]:
             if files == topic_dir:
                 raise
             # A local copy's path means nothing to the user: the error names the object it was copied from.
-            raise _named_at_source(exc, str(files), str(topic_dir)) from exc
+            renamed = _named_at_source(exc, str(files), str(topic_dir))
+            if renamed is exc:
+                raise
+            raise renamed from exc
 
 
 def _read_staged(scan: SegmentScan, files: Location, topic_dir: Location) -> Iterator[pa.RecordBatch]:

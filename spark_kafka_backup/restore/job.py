@@ -392,14 +392,20 @@ def _run_tasks(
         # Schema id maps go once to each executor (a broadcast), not with every task.
         rewrites = {task.source_topic: task.id_rewrite for task in tasks if task.id_rewrite is not None}
         shared = context.broadcast(rewrites) if rewrites else None
-        shipped = [replace(task, id_rewrite=None) for task in tasks]
+        # --where runs likewise (every task of a repartitioned topic reads every source partition).
+        matches = {key: runs for task in tasks for key, runs in task.matches().items()}
+        shared_matches = context.broadcast(matches) if matches else None
+        unmatched = dict.fromkeys(matches)
+        shipped = [replace(task, id_rewrite=None).with_matches(unmatched) for task in tasks]
         rdd = context.parallelize(shipped, len(shipped))
         outcome: dict[str, Any] = {}
 
         def collect() -> None:
             context.setJobGroup(JOB_GROUP, "spark-kafka-backup restore")
             try:
-                outcome["results"] = rdd.map(functools.partial(restore_partition_sharing, shared)).collect()
+                outcome["results"] = rdd.map(
+                    functools.partial(restore_partition_sharing, shared, shared_matches)
+                ).collect()
             except Exception as exc:  # re-raised on the main thread
                 outcome["error"] = exc
 

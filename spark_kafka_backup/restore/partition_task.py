@@ -4,14 +4,14 @@ with the checks both of its producers make the same way.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from spark_kafka_backup.errors import TargetChangedError, TargetLimitError
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.partition.selection import Window, same_record, selected_records
+from spark_kafka_backup.partition.selection import MatchedRuns, Window, same_record, selected_records
 from spark_kafka_backup.restore.marker import ProgressMarker, read_markers
 from spark_kafka_backup.restore.repartition import Repartition, routed_records
 from spark_kafka_backup.restore.throttle import Throttle
@@ -61,6 +61,28 @@ class PartitionTask:
     message_bytes: int = 1_000_000
     #: ``--restamp-zero-timestamps``: a record stamped 0 is produced with the restore's time (else refused).
     restamp_zero: bool = False
+
+    def matches(self) -> dict[tuple[str, int], MatchedRuns]:
+        """The ``--where`` runs of the backed-up partitions this task reads (none without ``--where``)."""
+        return {
+            (self.source_topic, partition): window.matched
+            for partition, window in self.sources()
+            if window.matched is not None
+        }
+
+    def with_matches(self, matches: Mapping[tuple[str, int], MatchedRuns | None]) -> PartitionTask:
+        """This task with each source's ``--where`` runs set from ``matches`` (those it names; ``None`` takes them
+        out): a repartitioned topic's tasks would otherwise each carry every source partition's runs."""
+
+        def matched(partition: int, window: Window) -> Window:
+            key = (self.source_topic, partition)
+            return replace(window, matched=matches[key]) if key in matches else window
+
+        if self.repartition is None:
+            return replace(self, window=matched(self.source_partition, self.window))
+        sources = tuple(replace(source, window=matched(source.partition, source.window))
+                        for source in self.repartition.sources)  # fmt: skip
+        return replace(self, repartition=replace(self.repartition, sources=sources))
 
     def sources(self) -> list[tuple[int, Window]]:
         """The backed-up partitions this task reads, with their selections."""

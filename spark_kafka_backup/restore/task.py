@@ -77,11 +77,15 @@ _task_log = logging.getLogger("spark_kafka_backup.restore")
 Run = Callable[[PartitionTask, dict[int, PartitionReader], PartitionResult], PartitionResult]
 
 
-def restore_partition_sharing(rewrites: Any, task: PartitionTask) -> PartitionResult:
+def restore_partition_sharing(rewrites: Any, matches: Any, task: PartitionTask) -> PartitionResult:
     """:func:`restore_partition`, the task's schema id rewrite taken from ``rewrites``: a Spark broadcast of
     ``{source topic: IdRewrite}``, which reaches each executor once, where a map of a registry's every id shipped with
-    each task would cost its size once per task (10 MB for a million ids); ``None`` without rewrites."""
+    each task would cost its size once per task (10 MB for a million ids); ``None`` without rewrites. ``matches``
+    likewise: ``{(topic, partition): MatchedRuns}`` of ``--where``, which each task of a repartitioned topic needs
+    for every source partition."""
     found = rewrites.value.get(task.source_topic) if rewrites is not None else None
+    if matches is not None:
+        task = task.with_matches(matches.value)
     return restore_partition(task if found is None else replace(task, id_rewrite=found))
 
 
