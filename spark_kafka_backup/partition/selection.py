@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -135,9 +136,11 @@ def selected_records(reader: PartitionReader, window: Window) -> Iterator[Record
         rows = selected_rows(batch, window)
         if rows is None:
             yield from batch.records()
-        else:
-            for row in rows.tolist():
-                yield batch.record(row)
+        elif len(rows):
+            # The batch's records built column by column (one slice per record would cost more than the whole).
+            keep = np.zeros(len(batch), dtype=bool)
+            keep[rows] = True
+            yield from itertools.compress(batch.records(), keep.tolist())
 
 
 def selected_rows(stored: RecordBatch, window: Window) -> npt.NDArray[np.int64] | None:
@@ -161,7 +164,7 @@ def selected_rows(stored: RecordBatch, window: Window) -> npt.NDArray[np.int64] 
 def count_selected(reader: PartitionReader, window: Window, *, below: int | None = None) -> int:
     """How many records are selected (with an offset ``< below`` when given)."""
     if window.by_time:
-        return sum(1 for record in selected_records(reader, window) if below is None or record.offset < below)
+        return _counted_by_records(reader, window, below)
     if window.matched is not None:
         return sum(len(offsets) for _, _, offsets in _indexed_matches(reader, window, below))
     return sum(last - first for _, _, _, first, last in _indexed_spans(reader, window, below))
@@ -196,6 +199,17 @@ def nth_selected(reader: PartitionReader, window: Window, n: int) -> Record | No
                 return next(iter_segment(records_path, index_path, from_offset=offset, legacy=reader.legacy))
             remaining -= available
     return None
+
+
+def _counted_by_records(reader: PartitionReader, window: Window, below: int | None) -> int:
+    """:func:`count_selected` where the records are read (a time window): counted on the columns, no record built."""
+    total = 0
+    for batch in reader.record_batches(window.from_offset, window.to_offset, skip_segments=window.skip_segments):
+        rows = selected_rows(batch, window)
+        offsets = np.asarray(batch.columns.offsets, dtype=np.int64)
+        chosen = offsets if rows is None else offsets[rows]
+        total += len(chosen) if below is None else int(np.count_nonzero(chosen < below))
+    return total
 
 
 #: Index entries read at a time by :func:`_indexed_matches`.

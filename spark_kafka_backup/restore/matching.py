@@ -119,14 +119,16 @@ def _checked_runs(settings: RestoreSettings, table: Any, where: str) -> dict[tup
             order = np.argsort(firsts[rows], kind="stable")
             runs = MatchedRuns(firsts[rows][order], lasts[rows][order], where, records=int(records[rows].sum()))
             reader = PartitionReader(settings.source / topic, partition, legacy=settings.legacy)
-            left_out = [
-                (bad.first_offset, bad.last_offset)
-                for bad in bad_segments(settings.source, topic, partition, legacy=settings.legacy)
-            ] if settings.skip_bad_segments else []  # fmt: skip
-            runs = runs.without(left_out)
+            left_out = (
+                bad_segments(settings.source, topic, partition, legacy=settings.legacy)
+                if settings.skip_bad_segments
+                else []
+            )
+            runs = runs.without([(bad.first_offset, bad.last_offset) for bad in left_out])
             # The scan saw the records of the time window only: a run may bridge records outside it.
-            if count_selected(reader, Window(from_time=settings.from_time, to_time=settings.to_time,
-                                             matched=runs)) != runs.records:  # fmt: skip
+            seen = Window(from_time=settings.from_time, to_time=settings.to_time, matched=runs,
+                          skip_segments=frozenset(bad.name for bad in left_out))  # fmt: skip
+            if count_selected(reader, seen) != runs.records:
                 raise KbackupError(
                     f"--where: topic {topic!r} partition {partition}: the records matched ({runs.records}) are not "
                     "the records the backup's indexes hold in their runs: the backup changed while it was read "

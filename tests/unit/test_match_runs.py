@@ -72,7 +72,7 @@ def test_counting_and_finding_matches_from_the_indexes_agrees_with_reading_the_r
     with tempfile.TemporaryDirectory() as directory:
         with PartitionWriter(Path(directory) / "t", "t", 0, max_segment_size=600, fsync=False) as writer:
             for offset in range(0, 400, 3):
-                writer.append(Record(offset, 0, 1, b"k", b"v%d" % offset, ()))
+                writer.append(Record(offset, 0, offset % 7, b"k", b"v%d" % offset, ()))
         reader = PartitionReader(Path(directory) / "t", 0)
         window = Window(low, high, matched=MatchedRuns.of([(a, a + n) for a, n in spans]))
         reference = [r for r in reader.records() if window.selects(r)]
@@ -83,6 +83,13 @@ def test_counting_and_finding_matches_from_the_indexes_agrees_with_reading_the_r
         )
         for n in {0, len(reference) // 2, max(len(reference) - 1, 0), len(reference)}:
             assert nth_selected(reader, window, n) == (reference[n] if 0 <= n < len(reference) else None)
+        # With a time window too: counted on the columns, the records read.
+        timed = Window(low, high, from_time=3, matched=window.matched)
+        in_time = [r for r in reader.records() if timed.selects(r)]
+        assert [r.offset for r in selected_records(reader, timed)] == [r.offset for r in in_time]
+        assert count_selected(reader, timed, below=below) == sum(
+            1 for r in in_time if below is None or r.offset < below
+        )
 
 
 def test_flags_out_of_offset_order_are_refused_never_a_run_over_them() -> None:
