@@ -78,16 +78,18 @@ def _narrowed(bounds: ScanBounds, item: Filter) -> ScanBounds:
             bounds = replace(bounds, partitions=found)
         return replace(
             bounds,
-            low_partition=_higher(bounds.low_partition, low),
-            high_partition=_lower(bounds.high_partition, high),
+            low_partition=higher_bound(bounds.low_partition, low),
+            high_partition=lower_bound(bounds.high_partition, high),
         )
     if column == "offset":
         low, high, _ = _whole_range(item)
-        return _checked(replace(bounds, from_offset=_higher(bounds.from_offset, low),
-                                to_offset=_lower(bounds.to_offset, high)))  # fmt: skip
+        return _checked(replace(bounds, from_offset=higher_bound(bounds.from_offset, low),
+                                to_offset=lower_bound(bounds.to_offset, high)))  # fmt: skip
     if column == "timestamp":
         low, high = _time_range(item)
-        return _checked(replace(bounds, from_time=_higher(bounds.from_time, low), to_time=_lower(bounds.to_time, high)))
+        return _checked(
+            replace(bounds, from_time=higher_bound(bounds.from_time, low), to_time=lower_bound(bounds.to_time, high))
+        )
     return bounds
 
 
@@ -162,11 +164,11 @@ def _millis_range(value: object) -> tuple[int, int] | None:
     return -(-micros // 1000), micros // 1000
 
 
-def _higher(current: int | None, new: int | None) -> int | None:
+def higher_bound(current: int | None, new: int | None) -> int | None:
     return new if current is None else current if new is None else max(current, new)
 
 
-def _lower(current: int | None, new: int | None) -> int | None:
+def lower_bound(current: int | None, new: int | None) -> int | None:
     return new if current is None else current if new is None else min(current, new)
 
 

@@ -24,7 +24,7 @@ from spark_kafka_backup.catalog.model import SegmentEntry
 from spark_kafka_backup.catalog.seals import seal_problems
 from spark_kafka_backup.catalog.segment_set import lost_segments
 from spark_kafka_backup.catalog.store import read_catalog
-from spark_kafka_backup.datasource.scan_bounds import ScanBounds
+from spark_kafka_backup.datasource.scan_bounds import ScanBounds, higher_bound, lower_bound
 from spark_kafka_backup.datasource.scan_options import ScanOptions
 from spark_kafka_backup.datasource.segment_scan import SegmentScan
 from spark_kafka_backup.errors import BackupNotFoundError, DamagedBackupError
@@ -87,18 +87,12 @@ def plan_scans(options: ScanOptions, bounds: ScanBounds | None = None) -> list[S
 def _window(given: Window, bounds: ScanBounds) -> Window | None:
     """The options' window narrowed by the filters' bounds (``None``: empty)."""
 
-    def higher(a: int | None, b: int | None) -> int | None:
-        return b if a is None else a if b is None else max(a, b)
-
-    def lower(a: int | None, b: int | None) -> int | None:
-        return b if a is None else a if b is None else min(a, b)
-
     window = replace(
         given,
-        from_offset=higher(given.from_offset, bounds.from_offset),
-        to_offset=lower(given.to_offset, bounds.to_offset),
-        from_time=higher(given.from_time, bounds.from_time),
-        to_time=lower(given.to_time, bounds.to_time),
+        from_offset=higher_bound(given.from_offset, bounds.from_offset),
+        to_offset=lower_bound(given.to_offset, bounds.to_offset),
+        from_time=higher_bound(given.from_time, bounds.from_time),
+        to_time=lower_bound(given.to_time, bounds.to_time),
     )
     for low, high in ((window.from_offset, window.to_offset), (window.from_time, window.to_time)):
         if low is not None and high is not None and low > high:

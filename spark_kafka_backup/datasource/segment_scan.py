@@ -26,6 +26,8 @@ from spark_kafka_backup.datasource.kafka_rows import kafka_rows
 from spark_kafka_backup.errors import ChecksumError, FormatError, KbackupError
 from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
+from spark_kafka_backup.format.partition_index import PartitionIndexEntry
+from spark_kafka_backup.partition.reader import check_follows
 from spark_kafka_backup.partition.records_file import install_keys, load_key
 from spark_kafka_backup.partition.segment_batches import RecordBatch, iter_segment_batches
 from spark_kafka_backup.partition.selection import Window, selected_rows
@@ -94,7 +96,9 @@ def _read_staged(scan: SegmentScan, files: Location, topic_dir: Location) -> Ite
         )
         for batch in batches:
             offsets = batch.columns.offsets
-            _check_follows(str(topic_dir / f"{name}{RECORDS_SUFFIX}"), start, int(offsets[0]), previous)
+            check_follows(
+                PartitionIndexEntry(name, start), topic_dir / f"{name}{RECORDS_SUFFIX}", int(offsets[0]), previous
+            )
             _check_below(str(topic_dir / f"{name}{RECORDS_SUFFIX}"), following, int(offsets[-1]))
             previous = int(offsets[-1])
             if window.to_offset is not None and offsets[-1] > window.to_offset:
@@ -147,23 +151,4 @@ def _check_below(records_file: str, following: int | None, last: int) -> None:
             file=records_file,
             expected=f"offsets < {following} (the next segment's start offset)",
             found=str(last),
-        )
-
-
-def _check_follows(records_file: str, start: int, offset: int, previous: int) -> None:
-    """A segment's records come after the previous segment's and at or above its start offset (the partition
-    reader's check)."""
-    if offset <= previous:
-        raise FormatError(
-            "segment repeats or goes back in offsets",
-            file=records_file,
-            expected=f"offsets > {previous} (the previous segment's last)",
-            found=str(offset),
-        )
-    if offset < start:
-        raise FormatError(
-            f"record offset below its segment's start offset {start}",
-            file=records_file,
-            expected=f"offsets >= {start}",
-            found=str(offset),
         )

@@ -106,7 +106,7 @@ class PartitionReader:
         previous = -1
         for segment, records_path, index_path in self._segments_between(from_offset, to_offset, skip_segments):
             for record in iter_segment(records_path, index_path, from_offset=from_offset, legacy=self.legacy):
-                _check_follows(segment, records_path, record.offset, previous)
+                check_follows(segment, records_path, record.offset, previous)
                 if to_offset is not None and record.offset > to_offset:
                     return
                 previous = record.offset
@@ -123,7 +123,7 @@ class PartitionReader:
         previous = -1
         for segment, records_path, index_path in self._segments_between(from_offset, to_offset, skip_segments):
             for batch in iter_segment_batches(records_path, index_path, from_offset=from_offset, legacy=self.legacy):
-                _check_follows(segment, records_path, int(batch.columns.offsets[0]), previous)
+                check_follows(segment, records_path, int(batch.columns.offsets[0]), previous)
                 if to_offset is not None and batch.columns.offsets[-1] > to_offset:
                     kept = int(np.searchsorted(batch.columns.offsets, to_offset, side="right"))
                     if kept:
@@ -165,8 +165,9 @@ class PartitionReader:
         return result
 
 
-def _check_follows(segment: PartitionIndexEntry, records_path: Location, offset: int, previous: int) -> None:
-    """A segment's records come after the previous segment's and at or above the segment's start offset."""
+def check_follows(segment: PartitionIndexEntry, records_path: Location, offset: int, previous: int) -> None:
+    """A segment's records come after the previous segment's and at or above the segment's start offset (also the
+    data source's check, :mod:`spark_kafka_backup.datasource.segment_scan`)."""
     if offset <= previous:
         raise FormatError(
             f"segment {segment.name} repeats or goes back in offsets",
