@@ -60,6 +60,7 @@ from spark_kafka_backup.backup.schemas import RegistryWatch
 from spark_kafka_backup.backup.settings import BackupSettings, parse_backup_args
 from spark_kafka_backup.backup.source_loss import SourceLossReport
 from spark_kafka_backup.catalog import checkpoints
+from spark_kafka_backup.catalog.erase import finish_erase
 from spark_kafka_backup.catalog.ledger import CatalogLedger
 from spark_kafka_backup.errors import ClusterError, KbackupError, OriginError, SchemaRegistryError, SourceLossError
 from spark_kafka_backup.fsutil import restrict_new_files
@@ -178,6 +179,9 @@ class BackupJob:
     def _back_up(self, spark: Any, session: AdminSession) -> int:
         settings = self.settings
         prepare_root(settings.target)
+        erased = finish_erase(settings.target)  # under the target's lease, before any writer opens a partition
+        if erased is not None:
+            log.warning("finished an erase that was interrupted (%s)", erased)
         created = session.call(
             lambda admin, _: ensure_partitions(
                 settings.target, admin, settings.selection, max_segment_size=settings.max_segment_size

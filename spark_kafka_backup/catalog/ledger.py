@@ -13,12 +13,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from spark_kafka_backup.catalog.build import catch_up_catalog, describe_segment
+from spark_kafka_backup.catalog.erasures import read_erased
 from spark_kafka_backup.catalog.model import PartitionCatalog, SegmentEntry
 from spark_kafka_backup.catalog.seals import refuse_plain_writer, vouch
 from spark_kafka_backup.catalog.store import catalog_path, read_catalog, refuse_lost_catalog, write_catalog
 from spark_kafka_backup.catalog.tail import record_tail
 from spark_kafka_backup.errors import FormatError
 from spark_kafka_backup.format.partition_index import PartitionIndexEntry
+from spark_kafka_backup.partition.erased import ErasedOffsets
 from spark_kafka_backup.partition.ledger import TailEntry
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.records_file import installed_keys
@@ -102,6 +104,9 @@ class CatalogLedger:
     def accounted(self, topic: str, partition: int) -> set[str]:
         catalog = read_catalog(self.root, topic, partition)
         return {entry.name for entry in catalog.segments} if catalog is not None else set()
+
+    def erased(self, topic: str, partition: int) -> ErasedOffsets:
+        return read_erased(self.root, topic, partition)
 
     def segments_published(
         self,

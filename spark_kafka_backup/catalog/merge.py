@@ -39,6 +39,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -52,7 +53,7 @@ from spark_kafka_backup.catalog.seals import pinned_names
 from spark_kafka_backup.catalog.store import read_catalog, write_catalog
 from spark_kafka_backup.errors import ChecksumError, DecryptionKeyError, FormatError
 from spark_kafka_backup.format.magic import MAGIC_V1
-from spark_kafka_backup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX, parse_segment_file_name, segment_prefix
+from spark_kafka_backup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX, rewritten_name
 from spark_kafka_backup.format.partition_index import PartitionIndexEntry, encode_partition_index
 from spark_kafka_backup.format.segment_index import ENTRY_DTYPE
 from spark_kafka_backup.fsutil import TMP_SUFFIX, disk_error, fsync_dir
@@ -141,9 +142,7 @@ def _plan_partition(root: Location, topic: str, partition: int, max_segment_size
 
 
 def _merged_name(partition: int, first: SegmentEntry) -> str:
-    parsed = parse_segment_file_name(first.name + RECORDS_SUFFIX)
-    generation = parsed.generation + 1 if parsed is not None and parsed.partition == partition else 1
-    return segment_prefix(partition, first.start_offset, generation)
+    return rewritten_name(partition, first.name, first.start_offset)
 
 
 def merge(root: Location, groups: list[MergeGroup], *, progress: bool = False) -> None:
@@ -152,7 +151,7 @@ def merge(root: Location, groups: list[MergeGroup], *, progress: bool = False) -
     for group in groups:
         topic_dir = root / group.topic
         for entry in group.sources:
-            _check_source(topic_dir, entry)
+            check_source(topic_dir, entry)
         kek = _sealing_key(topic_dir, group)
         write_intent(root, group.intent())
         try:
@@ -189,22 +188,41 @@ def _write_merged(root: Location, group: MergeGroup, kek: bytes | None) -> None:
     """Step 2: the merged segment's files under their final names, complete and synced."""
     topic_dir = root / group.topic
     codec = next((entry.compression for entry in reversed(group.sources) if entry.compression), None)
+    write_segment(
+        topic_dir, group.merged, lambda records, index: _concatenate(topic_dir, group, records, index),
+        codec=codec, kek=kek, writing=group.plain_bytes,
+    )  # fmt: skip
+
+
+def write_segment(
+    topic_dir: Location,
+    name: str,
+    fill: Callable[[Path, Path], None],
+    *,
+    codec: str | None,
+    kek: bytes | None,
+    writing: int | None = None,
+) -> None:
+    """A segment rewritten from others (merged, or without erased records) under its final ``name``, complete and
+    synced: ``fill`` writes its plain records and index files (local, synced), which are then compressed with
+    ``codec`` and sealed with ``kek`` as its sources were, and given their names, the index first (a records file
+    under its final name marks the segment complete). Beside the topic's files on disk; through a local spool on an
+    object store."""
     spool = (
         topic_dir
         if isinstance(topic_dir, Path)
-        else Path(tempfile.mkdtemp(prefix="kbackup-merge-", dir=os.environ.get(SPOOL_DIR_ENV)))
+        else Path(tempfile.mkdtemp(prefix="kbackup-rewrite-", dir=os.environ.get(SPOOL_DIR_ENV)))
     )
-    tag = f".{group.merged}.{os.getpid()}"
+    tag = f".{name}.{os.getpid()}"
     records_tmp = spool / f"{tag}{RECORDS_SUFFIX}{TMP_SUFFIX}"
     index_tmp = spool / f"{tag}{INDEX_SUFFIX}{TMP_SUFFIX}"
     try:
-        _concatenate(topic_dir, group, records_tmp, index_tmp)
+        fill(records_tmp, index_tmp)
         if codec is not None or kek is not None:
             compress_records_file(records_tmp, codec or "none", encryption_key=kek)
-        final_records = topic_dir / (group.merged + RECORDS_SUFFIX)
-        final_index = topic_dir / (group.merged + INDEX_SUFFIX)
+        final_records = topic_dir / (name + RECORDS_SUFFIX)
+        final_index = topic_dir / (name + INDEX_SUFFIX)
         if isinstance(final_records, Path) and isinstance(final_index, Path):
-            # The index first: the records file's final name is what marks the merged segment complete.
             os.replace(index_tmp, final_index)
             os.replace(records_tmp, final_records)
             fsync_dir(spool)
@@ -213,7 +231,7 @@ def _write_merged(root: Location, group: MergeGroup, kek: bytes | None) -> None:
             storage.upload(final_index, index_tmp)
             storage.upload(final_records, records_tmp)
     except OSError as exc:
-        raise disk_error(exc, records_tmp, writing=group.plain_bytes) from exc
+        raise disk_error(exc, records_tmp, writing=writing) from exc
     finally:
         for path in (records_tmp, index_tmp):
             with suppress(OSError):
@@ -222,19 +240,20 @@ def _write_merged(root: Location, group: MergeGroup, kek: bytes | None) -> None:
             shutil.rmtree(spool, ignore_errors=True)
 
 
-def _check_source(topic_dir: Location, entry: SegmentEntry) -> None:
+def check_source(topic_dir: Location, entry: SegmentEntry, *, doing: str = "merged") -> None:
+    """Refuse a segment whose files are not the ones its catalog entry describes (missing, resized or changed)."""
     for suffix, expected, size in (
         (RECORDS_SUFFIX, entry.records_crc32c, entry.records_bytes),
         (INDEX_SUFFIX, entry.index_crc32c, entry.index_bytes),
     ):
         path = topic_dir / (entry.name + suffix)
         if not exists(path):
-            raise ChecksumError(f"{path}: missing; the catalog records it ({size} bytes): not merged")
+            raise ChecksumError(f"{path}: missing; the catalog records it ({size} bytes): not {doing}")
         found, found_size = file_crc32c(path)
         if (found, found_size) != (expected, size):
             raise ChecksumError(
                 f"{path}: {found_size} bytes with CRC32C {found:08x}, the catalog recorded {size} bytes with "
-                f"{expected:08x}: damaged, not merged (spark-kafka-backup verify {topic_dir.parent} says more)"
+                f"{expected:08x}: damaged, not {doing} (spark-kafka-backup verify {topic_dir.parent} says more)"
             )
 
 

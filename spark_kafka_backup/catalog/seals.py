@@ -40,9 +40,10 @@ from spark_kafka_backup.errors import DecryptionKeyError, FormatError, UsageErro
 from spark_kafka_backup.format.encryption import BLOCK_SIZE, FileCipher, KeyRing, key_id, record_mac
 from spark_kafka_backup.format.frames import ENCRYPTED, HEADER, is_framed
 from spark_kafka_backup.format.json_document import parse_document
-from spark_kafka_backup.format.naming import check_partition, check_segment_name, check_topic_name
+from spark_kafka_backup.format.naming import RECORDS_SUFFIX, check_partition, check_segment_name, check_topic_name
 from spark_kafka_backup.format.partition_index import PartitionIndexEntry
 from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.records_file import installed_keys
 from spark_kafka_backup.storage import Location, exists, read_chunks, read_limited, storage_for, write_whole
 
 SEALS_VERSION = 1
@@ -188,6 +189,32 @@ def vouch(
     updated = replace(current, sealed_through=through, newest=name)
     write_whole(path, updated.encode(kek))
     return updated
+
+
+def rename_sealed(root: Location, topic_dir: Location, partition: int, renamed: dict[str, str]) -> None:
+    """After segments were rewritten under new names (``erase``): the seal record names the new ones, and a vouched
+    plain one by its new bytes. Nothing to do where the record names none of them; otherwise it needs the record's key
+    (installed in this process), or raises naming it."""
+    topic = topic_dir.name
+    if not pinned_names(root, topic, partition) & set(renamed):
+        return
+    keys = installed_keys()
+    record = read_seal_record(root, topic, partition, keys)
+    if record is None:
+        return
+    kek = keys.keys.get(record.key_id)
+    if kek is None:
+        raise DecryptionKeyError(
+            f"{seal_record_path(root, topic, partition)}: names segments an erase rewrote; it is authenticated by key "
+            f"id {record.key_id.hex()}, which finishing the erase needs (--encryption-key-file or "
+            "--encryption-key-env)"
+        )
+    plain = tuple(
+        (renamed[name], _sha256(topic_dir / (renamed[name] + RECORDS_SUFFIX))) if name in renamed else (name, digest)
+        for name, digest in record.plain
+    )
+    newest = renamed.get(record.newest, record.newest) if record.newest is not None else None
+    write_whole(seal_record_path(root, topic, partition), replace(record, plain=plain, newest=newest).encode(kek))
 
 
 def _newest_sealed_file(topic_dir: Location, partition: int) -> PartitionIndexEntry | None:

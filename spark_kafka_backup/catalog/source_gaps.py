@@ -46,11 +46,15 @@ READ = "read"
 INFERRED = "inferred"
 #: Read by a task while the topic was deleted: dropped, since which incarnation it came from cannot be told.
 DROPPED = "dropped"
+#: Not a loss at the source: records the backup held and ``spark-kafka-backup erase`` took out on purpose (kept in
+#: :mod:`spark_kafka_backup.catalog.erasures`, never in this directory; gaps of this kind only explain offsets).
+ERASED = "erased"
 #: What each kind adds to a line naming the range.
 HOW = {
     READ: "",
     INFERRED: " (inferred: below the partition's log start when the records after it were written)",
     DROPPED: " (read while the topic was deleted: dropped, as which incarnation they came from cannot be told)",
+    ERASED: " (erased on purpose by spark-kafka-backup erase)",
 }
 _MAX_DOCUMENT = 1 << 16
 

@@ -19,7 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from spark_kafka_backup.catalog.build import file_crc32c, file_size
+from spark_kafka_backup.catalog.erase import pending_erase_segments
+from spark_kafka_backup.catalog.erasures import describe_erasure, read_erasure
 from spark_kafka_backup.catalog.prune import pending_deletions
 from spark_kafka_backup.catalog.seals import seal_problems
 from spark_kafka_backup.catalog.source_gaps import HOW, read_gaps
@@ -28,6 +32,7 @@ from spark_kafka_backup.catalog.tail import tail_problem
 from spark_kafka_backup.errors import KbackupError
 from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.format.naming import RECORDS_SUFFIX
+from spark_kafka_backup.format.segment_index import ENTRY_DTYPE
 from spark_kafka_backup.partition.layout import list_partitions, list_segment_files
 from spark_kafka_backup.partition.offsets_file import read_consumer_offsets
 from spark_kafka_backup.partition.reader import PartitionReader
@@ -36,6 +41,9 @@ from spark_kafka_backup.partition.segment_reader import SegmentIndexFile, iter_s
 from spark_kafka_backup.progress import Progress
 from spark_kafka_backup.storage import Location, ObjectPath, exists
 from spark_kafka_backup.text import count
+
+#: Index entries read per step when looking for records at erased offsets.
+_ENTRIES_PER_STEP = 1 << 16
 
 
 @dataclass
@@ -75,14 +83,14 @@ def verify_partition(
     report.segments = len(reader.segments)
     listed = {segment.name for segment in reader.segments}
     if deleting is None:
-        deleting = pending_deletions(root)
+        deleting = pending_deletions(root) | pending_erase_segments(root)
     pending = {name for t, p, name in deleting if (t, p) == (topic, partition)}
     for files in list_segment_files(topic_dir, partition):
         name = files.records.name[: -len(RECORDS_SUFFIX)]
         if name in pending:
             report.notes.append(
-                f"segment {name} is being deleted or written by an unfinished prune or merge "
-                "(run that command again to finish it)"
+                f"segment {name} is being deleted or written by an unfinished prune, merge or erase "
+                "(run that command again to finish it; a backup starting finishes an erase)"
             )
         elif name not in listed:
             if max(file_size(path) or 0 for path in (files.records, files.index)) > 1:
@@ -147,7 +155,33 @@ def verify_partition(
                 f"the record of offsets {gap.first}..{gap.last} lost at the source covers records the backup holds: "
                 "it is wrong (tampered with, or written by something else)"
             )
+    _check_erased(root, reader, report)
     return report
+
+
+def _check_erased(root: Location, reader: PartitionReader, report: PartitionReport) -> None:
+    """The offsets recorded as erased on purpose: a note, and an error for each record the backup still holds there
+    (an erase that did not finish, or a record written back since)."""
+    try:
+        erased, records = read_erasure(root, report.topic, report.partition)
+    except KbackupError as exc:
+        report.errors.append(f"the record of erased offsets is unreadable: {exc}")
+        return
+    if not erased:
+        return
+    report.notes.append(f"{describe_erasure(records)}, at {count(erased.count, 'offset')}: not damage to the backup")
+    held: list[int] = []
+    for segment in reader.segments:
+        with SegmentIndexFile(reader.segment_paths(segment)[1], legacy=reader.legacy) as index:
+            for start in range(0, index.count, _ENTRIES_PER_STEP):
+                step = min(_ENTRIES_PER_STEP, index.count - start)
+                offsets = np.frombuffer(index.read_entries(start, step), dtype=ENTRY_DTYPE)["offset"].astype(np.int64)
+                held.extend(offsets[erased.holds(offsets)][:5].tolist())
+    if held:
+        report.errors.append(
+            f"holds records at offsets recorded as erased ({', '.join(map(str, held[:5]))}): the erase did not "
+            "finish or they were written back since; run spark-kafka-backup erase again"
+        )
 
 
 def _holds(reader: PartitionReader, first: int, last: int) -> bool:
@@ -243,7 +277,7 @@ def verify_backup(
 ) -> list[PartitionReport]:
     """Verify every partition of ``topics``; ``progress`` shows a bar or lines on standard error; with ``keys``,
     also what they vouch for (:mod:`spark_kafka_backup.catalog.seals`)."""
-    deleting = pending_deletions(root)
+    deleting = pending_deletions(root) | pending_erase_segments(root)
     partitions = [(topic, partition) for topic in topics for partition in list_partitions(root / topic)]
     reports = []
     with Progress("verify", len(partitions), "partitions", enabled=progress) as shown:

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
+from spark_kafka_backup.catalog.erasures import describe_erasure, read_erasure
 from spark_kafka_backup.catalog.source_gaps import SourceGap, describe_gaps, read_gaps
 from spark_kafka_backup.catalog.store import LOST_CATALOG_NOTE, catalog_lost, read_catalog
 from spark_kafka_backup.cli.records import chosen_partitions, chosen_topics, record_to_json
@@ -25,6 +26,7 @@ from spark_kafka_backup.report.summary import (
     OffsetRange,
     describe_missing,
     describe_skipped,
+    explained_gaps,
     is_compacted,
     missing_offsets,
 )
@@ -82,9 +84,13 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
             reader = PartitionReader(topic_dir, partition, legacy=args.legacy_no_magic)
             segments = reader.summaries()
             lost = read_gaps(root, topic, partition)
+            erased, erased_records = read_erasure(root, topic, partition)
             catalog = read_catalog(root, topic, partition)
             (missing, missing_ranges), (skipped, skipped_ranges) = missing_offsets(
-                reader, legacy=args.legacy_no_magic, lost_at_source=lost, catalog=catalog
+                reader,
+                legacy=args.legacy_no_magic,
+                lost_at_source=explained_gaps(lost, erased, topic, partition),
+                catalog=catalog,
             )
             lost_catalog = catalog_lost(root, topic, partition, catalog=catalog, has_segments=bool(segments))
             firsts = [s.first_offset for s in segments if s.first_offset is not None]
@@ -102,6 +108,7 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
                     "transactionRanges": [asdict(r) for r in skipped_ranges],
                     "lostAtSourceOffsets": sum(g.count for g in lost),
                     "lostAtSource": [{"first": g.first, "last": g.last, "how": g.how} for g in lost],
+                    "erasedRecords": erased_records,
                     "catalogLost": lost_catalog,
                     "segments": [
                         {
@@ -138,6 +145,8 @@ def cmd_ls(args: argparse.Namespace, out: TextIO) -> None:
                                        for g in p["lostAtSource"]])  # fmt: skip
             if lost_text:
                 span += f", {lost_text}"
+            if p["erasedRecords"]:
+                span += f", {describe_erasure(p['erasedRecords'])}"
             if p["catalogLost"]:
                 span += f", {LOST_CATALOG_NOTE}"
             out.write(
@@ -254,6 +263,7 @@ def cmd_describe(args: argparse.Namespace, out: TextIO) -> None:
             span = "empty" if p.first_offset is None else f"offsets {p.first_offset}..{p.last_offset}"
             missing = ", ".join(text for text in (describe_missing(p.missing, p.missing_ranges),
                                                   describe_gaps(p.lost_at_source),
+                                                  describe_erasure(p.erased_records),
                                                   describe_skipped(p.skipped, p.skipped_ranges,
                                                                    compacted=topic.compacted),
                                                   LOST_CATALOG_NOTE if p.catalog_lost else "") if text)  # fmt: skip

@@ -8,6 +8,7 @@ from spark_kafka_backup import __version__
 from spark_kafka_backup.argtypes import duration_ms, non_negative_int, positive_count
 from spark_kafka_backup.arguments import add_encryption_flags, add_schema_registry_flags
 from spark_kafka_backup.cli.checkpoints import cmd_checkpoint_create, cmd_checkpoint_describe, cmd_checkpoint_list
+from spark_kafka_backup.cli.erase import cmd_erase
 from spark_kafka_backup.cli.look import (
     cmd_cat,
     cmd_describe,
@@ -125,6 +126,28 @@ def build_parser() -> argparse.ArgumentParser:
         merging.add_argument_group("encrypted segments"), purpose="encrypted segments were sealed with", several=True
     )
     merging.set_defaults(func=cmd_merge)
+
+    erasing = sub.add_parser(
+        "erase", help="take records out of a backup for good (a key's, or a predicate's), leaving recorded gaps"
+    )
+    erasing.add_argument("dir", metavar="DIR", help="backup root")
+    erasing.add_argument("--topic", required=True, help="the topic to erase from")
+    erasing.add_argument("--partition", type=non_negative_int, help="only this partition")
+    chosen = erasing.add_mutually_exclusive_group(required=True)
+    chosen.add_argument("--key", metavar="TEXT", help="erase the records whose key is exactly these UTF-8 bytes")
+    chosen.add_argument("--key-hex", metavar="HEX", help="erase the records whose key is exactly these bytes")
+    chosen.add_argument(
+        "--where", metavar="PREDICATE",
+        help="erase the records this Spark SQL predicate holds for (the columns of restore --where); runs Spark",
+    )  # fmt: skip
+    chosen.add_argument(
+        "--finish", action="store_true", help="only finish an erase that was interrupted (restore refuses until then)"
+    )
+    erasing.add_argument("--dry-run", action="store_true", help="say what would be erased; change nothing")
+    add_encryption_flags(
+        erasing.add_argument_group("encrypted segments"), purpose="encrypted segments were sealed with", several=True
+    )
+    erasing.set_defaults(func=cmd_erase)
 
     checkpoint = sub.add_parser("checkpoint", help="consistent cuts of a backup: create, list, describe")
     checkpoint_sub = checkpoint.add_subparsers(dest="checkpoint_command", required=True, metavar="ACTION")

@@ -1,4 +1,5 @@
-"""The commands that change a backup: ``index rebuild``, ``catalog rebuild``, ``prune``, ``merge``."""
+"""The commands that change a backup: ``index rebuild``, ``catalog rebuild``, ``prune``, ``merge`` (and the steps
+``erase`` shares with them)."""
 
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ def cmd_prune(args: argparse.Namespace, out: TextIO) -> None:
         return
     topics = chosen_topics(root, args.topic)
     with prune_lease(root):
-        _finish_interrupted(root, out)
+        finish_interrupted(root, out)
         doomed, dropped = plan_prune(root, topics, cutoff_ms=cutoff, keep_checkpoints=args.keep_checkpoints)
         _list_pruned(out, "deleting", doomed, dropped)
         out.flush()
@@ -123,9 +124,9 @@ def cmd_merge(args: argparse.Namespace, out: TextIO) -> None:
         out.write(f"{count(replaced, 'segment')} would be merged into {count(len(groups), 'segment')}\n")
         return
     with prune_lease(root):
-        _finish_interrupted(root, out)
-        _refuse_unsealed(root, {(topic, partition) for topic in topics for partition in list_partitions(root / topic)},
-                         args)  # fmt: skip
+        finish_interrupted(root, out)
+        refuse_unsealed(root, {(topic, partition) for topic in topics for partition in list_partitions(root / topic)},
+                        args)  # fmt: skip
         groups = plan_merge(root, topics, max_segment_size=args.max_segment_size)
         _list_merged(out, "merging", groups)
         out.flush()
@@ -134,8 +135,10 @@ def cmd_merge(args: argparse.Namespace, out: TextIO) -> None:
     out.write(f"merged {count(replaced, 'segment')} into {count(len(groups), 'segment')}\n")
 
 
-def _refuse_unsealed(root: Location, partitions: set[tuple[str, int]], args: argparse.Namespace) -> None:
-    """With a key given, merge nothing of a partition the key does not vouch for (it would be sealed anew)."""
+def refuse_unsealed(
+    root: Location, partitions: set[tuple[str, int]], args: argparse.Namespace, *, verb: str = "merged"
+) -> None:
+    """With a key given, rewrite nothing of a partition the key does not vouch for (it would be sealed anew)."""
     from spark_kafka_backup.catalog.seals import seal_problems
     from spark_kafka_backup.errors import DamagedBackupError
 
@@ -147,17 +150,27 @@ def _refuse_unsealed(root: Location, partitions: set[tuple[str, int]], args: arg
         reader = PartitionReader(root / topic, partition)
         unsealed += seal_problems(root, topic, partition, reader, keys, unrecorded_ok=args.allow_unauthenticated)
     if unsealed:
-        raise DamagedBackupError(f"nothing was merged: {'; '.join(unsealed)}")
+        raise DamagedBackupError(f"nothing was {verb}: {'; '.join(unsealed)}")
 
 
-def _finish_interrupted(root: Location, out: TextIO) -> None:
-    """Prune and merge finish each other's interrupted work before planning their own (they share the lease)."""
-    from spark_kafka_backup.catalog import merge, prune
+def finish_interrupted(root: Location, out: TextIO) -> bool:
+    """Prune, merge and erase finish each other's interrupted work before planning their own (they share the
+    lease); whether there was any."""
+    from spark_kafka_backup.catalog import erase, merge, prune
 
+    said = []
     if prune.finish_intent(root, progress=True):
-        out.write("finished an interrupted prune\n")
+        said.append("finished an interrupted prune")
     if merge.finish_intent(root):
-        out.write("finished an interrupted merge\n")
+        said.append("finished an interrupted merge")
+    finished = erase.finish_erase(root)
+    if finished == "forwards":
+        said.append("finished an interrupted erase")
+    elif finished == "backwards":
+        said.append("rolled back an interrupted erase (it had switched no segment): nothing of it was erased")
+    for line in said:
+        out.write(line + "\n")
+    return bool(said)
 
 
 def _list_merged(out: TextIO, verb: str, groups: list[Any]) -> None:

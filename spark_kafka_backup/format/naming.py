@@ -97,6 +97,14 @@ def segment_prefix(partition: int, start_offset: int, generation: int = 0) -> st
     return f"segment_partition_{partition:03d}_from_offset_{start_offset:010d}{merged}"
 
 
+def rewritten_name(partition: int, name: str, start_offset: int) -> str:
+    """The name of a segment rewritten in place of ``name`` (merged with the segments after it, or rewritten without
+    erased records): the next generation at the same start offset, so it never takes an existing segment's name."""
+    parsed = parse_segment_file_name(name + RECORDS_SUFFIX)
+    generation = parsed.generation + 1 if parsed is not None and parsed.partition == partition else 1
+    return segment_prefix(partition, start_offset, generation)
+
+
 def records_file_name(partition: int, start_offset: int) -> str:
     return segment_prefix(partition, start_offset) + RECORDS_SUFFIX
 
@@ -119,7 +127,7 @@ class SegmentFileName(NamedTuple):
     partition: int
     start_offset: int
     kind: str  # "records" or "index"
-    generation: int = 0  # > 0 for a segment written by spark-kafka-backup merge
+    generation: int = 0  # > 0 for a segment written by spark-kafka-backup merge or erase
 
 
 def parse_segment_file_name(name: str) -> SegmentFileName | None:

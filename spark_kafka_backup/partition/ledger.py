@@ -19,6 +19,7 @@ Calls and what they promise, in the order a writer makes them:
 * ``segment_reopened`` when a local writer makes an empty sealed newest segment plain again.
 * ``newest_sealed`` when a local writer sealed its newest segment (``seal_newest``), and when one
   opens a partition whose newest segment is sealed: every segment, the newest included, is finished.
+* ``erased`` when a writer opens a partition: the offsets erased on purpose, whose records it passes over.
 * ``segments_published`` after an object writer replaced the partition index: the index
   names ``named``; the new ones among them are readable from ``spool`` as well.
 
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from spark_kafka_backup.format.partition_index import PartitionIndexEntry
+from spark_kafka_backup.partition.erased import ErasedOffsets
 from spark_kafka_backup.storage import Location
 
 if TYPE_CHECKING:
@@ -106,6 +108,11 @@ class SegmentLedger(Protocol):
 
     def accounted(self, topic: str, partition: int) -> set[str]:
         """The names of the finished segments already accounted for."""
+        ...
+
+    def erased(self, topic: str, partition: int) -> ErasedOffsets:
+        """The partition's offsets erased on purpose (``spark-kafka-backup erase``): a writer passes over records
+        there instead of storing them again."""
         ...
 
     def segments_published(

@@ -41,6 +41,7 @@ from spark_kafka_backup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from spark_kafka_backup.format.partition_index import PartitionIndexEntry, encode_partition_index
 from spark_kafka_backup.format.record import Record, encode_record
 from spark_kafka_backup.format.record_columns import EncodedRecords
+from spark_kafka_backup.partition.erased import ErasedOffsets
 from spark_kafka_backup.partition.layout import list_segment_files, partition_index_path
 from spark_kafka_backup.partition.ledger import SegmentLedger
 from spark_kafka_backup.partition.reader import PartitionReader
@@ -97,6 +98,9 @@ class ObjectPartitionWriter(ClosingWriter):
         if ledger is not None:
             ledger.opening(topic, partition, has_segments=bool(self._segments))
             ledger.sealing(topic_dir, partition, encryption_key)
+        #: Offsets erased on purpose: records there are passed over (spark_kafka_backup.partition.erased).
+        self._erased = ledger.erased(topic, partition) if ledger is not None else ErasedOffsets()
+        self._erased_passed = 0
         self._spool_root: Path | None = None
         self._spool: PartitionWriter | None = None
         self._replay: Iterator[Record] | None = None
@@ -108,7 +112,9 @@ class ObjectPartitionWriter(ClosingWriter):
         return self._last_offset
 
     def append(self, record: Record) -> bool:
-        """Place ``record`` at its offset; return ``False`` if it was already stored."""
+        """Place ``record`` at its offset; return ``False`` if it was already stored (or erased on purpose)."""
+        if self._erased and self._erased.meets(record.offset, record.offset):
+            return False
         if self._stored_last is not None and record.offset <= self._stored_last:
             self._check_stored(record)
             return False
@@ -136,7 +142,8 @@ class ObjectPartitionWriter(ClosingWriter):
         holds) are compared with the stored records one by one.
         """
         written = skipped = 0
-        for run in increasing_runs(batch):
+        passed = self._erased_passed
+        for run in self._kept_runs(batch):
             stored_last = self._stored_last
             replayed = 0 if stored_last is None else int(np.searchsorted(run.offsets, stored_last, side="right"))
             for row in range(replayed):
@@ -160,7 +167,16 @@ class ObjectPartitionWriter(ClosingWriter):
             if self.first_appended is None:
                 self.first_appended = int(fresh.offsets[0])
             written += len(fresh)
-        return written, skipped
+        return written, skipped + self._erased_passed - passed
+
+    def _kept_runs(self, batch: EncodedRecords) -> Iterator[EncodedRecords]:
+        """The batch's increasing runs without records at erased offsets (counted as already stored)."""
+        for whole in increasing_runs(batch):
+            kept = 0
+            for piece in self._erased.kept_pieces(whole):
+                kept += len(piece)
+                yield piece
+            self._erased_passed += len(whole) - kept
 
     def ensure_segment(self, start_offset: int) -> None:
         """Give an empty partition its first (empty) segment; a no-op when it has one."""

@@ -67,6 +67,7 @@ from spark_kafka_backup.format.record import Record, append_record, encode_recor
 from spark_kafka_backup.format.record_columns import EncodedRecords, index_entries
 from spark_kafka_backup.format.segment_index import ENTRY, ENTRY_SIZE
 from spark_kafka_backup.fsutil import atomic_write, disk_error, fsync_dir
+from spark_kafka_backup.partition.erased import ErasedOffsets
 from spark_kafka_backup.partition.layout import (
     SegmentFiles,
     check_segment_names,
@@ -204,6 +205,8 @@ class PartitionWriter(ClosingWriter):
                 self._seal_left_plain()
             if ledger is not None:
                 ledger.sealing(self.topic_dir, self.partition, encryption_key)
+            #: Offsets erased on purpose: records there are passed over (spark_kafka_backup.partition.erased).
+            self._erased = ledger.erased(topic, partition) if ledger is not None else ErasedOffsets()
         except BaseException:
             self._release()
             raise
@@ -218,6 +221,8 @@ class PartitionWriter(ClosingWriter):
     def append(self, record: Record) -> bool:
         """Place ``record`` at its offset; return ``False`` if it was already stored."""
         self._check_open()
+        if self._erased and self._erased.meets(record.offset, record.offset):
+            return False
         last = self._last_offset
         if last is not None and record.offset <= last:
             self._check_stored(record)
@@ -255,15 +260,18 @@ class PartitionWriter(ClosingWriter):
         """
         self._check_open()
         written = skipped = 0
-        for run in increasing_runs(batch):
-            last = self._last_offset
-            replayed = 0 if last is None else int(np.searchsorted(run.offsets, last, side="right"))
-            if replayed:
-                self._check_stored_run(run.slice(0, replayed))
-                skipped += replayed
-            if replayed < len(run):
-                self._append_new(run.slice(replayed, len(run)))
-                written += len(run) - replayed
+        for whole in increasing_runs(batch):
+            pieces = list(self._erased.kept_pieces(whole))
+            skipped += len(whole) - sum(len(piece) for piece in pieces)  # erased on purpose: not stored again
+            for run in pieces:
+                last = self._last_offset
+                replayed = 0 if last is None else int(np.searchsorted(run.offsets, last, side="right"))
+                if replayed:
+                    self._check_stored_run(run.slice(0, replayed))
+                    skipped += replayed
+                if replayed < len(run):
+                    self._append_new(run.slice(replayed, len(run)))
+                    written += len(run) - replayed
         return written, skipped
 
     def _append_new(self, run: EncodedRecords) -> None:

@@ -15,6 +15,7 @@ record is one of three things:
   where its entries vouch for the records around them (:class:`GapSorter`): normal, not damage.
 - **lost at the source** (:mod:`spark_kafka_backup.catalog.source_gaps`): deleted by the source
   before the backup read them. Not damage to the backup either, but records that are gone.
+- **erased** (:mod:`spark_kafka_backup.catalog.erasures`): records ``spark-kafka-backup erase`` took out on purpose.
 - **missing** (``missing``): everything else. Not there, and nothing says why: around a
   segment lost, truncated or not cataloged, in a backup written by the original tool or
   before spark-kafka-backup recorded ``readFrom``.
@@ -32,10 +33,12 @@ import numpy as np
 
 from spark_kafka_backup.catalog.build import file_size, segment_time_range
 from spark_kafka_backup.catalog.checkpoints import Checkpoint, list_checkpoints
+from spark_kafka_backup.catalog.erasures import read_erasure
 from spark_kafka_backup.catalog.model import PartitionCatalog
-from spark_kafka_backup.catalog.source_gaps import SourceGap, read_gaps
+from spark_kafka_backup.catalog.source_gaps import ERASED, SourceGap, read_gaps
 from spark_kafka_backup.catalog.store import catalog_lost, read_catalog
 from spark_kafka_backup.catalog.topics import read_topic_record
+from spark_kafka_backup.partition.erased import ErasedOffsets
 from spark_kafka_backup.partition.layout import list_partitions, list_topics
 from spark_kafka_backup.partition.offsets_file import read_consumer_offsets
 from spark_kafka_backup.partition.reader import PartitionReader
@@ -84,6 +87,9 @@ class PartitionSummary:
     #: Ranges the source deleted before the backup read them (:mod:`spark_kafka_backup.catalog.source_gaps`): not
     #: damage.
     lost_at_source: list[SourceGap] = field(default_factory=list)
+    #: Records taken out on purpose (:mod:`spark_kafka_backup.catalog.erasures`): not damage; their offsets are in
+    #: none of the counts above.
+    erased_records: int = 0
 
 
 @dataclass
@@ -155,6 +161,7 @@ def _partition_json(p: PartitionSummary) -> dict[str, Any]:
         "transactionRanges": [asdict(r) for r in p.skipped_ranges],
         "lostAtSourceOffsets": sum(g.count for g in p.lost_at_source),
         "lostAtSource": [{"first": g.first, "last": g.last, "how": g.how} for g in p.lost_at_source],
+        "erasedRecords": p.erased_records,
         "indexBytes": p.index_bytes,
         "groups": dict(sorted(p.groups.items())),
         "cataloged": p.cataloged,
@@ -179,9 +186,10 @@ def summarize_partition(
     reader = PartitionReader(root / topic, partition, legacy=legacy)
     summary.segments = len(reader.segments)
     summary.lost_at_source = read_gaps(root, topic, partition)
+    erased, summary.erased_records = read_erasure(root, topic, partition)
     catalog = read_catalog(root, topic, partition)
     summary.catalog_lost = catalog_lost(root, topic, partition, catalog=catalog, has_segments=bool(reader.segments))
-    sorter = GapSorter(summary.lost_at_source, catalog)
+    sorter = GapSorter(explained_gaps(summary.lost_at_source, erased, topic, partition), catalog)
     previous: int | None = None
     run_start: int | None = None
     for entry in reader.segments:
@@ -255,6 +263,13 @@ def is_compacted(root: Location, topic: str) -> bool:
     """Whether the topic's recorded configuration compacts it (then records compacted away are skipped too)."""
     record = read_topic_record(root, topic)
     return record is not None and "compact" in record.config.get("cleanup.policy", "")
+
+
+def explained_gaps(lost: list[SourceGap], erased: ErasedOffsets, topic: str, partition: int) -> list[SourceGap]:
+    """The ranges that explain offsets holding no record other than as transaction offsets or missing ones: lost at
+    the source, and erased on purpose; in offset order."""
+    on_purpose = [SourceGap(topic, partition, first, last, 0, ERASED) for first, last in erased.ranges()]
+    return sorted([*lost, *on_purpose], key=lambda gap: (gap.first, gap.last))
 
 
 def missing_offsets(

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,7 @@ from spark_kafka_backup.errors import KbackupError, UsageError
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.selection import MatchedRuns, Window, count_selected
 from spark_kafka_backup.restore.settings import RestoreSettings
+from spark_kafka_backup.storage import Location
 from spark_kafka_backup.text import count
 
 log = logging.getLogger("spark_kafka_backup.restore")
@@ -56,29 +57,58 @@ _MOMENT = ("CurrentTimestamp", "Now", "CurrentDate", "LocalTimestamp", "CurrentT
 TIME_ZONE = "UTC"
 
 
+@dataclass(frozen=True)
+class MatchScope:
+    """What a predicate is evaluated on: the backup at ``source`` (its keys given by ``key_sources``, pairs of a
+    key file and an environment variable), within ``from_time``/``to_time``; damaged segments left out with
+    ``skip_bad_segments``."""
+
+    source: Location
+    where: str
+    key_sources: tuple[tuple[str | None, str | None], ...] = ()
+    from_time: int | None = None
+    to_time: int | None = None
+    skip_bad_segments: bool = False
+    allow_unauthenticated: bool = False
+    legacy: bool = False
+
+
 def match_records(settings: RestoreSettings, spark: Any, topics: list[str]) -> RestoreSettings:
     """``settings`` with the records ``settings.where`` holds for in ``topics``; logs how many per partition."""
     assert settings.where is not None
-    where = settings.where
+    scope = MatchScope(settings.source, settings.where, settings.key_sources, settings.from_time, settings.to_time,
+                       settings.skip_bad_segments, settings.allow_unauthenticated, settings.legacy)  # fmt: skip
+    matched = find_matches(scope, spark, topics, use="a restore")
+    for (topic, partition), runs in sorted(matched.items()):
+        log.info("--where: %s/%d: %s matched", topic, partition, count(runs.records, "record"))
+    total = sum(runs.records for runs in matched.values())
+    log.info("--where: %s matched in %s", count(total, "record"), count(len(matched), "partition"))
+    return replace(settings, matched=matched)
+
+
+def find_matches(scope: MatchScope, spark: Any, topics: list[str], *, use: str) -> dict[tuple[str, int], MatchedRuns]:
+    """The runs of records ``scope.where`` holds for in ``topics``, per partition (module docstring); ``use`` names
+    the command in the refusal of too many runs."""
+    where = scope.where
     register(spark)
     spark.conf.set("spark.sql.session.timeZone", TIME_ZONE)
     reader = spark.read.format("kbackup").option("topics", ",".join(topics))
     for option, values in (
-        ("encryptionKeyFile", [file for file, _ in settings.key_sources if file is not None]),
-        ("encryptionKeyEnv", [env for _, env in settings.key_sources if env is not None]),
+        ("encryptionKeyFile", [file for file, _ in scope.key_sources if file is not None]),
+        ("encryptionKeyEnv", [env for _, env in scope.key_sources if env is not None]),
     ):
         if any("," in value for value in values):
             raise UsageError(f"--where: a key file or variable name with a comma cannot be handed to Spark: {values}")
         if values:
             reader = reader.option(option, ",".join(values))
-    if settings.from_time is not None:
-        reader = reader.option("fromTimestamp", str(settings.from_time))
-    if settings.to_time is not None:
-        reader = reader.option("toTimestamp", str(settings.to_time))
-    reader = reader.option("skipBadSegments", str(settings.skip_bad_segments).lower())
-    reader = reader.option("allowUnauthenticated", str(settings.allow_unauthenticated).lower())
-    reader = reader.option("legacyNoMagic", str(settings.legacy).lower())
-    flagged = _flagged(reader.load(str(settings.source)), where)
+    if scope.from_time is not None:
+        reader = reader.option("fromTimestamp", str(scope.from_time))
+    if scope.to_time is not None:
+        reader = reader.option("toTimestamp", str(scope.to_time))
+    reader = reader.option("skipBadSegments", str(scope.skip_bad_segments).lower())
+    reader = reader.option("allowUnauthenticated", str(scope.allow_unauthenticated).lower())
+    reader = reader.option("legacyNoMagic", str(scope.legacy).lower())
+    flagged = _flagged(reader.load(str(scope.source)), where)
     try:
         table = flagged.mapInArrow(matched_runs, RUNS_DDL).limit(MAX_RUNS + 1).toArrow()
     except KbackupError:
@@ -90,18 +120,13 @@ def match_records(settings: RestoreSettings, spark: Any, topics: list[str]) -> R
         raise KbackupError(f"--where: Spark could not evaluate {where!r} on the backup: {cause}") from exc
     if table.num_rows > MAX_RUNS:
         raise UsageError(
-            f"--where {where!r} matches records scattered over more than {MAX_RUNS:,} runs, more than a restore "
+            f"--where {where!r} matches records scattered over more than {MAX_RUNS:,} runs, more than {use} "
             "holds; narrow it (--from-time/--to-time, --topics, a stricter predicate)"
         )
-    matched = _checked_runs(settings, table, where)
-    for (topic, partition), runs in sorted(matched.items()):
-        log.info("--where: %s/%d: %s matched", topic, partition, count(runs.records, "record"))
-    total = sum(runs.records for runs in matched.values())
-    log.info("--where: %s matched in %s", count(total, "record"), count(len(matched), "partition"))
-    return replace(settings, matched=matched)
+    return _checked_runs(scope, table)
 
 
-def _checked_runs(settings: RestoreSettings, table: Any, where: str) -> dict[tuple[str, int], MatchedRuns]:
+def _checked_runs(scope: MatchScope, table: Any) -> dict[tuple[str, int], MatchedRuns]:
     """The runs per partition, each cut where a segment left out as damaged lies inside it and checked against the
     segment indexes: a run holds exactly the records the scan saw matching."""
     found: dict[tuple[str, int], MatchedRuns] = {}
@@ -117,22 +142,21 @@ def _checked_runs(settings: RestoreSettings, table: Any, where: str) -> dict[tup
         for partition in sorted(set(partitions[of_topic].tolist())):
             rows = of_topic & (partitions == partition)
             order = np.argsort(firsts[rows], kind="stable")
-            runs = MatchedRuns(firsts[rows][order], lasts[rows][order], where, records=int(records[rows].sum()))
-            reader = PartitionReader(settings.source / topic, partition, legacy=settings.legacy)
+            runs = MatchedRuns(firsts[rows][order], lasts[rows][order], scope.where,
+                               records=int(records[rows].sum()))  # fmt: skip
+            reader = PartitionReader(scope.source / topic, partition, legacy=scope.legacy)
             left_out = (
-                bad_segments(settings.source, topic, partition, legacy=settings.legacy)
-                if settings.skip_bad_segments
-                else []
+                bad_segments(scope.source, topic, partition, legacy=scope.legacy) if scope.skip_bad_segments else []
             )
             runs = runs.without([(bad.first_offset, bad.last_offset) for bad in left_out])
             # The scan saw the records of the time window only: a run may bridge records outside it.
-            seen = Window(from_time=settings.from_time, to_time=settings.to_time, matched=runs,
+            seen = Window(from_time=scope.from_time, to_time=scope.to_time, matched=runs,
                           skip_segments=frozenset(bad.name for bad in left_out))  # fmt: skip
             if count_selected(reader, seen) != runs.records:
                 raise KbackupError(
                     f"--where: topic {topic!r} partition {partition}: the records matched ({runs.records}) are not "
                     "the records the backup's indexes hold in their runs: the backup changed while it was read "
-                    "(a merge, a prune or a repair); run the restore again"
+                    "(a merge, a prune or a repair); run it again"
                 )
             found[(topic, partition)] = runs
     return found

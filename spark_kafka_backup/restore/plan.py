@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_kafka_backup.catalog import checkpoints
+from spark_kafka_backup.catalog.erase import refuse_unfinished_erase
 from spark_kafka_backup.catalog.integrity import (
     BadSegment,
     bad_segments,
@@ -207,6 +208,7 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
         plan.groups_round = historic[0]
     cut = checkpoints.read_checkpoint(settings.source, settings.checkpoint).ends if settings.checkpoint else None
     deleting = pending_deletions(settings.source)
+    refuse_unfinished_erase(settings.source, chosen)
     for topic in chosen:
         topic_dir = settings.source / topic
         target = settings.target_topic(topic)

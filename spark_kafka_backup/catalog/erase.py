@@ -1,0 +1,406 @@
+"""Erasing records from a backup (``spark-kafka-backup erase``), for data-protection requests.
+
+The command chooses the records (a key, or a predicate Spark evaluates) and hands this module, per partition, the
+offset ranges that cover them. Every segment holding one of them is rewritten without them: the other records'
+bytes are copied as they are, in the same order, with a new segment index; the replacement is compressed and sealed
+as the segment was, under the next generation of its name (:func:`~spark_kafka_backup.format.naming.rewritten_name`).
+The newest segment of a backup on disk, which the backup appends to, is rewritten too, and stays plain: only its
+committed prefix is copied (records past it were never committed; the backup replays them and passes over the
+erased ones). The offsets of the erased records are recorded as erased on purpose
+(:mod:`spark_kafka_backup.catalog.erasures`); nothing records what they held.
+
+Crash safety (``kill -9`` anywhere), per partition:
+
+1. ``STATE/erase-intent.json`` names the partition, each segment being replaced with its replacement's name, and
+   the offsets being erased.
+2. Each replacement's two files are written under temporary names, synced, compressed and sealed, then given their
+   names: the index first, the records file last (its name marks the replacement complete).
+3. The partition index is replaced (one atomic rename, or one object PUT): it names the replacements.
+4. The erasure record gains the erased offsets.
+5. The catalog describes the replacements (the newest one by its committed prefix); an encrypted partition's seal
+   record names them.
+6. The replaced segments' files are deleted, then the intent.
+
+:func:`finish_erase` completes an interrupted erase: forwards (4 to 6) when the partition index names the
+replacements, otherwise backwards (the replacements' files are deleted: nothing was erased). The next ``erase``,
+``merge`` or ``prune`` runs it first, and so does the backup job when it starts; until then ``verify`` reports it and
+``restore`` refuses the backup. An erase holds the target's lease: it is refused while a backup, a prune or a merge
+runs, and they while it runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from spark_kafka_backup.catalog.build import describe_segment, describe_tail
+from spark_kafka_backup.catalog.erasures import add_erasure
+from spark_kafka_backup.catalog.merge import check_source, write_segment
+from spark_kafka_backup.catalog.model import PartitionCatalog, SegmentEntry
+from spark_kafka_backup.catalog.prune import partition_locked
+from spark_kafka_backup.catalog.seals import rename_sealed
+from spark_kafka_backup.catalog.store import read_catalog, write_catalog
+from spark_kafka_backup.catalog.tail import tail_problem
+from spark_kafka_backup.errors import ChecksumError, DamagedBackupError, DecryptionKeyError, FormatError, UsageError
+from spark_kafka_backup.format.magic import MAGIC_V1
+from spark_kafka_backup.format.naming import (
+    INDEX_SUFFIX,
+    RECORDS_SUFFIX,
+    check_partition,
+    check_segment_name,
+    check_topic_name,
+    rewritten_name,
+)
+from spark_kafka_backup.format.partition_index import PartitionIndexEntry, encode_partition_index
+from spark_kafka_backup.format.segment_index import ENTRY_DTYPE
+from spark_kafka_backup.fsutil import TMP_SUFFIX, fsync_dir
+from spark_kafka_backup.partition.erased import ErasedOffsets
+from spark_kafka_backup.partition.layout import state_dir
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.records_file import installed_keys, open_records
+from spark_kafka_backup.partition.segment_reader import SegmentIndexFile
+from spark_kafka_backup.storage import Location, exists, read_document, storage_for, write_whole
+
+#: Index entries handled per step, and plain bytes copied per read.
+ENTRIES_PER_STEP = 1 << 16
+CHUNK = 8 << 20
+#: The largest intent read back (the erased offsets as ranges, about 30 bytes each).
+MAX_INTENT_BYTES = 256 << 20
+
+
+def intent_path(root: Location) -> Location:
+    """Where an unfinished erase's intent is written down."""
+    return state_dir(root) / "erase-intent.json"
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """Segment ``old`` rewritten as ``new`` without the erased records; ``committed``: the records it keeps are the
+    first ``committed`` index entries (the newest segment of a backup on disk: its committed prefix), else all."""
+
+    old: str
+    new: str
+    tail: bool = False
+    committed: int | None = None
+
+
+@dataclass(frozen=True)
+class PartitionErase:
+    """What erasing from one partition does: its segments to replace, and exactly the stored offsets erased."""
+
+    topic: str
+    partition: int
+    replacements: tuple[Replacement, ...]
+    erased: ErasedOffsets
+    records: int
+
+    def encode(self) -> bytes:
+        document = {
+            "topic": self.topic,
+            "partition": self.partition,
+            "replaced": [[r.old, r.new, r.tail, r.committed] for r in self.replacements],
+            "records": self.records,
+            "erased": [list(pair) for pair in self.erased.ranges()],
+        }
+        return json.dumps(document, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, document: object, *, file: str) -> PartitionErase:
+        try:
+            assert isinstance(document, dict)
+            replacements = tuple(
+                Replacement(
+                    check_segment_name(old, file=file),
+                    check_segment_name(new, file=file),
+                    bool(tail),
+                    None if committed is None else int(committed),
+                )
+                for old, new, tail, committed in document["replaced"]
+            )
+            return cls(
+                check_topic_name(document["topic"], file=file),
+                check_partition(document["partition"], file=file),
+                replacements,
+                ErasedOffsets.of((int(first), int(last)) for first, last in document["erased"]),
+                int(document["records"]),
+            )
+        except FormatError:
+            raise
+        except (AssertionError, KeyError, TypeError, ValueError) as exc:
+            raise FormatError(f"not a valid erase intent ({type(exc).__name__}: {exc})", file=file) from exc
+
+
+def pending_erase(root: Location) -> PartitionErase | None:
+    """The unfinished erase of the backup under ``root``, if any."""
+    path = intent_path(root)
+    if not exists(path):
+        return None
+    return PartitionErase.decode(read_document(path, MAX_INTENT_BYTES, what="erase intent"), file=str(path))
+
+
+def refuse_unfinished_erase(root: Location, topics: list[str]) -> None:
+    """Refuse to read ``topics`` while an erase of one of them is unfinished: its records may be half erased."""
+    plan = pending_erase(root)
+    if plan is not None and plan.topic in topics:
+        raise DamagedBackupError(
+            f"an erase of {plan.topic}/{plan.partition} in {root} did not finish: finish it first with "
+            f"spark-kafka-backup erase {root} --topic {plan.topic} --finish (a backup starting into it finishes it too)"
+        )
+
+
+def pending_erase_segments(root: Location) -> set[tuple[str, int, str]]:
+    """The segments an unfinished erase is replacing, and the replacements it is writing."""
+    plan = pending_erase(root)
+    if plan is None:
+        return set()
+    return {(plan.topic, plan.partition, name) for r in plan.replacements for name in (r.old, r.new)}
+
+
+def key_matches(reader: PartitionReader, key: bytes) -> ErasedOffsets:
+    """The offsets of the partition's records whose key is exactly ``key`` (compared as bytes, on the columns)."""
+    found: list[np.ndarray] = []
+    for batch in reader.record_batches():
+        columns = batch.columns
+        candidates = np.flatnonzero(columns.key_lengths == len(key))
+        data = batch.data
+        hits = [int(row) for row in candidates
+                if data[int(columns.key_starts[row]) : int(columns.key_starts[row]) + len(key)] == key]  # fmt: skip
+        if hits:
+            found.append(columns.offsets[hits].astype(np.int64))
+    return ErasedOffsets.of_offsets(np.concatenate(found)) if found else ErasedOffsets()
+
+
+def plan_partition(root: Location, topic: str, partition: int, chosen: ErasedOffsets) -> PartitionErase | None:
+    """The segments of a partition holding records at ``chosen`` offsets, and exactly which stored offsets those are
+    (``None``: no record to erase). Refused for a partition without a catalog or with a segment it does not
+    describe (the replacements' checksums go in it)."""
+    if not chosen:
+        return None
+    topic_dir = root / topic
+    catalog = read_catalog(root, topic, partition)
+    if catalog is None:
+        raise UsageError(
+            f"{topic}/{partition} has no catalog, in which an erase records the rewritten segments' checksums: run "
+            f"spark-kafka-backup catalog rebuild {root} --topic {topic} first"
+        )
+    reader = PartitionReader(topic_dir, partition)
+    cataloged = {entry.name for entry in catalog.segments}
+    replacements: list[Replacement] = []
+    erased: list[np.ndarray] = []
+    for number, segment in enumerate(reader.segments):
+        newest = number == len(reader.segments) - 1
+        tail = catalog.tail_of(segment.name) if newest else None
+        committed = tail.records if tail is not None else None
+        _, index_path = reader.segment_paths(segment)
+        hits = _erased_in(index_path, chosen, committed)
+        if not len(hits):
+            continue
+        if segment.name not in cataloged and not (newest and isinstance(topic_dir, Path)):
+            raise UsageError(
+                f"{topic_dir / segment.name}: not in the partition's catalog, so its rewrite could not be checked: "
+                f"run spark-kafka-backup catalog rebuild {root} --topic {topic} first"
+            )
+        is_tail = newest and segment.name not in cataloged
+        new = rewritten_name(partition, segment.name, segment.start_offset)
+        replacements.append(Replacement(segment.name, new, is_tail, committed))
+        erased.append(hits)
+    if not replacements:
+        return None
+    offsets = np.concatenate(erased)
+    return PartitionErase(topic, partition, tuple(replacements), ErasedOffsets.of_offsets(offsets), len(offsets))
+
+
+def _erased_in(index_path: Location, chosen: ErasedOffsets, committed: int | None) -> np.ndarray:
+    """The offsets among a segment's first ``committed`` (``None``: all) index entries that ``chosen`` covers."""
+    found: list[np.ndarray] = []
+    with SegmentIndexFile(index_path) as index:
+        count = index.count if committed is None else min(committed, index.count)
+        for start in range(0, count, ENTRIES_PER_STEP):
+            step = min(ENTRIES_PER_STEP, count - start)
+            offsets = np.frombuffer(index.read_entries(start, step), dtype=ENTRY_DTYPE)["offset"].astype(np.int64)
+            found.append(offsets[chosen.holds(offsets)])
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
+
+def erase_partition(root: Location, plan: PartitionErase) -> None:
+    """Carry out one partition's erase (the module docstring's steps); the caller holds the target's lease."""
+    topic_dir = root / plan.topic
+    catalog = read_catalog(root, plan.topic, plan.partition)
+    assert catalog is not None
+    sources = {entry.name: entry for entry in catalog.segments}
+    sealing: dict[str, tuple[str | None, bytes | None]] = {}
+    for replacement in plan.replacements:
+        entry = sources.get(replacement.old)
+        if entry is not None:
+            check_source(topic_dir, entry, doing="erased")
+            sealing[replacement.old] = (entry.compression, _key_of(topic_dir, entry))
+        else:
+            tail = catalog.tail_of(replacement.old)
+            problem = tail_problem(topic_dir, tail) if tail is not None else None
+            if problem is not None:
+                raise ChecksumError(f"{topic_dir / replacement.old}: {problem}: damaged, nothing erased")
+            sealing[replacement.old] = (None, None)
+    write_whole(intent_path(root), plan.encode())
+    try:
+        for replacement in plan.replacements:
+            codec, kek = sealing[replacement.old]
+            write_segment(
+                topic_dir, replacement.new,
+                functools.partial(_copy_kept, topic_dir, replacement, plan.erased), codec=codec, kek=kek,
+            )  # fmt: skip
+        _switch(topic_dir, plan)
+    except BaseException:
+        finish_erase(root)  # backwards, unless the partition index names the replacements
+        raise
+    finish_erase(root)
+
+
+def _key_of(topic_dir: Location, entry: SegmentEntry) -> bytes | None:
+    if entry.key_id is None:
+        return None
+    kek = installed_keys().keys.get(bytes.fromhex(entry.key_id))
+    if kek is None:
+        raise DecryptionKeyError(
+            f"{topic_dir / (entry.name + RECORDS_SUFFIX)}: is encrypted with key id {entry.key_id}; erasing from it "
+            "needs that key (--encryption-key-file or --encryption-key-env)"
+        )
+    return kek
+
+
+def _copy_kept(
+    topic_dir: Location, replacement: Replacement, erased: ErasedOffsets, records_tmp: Path, index_tmp: Path
+) -> None:
+    """The plain records of the segment but the erased ones after one magic byte, and their index entries moved to
+    match (runs of adjacent kept records are copied in one read each, up to :data:`CHUNK`)."""
+    records_path = topic_dir / (replacement.old + RECORDS_SUFFIX)
+    index_path = topic_dir / (replacement.old + INDEX_SUFFIX)
+    stored = open_records(records_path)
+    position = 1
+    try:
+        with (
+            SegmentIndexFile(index_path) as index,
+            open(records_tmp, "wb") as records_out,
+            open(index_tmp, "wb") as index_out,
+        ):
+            records_out.write(MAGIC_V1)
+            index_out.write(MAGIC_V1)
+            count = index.count if replacement.committed is None else min(replacement.committed, index.count)
+            for start in range(0, count, ENTRIES_PER_STEP):
+                step = min(ENTRIES_PER_STEP, count - start)
+                entries = np.frombuffer(index.read_entries(start, step), dtype=ENTRY_DTYPE)
+                kept = entries[~erased.holds(entries["offset"].astype(np.int64))]
+                if not len(kept):
+                    continue
+                starts = kept["position"].astype(np.int64)
+                lengths = kept["length"].astype(np.int64)
+                ends = starts + lengths
+                cuts = np.flatnonzero(starts[1:] != ends[:-1]) + 1
+                for first, stop in zip([0, *cuts.tolist()], [*cuts.tolist(), len(kept)], strict=True):
+                    _copy_span(stored, int(starts[first]), int(ends[stop - 1]), records_out, records_path)
+                moved = np.empty(len(kept), dtype=ENTRY_DTYPE)
+                moved["offset"] = kept["offset"]
+                moved["position"] = position + np.concatenate([[0], np.cumsum(lengths)[:-1]])
+                moved["length"] = lengths
+                index_out.write(moved.tobytes())
+                position += int(lengths.sum())
+            records_out.flush()
+            index_out.flush()
+            os.fsync(records_out.fileno())
+            os.fsync(index_out.fileno())
+    finally:
+        stored.close()
+
+
+def _copy_span(stored: object, at: int, end: int, out: object, records_path: Location) -> None:
+    pread = stored.pread  # type: ignore[attr-defined]
+    write = out.write  # type: ignore[attr-defined]
+    while at < end:
+        piece = pread(min(CHUNK, end - at), at)
+        if not piece:
+            raise FormatError("ends before the records its index names", file=str(records_path), position=at)
+        write(piece)
+        at += len(piece)
+
+
+def _switch(topic_dir: Location, plan: PartitionErase) -> None:
+    """Step 3: the partition index names each replacement in place of the segment it replaces."""
+    replaced = {replacement.old: replacement.new for replacement in plan.replacements}
+    with partition_locked(topic_dir, plan.topic, plan.partition) as held:
+        segments = PartitionReader(topic_dir, plan.partition).segments
+        missing = set(replaced) - {segment.name for segment in segments}
+        if missing:
+            raise FormatError(f"no longer names {sorted(missing)[0]} (changed since the plan?)", file=str(topic_dir))
+        named = [PartitionIndexEntry(replaced.get(s.name, s.name), s.start_offset) for s in segments]
+        held.replace_index(encode_partition_index(named))
+
+
+def finish_erase(root: Location) -> str | None:
+    """Complete a recorded erase (idempotent): ``"forwards"``, ``"backwards"`` or ``None`` when there was none.
+
+    Backwards while the partition index names every replaced segment (the switch did not happen): the replacements'
+    files go. Otherwise forwards: the erased offsets are recorded, the catalog and the seal record describe the
+    replacements, and the replaced segments' files go.
+    """
+    plan = pending_erase(root)
+    if plan is None:
+        return None
+    topic_dir = root / plan.topic
+    storage = storage_for(root)
+    outcome = "forwards"
+    if storage.list_files(topic_dir) is not None:  # else the topic was deleted since: nothing left to finish
+        with partition_locked(topic_dir, plan.topic, plan.partition):
+            reader = PartitionReader(topic_dir, plan.partition)
+            named = [segment.name for segment in reader.segments]
+            if all(replacement.old in named for replacement in plan.replacements):
+                outcome = "backwards"
+                doomed = [replacement.new for replacement in plan.replacements]
+                if isinstance(topic_dir, Path):
+                    for name in doomed:
+                        for leftover in topic_dir.glob(f".{name}.*{TMP_SUFFIX}"):  # a write killed midway
+                            leftover.unlink(missing_ok=True)
+            else:
+                add_erasure(root, plan.topic, plan.partition, plan.erased, plan.records)
+                _describe_replacements(root, reader, plan)
+                rename_sealed(root, topic_dir, plan.partition,
+                              {replacement.old: replacement.new for replacement in plan.replacements})  # fmt: skip
+                doomed = [replacement.old for replacement in plan.replacements if replacement.old not in named]
+            for name in doomed:
+                # The records file first: a segment whose records file has its name is complete.
+                for suffix in (RECORDS_SUFFIX, INDEX_SUFFIX):
+                    storage.delete(topic_dir / f"{name}{suffix}")
+            if isinstance(topic_dir, Path):
+                fsync_dir(topic_dir)
+    path = intent_path(root)
+    storage.delete(path)
+    if isinstance(path, Path):
+        fsync_dir(path.parent)
+    return outcome
+
+
+def _describe_replacements(root: Location, reader: PartitionReader, plan: PartitionErase) -> None:
+    """Step 5's catalog: the replaced segments' entries (or committed prefix) give way to the replacements'."""
+    catalog = read_catalog(root, plan.topic, plan.partition) or PartitionCatalog(plan.topic, plan.partition)
+    old = {replacement.old for replacement in plan.replacements}
+    place = {segment.name: number for number, segment in enumerate(reader.segments)}
+    entries = [entry for entry in catalog.segments if entry.name not in old]
+    have = {entry.name for entry in entries}
+    tail = catalog.tail
+    for replacement in plan.replacements:
+        number = place.get(replacement.new)
+        if number is None:
+            continue  # pruned or merged away since
+        if replacement.tail:
+            if number == len(reader.segments) - 1:
+                tail = describe_tail(reader)
+        elif replacement.new not in have:
+            entries.append(describe_segment(reader, number))
+    if tail is not None and tail.name in old:
+        tail = None
+    updated = replace(catalog, segments=tuple(sorted(entries, key=lambda e: e.start_offset)), tail=tail)
+    if updated != catalog:
+        write_catalog(root, updated)

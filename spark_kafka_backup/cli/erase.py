@@ -1,0 +1,129 @@
+"""``spark-kafka-backup erase``: records taken out of a backup for good (:mod:`spark_kafka_backup.catalog.erase`).
+
+The records are chosen by key (``--key`` text, ``--key-hex`` bytes: compared on the columns, no Spark) or by a Spark
+SQL predicate (``--where``, over the columns of the ``kbackup`` data source, evaluated by a local Spark session as
+``restore --where`` evaluates it). Before anything is chosen, every segment of the partitions is checked against the
+catalog: a damaged one could hold records to erase, so nothing is erased while one is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from typing import TextIO
+
+from spark_kafka_backup.catalog.erase import PartitionErase, erase_partition, key_matches, plan_partition
+from spark_kafka_backup.catalog.integrity import bad_segments, damage_text
+from spark_kafka_backup.catalog.prune import prune_lease
+from spark_kafka_backup.cli.records import chosen_topics
+from spark_kafka_backup.cli.repair import finish_interrupted, refuse_unsealed
+from spark_kafka_backup.errors import DamagedBackupError, UsageError
+from spark_kafka_backup.partition.erased import ErasedOffsets
+from spark_kafka_backup.partition.layout import list_partitions, state_dir
+from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.storage import Location, parse_location
+from spark_kafka_backup.storage.lease import TargetLease
+from spark_kafka_backup.text import count
+
+
+def cmd_erase(args: argparse.Namespace, out: TextIO) -> None:
+    if args.finish and args.dry_run:
+        raise UsageError("--finish changes the backup (it completes an interrupted erase): not with --dry-run")
+    root = parse_location(args.dir)
+    topic = chosen_topics(root, args.topic)[0]
+    partitions = list_partitions(root / topic)
+    if args.partition is not None:
+        if args.partition not in partitions:
+            raise UsageError(f"topic {topic!r} of {root} has no partition {args.partition} (it has {partitions})")
+        partitions = [args.partition]
+    key = _chosen_key(args)
+    with ExitStack() as held:
+        if not args.dry_run:
+            held.enter_context(TargetLease(state_dir(root), "erase"))  # no backup writes meanwhile
+            if isinstance(root, Path):
+                held.enter_context(prune_lease(root))  # nor a prune or a merge (the same lease on an object store)
+            interrupted = finish_interrupted(root, out)
+            if args.finish:
+                if not interrupted:
+                    out.write("no erase, merge or prune was interrupted: nothing to finish\n")
+                return
+        refuse_unsealed(root, {(topic, partition) for partition in partitions}, args, verb="erased")
+        _refuse_damaged(root, topic, partitions)
+        chosen = _chosen(root, topic, partitions, key, args)
+        plans = [plan for p in partitions if (plan := plan_partition(root, topic, p, chosen.get(p, ErasedOffsets())))]
+        verb = "would erase" if args.dry_run else "erasing"
+        for plan in plans:
+            out.write(_describe(verb, plan) + "\n")
+        out.flush()
+        total = sum(plan.records for plan in plans)
+        if args.dry_run:
+            out.write(f"{count(total, 'record')} would be erased from {count(len(plans), 'partition')}\n")
+            return
+        for plan in plans:
+            erase_partition(root, plan)
+    out.write(f"erased {count(total, 'record')} from {count(len(plans), 'partition')} of {topic}\n")
+
+
+def _chosen_key(args: argparse.Namespace) -> bytes | None:
+    if args.key is not None:
+        return str(args.key).encode()
+    if args.key_hex is not None:
+        try:
+            return bytes.fromhex(args.key_hex)
+        except ValueError as exc:
+            raise UsageError(f"--key-hex {args.key_hex!r}: not hexadecimal bytes (e.g. 6b6579)") from exc
+    return None
+
+
+def _refuse_damaged(root: Location, topic: str, partitions: list[int]) -> None:
+    """Nothing is erased while a segment of the partitions fails its checks: it could hold records to erase."""
+    damaged = [f"{topic}/{p} {bad.name}: {bad.reason}" for p in partitions for bad in bad_segments(root, topic, p)]
+    if damaged:
+        raise DamagedBackupError(
+            f"nothing was erased: a damaged segment could hold records to erase: {damage_text(damaged)} "
+            f"(spark-kafka-backup verify {root} says more)"
+        )
+
+
+def _chosen(
+    root: Location, topic: str, partitions: list[int], key: bytes | None, args: argparse.Namespace
+) -> dict[int, ErasedOffsets]:
+    """Per partition, offset ranges covering exactly the stored records to erase."""
+    if key is not None:
+        return {p: key_matches(PartitionReader(root / topic, p), key) for p in partitions}
+    return _where_matches(root, topic, partitions, args)
+
+
+def _where_matches(
+    root: Location, topic: str, partitions: list[int], args: argparse.Namespace
+) -> dict[int, ErasedOffsets]:
+    from spark_kafka_backup.arguments import encryption_key_sources
+    from spark_kafka_backup.restore.matching import MatchScope, find_matches
+    from spark_kafka_backup.spark.session import job_session
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers import this package too
+    sources = tuple(source.where() for source in encryption_key_sources(args))
+    scope = MatchScope(root, args.where, sources, allow_unauthenticated=args.allow_unauthenticated)
+    spark = job_session("kbackup-erase-where", debug=bool(getattr(args, "debug", False)), spark_conf={}, umask=0o077)
+    try:
+        matched = find_matches(scope, spark, [topic], use="an erase")
+    finally:
+        spark.stop()
+    return {
+        partition: ErasedOffsets.of(zip(runs.firsts.tolist(), runs.lasts.tolist(), strict=True))
+        for (_, partition), runs in matched.items()
+        if partition in partitions
+    }
+
+
+def _describe(verb: str, plan: PartitionErase) -> str:
+    ranges = plan.erased.ranges()
+    shown = ", ".join(str(first) if first == last else f"{first}..{last}" for first, last in ranges[:3])
+    more = f" and {len(ranges) - 3} more ranges" if len(ranges) > 3 else ""
+    return (
+        f"{verb} {plan.topic}/{plan.partition}: {count(plan.records, 'record')} at offsets {shown}{more}, "
+        f"rewriting {count(len(plan.replacements), 'segment')}"
+    )
