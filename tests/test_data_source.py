@@ -1,10 +1,12 @@
 """The ``kbackup`` Spark data source on real backups: rows equal to ``cat`` record for record, pruning by the
-catalog shown by removing every segment a query must not open, damage an error, keys as the restore takes them."""
+catalog shown by removing every segment a query must not open, damage an error, keys as the restore takes them; and
+``erase --where``, which evaluates its predicate through it."""
 
 from __future__ import annotations
 
 import base64
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -21,15 +23,26 @@ from spark_kafka_backup.datasource.scan_bounds import ScanBounds
 from spark_kafka_backup.datasource.scan_options import scan_options
 from spark_kafka_backup.datasource.scan_plan import plan_scans
 from spark_kafka_backup.partition.object_writer import ObjectPartitionWriter
+from spark_kafka_backup.partition.offsets_file import write_consumer_offsets
 from spark_kafka_backup.partition.writer import PartitionWriter
 from spark_kafka_backup.storage import ObjectPath
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
 from tests.data_source_query import as_cat
 from tests.in_process import spark_session
-from tests.kafka_helpers import client_config_file, create_topics, job_env, kbackup_lines, run_backup
+from tests.kafka_helpers import (
+    client_config_file,
+    consume_all,
+    create_topics,
+    job_env,
+    kbackup_lines,
+    run_backup,
+    run_kbackup,
+)
 from tests.recordgen import sample_record
+from tests.restore_helpers import Target, check_groups, comparable, run_restore
 from tests.s3_server import S3Server
+from tests.test_erase import traces_of
 
 HOUR = 3_600_000
 #: Records of the Kafka topic, spread over three hours ending a minute ago.
@@ -247,3 +260,43 @@ def test_exports_to_parquet_and_to_a_table_partitioned_by_topic_and_date_keep_ev
         assert as_cat(table.collect()) == expected
     finally:
         spark.sql("DROP TABLE kafka_archive")
+
+
+def test_erase_where_leaves_no_trace_of_a_customer_and_every_other_record_restores_exactly(
+    kafka_backup: tuple[Path, int], target: Target, tmp_path: Path
+) -> None:
+    """``erase --where`` through Spark on a real backup (zstd, an aborted transaction): no file holds the customer's
+    key any more, in its bytes or its segments' plain records, and a restore of what is left is the source less the
+    customer's records (tests/test_erase.py has the rest of erase, on files)."""
+    root = tmp_path / "backup"
+    shutil.copytree(kafka_backup[0], root)
+    secret = b"customer-7"
+    before = cat(root, "--topic", "ds-events")
+    kept = [r for r in before if r["key"] != base64.b64encode(secret).decode()]
+    assert traces_of(root, secret) and 0 < len(before) - len(kept) < len(before) // 10
+    where = f"key = CAST('{secret.decode()}' AS BINARY)"
+    done = run_kbackup("erase", root, "--topic", "ds-events", "--where", where, in_process=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"erased {len(before) - len(kept)} records from 3 partitions of ds-events" in done.stdout
+    assert traces_of(root, secret) == []
+    assert cat(root, "--topic", "ds-events") == kept
+    assert cat(root, "--topic", "ds-appended") == cat(kafka_backup[0], "--topic", "ds-appended")
+    verified = run_kbackup("verify", root, "--deep")
+    assert verified.returncode == 0 and "erased on purpose" in verified.stdout, verified.stdout + verified.stderr
+
+    # Groups committed at an erased record (the customer's first and last, per partition) resume at the record after
+    # it.
+    erased = [r for r in before if r not in kept]
+    groups = {
+        "erased-first": {p: min(r["offset"] for r in erased if r["partition"] == p) for p in range(3)},
+        "erased-last": {p: max(r["offset"] for r in erased if r["partition"] == p) for p in range(3)},
+    }
+    for partition in range(3):
+        write_consumer_offsets(root / "ds-events", partition, {g: o[partition] for g, o in groups.items()}, sync=False)
+    name = target.name("erased")
+    restored = run_restore(*target.args(tmp_path), "--source-dir", root, "--topics", "ds-events",
+                           "--topic-map", f"ds-events={name}")  # fmt: skip
+    assert restored.returncode == 0, restored.stdout[-3000:] + restored.stderr[-3000:]
+    records = consume_all(target.broker, [name])
+    assert comparable(records) == comparable(kept)
+    check_groups(target, name, kept, records, groups)

@@ -65,7 +65,7 @@ def _kept(key: bytes = SECRET) -> list[Record]:
     return [record for record in map(_record, range(RECORDS)) if record.key != key]
 
 
-def _traces(root: Path, secret: bytes = SECRET) -> list[str]:
+def traces_of(root: Path, secret: bytes = SECRET) -> list[str]:
     """Every file under ``root`` whose bytes, or whose plain records (a compressed or sealed records file), hold the
     secret."""
     found = []
@@ -99,7 +99,7 @@ def mixed(tmp_path: Path) -> Path:
 
 
 def test_erase_by_key_leaves_no_trace_of_it_and_every_other_record_as_it_was(mixed: Path) -> None:
-    assert _records(mixed) == list(map(_record, range(RECORDS))) and _traces(mixed)
+    assert _records(mixed) == list(map(_record, range(RECORDS))) and traces_of(mixed)
     files = {p: p.stat().st_mtime_ns for p in (mixed / "t").iterdir()}
     dry = kbackup_in_process("erase", mixed, "--topic", "t", "--key", SECRET.decode(), "--dry-run")
     assert dry.returncode == 0, dry.stderr
@@ -112,7 +112,7 @@ def test_erase_by_key_leaves_no_trace_of_it_and_every_other_record_as_it_was(mix
     assert f"erased {erased} records from 1 partition of t" in done.stdout
     # No trace of the key in any file (raw bytes, and the plain bytes of compressed segments); every other record
     # is as it was, at its offset.
-    assert _traces(mixed) == []
+    assert traces_of(mixed) == []
     assert _records(mixed) == _kept()
     # The gaps are recorded as erased on purpose: offsets only, nothing of what the records held.
     ranges, records = read_erasure(mixed, "t", 0)
@@ -186,7 +186,7 @@ def test_encrypted_segments_are_erased_with_their_key_and_stay_sealed(tmp_path: 
     assert verified.returncode == 0, verified.stdout + verified.stderr
     install_keys(KeyRing.of([KEK]))
     assert _records(root) == _kept()
-    assert _traces(root) == []
+    assert traces_of(root) == []
 
 
 def test_a_damaged_segment_refuses_the_erase_and_nothing_changes(mixed: Path) -> None:
@@ -272,7 +272,7 @@ def _killed_erase_then_again(tmp_path: Path, source: Path, kill_at: int, *, key:
     again = kbackup_in_process("erase", root, "--topic", "t", "--key", key.decode())
     assert again.returncode == 0, again.stdout + again.stderr
     assert _records(root) == _kept(key), kill_at
-    assert _traces(root, key) == [], kill_at
+    assert traces_of(root, key) == [], kill_at
     assert read_erasure(root, "t", 0)[1] == RECORDS - len(_kept(key)), kill_at
     (report,) = verify_backup(root, ["t"], deep=True)
     assert report.ok and len(list_segment_files(root / "t", 0)) == len(PartitionReader(root / "t", 0).segments)

@@ -9,6 +9,7 @@ prune, and a restore from the bucket into an empty cluster.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -574,3 +575,54 @@ def test_the_target_lease_on_the_store_is_exclusive_expires_and_is_taken_over(bu
         first.release()
     with TargetLease(state, "backup"):
         pass
+
+
+def test_erase_on_the_store_leaves_no_object_holding_the_key(bucket: ObjectPath, tmp_path: Path) -> None:
+    from spark_kafka_backup.storage.lease import TargetLease
+    from tests.test_erase import traces_of
+
+    secret = b"customer-42"
+    topic_dir = bucket / "people"
+
+    def person(offset: int) -> Record:
+        if offset % 6 == 2:
+            return Record(offset, 0, NOW + offset, secret, b"address of " + secret, (("who", secret),))
+        return record(offset)
+
+    for first in range(0, 60, 10):  # one publish per micro-batch, as a backup on the store writes
+        with ObjectPartitionWriter(topic_dir, "people", 0, max_segment_size=700, ledger=CatalogLedger(bucket),
+                                   compression="zstd") as writer:  # fmt: skip
+            for offset in range(first, first + 10):
+                writer.append(person(offset))
+    kept = [person(offset) for offset in range(60) if offset % 6 != 2]
+    local = tmp_path / "copy"
+    assert traces_of(_download(bucket, local), secret)
+    # Refused while another job holds the target's lease (a backup writing the store).
+    with TargetLease(bucket / STATE_DIR, "backup"):
+        refused = kbackup_in_process("erase", str(bucket), "--topic", "people", "--key", secret.decode())
+    assert refused.returncode == 1 and "backup" in refused.stderr, refused.stderr
+    done = kbackup_in_process("erase", str(bucket), "--topic", "people", "--key", secret.decode())
+    assert done.returncode == 0 and "erased 10 records" in done.stdout, done.stdout + done.stderr
+    assert list(PartitionReader(topic_dir, 0).records()) == kept
+    assert traces_of(_download(bucket, local), secret) == []  # every object, raw and its plain records
+    report = verify_partition(bucket, "people", 0, deep=True)
+    assert report.ok and any("erased on purpose" in note for note in report.notes), report
+    # A batch replayed from the source holds the erased records again: passed over, not stored, not refused.
+    with ObjectPartitionWriter(topic_dir, "people", 0, max_segment_size=300, ledger=CatalogLedger(bucket)) as writer:
+        assert not any(writer.append(person(offset)) for offset in range(50, 60))
+        assert all(writer.append(person(offset)) for offset in range(60, 62) if offset % 6 != 2)
+    assert list(PartitionReader(topic_dir, 0).records()) == [*kept, person(60), person(61)]
+
+
+def _download(root: ObjectPath, into: Path) -> Path:
+    """Every object under ``root`` as files under ``into`` (replaced)."""
+    shutil.rmtree(into, ignore_errors=True)
+    storage = storage_for(root)
+    pending = [(root, into)]
+    while pending:
+        location, local = pending.pop()
+        local.mkdir(parents=True, exist_ok=True)
+        for name in storage.list_files(location) or []:
+            (local / name).write_bytes(read_limited(location / name, 1 << 30))
+        pending.extend((location / name, local / name) for name in storage.list_dirs(location) or [])
+    return into

@@ -60,10 +60,11 @@ from spark_kafka_backup.format.partition_index import PartitionIndexEntry, encod
 from spark_kafka_backup.format.segment_index import ENTRY_DTYPE
 from spark_kafka_backup.fsutil import TMP_SUFFIX, fsync_dir
 from spark_kafka_backup.partition.erased import ErasedOffsets
-from spark_kafka_backup.partition.layout import state_dir
+from spark_kafka_backup.partition.merge_intent import erase_intent_path
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.records_file import installed_keys, open_records
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile
+from spark_kafka_backup.partition.spool import staged_segments
 from spark_kafka_backup.storage import Location, exists, read_document, storage_for, write_whole
 
 #: Index entries handled per step, and plain bytes copied per read.
@@ -75,7 +76,7 @@ MAX_INTENT_BYTES = 256 << 20
 
 def intent_path(root: Location) -> Location:
     """Where an unfinished erase's intent is written down."""
-    return state_dir(root) / "erase-intent.json"
+    return erase_intent_path(root)
 
 
 @dataclass(frozen=True)
@@ -249,10 +250,9 @@ def erase_partition(root: Location, plan: PartitionErase) -> None:
     try:
         for replacement in plan.replacements:
             codec, kek = sealing[replacement.old]
-            write_segment(
-                topic_dir, replacement.new,
-                functools.partial(_copy_kept, topic_dir, replacement, plan.erased), codec=codec, kek=kek,
-            )  # fmt: skip
+            with staged_segments(topic_dir, (replacement.old,)) as files:  # one download on an object store
+                copy = functools.partial(_copy_kept, files, replacement, plan.erased)
+                write_segment(topic_dir, replacement.new, copy, codec=codec, kek=kek)
         _switch(topic_dir, plan)
     except BaseException:
         finish_erase(root)  # backwards, unless the partition index names the replacements
@@ -273,12 +273,12 @@ def _key_of(topic_dir: Location, entry: SegmentEntry) -> bytes | None:
 
 
 def _copy_kept(
-    topic_dir: Location, replacement: Replacement, erased: ErasedOffsets, records_tmp: Path, index_tmp: Path
+    files: Location, replacement: Replacement, erased: ErasedOffsets, records_tmp: Path, index_tmp: Path
 ) -> None:
-    """The plain records of the segment but the erased ones after one magic byte, and their index entries moved to
-    match (runs of adjacent kept records are copied in one read each, up to :data:`CHUNK`)."""
-    records_path = topic_dir / (replacement.old + RECORDS_SUFFIX)
-    index_path = topic_dir / (replacement.old + INDEX_SUFFIX)
+    """The plain records of the segment (its files in ``files``) but the erased ones after one magic byte, and their
+    index entries moved to match (runs of adjacent kept records are copied in one read each, up to :data:`CHUNK`)."""
+    records_path = files / (replacement.old + RECORDS_SUFFIX)
+    index_path = files / (replacement.old + INDEX_SUFFIX)
     stored = open_records(records_path)
     position = 1
     try:

@@ -24,6 +24,12 @@ def intent_path(root: Location) -> Location:
     return state_dir(root) / "merge-intent.json"
 
 
+def erase_intent_path(root: Location) -> Location:
+    """Where an unfinished erase's intent is written down (:mod:`spark_kafka_backup.catalog.erase` reads and writes
+    it; an index rebuild refuses to run beside it)."""
+    return state_dir(root) / "erase-intent.json"
+
+
 @dataclass(frozen=True)
 class MergeIntent:
     """What an unfinished merge was doing: replacing ``segments`` of a partition by ``merged``."""

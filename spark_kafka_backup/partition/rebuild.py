@@ -18,17 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from spark_kafka_backup.errors import FormatError
+from spark_kafka_backup.errors import FormatError, UsageError
 from spark_kafka_backup.format.magic import MAGIC_V1, check_magic
 from spark_kafka_backup.format.partition_index import PartitionIndexEntry, encode_partition_index
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.format.segment_index import ENTRY
 from spark_kafka_backup.fsutil import TMP_SUFFIX, atomic_write, disk_error, fsync_dir, open_new_file
 from spark_kafka_backup.partition.layout import list_segment_files, partition_index_path
-from spark_kafka_backup.partition.merge_intent import pending_intent
+from spark_kafka_backup.partition.merge_intent import erase_intent_path, pending_intent
 from spark_kafka_backup.partition.records_file import open_records
 from spark_kafka_backup.partition.segment_reader import iter_segment_entries, stream_records
-from spark_kafka_backup.storage import as_local, confine_root
+from spark_kafka_backup.storage import as_local, confine_root, exists
 
 
 @dataclass(frozen=True)
@@ -150,6 +150,12 @@ def rebuild_partition_index(topic_dir: Path, partition: int) -> list[PartitionIn
     does; a segment whose records file is missing is left out.
     """
     confine_root(topic_dir.parent)
+    if exists(erase_intent_path(topic_dir.parent)):
+        # Its replacements share their start offsets with the segments they replace: an index of both would be wrong.
+        raise UsageError(
+            f"an erase in {topic_dir.parent} did not finish: finish it first (spark-kafka-backup erase "
+            f"{topic_dir.parent} --topic {topic_dir.name} --finish), then rebuild"
+        )
     present = [files for files in list_segment_files(topic_dir, partition) if as_local(files.records).exists()]
     # A merge killed after writing its segment leaves it beside the segments it replaces (its records file has its
     # final name only once complete): the merged one is kept, the replaced ones named in the intent are not.
