@@ -189,6 +189,70 @@ def test_encrypted_segments_are_erased_with_their_key_and_stay_sealed(tmp_path: 
     assert traces_of(root) == []
 
 
+def test_records_a_killed_writer_left_past_its_committed_prefix_are_erased_too(mixed: Path) -> None:
+    """A writer killed after it synced records and before it recorded them in the catalog: a backup reopening the
+    partition keeps them, so the erase looks at them and erases the customer's among them."""
+    more = range(RECORDS, RECORDS + 30)
+    writer = PartitionWriter(mixed / "t", "t", 0, max_segment_size=20000, fsync=False, ledger=CatalogLedger(mixed))
+    for i in more:
+        writer.append(_record(i))
+    writer.sync()
+    writer.abandon()  # as killed: the catalog's committed prefix of the newest segment does not cover them
+    expected = _kept() + [record for record in map(_record, more) if record.key != SECRET]
+    done = kbackup_in_process("erase", mixed, "--topic", "t", "--key", SECRET.decode())
+    assert done.returncode == 0, done.stderr
+    assert _records(mixed) == expected and traces_of(mixed) == []
+    assert read_erasure(mixed, "t", 0)[1] == RECORDS + len(more) - len(expected)
+    # The backup replays the batch the killed writer held: nothing comes back.
+    with PartitionWriter(mixed / "t", "t", 0, max_segment_size=20000, fsync=False,
+                         ledger=CatalogLedger(mixed)) as writer:  # fmt: skip
+        assert not any(writer.append(_record(i)) for i in more)
+    assert _records(mixed) == expected and traces_of(mixed) == []
+    (report,) = verify_backup(mixed, ["t"], deep=True)
+    assert report.ok, report.errors
+
+
+class _KilledBeforeCataloging(CatalogLedger):
+    """The catalog of a writer killed between sealing its newest segment and telling the catalog."""
+
+    def newest_sealed(self, topic_dir: Path, partition: int, *, read_from: int | None = None) -> None:
+        pass
+
+
+def test_a_sealed_newest_segment_the_catalog_does_not_name_yet_stays_sealed(tmp_path: Path, no_keys: None) -> None:
+    root = tmp_path / "backup"
+    _write(root, range(RECORDS // 2), compression="lz4", encryption_key=KEK)
+    with PartitionWriter(root / "t", "t", 0, max_segment_size=2000, fsync=False, ledger=_KilledBeforeCataloging(root),
+                         compression="lz4", encryption_key=KEK) as writer:  # fmt: skip
+        for i in range(RECORDS // 2, RECORDS):
+            writer.append(_record(i))
+        writer.seal_newest()
+    newest = PartitionReader(root / "t", 0).segments[-1].name
+    catalog = read_catalog(root, "t", 0)
+    assert catalog is not None and newest not in {entry.name for entry in catalog.segments}
+    key_file = tmp_path / "kek.hex"
+    key_file.write_text(KEK.hex())
+    done = kbackup_in_process("erase", root, "--topic", "t", "--key", SECRET.decode(), "--encryption-key-file",
+                              key_file)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for segment in PartitionReader(root / "t", 0).segments:  # every one with records sealed, the newest included
+        data = (root / "t" / f"{segment.name}_records").read_bytes()
+        assert len(data) <= 1 or is_framed(data), segment.name
+    install_keys(KeyRing.of([KEK]))
+    assert _records(root) == _kept() and traces_of(root) == []
+
+
+def test_segment_files_the_partition_index_does_not_name_refuse_the_erase(mixed: Path) -> None:
+    first = PartitionReader(mixed / "t", 0).segments[0].name
+    for suffix in ("_records", "_index"):  # a publish killed before its index, or an entry lost
+        shutil.copy(
+            mixed / "t" / f"{first}{suffix}", mixed / "t" / f"segment_partition_000_from_offset_0000099999{suffix}"
+        )
+    refused = kbackup_in_process("erase", mixed, "--topic", "t", "--key", SECRET.decode())
+    assert refused.returncode == 1 and "from_offset_0000099999: holds records" in refused.stderr, refused.stderr
+    assert not erasure_path(mixed, "t", 0).exists()  # type: ignore[union-attr]
+
+
 def test_a_damaged_segment_refuses_the_erase_and_nothing_changes(mixed: Path) -> None:
     names = [segment.name for segment in PartitionReader(mixed / "t", 0).segments]
     victim = mixed / "t" / f"{names[5]}_records"
@@ -264,7 +328,11 @@ def _killed_erase_then_again(tmp_path: Path, source: Path, kill_at: int, *, key:
     if pending_erase(root) is not None:
         with pytest.raises(DamagedBackupError, match="--finish"):
             refuse_unfinished_erase(root, ["t"])
-    finished = kbackup_in_process("erase", root, "--topic", "t", "--finish")
+        dry = kbackup_in_process("erase", root, "--topic", "t", "--key", key.decode(), "--dry-run")
+        assert dry.returncode == 1 and "--finish" in dry.stderr, dry.stderr
+        (report,) = verify_backup(root, ["t"])
+        assert any("--finish" in error for error in report.errors), report
+    finished = kbackup_in_process("erase", root, "--finish")
     assert finished.returncode == 0, finished.stdout + finished.stderr
     assert pending_erase(root) is None
     (report,) = verify_backup(root, ["t"], deep=True)

@@ -101,14 +101,14 @@ def test_an_interrupted_prune_is_noted_and_finished_next_time(root: Path) -> Non
     )
     verified = run_kbackup("verify", root)
     assert verified.returncode == 0, verified.stdout
-    assert "being deleted or written by an unfinished prune or merge" in verified.stdout
+    assert "being deleted or written by an unfinished prune, merge or erase" in verified.stdout
     finished = run_kbackup("prune", root, "--older-than", "30d")
     assert finished.stdout.startswith("finished an interrupted prune")
     assert not as_local(intent_path(root)).exists()
     assert not any((root / "t" / f"{n}_records").exists() for n in names)
     deep = run_kbackup("verify", root, "--deep")
     assert deep.returncode == 0, deep.stdout + deep.stderr
-    assert "t/0: ok" in deep.stdout and "unfinished prune or merge" not in deep.stdout
+    assert "t/0: ok" in deep.stdout and "unfinished prune, merge or erase" not in deep.stdout
 
 
 def test_a_pruned_backup_still_plans_a_restore(root: Path, kafka: BrokerUnderTest, tmp_path: Path) -> None:

@@ -74,6 +74,7 @@ from spark_kafka_backup.logsetup import ensure_console_logging
 from spark_kafka_backup.metrics import MetricsPublisher
 from spark_kafka_backup.partition.layout import list_partitions, list_topics, state_dir
 from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.records_file import add_key
 from spark_kafka_backup.partition.writer import PartitionWriter
 from spark_kafka_backup.spark.failures import QueryRestarts, failure_cause
 from spark_kafka_backup.spark.kafka_connector import (
@@ -179,6 +180,8 @@ class BackupJob:
     def _back_up(self, spark: Any, session: AdminSession) -> int:
         settings = self.settings
         prepare_root(settings.target)
+        if settings.encryption is not None:
+            add_key(settings.encryption.key)  # an erase of a sealed partition is finished with its key
         erased = finish_erase(settings.target)  # under the target's lease, before any writer opens a partition
         if erased is not None:
             log.warning("finished an erase that was interrupted (%s)", erased)

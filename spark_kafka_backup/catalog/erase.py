@@ -4,10 +4,12 @@ The command chooses the records (a key, or a predicate Spark evaluates) and hand
 offset ranges that cover them. Every segment holding one of them is rewritten without them: the other records'
 bytes are copied as they are, in the same order, with a new segment index; the replacement is compressed and sealed
 as the segment was, under the next generation of its name (:func:`~spark_kafka_backup.format.naming.rewritten_name`).
-The newest segment of a backup on disk, which the backup appends to, is rewritten too, and stays plain: only its
-committed prefix is copied (records past it were never committed; the backup replays them and passes over the
-erased ones). The offsets of the erased records are recorded as erased on purpose
-(:mod:`spark_kafka_backup.catalog.erasures`); nothing records what they held.
+The newest segment of a backup on disk, which the backup appends to, is rewritten too, and stays plain: every record
+its index lists is looked at and copied (its committed prefix, and records a writer killed before it recorded its
+prefix left indexed, which a backup would keep), and the catalog's committed prefix then covers them. Segment files
+the partition index does not name could hold records to erase: the erase is refused while there are any. The
+offsets of the erased records are recorded as erased on purpose (:mod:`spark_kafka_backup.catalog.erasures`);
+nothing records what they held.
 
 Crash safety (``kill -9`` anywhere), per partition:
 
@@ -16,13 +18,14 @@ Crash safety (``kill -9`` anywhere), per partition:
 2. Each replacement's two files are written under temporary names, synced, compressed and sealed, then given their
    names: the index first, the records file last (its name marks the replacement complete).
 3. The partition index is replaced (one atomic rename, or one object PUT): it names the replacements.
-4. The erasure record gains the erased offsets.
-5. The catalog describes the replacements (the newest one by its committed prefix); an encrypted partition's seal
-   record names them.
-6. The replaced segments' files are deleted, then the intent.
+4. The replaced segments' files are deleted.
+5. The erasure record gains the erased offsets.
+6. The catalog describes the replacements (the newest one by its committed prefix); an encrypted partition's seal
+   record names them. Then the intent is deleted.
 
 :func:`finish_erase` completes an interrupted erase: forwards (4 to 6) when the partition index names the
-replacements, otherwise backwards (the replacements' files are deleted: nothing was erased). The next ``erase``,
+replacements, backwards when it names none of them (their files are deleted: nothing was erased), and refuses
+anything else (the partition changed in a way no erase leaves). The next ``erase``,
 ``merge`` or ``prune`` runs it first, and so does the backup job when it starts; until then ``verify`` reports it and
 ``restore`` refuses the backup. An erase holds the target's lease: it is refused while a backup, a prune or a merge
 runs, and they while it runs.
@@ -41,7 +44,7 @@ import numpy as np
 from spark_kafka_backup.catalog.build import describe_segment, describe_tail
 from spark_kafka_backup.catalog.erasures import add_erasure
 from spark_kafka_backup.catalog.merge import check_source, write_segment
-from spark_kafka_backup.catalog.model import PartitionCatalog, SegmentEntry
+from spark_kafka_backup.catalog.model import PartitionCatalog
 from spark_kafka_backup.catalog.prune import partition_locked
 from spark_kafka_backup.catalog.seals import rename_sealed
 from spark_kafka_backup.catalog.store import read_catalog, write_catalog
@@ -62,7 +65,7 @@ from spark_kafka_backup.fsutil import TMP_SUFFIX, fsync_dir
 from spark_kafka_backup.partition.erased import ErasedOffsets
 from spark_kafka_backup.partition.merge_intent import erase_intent_path
 from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.partition.records_file import installed_keys, open_records
+from spark_kafka_backup.partition.records_file import FramedHandle, installed_keys, open_records
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile
 from spark_kafka_backup.partition.spool import staged_segments
 from spark_kafka_backup.storage import Location, exists, read_document, storage_for, write_whole
@@ -81,13 +84,12 @@ def intent_path(root: Location) -> Location:
 
 @dataclass(frozen=True)
 class Replacement:
-    """Segment ``old`` rewritten as ``new`` without the erased records; ``committed``: the records it keeps are the
-    first ``committed`` index entries (the newest segment of a backup on disk: its committed prefix), else all."""
+    """Segment ``old`` rewritten as ``new`` without the erased records; ``tail``: the newest segment of a backup on
+    disk, plain, which the catalog describes by its committed prefix (else as a finished segment)."""
 
     old: str
     new: str
     tail: bool = False
-    committed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,7 @@ class PartitionErase:
         document = {
             "topic": self.topic,
             "partition": self.partition,
-            "replaced": [[r.old, r.new, r.tail, r.committed] for r in self.replacements],
+            "replaced": [[r.old, r.new, r.tail] for r in self.replacements],
             "records": self.records,
             "erased": [list(pair) for pair in self.erased.ranges()],
         }
@@ -115,13 +117,8 @@ class PartitionErase:
         try:
             assert isinstance(document, dict)
             replacements = tuple(
-                Replacement(
-                    check_segment_name(old, file=file),
-                    check_segment_name(new, file=file),
-                    bool(tail),
-                    None if committed is None else int(committed),
-                )
-                for old, new, tail, committed in document["replaced"]
+                Replacement(check_segment_name(old, file=file), check_segment_name(new, file=file), bool(tail))
+                for old, new, tail in document["replaced"]
             )
             return cls(
                 check_topic_name(document["topic"], file=file),
@@ -150,7 +147,7 @@ def refuse_unfinished_erase(root: Location, topics: list[str]) -> None:
     if plan is not None and plan.topic in topics:
         raise DamagedBackupError(
             f"an erase of {plan.topic}/{plan.partition} in {root} did not finish: finish it first with "
-            f"spark-kafka-backup erase {root} --topic {plan.topic} --finish (a backup starting into it finishes it too)"
+            f"spark-kafka-backup erase {root} --finish (a backup starting into it finishes it too)"
         )
 
 
@@ -165,13 +162,17 @@ def pending_erase_segments(root: Location) -> set[tuple[str, int, str]]:
 def key_matches(reader: PartitionReader, key: bytes) -> ErasedOffsets:
     """The offsets of the partition's records whose key is exactly ``key`` (compared as bytes, on the columns)."""
     found: list[np.ndarray] = []
+    wanted = np.frombuffer(key, dtype=np.uint8)
     for batch in reader.record_batches():
         columns = batch.columns
         candidates = np.flatnonzero(columns.key_lengths == len(key))
-        data = batch.data
-        hits = [int(row) for row in candidates
-                if data[int(columns.key_starts[row]) : int(columns.key_starts[row]) + len(key)] == key]  # fmt: skip
-        if hits:
+        if not len(candidates):
+            continue
+        data = np.frombuffer(batch.data, dtype=np.uint8)
+        # The candidates' keys as rows of a matrix (a batch holds at most BATCH_RECORDS records).
+        keys = data[columns.key_starts[candidates].astype(np.int64)[:, None] + np.arange(len(key))]
+        hits = candidates[(keys == wanted).all(axis=1)]
+        if len(hits):
             found.append(columns.offsets[hits].astype(np.int64))
     return ErasedOffsets.of_offsets(np.concatenate(found)) if found else ErasedOffsets()
 
@@ -195,10 +196,8 @@ def plan_partition(root: Location, topic: str, partition: int, chosen: ErasedOff
     erased: list[np.ndarray] = []
     for number, segment in enumerate(reader.segments):
         newest = number == len(reader.segments) - 1
-        tail = catalog.tail_of(segment.name) if newest else None
-        committed = tail.records if tail is not None else None
-        _, index_path = reader.segment_paths(segment)
-        hits = _erased_in(index_path, chosen, committed)
+        records_path, index_path = reader.segment_paths(segment)
+        hits = _erased_in(index_path, chosen)
         if not len(hits):
             continue
         if segment.name not in cataloged and not (newest and isinstance(topic_dir, Path)):
@@ -206,9 +205,11 @@ def plan_partition(root: Location, topic: str, partition: int, chosen: ErasedOff
                 f"{topic_dir / segment.name}: not in the partition's catalog, so its rewrite could not be checked: "
                 f"run spark-kafka-backup catalog rebuild {root} --topic {topic} first"
             )
-        is_tail = newest and segment.name not in cataloged
+        # The newest segment on disk is appended to while plain; sealed (a writer sealed it, then was killed before
+        # the catalog named it) it is finished.
+        is_tail = newest and segment.name not in cataloged and stored_as(records_path) == (None, None)
         new = rewritten_name(partition, segment.name, segment.start_offset)
-        replacements.append(Replacement(segment.name, new, is_tail, committed))
+        replacements.append(Replacement(segment.name, new, is_tail))
         erased.append(hits)
     if not replacements:
         return None
@@ -216,11 +217,21 @@ def plan_partition(root: Location, topic: str, partition: int, chosen: ErasedOff
     return PartitionErase(topic, partition, tuple(replacements), ErasedOffsets.of_offsets(offsets), len(offsets))
 
 
-def _erased_in(index_path: Location, chosen: ErasedOffsets, committed: int | None) -> np.ndarray:
-    """The offsets among a segment's first ``committed`` (``None``: all) index entries that ``chosen`` covers."""
+def stored_as(records_path: Location) -> tuple[str | None, str | None]:
+    """How a records file is stored, by its own bytes: its codec and the id (hex) of the key that sealed it (``None``
+    for a plain file)."""
+    stored = open_records(records_path)
+    try:
+        return (stored.codec, stored.frames.key_id) if isinstance(stored, FramedHandle) else (None, None)
+    finally:
+        stored.close()
+
+
+def _erased_in(index_path: Location, chosen: ErasedOffsets) -> np.ndarray:
+    """The offsets among a segment's index entries that ``chosen`` covers."""
     found: list[np.ndarray] = []
     with SegmentIndexFile(index_path) as index:
-        count = index.count if committed is None else min(committed, index.count)
+        count = index.count
         for start in range(0, count, ENTRIES_PER_STEP):
             step = min(ENTRIES_PER_STEP, count - start)
             offsets = np.frombuffer(index.read_entries(start, step), dtype=ENTRY_DTYPE)["offset"].astype(np.int64)
@@ -239,13 +250,14 @@ def erase_partition(root: Location, plan: PartitionErase) -> None:
         entry = sources.get(replacement.old)
         if entry is not None:
             check_source(topic_dir, entry, doing="erased")
-            sealing[replacement.old] = (entry.compression, _key_of(topic_dir, entry))
+            codec, key = entry.compression, entry.key_id
         else:
             tail = catalog.tail_of(replacement.old)
             problem = tail_problem(topic_dir, tail) if tail is not None else None
             if problem is not None:
                 raise ChecksumError(f"{topic_dir / replacement.old}: {problem}: damaged, nothing erased")
-            sealing[replacement.old] = (None, None)
+            codec, key = stored_as(topic_dir / (replacement.old + RECORDS_SUFFIX))
+        sealing[replacement.old] = (codec, _key_of(topic_dir / (replacement.old + RECORDS_SUFFIX), key))
     write_whole(intent_path(root), plan.encode())
     try:
         for replacement in plan.replacements:
@@ -260,14 +272,15 @@ def erase_partition(root: Location, plan: PartitionErase) -> None:
     finish_erase(root)
 
 
-def _key_of(topic_dir: Location, entry: SegmentEntry) -> bytes | None:
-    if entry.key_id is None:
+def _key_of(records_path: Location, key_id: str | None) -> bytes | None:
+    """The key-encryption key a segment sealed under ``key_id`` is sealed again with (``None``: not sealed)."""
+    if key_id is None:
         return None
-    kek = installed_keys().keys.get(bytes.fromhex(entry.key_id))
+    kek = installed_keys().keys.get(bytes.fromhex(key_id))
     if kek is None:
         raise DecryptionKeyError(
-            f"{topic_dir / (entry.name + RECORDS_SUFFIX)}: is encrypted with key id {entry.key_id}; erasing from it "
-            "needs that key (--encryption-key-file or --encryption-key-env)"
+            f"{records_path}: is encrypted with key id {key_id}; erasing from it needs that key "
+            "(--encryption-key-file or --encryption-key-env)"
         )
     return kek
 
@@ -289,7 +302,7 @@ def _copy_kept(
         ):
             records_out.write(MAGIC_V1)
             index_out.write(MAGIC_V1)
-            count = index.count if replacement.committed is None else min(replacement.committed, index.count)
+            count = index.count
             for start in range(0, count, ENTRIES_PER_STEP):
                 step = min(ENTRIES_PER_STEP, count - start)
                 entries = np.frombuffer(index.read_entries(start, step), dtype=ENTRY_DTYPE)
@@ -342,9 +355,9 @@ def _switch(topic_dir: Location, plan: PartitionErase) -> None:
 def finish_erase(root: Location) -> str | None:
     """Complete a recorded erase (idempotent): ``"forwards"``, ``"backwards"`` or ``None`` when there was none.
 
-    Backwards while the partition index names every replaced segment (the switch did not happen): the replacements'
-    files go. Otherwise forwards: the erased offsets are recorded, the catalog and the seal record describe the
-    replacements, and the replaced segments' files go.
+    Backwards while the partition index names none of the replacements (the switch did not happen): their files go.
+    Forwards when it names them all: the replaced segments' files go, then the erased offsets are recorded and the
+    catalog and the seal record describe the replacements. Anything else is refused, the intent kept.
     """
     plan = pending_erase(root)
     if plan is None:
@@ -354,25 +367,33 @@ def finish_erase(root: Location) -> str | None:
     outcome = "forwards"
     if storage.list_files(topic_dir) is not None:  # else the topic was deleted since: nothing left to finish
         with partition_locked(topic_dir, plan.topic, plan.partition):
+            current = pending_erase(root)
+            if current is None or current.encode() != plan.encode():
+                return None  # finished by another holder of the partition (a backup starting, a merge) meanwhile
             reader = PartitionReader(topic_dir, plan.partition)
-            named = [segment.name for segment in reader.segments]
-            if all(replacement.old in named for replacement in plan.replacements):
+            named = {segment.name for segment in reader.segments}
+            switched = [replacement.new in named for replacement in plan.replacements]
+            if not any(switched):
                 outcome = "backwards"
-                doomed = [replacement.new for replacement in plan.replacements]
-                if isinstance(topic_dir, Path):
-                    for name in doomed:
-                        for leftover in topic_dir.glob(f".{name}.*{TMP_SUFFIX}"):  # a write killed midway
+                for replacement in plan.replacements:
+                    _delete_segment(topic_dir, replacement.new)
+                    if isinstance(topic_dir, Path):
+                        for leftover in topic_dir.glob(f".{replacement.new}.*{TMP_SUFFIX}"):  # killed midway
                             leftover.unlink(missing_ok=True)
-            else:
+            elif all(switched):
+                for replacement in plan.replacements:  # first: their records are the ones erased
+                    if replacement.old not in named:
+                        _delete_segment(topic_dir, replacement.old)
                 add_erasure(root, plan.topic, plan.partition, plan.erased, plan.records)
                 _describe_replacements(root, reader, plan)
                 rename_sealed(root, topic_dir, plan.partition,
                               {replacement.old: replacement.new for replacement in plan.replacements})  # fmt: skip
-                doomed = [replacement.old for replacement in plan.replacements if replacement.old not in named]
-            for name in doomed:
-                # The records file first: a segment whose records file has its name is complete.
-                for suffix in (RECORDS_SUFFIX, INDEX_SUFFIX):
-                    storage.delete(topic_dir / f"{name}{suffix}")
+            else:
+                raise FormatError(
+                    f"the partition index names some of the segments an unfinished erase wrote ({intent_path(root)}), "
+                    "not all: the partition was changed by something else (spark-kafka-backup verify says more)",
+                    file=str(topic_dir),
+                )
             if isinstance(topic_dir, Path):
                 fsync_dir(topic_dir)
     path = intent_path(root)
@@ -380,6 +401,13 @@ def finish_erase(root: Location) -> str | None:
     if isinstance(path, Path):
         fsync_dir(path.parent)
     return outcome
+
+
+def _delete_segment(topic_dir: Location, name: str) -> None:
+    """Delete a segment's files: the records file first (a segment whose records file has its name is complete)."""
+    storage = storage_for(topic_dir)
+    for suffix in (RECORDS_SUFFIX, INDEX_SUFFIX):
+        storage.delete(topic_dir / f"{name}{suffix}")
 
 
 def _describe_replacements(root: Location, reader: PartitionReader, plan: PartitionErase) -> None:

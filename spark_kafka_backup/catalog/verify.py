@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from spark_kafka_backup.catalog.build import file_crc32c, file_size
-from spark_kafka_backup.catalog.erase import pending_erase_segments
+from spark_kafka_backup.catalog.erase import pending_erase, pending_erase_segments
 from spark_kafka_backup.catalog.erasures import describe_erasure, read_erasure
 from spark_kafka_backup.catalog.prune import pending_deletions
 from spark_kafka_backup.catalog.seals import seal_problems
@@ -163,10 +163,16 @@ def _check_erased(root: Location, reader: PartitionReader, report: PartitionRepo
     """The offsets recorded as erased on purpose: a note, and an error for each record the backup still holds there
     (an erase that did not finish, or a record written back since)."""
     try:
+        unfinished = pending_erase(root)
         erased, records = read_erasure(root, report.topic, report.partition)
     except KbackupError as exc:
         report.errors.append(f"the record of erased offsets is unreadable: {exc}")
         return
+    if unfinished is not None and (unfinished.topic, unfinished.partition) == (report.topic, report.partition):
+        report.errors.append(
+            f"an erase of this partition did not finish (a restore refuses the topic until it is): finish it with "
+            f"spark-kafka-backup erase {root} --finish"
+        )
     if not erased:
         return
     report.notes.append(f"{describe_erasure(records)}, at {count(erased.count, 'offset')}: not damage to the backup")
@@ -245,6 +251,7 @@ def _check_catalog(root: Location, reader: PartitionReader, report: PartitionRep
         and recorded.records
         and recorded.name not in names
         and recorded.name not in cataloged_names
+        and recorded.name not in pending
     ):
         report.errors.append(
             f"missing segment {recorded.name}: the catalog records {count(recorded.records, 'committed record')} in "

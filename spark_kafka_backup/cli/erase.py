@@ -15,14 +15,22 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TextIO
 
-from spark_kafka_backup.catalog.erase import PartitionErase, erase_partition, key_matches, plan_partition
+from spark_kafka_backup.catalog.build import file_size
+from spark_kafka_backup.catalog.erase import (
+    PartitionErase,
+    erase_partition,
+    key_matches,
+    plan_partition,
+    refuse_unfinished_erase,
+)
 from spark_kafka_backup.catalog.integrity import bad_segments, damage_text
 from spark_kafka_backup.catalog.prune import prune_lease
 from spark_kafka_backup.cli.records import chosen_topics
 from spark_kafka_backup.cli.repair import finish_interrupted, refuse_unsealed
 from spark_kafka_backup.errors import DamagedBackupError, UsageError
+from spark_kafka_backup.format.naming import RECORDS_SUFFIX
 from spark_kafka_backup.partition.erased import ErasedOffsets
-from spark_kafka_backup.partition.layout import list_partitions, state_dir
+from spark_kafka_backup.partition.layout import list_partitions, list_segment_files, state_dir
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.storage import Location, parse_location
 from spark_kafka_backup.storage.lease import TargetLease
@@ -33,6 +41,11 @@ def cmd_erase(args: argparse.Namespace, out: TextIO) -> None:
     if args.finish and args.dry_run:
         raise UsageError("--finish changes the backup (it completes an interrupted erase): not with --dry-run")
     root = parse_location(args.dir)
+    if args.finish:
+        _finish(root, out)
+        return
+    if args.topic is None:
+        raise UsageError("say which topic to erase from: --topic T")
     topic = chosen_topics(root, args.topic)[0]
     partitions = list_partitions(root / topic)
     if args.partition is not None:
@@ -45,11 +58,9 @@ def cmd_erase(args: argparse.Namespace, out: TextIO) -> None:
             held.enter_context(TargetLease(state_dir(root), "erase"))  # no backup writes meanwhile
             if isinstance(root, Path):
                 held.enter_context(prune_lease(root))  # nor a prune or a merge (the same lease on an object store)
-            interrupted = finish_interrupted(root, out)
-            if args.finish:
-                if not interrupted:
-                    out.write("no erase, merge or prune was interrupted: nothing to finish\n")
-                return
+            finish_interrupted(root, out)
+        else:
+            refuse_unfinished_erase(root, [topic])  # a dry run finishes nothing: it would plan on a half-done erase
         refuse_unsealed(root, {(topic, partition) for partition in partitions}, args, verb="erased")
         _refuse_damaged(root, topic, partitions)
         chosen = _chosen(root, topic, partitions, key, args)
@@ -67,6 +78,13 @@ def cmd_erase(args: argparse.Namespace, out: TextIO) -> None:
     out.write(f"erased {count(total, 'record')} from {count(len(plans), 'partition')} of {topic}\n")
 
 
+def _finish(root: Location, out: TextIO) -> None:
+    """``--finish``: complete interrupted work on the target (the topic may be gone since)."""
+    with TargetLease(state_dir(root), "erase"), prune_lease(root) if isinstance(root, Path) else ExitStack():
+        if not finish_interrupted(root, out):
+            out.write("no erase, merge or prune was interrupted: nothing to finish\n")
+
+
 def _chosen_key(args: argparse.Namespace) -> bytes | None:
     if args.key is not None:
         return str(args.key).encode()
@@ -79,8 +97,15 @@ def _chosen_key(args: argparse.Namespace) -> bytes | None:
 
 
 def _refuse_damaged(root: Location, topic: str, partitions: list[int]) -> None:
-    """Nothing is erased while a segment of the partitions fails its checks: it could hold records to erase."""
+    """Nothing is erased while a segment of the partitions fails its checks, or holds records the partition index does
+    not name (a publish killed before its index, a lost entry): either could hold records to erase."""
     damaged = [f"{topic}/{p} {bad.name}: {bad.reason}" for p in partitions for bad in bad_segments(root, topic, p)]
+    for partition in partitions:
+        named = {segment.name for segment in PartitionReader(root / topic, partition).segments}
+        for files in list_segment_files(root / topic, partition):
+            name = files.records.name[: -len(RECORDS_SUFFIX)]
+            if name not in named and max(file_size(files.records) or 0, file_size(files.index) or 0) > 1:
+                damaged.append(f"{topic}/{partition} {name}: holds records the partition index does not name")
     if damaged:
         raise DamagedBackupError(
             f"nothing was erased: a damaged segment could hold records to erase: {damage_text(damaged)} "
@@ -107,9 +132,11 @@ def _where_matches(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers import this package too
     sources = tuple(source.where() for source in encryption_key_sources(args))
     scope = MatchScope(root, args.where, sources, allow_unauthenticated=args.allow_unauthenticated)
-    spark = job_session("kbackup-erase-where", debug=bool(getattr(args, "debug", False)), spark_conf={}, umask=0o077)
+    # No web UI: its SQL tab would show the predicate (what is erased) to whoever reaches the port.
+    spark = job_session("kbackup-erase-where", debug=bool(getattr(args, "debug", False)),
+                        spark_conf={"spark.ui.enabled": "false"}, umask=0o077)  # fmt: skip
     try:
-        matched = find_matches(scope, spark, [topic], use="an erase")
+        matched = find_matches(scope, spark, [topic], use="an erase", narrow="--partition, a stricter predicate")
     finally:
         spark.stop()
     return {

@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
         "erase", help="take records out of a backup for good (a key's, or a predicate's), leaving recorded gaps"
     )
     erasing.add_argument("dir", metavar="DIR", help="backup root")
-    erasing.add_argument("--topic", required=True, help="the topic to erase from")
+    erasing.add_argument("--topic", help="the topic to erase from (required but with --finish)")
     erasing.add_argument("--partition", type=non_negative_int, help="only this partition")
     chosen = erasing.add_mutually_exclusive_group(required=True)
     chosen.add_argument("--key", metavar="TEXT", help="erase the records whose key is exactly these UTF-8 bytes")

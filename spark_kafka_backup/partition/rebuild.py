@@ -154,7 +154,7 @@ def rebuild_partition_index(topic_dir: Path, partition: int) -> list[PartitionIn
         # Its replacements share their start offsets with the segments they replace: an index of both would be wrong.
         raise UsageError(
             f"an erase in {topic_dir.parent} did not finish: finish it first (spark-kafka-backup erase "
-            f"{topic_dir.parent} --topic {topic_dir.name} --finish), then rebuild"
+            f"{topic_dir.parent} --finish), then rebuild"
         )
     present = [files for files in list_segment_files(topic_dir, partition) if as_local(files.records).exists()]
     # A merge killed after writing its segment leaves it beside the segments it replaces (its records file has its

@@ -78,7 +78,7 @@ def match_records(settings: RestoreSettings, spark: Any, topics: list[str]) -> R
     assert settings.where is not None
     scope = MatchScope(settings.source, settings.where, settings.key_sources, settings.from_time, settings.to_time,
                        settings.skip_bad_segments, settings.allow_unauthenticated, settings.legacy)  # fmt: skip
-    matched = find_matches(scope, spark, topics, use="a restore")
+    matched = find_matches(scope, spark, topics)
     for (topic, partition), runs in sorted(matched.items()):
         log.info("--where: %s/%d: %s matched", topic, partition, count(runs.records, "record"))
     total = sum(runs.records for runs in matched.values())
@@ -86,9 +86,16 @@ def match_records(settings: RestoreSettings, spark: Any, topics: list[str]) -> R
     return replace(settings, matched=matched)
 
 
-def find_matches(scope: MatchScope, spark: Any, topics: list[str], *, use: str) -> dict[tuple[str, int], MatchedRuns]:
+def find_matches(
+    scope: MatchScope,
+    spark: Any,
+    topics: list[str],
+    *,
+    use: str = "a restore",
+    narrow: str = "--from-time/--to-time, --topics, a stricter predicate",
+) -> dict[tuple[str, int], MatchedRuns]:
     """The runs of records ``scope.where`` holds for in ``topics``, per partition (module docstring); ``use`` names
-    the command in the refusal of too many runs."""
+    the command, and ``narrow`` its options that narrow the records, in the refusal of too many runs."""
     where = scope.where
     register(spark)
     spark.conf.set("spark.sql.session.timeZone", TIME_ZONE)
@@ -121,7 +128,7 @@ def find_matches(scope: MatchScope, spark: Any, topics: list[str], *, use: str) 
     if table.num_rows > MAX_RUNS:
         raise UsageError(
             f"--where {where!r} matches records scattered over more than {MAX_RUNS:,} runs, more than {use} "
-            "holds; narrow it (--from-time/--to-time, --topics, a stricter predicate)"
+            f"holds; narrow it ({narrow})"
         )
     return _checked_runs(scope, table)
 
@@ -156,7 +163,7 @@ def _checked_runs(scope: MatchScope, table: Any) -> dict[tuple[str, int], Matche
                 raise KbackupError(
                     f"--where: topic {topic!r} partition {partition}: the records matched ({runs.records}) are not "
                     "the records the backup's indexes hold in their runs: the backup changed while it was read "
-                    "(a merge, a prune or a repair); run it again"
+                    "(a merge, a prune, an erase or a repair); run it again"
                 )
             found[(topic, partition)] = runs
     return found
