@@ -35,6 +35,7 @@ from tests.kafka_helpers import (
     consume_all,
     create_topics,
     job_env,
+    kbackup_in_process,
     kbackup_lines,
     run_backup,
     run_kbackup,
@@ -266,7 +267,7 @@ def test_exports_to_parquet_and_to_a_table_partitioned_by_topic_and_date_keep_ev
 
 
 def test_erase_where_leaves_no_trace_of_a_customer_and_every_other_record_restores_exactly(
-    kafka_backup: tuple[Path, int], target: Target, tmp_path: Path
+    kafka_backup: tuple[Path, int], spark: Any, target: Target, tmp_path: Path
 ) -> None:
     """``erase --where`` through Spark on a real backup (zstd, an aborted transaction): no file holds the customer's
     key any more, in its bytes or its segments' plain records, and a restore of what is left is the source less the
@@ -278,7 +279,7 @@ def test_erase_where_leaves_no_trace_of_a_customer_and_every_other_record_restor
     kept = [r for r in before if r["key"] != base64.b64encode(secret).decode()]
     assert traces_of(root, secret) and 0 < len(before) - len(kept) < len(before) // 10
     where = f"key = CAST('{secret.decode()}' AS BINARY)"
-    done = _erase(root, "--topic", "ds-events", "--where", where)
+    done = kbackup_in_process("erase", root, "--topic", "ds-events", "--where", where)  # on the module's session
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"erased {len(before) - len(kept)} records from 3 partitions of ds-events" in done.stdout
     assert traces_of(root, secret) == []
@@ -303,14 +304,3 @@ def test_erase_where_leaves_no_trace_of_a_customer_and_every_other_record_restor
     records = consume_all(target.broker, [name])
     assert comparable(records) == comparable(kept)
     check_groups(target, name, kept, records, groups)
-
-
-def _erase(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    """``spark-kafka-backup erase`` with Spark: on this worker's kept JVM (tests.in_process) where it can, else as a
-    process of its own."""
-    from spark_kafka_backup.cli import main
-    from tests.in_process import can_run_in_process, run_job_in_process
-
-    if can_run_in_process():
-        return run_job_in_process("restore", main, ["erase", *map(str, args)])
-    return run_kbackup("erase", *args, in_process=False)

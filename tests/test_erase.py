@@ -285,7 +285,7 @@ def test_bad_options_are_one_line(mixed: Path) -> None:
 #: Kill points tried in the quick tier, for an erase from one segment (its file operations, about 35: the lease, the
 #: intent, the replacement, the switch, the erasure record, the catalog, the deletions); the long tier tries every
 #: one of an erase from many segments, the newest one included.
-QUICK_KILLS = (6, 14, 17, 22, 30)
+QUICK_KILLS = (8, 20, 30)
 
 
 def test_an_erase_killed_is_finished_or_rolled_back_exactly(tmp_path: Path, mixed: Path) -> None:

@@ -125,6 +125,8 @@ def _chosen(
 def _where_matches(
     root: Location, topic: str, partitions: list[int], args: argparse.Namespace
 ) -> dict[int, ErasedOffsets]:
+    from pyspark.sql import SparkSession
+
     from spark_kafka_backup.arguments import encryption_key_sources
     from spark_kafka_backup.restore.matching import MatchScope, find_matches
     from spark_kafka_backup.spark.session import job_session
@@ -132,13 +134,16 @@ def _where_matches(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers import this package too
     sources = tuple(source.where() for source in encryption_key_sources(args))
     scope = MatchScope(root, args.where, sources, allow_unauthenticated=args.allow_unauthenticated)
-    # No web UI: its SQL tab would show the predicate (what is erased) to whoever reaches the port.
+    # A session of its own, stopped after; one that was already running (erase called from a program that has one) is
+    # used and left running. No web UI: its SQL tab would show the predicate (what is erased) on a port.
+    running = SparkSession.getActiveSession()
     spark = job_session("kbackup-erase-where", debug=bool(getattr(args, "debug", False)),
                         spark_conf={"spark.ui.enabled": "false"}, umask=0o077)  # fmt: skip
     try:
         matched = find_matches(scope, spark, [topic], use="an erase", narrow="--partition, a stricter predicate")
     finally:
-        spark.stop()
+        if running is None:
+            spark.stop()
     return {
         partition: ErasedOffsets.of(zip(runs.firsts.tolist(), runs.lasts.tolist(), strict=True))
         for (_, partition), runs in matched.items()
