@@ -148,6 +148,7 @@ def test_a_selective_restore_killed_and_run_again_is_exact(target: Target, tmp_p
     assert comparable(consume_all(target.broker, [name])) == comparable(source)
 
 
+@pytest.mark.long  # a second variant of the main test (CI runs it and the repartition tests once each)
 def test_where_into_another_partition_count_spreads_exactly_the_matching_records(
     target: Target, tmp_path: Path
 ) -> None:

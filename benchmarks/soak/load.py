@@ -1,0 +1,144 @@
+"""The soak's load: keyed records with headers across many topics, steady with bursts, some in transactions.
+
+Every record's value names it (``topic:seq``), so whatever comes back from a restore can be told apart: a record
+that is not one of these, or one that comes twice, is a defect whatever the offsets say. Topics come and go while it
+runs (:meth:`LoadGenerator.add_topic`, :meth:`LoadGenerator.drop_topic`); records to a topic being deleted may fail,
+and are counted as such.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class LoadShape:
+    """Records per second in all, the burst (``burst_factor`` times the rate for ``burst_seconds`` every
+    ``burst_every`` seconds), the value size, and every ``transactional_every``-th topic written in transactions (one
+    in ``abort_every`` of them aborted)."""
+
+    rate: float = 400.0
+    burst_factor: float = 5.0
+    burst_seconds: float = 10.0
+    burst_every: float = 120.0
+    value_size: int = 200
+    transactional_every: int = 4
+    abort_every: int = 20
+
+
+@dataclass
+class LoadCounts:
+    sent: Counter[str] = field(default_factory=Counter)
+    failed: Counter[str] = field(default_factory=Counter)
+    aborted: Counter[str] = field(default_factory=Counter)
+
+
+class LoadGenerator(threading.Thread):
+    """Writes to every current topic in turn until stopped (idempotent producers: a leader change adds no copy)."""
+
+    def __init__(self, settings: dict[str, str], topics: list[str], shape: LoadShape) -> None:
+        super().__init__(daemon=True, name="soak-load")
+        self.settings, self.shape = settings, shape
+        self.counts = LoadCounts()
+        #: Why the load stopped before it was told to (``None``: it did not).
+        self.error: str | None = None
+        self._topics = list(topics)
+        self._lock = threading.Lock()
+        self._halt = threading.Event()
+        self._began = time.monotonic()
+        self._seq: Counter[str] = Counter()
+
+    def add_topic(self, topic: str) -> None:
+        with self._lock:
+            self._topics.append(topic)
+
+    def drop_topic(self, topic: str) -> None:
+        with self._lock:
+            self._topics.remove(topic)
+
+    def topics(self) -> list[str]:
+        with self._lock:
+            return list(self._topics)
+
+    def current_rate(self) -> float:
+        elapsed = time.monotonic() - self._began
+        bursting = elapsed % self.shape.burst_every < self.shape.burst_seconds
+        return self.shape.rate * (self.shape.burst_factor if bursting else 1.0)
+
+    def run(self) -> None:
+        try:
+            self._produce()
+        except Exception as exc:  # noted in the summary: a soak whose load stopped measures less than it says
+            self.error = f"{type(exc).__name__}: {exc}"
+            raise
+
+    def _produce(self) -> None:
+        from confluent_kafka import KafkaError, Producer
+
+        base = {"linger.ms": "20", "message.timeout.ms": "300000", "log_level": "0", **self.settings}
+        plain = Producer({**base, "enable.idempotence": "true"})
+        transactional = Producer({**base, "transactional.id": "soak-load-tx", "transaction.timeout.ms": "300000"})
+        transactional.init_transactions(60)
+
+        def delivered(topic: str) -> object:
+            def report(error: KafkaError | None, _message: object) -> None:
+                if error is not None:
+                    self.counts.failed[topic] += 1
+
+            return report
+
+        transactions = 0
+        while not self._halt.is_set():
+            step = time.monotonic()
+            for number, topic in enumerate(self.topics()):
+                in_transaction = number % self.shape.transactional_every == 0
+                producer = transactional if in_transaction else plain
+                if in_transaction:
+                    transactional.begin_transaction()
+                for _ in range(max(1, int(self.current_rate() / 10 / max(1, len(self.topics()))))):
+                    seq = self._seq[topic]
+                    self._seq[topic] += 1
+                    value = f"{topic}:{seq}:".encode().ljust(self.shape.value_size, b".")
+                    headers = [("seq", str(seq).encode()), ("empty", None)] if seq % 3 == 0 else None
+                    producer.produce(topic, key=b"key-%d" % (seq % 97), value=value, headers=headers,
+                                     on_delivery=delivered(topic))  # fmt: skip
+                    self.counts.sent[topic] += 1
+                if in_transaction:
+                    transactions += 1
+                    abort = transactions % self.shape.abort_every == 0
+                    if not _end_transaction(transactional, abort=abort) or abort:
+                        self.counts.aborted[topic] += 1
+                plain.poll(0)
+            time.sleep(max(0.0, 0.1 - (time.monotonic() - step)))
+        plain.flush(180)
+        transactional.flush(180)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(300)
+
+
+def _end_transaction(producer: Any, *, abort: bool) -> bool:
+    """Commit (or abort) the open transaction through broker restarts: retried while Kafka says the error is
+    retriable, aborted when it says the transaction must be; whether it was committed."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    for _ in range(30):
+        try:
+            if abort:
+                producer.abort_transaction(60)
+                return False
+            producer.commit_transaction(60)
+            return True
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.txn_requires_abort():
+                abort = True
+            elif not error.retriable() and error.code() != KafkaError._CONFLICT:  # _CONFLICT: the call timed out
+                raise
+            time.sleep(1)
+    raise TimeoutError("a transaction could not be ended in 30 tries")

@@ -1,0 +1,143 @@
+"""What the soak measures over time, one row every few seconds: memory of the backup's driver and executors, its
+lag, how long batches take, the backup's files and bytes, and the warnings and errors its log printed, by kind.
+
+Memory is the resident set of process trees read from ``/proc`` (the driver: the ``spark-submit`` process and its
+children; the executors: everything under the Spark workers but the worker JVMs themselves). Lag and batch times come
+from the backup's ``--metrics-file`` (JSON). Written to a CSV as they are taken, so a run killed midway keeps them.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from benchmarks.process_tree import _children_of, _rss_mib
+
+
+@dataclass
+class Row:
+    elapsed_s: float
+    driver_rss_mib: float
+    executors_rss_mib: float
+    lag_records: float
+    lag_seconds: float
+    batch_age_s: float
+    records_written: float
+    backup_files: int
+    backup_mib: float
+    warnings: int
+    errors: int
+
+
+#: A log line's level and the first words after the logger, which name its kind.
+_LOG_LINE = re.compile(r"\b(WARN|WARNING|ERROR)\b[^:]*: (.{0,60})")
+
+
+class Sampler(threading.Thread):
+    """Takes a :class:`Row` every ``interval`` seconds into ``csv_path`` until stopped."""
+
+    def __init__(
+        self,
+        csv_path: Path,
+        *,
+        driver_pid: int,
+        worker_pids: list[int],
+        metrics_file: Path,
+        backup_dir: Path,
+        log_file: Path,
+        interval: float = 10.0,
+    ) -> None:
+        super().__init__(daemon=True, name="soak-sampler")
+        self.csv_path, self.driver_pid, self.worker_pids = csv_path, driver_pid, worker_pids
+        self.metrics_file, self.backup_dir, self.log_file, self.interval = metrics_file, backup_dir, log_file, interval
+        self.rows: list[Row] = []
+        self.kinds: Counter[str] = Counter()
+        self._log_at = 0
+        self._halt = threading.Event()
+        self._began = time.monotonic()
+
+    def run(self) -> None:
+        with open(self.csv_path, "w", newline="") as out:
+            writer = csv.DictWriter(out, [f.name for f in fields(Row)])
+            writer.writeheader()
+            while not self._halt.wait(self.interval):
+                row = self.take()
+                self.rows.append(row)
+                writer.writerow(asdict(row))
+                out.flush()
+
+    def take(self) -> Row:
+        metrics = self._metrics()
+        lag = [m["value"] or 0 for m in metrics if m["name"] == "kbackup_backup_lag_records"]
+        lag_s = [m["value"] or 0 for m in metrics if m["name"] == "kbackup_backup_lag_seconds"]
+        last_batch = next((m["value"] for m in metrics if m["name"] == "kbackup_backup_last_batch_timestamp_seconds"),
+                          None)  # fmt: skip
+        written = sum(m["value"] or 0 for m in metrics if m["name"] == "kbackup_backup_records_written_total")
+        files, size = _tree_size(self.backup_dir)
+        warnings, errors = self._read_log()
+        return Row(
+            elapsed_s=round(time.monotonic() - self._began, 1),
+            driver_rss_mib=round(_rss_mib([self.driver_pid, *_children_of(self.driver_pid)]), 1),
+            executors_rss_mib=round(self._executors_rss(), 1),
+            lag_records=sum(lag),
+            lag_seconds=max(lag_s, default=0),
+            batch_age_s=round(time.time() - last_batch, 1) if last_batch else -1,
+            records_written=written,
+            backup_files=files,
+            backup_mib=round(size / 2**20, 1),
+            warnings=warnings,
+            errors=errors,
+        )
+
+    def _executors_rss(self) -> float:
+        pids: list[int] = []
+        for worker in self.worker_pids:
+            pids.extend(_children_of(worker))
+        return _rss_mib(pids)
+
+    def _metrics(self) -> list[dict[str, Any]]:
+        try:
+            document = json.loads(self.metrics_file.read_text())
+        except (OSError, ValueError):
+            return []
+        found: list[dict[str, Any]] = document.get("metrics", [])
+        return found
+
+    def _read_log(self) -> tuple[int, int]:
+        """Warnings and errors the backup's log printed so far (kinds counted in :attr:`kinds`)."""
+        try:
+            with open(self.log_file, "rb") as log:
+                log.seek(self._log_at)
+                text = log.read().decode(errors="replace")
+                self._log_at = log.tell()
+        except OSError:
+            text = ""
+        for match in _LOG_LINE.finditer(text):
+            kind = re.sub(r"[0-9]+", "N", match.group(2)).split(",")[0]
+            self.kinds[f"{match.group(1)} {kind}"] += 1
+        warnings = sum(n for kind, n in self.kinds.items() if kind.startswith("WARN"))
+        return warnings, sum(n for kind, n in self.kinds.items() if kind.startswith("ERROR"))
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(60)
+
+
+def _tree_size(root: Path) -> tuple[int, int]:
+    files = size = 0
+    for directory, _, names in os.walk(root):
+        for name in names:
+            try:
+                size += os.stat(os.path.join(directory, name)).st_size
+                files += 1
+            except OSError:
+                continue
+    return files, size
