@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import time
 
-from spark_kafka_backup.catalog.source_gaps import ERASED, SourceGap
 from spark_kafka_backup.catalog.store import catalog_dir
 from spark_kafka_backup.errors import FormatError
 from spark_kafka_backup.format.naming import check_partition, check_topic_name
@@ -66,14 +65,6 @@ def read_erasure(root: Location, topic: str, partition: int) -> tuple[ErasedOffs
 def read_erased(root: Location, topic: str, partition: int) -> ErasedOffsets:
     """The partition's erased offsets."""
     return read_erasure(root, topic, partition)[0]
-
-
-def erased_gaps(root: Location, topic: str, partition: int) -> list[SourceGap]:
-    """The erased offsets as gaps (``how: erased``), for the readers that explain offsets holding no record."""
-    return [
-        SourceGap(topic, partition, first, last, 0, ERASED)
-        for first, last in read_erased(root, topic, partition).ranges()
-    ]
 
 
 def describe_erasure(records: int) -> str:

@@ -54,7 +54,6 @@ HOW = {
     READ: "",
     INFERRED: " (inferred: below the partition's log start when the records after it were written)",
     DROPPED: " (read while the topic was deleted: dropped, as which incarnation they came from cannot be told)",
-    ERASED: " (erased on purpose by spark-kafka-backup erase)",
 }
 _MAX_DOCUMENT = 1 << 16
 
