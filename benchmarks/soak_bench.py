@@ -1,14 +1,17 @@
 """A day in the life: a continuous backup through everything a cluster does, measured (``./dev bench soak``).
 
 A 3-node Apache Kafka cluster and a Spark standalone cluster of 2 workers on this machine; a load across dozens of
-topics (:mod:`benchmarks.soak.load`); a continuous backup with ``--compression zstd`` on the standalone cluster;
+topics (:mod:`benchmarks.soak.load`), read as it is written by a plain consumer group, the truth the backup is held
+to (:mod:`benchmarks.soak.shadow`); a continuous backup with ``--compression zstd`` on the standalone cluster;
 meanwhile the events of :mod:`benchmarks.soak.events` in rotation (each at least twice in a run of the default
-length or longer); every few seconds the figures of :mod:`benchmarks.soak.samples`. At the end the load stops, the
-backup catches up and stops, the backup is restored into a fresh Kafka cluster and compared record by record with
-what the source holds (:mod:`benchmarks.soak.compare`). Writes ``samples.csv``, ``events.csv``, ``soak.svg`` and
-``summary.json`` into ``--out``.
+length); every 10 s the figures of :mod:`benchmarks.soak.samples`. One topic has two replicas (the reassignment
+moves them), one is retained by time (its head goes every minute after six). At the end the load stops, the backup
+catches up and is stopped as an operator stops it (SIGTERM to its Python driver), then the latest state and every
+completed checkpoint are each restored into a fresh Kafka cluster and compared record by record and group by group
+(:mod:`benchmarks.soak.compare`). Writes ``samples.csv``, ``events.csv``, ``soak.svg``, ``summary.json`` and the
+jobs' logs into ``--out``.
 
-Not part of CI: a run takes ``--minutes`` plus the set-up and the restore.
+Not part of CI: a run takes ``--minutes`` plus about 3 minutes of set-up and a few minutes per restore.
 """
 
 from __future__ import annotations
@@ -17,22 +20,28 @@ import argparse
 import csv
 import json
 import os
-import signal
+import resource
 import subprocess
 import tempfile
 import threading
 import time
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
 from benchmarks.soak.chart import render
-from benchmarks.soak.compare import compare, read_all
+from benchmarks.soak.compare import GroupOffsets, Restored, compare, group_offsets, read_all
 from benchmarks.soak.events import Chaos
+from benchmarks.soak.figures import figures
 from benchmarks.soak.load import LoadGenerator, LoadShape
 from benchmarks.soak.samples import Sampler
+from benchmarks.soak.service import BackupService
+from benchmarks.soak.shadow import ShadowReader, Truth
+from spark_kafka_backup.catalog.checkpoints import Checkpoint, list_checkpoints
 from spark_kafka_backup.devkit.kafka_cluster import KafkaCluster
 from spark_kafka_backup.devkit.spark_cluster import SparkCluster
 from spark_kafka_backup.spark_submit import job_environment, spark_submit_command
+from spark_kafka_backup.storage import parse_location
 
 REPLICATED = {
     "default.replication.factor": "3",
@@ -43,7 +52,10 @@ REPLICATED = {
     # A producer's queued records to a topic just deleted would create it again (another incarnation, which the
     # backup rightly refuses to mix in): topics are created by the soak alone.
     "auto.create.topics.enable": "false",
+    "log.retention.check.interval.ms": "20000",
 }
+#: The topic the reassignment moves, and the one retention by time deletes the head of.
+MOVED_TOPIC, RETAINED_TOPIC = "soak-00", "soak-03"
 
 
 def main() -> None:
@@ -57,75 +69,158 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="kbackup-soak-"))
     backup_dir, log_file, metrics_file = work / "backup", args.out / "backup.log", work / "metrics.json"
+    log_file.write_bytes(b"")
     with KafkaCluster(3, broker_config=REPLICATED) as kafka, SparkCluster(workers=2, cores=1) as spark:
         print(f"soak: {kafka.describe()} at {kafka.bootstrap_servers}; {spark.describe()}", flush=True)
+        settings = kafka.client_settings()
         topics = [f"soak-{n:02d}" for n in range(args.topics)]
         _create(kafka, topics, args.partitions)
-        load = LoadGenerator(kafka.client_settings(), topics, LoadShape(rate=args.rate))
+        shadow = ShadowReader(settings)
+        shadow.start()
+        load = LoadGenerator(settings, topics, LoadShape(rate=args.rate))
         load.start()
-        backup = _start_backup(kafka, spark, backup_dir, metrics_file, log_file, work)
-        _wait_first_batch(metrics_file, backup, 600)
-        started = time.monotonic()
-        sampler = Sampler(args.out / "samples.csv", driver_pid=backup.pid,
+        sampler = Sampler(args.out / "samples.csv", driver_pid=0,
                           worker_pids=[node.process.pid for node in spark.nodes if node.process is not None],
                           metrics_file=metrics_file, backup_dir=backup_dir, log_file=log_file)  # fmt: skip
+        backup = BackupService(lambda: _start_backup(kafka, spark, backup_dir, metrics_file, log_file, work),
+                               log_file, on_restart=sampler.follow)  # fmt: skip
+        sampler.follow(backup.process.pid)
+        _wait_first_batch(metrics_file, backup.process, 600)
+        backup.start()
+        started = time.monotonic()
         sampler.start()
-        chaos = Chaos(kafka, spark, load, backup_dir, args.partitions)
+        chaos = Chaos(kafka, spark, load, backup_dir, metrics_file, args.partitions, moved_topic=MOVED_TOPIC)
+        # Every event of the rotation twice in a run (from 20 s apart); checkpoints every 5 minutes, prunes every 10
+        # (or 4 and 2 of them in shorter runs).
         every = max(20.0, args.minutes * 60 / (2 * len(chaos.rotation()) + 1))
+        checkpoint_every = min(300.0, args.minutes * 15)
         # On this thread: a broker or worker started again by another thread would die with it (the devkit's
         # processes die with the thread that started them).
         stop = threading.Event()
         threading.Timer(args.minutes * 60, stop.set).start()
-        chaos.run(stop, every, started)
+        chaos.run(stop, every, started, checkpoint_every=checkpoint_every, prune_every=2 * checkpoint_every)
         load.stop()
         caught_up = _wait_caught_up(sampler, 300)
-        backup.send_signal(signal.SIGTERM)
-        code = backup.wait(300)
+        shadow.quiet_for(20, 300)
+        shadow.stop()  # its group's last commit, then it leaves
+        _wait_offset_round(metrics_file, after=time.time() + 1, timeout=180)
+        source_groups = group_offsets(settings)
+        now_held = read_all(settings)
+        unseen = _merge_into_truth(shadow.truth, now_held)
+        heads = {key: records[0][0] for key, records in now_held.items() if records}
+        backup_code = backup.stop(300)
         sampler.stop()
-        source = read_all(kafka.client_settings(), _alive_topics(kafka))
-        with KafkaCluster(1) as target:
-            restored_code = _restore(target, spark, backup_dir, args.out / "restore.log")
-            restored = read_all(target.client_settings(), _alive_topics(target))
-        result = compare(source, restored)
+        completed = [c for c in list_checkpoints(parse_location(str(backup_dir))) if c.status == "completed"]
+        results = []
+        for checkpoint in [None, *completed]:
+            label = "latest" if checkpoint is None else f"checkpoint {checkpoint.id}"
+            with KafkaCluster(1) as target:
+                began = time.monotonic()
+                code = _restore(target, spark, backup_dir, args.out / f"restore-{label.replace(' ', '-')}.log",
+                                checkpoint=None if checkpoint is None else checkpoint.id)  # fmt: skip
+                took = time.monotonic() - began
+                restored = read_all(target.client_settings())
+                restored_groups = group_offsets(target.client_settings())
+            if checkpoint is None:
+                result = compare(label, shadow.truth, restored, ends=None,
+                                 needed_from=_latest_needs(shadow.truth, completed, source_groups),
+                                 source_groups=source_groups, restored_groups=restored_groups)  # fmt: skip
+            else:
+                result = compare(label, shadow.truth, restored, ends=checkpoint.ends,
+                                 needed_from=_checkpoint_needs(checkpoint), source_groups=checkpoint.groups,
+                                 restored_groups=restored_groups)  # fmt: skip
+                beyond = sorted(k for k, records in restored.items() if records and k not in checkpoint.ends)
+                if beyond:
+                    result.problems.append(f"{label}: partitions restored that the cut does not have: {beyond[:5]}")
+            results.append({"restore_exit": code, "restore_s": round(took, 1), **asdict(result), "exact": result.exact})
+            print(f"soak: {label}: {json.dumps(results[-1])[:600]}", flush=True)
+    rows = [asdict(row) for row in sampler.rows]
     summary = {
         "minutes": args.minutes,
         "kafka": kafka.describe(),
         "spark": spark.describe(),
-        "backup_exit": code,
+        "backup_exit": backup_code,
+        "backup_exits_unasked": [asdict(e) for e in backup.exits],
         "caught_up": caught_up,
-        "restore_exit": restored_code,
-        "comparison": asdict(result),
+        "restores": results,
+        "source_records_seen": shadow.records(),
+        "source_records_the_shadow_missed": unseen,
+        "shadow_error": shadow.error,
+        "retention_heads": {f"{t}/{p}": o for (t, p), o in sorted(heads.items()) if t == RETAINED_TOPIC},
         "sent": sum(load.counts.sent.values()),
         "failed_sends": sum(load.counts.failed.values()),
+        "failed_sends_by_error": dict(load.counts.failed_kinds),
         "load_error": load.error,
         "aborted_transactions": sum(load.counts.aborted.values()),
+        "transactional_producers_replaced": load.counts.fatal_producers,
+        "events": dict(Counter(h.name for h in chaos.happened)),
         "event_failures": chaos.failures,
+        "figures": figures(rows, warm_up_s=min(600.0, args.minutes * 60 / 6), until_s=args.minutes * 60),
         "log_kinds": dict(sampler.kinds.most_common(30)),
     }
+    summary["cores"] = [str(core) for core in work.glob("core*")]
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     with open(args.out / "events.csv", "w", newline="") as out:
         writer = csv.writer(out)
         writer.writerow(["at_s", "took_s", "event", "detail"])
         writer.writerows([h.at_s, h.took_s, h.name, h.detail] for h in chaos.happened)
-    rows = [asdict(row) for row in sampler.rows]
     title = f"soak: {args.minutes:g} min, {kafka.describe()}, {spark.describe()}"
     (args.out / "soak.svg").write_text(render(rows, [(h.at_s, h.name) for h in chaos.happened], title))
     print(json.dumps(summary, indent=1), flush=True)
 
 
+def _merge_into_truth(truth: Truth, held: Restored) -> int:
+    """Add what the source holds at the end to the shadow's records; how many the shadow had not seen (0 unless the
+    shadow fell behind: a record it missed is still compared)."""
+    unseen = 0
+    for key, records in held.items():
+        known = truth.setdefault(key, {})
+        for offset, name in records:
+            if offset not in known:
+                unseen += 1
+                known[offset] = name
+    return unseen
+
+
+def _checkpoint_needs(checkpoint: Checkpoint) -> dict[tuple[str, int], int]:
+    """What a checkpoint's restore must start at or before: its groups' lowest committed offset, or its cut."""
+    needs = dict(checkpoint.ends)
+    for offsets in checkpoint.groups.values():
+        for key, offset in offsets.items():
+            if key in needs:
+                needs[key] = min(needs[key], offset)
+    return needs
+
+
+def _latest_needs(truth: Truth, completed: list[Checkpoint], groups: GroupOffsets) -> dict[tuple[str, int], int]:
+    """What the latest state's restore must start at or before (prune keeps it: the module docs of
+    spark_kafka_backup.catalog.prune): every retained checkpoint's need, everything after the newest cut, and what
+    the groups had not consumed."""
+    needs = {key: completed[-1].ends.get(key, 0) if completed else 0 for key in truth}
+    for checkpoint in completed:
+        for key, need in _checkpoint_needs(checkpoint).items():
+            if key in needs and need < checkpoint.ends[key]:
+                needs[key] = min(needs[key], need)
+    for offsets in groups.values():
+        for key, offset in offsets.items():
+            if key in needs:
+                needs[key] = min(needs[key], offset)
+    return needs
+
+
 def _create(kafka: KafkaCluster, topics: list[str], partitions: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
+    def new(topic: str) -> NewTopic:
+        if topic == MOVED_TOPIC:  # two replicas: a reassignment then copies a replica to the third broker
+            return NewTopic(topic, partitions, 2, config={"min.insync.replicas": "1"})
+        if topic == RETAINED_TOPIC:  # retention by time deletes its head every minute after the first six
+            return NewTopic(topic, partitions, 3, config={"retention.ms": "360000", "segment.ms": "60000"})
+        return NewTopic(topic, partitions, 3)
+
     admin = AdminClient(kafka.client_settings())
-    for future in admin.create_topics([NewTopic(t, partitions, 3) for t in topics]).values():
+    for future in admin.create_topics([new(t) for t in topics]).values():
         future.result(60)
-
-
-def _alive_topics(kafka: KafkaCluster) -> list[str]:
-    from confluent_kafka.admin import AdminClient
-
-    topics = AdminClient(kafka.client_settings()).list_topics(timeout=30).topics
-    return sorted(t for t in topics if not t.startswith("__"))
 
 
 def _start_backup(kafka: KafkaCluster, spark: SparkCluster, backup_dir: Path, metrics_file: Path, log_file: Path,
@@ -134,12 +229,18 @@ def _start_backup(kafka: KafkaCluster, spark: SparkCluster, backup_dir: Path, me
         "backup", "--bootstrap-server", kafka.bootstrap_servers, "--topics-regex", "soak-.*",
         "--target-dir", backup_dir, "--checkpoint-location", work / "spark-checkpoint", "--compression", "zstd",
         "--trigger-interval", "5", "--offsets-interval", "30", "--metrics-file", metrics_file,
-        "--metrics-interval", "5", "--max-segment-size", str(16 << 20),
+        "--metrics-interval", "5", "--max-segment-size", str(256 << 10),
         master=spark.master_url,
     )  # fmt: skip
     env = job_environment(master=spark.master_url)
-    with open(log_file, "wb") as log:
-        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    with open(log_file, "ab") as log:
+        # A crash of the driver's native code leaves a core in ``work`` (gdb then shows where: the soak found two).
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                cwd=work, preexec_fn=_allow_core_dumps)  # fmt: skip
+
+
+def _allow_core_dumps() -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
 
 
 def _wait_first_batch(metrics_file: Path, backup: subprocess.Popen[bytes], timeout: float) -> None:
@@ -168,9 +269,30 @@ def _wait_caught_up(sampler: Sampler, timeout: float) -> bool:
     return False
 
 
-def _restore(target: KafkaCluster, spark: SparkCluster, backup_dir: Path, log_file: Path) -> int:
-    command = spark_submit_command("restore", "--bootstrap-server", target.bootstrap_servers, "--source-dir",
-                                   backup_dir, master=spark.master_url)  # fmt: skip
+def _wait_offset_round(metrics_file: Path, *, after: float, timeout: float) -> bool:
+    """Until the backup has stored a consumer offset round read after ``after`` (unix time)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            metrics = json.loads(metrics_file.read_text())["metrics"]
+        except (OSError, ValueError, KeyError):
+            metrics = []
+        stored = [m["value"] for m in metrics if m["name"] == "kbackup_backup_last_offsets_round_timestamp_seconds"]
+        if stored and stored[0] > after + 30:  # stored after a round that began after ``after`` (rounds: 30 s)
+            return True
+        time.sleep(3)
+    return False
+
+
+def _restore(target: KafkaCluster, spark: SparkCluster, backup_dir: Path, log_file: Path, *,
+             checkpoint: int | None) -> int:  # fmt: skip
+    command = spark_submit_command(
+        "restore", "--bootstrap-server", target.bootstrap_servers, "--source-dir", backup_dir,
+        # The records the soak's source kept for minutes (retention by time) or deleted are restored for good.
+        "--drop-topic-config", "retention.ms", "--drop-topic-config", "segment.ms",
+        *(["--checkpoint", str(checkpoint)] if checkpoint is not None else []),
+        master=spark.master_url,
+    )  # fmt: skip
     with open(log_file, "wb") as log:
         env = job_environment(master=spark.master_url)
         return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=3600).returncode

@@ -7,6 +7,7 @@ the argument types they share with the commands are :mod:`spark_kafka_backup.arg
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,8 +40,13 @@ def run_job(
     parse: Callable[[Sequence[str]], S],
     run: Callable[[S], int],
 ) -> int:
-    """A job's ``main``: parse (exit 2 on a bad option), run (exit 1 on any failure), one line per error."""
+    """A job's ``main``: parse (exit 2 on a bad option), run (exit 1 on any failure), one line per error.
+
+    A crash in native code (librdkafka, Arrow) kills the driver without a Python error: faulthandler then prints
+    every Python thread's stack to standard error, so the log shows which request was under way."""
     ensure_console_logging()
+    if not faulthandler.is_enabled():
+        faulthandler.enable(all_threads=True)
     try:
         settings = parse(list(sys.argv[1:] if argv is None else argv))
     except KbackupError as exc:

@@ -17,6 +17,7 @@ from spark_kafka_backup.catalog.prune import intent_path, plan_prune
 from spark_kafka_backup.catalog.store import read_catalog
 from spark_kafka_backup.format.partition_index import encode_partition_index
 from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.offsets_file import write_consumer_offsets
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.writer import PartitionWriter
 from spark_kafka_backup.storage import as_local
@@ -86,6 +87,35 @@ def test_keep_checkpoints_drops_older_checkpoints_and_what_only_they_needed(root
     remaining = _segments(root)
     assert remaining[0][0] is not None and remaining[0][0] <= 15 <= (remaining[0][1] or 0)  # 15 is still there
     assert run_kbackup("verify", root).returncode == 0
+
+
+def test_without_an_age_what_came_after_the_newest_checkpoint_stays(root: Path) -> None:
+    """``--keep-checkpoints`` alone lets go only of what comes before the newest retained cut: the records backed up
+    since are the backup's latest state (a continuous backup's recovery point), and a backup with no checkpoint keeps
+    everything."""
+    before = _segments(root)
+    assert run_kbackup("prune", root, "--keep-checkpoints", "3").stdout.endswith(
+        "deleted 0 segments and 0 checkpoints: 0 bytes freed\n"
+    )
+    assert _segments(root) == before
+    checkpoints.record_completed(root, {}, {("t", 0): 25}, NOW)
+    doomed, _ = plan_prune(root, ["t"], cutoff_ms=None, keep_checkpoints=3)
+    expected = [last for _, last in before if last is not None and last < 25]
+    assert [item.entry.last_offset for item in doomed] == expected and expected
+    done = run_kbackup("prune", root, "--keep-checkpoints", "3")
+    assert done.returncode == 0, done.stderr
+    first, _ = _segments(root)[0]
+    assert first is not None and first <= 25
+    assert [r.offset for r in PartitionReader(root / "t", 0).records()] == list(range(first, 40))
+    # The latest stored consumer offsets are the latest state's groups: what they had not consumed stays.
+    write_consumer_offsets(root / "t", 0, {"g": 30})
+    checkpoints.record_completed(root, {}, {("t", 0): 39}, NOW)
+    doomed, _ = plan_prune(root, ["t"], cutoff_ms=None, keep_checkpoints=1)
+    assert doomed and all((item.entry.last_offset or 0) < 30 for item in doomed)
+    assert max(item.entry.last_offset or 0 for item in doomed) >= 25  # more goes than the first checkpoint kept
+    # With an age, the age decides the records after the cut (the first 20 are old; those after 25 are not).
+    doomed, _ = plan_prune(root, ["t"], cutoff_ms=NOW - 7 * 86_400_000, keep_checkpoints=3)
+    assert doomed == []
 
 
 def test_an_interrupted_prune_is_noted_and_finished_next_time(root: Path) -> None:

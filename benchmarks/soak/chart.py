@@ -12,6 +12,9 @@ SERIES = (
     ("executors_rss_mib", "executors RSS (MiB)"),
     ("lag_records", "lag (records)"),
     ("batch_age_s", "seconds since the last batch"),
+    ("batch_max_s", "longest trigger in 10 s (s)"),
+    ("round_age_s", "consumer offset round, read to stored (s)"),
+    ("warnings", "warnings logged (total)"),
     ("backup_mib", "backup size (MiB)"),
     ("backup_files", "backup files"),
 )

@@ -8,6 +8,7 @@ operator's own checkpoints and prunes. :class:`Chaos` runs them in rotation and 
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -21,6 +22,9 @@ from typing import Any
 from benchmarks.soak.load import LoadGenerator
 from spark_kafka_backup.devkit.kafka_cluster import KafkaCluster
 from spark_kafka_backup.devkit.spark_cluster import SparkCluster
+
+#: Checkpoints a prune keeps (the soak restores every one left at the end).
+KEEP_CHECKPOINTS = 4
 
 
 @dataclass
@@ -37,7 +41,10 @@ class Chaos:
     spark: SparkCluster
     load: LoadGenerator
     backup_dir: Path
+    metrics_file: Path
     partitions: int
+    #: The topic whose replicas the reassignment moves (replication factor 2, so a move copies data).
+    moved_topic: str
     happened: list[Happened] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     _created: int = 0
@@ -45,8 +52,8 @@ class Chaos:
     _admin_client: Any = None
 
     def rotation(self) -> list[tuple[str, Callable[[], str]]]:
+        """What the cluster does, in turn (the operator's checkpoints and prunes have times of their own)."""
         return [
-            ("checkpoint", self.checkpoint),
             ("topic created", self.create_topic),
             ("broker rolling restart", self.rolling_restart),
             ("consumer group joins and leaves", self.consumer_group),
@@ -54,16 +61,27 @@ class Chaos:
             ("retention deletes a head", self.delete_head),
             ("spark worker killed", self.kill_worker),
             ("topic deleted", self.delete_topic),
-            ("prune", self.prune),
+            ("partition reassignment", self.reassign),
         ]
 
-    def run(self, stop: threading.Event, every: float, started: float) -> None:
-        """Events in rotation, one every ``every`` seconds, until ``stop``."""
+    def run(self, stop: threading.Event, every: float, started: float, *, checkpoint_every: float,
+            prune_every: float) -> None:  # fmt: skip
+        """Events in rotation, one every ``every`` seconds, a checkpoint every ``checkpoint_every`` and a prune every
+        ``prune_every`` seconds, until ``stop``; whatever is due runs when the one before it ends."""
         rotation = self.rotation()
         number = 0
-        while not stop.wait(every if number else every / 2):
-            name, event = rotation[number % len(rotation)]
-            number += 1
+        due = {"rotation": started + every / 2, "checkpoint": started + 10, "prune": started + prune_every}
+        while True:
+            kind = min(due, key=lambda k: due[k])
+            if stop.wait(max(0.0, due[kind] - time.monotonic())):
+                return
+            if kind == "rotation":
+                name, event = rotation[number % len(rotation)]
+                number += 1
+                due[kind] += every
+            else:
+                name, event = kind, self.checkpoint if kind == "checkpoint" else self.prune
+                due[kind] += checkpoint_every if kind == "checkpoint" else prune_every
             begun = time.monotonic()
             try:
                 detail = event()
@@ -98,9 +116,12 @@ class Chaos:
         victim = created[0] if created else self.load.topics()[-1]
         self.load.drop_topic(victim)
         time.sleep(2)  # the producers' last records to it are acknowledged or failed
+        # An operator deletes a topic whose records are backed up: the backup reads them first (a topic deleted
+        # before is a loss at the source the soak does not measure).
+        waited = self._wait_backed_up(victim, 120)
         for future in self._admin().delete_topics([victim]).values():
             future.result(60)
-        return victim
+        return f"{victim} (backed up {waited:.0f} s after its last record)"
 
     def add_partitions(self) -> str:
         from confluent_kafka.admin import NewPartitions
@@ -148,6 +169,25 @@ class Chaos:
             self._wait_in_sync(300)
         return f"{len(self.kafka.nodes)} brokers restarted one by one"
 
+    def reassign(self) -> str:
+        """Every partition of the moved topic to the next pair of brokers: one replica copied to a broker that had
+        none, the preferred leader moved, through Kafka's Admin API (Reassign.java)."""
+        from spark_kafka_backup.devkit.kafka_cluster import kafka_jars
+        from spark_kafka_backup.jars import classpath
+
+        brokers = sorted(node.node_id for node in self.kafka.nodes)
+        described = self._admin().list_topics(self.moved_topic, timeout=30).topics[self.moved_topic].partitions
+        moves = []
+        for partition, metadata in sorted(described.items()):
+            missing = [b for b in brokers if b not in metadata.replicas]
+            moves.append(f"{partition}={missing[0]},{metadata.replicas[0]}")
+        done = subprocess.run(["java", "-cp", classpath(kafka_jars()), str(Path(__file__).with_name("Reassign.java")),
+                               self.kafka.bootstrap_servers, self.moved_topic, *moves],
+                              capture_output=True, text=True, timeout=900)  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError((done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1])
+        return f"{done.stdout.strip()}: {' '.join(moves)}"
+
     def kill_worker(self) -> str:
         index = len(self.happened) % self.spark.workers
         self.spark.kill_worker(index)
@@ -160,7 +200,7 @@ class Chaos:
         return _cli("checkpoint", "create", str(self.backup_dir))
 
     def prune(self) -> str:
-        return _cli("prune", str(self.backup_dir), "--keep-checkpoints", "3")
+        return _cli("prune", str(self.backup_dir), "--keep-checkpoints", str(KEEP_CHECKPOINTS))
 
     # -- helpers -----------------------------------------------------------------------------------------------
 
@@ -173,13 +213,35 @@ class Chaos:
             consumer.subscribe(subscribe)
         return consumer
 
+    def _wait_backed_up(self, topic: str, timeout: float) -> float:
+        """Until the backup's metrics show no lag on ``topic``; the seconds waited."""
+        began, since = time.monotonic(), time.time()
+        first_zero: float | None = None
+        while time.monotonic() - began < timeout:
+            time.sleep(5)
+            try:
+                document = json.loads(self.metrics_file.read_text())
+                metrics, updated = document["metrics"], float(document["updated_at"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            lags = [m["value"] for m in metrics
+                    if m["name"] == "kbackup_backup_lag_records" and m["labels"].get("topic") == topic]  # fmt: skip
+            if not (lags and all(lag == 0 for lag in lags)) or updated < since:
+                first_zero = None
+                continue
+            # Twice, 10 s apart: the lag's last stable offsets are sampled every few seconds, not with each write.
+            first_zero = updated if first_zero is None else first_zero
+            if updated - first_zero >= 10:
+                return time.monotonic() - began
+        raise TimeoutError(f"the backup did not catch up with {topic} in {timeout:.0f} s")
+
     def _wait_in_sync(self, timeout: float) -> None:
         """Until every partition of every topic has all three replicas in sync again."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
                 topics = self._admin().list_topics(timeout=10).topics
-                if all(len(p.isrs) == 3 for t in topics.values() for p in t.partitions.values()):
+                if all(len(p.isrs) == len(p.replicas) for t in topics.values() for p in t.partitions.values()):
                     return
             except Exception:
                 pass

@@ -34,6 +34,10 @@ class LoadShape:
 class LoadCounts:
     sent: Counter[str] = field(default_factory=Counter)
     failed: Counter[str] = field(default_factory=Counter)
+    #: Failed sends by Kafka's error name.
+    failed_kinds: Counter[str] = field(default_factory=Counter)
+    #: Transactional producers replaced after a fatal error.
+    fatal_producers: int = 0
     aborted: Counter[str] = field(default_factory=Counter)
 
 
@@ -77,17 +81,17 @@ class LoadGenerator(threading.Thread):
             raise
 
     def _produce(self) -> None:
-        from confluent_kafka import KafkaError, Producer
+        from confluent_kafka import KafkaError, KafkaException, Producer
 
         base = {"linger.ms": "20", "message.timeout.ms": "300000", "log_level": "0", **self.settings}
         plain = Producer({**base, "enable.idempotence": "true"})
-        transactional = Producer({**base, "transactional.id": "soak-load-tx", "transaction.timeout.ms": "300000"})
-        transactional.init_transactions(60)
+        transactional = self._transactional(base)
 
         def delivered(topic: str) -> object:
             def report(error: KafkaError | None, _message: object) -> None:
                 if error is not None:
                     self.counts.failed[topic] += 1
+                    self.counts.failed_kinds[error.name()] += 1
 
             return report
 
@@ -110,12 +114,31 @@ class LoadGenerator(threading.Thread):
                 if in_transaction:
                     transactions += 1
                     abort = transactions % self.shape.abort_every == 0
-                    if not _end_transaction(transactional, abort=abort) or abort:
+                    try:
+                        committed = _end_transaction(transactional, abort=abort)
+                    except KafkaException as exc:
+                        if not exc.args[0].fatal():
+                            raise
+                        # The producer is unusable (seen: INVALID_TXN_STATE from an abort during a rolling
+                        # restart, librdkafka 2.16 and Kafka 4.1.1): a new one with the same id fences it, and its
+                        # open transaction is aborted by Kafka.
+                        self.counts.fatal_producers += 1
+                        transactional = self._transactional(base)
+                        committed = False
+                    if not committed or abort:
                         self.counts.aborted[topic] += 1
                 plain.poll(0)
             time.sleep(max(0.0, 0.1 - (time.monotonic() - step)))
         plain.flush(180)
         transactional.flush(180)
+
+    @staticmethod
+    def _transactional(base: dict[str, str]) -> Any:
+        from confluent_kafka import Producer
+
+        producer = Producer({**base, "transactional.id": "soak-load-tx", "transaction.timeout.ms": "300000"})
+        producer.init_transactions(60)
+        return producer
 
     def stop(self) -> None:
         self._halt.set()

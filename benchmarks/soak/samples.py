@@ -33,10 +33,16 @@ class Row:
     records_written: float
     backup_files: int
     backup_mib: float
+    #: The longest micro-batch (trigger) that ended since the last row, and the age of the newest stored consumer
+    #: offset round (from reading the groups to storing them), from the backup's log; -1: none since.
+    batch_max_s: float
+    round_age_s: float
     warnings: int
     errors: int
 
 
+_BATCH = re.compile(r"batch \d+: \d+ records read in ([\d.]+) s")
+_ROUND = re.compile(r"consumer offsets of .* stored .*, ([\d.]+) s after they were read")
 #: A log line's level and the first words after the logger, which name its kind.
 _LOG_LINE = re.compile(r"\b(WARN|WARNING|ERROR)\b[^:]*: (.{0,60})")
 
@@ -82,7 +88,7 @@ class Sampler(threading.Thread):
                           None)  # fmt: skip
         written = sum(m["value"] or 0 for m in metrics if m["name"] == "kbackup_backup_records_written_total")
         files, size = _tree_size(self.backup_dir)
-        warnings, errors = self._read_log()
+        warnings, errors, batch_max, round_age = self._read_log()
         return Row(
             elapsed_s=round(time.monotonic() - self._began, 1),
             driver_rss_mib=round(_rss_mib([self.driver_pid, *_children_of(self.driver_pid)]), 1),
@@ -93,9 +99,15 @@ class Sampler(threading.Thread):
             records_written=written,
             backup_files=files,
             backup_mib=round(size / 2**20, 1),
+            batch_max_s=batch_max,
+            round_age_s=round_age,
             warnings=warnings,
             errors=errors,
         )
+
+    def follow(self, driver_pid: int) -> None:
+        """Measure this driver from now on (the backup was started again)."""
+        self.driver_pid = driver_pid
 
     def _executors_rss(self) -> float:
         pids: list[int] = []
@@ -111,8 +123,9 @@ class Sampler(threading.Thread):
         found: list[dict[str, Any]] = document.get("metrics", [])
         return found
 
-    def _read_log(self) -> tuple[int, int]:
-        """Warnings and errors the backup's log printed so far (kinds counted in :attr:`kinds`)."""
+    def _read_log(self) -> tuple[int, int, float, float]:
+        """Warnings and errors the backup's log printed so far (kinds counted in :attr:`kinds`), the longest batch
+        and the newest offset round's age since the last call."""
         try:
             with open(self.log_file, "rb") as log:
                 log.seek(self._log_at)
@@ -124,7 +137,10 @@ class Sampler(threading.Thread):
             kind = re.sub(r"[0-9]+", "N", match.group(2)).split(",")[0]
             self.kinds[f"{match.group(1)} {kind}"] += 1
         warnings = sum(n for kind, n in self.kinds.items() if kind.startswith("WARN"))
-        return warnings, sum(n for kind, n in self.kinds.items() if kind.startswith("ERROR"))
+        errors = sum(n for kind, n in self.kinds.items() if kind.startswith("ERROR"))
+        batches = [float(m.group(1)) for m in _BATCH.finditer(text)]
+        rounds = [float(m.group(1)) for m in _ROUND.finditer(text)]
+        return warnings, errors, max(batches, default=-1.0), rounds[-1] if rounds else -1.0
 
     def stop(self) -> None:
         self._halt.set()

@@ -147,6 +147,7 @@ def record_topics(
             topic_id=topic_ids.get(topic),
         )
         for topic in topics
+        if topic in configs  # not one deleted since it was listed
     )
     return RecordedTopics(changed, cluster_id, recreated)
 

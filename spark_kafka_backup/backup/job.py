@@ -633,8 +633,14 @@ class BackupJob:
             round_ = self._pending.pop(0)
             changed = store_round(self.settings.target, round_, prune=self.settings.prune_groups)
             groups = len(round_.groups)
-            log.info("consumer offsets of %s stored (%s changed)", count(groups, "group"), count(changed, "file"))
-            self._metrics.observe_round_stored(time.time())
+            stored_at = time.time()
+            log.info(
+                "consumer offsets of %s stored (%s changed), %.1f s after they were read",
+                count(groups, "group"),
+                count(changed, "file"),
+                stored_at - round_.taken_at,
+            )
+            self._metrics.observe_round_stored(stored_at)
 
     #: How long sealing waits for a partition's lock (a task of the stopped query still closing its writer).
     SEAL_LOCK_SECONDS = 600.0

@@ -9,6 +9,11 @@ What may go, per partition: a **prefix** of its finished, cataloged segments
   consumer groups had not consumed yet: every segment holding an offset at or
   above the lowest committed offset of any group in its cut (or, with no group
   on the partition, at or above the cut's end offset) and below that end.
+- without a cutoff, is not needed by the backup's latest state: every offset
+  at or above the newest retained checkpoint's end (the partition's whole
+  backup when no retained checkpoint has it) or the lowest offset a group has
+  committed in the latest stored consumer offsets. Only an age
+  (``--older-than``) lets the latest state go.
 
 Retained checkpoints: the newest N completed ones with ``--keep-checkpoints N``
 (older checkpoints are deleted), otherwise every completed one.
@@ -54,6 +59,7 @@ from spark_kafka_backup.fsutil import atomic_write_locked, fsync_dir
 from spark_kafka_backup.partition.layout import list_partitions, partition_index_path, state_dir
 from spark_kafka_backup.partition.lock import lock_partition_index
 from spark_kafka_backup.partition.merge_intent import pending_merge
+from spark_kafka_backup.partition.offsets_file import read_consumer_offsets
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.progress import Progress
 from spark_kafka_backup.storage import Location, exists, read_document, storage_for, write_whole
@@ -87,6 +93,8 @@ def plan_prune(
             if catalog is None:
                 continue
             needs = [_needed_from(c, topic, partition) for c in retained]
+            if cutoff_ms is None:
+                needs.append((_latest_need(root, topic, partition, retained), _NO_END))
             named = PartitionReader(root / topic, partition).segments
             newest = named[-1].name if named else None
             pinned = pinned_names(root, topic, partition, plain=False)
@@ -98,6 +106,17 @@ def plan_prune(
                     break  # only a prefix goes
                 doomed.append(PrunedSegment(topic, partition, entry))
     return doomed, dropped
+
+
+#: The end of the latest state's need: above every offset.
+_NO_END = 1 << 63
+
+
+def _latest_need(root: Location, topic: str, partition: int, retained: list[checkpoints.Checkpoint]) -> int:
+    """The lowest offset the backup's latest state needs: what came after the newest retained checkpoint's cut, and
+    what the groups of the latest stored consumer offsets had not consumed."""
+    newest_end = retained[-1].ends.get((topic, partition), 0) if retained else 0
+    return min([newest_end, *read_consumer_offsets(root / topic, partition).values()])
 
 
 def _needed_from(checkpoint: checkpoints.Checkpoint, topic: str, partition: int) -> tuple[int, int]:

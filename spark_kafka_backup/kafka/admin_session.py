@@ -16,6 +16,15 @@ again with a new one until its patience is spent. A refusal (authorization,
 an invalid request) is raised at once. Requests are given the per-attempt
 timeout, so one attempt never waits longer than that.
 
+A replaced client is not dropped at once: a request that timed out on our
+side may still be under way in librdkafka, and destroying a client then is
+how confluent-kafka crashes (reports of segfaults and aborts when an admin
+client goes while librdkafka still holds its requests; the soak benchmark's
+backup driver died of SIGSEGV in librdkafka's main thread, twice, minutes
+after planning had replaced clients during leader moves). It is kept for
+:data:`RETIRE_SECONDS`, longer than any request of it can wait, and dropped
+on the session's own thread at a later call.
+
 Lifecycle: make it where the client is used (on the driver; never pickle
 it to executors), call :meth:`AdminSession.call` as often as needed, drop it
 with the job. Not thread-safe: one session per thread.
@@ -41,6 +50,9 @@ ATTEMPT_SECONDS = 10.0
 PATIENCE_SECONDS = 25.0
 #: Pause between two attempts.
 RETRY_PAUSE_SECONDS = 0.5
+#: How long a replaced client is kept before it is dropped: more than any request timeout given to it (30 s at
+#: most) plus librdkafka's own retries.
+RETIRE_SECONDS = 120.0
 
 #: A request: given a client and a timeout in seconds, the answer (or a :class:`ClusterError`).
 Request = Callable[[Any, float], T]
@@ -66,6 +78,8 @@ class AdminSession:
         self._clock = clock
         self._sleep = sleep
         self._client: Any = None
+        #: Replaced clients and when they were replaced, oldest first (module docstring).
+        self._retired: list[tuple[float, Any]] = []
         #: How many clients were made (the first one included): a figure for logs and tests.
         self.clients_made = 0
 
@@ -78,8 +92,19 @@ class AdminSession:
         return self._client
 
     def renew(self) -> None:
-        """Drop the current client: the next request starts a new one."""
-        self._client = None
+        """Retire the current client: the next request starts a new one."""
+        now = self._clock()
+        if self._client is not None:
+            self._retired.append((now, self._client))
+            self._client = None
+        # Dropped here, on the session's thread, once nothing of theirs can still be under way.
+        while self._retired and now - self._retired[0][0] >= RETIRE_SECONDS:
+            del self._retired[0]
+
+    @property
+    def retired(self) -> int:
+        """Replaced clients still kept."""
+        return len(self._retired)
 
     def call(self, request: Request[T], *, patience: float | None = None) -> T:
         """``request(client, attempt_timeout)``, asked again with a new client after each transient failure.

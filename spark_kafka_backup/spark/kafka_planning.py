@@ -173,6 +173,7 @@ class OffsetPlanner:
         log start, as before, where every record read again is compared with the stored one."""
         if self.options.gaps_root is None:
             return {}
+        from spark_kafka_backup.errors import BackupNotFoundError
         from spark_kafka_backup.partition.layout import list_partitions
         from spark_kafka_backup.partition.reader import PartitionReader
         from spark_kafka_backup.storage import parse_location
@@ -180,7 +181,12 @@ class OffsetPlanner:
         root = parse_location(self.options.gaps_root)
         positions = {}
         for topic in sorted({topic for topic, _ in latest}):
-            stored = set(list_partitions(root / topic))
+            try:
+                stored = set(list_partitions(root / topic))
+            except BackupNotFoundError:
+                # A topic created since the job prepared its partitions (Spark asks for the initial offset again
+                # until the first batch is committed): nothing of it is stored yet.
+                continue
             for key in sorted(key for key in latest if key[0] == topic and key[1] in stored):
                 last = PartitionReader(root / topic, key[1]).last_offset()
                 if last is not None and last + 1 <= latest[key]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from spark_kafka_backup.backup import cluster_watch
 from spark_kafka_backup.backup.cluster_watch import ClusterWatch
@@ -70,6 +71,27 @@ def test_a_transient_failure_is_asked_again_with_a_new_client() -> None:
     assert asking.call(lambda client, timeout: client) == "client-3"  # a client that answers is kept
 
 
+def test_a_replaced_client_is_kept_until_nothing_of_it_can_be_under_way() -> None:
+    """Destroying a client while librdkafka still holds one of its requests can crash the process: a replaced client
+    is dropped only after RETIRE_SECONDS, at a later renewal on the session's thread."""
+    clock = Clock()
+    asking = session(clock)
+    first = asking.client
+    asking.renew()
+    assert asking.retired == 1 and asking.client != first
+    clock.now += admin_session.RETIRE_SECONDS / 2
+    asking.renew()
+    assert asking.retired == 2  # the first may still have a request under way
+    assert asking.client
+    clock.now += admin_session.RETIRE_SECONDS / 2
+    asking.renew()
+    assert asking.retired == 2  # the first goes; the second and third stay
+    assert asking.client
+    clock.now += admin_session.RETIRE_SECONDS
+    asking.renew()
+    assert asking.retired == 1 and asking.clients_made == 4
+
+
 def test_a_refusal_is_raised_at_once_and_patience_ends_with_the_last_error() -> None:
     clock = Clock()
     calls = 0
@@ -113,6 +135,23 @@ def test_a_request_that_gets_no_answer_in_time_is_transient() -> None:
     with pytest.raises(ClusterError, match=r"configuration of topic\(s\) orders: no answer in time") as raised:
         topic_configs(Futures(), ["orders"], timeout=0.01)
     assert raised.value.transient
+
+
+def test_a_topic_deleted_after_the_listing_is_left_out_of_the_configurations() -> None:
+    """Seen in the soak benchmark: a topic deleted between listing and DescribeConfigs failed the whole backup."""
+
+    class Deleting:
+        def describe_configs(self, resources: list[Any], request_timeout: float) -> dict[Any, Future[Any]]:
+            answers: dict[Any, Future[Any]] = {}
+            for resource in resources:
+                answers[resource] = Future()
+                if resource.name == "gone":
+                    answers[resource].set_exception(KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)))
+                else:
+                    answers[resource].set_result({})
+            return answers
+
+    assert topic_configs(Deleting(), ["orders", "gone"]) == {"orders": {}}
 
 
 def test_an_outage_is_one_line_then_one_a_minute_and_its_end_one_line(caplog: pytest.LogCaptureFixture) -> None:

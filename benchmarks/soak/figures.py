@@ -1,0 +1,52 @@
+"""The soak's verdicts from its samples: is memory flat after warm-up (slope), is lag bounded (its largest values),
+how long triggers and offset rounds took."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def slope_per_hour(times: Sequence[float], values: Sequence[float]) -> float:
+    """The least-squares slope of ``values`` over ``times`` (seconds), per hour; 0 for fewer than two points."""
+    if len(times) < 2:
+        return 0.0
+    mean_t, mean_v = sum(times) / len(times), sum(values) / len(values)
+    spread = sum((t - mean_t) ** 2 for t in times)
+    if spread == 0:
+        return 0.0
+    return 3600 * sum((t - mean_t) * (v - mean_v) for t, v in zip(times, values, strict=True)) / spread
+
+
+def percentile(values: Sequence[float], share: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def figures(rows: Sequence[dict[str, Any]], *, warm_up_s: float, until_s: float) -> dict[str, Any]:
+    """Memory slope (MiB per hour), lag and durations (max, p99, median) between ``warm_up_s`` and ``until_s`` (the
+    load's end: then the backup catches up and stops)."""
+    after = [row for row in rows if warm_up_s <= float(row["elapsed_s"]) <= until_s]
+    times = [float(row["elapsed_s"]) for row in after]
+    found: dict[str, Any] = {"warm_up_s": warm_up_s, "until_s": until_s, "samples": len(after)}
+    for column in ("driver_rss_mib", "executors_rss_mib"):
+        values = [float(row[column]) for row in after]
+        found[column] = {
+            "slope_mib_per_hour": round(slope_per_hour(times, values), 1),
+            "first": values[0] if values else None,
+            "last": values[-1] if values else None,
+            "max": max(values, default=None),
+        }
+    for column in ("lag_records", "lag_seconds", "batch_max_s", "round_age_s", "batch_age_s"):
+        values = [float(row[column]) for row in after if float(row[column]) >= 0]
+        found[column] = {
+            "max": max(values, default=None),
+            "p99": percentile(values, 0.99),
+            "median": percentile(values, 0.5),
+        }
+    if after:
+        found["backup_mib_at_end"] = after[-1]["backup_mib"]
+        found["backup_files_at_end"] = after[-1]["backup_files"]
+    return found

@@ -1,0 +1,62 @@
+"""The soak benchmark's verdict (benchmarks/soak/compare.py): a restore is a contiguous run of what the source held,
+ending where asked, starting no later than needed; groups read the same next record."""
+
+from __future__ import annotations
+
+from benchmarks.soak.compare import compare
+from benchmarks.soak.figures import slope_per_hour
+from benchmarks.soak.shadow import Truth, record_name
+
+KEY = ("t", 0)
+# Offsets 0..19 at the source; 5 and 6 are a transaction's marker and an aborted record (not in the truth).
+TRUTH: Truth = {KEY: {o: b"t:%d" % o for o in range(20) if o not in (5, 6)}}
+
+
+def _restored(offsets: list[int]) -> dict[tuple[str, int], list[tuple[int, bytes]]]:
+    return {KEY: [(n, b"t:%d" % o) for n, o in enumerate(offsets)]}
+
+
+def test_a_contiguous_run_from_the_need_to_the_cut_is_exact() -> None:
+    run = [3, 4, 7, 8, 9]
+    result = compare("c", TRUTH, _restored(run), ends={KEY: 10}, needed_from={KEY: 4}, source_groups={},
+                     restored_groups={})  # fmt: skip
+    assert result.exact, result.problems
+    assert (result.records, result.pruned) == (5, 3)
+
+
+def test_a_hole_a_copy_a_late_start_a_record_past_the_cut_are_each_found() -> None:
+    def verdict(run: list[int], need: int = 0) -> tuple[int, int, int]:
+        r = compare("c", TRUTH, _restored(run), ends={KEY: 10}, needed_from={KEY: need}, source_groups={},
+                    restored_groups={})  # fmt: skip
+        assert not r.exact
+        return r.missing, r.duplicates, r.foreign
+
+    assert verdict([0, 1, 2, 4, 7, 8, 9]) == (1, 0, 0)  # 3 lost
+    assert verdict([0, 1, 2, 3, 3, 4, 7, 8, 9])[1] == 1
+    assert verdict([4, 7, 8, 9], need=2) == (2, 0, 0)  # 2 and 3 were still needed
+    assert verdict([0, 1, 2, 3, 4, 7, 8, 9, 10])[2] == 1  # 10 is past the cut
+    assert verdict([0, 1, 2, 3, 4, 7, 8])[0] == 1  # stops short of the cut
+
+
+def test_a_group_must_read_the_same_next_record() -> None:
+    run = list(TRUTH[KEY])
+    groups = {"g": {KEY: 5}}  # committed on the marker: the next record is 7
+    right = compare("latest", TRUTH, _restored(run), ends=None, needed_from={}, source_groups=groups,
+                    restored_groups={"g": {KEY: run.index(7)}})  # fmt: skip
+    assert right.exact and right.groups_checked == 1
+    wrong = compare("latest", TRUTH, _restored(run), ends=None, needed_from={}, source_groups=groups,
+                    restored_groups={"g": {KEY: run.index(8)}})  # fmt: skip
+    assert wrong.groups_wrong == 1
+
+
+def test_a_group_past_a_cuts_end_goes_on_at_the_restored_end() -> None:
+    run = [0, 1, 2, 3, 4, 7, 8, 9]
+    result = compare("c", TRUTH, _restored(run), ends={KEY: 10}, needed_from={KEY: 0},
+                     source_groups={"g": {KEY: 12}}, restored_groups={"g": {KEY: len(run)}})  # fmt: skip
+    assert result.exact and result.groups_checked == 1
+
+
+def test_record_names_and_slopes() -> None:
+    assert record_name(b"soak-01:42:......") == b"soak-01:42"
+    assert slope_per_hour([0, 1800, 3600], [100, 110, 120]) == 20
+    assert slope_per_hour([0, 1800, 3600], [100, 100, 100]) == 0
