@@ -123,7 +123,7 @@ def main() -> None:
                 restored_groups = group_offsets(target.client_settings())
             if checkpoint is None:
                 result = compare(label, shadow.truth, restored, ends=None,
-                                 needed_from=_latest_needs(shadow.truth, completed, source_groups),
+                                 needed_from=_latest_needs(shadow.truth, completed, source_groups, set(now_held)),
                                  source_groups=source_groups, restored_groups=restored_groups)  # fmt: skip
             else:
                 result = compare(label, shadow.truth, restored, ends=checkpoint.ends,
@@ -197,11 +197,19 @@ def _checkpoint_needs(checkpoint: Checkpoint) -> dict[tuple[str, int], int]:
     return needs
 
 
-def _latest_needs(truth: Truth, completed: list[Checkpoint], groups: GroupOffsets) -> dict[tuple[str, int], int]:
+def _latest_needs(
+    truth: Truth, completed: list[Checkpoint], groups: GroupOffsets, alive: set[tuple[str, int]]
+) -> dict[tuple[str, int], int]:
     """What the latest state's restore must start at or before (prune keeps it: the module docs of
     spark_kafka_backup.catalog.prune): every retained checkpoint's need, everything after the newest cut, and what
-    the groups had not consumed."""
-    needs = {key: completed[-1].ends.get(key, 0) if completed else 0 for key in truth}
+    the groups had not consumed. A partition the newest checkpoint does not have is kept whole if it is still at the
+    source (it came after); one deleted at the source since has no need left: earlier prunes let go of what the
+    checkpoints of their time did not need (the first hour's run counted 1,061 such records as missing)."""
+    needs = {
+        key: completed[-1].ends.get(key, 0) if completed else 0
+        for key in truth
+        if not completed or key in completed[-1].ends or key in alive
+    }
     for checkpoint in completed:
         for key, need in _checkpoint_needs(checkpoint).items():
             if key in needs and need < checkpoint.ends[key]:

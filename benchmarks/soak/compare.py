@@ -165,8 +165,8 @@ def compare(
                 f"{len(expected)} missing; first difference at restored record {at}"
             )
         result.pruned += first
-        need = needed_from.get(key, offsets[0])
-        if offsets[first] > need and any(need <= o < offsets[first] for o in offsets[:first]):
+        need = needed_from.get(key)  # None: any start is allowed (only the run and its end are checked)
+        if need is not None and offsets[first] > need and any(need <= o < offsets[first] for o in offsets[:first]):
             short = sum(1 for o in offsets[:first] if o >= need)
             result.missing += short
             result.problems.append(f"{label} {key[0]}/{key[1]}: starts at offset {offsets[first]}, but {short} "
