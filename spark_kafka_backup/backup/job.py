@@ -203,6 +203,8 @@ class BackupJob:
             lambda admin, timeout: take_round(admin, settings.selection, timeout=timeout, group_reader=self._groups)
         )
         self._pending.append(first_round)
+        if settings.snapshot:
+            self._groups.close()  # a snapshot reads its groups once, at its start
         self._metrics.observe_last_stable_offsets(first_round.ends, first_round.taken_at)
         existing = checkpoints.list_checkpoints(settings.target)
         self._checkpoints = [c for c in existing if c.status == "pending"]

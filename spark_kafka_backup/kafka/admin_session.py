@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 
 from spark_kafka_backup.errors import ClusterError
 from spark_kafka_backup.kafka.cluster import admin_client
+from spark_kafka_backup.kafka.isolated_groups import GroupReaderError
 
 log = logging.getLogger("spark_kafka_backup.kafka")
 
@@ -121,7 +122,8 @@ class AdminSession:
             except ClusterError as exc:
                 if not exc.transient:
                     raise
-                self.renew()
+                if not isinstance(exc, GroupReaderError):  # that one failed in a process of its own, not here
+                    self.renew()
                 if self._clock() + RETRY_PAUSE_SECONDS >= deadline:
                     raise
                 log.debug("attempt %d failed (%s); asking again with a new admin client", attempts, exc)
