@@ -80,14 +80,14 @@ def main() -> None:
         load = LoadGenerator(settings, topics, LoadShape(rate=args.rate))
         load.start()
         sampler = Sampler(args.out / "samples.csv", driver_pid=0,
-                          worker_pids=[node.process.pid for node in spark.nodes if node.process is not None],
+                          worker_pids=lambda: [node.process.pid for node in spark.nodes if node.process is not None],
                           metrics_file=metrics_file, backup_dir=backup_dir, log_file=log_file)  # fmt: skip
         backup = BackupService(lambda: _start_backup(kafka, spark, backup_dir, metrics_file, log_file, work),
                                log_file, on_restart=sampler.follow)  # fmt: skip
         sampler.follow(backup.process.pid)
         _wait_first_batch(metrics_file, backup.process, 600)
         backup.start()
-        started = time.monotonic()
+        started = backup.began = time.monotonic()
         sampler.start()
         chaos = Chaos(kafka, spark, load, backup_dir, metrics_file, args.partitions, moved_topic=MOVED_TOPIC)
         # Every event of the rotation twice in a run (from 20 s apart); checkpoints every 5 minutes, prunes every 10
@@ -155,7 +155,12 @@ def main() -> None:
         "transactional_producers_replaced": load.counts.fatal_producers,
         "events": dict(Counter(h.name for h in chaos.happened)),
         "event_failures": chaos.failures,
-        "figures": figures(rows, warm_up_s=min(600.0, args.minutes * 60 / 6), until_s=args.minutes * 60),
+        "figures": figures(
+            rows,
+            warm_up_s=min(600.0, args.minutes * 60 / 6),
+            until_s=args.minutes * 60,
+            restarts=[e.at_s for e in backup.exits],
+        ),
         "log_kinds": dict(sampler.kinds.most_common(30)),
     }
     summary["cores"] = [str(core) for core in work.glob("core*")]

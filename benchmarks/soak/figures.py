@@ -25,14 +25,22 @@ def percentile(values: Sequence[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
-def figures(rows: Sequence[dict[str, Any]], *, warm_up_s: float, until_s: float) -> dict[str, Any]:
-    """Memory slope (MiB per hour), lag and durations (max, p99, median) between ``warm_up_s`` and ``until_s`` (the
-    load's end: then the backup catches up and stops)."""
+def figures(
+    rows: Sequence[dict[str, Any]], *, warm_up_s: float, until_s: float, restarts: Sequence[float] = ()
+) -> dict[str, Any]:
+    """Lag and durations (max, p99, median) between ``warm_up_s`` and ``until_s`` (the load's end: then the backup
+    catches up and stops); memory slope (MiB per hour) over the longest stretch one backup process ran, from
+    ``warm_up_s`` after it started (``restarts``: when the backup was started again, seconds)."""
     after = [row for row in rows if warm_up_s <= float(row["elapsed_s"]) <= until_s]
-    times = [float(row["elapsed_s"]) for row in after]
     found: dict[str, Any] = {"warm_up_s": warm_up_s, "until_s": until_s, "samples": len(after)}
+    starts = [0.0, *sorted(restarts)]
+    stretches = [(start + warm_up_s, end) for start, end in zip(starts, [*starts[1:], until_s], strict=True)]
+    first, last = max(stretches, key=lambda s: s[1] - s[0])
+    steady = [row for row in rows if first <= float(row["elapsed_s"]) <= last]
+    times = [float(row["elapsed_s"]) for row in steady]
+    found["memory_stretch_s"] = [first, last]
     for column in ("driver_rss_mib", "executors_rss_mib"):
-        values = [float(row[column]) for row in after]
+        values = [float(row[column]) for row in steady]
         found[column] = {
             "slope_mib_per_hour": round(slope_per_hour(times, values), 1),
             "first": values[0] if values else None,

@@ -96,38 +96,49 @@ class LoadGenerator(threading.Thread):
             return report
 
         transactions = 0
+        budget = 0.0
+        turn = 0
+        last = time.monotonic()
         while not self._halt.is_set():
             step = time.monotonic()
-            for number, topic in enumerate(self.topics()):
-                in_transaction = number % self.shape.transactional_every == 0
-                producer = transactional if in_transaction else plain
-                if in_transaction:
-                    transactional.begin_transaction()
-                for _ in range(max(1, int(self.current_rate() / 10 / max(1, len(self.topics()))))):
-                    seq = self._seq[topic]
-                    self._seq[topic] += 1
-                    value = f"{topic}:{seq}:".encode().ljust(self.shape.value_size, b".")
-                    headers = [("seq", str(seq).encode()), ("empty", None)] if seq % 3 == 0 else None
-                    producer.produce(topic, key=b"key-%d" % (seq % 97), value=value, headers=headers,
-                                     on_delivery=delivered(topic))  # fmt: skip
-                    self.counts.sent[topic] += 1
-                if in_transaction:
-                    transactions += 1
-                    abort = transactions % self.shape.abort_every == 0
-                    try:
-                        committed = _end_transaction(transactional, abort=abort)
-                    except KafkaException as exc:
-                        if not exc.args[0].fatal():
-                            raise
-                        # The producer is unusable (seen: INVALID_TXN_STATE from an abort during a rolling
-                        # restart, librdkafka 2.16 and Kafka 4.1.1): a new one with the same id fences it, and its
-                        # open transaction is aborted by Kafka.
-                        self.counts.fatal_producers += 1
-                        transactional = self._transactional(base)
-                        committed = False
-                    if not committed or abort:
-                        self.counts.aborted[topic] += 1
-                plain.poll(0)
+            topics = self.topics()
+            # By the time passed, not by steps: a slow step (a commit waiting for a restarted broker) is made up for.
+            budget += self.current_rate() * min(1.0, step - last)
+            last = step
+            # This step's records, spread over the topics in turn; one transaction carries the step's records of
+            # every transactional topic (a commit per topic and step would cap the rate at a few commits a step).
+            count, budget = int(budget), budget - int(budget)
+            chosen = [topics[(turn + n) % len(topics)] for n in range(count)] if topics else []
+            turn += count
+            in_transaction = [t for t in chosen if topics.index(t) % self.shape.transactional_every == 0]
+            if in_transaction:
+                transactional.begin_transaction()
+            for topic in chosen:
+                producer = transactional if topic in in_transaction else plain
+                seq = self._seq[topic]
+                self._seq[topic] += 1
+                value = f"{topic}:{seq}:".encode().ljust(self.shape.value_size, b".")
+                headers = [("seq", str(seq).encode()), ("empty", None)] if seq % 3 == 0 else None
+                producer.produce(topic, key=b"key-%d" % (seq % 97), value=value, headers=headers,
+                                 on_delivery=delivered(topic))  # fmt: skip
+                self.counts.sent[topic] += 1
+            if in_transaction:
+                transactions += 1
+                abort = transactions % self.shape.abort_every == 0
+                try:
+                    committed = _end_transaction(transactional, abort=abort)
+                except KafkaException as exc:
+                    if not exc.args[0].fatal():
+                        raise
+                    # The producer is unusable (seen: INVALID_TXN_STATE from an abort during a rolling restart,
+                    # librdkafka 2.16 and Kafka 4.1.1): a new one with the same id fences it, and its open
+                    # transaction is aborted by Kafka.
+                    self.counts.fatal_producers += 1
+                    transactional = self._transactional(base)
+                    committed = False
+                if not committed or abort:
+                    self.counts.aborted["transactions"] += 1
+            plain.poll(0)
             time.sleep(max(0.0, 0.1 - (time.monotonic() - step)))
         plain.flush(180)
         transactional.flush(180)

@@ -15,6 +15,7 @@ import re
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ class Sampler(threading.Thread):
         csv_path: Path,
         *,
         driver_pid: int,
-        worker_pids: list[int],
+        worker_pids: Callable[[], list[int]],
         metrics_file: Path,
         backup_dir: Path,
         log_file: Path,
@@ -111,7 +112,9 @@ class Sampler(threading.Thread):
 
     def _executors_rss(self) -> float:
         pids: list[int] = []
-        for worker in self.worker_pids:
+        # Asked each time: a worker killed and started again has a new pid (the soak's first hour measured only
+        # the surviving worker's executor after the first kill).
+        for worker in self.worker_pids():
             pids.extend(_children_of(worker))
         return _rss_mib(pids)
 

@@ -34,7 +34,8 @@ class BackupService(threading.Thread):
         self._start, self.log_file, self._on_restart = start, log_file, on_restart
         self.process = start()
         self.exits: list[Exit] = []
-        self._began = time.monotonic()
+        #: Exits are noted in seconds from this (monotonic) time: the soak sets its own start.
+        self.began = time.monotonic()
         self._halt = threading.Event()
         self._lock = threading.Lock()
 
@@ -44,7 +45,7 @@ class BackupService(threading.Thread):
                 if self._halt.is_set() or self.process.poll() is None:
                     continue
                 tail = self.log_file.read_bytes()[-6000:].decode(errors="replace").splitlines()[-40:]
-                self.exits.append(Exit(round(time.monotonic() - self._began, 1), self.process.returncode, tail))
+                self.exits.append(Exit(round(time.monotonic() - self.began, 1), self.process.returncode, tail))
                 print(f"soak: the backup exited with {self.process.returncode}; started again", flush=True)
                 time.sleep(5)  # systemd's RestartSec
                 self.process = self._start()
