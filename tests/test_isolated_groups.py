@@ -79,8 +79,13 @@ def test_a_child_that_cannot_start_is_said_once_not_asked_again(tmp_path: Path) 
 
 def test_the_child_failing_does_not_replace_the_drivers_admin_client() -> None:
     """A session's client is replaced when *it* fails; a failure in the reader's own process leaves it."""
-    made = []
-    session = AdminSession({}, factory=lambda settings: made.append(1) or f"client-{len(made)}", patience=0)
+    made: list[str] = []
+
+    def factory(settings: object) -> str:
+        made.append(f"client-{len(made) + 1}")
+        return made[-1]
+
+    session = AdminSession({}, factory=factory, patience=0)
     with pytest.raises(GroupReaderError):
         session.call(lambda admin, timeout: (_ for _ in ()).throw(GroupReaderError("died", transient=True)))
     assert session.client == "client-1" and len(made) == 1
