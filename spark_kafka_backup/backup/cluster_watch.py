@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from spark_kafka_backup.backup.group_offsets import (
     OffsetRound,
@@ -49,6 +50,7 @@ from spark_kafka_backup.catalog.topics import read_topic_record
 from spark_kafka_backup.errors import ClusterError
 from spark_kafka_backup.kafka.admin_session import AdminSession
 from spark_kafka_backup.kafka.cluster import TopicPartitionKey, topic_ids
+from spark_kafka_backup.kafka.isolated_groups import IsolatedGroupOffsets
 from spark_kafka_backup.kafka.outage import OutageReport
 from spark_kafka_backup.kafka.topics import TopicSelection
 from spark_kafka_backup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE
@@ -95,11 +97,13 @@ class ClusterWatch:
         max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE,
         prepared: Iterable[TopicPartitionKey] = (),
         sample_every: float | None = None,
+        groups: IsolatedGroupOffsets | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._target = target
         self._selection = selection
         self._session = session
+        self._groups = groups
         self._servers = servers
         self._interval = interval
         self._sample_every = sample_every
@@ -167,7 +171,7 @@ class ClusterWatch:
                 if asked >= self._topics_due:
                     self._record_topics()
                     self._topics_due = asked + TOPICS_INTERVAL_SECONDS
-                round_ = self._session.call(lambda admin, timeout: take_round(admin, self._selection, timeout=timeout))
+                round_ = self._session.call(self._take_round)
                 self._prepare(round_.ends)
                 with self._lock:
                     self._found.rounds.append(round_)
@@ -233,13 +237,16 @@ class ClusterWatch:
         if created:
             log.info("%s prepared in the backup", count(created, "new partition"))
 
+    def _take_round(self, admin: Any, timeout: float) -> OffsetRound:
+        return take_round(admin, self._selection, timeout=timeout, group_reader=self._groups)
+
     def _take_cuts(self) -> bool:
         """Take the cut of each new checkpoint request; whether there was one."""
         served = False
         for requested in checkpoints.list_checkpoints(self._target, above=self._seen_checkpoint):
             if requested.status == "requested":
                 # May fail transiently: the request stays unseen and is served at the next round.
-                cut = self._session.call(lambda admin, timeout: take_round(admin, self._selection, timeout=timeout))
+                cut = self._session.call(self._take_round)
                 taken = checkpoints.take(self._target, requested, cut.groups, cut.ends, int(cut.taken_at * 1000))
                 log.info("checkpoint %d: cut taken over %s", taken.id, count(len(taken.ends), "partition"))
                 with self._lock:

@@ -37,6 +37,7 @@ from spark_kafka_backup.kafka.cluster import (
     partition_counts,
     topic_configs,
 )
+from spark_kafka_backup.kafka.isolated_groups import IsolatedGroupOffsets
 from spark_kafka_backup.kafka.topics import TopicSelection
 from spark_kafka_backup.partition.layout import partition_index_path
 from spark_kafka_backup.partition.object_writer import open_partition_writer
@@ -76,11 +77,20 @@ def last_stable_offsets(
 
 
 def take_round(
-    admin: Any, selection: TopicSelection, *, read_committed: bool = True, timeout: float = 30
+    admin: Any,
+    selection: TopicSelection,
+    *,
+    read_committed: bool = True,
+    timeout: float = 30,
+    group_reader: IsolatedGroupOffsets | None = None,
 ) -> OffsetRound:
-    """Read a round (module docstring); ``timeout``: of each request to the cluster."""
+    """Read a round (module docstring); ``timeout``: of each request to the cluster. ``group_reader``: where the groups'
+    committed offsets are read (a child process of the job's: :mod:`spark_kafka_backup.kafka.isolated_groups`);
+    ``admin`` itself when None."""
     # The restore's progress markers (spark_kafka_backup.restore.marker) are not a consumer's position.
-    committed, complete = committed_group_offsets(admin, timeout=timeout)
+    committed, complete = (
+        group_reader(timeout=timeout) if group_reader else committed_group_offsets(admin, timeout=timeout)
+    )
     groups = {group: offsets for group, offsets in committed.items() if group != PROGRESS_GROUP}
     keys = selected_partitions(admin, selection, timeout=timeout)
     ends = list_offsets(admin, keys, latest=True, read_committed=read_committed, timeout=timeout)

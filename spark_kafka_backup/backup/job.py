@@ -69,6 +69,7 @@ from spark_kafka_backup.kafka.admin_session import AdminSession
 from spark_kafka_backup.kafka.client_settings import redact
 from spark_kafka_backup.kafka.cluster import TopicPartitionKey, cluster_identity, partition_counts
 from spark_kafka_backup.kafka.columnar import edge_setting
+from spark_kafka_backup.kafka.isolated_groups import IsolatedGroupOffsets
 from spark_kafka_backup.kafka.permissions import Permission, refuse_missing, secured
 from spark_kafka_backup.logsetup import ensure_console_logging
 from spark_kafka_backup.metrics import MetricsPublisher
@@ -146,6 +147,7 @@ class BackupJob:
         if settings.checkpoint_location is not None:
             check_writable_root(settings.checkpoint_location, what="Spark checkpoint location")
         session = AdminSession({**settings.client, "socket.timeout.ms": "10000"})
+        self._groups = IsolatedGroupOffsets({**settings.client, "socket.timeout.ms": "10000"})
         self._preflight(session)
         if settings.schema_registry is not None:
             interval = settings.schema_registry_interval or settings.offsets_interval
@@ -171,6 +173,7 @@ class BackupJob:
                 finally:
                     spark.stop()
         finally:
+            self._groups.close()
             self._metrics.observe_stopped(time.time(), finished=finished)
             self._publish(force=True)
             publisher.close()
@@ -196,8 +199,12 @@ class BackupJob:
         topics_recorded_at = time.monotonic()
         if self._registry is not None:
             self._registry.capture_now(when="at the start")
-        first_round = session.call(lambda admin, timeout: take_round(admin, settings.selection, timeout=timeout))
+        first_round = session.call(
+            lambda admin, timeout: take_round(admin, settings.selection, timeout=timeout, group_reader=self._groups)
+        )
         self._pending.append(first_round)
+        if settings.snapshot:
+            self._groups.close()  # a snapshot reads its groups once, at its start
         self._metrics.observe_last_stable_offsets(first_round.ends, first_round.taken_at)
         existing = checkpoints.list_checkpoints(settings.target)
         self._checkpoints = [c for c in existing if c.status == "pending"]
@@ -228,6 +235,7 @@ class BackupJob:
                 max_segment_size=settings.max_segment_size,
                 prepared=first_round.ends,  # ensure_partitions gave them their files
                 sample_every=settings.monitoring.metrics_interval if self._publisher_enabled else None,
+                groups=self._groups,
             )
             watch.start()
         try:

@@ -17,13 +17,12 @@ an invalid request) is raised at once. Requests are given the per-attempt
 timeout, so one attempt never waits longer than that.
 
 A replaced client is not dropped at once: a request that timed out on our
-side may still be under way in librdkafka, and destroying a client then is
-how confluent-kafka crashes (reports of segfaults and aborts when an admin
-client goes while librdkafka still holds its requests; the soak benchmark's
-backup driver died of SIGSEGV in librdkafka's main thread, twice, minutes
-after planning had replaced clients during leader moves). It is kept for
+side may still be under way in librdkafka, and destroying a client under a
+request is a path librdkafka's users report crashes on. It is kept for
 :data:`RETIRE_SECONDS`, longer than any request of it can wait, and dropped
-on the session's own thread at a later call.
+on the session's own thread at a later call. (A precaution: the crashes the
+soak benchmark saw came from ListConsumerGroupOffsets, now read in a child
+process, :mod:`spark_kafka_backup.kafka.isolated_groups`.)
 
 Lifecycle: make it where the client is used (on the driver; never pickle
 it to executors), call :meth:`AdminSession.call` as often as needed, drop it
@@ -39,6 +38,7 @@ from typing import Any, TypeVar
 
 from spark_kafka_backup.errors import ClusterError
 from spark_kafka_backup.kafka.cluster import admin_client
+from spark_kafka_backup.kafka.isolated_groups import GroupReaderError
 
 log = logging.getLogger("spark_kafka_backup.kafka")
 
@@ -122,7 +122,8 @@ class AdminSession:
             except ClusterError as exc:
                 if not exc.transient:
                     raise
-                self.renew()
+                if not isinstance(exc, GroupReaderError):  # that one failed in a process of its own, not here
+                    self.renew()
                 if self._clock() + RETRY_PAUSE_SECONDS >= deadline:
                     raise
                 log.debug("attempt %d failed (%s); asking again with a new admin client", attempts, exc)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import Any
 
 from spark_kafka_backup.errors import ClusterError
@@ -298,30 +298,35 @@ def _offsets_answered(futures: Mapping[Any, Any], *, partial: bool) -> dict[Topi
     return answered
 
 
-def committed_group_offsets(admin: Any, *, timeout: float = 30) -> tuple[dict[str, dict[TopicPartitionKey, int]], bool]:
+def committed_group_offsets(
+    admin: Any, *, timeout: float = 30, progress: Callable[[], None] | None = None
+) -> tuple[dict[str, dict[TopicPartitionKey, int]], bool]:
     """For every consumer group, its committed offset on each partition it has one for; and whether that is all.
 
     A node that does not answer the group listing (it is down), or a partition the cluster answered with an error
     for, leaves groups or offsets out: the second value is then False, and a caller must not take a group's absence
-    as its deletion (``--prune-groups``).
+    as its deletion (``--prune-groups``). ``progress`` is called after each group (the isolated reader's sign of
+    life, :mod:`spark_kafka_backup.kafka.isolated_groups`).
     """
     from confluent_kafka import ConsumerGroupTopicPartitions
 
     try:
-        listing = admin.list_consumer_groups(request_timeout=timeout).result()
+        listing = admin.list_consumer_groups(request_timeout=timeout).result(timeout + 5)
         complete = not listing.errors
         groups = sorted(group.group_id for group in listing.valid)
         result: dict[str, dict[TopicPartitionKey, int]] = {}
         for group in groups:
             futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=timeout)
             for future in futures.values():
-                answered = future.result().topic_partitions
+                answered = future.result(timeout + 5).topic_partitions  # the request's own timeout answers first
                 complete = complete and all(tp.error is None for tp in answered)
                 offsets = {
                     (tp.topic, tp.partition): tp.offset for tp in answered if tp.error is None and tp.offset >= 0
                 }
                 if offsets:
                     result[group] = offsets
+            if progress is not None:
+                progress()
         return result, complete
     except Exception as exc:
         raise _failed("cannot read consumer group offsets", exc) from exc
