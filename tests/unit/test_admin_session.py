@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from spark_kafka_backup.backup import cluster_watch
+from spark_kafka_backup.backup import cluster_watch, group_offsets
 from spark_kafka_backup.backup.cluster_watch import ClusterWatch
 from spark_kafka_backup.backup.group_offsets import OffsetRound
 from spark_kafka_backup.catalog import checkpoints
@@ -191,7 +191,7 @@ class ScriptedSession:
         return answer
 
 
-def watch(tmp_path: Path, answers: list[Any], interval: float = 60) -> ClusterWatch:
+def watch(tmp_path: Path, answers: list[Any], interval: float = 60, **extra: Any) -> ClusterWatch:
     return ClusterWatch(
         tmp_path,
         TopicSelection.from_list("orders"),
@@ -200,6 +200,7 @@ def watch(tmp_path: Path, answers: list[Any], interval: float = 60) -> ClusterWa
         interval=interval,
         seen_checkpoint=0,
         topics_recorded_at=time.monotonic(),
+        **extra,
     )
 
 
@@ -364,3 +365,26 @@ def test_an_offset_listing_without_an_answer_for_a_partition_is_transient(monkey
     monkeypatch.setattr(cluster, "OFFSETS_RETRY_SECONDS", 5.0)
     answers = Offsets([(40, -1001), (41, 17)])
     assert list_offsets(answers, keys, latest=True) == {("orders", 0): 41, ("orders", 1): 17}
+
+
+def test_the_watch_reads_group_offsets_through_the_isolated_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Offset rounds and checkpoint cuts read groups through the job's child process
+    (spark_kafka_backup.kafka.isolated_groups), never with the driver's own client (librdkafka #3663, #5040)."""
+
+    def in_process(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("group offsets read in the driver's process")
+
+    monkeypatch.setattr(group_offsets, "committed_group_offsets", in_process)
+    monkeypatch.setattr(group_offsets, "selected_partitions", lambda admin, selection, timeout: [("orders", 0)])
+    monkeypatch.setattr(group_offsets, "list_offsets", lambda admin, keys, **kwargs: {("orders", 0): 10})
+    asked: list[float] = []
+
+    def reader(*, timeout: float) -> tuple[dict[str, dict[tuple[str, int], int]], bool]:
+        asked.append(timeout)
+        return {"readers": {("orders", 0): 7}}, True
+
+    taken = watch(tmp_path, [], groups=reader)._take_round(object(), 2.0)
+    assert taken.groups == {"readers": {("orders", 0): 7}} and taken.ends == {("orders", 0): 10}
+    assert asked == [2.0]
