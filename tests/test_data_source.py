@@ -218,6 +218,7 @@ def test_a_damaged_segment_is_an_error_naming_it_never_wrong_rows(spark: Any, tm
     ]  # fmt: skip
 
 
+@pytest.mark.long  # CI time: the store's reads are covered by the restores from S3 in tests/test_object_storage.py
 def test_a_backup_on_the_s3_server_reads_the_same_as_cat(s3: S3Server) -> None:
     root = ObjectPath("s3", s3.new_bucket(), "backups/prod")
     for partition in (0, 1, 2):
