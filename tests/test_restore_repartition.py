@@ -15,6 +15,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.offsets_file import write_consumer_offsets
 from spark_kafka_backup.partition.writer import PartitionWriter
@@ -112,6 +114,7 @@ def _check_group(
     assert again > 0  # the interleaving makes the placement approximate here
 
 
+@pytest.mark.long  # CI time (35 s): murmur2 itself stays in CI (tests/unit/test_stream_columns.py, Kafka's hashes)
 def test_murmur2_puts_keys_where_kafka_would_and_groups_at_their_first_unread_record(
     target: Target, tmp_path: Path
 ) -> None:
