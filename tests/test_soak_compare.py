@@ -1,10 +1,17 @@
 """The soak benchmark's verdict (benchmarks/soak/compare.py): a restore is a contiguous run of what the source held,
-ending where asked, starting no later than needed; groups read the same next record."""
+ending where asked, starting no later than needed; groups read the same next record. And its memory figures: slopes,
+a JVM's heap from its performance data."""
 
 from __future__ import annotations
 
+import struct
+from pathlib import Path
+
+import pytest
+
 from benchmarks.soak.compare import compare
-from benchmarks.soak.figures import slope_per_hour
+from benchmarks.soak.figures import floor_slope_per_hour, slope_per_hour
+from benchmarks.soak.jvm_heap import counters
 from benchmarks.soak.shadow import Truth, record_name
 
 KEY = ("t", 0)
@@ -60,3 +67,49 @@ def test_record_names_and_slopes() -> None:
     assert record_name(b"soak-01:42:......") == b"soak-01:42"
     assert slope_per_hour([0, 1800, 3600], [100, 110, 120]) == 20
     assert slope_per_hour([0, 1800, 3600], [100, 100, 100]) == 0
+
+
+def test_the_floor_slope_follows_what_stays_after_each_collection() -> None:
+    # A sawtooth rising 300 MiB within each 5 minutes and falling back to a floor that itself rises 10 MiB per 5 min.
+    times = [float(t) for t in range(0, 3600, 10)]
+    values = [100 + 10 * (t // 300) + (t % 300) for t in times]
+    assert slope_per_hour(times, values) > 100
+    assert floor_slope_per_hour(times, values) == pytest.approx(120, abs=1)
+    assert floor_slope_per_hour(times, [500.0] * len(times)) == 0
+
+
+def _perf_data(order: str, longs: dict[str, int]) -> bytes:
+    """A JVM performance-data file with these long counters (layout of benchmarks/soak/jvm_heap.py)."""
+    entries = b""
+    for name, value in longs.items():
+        encoded = name.encode() + b"\0"
+        encoded += b"\0" * (-len(encoded) % 8)
+        header = struct.calcsize(f"{order}iiiBBBBi")
+        entry_length = header + len(encoded) + 8
+        entries += struct.pack(f"{order}iiiBBBBi", entry_length, header, 0, ord("J"), 0, 0, 0, header + len(encoded))
+        entries += encoded + struct.pack(f"{order}q", value)
+    prologue = struct.Struct(f"{order}IBBBBiiqii")
+    magic = 0xCAFEC0C0 if order == ">" else 0xC0C0FECA
+    return prologue.pack(magic, 1 if order == "<" else 0, 2, 0, 1, 0, 0, 0, prologue.size, len(longs)) + entries
+
+
+@pytest.mark.parametrize("order", ["<", ">"])
+def test_a_jvm_heap_is_read_from_its_performance_data(tmp_path: Path, order: str) -> None:
+    mib = 2**20
+    path = tmp_path / "4242"
+    path.write_bytes(_perf_data(order, {
+        "sun.gc.generation.0.capacity": 64 * mib,
+        "sun.gc.generation.0.space.0.used": 10 * mib,
+        "sun.gc.generation.1.capacity": 256 * mib,
+        "sun.gc.generation.1.space.0.used": 200 * mib,
+        "sun.gc.generation.1.space.0.capacity": 256 * mib,
+    }))  # fmt: skip
+    found = counters(path)
+    assert found["sun.gc.generation.1.space.0.used"] == 200 * mib
+    assert found["sun.gc.generation.0.capacity"] == 64 * mib
+    # Not a performance-data file, cut short, missing: nothing, no error.
+    (tmp_path / "garbage").write_bytes(b"\0" * 100)
+    assert counters(tmp_path / "garbage") == {}
+    (tmp_path / "cut").write_bytes(path.read_bytes()[:60])
+    assert len(counters(tmp_path / "cut")) < len(found)
+    assert counters(tmp_path / "absent") == {}

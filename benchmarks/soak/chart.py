@@ -10,6 +10,8 @@ from html import escape
 SERIES = (
     ("driver_rss_mib", "driver RSS (MiB)"),
     ("executors_rss_mib", "executors RSS (MiB)"),
+    ("driver_old_mib", "driver JVM: old generation used (MiB)"),
+    ("executors_old_mib", "executor JVMs: old generation used (MiB)"),
     ("lag_records", "lag (records)"),
     ("batch_age_s", "seconds since the last batch"),
     ("batch_max_s", "longest trigger in 10 s (s)"),

@@ -1,9 +1,12 @@
 """The soak's verdicts from its samples: is memory flat after warm-up (slope), is lag bounded (its largest values),
-how long triggers and offset rounds took."""
+how long triggers and offset rounds took.
+
+Memory is given two slopes: least squares over every sample, and over the lowest sample of each 5 minutes (a heap's
+old generation rises between collections and falls at each: its floor is what stays)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -18,11 +21,48 @@ def slope_per_hour(times: Sequence[float], values: Sequence[float]) -> float:
     return 3600 * sum((t - mean_t) * (v - mean_v) for t, v in zip(times, values, strict=True)) / spread
 
 
+def floor_slope_per_hour(times: Sequence[float], values: Sequence[float], window_s: float = 300.0) -> float:
+    """The slope of the lowest value in each ``window_s`` (per hour): for a sawtooth such as a heap's old generation
+    between collections, what stays after them."""
+    if not times:
+        return 0.0
+    lowest: dict[int, tuple[float, float]] = {}
+    for t, v in zip(times, values, strict=True):
+        bucket = int((t - times[0]) // window_s)
+        if bucket not in lowest or v < lowest[bucket][1]:
+            lowest[bucket] = (t, v)
+    points = [lowest[b] for b in sorted(lowest)]
+    return slope_per_hour([t for t, _ in points], [v for _, v in points])
+
+
 def percentile(values: Sequence[float], share: float) -> float:
     if not values:
         return 0.0
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def _column(name: str) -> Callable[[dict[str, Any]], float]:
+    return lambda row: float(row[name])
+
+
+def _difference(whole: str, part: str) -> Callable[[dict[str, Any]], float]:
+    return lambda row: float(row[whole]) - float(row[part])
+
+
+#: The memory figures given a slope: resident sets, split into the JVMs' share and the rest (Python), heaps.
+_MEMORY: dict[str, Callable[[dict[str, Any]], float]] = {
+    "driver_rss_mib": _column("driver_rss_mib"),
+    "driver_jvm_rss_mib": _column("driver_jvm_rss_mib"),
+    "driver_python_rss_mib": _difference("driver_rss_mib", "driver_jvm_rss_mib"),
+    "driver_old_mib": _column("driver_old_mib"),
+    "driver_heap_committed_mib": _column("driver_heap_committed_mib"),
+    "executors_rss_mib": _column("executors_rss_mib"),
+    "executors_jvm_rss_mib": _column("executors_jvm_rss_mib"),
+    "executors_python_rss_mib": _difference("executors_rss_mib", "executors_jvm_rss_mib"),
+    "executors_old_mib": _column("executors_old_mib"),
+    "executors_heap_committed_mib": _column("executors_heap_committed_mib"),
+}
 
 
 def figures(
@@ -39,10 +79,14 @@ def figures(
     steady = [row for row in rows if first <= float(row["elapsed_s"]) <= last]
     times = [float(row["elapsed_s"]) for row in steady]
     found["memory_stretch_s"] = [first, last]
-    for column in ("driver_rss_mib", "executors_rss_mib"):
-        values = [float(row[column]) for row in steady]
+    for column, take in _MEMORY.items():
+        try:
+            values = [take(row) for row in steady]
+        except (KeyError, ValueError):  # samples of a run before the column was measured
+            continue
         found[column] = {
             "slope_mib_per_hour": round(slope_per_hour(times, values), 1),
+            "floor_slope_mib_per_hour": round(floor_slope_per_hour(times, values), 1),
             "first": values[0] if values else None,
             "last": values[-1] if values else None,
             "max": max(values, default=None),

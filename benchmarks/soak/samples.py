@@ -2,7 +2,9 @@
 lag, how long batches take, the backup's files and bytes, and the warnings and errors its log printed, by kind.
 
 Memory is the resident set of process trees read from ``/proc`` (the driver: the ``spark-submit`` process and its
-children; the executors: everything under the Spark workers but the worker JVMs themselves). Lag and batch times come
+children; the executors: everything under the Spark workers but the worker JVMs themselves), each also split into its
+JVMs' share and their heaps (:mod:`benchmarks.soak.jvm_heap`: old generation used, heap committed), so a resident set
+that grows because a heap is still expanding toward ``-Xmx`` is told from live data that grows. Lag and batch times come
 from the backup's ``--metrics-file`` (JSON). Written to a CSV as they are taken, so a run killed midway keeps them.
 """
 
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.process_tree import _children_of, _rss_mib
+from benchmarks.soak.jvm_heap import heap, is_jvm
 
 
 @dataclass
@@ -40,6 +43,14 @@ class Row:
     round_age_s: float
     warnings: int
     errors: int
+    #: The JVMs' share of the resident sets above (the rest is Python: the driver's, the executors' workers), their
+    #: old generations used and their heaps committed, MiB.
+    driver_jvm_rss_mib: float = 0.0
+    driver_old_mib: float = 0.0
+    driver_heap_committed_mib: float = 0.0
+    executors_jvm_rss_mib: float = 0.0
+    executors_old_mib: float = 0.0
+    executors_heap_committed_mib: float = 0.0
 
 
 _BATCH = re.compile(r"batch \d+: \d+ records read in ([\d.]+) s")
@@ -90,10 +101,13 @@ class Sampler(threading.Thread):
         written = sum(m["value"] or 0 for m in metrics if m["name"] == "kbackup_backup_records_written_total")
         files, size = _tree_size(self.backup_dir)
         warnings, errors, batch_max, round_age = self._read_log()
+        driver = [self.driver_pid, *_children_of(self.driver_pid)]
+        executors = self._executor_pids()
+        driver_jvm, executors_jvm = _jvm_figures(driver), _jvm_figures(executors)
         return Row(
             elapsed_s=round(time.monotonic() - self._began, 1),
-            driver_rss_mib=round(_rss_mib([self.driver_pid, *_children_of(self.driver_pid)]), 1),
-            executors_rss_mib=round(self._executors_rss(), 1),
+            driver_rss_mib=round(_rss_mib(driver), 1),
+            executors_rss_mib=round(_rss_mib(executors), 1),
             lag_records=sum(lag),
             lag_seconds=max(lag_s, default=0),
             batch_age_s=round(time.time() - last_batch, 1) if last_batch else -1,
@@ -104,19 +118,25 @@ class Sampler(threading.Thread):
             round_age_s=round_age,
             warnings=warnings,
             errors=errors,
+            driver_jvm_rss_mib=driver_jvm[0],
+            driver_old_mib=driver_jvm[1],
+            driver_heap_committed_mib=driver_jvm[2],
+            executors_jvm_rss_mib=executors_jvm[0],
+            executors_old_mib=executors_jvm[1],
+            executors_heap_committed_mib=executors_jvm[2],
         )
 
     def follow(self, driver_pid: int) -> None:
         """Measure this driver from now on (the backup was started again)."""
         self.driver_pid = driver_pid
 
-    def _executors_rss(self) -> float:
+    def _executor_pids(self) -> list[int]:
         pids: list[int] = []
         # Asked each time: a worker killed and started again has a new pid (the soak's first hour measured only
         # the surviving worker's executor after the first kill).
         for worker in self.worker_pids():
             pids.extend(_children_of(worker))
-        return _rss_mib(pids)
+        return pids
 
     def _metrics(self) -> list[dict[str, Any]]:
         try:
@@ -148,6 +168,17 @@ class Sampler(threading.Thread):
     def stop(self) -> None:
         self._halt.set()
         self.join(60)
+
+
+def _jvm_figures(pids: list[int]) -> tuple[float, float, float]:
+    """The JVMs among ``pids``: their resident sets, old generations used and heaps committed, summed, MiB."""
+    jvms = [pid for pid in pids if is_jvm(pid)]
+    heaps = [found for found in map(heap, jvms) if found is not None]
+    return (
+        round(_rss_mib(jvms), 1),
+        round(sum(h.old_mib for h in heaps), 1),
+        round(sum(h.committed_mib for h in heaps), 1),
+    )
 
 
 def _tree_size(root: Path) -> tuple[int, int]:
