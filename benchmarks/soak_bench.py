@@ -111,6 +111,7 @@ def main() -> None:
         backup_code = backup.stop(300)
         sampler.stop()
         completed = [c for c in list_checkpoints(parse_location(str(backup_dir))) if c.status == "completed"]
+        positions = BackedUpPositions.of(backup_dir, chaos.held_from)
         results = []
         for checkpoint in [None, *completed]:
             label = "latest" if checkpoint is None else f"checkpoint {checkpoint.id}"
@@ -122,12 +123,14 @@ def main() -> None:
                 restored = read_all(target.client_settings())
                 restored_groups = group_offsets(target.client_settings())
             if checkpoint is None:
-                result = compare(label, shadow.truth, restored, ends=None,
-                                 needed_from=_latest_needs(shadow.truth, completed, source_groups, set(now_held)),
-                                 source_groups=source_groups, restored_groups=restored_groups)  # fmt: skip
+                placed = positions.groups(source_groups, label)
+                needs = _latest_needs(shadow.truth, completed, placed, set(now_held), positions)
+                result = compare(label, shadow.truth, restored, ends=None, needed_from=needs, source_groups=placed,
+                                 restored_groups=restored_groups)  # fmt: skip
             else:
+                placed = positions.groups(checkpoint.groups, label)
                 result = compare(label, shadow.truth, restored, ends=checkpoint.ends,
-                                 needed_from=_checkpoint_needs(checkpoint), source_groups=checkpoint.groups,
+                                 needed_from=_checkpoint_needs(checkpoint, placed), source_groups=placed,
                                  restored_groups=restored_groups)  # fmt: skip
                 beyond = sorted(k for k, records in restored.items() if records and k not in checkpoint.ends)
                 if beyond:
@@ -154,6 +157,7 @@ def main() -> None:
         "aborted_transactions": sum(load.counts.aborted.values()),
         "transactional_producers_replaced": load.counts.fatal_producers,
         "events": dict(Counter(h.name for h in chaos.happened)),
+        "group_positions_before_the_backup": sorted(set(positions.raised)),
         "event_failures": chaos.failures,
         "figures": figures(
             rows,
@@ -187,10 +191,53 @@ def _merge_into_truth(truth: Truth, held: Restored) -> int:
     return unseen
 
 
-def _checkpoint_needs(checkpoint: Checkpoint) -> dict[tuple[str, int], int]:
-    """What a checkpoint's restore must start at or before: its groups' lowest committed offset, or its cut."""
+class BackedUpPositions:
+    """Where the backup can put a group back: at its committed offset, or at the first record the backup still held
+    when that offset was first stored, if prune had let go of more before (by its rule: no retained checkpoint and
+    no group needed them then). The second hour-long run met it: a group read a partition from its start and
+    committed 7 minutes after a prune had let go of that start.
+
+    ``held_from``: after each prune (unix time), each partition's first offset held (``Chaos.held_from``);
+    ``first_stored``: when each (group, topic, partition, offset) was first in a stored offset round (the backup's
+    offset history), unix time."""
+
+    def __init__(self, held_from: list[tuple[float, dict[tuple[str, int], int]]],
+                 first_stored: dict[tuple[str, str, int, int], float]) -> None:  # fmt: skip
+        self.held_from, self.first_stored = held_from, first_stored
+        self.raised: list[str] = []
+
+    @classmethod
+    def of(cls, backup_dir: Path, held_from: list[tuple[float, dict[tuple[str, int], int]]]) -> BackedUpPositions:
+        from spark_kafka_backup.catalog.offset_history import read_history
+
+        first: dict[tuple[str, str, int, int], float] = {}
+        for entry in read_history(parse_location(str(backup_dir))):
+            key = (entry.group, entry.topic, entry.partition, entry.offset)
+            first[key] = min(first.get(key, float("inf")), entry.round_time / 1000)
+        return cls(held_from, first)
+
+    def groups(self, groups: GroupOffsets, label: str) -> GroupOffsets:
+        """``groups`` with each offset raised to what the backup held when it was first stored."""
+        placed: GroupOffsets = {}
+        for group, offsets in groups.items():
+            for key, offset in offsets.items():
+                at = self.first_stored.get((group, key[0], key[1], offset))
+                held = offset
+                if at is not None:
+                    before = [marks for when, marks in self.held_from if when <= at]
+                    held = max(offset, before[-1].get(key, 0) if before else 0)
+                if held > offset:
+                    self.raised.append(f"{label}: {group} on {key[0]}/{key[1]} committed {offset}, first stored "
+                                       f"when the backup held it from {held}")  # fmt: skip
+                placed.setdefault(group, {})[key] = held
+        return placed
+
+
+def _checkpoint_needs(checkpoint: Checkpoint, groups: GroupOffsets | None = None) -> dict[tuple[str, int], int]:
+    """What a checkpoint's restore must start at or before: its groups' lowest committed offset (``groups``: as
+    :class:`BackedUpPositions` places them), or its cut."""
     needs = dict(checkpoint.ends)
-    for offsets in checkpoint.groups.values():
+    for offsets in (checkpoint.groups if groups is None else groups).values():
         for key, offset in offsets.items():
             if key in needs:
                 needs[key] = min(needs[key], offset)
@@ -198,7 +245,11 @@ def _checkpoint_needs(checkpoint: Checkpoint) -> dict[tuple[str, int], int]:
 
 
 def _latest_needs(
-    truth: Truth, completed: list[Checkpoint], groups: GroupOffsets, alive: set[tuple[str, int]]
+    truth: Truth,
+    completed: list[Checkpoint],
+    groups: GroupOffsets,
+    alive: set[tuple[str, int]],
+    positions: BackedUpPositions | None = None,
 ) -> dict[tuple[str, int], int]:
     """What the latest state's restore must start at or before (prune keeps it: the module docs of
     spark_kafka_backup.catalog.prune): every retained checkpoint's need, everything after the newest cut, and what
@@ -211,7 +262,8 @@ def _latest_needs(
         if not completed or key in completed[-1].ends or key in alive
     }
     for checkpoint in completed:
-        for key, need in _checkpoint_needs(checkpoint).items():
+        placed = None if positions is None else positions.groups(checkpoint.groups, f"checkpoint {checkpoint.id}")
+        for key, need in _checkpoint_needs(checkpoint, placed).items():
             if key in needs and need < checkpoint.ends[key]:
                 needs[key] = min(needs[key], need)
     for offsets in groups.values():
@@ -274,11 +326,14 @@ def _wait_first_batch(metrics_file: Path, backup: subprocess.Popen[bytes], timeo
 
 def _wait_caught_up(sampler: Sampler, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
+    seen = len(sampler.rows)
     while time.monotonic() < deadline:
-        row = sampler.take()
-        if row.lag_records == 0 and row.batch_age_s >= 0:
-            return True
-        time.sleep(5)
+        # The sampler's own rows (a take() here would read the log beside the sampler's thread and count twice).
+        if len(sampler.rows) > seen:
+            row = sampler.rows[-1]
+            if row.lag_records == 0 and row.batch_age_s >= 0:
+                return True
+        time.sleep(2)
     return False
 
 

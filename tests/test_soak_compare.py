@@ -113,3 +113,31 @@ def test_a_jvm_heap_is_read_from_its_performance_data(tmp_path: Path, order: str
     (tmp_path / "cut").write_bytes(path.read_bytes()[:60])
     assert len(counters(tmp_path / "cut")) < len(found)
     assert counters(tmp_path / "absent") == {}
+
+
+def test_a_group_is_placed_no_earlier_than_the_backup_held_when_its_offset_was_first_stored() -> None:
+    from benchmarks.soak_bench import BackedUpPositions
+
+    key = ("soak-02", 2)
+    # A prune at t=100 left the partition held from 2122; another at t=300 from 3000.
+    positions = BackedUpPositions(
+        [(100.0, {key: 2122}), (300.0, {key: 3000})],
+        {
+            ("late", "soak-02", 2, 2000): 150.0,
+            ("early", "soak-02", 2, 2000): 50.0,
+            ("later", "soak-02", 2, 2500): 200.0,
+        },
+    )
+    placed = positions.groups({"late": {key: 2000}, "early": {key: 2000}, "later": {key: 2500}, "unknown": {key: 10}},
+                              "latest")  # fmt: skip
+    # Committed after the first prune had let go of its offset: the backup can only place it at 2122.
+    assert placed["late"][key] == 2122
+    # Stored before any prune: the backup had to keep its records (a prune after is held to it).
+    assert placed["early"][key] == 2000
+    # Stored between the prunes, above what the first left: as committed (the second prune had to keep it).
+    assert placed["later"][key] == 2500
+    # Never stored (committed after the last round): as committed.
+    assert placed["unknown"][key] == 10
+    assert positions.raised == [
+        "latest: late on soak-02/2 committed 2000, first stored when the backup held it from 2122"
+    ]

@@ -47,6 +47,9 @@ class Chaos:
     moved_topic: str
     happened: list[Happened] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    #: After each prune (unix time): the first offset the backup still held of each partition. A group that later
+    #: commits an offset below it asks for records the backup had already let go, by the rule prune follows.
+    held_from: list[tuple[float, dict[tuple[str, int], int]]] = field(default_factory=list)
     _created: int = 0
     _groups: int = 0
     _admin_client: Any = None
@@ -142,8 +145,19 @@ class Chaos:
         finally:
             consumer.close()
         cut = low + (high - low) // 2
-        for future in self._admin().delete_records([TopicPartition(topic, 0, cut)]).values():
-            future.result(60)
+        deadline = time.monotonic() + 90
+        while True:  # again on a leader that moved (a second hour-long run lost one to NOT_LEADER_FOR_PARTITION)
+            try:
+                for future in self._admin().delete_records([TopicPartition(topic, 0, cut)]).values():
+                    future.result(60)
+                break
+            except Exception as exc:
+                if "NOT_LEADER" not in str(exc) and "LEADER_NOT_AVAILABLE" not in str(exc):
+                    raise
+                if time.monotonic() > deadline:
+                    raise
+                self._admin().list_topics(topic, timeout=30)  # fresh metadata: the new leader
+                time.sleep(3)
         return f"{topic}/0: log start {low} -> {cut}"
 
     def consumer_group(self) -> str:
@@ -200,7 +214,10 @@ class Chaos:
         return _cli("checkpoint", "create", str(self.backup_dir))
 
     def prune(self) -> str:
-        return _cli("prune", str(self.backup_dir), "--keep-checkpoints", str(KEEP_CHECKPOINTS))
+        try:
+            return _cli("prune", str(self.backup_dir), "--keep-checkpoints", str(KEEP_CHECKPOINTS))
+        finally:
+            self.held_from.append((time.time(), first_held(self.backup_dir)))
 
     # -- helpers -----------------------------------------------------------------------------------------------
 
@@ -256,3 +273,19 @@ def _cli(*args: str) -> str:
         raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}")
     lines = done.stdout.strip().splitlines()
     return lines[-1] if lines else "done"
+
+
+def first_held(backup_dir: Path) -> dict[tuple[str, int], int]:
+    """The first offset of every partition's first cataloged segment."""
+    from spark_kafka_backup.catalog.store import read_catalog
+    from spark_kafka_backup.partition.layout import list_partitions, list_topics
+    from spark_kafka_backup.storage import parse_location
+
+    root = parse_location(str(backup_dir))
+    found: dict[tuple[str, int], int] = {}
+    for topic in list_topics(root):
+        for partition in list_partitions(root / topic):
+            catalog = read_catalog(root, topic, partition)
+            if catalog is not None and catalog.segments:
+                found[(topic, partition)] = catalog.segments[0].start_offset
+    return found
