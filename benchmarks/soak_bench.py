@@ -166,6 +166,7 @@ def main() -> None:
             restarts=[e.at_s for e in backup.exits],
         ),
         "log_kinds": dict(sampler.kinds.most_common(30)),
+        "samples_lost": {"count": sampler.failures, "last": sampler.last_failure},
     }
     summary["cores"] = [str(core) for core in work.glob("core*")]
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -191,44 +192,49 @@ def _merge_into_truth(truth: Truth, held: Restored) -> int:
     return unseen
 
 
-class BackedUpPositions:
-    """Where the backup can put a group back: at its committed offset, or at the first record the backup still held
-    when that offset was first stored, if prune had let go of more before (by its rule: no retained checkpoint and
-    no group needed them then). The second hour-long run met it: a group read a partition from its start and
-    committed 7 minutes after a prune had let go of that start.
+#: Each prune's end (unix time), and each partition's first offset held before and after it (``Chaos.held_from``).
+PruneMarks = list[tuple[float, dict[tuple[str, int], int], dict[tuple[str, int], int]]]
 
-    ``held_from``: after each prune (unix time), each partition's first offset held (``Chaos.held_from``);
-    ``first_stored``: when each (group, topic, partition, offset) was first in a stored offset round (the backup's
+
+class BackedUpPositions:
+    """Where the backup can put a group back: at its committed offset, unless a prune that had **ended** before the
+    offset was first read (so could not have seen it) had let go of that offset (it lay between the partition's first
+    offset held before and after that prune): then at the first record the backup held after the last prune before
+    it. Strict where unsure: an offset the backup never held, or read while a prune ran, is not moved. The second
+    hour-long run met it: a group read a partition from its start and committed 7 minutes after a prune had let go of
+    that start.
+
+    ``first_read``: when each (group, topic, partition, offset) was first read by a stored offset round (the backup's
     offset history), unix time."""
 
-    def __init__(self, held_from: list[tuple[float, dict[tuple[str, int], int]]],
-                 first_stored: dict[tuple[str, str, int, int], float]) -> None:  # fmt: skip
-        self.held_from, self.first_stored = held_from, first_stored
+    def __init__(self, prunes: PruneMarks, first_read: dict[tuple[str, str, int, int], float]) -> None:
+        self.prunes, self.first_read = prunes, first_read
         self.raised: list[str] = []
 
     @classmethod
-    def of(cls, backup_dir: Path, held_from: list[tuple[float, dict[tuple[str, int], int]]]) -> BackedUpPositions:
+    def of(cls, backup_dir: Path, prunes: PruneMarks) -> BackedUpPositions:
         from spark_kafka_backup.catalog.offset_history import read_history
 
         first: dict[tuple[str, str, int, int], float] = {}
         for entry in read_history(parse_location(str(backup_dir))):
             key = (entry.group, entry.topic, entry.partition, entry.offset)
             first[key] = min(first.get(key, float("inf")), entry.round_time / 1000)
-        return cls(held_from, first)
+        return cls(prunes, first)
 
     def groups(self, groups: GroupOffsets, label: str) -> GroupOffsets:
-        """``groups`` with each offset raised to what the backup held when it was first stored."""
+        """``groups`` with each offset a prune had let go before it was read moved to what the backup held then."""
         placed: GroupOffsets = {}
         for group, offsets in groups.items():
             for key, offset in offsets.items():
-                at = self.first_stored.get((group, key[0], key[1], offset))
+                at = self.first_read.get((group, key[0], key[1], offset))
                 held = offset
                 if at is not None:
-                    before = [marks for when, marks in self.held_from if when <= at]
-                    held = max(offset, before[-1].get(key, 0) if before else 0)
+                    earlier = [(before, after) for ended, before, after in self.prunes if ended <= at]
+                    if any(before.get(key, 0) <= offset < after.get(key, 0) for before, after in earlier):
+                        held = max(offset, earlier[-1][1].get(key, 0))
                 if held > offset:
-                    self.raised.append(f"{label}: {group} on {key[0]}/{key[1]} committed {offset}, first stored "
-                                       f"when the backup held it from {held}")  # fmt: skip
+                    self.raised.append(f"{label}: {group} on {key[0]}/{key[1]} committed {offset}, let go by a prune "
+                                       f"before it was read; the backup held the partition from {held}")  # fmt: skip
                 placed.setdefault(group, {})[key] = held
         return placed
 

@@ -76,6 +76,10 @@ def test_the_floor_slope_follows_what_stays_after_each_collection() -> None:
     assert slope_per_hour(times, values) > 100
     assert floor_slope_per_hour(times, values) == pytest.approx(120, abs=1)
     assert floor_slope_per_hour(times, [500.0] * len(times)) == 0
+    # A flat sawtooth over a part window at the end: still flat (only whole windows count); too short: no figure.
+    flat = [float(t) for t in range(600, 3611, 10)]
+    assert floor_slope_per_hour(flat, [100 + (t % 300) for t in flat]) == pytest.approx(0, abs=1)
+    assert floor_slope_per_hour(flat[:80], [1.0] * 80) is None
 
 
 def _perf_data(order: str, longs: dict[str, int]) -> bytes:
@@ -115,29 +119,68 @@ def test_a_jvm_heap_is_read_from_its_performance_data(tmp_path: Path, order: str
     assert counters(tmp_path / "absent") == {}
 
 
-def test_a_group_is_placed_no_earlier_than_the_backup_held_when_its_offset_was_first_stored() -> None:
+def test_a_group_is_placed_no_earlier_than_the_backup_held_when_its_offset_was_first_read() -> None:
     from benchmarks.soak_bench import BackedUpPositions
 
-    key = ("soak-02", 2)
-    # A prune at t=100 left the partition held from 2122; another at t=300 from 3000.
+    key, other = ("soak-02", 2), ("soak-01", 5)
+    # A prune ending at t=100 let go of soak-02/2 below 2122; one ending at t=300 of 2122-2999. soak-01/5 was added
+    # later and the backup has it from 40 only (never held below: not a prune's doing).
     positions = BackedUpPositions(
-        [(100.0, {key: 2122}), (300.0, {key: 3000})],
+        [(100.0, {key: 0}, {key: 2122}), (300.0, {key: 2122, other: 40}, {key: 3000, other: 40})],
         {
             ("late", "soak-02", 2, 2000): 150.0,
             ("early", "soak-02", 2, 2000): 50.0,
+            ("during", "soak-02", 2, 2000): 99.0,
             ("later", "soak-02", 2, 2500): 200.0,
+            ("latest", "soak-02", 2, 2500): 400.0,
+            ("new", "soak-01", 5, 10): 400.0,
         },
     )
-    placed = positions.groups({"late": {key: 2000}, "early": {key: 2000}, "later": {key: 2500}, "unknown": {key: 10}},
-                              "latest")  # fmt: skip
-    # Committed after the first prune had let go of its offset: the backup can only place it at 2122.
+    groups = {
+        name: {key: offset}
+        for name, offset in [
+            ("late", 2000),
+            ("early", 2000),
+            ("during", 2000),
+            ("later", 2500),
+            ("latest", 2500),
+            ("unknown", 10),
+        ]
+    }
+    placed = positions.groups({**groups, "new": {other: 10}}, "latest")  # fmt: skip
+    # First read after a prune that had let go of it: the backup can only place it at what it held.
     assert placed["late"][key] == 2122
-    # Stored before any prune: the backup had to keep its records (a prune after is held to it).
+    assert placed["latest"][key] == 3000
+    # Read before any prune, or before the prune had ended (it may have seen it): held to it, as committed.
     assert placed["early"][key] == 2000
-    # Stored between the prunes, above what the first left: as committed (the second prune had to keep it).
+    assert placed["during"][key] == 2000
+    # Read between the prunes, above what the first had left: as committed (the second had to keep it).
     assert placed["later"][key] == 2500
-    # Never stored (committed after the last round): as committed.
+    # Never read by a stored round; below what the backup ever held of a partition: as committed (strict).
     assert placed["unknown"][key] == 10
-    assert positions.raised == [
-        "latest: late on soak-02/2 committed 2000, first stored when the backup held it from 2122"
-    ]
+    assert placed["new"][other] == 10
+    assert len(positions.raised) == 2
+    assert positions.raised[0].startswith("latest: late on soak-02/2 committed 2000, let go by a prune")
+
+
+def test_a_damaged_or_strange_performance_data_file_gives_what_it_can_never_an_error(tmp_path: Path) -> None:
+    import os
+
+    good = _perf_data("<", {"sun.gc.generation.1.space.0.used": 7})
+    header = struct.calcsize("<iiiBBBBi")
+    prologue = good[:32]
+    # An entry whose value would lie before the file's start, one whose name would, one longer than the file.
+    for fields in [(40, header, 0, ord("J"), 0, 0, 0, -1000), (40, -30, 0, ord("J"), 0, 0, 0, header),
+                   (1 << 30, header, 0, ord("J"), 0, 0, 0, header + 8)]:  # fmt: skip
+        path = tmp_path / "bad"
+        path.write_bytes(prologue + struct.pack("<iiiBBBBi", *fields) + b"abc\0" + b"\0" * 20)
+        found = counters(path)
+        assert all(name.startswith("sun.") or name == "abc" for name in found)
+        assert found.get("abc", 0) == 0
+    # A FIFO is not waited on; a link is not followed.
+    os.mkfifo(tmp_path / "fifo")
+    assert counters(tmp_path / "fifo") == {}
+    (tmp_path / "real").write_bytes(good)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert counters(tmp_path / "real") == {"sun.gc.generation.1.space.0.used": 7}
+    assert counters(tmp_path / "link") == {}

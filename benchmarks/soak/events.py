@@ -47,9 +47,10 @@ class Chaos:
     moved_topic: str
     happened: list[Happened] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
-    #: After each prune (unix time): the first offset the backup still held of each partition. A group that later
-    #: commits an offset below it asks for records the backup had already let go, by the rule prune follows.
-    held_from: list[tuple[float, dict[tuple[str, int], int]]] = field(default_factory=list)
+    #: Each prune's end (unix time), and the first offset the backup held of each partition before and after it.
+    #: An offset a group commits later in what a prune let go asks for records the backup no longer has, by the rule
+    #: prune follows.
+    held_from: list[tuple[float, dict[tuple[str, int], int], dict[tuple[str, int], int]]] = field(default_factory=list)
     _created: int = 0
     _groups: int = 0
     _admin_client: Any = None
@@ -214,10 +215,12 @@ class Chaos:
         return _cli("checkpoint", "create", str(self.backup_dir))
 
     def prune(self) -> str:
+        before = first_held(self.backup_dir)
         try:
             return _cli("prune", str(self.backup_dir), "--keep-checkpoints", str(KEEP_CHECKPOINTS))
         finally:
-            self.held_from.append((time.time(), first_held(self.backup_dir)))
+            # Stamped with the prune's end: an offset read before may have been seen by it, and is held to it.
+            self.held_from.append((time.time(), before, first_held(self.backup_dir)))
 
     # -- helpers -----------------------------------------------------------------------------------------------
 

@@ -21,18 +21,21 @@ def slope_per_hour(times: Sequence[float], values: Sequence[float]) -> float:
     return 3600 * sum((t - mean_t) * (v - mean_v) for t, v in zip(times, values, strict=True)) / spread
 
 
-def floor_slope_per_hour(times: Sequence[float], values: Sequence[float], window_s: float = 300.0) -> float:
-    """The slope of the lowest value in each ``window_s`` (per hour): for a sawtooth such as a heap's old generation
-    between collections, what stays after them."""
+def floor_slope_per_hour(times: Sequence[float], values: Sequence[float], window_s: float = 300.0) -> float | None:
+    """The slope of the lowest value in each whole ``window_s`` (per hour): for a sawtooth such as a heap's old
+    generation between its collections, the trend under the teeth. None for fewer than three whole windows. A dip
+    that is no collection (a process killed and started again) pulls it down: read it beside the events."""
     if not times:
-        return 0.0
+        return None
     lowest: dict[int, tuple[float, float]] = {}
     for t, v in zip(times, values, strict=True):
         bucket = int((t - times[0]) // window_s)
         if bucket not in lowest or v < lowest[bucket][1]:
             lowest[bucket] = (t, v)
-    points = [lowest[b] for b in sorted(lowest)]
-    return slope_per_hour([t for t, _ in points], [v for _, v in points])
+    whole = [lowest[b] for b in sorted(lowest) if times[0] + (b + 1) * window_s <= times[-1] + 1e-9]
+    if len(whole) < 3:
+        return None
+    return slope_per_hour([t for t, _ in whole], [v for _, v in whole])
 
 
 def percentile(values: Sequence[float], share: float) -> float:
@@ -40,6 +43,10 @@ def percentile(values: Sequence[float], share: float) -> float:
         return 0.0
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
 
 
 def _column(name: str) -> Callable[[dict[str, Any]], float]:
@@ -86,7 +93,7 @@ def figures(
             continue
         found[column] = {
             "slope_mib_per_hour": round(slope_per_hour(times, values), 1),
-            "floor_slope_mib_per_hour": round(floor_slope_per_hour(times, values), 1),
+            "floor_slope_mib_per_hour": _rounded(floor_slope_per_hour(times, values)),
             "first": values[0] if values else None,
             "last": values[-1] if values else None,
             "max": max(values, default=None),

@@ -79,6 +79,9 @@ class Sampler(threading.Thread):
         self.rows: list[Row] = []
         self.kinds: Counter[str] = Counter()
         self._log_at = 0
+        #: Rows that could not be taken, and why the last one could not.
+        self.failures = 0
+        self.last_failure = ""
         self._halt = threading.Event()
         self._began = time.monotonic()
 
@@ -87,7 +90,12 @@ class Sampler(threading.Thread):
             writer = csv.DictWriter(out, [f.name for f in fields(Row)])
             writer.writeheader()
             while not self._halt.wait(self.interval):
-                row = self.take()
+                try:
+                    row = self.take()
+                except Exception as exc:  # a row lost, never the sampler: the run's end waits on its rows
+                    self.failures += 1
+                    self.last_failure = f"{type(exc).__name__}: {exc}"
+                    continue
                 self.rows.append(row)
                 writer.writerow(asdict(row))
                 out.flush()
