@@ -8,8 +8,8 @@ length); every 10 s the figures of :mod:`benchmarks.soak.samples`. One topic has
 moves them), one is retained by time (its head goes every minute after six). At the end the load stops, the backup
 catches up and is stopped as an operator stops it (SIGTERM to its Python driver), then the latest state and every
 completed checkpoint are each restored into a fresh Kafka cluster and compared record by record and group by group
-(:mod:`benchmarks.soak.compare`). Writes ``samples.csv``, ``events.csv``, ``soak.svg``, ``summary.json`` and the
-jobs' logs into ``--out``.
+(:mod:`benchmarks.soak.compare`). Writes ``samples.csv``, ``native-memory.csv``, ``events.csv``, ``soak.svg``,
+``summary.json`` and the jobs' logs into ``--out``.
 
 Not part of CI: a run takes ``--minutes`` plus about 3 minutes of set-up and a few minutes per restore.
 """
@@ -34,6 +34,7 @@ from benchmarks.soak.compare import GroupOffsets, Restored, compare, group_offse
 from benchmarks.soak.events import Chaos
 from benchmarks.soak.figures import figures
 from benchmarks.soak.load import LoadGenerator, LoadShape
+from benchmarks.soak.native_memory import TRACKING
 from benchmarks.soak.samples import Sampler
 from benchmarks.soak.service import BackupService
 from benchmarks.soak.shadow import ShadowReader, Truth
@@ -81,7 +82,8 @@ def main() -> None:
         load.start()
         sampler = Sampler(args.out / "samples.csv", driver_pid=0,
                           worker_pids=lambda: [node.process.pid for node in spark.nodes if node.process is not None],
-                          metrics_file=metrics_file, backup_dir=backup_dir, log_file=log_file)  # fmt: skip
+                          metrics_file=metrics_file, backup_dir=backup_dir, log_file=log_file,
+                          native_csv=args.out / "native-memory.csv")  # fmt: skip
         backup = BackupService(lambda: _start_backup(kafka, spark, backup_dir, metrics_file, log_file, work),
                                log_file, on_restart=sampler.follow)  # fmt: skip
         sampler.follow(backup.process.pid)
@@ -302,6 +304,8 @@ def _start_backup(kafka: KafkaCluster, spark: SparkCluster, backup_dir: Path, me
         "--trigger-interval", "5", "--offsets-interval", "30", "--metrics-file", metrics_file,
         "--metrics-interval", "5", "--max-segment-size", str(256 << 10),
         master=spark.master_url,
+        # The executors account for their native memory (benchmarks.soak.native_memory).
+        conf=[f"spark.executor.extraJavaOptions={TRACKING}"],
     )  # fmt: skip
     env = job_environment(master=spark.master_url)
     with open(log_file, "ab") as log:

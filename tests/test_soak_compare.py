@@ -184,3 +184,17 @@ def test_a_damaged_or_strange_performance_data_file_gives_what_it_can_never_an_e
     (tmp_path / "link").symlink_to(tmp_path / "real")
     assert counters(tmp_path / "real") == {"sun.gc.generation.1.space.0.used": 7}
     assert counters(tmp_path / "link") == {}
+
+
+def test_a_jvms_native_memory_summary_is_read_by_category() -> None:
+    from benchmarks.soak.native_memory import parse_summary
+
+    # As `jcmd PID VM.native_memory summary` printed it for a JDK 17 started with -XX:NativeMemoryTracking=summary.
+    found = parse_summary((Path(__file__).parent / "data" / "nmt-summary-jdk17.txt").read_text())
+    assert found["Java Heap"] == 256.0
+    assert found["Total"] == pytest.approx(344704 / 1024)
+    assert found["Code"] == pytest.approx(7745 / 1024)
+    assert found["Metaspace"] == pytest.approx(8230 / 1024)
+    assert "Shared class space" in found
+    # Tracking off: jcmd says so, nothing is made up.
+    assert parse_summary("12345:\nNative memory tracking is not enabled\n") == {}

@@ -24,6 +24,7 @@ from typing import Any
 
 from benchmarks.process_tree import _children_of, _rss_mib
 from benchmarks.soak.jvm_heap import heap, is_jvm
+from benchmarks.soak.native_memory import native_memory
 
 
 @dataclass
@@ -72,6 +73,8 @@ class Sampler(threading.Thread):
         backup_dir: Path,
         log_file: Path,
         interval: float = 10.0,
+        native_csv: Path | None = None,
+        native_every: int = 6,
     ) -> None:
         super().__init__(daemon=True, name="soak-sampler")
         self.csv_path, self.driver_pid, self.worker_pids = csv_path, driver_pid, worker_pids
@@ -79,6 +82,8 @@ class Sampler(threading.Thread):
         self.rows: list[Row] = []
         self.kinds: Counter[str] = Counter()
         self._log_at = 0
+        #: Where the executors' native memory by category goes, every ``native_every`` samples (None: not asked).
+        self.native_csv, self.native_every = native_csv, native_every
         #: Rows that could not be taken, and why the last one could not.
         self.failures = 0
         self.last_failure = ""
@@ -89,7 +94,11 @@ class Sampler(threading.Thread):
         with open(self.csv_path, "w", newline="") as out:
             writer = csv.DictWriter(out, [f.name for f in fields(Row)])
             writer.writeheader()
+            taken = 0
             while not self._halt.wait(self.interval):
+                taken += 1
+                if self.native_csv is not None and taken % self.native_every == 0:
+                    self._native_memory()
                 try:
                     row = self.take()
                 except Exception as exc:  # a row lost, never the sampler: the run's end waits on its rows
@@ -137,6 +146,21 @@ class Sampler(threading.Thread):
     def follow(self, driver_pid: int) -> None:
         """Measure this driver from now on (the backup was started again)."""
         self.driver_pid = driver_pid
+
+    def _native_memory(self) -> None:
+        """One row per executor JVM and category into :attr:`native_csv` (:mod:`benchmarks.soak.native_memory`)."""
+        assert self.native_csv is not None
+        elapsed = round(time.monotonic() - self._began, 1)
+        rows = []
+        for pid in self._executor_pids():
+            if is_jvm(pid):
+                rows += [(elapsed, pid, name, round(mib, 1)) for name, mib in native_memory(pid).items()]
+        fresh = not self.native_csv.exists()
+        with open(self.native_csv, "a", newline="") as out:
+            writer = csv.writer(out)
+            if fresh:
+                writer.writerow(["elapsed_s", "pid", "category", "committed_mib"])
+            writer.writerows(rows)
 
     def _executor_pids(self) -> list[int]:
         pids: list[int] = []
