@@ -19,7 +19,6 @@ import pytest
 from spark_kafka_backup.catalog.ledger import CatalogLedger
 from spark_kafka_backup.catalog.store import read_catalog
 from spark_kafka_backup.datasource import register
-from spark_kafka_backup.datasource.scan_bounds import ScanBounds
 from spark_kafka_backup.datasource.scan_options import scan_options
 from spark_kafka_backup.datasource.scan_plan import plan_scans
 from spark_kafka_backup.partition.object_writer import ObjectPartitionWriter
@@ -133,9 +132,9 @@ def test_rows_equal_cat_and_a_query_opens_only_the_segments_it_needs(
         and hour_from <= r["timestamp"] <= hour_to
     ]  # fmt: skip
     assert wanted
-    options = scan_options({"path": str(root)})
-    planned = plan_scans(options, ScanBounds(frozenset(["ds-events"]), frozenset([1]), from_time=hour_from,
-                                             to_time=hour_to))  # fmt: skip
+    options = scan_options({"path": str(root), "topics": "ds-events", "partitions": "1",
+                            "fromTimestamp": str(hour_from), "toTimestamp": str(hour_to)})  # fmt: skip
+    planned = plan_scans(options)
     chosen = {name for scan in planned for name in scan.names}
     catalog = read_catalog(root, "ds-events", 1)
     assert catalog is not None
@@ -153,11 +152,10 @@ def test_rows_equal_cat_and_a_query_opens_only_the_segments_it_needs(
     for path in [*pruned.glob("*/segment_*_records"), *pruned.glob("*/segment_*_index")]:
         if path.parent.name != "ds-events" or not any(path.name.startswith(name + "_") for name in chosen):
             path.unlink()
-    query = (
-        f"topic = 'ds-events' AND partition = 1 AND timestamp >= timestamp_millis({hour_from}) "
-        f"AND timestamp < timestamp_millis({hour_to + 1})"
+    narrowed = spark.read.format("kbackup").options(
+        topics="ds-events", partitions="1", fromTimestamp=str(hour_from), toTimestamp=str(hour_to)
     )
-    assert as_cat(spark.read.format("kbackup").load(str(pruned)).filter(query).collect()) == wanted
+    assert as_cat(narrowed.load(str(pruned)).collect()) == wanted
 
 
 @pytest.fixture
@@ -174,6 +172,80 @@ def written(tmp_path: Path) -> Path:
 
 
 KEK = bytes(range(32))
+
+
+@pytest.fixture
+def many_segments(tmp_path: Path) -> Path:
+    """A backup of two topics in small segments with a catalog: ``q`` (3 partitions, 400 records each) and ``r``."""
+    root = tmp_path / "backup"
+    for topic, partitions in (("q", 3), ("r", 1)):
+        for partition in range(partitions):
+            with PartitionWriter(root / topic, topic, partition, max_segment_size=4000, fsync=False,
+                                 ledger=CatalogLedger(root)) as writer:  # fmt: skip
+                for i in range(400):
+                    writer.append(sample_record(i))
+    return root
+
+
+def test_each_query_of_one_dataframe_and_one_view_gets_its_own_rows_with_pushdown_on(
+    spark: Any, many_segments: Path, tmp_path: Path
+) -> None:
+    """PySpark hands a later scan of a DataFrame the plan an earlier query's pushed filters made: the source takes no
+    filter, so queries in a row (a filter, none, an OR, IN, a time window, an export) each answer for themselves."""
+    everything = cat(many_segments)
+    assert len(everything) == 1600
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    df = spark.read.format("kbackup").load(str(many_segments))
+    df.createOrReplaceTempView("repeated")
+    start = 1_700_000_000_000
+
+    def where(rows: list[dict[str, Any]], holds: Any) -> list[dict[str, Any]]:
+        return [row for row in rows if holds(row)]
+
+    queries: list[tuple[str, Any]] = [
+        ("offset < 100", lambda r: r["offset"] < 100),
+        ("true", lambda r: True),
+        ("partition = 1 OR partition = 2", lambda r: r["partition"] in (1, 2)),
+        ("topic = 'r' AND offset >= 600", lambda r: r["topic"] == "r" and r["offset"] >= 600),
+        ("partition IN (0, 2) AND offset BETWEEN 300 AND 330",
+         lambda r: r["partition"] in (0, 2) and 300 <= r["offset"] <= 330),
+        ("true", lambda r: True),
+        (f"timestamp >= timestamp_millis({start + 350}) AND timestamp < timestamp_millis({start + 360})",
+         lambda r: r["timestamp"] is not None and start + 350 <= r["timestamp"] < start + 360),
+        ("timestamp IS NULL OR offset = 3", lambda r: r["timestamp"] is None or r["offset"] == 3),
+        ("topic = 'q'", lambda r: r["topic"] == "q"),
+        ("key IS NULL", lambda r: r["key"] is None),
+        ("true", lambda r: True),
+    ]  # fmt: skip
+    for number, (condition, holds) in enumerate(queries):
+        wanted = where(everything, holds)
+        assert as_cat(df.filter(condition).collect()) == wanted, f"query {number}: {condition}"
+        assert df.filter(condition).count() == len(wanted), f"count {number}: {condition}"
+        # The same through SQL on the view, after another query of the DataFrame planned its own scan.
+        shown = spark.sql(f"SELECT count(*) AS n FROM repeated WHERE {condition}").collect()[0].n
+        assert shown == len(wanted), f"view {number}: {condition}"
+    # Two scans of the DataFrame in one query (a union of two filters) and an export after an exploratory filter.
+    assert df.filter("partition = 0 AND offset < 30").count() == 20  # offsets 0, 3 ... 27 of q/0 and r/0
+    both = df.filter("partition = 0").union(df.filter("partition = 2 AND offset > 1000")).count()
+    assert both == len(where(everything, lambda r: r["partition"] == 0 or (r["partition"] == 2 and r["offset"] > 1000)))
+    export = tmp_path / "export"
+    df.write.parquet(str(export))
+    assert spark.read.parquet(str(export)).count() == len(everything)
+
+
+def test_a_predicate_failing_on_a_record_is_one_line_naming_sparks_error_class_and_the_predicate(
+    spark: Any, many_segments: Path
+) -> None:
+    """``erase --where`` (the restore's ``--where`` finds its records the same way) with a predicate Spark can plan
+    but not evaluate on the records: the error class and the predicate, nothing erased."""
+    before = cat(many_segments)
+    where = "CAST(CAST(value AS STRING) AS INT) > 0"
+    done = kbackup_in_process("erase", many_segments, "--topic", "q", "--where", where)
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = done.stderr.strip().splitlines()
+    assert len(said) == 1 and "CAST_INVALID_INPUT" in said[0] and repr(where) in said[0], done.stderr
+    assert "errorClass" not in done.stderr and "Traceback" not in done.stderr
+    assert cat(many_segments) == before
 
 
 def test_encrypted_segments_read_with_the_key_and_options_narrow_the_rows(spark: Any, written: Path) -> None:

@@ -7,6 +7,7 @@ every value is text. An unknown option, or a value of the wrong shape, is one er
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -32,6 +33,15 @@ OPTIONS = {
     "maxBytesPerTask": "whole segments per task up to this many stored bytes (default 128M)",
 }
 _BY_LOWER = {name.lower(): name for name in OPTIONS}
+#: The jobs' flags the library's errors name, and the option of the data source that does the same.
+_FLAG_OPTIONS = {
+    "--encryption-key-file": "encryptionKeyFile",
+    "--encryption-key-env": "encryptionKeyEnv",
+    "--skip-bad-segments": "skipBadSegments",
+    "--allow-unauthenticated": "allowUnauthenticated",
+    "--legacy-no-magic": "legacyNoMagic",
+}
+_FLAG_WORD = re.compile("|".join(re.escape(flag) + r"(?![\w-])" for flag in _FLAG_OPTIONS))
 _BOOLEANS = {"true": True, "false": False}
 
 DEFAULT_TASK_BYTES = 128 << 20
@@ -94,6 +104,19 @@ def scan_options(given: Mapping[str, str]) -> ScanOptions:
         legacy=_flag(options, "legacyNoMagic", False),
         task_bytes=_bytes(options.get("maxBytesPerTask")),
     )
+
+
+def in_option_words(text: str) -> str:
+    """An error's text with each of the jobs' flags it names replaced by the option of the data source that does the
+    same (``--encryption-key-file FILE`` -> ``option encryptionKeyFile FILE``)."""
+    return _FLAG_WORD.sub(lambda found: "option " + _FLAG_OPTIONS[found.group(0)], text)
+
+
+def in_flag_words(text: str) -> str:
+    """The inverse of :func:`in_option_words`: a data source's error in the words of a job that read through it."""
+    for flag, option in _FLAG_OPTIONS.items():
+        text = re.sub(rf"(?:(?:the )?option )?\b{option}\b", flag, text)
+    return text
 
 
 def _listed(options: Mapping[str, str], name: str) -> list[str]:

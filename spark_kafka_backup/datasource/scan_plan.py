@@ -2,10 +2,10 @@
 
 What is looked at: the topic directories, each chosen partition's partition index and its catalog (small files).
 No segment is opened (but with keys, each segment's sealed head, as ``cat`` checks it): a segment is left out when
-the options or the query's pushed filters (:mod:`spark_kafka_backup.datasource.scan_bounds`) show it holds no row
-they want, from the catalog's first and last offset and its smallest and largest timestamp. A segment the catalog
-does not describe (the newest one of a running backup, or a backup without a catalog) is pruned by offsets only,
-from the partition index's start offsets.
+the options show it holds no row they want, from the catalog's first and last offset and its smallest and largest
+timestamp. A segment the catalog does not describe (the newest one of a running backup, or a backup without a
+catalog) is pruned by offsets only, from the partition index's start offsets. Each plan says in one line how many
+segments it reads of how many the topics and partitions it looked at hold.
 
 Each task then reads whole segments of one partition, consecutive ones grouped up to ``maxBytesPerTask`` stored
 bytes (:class:`~spark_kafka_backup.datasource.segment_scan.SegmentScan`).
@@ -17,14 +17,14 @@ files) and, with keys, the seals; checksums are checked by each task on the segm
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+import sys
+from dataclasses import dataclass
 
 from spark_kafka_backup.catalog.integrity import damage_text, offsets_overlap, unverifiable_segments
 from spark_kafka_backup.catalog.model import SegmentEntry
 from spark_kafka_backup.catalog.seals import seal_problems
 from spark_kafka_backup.catalog.segment_set import lost_segments
 from spark_kafka_backup.catalog.store import read_catalog
-from spark_kafka_backup.datasource.scan_bounds import ScanBounds, higher_bound, lower_bound
 from spark_kafka_backup.datasource.scan_options import ScanOptions
 from spark_kafka_backup.datasource.segment_scan import SegmentScan
 from spark_kafka_backup.errors import BackupNotFoundError, DamagedBackupError
@@ -48,13 +48,12 @@ class _Chosen:
     size: int | None
 
 
-def plan_scans(options: ScanOptions, bounds: ScanBounds | None = None) -> list[SegmentScan]:
-    """The tasks reading what ``options`` and ``bounds`` leave of the backup, by topic, partition and offset."""
-    bounds = bounds or ScanBounds()
+def plan_scans(options: ScanOptions) -> list[SegmentScan]:
+    """The tasks reading what ``options`` leave of the backup, by topic, partition and offset; logs how many segments
+    they read of how many there are."""
     root = parse_location(options.root)
     # Exactly this read's keys (none: none), also in a Python worker Spark reuses after a read that had keys.
     install_keys(KeyRing.of(load_key(file=file, env=env) for file, env in options.key_sources))
-    window = _window(options.window, bounds)
     topics = chosen_topics(root, None, option="the option topics")
     for topic in options.topics or ():
         if topic not in topics:
@@ -71,36 +70,45 @@ def plan_scans(options: ScanOptions, bounds: ScanBounds | None = None) -> list[S
                 f"(partitions: {', '.join(map(str, sorted(found))) or 'none'})"
             )
     scans: list[SegmentScan] = []
-    if bounds.nothing or window is None:
-        return scans
+    looked_at = 0
     for topic, listed in partitions.items():
-        if not bounds.takes_topic(topic):
-            continue
         for partition in listed:
-            if options.partitions is not None and partition not in options.partitions:
-                continue
-            if bounds.takes_partition(partition):
-                scans += _partition_scans(options, window, topic, partition)
+            if options.partitions is None or partition in options.partitions:
+                partition_scans, segments = _partition_scans(options, topic, partition)
+                scans += partition_scans
+                looked_at += segments
+    _say(
+        f"kbackup data source: {root}: reading {sum(len(scan.segments) for scan in scans)} of {looked_at} segments "
+        f"in {len(scans)} tasks ({_described(options)})"
+    )
     return scans
 
 
-def _window(given: Window, bounds: ScanBounds) -> Window | None:
-    """The options' window narrowed by the filters' bounds (``None``: empty)."""
-
-    window = replace(
-        given,
-        from_offset=higher_bound(given.from_offset, bounds.from_offset),
-        to_offset=lower_bound(given.to_offset, bounds.to_offset),
-        from_time=higher_bound(given.from_time, bounds.from_time),
-        to_time=lower_bound(given.to_time, bounds.to_time),
-    )
-    for low, high in ((window.from_offset, window.to_offset), (window.from_time, window.to_time)):
-        if low is not None and high is not None and low > high:
-            return None
-    return window
+def _described(options: ScanOptions) -> str:
+    """What the options select, for the plan's line."""
+    window = options.window
+    parts = [f"topics {','.join(options.topics)}" if options.topics else "every topic"]
+    if options.partitions is not None:
+        parts.append(f"partitions {','.join(map(str, sorted(options.partitions)))}")
+    for name, value in (("fromOffset", window.from_offset), ("toOffset", window.to_offset),
+                        ("fromTimestamp", window.from_time), ("toTimestamp", window.to_time)):  # fmt: skip
+        if value is not None:
+            parts.append(f"{name} {value}")
+    return ", ".join(parts)
 
 
-def _partition_scans(options: ScanOptions, window: Window, topic: str, partition: int) -> list[SegmentScan]:
+def _say(line: str) -> None:
+    """The plan's line: in the log when this process has one (a job's driver), else on standard error, which Spark
+    passes on from its planning worker to the driver's."""
+    if log.isEnabledFor(logging.INFO) and log.hasHandlers():
+        log.info("%s", line)
+    else:
+        print(line, file=sys.stderr, flush=True)
+
+
+def _partition_scans(options: ScanOptions, topic: str, partition: int) -> tuple[list[SegmentScan], int]:
+    """The tasks of one partition, and how many segments its partition index names."""
+    window = options.window
     root = parse_location(options.root)
     reader = PartitionReader(root / topic, partition, legacy=options.legacy)
     keys = installed_keys()
@@ -155,7 +163,7 @@ def _partition_scans(options: ScanOptions, window: Window, topic: str, partition
             legacy=options.legacy,
         )
         for group in _grouped(chosen, options.task_bytes)
-    ]
+    ], len(reader.segments)
 
 
 def _may_hold(entry: SegmentEntry | None, start: int, following: int | None, window: Window) -> bool:

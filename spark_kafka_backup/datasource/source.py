@@ -6,28 +6,35 @@
     register(spark)
     df = spark.read.format("kbackup").option("topics", "orders").load("/backups/prod")
 
-The classes here are what Spark pickles: the reader holds the typed options and the bounds of the pushed filters,
-:meth:`BackupReader.partitions` plans on the driver (:mod:`spark_kafka_backup.datasource.scan_plan`) and
-:meth:`BackupReader.read` reads one task's segments on an executor
-(:mod:`spark_kafka_backup.datasource.segment_scan`); each imports its side's module only when called.
+The classes here are what Spark pickles: the reader holds the typed options, :meth:`BackupReader.partitions` plans
+on the driver (:mod:`spark_kafka_backup.datasource.scan_plan`) and :meth:`BackupReader.read` reads one task's
+segments on an executor (:mod:`spark_kafka_backup.datasource.segment_scan`); each imports its side's module only when
+called.
+
+What a scan reads is decided by the options alone, never by a query's filters. PySpark (4.1 to 4.3) keeps the plan
+it got from a reader's ``pushFilters`` on the DataFrame's source object and hands that same plan to every later scan
+of the DataFrame (or of a view over it) whose filters it does not push: a query without a filter, with an ``OR``, or
+another branch of the same query. A reader that pruned by one query's filters would answer the next query with the
+first one's segments. So this reader takes no filter (Spark checks every filter on the rows), and every scan of one
+DataFrame plans the same segments; the options (``topics``, ``partitions``, ``fromOffset``... ``toTimestamp``) are
+fixed when the DataFrame is loaded, and prune safely.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import contextlib
+import copy
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from spark_kafka_backup.datasource.kafka_rows import KAFKA_ROWS_DDL, KAFKA_ROWS_SIMPLE
-from spark_kafka_backup.datasource.scan_bounds import ScanBounds, scan_bounds
-from spark_kafka_backup.datasource.scan_options import scan_options
-from spark_kafka_backup.errors import UsageError
+from spark_kafka_backup.datasource.scan_options import in_option_words, scan_options
+from spark_kafka_backup.errors import KbackupError, UsageError
 
 #: The format name: ``spark.read.format(FORMAT)``.
 FORMAT = "kbackup"
-#: Spark refuses a reader that takes filters unless this is true (it is false by default).
-PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
 class _ScanPartition(InputPartition):
@@ -38,16 +45,16 @@ class _ScanPartition(InputPartition):
 
 
 class BackupReader(DataSourceReader):
-    """Reads a backup without taking the query's filters (when the session turned filter pushdown off)."""
+    """Reads the segments the options select; takes none of a query's filters (module docstring)."""
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = scan_options(options)
-        self.bounds = ScanBounds()
 
     def partitions(self) -> Sequence[InputPartition]:
         from spark_kafka_backup.datasource.scan_plan import plan_scans
 
-        scans = plan_scans(self.options, self.bounds)
+        with _option_words():
+            scans = plan_scans(self.options)
         # Spark needs at least one partition: an empty one reads nothing.
         return [_ScanPartition(scan) for scan in scans] or [_ScanPartition(None)]
 
@@ -55,16 +62,8 @@ class BackupReader(DataSourceReader):
         from spark_kafka_backup.datasource.segment_scan import read_scan
 
         if partition.value is not None:
-            yield from read_scan(partition.value)
-
-
-class FilteringBackupReader(BackupReader):
-    """Reads a backup, pruning segments by the query's filters on topic, partition, offset and timestamp; every
-    filter is given back to Spark, which checks it on the rows (so pruning only has to be safe)."""
-
-    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
-        self.bounds = scan_bounds(filters)
-        return list(filters)
+            with _option_words():
+                yield from read_scan(partition.value)
 
 
 class BackupDataSource(DataSource):
@@ -79,15 +78,22 @@ class BackupDataSource(DataSource):
 
     def reader(self, schema: Any) -> DataSourceReader:
         _check_schema(schema)
-        return FilteringBackupReader(dict(self.options))
-
-
-class UnfilteredBackupDataSource(BackupDataSource):
-    """The same source for a session whose filter pushdown is off (its reader takes no filters)."""
-
-    def reader(self, schema: Any) -> DataSourceReader:
-        _check_schema(schema)
         return BackupReader(dict(self.options))
+
+
+@contextlib.contextmanager
+def _option_words() -> Iterator[None]:
+    """Errors raised while planning or reading, in the data source's words: the library names the jobs' flags
+    (``--encryption-key-file``), a reader sets options (``encryptionKeyFile``)."""
+    try:
+        yield
+    except KbackupError as exc:
+        reworded = in_option_words(str(exc))
+        if reworded == str(exc):
+            raise
+        translated = copy.copy(exc)
+        translated.args = (reworded,)
+        raise translated from exc
 
 
 def _check_schema(schema: Any) -> None:
@@ -101,15 +107,6 @@ def _check_schema(schema: Any) -> None:
 
 
 def register(spark: Any) -> None:
-    """Make ``spark.read.format("kbackup")`` read backups in this session.
-
-    Filter pushdown (segments pruned by a query's filters) needs ``spark.sql.python.filterPushdown.enabled``: it is
-    turned on unless the session set it to false, in which case the source reads without it. Which of the two is
-    decided here: a session that changes the setting afterwards calls ``register`` again.
-    """
-    setting = spark.conf.get(PUSHDOWN_CONF, None)
-    if setting is not None and setting.strip().lower() == "false":
-        spark.dataSource.register(UnfilteredBackupDataSource)
-        return
-    spark.conf.set(PUSHDOWN_CONF, "true")
+    """Make ``spark.read.format("kbackup")`` read backups in this session (the session's settings are left as they
+    are: with Python filter pushdown on or off, the source reads the same rows)."""
     spark.dataSource.register(BackupDataSource)

@@ -35,6 +35,7 @@ import numpy as np
 from spark_kafka_backup.catalog.integrity import bad_segments
 from spark_kafka_backup.datasource import register
 from spark_kafka_backup.datasource.match_runs import RUNS_DDL, matched_runs
+from spark_kafka_backup.datasource.scan_options import in_flag_words
 from spark_kafka_backup.errors import KbackupError, UsageError
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.selection import MatchedRuns, Window, count_selected
@@ -117,14 +118,22 @@ def find_matches(
     reader = reader.option("legacyNoMagic", str(scope.legacy).lower())
     flagged = _flagged(reader.load(str(scope.source)), where)
     try:
-        table = flagged.mapInArrow(matched_runs, RUNS_DDL).limit(MAX_RUNS + 1).toArrow()
+        with _quiet_query_context():
+            table = flagged.mapInArrow(matched_runs, RUNS_DDL).limit(MAX_RUNS + 1).toArrow()
     except KbackupError:
         raise
     except Exception as exc:
         from spark_kafka_backup.spark.failures import failure_cause
 
-        cause = _flags(failure_cause(exc))
-        raise KbackupError(f"--where: Spark could not evaluate {where!r} on the backup: {cause}") from exc
+        condition = _error_condition(exc)
+        if condition is None:  # not the predicate's: the data source's own error, or Spark's
+            raise KbackupError(
+                f"--where: Spark could not evaluate {where!r} on the backup: {_flags(failure_cause(exc))}"
+            ) from exc
+        raise UsageError(
+            f"--where {where!r} failed on the backup's records with Spark's error {condition}: {_first_line(exc)} "
+            "(the predicate must give true, false or null for every record)"
+        ) from exc
     if table.num_rows > MAX_RUNS:
         raise UsageError(
             f"--where {where!r} matches records scattered over more than {MAX_RUNS:,} runs, more than {use} "
@@ -224,10 +233,8 @@ def _expression_nodes(expressions: Any) -> tuple[list[str], list[str]]:
 
 def _flags(text: str) -> str:
     """The data source's words for its options, in the restore's flags."""
-    return (
-        text.replace("the option skipBadSegments", "--skip-bad-segments")
-        .replace("skipBadSegments", "--skip-bad-segments")
-        .replace("verify=false reads what the files hold", "the restore reads nothing it cannot check")
+    return in_flag_words(text).replace(
+        "verify=false reads what the files hold", "the restore reads nothing it cannot check"
     )
 
 
@@ -235,7 +242,11 @@ def _flags(text: str) -> str:
 def _quiet_query_context() -> Iterator[None]:
     """PySpark logs an error it raises with a query context (the predicate's text) itself, on standard error: the
     refusal is the one line said about it."""
-    loggers = [logging.getLogger(name) for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger")]
+    from pyspark.logger import PySparkLogger
+
+    # PySpark's own logger class: it logs the error with keywords of its own (errorClass=...), which a plain logger
+    # made by logging.getLogger first would refuse, raising in place of the error.
+    loggers = [PySparkLogger.getLogger(name) for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger")]
     kept = [logger.disabled for logger in loggers]
     for logger in loggers:
         logger.disabled = True
@@ -244,6 +255,19 @@ def _quiet_query_context() -> Iterator[None]:
     finally:
         for logger, disabled in zip(loggers, kept, strict=True):
             logger.disabled = disabled
+
+
+def _error_condition(exc: BaseException) -> str | None:
+    """The SQL error class (Spark's "condition", e.g. ``CAST_INVALID_INPUT``) of an error Spark raised evaluating the
+    predicate; ``None`` for an error of a Python worker (the data source's) or without one."""
+    from pyspark.errors import PySparkException
+
+    if not isinstance(exc, PySparkException):
+        return None
+    condition = exc.getCondition()
+    if not condition or condition.startswith("PYTHON_") or "PythonException" in type(exc).__name__:
+        return None
+    return condition
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,31 +1,17 @@
-"""The ``kbackup`` data source without Spark running: its options, what pushed filters imply, the rows built from a
-segment's columns, and the plan over a backup's catalog."""
+"""The ``kbackup`` data source without Spark running: its options, its errors' words, the rows built from a segment's
+columns, and the plan over a backup's catalog."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
-from pyspark.sql.datasource import (
-    EqualTo,
-    Filter,
-    GreaterThan,
-    GreaterThanOrEqual,
-    In,
-    IsNull,
-    LessThan,
-    LessThanOrEqual,
-    StringStartsWith,
-)
 
 from spark_kafka_backup.catalog.ledger import CatalogLedger
 from spark_kafka_backup.catalog.store import read_catalog
 from spark_kafka_backup.datasource.kafka_rows import KAFKA_ROWS_SCHEMA, kafka_rows
-from spark_kafka_backup.datasource.scan_bounds import ScanBounds, scan_bounds
 from spark_kafka_backup.datasource.scan_options import scan_options
 from spark_kafka_backup.datasource.scan_plan import plan_scans
 from spark_kafka_backup.datasource.segment_scan import read_scan
@@ -41,12 +27,6 @@ from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.writer import PartitionWriter
 from tests.recordgen import sample_record
 from tests.strategies import record_runs
-
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def at(micros: int) -> datetime:
-    return EPOCH + timedelta(microseconds=micros)
 
 
 def test_options_are_typed_and_a_wrong_one_is_one_error_naming_it() -> None:
@@ -69,41 +49,16 @@ def test_options_are_typed_and_a_wrong_one_is_one_error_naming_it() -> None:
             scan_options(wrong)
 
 
-def test_filters_narrow_topics_partitions_offsets_and_times_and_others_say_nothing() -> None:
-    bounds = scan_bounds([
-        EqualTo(("topic",), "a"), In(("partition",), (1, 3, 5)), LessThan(("partition",), 5),
-        GreaterThan(("offset",), 10), LessThanOrEqual(("offset",), 99),
-        GreaterThanOrEqual(("timestamp",), at(1_500_001)), LessThan(("timestamp",), at(2_000_000)),
-        StringStartsWith(("topic",), "x"), EqualTo(("key",), b"k"), EqualTo(("headers", "key"), "t"),
-    ])  # fmt: skip
-    assert bounds.topics == frozenset({"a"}) and bounds.partitions == frozenset({1, 3, 5})
-    assert [bounds.takes_partition(p) for p in (1, 3, 5)] == [True, True, False]
-    assert (bounds.from_offset, bounds.to_offset) == (11, 99)
-    # >= 1500.001 ms: from 1501 ms; < 2000.000 ms: to 1999 ms.
-    assert (bounds.from_time, bounds.to_time) == (1501, 1999)
-    assert scan_bounds([EqualTo(("topic",), "a"), In(("topic",), ("b",))]).nothing
-    assert scan_bounds([GreaterThan(("offset",), 5), LessThan(("offset",), 6)]).nothing
-    assert scan_bounds([IsNull(("offset",))]).nothing
-    assert scan_bounds([IsNull(("timestamp",))]) == ScanBounds()
+def test_errors_of_the_library_name_the_options_a_reader_sets_and_the_jobs_get_their_flags_back() -> None:
+    from spark_kafka_backup.datasource.scan_options import in_flag_words, in_option_words
 
-
-@settings(max_examples=200, deadline=None)
-@given(st.integers(-(10**15), 10**15), st.integers(-(10**12), 10**12),
-       st.sampled_from([EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual]))  # fmt: skip
-def test_a_time_bound_keeps_exactly_the_milliseconds_the_filter_matches(
-    micros: int, millis: int, kind: type[Filter]
-) -> None:
-    """Pruning is safe and tight: a record of ``millis`` is inside the bounds exactly when the filter holds for it."""
-    bounds = scan_bounds([kind(("timestamp",), at(micros))])  # type: ignore[call-arg]
-    inside = (bounds.from_time is None or millis >= bounds.from_time) and (
-        bounds.to_time is None or millis <= bounds.to_time
+    said = "a key is needed (--encryption-key-file FILE or --encryption-key-env VAR); --skip-bad-segments-like words"
+    reworded = in_option_words(said)
+    assert reworded == (
+        "a key is needed (option encryptionKeyFile FILE or option encryptionKeyEnv VAR); --skip-bad-segments-like words"
     )
-    value = millis * 1000
-    holds = {
-        EqualTo: value == micros, GreaterThan: value > micros, GreaterThanOrEqual: value >= micros,
-        LessThan: value < micros, LessThanOrEqual: value <= micros,
-    }[kind]  # fmt: skip
-    assert inside == holds
+    assert in_flag_words(reworded) == said
+    assert in_flag_words("the option skipBadSegments reads the rest") == "--skip-bad-segments reads the rest"
 
 
 @settings(max_examples=60, deadline=None)
@@ -173,8 +128,8 @@ def test_the_plan_reads_whole_segments_the_catalog_says_can_match(tmp_path: Path
         (1, (entry.name,)) for entry in catalog.segments
     ]
     # Offsets 300..330 of partition 1 only: the one or two segments holding them, read from offset 300.
-    narrow = plan_scans(options, scan_bounds([EqualTo(("partition",), 1), GreaterThanOrEqual(("offset",), 300),
-                                              LessThanOrEqual(("offset",), 330)]))  # fmt: skip
+    narrow = plan_scans(scan_options({"path": str(root), "maxBytesPerTask": "1", "partitions": "1",
+                                      "fromOffset": "300", "toOffset": "330"}))  # fmt: skip
     holding = [e.name for e in catalog.segments if e.first_offset <= 330 and e.last_offset >= 300]  # type: ignore[operator]
     assert [name for scan in narrow for name in scan.names] == holding
     rows = [row for scan in narrow for batch in read_scan(scan) for row in batch.to_pylist()]
@@ -189,7 +144,6 @@ def test_the_plan_reads_whole_segments_the_catalog_says_can_match(tmp_path: Path
     assert [row["offset"] for scan in timed for batch in read_scan(scan) for row in batch.to_pylist()] == [
         3 * i for i in range(200, 300) if i % 4 < 2
     ]
-    assert plan_scans(options, scan_bounds([EqualTo(("topic",), "other")])) == []
     with pytest.raises(BackupNotFoundError, match=r"topic 'other' .* is not in backup"):
         plan_scans(scan_options({"path": str(root), "topics": "other"}))
 
