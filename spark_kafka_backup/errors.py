@@ -201,6 +201,16 @@ class SourceLossError(KbackupError):
     """The source cluster deleted records before the backup could read them (a snapshot that is not whole)."""
 
 
+class StoppedEarlyError(KbackupError):
+    """A job stopped by a signal before it did what it set out to do (a snapshot that did not reach the end offsets
+    it planned): what it did is kept and a run with the same options goes on from there. Its exit status is the
+    shell's for the signal, ``128 + signal``: 143 for SIGTERM, 130 for SIGINT."""
+
+    def __init__(self, message: str, *, signum: int) -> None:
+        super().__init__(message)
+        self.exit_status = 128 + signum
+
+
 class OriginError(KbackupError):
     """The target holds a backup of another Kafka cluster or of another incarnation of a topic."""
 

@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -84,6 +85,18 @@ def kill_job(process: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     process.wait(30)
+
+
+def stop_driver(job: subprocess.Popen[bytes], log: Path, *, timeout: float = 120) -> int:
+    """The operator's clean stop of a job started by :func:`start_job`: SIGTERM to the Python driver whose pid its
+    log names; its exit code (the process group is killed if it does not end in ``timeout`` s)."""
+    try:
+        pid = int(re.findall(r"stop with SIGTERM to the driver process (\d+)", log.read_text())[-1])
+        os.kill(pid, signal.SIGTERM)
+        return job.wait(timeout)
+    finally:
+        if job.poll() is None:
+            kill_job(job)
 
 
 def run_kbackup(

@@ -238,7 +238,7 @@ class ClusterWatch:
             log.info("%s prepared in the backup", count(created, "new partition"))
 
     def _take_round(self, admin: Any, timeout: float) -> OffsetRound:
-        return take_round(admin, self._selection, timeout=timeout, group_reader=self._groups)
+        return take_round(admin, self._selection, target=self._target, timeout=timeout, group_reader=self._groups)
 
     def _take_cuts(self) -> bool:
         """Take the cut of each new checkpoint request; whether there was one."""

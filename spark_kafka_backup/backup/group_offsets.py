@@ -18,14 +18,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from spark_kafka_backup.backup.origin import Recreated, check_origin
 from spark_kafka_backup.catalog.ledger import CatalogLedger
 from spark_kafka_backup.catalog.offset_history import append_round
-from spark_kafka_backup.catalog.topics import record_topic
+from spark_kafka_backup.catalog.topics import read_topic_record, record_topic
 from spark_kafka_backup.errors import PlacementError
 from spark_kafka_backup.fsutil import sync_filesystem
 from spark_kafka_backup.kafka.cluster import (
@@ -36,6 +36,7 @@ from spark_kafka_backup.kafka.cluster import (
     list_offsets,
     partition_counts,
     topic_configs,
+    topic_ids,
 )
 from spark_kafka_backup.kafka.isolated_groups import IsolatedGroupOffsets
 from spark_kafka_backup.kafka.topics import TopicSelection
@@ -56,6 +57,11 @@ class OffsetRound:
     taken_at: float
     #: False when a node did not answer the group listing: a group missing from ``groups`` may still exist.
     complete: bool = True
+    #: The topic id (incarnation) each topic's offsets were read for, the same before and after they were read.
+    topic_ids: Mapping[str, str] = field(default_factory=dict)
+    #: Topics left out of the round because the cluster's incarnation is not the one the target backed up:
+    #: topic -> (the backed-up topic id, the cluster's).
+    other_incarnations: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
     def reached_by(self, backed_up: Mapping[TopicPartitionKey, int]) -> bool:
         """Whether a backup that holds offsets below ``backed_up`` covers this round."""
@@ -80,13 +86,22 @@ def take_round(
     admin: Any,
     selection: TopicSelection,
     *,
+    target: Location | None = None,
     read_committed: bool = True,
     timeout: float = 30,
     group_reader: IsolatedGroupOffsets | None = None,
 ) -> OffsetRound:
     """Read a round (module docstring); ``timeout``: of each request to the cluster. ``group_reader``: where the groups'
     committed offsets are read (a child process of the job's: :mod:`spark_kafka_backup.kafka.isolated_groups`);
-    ``admin`` itself when None."""
+    ``admin`` itself when None.
+
+    Group offsets are committed by topic name: a topic deleted and created again takes commits under the same name.
+    So the topics' ids are read before the groups and again after the end offsets, and a topic is in the round only
+    when both say the same incarnation (a topic recreated in between is in the next round). With ``target``, a topic
+    whose incarnation is not the one the target backed up is left out (named in ``other_incarnations``): its groups'
+    offsets are never stored against the backed-up partitions, and the round does not wait for its end offsets."""
+    counted = selected_partitions(admin, selection, timeout=timeout)
+    before = topic_ids(admin, {topic for topic, _ in counted}, timeout=timeout)
     # The restore's progress markers (spark_kafka_backup.restore.marker) are not a consumer's position.
     committed, complete = (
         group_reader(timeout=timeout) if group_reader else committed_group_offsets(admin, timeout=timeout)
@@ -94,8 +109,24 @@ def take_round(
     groups = {group: offsets for group, offsets in committed.items() if group != PROGRESS_GROUP}
     keys = selected_partitions(admin, selection, timeout=timeout)
     ends = list_offsets(admin, keys, latest=True, read_committed=read_committed, timeout=timeout)
+    after = topic_ids(admin, {topic for topic, _ in keys}, timeout=timeout)
+    settled = {topic: found for topic, found in after.items() if before.get(topic) == found}
+    others: dict[str, tuple[str, str]] = {}
+    if target is not None:
+        for topic, found in settled.items():
+            record = read_topic_record(target, topic)
+            if record is not None and record.topic_id is not None and record.topic_id != found:
+                others[topic] = (record.topic_id, found)
+    ends = {key: end for key, end in ends.items() if key[0] in settled and key[0] not in others}
     kept = {group: {key: offset for key, offset in offsets.items() if key in ends} for group, offsets in groups.items()}
-    return OffsetRound({group: offsets for group, offsets in kept.items() if offsets}, ends, time.time(), complete)
+    return OffsetRound(
+        {group: offsets for group, offsets in kept.items() if offsets},
+        ends,
+        time.time(),
+        complete,
+        topic_ids={topic: found for topic, found in settled.items() if topic not in others},
+        other_incarnations=others,
+    )
 
 
 def store_round(target: Location, round_: OffsetRound, *, prune: bool, live_groups: set[str] | None = None) -> int:

@@ -59,10 +59,18 @@ from spark_kafka_backup.backup.origin import Recreated, check_origin
 from spark_kafka_backup.backup.schemas import RegistryWatch
 from spark_kafka_backup.backup.settings import BackupSettings, parse_backup_args
 from spark_kafka_backup.backup.source_loss import SourceLossReport
+from spark_kafka_backup.boundary import Stopped
 from spark_kafka_backup.catalog import checkpoints
 from spark_kafka_backup.catalog.erase import finish_erase
 from spark_kafka_backup.catalog.ledger import CatalogLedger
-from spark_kafka_backup.errors import ClusterError, KbackupError, OriginError, SchemaRegistryError, SourceLossError
+from spark_kafka_backup.errors import (
+    ClusterError,
+    KbackupError,
+    OriginError,
+    SchemaRegistryError,
+    SourceLossError,
+    StoppedEarlyError,
+)
 from spark_kafka_backup.fsutil import restrict_new_files
 from spark_kafka_backup.job_options import run_job
 from spark_kafka_backup.kafka.admin_session import AdminSession
@@ -130,8 +138,19 @@ class BackupJob:
     _source_loss: SourceLossReport | None = None
     #: Topics refused because they were deleted and created again (see :mod:`spark_kafka_backup.backup.origin`).
     _recreated: dict[str, str] = field(default_factory=dict)
+    #: Topics whose groups' offsets rounds leave out for another incarnation (named once).
+    _other_incarnations: set[str] = field(default_factory=set)
 
     def run(self) -> int:
+        try:
+            return self._run()
+        except (Stopped, KeyboardInterrupt) as stop:
+            if not self.settings.snapshot:
+                raise
+            signum = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
+            raise StoppedEarlyError(_stopped_snapshot(signum, {}, {}), signum=signum) from stop
+
+    def _run(self) -> int:
         settings = self.settings
         edge_setting()  # a mistyped KBACKUP_KAFKA_EDGE is refused before anything is written
         self._umask = restrict_new_files(settings.umask)
@@ -168,7 +187,7 @@ class BackupJob:
                 spark = self._session()
                 try:
                     code = self._back_up(spark, session)
-                    finished = settings.snapshot and self._stop_signal is None
+                    finished = settings.snapshot  # a snapshot stopped before its end raised StoppedEarlyError
                     return code
                 finally:
                     spark.stop()
@@ -200,9 +219,11 @@ class BackupJob:
         if self._registry is not None:
             self._registry.capture_now(when="at the start")
         first_round = session.call(
-            lambda admin, timeout: take_round(admin, settings.selection, timeout=timeout, group_reader=self._groups)
+            lambda admin, timeout: take_round(
+                admin, settings.selection, target=settings.target, timeout=timeout, group_reader=self._groups
+            )
         )
-        self._pending.append(first_round)
+        self._add_rounds([first_round])
         if settings.snapshot:
             self._groups.close()  # a snapshot reads its groups once, at its start
         self._metrics.observe_last_stable_offsets(first_round.ends, first_round.taken_at)
@@ -222,6 +243,7 @@ class BackupJob:
         log.info("running; stop with SIGTERM to the driver process %d (a snapshot stops by itself)", os.getpid())
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         started = time.monotonic()
+        stopped_by: int | None = None  # the signal that stopped the query (a snapshot that ends by itself: none)
         watch = None
         if not settings.snapshot:
             watch = ClusterWatch(
@@ -251,6 +273,7 @@ class BackupJob:
                 if self._stop_signal is not None:
                     log.info("signal %d: stopping after abandoning the batch in flight", self._stop_signal)
                     query.stop()
+                    stopped_by = self._stop_signal
                     break
                 try:
                     query.awaitTermination(1)
@@ -266,7 +289,7 @@ class BackupJob:
                 self._source_loss.poll()
                 self._publish()
             self._report_progress(query)
-            if settings.snapshot and self._stop_signal is None:
+            if settings.snapshot and stopped_by is None:
                 # A finished snapshot holds everything up to the end offsets it
                 # captured at its start, and every round was taken before that.
                 self._store_reached_rounds(query, finished_snapshot=True)
@@ -301,6 +324,9 @@ class BackupJob:
                     log.warning("the source deleted records before this backup read them: %s (recorded in the "
                                 "backup as lost at the source)", self._source_loss.describe())  # fmt: skip
                 self._refuse_at_end(session)
+                if settings.snapshot and stopped_by is not None:
+                    raise StoppedEarlyError(_stopped_snapshot(stopped_by, first_round.ends, _backed_up_offsets(query)),
+                                            signum=stopped_by)  # fmt: skip
         finally:
             if watch is not None:
                 watch.stop()
@@ -614,7 +640,7 @@ class BackupJob:
         found = watch.collect()
         for cluster_id, item in found.recreated:
             self._refuse_recreated(cluster_id, [item])
-        self._pending.extend(found.rounds)
+        self._add_rounds(found.rounds)
         self._checkpoints.extend(found.cuts)
         for at, ends in found.samples:
             self._metrics.observe_last_stable_offsets(ends, at)
@@ -632,6 +658,21 @@ class BackupJob:
                 still.append(waiting)
         self._checkpoints = still
         self._metrics.observe_checkpoints(waiting=len(still))
+
+    def _add_rounds(self, rounds: list[OffsetRound]) -> None:
+        """Rounds to store once the backup reaches them; a topic whose groups' offsets a round left out for another
+        incarnation is named once."""
+        for round_ in rounds:
+            for topic, (recorded, found) in sorted(round_.other_incarnations.items()):
+                if topic not in self._other_incarnations:
+                    self._other_incarnations.add(topic)
+                    log.warning(
+                        "consumer group offsets of topic %r are not stored: the cluster's topic (id %s) is not the "
+                        "incarnation backed up here (id %s); the backup keeps the offsets it had stored for it, and "
+                        "offset rounds go on for the other topics",
+                        topic, found, recorded,
+                    )  # fmt: skip
+        self._pending.extend(rounds)
 
     def _store_reached_rounds(self, query: Any, *, finished_snapshot: bool = False) -> None:
         if not self._pending:
@@ -709,6 +750,24 @@ class BackupJob:
             "start to its end, Spark's start-up included (%.1f s after the query started)",
             self._rows, self._batch_seconds, rate, time.monotonic() - self._began, seconds,
         )  # fmt: skip
+
+
+def _stopped_snapshot(signum: int, planned: dict[TopicPartitionKey, int], reached: dict[TopicPartitionKey, int]) -> str:
+    """What a snapshot stopped by a signal says: how far it got of the end offsets it planned at its start."""
+    name = signal.Signals(signum).name
+    if not reached:
+        progress = "no micro-batch of it had been committed"
+    else:
+        done = sum(1 for key, end in planned.items() if reached.get(key, 0) >= end)
+        left = sum(max(0, end - reached.get(key, 0)) for key, end in planned.items())
+        progress = (
+            f"{done} of {count(len(planned), 'partition')} backed up to the end offsets it planned, "
+            f"{count(left, 'offset')} still to read"
+        )
+    return (
+        f"the snapshot was stopped by {name} before it was complete: {progress}; what it backed up is kept, and a run "
+        "with the same options goes on from there (the backup holds no completed checkpoint of this run)"
+    )
 
 
 def _location_text(location: Location) -> str:

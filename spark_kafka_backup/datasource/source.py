@@ -11,7 +11,7 @@ on the driver (:mod:`spark_kafka_backup.datasource.scan_plan`) and :meth:`Backup
 segments on an executor (:mod:`spark_kafka_backup.datasource.segment_scan`); each imports its side's module only when
 called.
 
-What a scan reads is decided by the options alone, never by a query's filters. PySpark (4.1 to 4.3) keeps the plan
+What a scan reads is decided by the options alone, never by a query's filters. PySpark (seen in 4.3.0) keeps the plan
 it got from a reader's ``pushFilters`` on the DataFrame's source object and hands that same plan to every later scan
 of the DataFrame (or of a view over it) whose filters it does not push: a query without a filter, with an ``OR``, or
 another branch of the same query. A reader that pruned by one query's filters would answer the next query with the

@@ -96,6 +96,7 @@ from spark_kafka_backup.spark.backup_files import WRITES_SCHEMA
 from spark_kafka_backup.spark.kafka_planning import OffsetPlanner
 from spark_kafka_backup.spark.kafka_reader import KafkaRange, KafkaTask, kafka_schema, read_range
 from spark_kafka_backup.spark.kafka_task import read_task, write_task
+from spark_kafka_backup.spark.runner_exit import quiet_closed_socket_on_exit
 from spark_kafka_backup.spark.source_options import (
     SOURCE_NAME,
     SourceOptions,
@@ -169,6 +170,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: offsets live in Spark's checkpoint, never in Kafka."""
+
+    def stop(self) -> None:
+        """The query stops (the Python process of the driver that runs this reader ends after)."""
+        quiet_closed_socket_on_exit()
 
     # -- executor side -----------------------------------------------------
 

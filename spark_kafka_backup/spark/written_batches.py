@@ -22,6 +22,26 @@ from spark_kafka_backup.spark.backup_files import writes_from_batch
 from spark_kafka_backup.spark.v1_sink import record_schema_ids, report_batch
 from spark_kafka_backup.storage import parse_location
 
+#: What the function raises when the query was stopped under it. Spark's stream thread tells a stop from a failure by
+#: matching the text Python hands back through Py4J against the Py4J error of an interrupted call (``Py4JJavaError: An
+#: error occurred while calling`` ... ``java.lang.InterruptedException``), with a pattern that recurses once per
+#: character: on the whole traceback of a cancelled job (its Java stack trace included) the stream thread died of
+#: ``StackOverflowError``. This text says the same in one short line.
+INTERRUPTED_BATCH = (
+    "py4j.protocol.Py4JJavaError: An error occurred while calling toArrow of batch {batch}: "
+    "java.lang.InterruptedException (the query was stopped; the batch is read again at the next start)"
+)
+
+
+class BatchInterrupted(Exception):  # noqa: N818 (the name says what happened, as Spark's InterruptedException)
+    """The query was stopped while a batch ran: its job was cancelled (see :data:`INTERRUPTED_BATCH`)."""
+
+
+def stopped_under(error: BaseException) -> bool:
+    """Whether a Spark call failed because the query was stopped: its job cancelled, or its thread interrupted."""
+    text = str(error)
+    return "InterruptedException" in text or ("cancelled" in text and "SparkException" in text)
+
 
 def commit_written_batches(
     root: str, stats_dir: Path | None, *, schema_ids: bool = False
@@ -32,7 +52,14 @@ def commit_written_batches(
     (:func:`~spark_kafka_backup.spark.v1_sink.record_schema_ids`) before Spark records the batch."""
 
     def commit(frame: Any, batch_id: int) -> None:
-        table = frame.toArrow()
+        try:
+            table = frame.toArrow()
+        except Exception as exc:
+            if not stopped_under(exc):
+                raise
+            table = None
+        if table is None:  # raised here, not in the handler above: no long traceback of the cause goes with it
+            raise BatchInterrupted(INTERRUPTED_BATCH.format(batch=batch_id))
         writes = [write for batch in table.to_batches() for write in writes_from_batch(batch, root)]
         report_batch(batch_id, writes, stats_dir)
         if schema_ids:

@@ -379,6 +379,7 @@ def test_the_watch_reads_group_offsets_through_the_isolated_reader(
     monkeypatch.setattr(group_offsets, "committed_group_offsets", in_process)
     monkeypatch.setattr(group_offsets, "selected_partitions", lambda admin, selection, timeout: [("orders", 0)])
     monkeypatch.setattr(group_offsets, "list_offsets", lambda admin, keys, **kwargs: {("orders", 0): 10})
+    monkeypatch.setattr(group_offsets, "topic_ids", lambda admin, topics, timeout: dict.fromkeys(topics, "id-1"))
     asked: list[float] = []
 
     def reader(*, timeout: float) -> tuple[dict[str, dict[tuple[str, int], int]], bool]:
