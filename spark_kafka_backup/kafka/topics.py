@@ -14,6 +14,10 @@ from dataclasses import dataclass
 
 from spark_kafka_backup.errors import UsageError
 
+#: The topics Kafka keeps for itself (the brokers write them; clients may not): consumer group offsets, transaction
+#: state, share group state, and KRaft's metadata log.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state", "__cluster_metadata"})
+
 
 @dataclass(frozen=True)
 class TopicSelection:

@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from spark_kafka_backup.errors import ClusterError, KbackupError, RestoreFencedError
+from spark_kafka_backup.errors import ClusterError, KbackupError, RestoreFencedError, TargetChangedError
 from spark_kafka_backup.fsutil import restrict_new_files, world_writable
 from spark_kafka_backup.job_options import run_job
 from spark_kafka_backup.kafka.client_settings import redact
@@ -58,6 +58,7 @@ from spark_kafka_backup.restore.plan import (
 )
 from spark_kafka_backup.restore.schemas import register_schemas
 from spark_kafka_backup.restore.settings import RestoreSettings, parse_restore_args
+from spark_kafka_backup.restore.target_check import verify_held
 from spark_kafka_backup.restore.task import PartitionResult, PartitionTask, restore_partition_sharing
 from spark_kafka_backup.restore.throttle import Throttle
 from spark_kafka_backup.restore.timestamp_type import TIMESTAMP_TYPE, PendingTimestampTypes, set_timestamp_types
@@ -223,6 +224,17 @@ def _restore(settings: RestoreSettings, plan: RestorePlan, admin: Any, umask: in
                 TIMESTAMP_TYPE,
                 kind,
             )
+    # Every record this restore produced, and every one it found already there, must still be there: checked
+    # before the groups are moved onto them (spark_kafka_backup.restore.target_check).
+    held = {(p.target_topic, p.target_partition): p.identity for p in plan.partitions
+            if p.selected > 0 and (p.to_produce > 0 or p.has_marker)}  # fmt: skip
+    missing = verify_held(settings.client, admin, held)
+    if missing:
+        raise TargetChangedError(
+            "the target lost records of this restore after they were produced: "
+            + "; ".join(missing)
+            + " (no consumer group was moved; restore into a topic nobody deletes records of)"
+        )
     planned: dict[str, dict[TopicPartitionKey, int]] = {}
     for result in results:
         for group, offset in result.group_offsets.items():

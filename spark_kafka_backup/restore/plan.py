@@ -52,6 +52,7 @@ from spark_kafka_backup.errors import (
     DamagedBackupError,
     DecryptionKeyError,
     KbackupError,
+    TargetChangedError,
     TargetLimitError,
     TargetNotEmptyError,
     UsageError,
@@ -75,6 +76,7 @@ from spark_kafka_backup.restore.profile import RecordsProfile, profile_partition
 from spark_kafka_backup.restore.repartition import KEEP, Repartition, Source
 from spark_kafka_backup.restore.settings import RestoreSettings
 from spark_kafka_backup.restore.stream_columns import count_routed_columns
+from spark_kafka_backup.restore.target_check import missing_records
 from spark_kafka_backup.restore.target_limits import (
     PRODUCER_MESSAGE_BYTES,
     Choices,
@@ -141,6 +143,8 @@ class PartitionPlan:
     baseline: int = 0
     #: The target offset after the last record of this restore already there (the end, when there is none).
     after_last: int = 0
+    #: The target partition held this restore's progress marker when planned (an earlier run's records are there).
+    has_marker: bool = False
     status: str = "empty"
     bad_segments: list[BadSegment] = field(default_factory=list)
     #: The restore's name for these records on the target (see :mod:`spark_kafka_backup.restore.marker`).
@@ -294,6 +298,7 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
     _refuse_missing_keys(plan, settings)
     groups = (group for part in plan.partitions for group in part.groups)
     refuse_missing(admin, restore_permissions(plan.topics, groups), settings.client)
+    _refuse_own_source(plan, settings, admin)
     _place(plan, settings, admin, existing)
     _check_targets(plan, settings, admin)
     return plan
@@ -565,6 +570,39 @@ def _restored_groups(groups: dict[str, int]) -> dict[str, int]:
     return {group: offset for group, offset in groups.items() if group != PROGRESS_GROUP}
 
 
+def _refuse_own_source(plan: RestorePlan, settings: RestoreSettings, admin: Any) -> None:
+    """A target topic that is the backed-up topic itself (same cluster id, same topic id) would get every backed-up
+    record again, after the ones it still holds, and its groups' offsets mapped onto the copies, past records they
+    have not read: refused, whatever ``--allow-non-empty`` says. ``--allow-restore-into-source`` restores anyway and
+    leaves those topics' groups where they are on the source (never backwards, never past what they read)."""
+    from spark_kafka_backup.kafka.cluster import cluster_identity
+
+    candidates = [t for t in plan.topics if t.existing_partitions is not None and t.origin_topic_id is not None]
+    if not candidates:
+        return
+    cluster_id, ids = cluster_identity(admin, [t.target_topic for t in candidates])
+    own = [t for t in candidates if t.origin_cluster == cluster_id and ids.get(t.target_topic) == t.origin_topic_id]
+    if not own:
+        return
+    named = ", ".join(f"{t.target_topic} (topic id {t.origin_topic_id})" for t in own)
+    if not settings.allow_into_source:
+        raise TargetNotEmptyError(
+            f"the target is the backup's own source: cluster {cluster_id}, topic(s) {named} are the very topics "
+            "the backup was read from, so every backed-up record would be appended again after the ones they still "
+            "hold; restore into other topics (--topic-map) or another cluster, or, to append them anyway, "
+            "--allow-restore-into-source --allow-non-empty (consumer groups are then left where they are)"
+        )
+    into = {t.target_topic for t in own}
+    for part in plan.partitions:
+        if part.target_topic in into and part.groups:
+            part.groups = {}
+    for topic in own:
+        topic.notes.append(
+            f"{topic.target_topic} is the backup's own source topic (--allow-restore-into-source): its records are "
+            "appended again, and its consumer groups are left where they are"
+        )
+
+
 def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: dict[str, int]) -> None:
     """Decide each partition's starting point from the target's current state.
 
@@ -583,11 +621,14 @@ def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: d
     finally:
         consumer.close()
     problems = []
+    lost: list[str] = []  # an earlier run's records no longer there: never counted as restored
     for part in plan.partitions:
         key = (part.target_topic, part.target_partition)
         part.target_start, part.target_end = earliest.get(key, 0), latest.get(key, 0)
         marker = markers.get(key)
         if part.repartition is not None:
+            if marker is not None and marker.restore == part.identity:
+                lost.extend(missing_records([key], markers, {key: part.identity}, earliest, latest))
             problem = _place_spread(settings, part, marker)
             if problem:
                 problems.append(problem)
@@ -595,8 +636,10 @@ def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: d
         reader = PartitionReader(settings.source / part.source_topic, part.source_partition, legacy=settings.legacy)
         if marker is not None and marker.restore == part.identity:
             part.resume_from, part.baseline, part.after_last = marker.resume_from, marker.first, marker.next
+            part.has_marker = True
             part.skip = count_selected(reader, part.window, below=marker.resume_from)
             part.status = "already restored" if part.skip == part.selected else "resume"
+            lost.extend(missing_records([key], markers, {key: part.identity}, earliest, latest))
             continue
         part.replaces = marker.restore if marker is not None else None
         held = part.target_end - part.target_start
@@ -616,6 +659,12 @@ def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: d
             # Offsets, not records: a transactional producer's markers take offsets too.
             problems.append(f"{part.target_topic}/{part.target_partition} (offsets {part.target_start}.."
                             f"{part.target_end - 1})")  # fmt: skip
+    if lost:
+        raise TargetChangedError(
+            "records an earlier run of this restore produced are no longer in the target: "
+            + "; ".join(lost)
+            + " (they cannot be counted as restored; restore into a new or emptied topic)"
+        )
     _count_resumed(settings, [p for p in plan.partitions if p.repartition is not None and p.status == "resume"])
     if problems:
         raise TargetNotEmptyError(
@@ -654,6 +703,7 @@ def _place_spread(settings: RestoreSettings, part: PartitionPlan, marker: Progre
     assert part.repartition is not None
     if marker is not None and marker.restore == part.identity:
         part.resume_from, part.baseline, part.after_last = marker.resume_from, marker.first, marker.next
+        part.has_marker = True
         part.status = "resume"  # skip and status set by _count_resumed, in one pass per topic
         return None
     part.replaces = marker.restore if marker is not None else None

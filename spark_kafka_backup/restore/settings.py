@@ -28,9 +28,10 @@ from spark_kafka_backup.arguments import (
 )
 from spark_kafka_backup.errors import UsageError
 from spark_kafka_backup.format.encryption import KeyRing
+from spark_kafka_backup.format.naming import TOPIC_GRAMMAR, is_topic_name
 from spark_kafka_backup.job_options import Monitoring, job_parser, spark_conf
 from spark_kafka_backup.kafka.connector_config import ConnectorProperties, client_settings
-from spark_kafka_backup.kafka.topics import TopicSelection
+from spark_kafka_backup.kafka.topics import INTERNAL_TOPICS, TopicSelection
 from spark_kafka_backup.partition.layout import state_dir
 from spark_kafka_backup.partition.selection import MatchedRuns, Window
 from spark_kafka_backup.restore.repartition import KEEP, MODES
@@ -67,6 +68,8 @@ class RestoreSettings:
     #: Records and bytes per second for the whole restore (shared out to its tasks).
     throttle: Throttle = field(default_factory=Throttle)
     allow_non_empty: bool = False
+    #: Restore into the topic incarnation the backup was read from (refused otherwise, whatever allow_non_empty says).
+    allow_into_source: bool = False
     skip_bad_segments: bool = False
     accept_retention_loss: bool = False
     restamp: bool = False
@@ -158,10 +161,23 @@ class RestoreSettings:
         return Window(low, high, self.from_time, self.to_time, matched=matched)
 
     def check_target_names(self, restored: Sequence[str]) -> None:
-        """Refuse two restored topics that would go into one target topic (a rename onto a restored name)."""
+        """Refuse a target name Kafka would refuse or keeps for itself, and two restored topics that would go into
+        one target topic (a rename onto a restored name)."""
         by_target: dict[str, list[str]] = {}
         for topic in restored:
-            by_target.setdefault(self.target_topic(topic), []).append(topic)
+            target = self.target_topic(topic)
+            mapped = f" (--topic-map {topic}={target})" if target != topic else ""
+            if target in INTERNAL_TOPICS:
+                raise UsageError(
+                    f"target topic {target!r}{mapped} is one of Kafka's internal topics, which only the brokers "
+                    "write: restore the backup of it into another topic name (--topic-map), or leave it out "
+                    "(--topics)"
+                )
+            if not is_topic_name(target):
+                raise UsageError(
+                    f"target topic {target!r}{mapped} is not a valid Kafka topic name (expected {TOPIC_GRAMMAR})"
+                )
+            by_target.setdefault(target, []).append(topic)
         for target, sources in sorted(by_target.items()):
             if len(sources) > 1:
                 renamed = [s for s in sources if s != target]
@@ -255,6 +271,12 @@ def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.Argumen
         "--allow-non-empty",
         action="store_true",
         help="restore into partitions that already hold records, after them (offsets then differ from an empty target)",
+    )
+    own.add_argument(
+        "--allow-restore-into-source",
+        action="store_true",
+        help="restore into the very topic the backup was read from (same cluster and topic id): its backed-up "
+        "records are appended again; consumer groups are left where they are",
     )
     own.add_argument("--force-offsets", action="store_true", help="also move group offsets backwards")
     own.add_argument(
@@ -398,6 +420,7 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
         max_rate=args.max_rate,
         throttle=Throttle(args.max_records_per_second, args.max_bytes_per_second),
         allow_non_empty=args.allow_non_empty,
+        allow_into_source=args.allow_restore_into_source,
         skip_bad_segments=args.skip_bad_segments,
         accept_retention_loss=args.accept_retention_loss,
         restamp=args.restamp,
