@@ -149,7 +149,7 @@ def store_round(target: Location, round_: OffsetRound, *, prune: bool, live_grou
         if merged != stored:
             write_consumer_offsets(topic_dir, partition, merged)
             changed += 1
-    append_round(target, int(round_.taken_at * 1000), round_.groups)
+    append_round(target, int(round_.taken_at * 1000), round_.groups, round_.topic_ids)
     return changed
 
 

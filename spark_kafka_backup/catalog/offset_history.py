@@ -54,6 +54,12 @@ SCHEMA = fastavro.parse_schema(
             {"name": "topic", "type": "string"},
             {"name": "partition", "type": "int"},
             {"name": "offset", "type": "long"},
+            {
+                "name": "topicId",
+                "type": ["null", "string"],
+                "default": None,
+                "doc": "the topic id (incarnation) the round read the offset for; null: not recorded",
+            },
         ],
     }
 )
@@ -66,6 +72,8 @@ class HistoryEntry:
     topic: str
     partition: int
     offset: int
+    #: The topic id (incarnation) the offset was read for; ``None``: not recorded (an older spark-kafka-backup).
+    topic_id: str | None = None
 
 
 def history_file(root: Location, round_time: int) -> Location:
@@ -76,18 +84,26 @@ def history_file(root: Location, round_time: int) -> Location:
     return history_dir(root) / f"offsets-{day}.avro"
 
 
-def append_round(root: Location, round_time: int, groups: Mapping[str, Mapping[tuple[str, int], int]]) -> int:
-    """Append one round; return how many entries were written.
+def append_round(
+    root: Location,
+    round_time: int,
+    groups: Mapping[str, Mapping[tuple[str, int], int]],
+    topic_ids: Mapping[str, str] | None = None,
+) -> int:
+    """Append one round, each offset with the id of the topic incarnation it was read for (``topic_ids``); return
+    how many entries were written.
 
-    On disk the day's file is appended to (a torn tail from a crash is cut
-    first); objects cannot be appended to, so there each round is a new
-    object written whole.
+    On disk the day's file is appended to (a torn tail from a crash is cut first, and a file an older version wrote
+    without topic ids is rewritten with the field first, its entries without an id); objects cannot be appended to,
+    so there each round is a new object written whole.
     """
+    ids = topic_ids or {}
     records = [
-        {"roundTimeMs": round_time, "group": group, "topic": topic, "partition": partition, "offset": offset}
+        {"roundTimeMs": round_time, "group": group, "topic": topic, "partition": partition, "offset": offset,
+         "topicId": ids.get(topic)}
         for group, offsets in sorted(groups.items())
         for (topic, partition), offset in sorted(offsets.items())
-    ]
+    ]  # fmt: skip
     if not records:
         return 0
     path = history_file(root, round_time)
@@ -99,8 +115,9 @@ def append_round(root: Location, round_time: int, groups: Mapping[str, Mapping[t
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists():
         valid, torn = _read_file(path)
-        if torn:
-            _rewrite(path, valid)
+        # Appending takes the file's own schema: one without topicId would drop the ids silently.
+        if torn or any("topicId" not in record for record in valid):
+            _rewrite(path, [{**record, "topicId": record.get("topicId")} for record in valid])
         try:
             with open(path, "a+b") as handle:
                 fastavro.writer(handle, SCHEMA, records)
@@ -151,16 +168,25 @@ def read_history(root: Location) -> Iterator[HistoryEntry]:
     for path in _history_files(root):
         for record in _read_file(path)[0]:
             yield HistoryEntry(
-                record["roundTimeMs"], record["group"], record["topic"], record["partition"], record["offset"]
-            )
+                record["roundTimeMs"], record["group"], record["topic"], record["partition"], record["offset"],
+                record.get("topicId"),
+            )  # fmt: skip
 
 
-def offsets_as_of(root: Location, time_ms: int) -> tuple[int, dict[str, dict[tuple[str, int], int]]] | None:
-    """The latest round at or before ``time_ms``: its time and every group's offsets then; ``None`` if none."""
+def offsets_as_of(
+    root: Location, time_ms: int, *, topic_ids: Mapping[str, str] | None = None
+) -> tuple[int, dict[str, dict[tuple[str, int], int]]] | None:
+    """The latest round at or before ``time_ms``: its time and every group's offsets then; ``None`` if none.
+
+    ``topic_ids``: the incarnation the backup holds of each topic; an entry read for another incarnation of its topic
+    is left out (an entry without an id is taken: written before ids were recorded)."""
     chosen: int | None = None
     groups: dict[str, dict[tuple[str, int], int]] = {}
+    ids = topic_ids or {}
     for entry in read_history(root):
         if entry.round_time > time_ms:
+            continue
+        if entry.topic_id is not None and ids.get(entry.topic, entry.topic_id) != entry.topic_id:
             continue
         if chosen is None or entry.round_time > chosen:
             chosen, groups = entry.round_time, {}

@@ -557,12 +557,22 @@ def _historic_groups(settings: RestoreSettings) -> tuple[int, dict[str, dict[tup
         as_of = settings.to_time
     if as_of is None:
         return None
-    found = offsets_as_of(settings.source, as_of)
+    found = offsets_as_of(settings.source, as_of, topic_ids=_backed_up_ids(settings))
     if found is None:
         raise BackupNotFoundError(
             f"the backup {settings.source} has no consumer offset round at or before {iso_time(as_of)}"
         )
     return found
+
+
+def _backed_up_ids(settings: RestoreSettings) -> dict[str, str]:
+    """The topic id (incarnation) the backup holds of each of its topics that records one."""
+    ids = {}
+    for topic in list_topics(settings.source):
+        record = read_topic_record(settings.source, topic)
+        if record is not None and record.topic_id is not None:
+            ids[topic] = record.topic_id
+    return ids
 
 
 def _restored_groups(groups: dict[str, int]) -> dict[str, int]:

@@ -46,3 +46,33 @@ def test_a_torn_append_is_dropped_and_repaired(tmp_path: Path, cut: int) -> None
     append_round(tmp_path, DAY + 3000, {"g": {("t", 0): 7}})
     assert [(e.round_time, e.offset) for e in read_history(tmp_path)] == [(DAY + 1000, 5), (DAY + 3000, 7)]
     assert path.stat().st_size > whole_first
+
+
+def test_each_offset_keeps_the_topic_incarnation_it_was_read_for_and_a_restore_takes_only_the_backed_up_one(
+    tmp_path: Path,
+) -> None:
+    append_round(tmp_path, DAY + 1000, {"g": {("t", 0): 100, ("u", 0): 100}}, {"t": "old-id", "u": "u-id"})
+    # A round read after t was deleted and created again (a backup before offset rounds checked the incarnation).
+    append_round(tmp_path, DAY + 2000, {"g": {("t", 0): 180, ("u", 0): 900}}, {"t": "new-id", "u": "u-id"})
+    assert [e.topic_id for e in read_history(tmp_path)] == ["old-id", "u-id", "new-id", "u-id"]
+    backed_up = {"t": "old-id", "u": "u-id"}
+    assert offsets_as_of(tmp_path, DAY + 5000, topic_ids=backed_up) == (DAY + 2000, {"g": {("u", 0): 900}})
+    assert offsets_as_of(tmp_path, DAY + 5000) == (DAY + 2000, {"g": {("t", 0): 180, ("u", 0): 900}})
+
+
+def test_a_day_file_written_without_topic_ids_is_rewritten_with_the_field_before_an_append(tmp_path: Path) -> None:
+    import fastavro
+
+    old_schema = fastavro.parse_schema(
+        {"type": "record", "name": "GroupOffset", "namespace": "kbackup",
+         "fields": [{"name": n, "type": t} for n, t in (("roundTimeMs", "long"), ("group", "string"),
+                                                        ("topic", "string"), ("partition", "int"), ("offset", "long"))]}
+    )  # fmt: skip
+    path = history_file(tmp_path, DAY + 1000)
+    assert isinstance(path, Path)
+    path.parent.mkdir(parents=True)
+    with open(path, "wb") as handle:  # as spark-kafka-backup wrote it before topic ids
+        fastavro.writer(handle, old_schema, [{"roundTimeMs": DAY + 1000, "group": "g", "topic": "t", "partition": 0,
+                                              "offset": 5}])  # fmt: skip
+    append_round(tmp_path, DAY + 2000, {"g": {("t", 0): 9}}, {"t": "id-1"})
+    assert [(e.offset, e.topic_id) for e in read_history(tmp_path)] == [(5, None), (9, "id-1")]
