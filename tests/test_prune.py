@@ -62,6 +62,13 @@ def test_old_segments_go_and_the_rest_still_verifies(root: Path) -> None:
     assert _segments(root) == before[len(old) :]
     first_kept = before[len(old)][0]
     assert [r.offset for r in PartitionReader(root / "t", 0).records()] == list(range(first_kept or 0, 40))
+    # What it let go is kept in the catalog: a restore says what a group committed below it skips.
+    catalog = read_catalog(root, "t", 0)
+    assert catalog is not None and catalog.pruned is not None
+    assert first_kept is not None
+    assert (catalog.pruned.first_offset, catalog.pruned.last_offset, catalog.pruned.records) == (
+        0, first_kept - 1, first_kept
+    )  # fmt: skip
     assert len(list((root / "t").glob("*_records"))) == len(before) - len(old) + 1
     verified = run_kbackup("verify", root, "--deep")
     assert verified.returncode == 0, verified.stdout
@@ -142,6 +149,7 @@ def test_an_interrupted_prune_is_noted_and_finished_next_time(root: Path) -> Non
 
 
 def test_a_pruned_backup_still_plans_a_restore(root: Path, kafka: BrokerUnderTest, tmp_path: Path) -> None:
+    write_consumer_offsets(root / "t", 0, {"early": 5, "late": 35}, sync=False)
     assert run_kbackup("prune", root, "--older-than", "7d").returncode == 0
     remaining = sum(1 for _ in PartitionReader(root / "t", 0).records())
     config = tmp_path / "client.properties"
@@ -154,6 +162,11 @@ def test_a_pruned_backup_still_plans_a_restore(root: Path, kafka: BrokerUnderTes
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert f"t/0 -> pruned-t/0: {remaining} records" in result.stdout
+    # A group committed inside what the prune let go is told how many records it skips; one above it is not.
+    pruned = 40 - remaining
+    said = f"group early: t/0 committed at 5, but prune let go of offsets 0..{pruned - 1} ({pruned} records)"
+    assert said in result.stdout and f"skips up to {pruned} of those records" in result.stdout, result.stdout
+    assert "group late: t/0 committed" not in result.stdout
 
 
 def test_prune_needs_a_rule(root: Path) -> None:

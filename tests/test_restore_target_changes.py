@@ -120,3 +120,29 @@ def test_a_restore_into_its_own_source_is_refused_even_with_allow_non_empty(
     assert meant.returncode == 0, meant.stdout[-3000:] + meant.stderr[-3000:]
     assert len(consume_all(kafka, [topic])) == 2030
     assert group_offsets(kafka, "gold") == {(topic, 0): 500}
+
+
+def test_a_target_topic_deleted_under_a_restore_is_named_as_deleted(target: Target, tmp_path: Path) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    backup = tmp_path / "backup"
+    write_backup(backup, "deleted-under", partitions=2, records=600)
+    name = target.name("deleted-under")
+    log = tmp_path / "restore.log"
+    job = start_restore(*target.args(tmp_path), "--source-dir", backup, "--topic-map", f"deleted-under={name}",
+                        "--max-rate", "100", log=log)  # fmt: skip
+    try:
+        wait_for(lambda: high_watermarks(target.broker, name).get(0, 0) > 100 if _exists(target, name) else False,
+                 240, "100 records restored", job=job, log=log)  # fmt: skip
+        admin = AdminClient(target.broker.client_settings())  # kept until the deletion is answered
+        admin.delete_topics([name])[name].result(30)
+        code = job.wait(300)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(30)
+    output = log.read_text()
+    assert code == 1, output[-4000:]
+    line = _error_line(output)
+    assert "deleted" in line and name in line, line
+    assert "Traceback" not in output

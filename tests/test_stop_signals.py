@@ -63,6 +63,8 @@ def _stopped(job_args: tuple[str | Path, ...], log: Path, sent: signal.Signals, 
         deadline = time.monotonic() + 60
         while pid is None and time.monotonic() < deadline:
             pid = driver_pid(job)
+            if pid is None:
+                time.sleep(0.2)
         assert pid is not None, log.read_text()[-3000:]
         os.kill(pid, sent)
         code = job.wait(180)

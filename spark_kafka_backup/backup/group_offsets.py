@@ -97,7 +97,8 @@ def take_round(
 
     Group offsets are committed by topic name: a topic deleted and created again takes commits under the same name.
     So the topics' ids are read before the groups and again after the end offsets, and a topic is in the round only
-    when both say the same incarnation (a topic recreated in between is in the next round). With ``target``, a topic
+    when both say the same incarnation (a topic recreated in between is in the next round; one that did not exist
+    before is the incarnation read after: a deleted topic's commits go with it). With ``target``, a topic
     whose incarnation is not the one the target backed up is left out (named in ``other_incarnations``): its groups'
     offsets are never stored against the backed-up partitions, and the round does not wait for its end offsets."""
     counted = selected_partitions(admin, selection, timeout=timeout)
@@ -110,7 +111,8 @@ def take_round(
     keys = selected_partitions(admin, selection, timeout=timeout)
     ends = list_offsets(admin, keys, latest=True, read_committed=read_committed, timeout=timeout)
     after = topic_ids(admin, {topic for topic, _ in keys}, timeout=timeout)
-    settled = {topic: found for topic, found in after.items() if before.get(topic) == found}
+    # Missing before: created (again) since, so the commits read in between are the incarnation now there.
+    settled = {topic: found for topic, found in after.items() if before.get(topic, found) == found}
     others: dict[str, tuple[str, str]] = {}
     if target is not None:
         for topic, found in settled.items():

@@ -140,6 +140,8 @@ class BackupJob:
     _recreated: dict[str, str] = field(default_factory=dict)
     #: Topics whose groups' offsets rounds leave out for another incarnation (named once).
     _other_incarnations: set[str] = field(default_factory=set)
+    #: The signal handlers before the query's own (put back when the job ends).
+    _saved_handlers: dict[int, Any] = field(default_factory=dict)
 
     def run(self) -> int:
         try:
@@ -149,6 +151,11 @@ class BackupJob:
                 raise
             signum = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
             raise StoppedEarlyError(_stopped_snapshot(signum, {}, {}), signum=signum) from stop
+        finally:
+            # From the query's start to here a signal is recorded, not raised: a stop under way, or a finished
+            # snapshot's teardown (Spark's stop, the lease), is not turned into another outcome by a second signal.
+            for sig, handler in self._saved_handlers.items():
+                signal.signal(sig, handler)
 
     def _run(self) -> int:
         settings = self.settings
@@ -240,8 +247,8 @@ class BackupJob:
         self._source_loss = SourceLossReport(settings.target, settings.selection,
                                              every=min(settings.offsets_interval, 30.0))  # fmt: skip
         query = self._start(spark)
+        self._saved_handlers = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         log.info("running; stop with SIGTERM to the driver process %d (a snapshot stops by itself)", os.getpid())
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         started = time.monotonic()
         stopped_by: int | None = None  # the signal that stopped the query (a snapshot that ends by itself: none)
         watch = None
@@ -332,8 +339,6 @@ class BackupJob:
                 watch.stop()
             if self._registry is not None:
                 self._registry.stop()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
         return 0
 
     # -- steps ---------------------------------------------------------------

@@ -143,5 +143,8 @@ class CatalogLedger:
         known = catalog.read_from if catalog.read_from is not None else read_from
         if added or len(kept) != len(catalog.segments) or known != catalog.read_from:
             entries = sorted((*kept, *added), key=lambda entry: entry.start_offset)
-            write_catalog(self.root, PartitionCatalog(topic, partition, tuple(entries), read_from=known))
+            write_catalog(
+                self.root,
+                PartitionCatalog(topic, partition, tuple(entries), read_from=known, pruned=catalog.pruned),
+            )
         self._vouch(topic_dir, partition)

@@ -39,6 +39,22 @@ class SegmentEntry:
 
 
 @dataclass(frozen=True)
+class PrunedPrefix:
+    """What prunes let go of at the head of a partition, in all: offsets ``first_offset`` to ``last_offset`` (the
+    first pruned segment's first record to the last pruned segment's last), ``records`` records. A prune removes a
+    prefix of the segments, so successive ones extend one range."""
+
+    first_offset: int
+    last_offset: int
+    records: int
+
+    def extended(self, first_offset: int, last_offset: int, records: int) -> PrunedPrefix:
+        return PrunedPrefix(
+            min(self.first_offset, first_offset), max(self.last_offset, last_offset), self.records + records
+        )
+
+
+@dataclass(frozen=True)
 class PartitionCatalog:
     topic: str
     partition: int
@@ -50,6 +66,8 @@ class PartitionCatalog:
     #: known (written before spark-kafka-backup recorded it, or a catalog rebuilt from the files), so such offsets are
     #: missing.
     read_from: int | None = None
+    #: What prunes let go of at the head (``None``: nothing, or pruned before spark-kafka-backup recorded it).
+    pruned: PrunedPrefix | None = None
 
     def encode(self) -> bytes:
         document: dict[str, Any] = {
@@ -62,6 +80,8 @@ class PartitionCatalog:
         document["segments"] = [_camel(_present(asdict(entry))) for entry in self.segments]
         if self.tail is not None:
             document["tail"] = _camel(asdict(self.tail))
+        if self.pruned is not None:
+            document["pruned"] = _camel(asdict(self.pruned))
         return json.dumps(document, indent=1, sort_keys=False).encode() + b"\n"
 
     def tail_of(self, name: str) -> TailEntry | None:
@@ -95,7 +115,12 @@ class PartitionCatalog:
             read_from = document.get("readFrom")
             if read_from is not None and (type(read_from) is not int or read_from < 0):
                 raise FormatError("invalid readFrom", file=file, expected="an offset", found=repr(read_from)[:40])
-            return cls(topic, check_partition(document["partition"], file=file), segments, tail, read_from)
+            pruned_fields = document.get("pruned")
+            pruned = None
+            if pruned_fields is not None:
+                values = check_fields(PrunedPrefix, _snake(pruned_fields), file=file, what="catalog pruned range")
+                pruned = PrunedPrefix(**values)
+            return cls(topic, check_partition(document["partition"], file=file), segments, tail, read_from, pruned)
         except FormatError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:

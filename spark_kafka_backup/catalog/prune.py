@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from spark_kafka_backup.catalog import checkpoints
-from spark_kafka_backup.catalog.model import SegmentEntry
+from spark_kafka_backup.catalog.model import PartitionCatalog, PrunedPrefix, SegmentEntry
 from spark_kafka_backup.catalog.seals import pinned_names
 from spark_kafka_backup.catalog.store import read_catalog, write_catalog
 from spark_kafka_backup.errors import FormatError
@@ -168,7 +168,7 @@ def finish_intent(root: Location, *, progress: bool = False) -> bool:
             catalog = read_catalog(root, topic, partition)
             if catalog is not None and any(entry.name in names for entry in catalog.segments):
                 entries = tuple(entry for entry in catalog.segments if entry.name not in names)
-                write_catalog(root, replace(catalog, segments=entries))
+                write_catalog(root, replace(catalog, segments=entries, pruned=_pruned(catalog, names)))
             for name in names:
                 for suffix in (RECORDS_SUFFIX, INDEX_SUFFIX):
                     storage.delete(topic_dir / f"{name}{suffix}")
@@ -216,6 +216,19 @@ def partition_locked(topic_dir: Location, topic: str, partition: int) -> Iterato
     finally:
         for fd in held.fds:
             os.close(fd)
+
+
+def _pruned(catalog: PartitionCatalog, names: set[str]) -> PrunedPrefix | None:
+    """The catalog's pruned range extended by its segments ``names`` (in the same write that drops them)."""
+    pruned = catalog.pruned
+    for entry in catalog.segments:
+        first, last = entry.first_offset, entry.last_offset
+        if entry.name not in names or first is None or last is None:
+            continue  # kept, or empty
+        pruned = (
+            PrunedPrefix(first, last, entry.records) if pruned is None else pruned.extended(first, last, entry.records)
+        )
+    return pruned
 
 
 def prune_lease(root: Location) -> TargetLease:

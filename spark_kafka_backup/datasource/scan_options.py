@@ -31,6 +31,7 @@ OPTIONS = {
     "allowUnauthenticated": "with keys: read segments no seal vouches for (default false)",
     "legacyNoMagic": "files written before the v1 magic byte existed (default false)",
     "maxBytesPerTask": "whole segments per task up to this many stored bytes (default 128M)",
+    "logPlan": "say on standard error how many segments each plan reads of how many (default true)",
 }
 _BY_LOWER = {name.lower(): name for name in OPTIONS}
 #: The jobs' flags the library's errors name, and the option of the data source that does the same.
@@ -59,6 +60,7 @@ class ScanOptions:
     allow_unauthenticated: bool = False
     legacy: bool = False
     task_bytes: int = DEFAULT_TASK_BYTES
+    log_plan: bool = True
 
 
 def scan_options(given: Mapping[str, str]) -> ScanOptions:
@@ -103,6 +105,7 @@ def scan_options(given: Mapping[str, str]) -> ScanOptions:
         allow_unauthenticated=_flag(options, "allowUnauthenticated", False),
         legacy=_flag(options, "legacyNoMagic", False),
         task_bytes=_bytes(options.get("maxBytesPerTask")),
+        log_plan=_flag(options, "logPlan", True),
     )
 
 

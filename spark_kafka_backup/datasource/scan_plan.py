@@ -77,10 +77,11 @@ def plan_scans(options: ScanOptions) -> list[SegmentScan]:
                 partition_scans, segments = _partition_scans(options, topic, partition)
                 scans += partition_scans
                 looked_at += segments
-    _say(
-        f"kbackup data source: {root}: reading {sum(len(scan.segments) for scan in scans)} of {looked_at} segments "
-        f"in {len(scans)} tasks ({_described(options)})"
-    )
+    if options.log_plan:
+        _say(
+            f"kbackup data source: {root}: reading {sum(len(scan.segments) for scan in scans)} of {looked_at} segments "
+            f"in {len(scans)} tasks ({_described(options)})"
+        )
     return scans
 
 

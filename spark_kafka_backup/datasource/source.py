@@ -23,7 +23,6 @@ fixed when the DataFrame is loaded, and prune safely.
 from __future__ import annotations
 
 import contextlib
-import copy
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -91,7 +90,9 @@ def _option_words() -> Iterator[None]:
         reworded = in_option_words(str(exc))
         if reworded == str(exc):
             raise
-        translated = copy.copy(exc)
+        # Not copy.copy: it calls the class with the args alone, which fails for errors of keyword-only fields.
+        translated = type(exc).__new__(type(exc))
+        translated.__dict__.update(exc.__dict__)
         translated.args = (reworded,)
         raise translated from exc
 

@@ -30,7 +30,13 @@ from spark_kafka_backup.errors import ClusterError, KbackupError, RestoreFencedE
 from spark_kafka_backup.fsutil import restrict_new_files, world_writable
 from spark_kafka_backup.job_options import run_job
 from spark_kafka_backup.kafka.client_settings import redact
-from spark_kafka_backup.kafka.cluster import TopicPartitionKey, admin_client, create_topics, partition_counts
+from spark_kafka_backup.kafka.cluster import (
+    TopicPartitionKey,
+    admin_client,
+    create_topics,
+    partition_counts,
+    topic_ids,
+)
 from spark_kafka_backup.kafka.columnar import edge_setting
 from spark_kafka_backup.kafka.permissions import refuse_missing
 from spark_kafka_backup.logsetup import ensure_console_logging
@@ -58,7 +64,7 @@ from spark_kafka_backup.restore.plan import (
 )
 from spark_kafka_backup.restore.schemas import register_schemas
 from spark_kafka_backup.restore.settings import RestoreSettings, parse_restore_args
-from spark_kafka_backup.restore.target_check import verify_held
+from spark_kafka_backup.restore.target_check import changed_targets, verify_held
 from spark_kafka_backup.restore.task import PartitionResult, PartitionTask, restore_partition_sharing
 from spark_kafka_backup.restore.throttle import Throttle
 from spark_kafka_backup.restore.timestamp_type import TIMESTAMP_TYPE, PendingTimestampTypes, set_timestamp_types
@@ -179,7 +185,17 @@ def _restore(settings: RestoreSettings, plan: RestorePlan, admin: Any, umask: in
     idle = len(plan.partitions) - len(tasks)
     if idle:
         log.info("%s nothing to produce", count(idle, "partition has", "partitions have"))
-    results = _run_tasks(tasks, settings, umask, watch, idle=idle) if tasks else []
+    # The incarnation of each target topic the tasks produce into: a failure is named by what changed under it.
+    produced_into: dict[str, str] = {}
+    with contextlib.suppress(ClusterError):  # only to name a failure: the tasks do not wait for it
+        produced_into = topic_ids(admin, {task.target_topic for task in tasks}, timeout=15) if tasks else {}
+    try:
+        results = _run_tasks(tasks, settings, umask, watch, idle=idle) if tasks else []
+    except KbackupError as exc:
+        changed = changed_targets(produced_into, settings.client)
+        if changed:
+            raise TargetChangedError(f"the restore failed: {'; '.join(changed)} ({exc})") from exc
+        raise
     watch.metrics.observe_results({(r.target_topic, r.target_partition): r.produced for r in results})
     seconds = time.monotonic() - started
     fenced = [result.fenced for result in results if result.fenced]
@@ -228,7 +244,10 @@ def _restore(settings: RestoreSettings, plan: RestorePlan, admin: Any, umask: in
     # before the groups are moved onto them (spark_kafka_backup.restore.target_check).
     held = {(p.target_topic, p.target_partition): p.identity for p in plan.partitions
             if p.selected > 0 and (p.to_produce > 0 or p.has_marker)}  # fmt: skip
-    missing = verify_held(settings.client, admin, held)
+    retention: list[str] | None = [] if settings.accept_retention_loss else None
+    missing = verify_held(settings.client, admin, held, head_loss=retention)
+    for line in retention or ():
+        log.warning("%s (accepted with --accept-retention-loss)", line)
     if missing:
         raise TargetChangedError(
             "the target lost records of this restore after they were produced: "

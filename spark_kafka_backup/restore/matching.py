@@ -116,6 +116,7 @@ def find_matches(
     reader = reader.option("skipBadSegments", str(scope.skip_bad_segments).lower())
     reader = reader.option("allowUnauthenticated", str(scope.allow_unauthenticated).lower())
     reader = reader.option("legacyNoMagic", str(scope.legacy).lower())
+    reader = reader.option("logPlan", "false")  # the job's own lines say what it matched
     flagged = _flagged(reader.load(str(scope.source)), where)
     try:
         with _quiet_query_context():
@@ -267,7 +268,9 @@ def _error_condition(exc: BaseException) -> str | None:
     condition = exc.getCondition()
     if not condition or condition.startswith("PYTHON_") or "PythonException" in type(exc).__name__:
         return None
-    return condition
+    # An error of an expression's evaluation points into the query (the predicate); a cancelled job, a lost executor
+    # or a task's write does not.
+    return condition if exc.getQueryContext() else None
 
 
 def _first_line(exc: BaseException) -> str:

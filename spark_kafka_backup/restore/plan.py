@@ -26,6 +26,7 @@ produced.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -98,6 +99,8 @@ from spark_kafka_backup.restore.topic_configs import choose_configs
 from spark_kafka_backup.schema_registry.wire_columns import ColumnIdRewrite
 from spark_kafka_backup.text import count as count_of
 from spark_kafka_backup.text import iso_time
+
+log = logging.getLogger("spark_kafka_backup.restore")
 
 
 @dataclass
@@ -221,6 +224,7 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
         recorded = read_topic_record(settings.source, topic)
         origin = (recorded.cluster_id, recorded.topic_id) if recorded is not None else (None, None)
         first_part = len(plan.partitions)
+        pruned_notes: list[str] = []
         for partition in list_partitions(topic_dir):
             reader = PartitionReader(topic_dir, partition, legacy=settings.legacy)
             window = settings.window(topic, partition)
@@ -260,6 +264,7 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
                     identity=identity,
                 )
             )
+            pruned_notes += _skipped_by_prune(settings, topic, partition, plan.partitions[-1].groups)
         count = _count_at_cut(settings, topic, recorded, cut, plan.partitions[first_part:])
         # Partitions added after the cut have nothing selected: the topic is restored as it was then.
         plan.partitions[first_part:] = [p for p in plan.partitions[first_part:] if p.source_partition < count]
@@ -284,6 +289,7 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
             created = TopicPlan(topic, target, count, None, wanted or count, config, *origin, later)
             created.notes.extend(choice.describe_skipped(target))
             plan.topics.append(created)
+        plan.topics[-1].notes.extend(pruned_notes)
         if spread:
             sources = plan.partitions[first_part:]
             del plan.partitions[first_part:]
@@ -565,6 +571,26 @@ def _historic_groups(settings: RestoreSettings) -> tuple[int, dict[str, dict[tup
     return found
 
 
+def _skipped_by_prune(settings: RestoreSettings, topic: str, partition: int, groups: dict[str, int]) -> list[str]:
+    """One line per group whose committed offset lies at or below records a prune let go: the restore places it at
+    the first record the backup still holds, past pruned records it had not read."""
+    catalog = read_catalog(settings.source, topic, partition)
+    pruned = catalog.pruned if catalog is not None else None
+    if pruned is None:
+        return []
+    notes = []
+    for group, offset in sorted(groups.items()):
+        if offset > pruned.last_offset:
+            continue
+        skipped = f"all {pruned.records}" if offset <= pruned.first_offset else f"up to {pruned.records}"
+        notes.append(
+            f"group {group}: {topic}/{partition} committed at {offset}, but prune let go of offsets "
+            f"{pruned.first_offset}..{pruned.last_offset} ({count_of(pruned.records, 'record')}) of the backup: the "
+            f"group resumes at the first record after them and skips {skipped} of those records it had not read"
+        )
+    return notes
+
+
 def _backed_up_ids(settings: RestoreSettings) -> dict[str, str]:
     """The topic id (incarnation) the backup holds of each of its topics that records one."""
     ids = {}
@@ -581,10 +607,11 @@ def _restored_groups(groups: dict[str, int]) -> dict[str, int]:
 
 
 def _refuse_own_source(plan: RestorePlan, settings: RestoreSettings, admin: Any) -> None:
-    """A target topic that is the backed-up topic itself (same cluster id, same topic id) would get every backed-up
-    record again, after the ones it still holds, and its groups' offsets mapped onto the copies, past records they
-    have not read: refused, whatever ``--allow-non-empty`` says. ``--allow-restore-into-source`` restores anyway and
-    leaves those topics' groups where they are on the source (never backwards, never past what they read)."""
+    """A target topic that is the backed-up topic itself (same cluster id, same topic id) and still holds some of the
+    backed-up offsets would get every backed-up record again, after the ones it still holds, and its groups' offsets
+    mapped onto the copies, past records they have not read: refused, whatever ``--allow-non-empty`` says.
+    ``--allow-restore-into-source`` restores anyway and leaves those topics' groups where they are on the source
+    (never backwards, never past what they read)."""
     from spark_kafka_backup.kafka.cluster import cluster_identity
 
     candidates = [t for t in plan.topics if t.existing_partitions is not None and t.origin_topic_id is not None]
@@ -592,6 +619,7 @@ def _refuse_own_source(plan: RestorePlan, settings: RestoreSettings, admin: Any)
         return
     cluster_id, ids = cluster_identity(admin, [t.target_topic for t in candidates])
     own = [t for t in candidates if t.origin_cluster == cluster_id and ids.get(t.target_topic) == t.origin_topic_id]
+    own = [t for t in own if _still_holds_backed_up(settings, admin, t)]
     if not own:
         return
     named = ", ".join(f"{t.target_topic} (topic id {t.origin_topic_id})" for t in own)
@@ -613,6 +641,19 @@ def _refuse_own_source(plan: RestorePlan, settings: RestoreSettings, admin: Any)
         )
 
 
+def _still_holds_backed_up(settings: RestoreSettings, admin: Any, topic: TopicPlan) -> bool:
+    """Whether the backup's own source topic still holds an offset the backup holds, in some partition (one emptied
+    by retention or ``delete_records`` is restored into as any target: nothing would be there twice)."""
+    source = settings.source / topic.source_topic
+    partitions = [p for p in list_partitions(source) if p < (topic.existing_partitions or 0)]
+    earliest = list_offsets(admin, [(topic.target_topic, p) for p in partitions], latest=False)
+    for partition in partitions:
+        last = PartitionReader(source, partition, legacy=settings.legacy).last_offset()
+        if last is not None and earliest.get((topic.target_topic, partition), 0) <= last:
+            return True
+    return False
+
+
 def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: dict[str, int]) -> None:
     """Decide each partition's starting point from the target's current state.
 
@@ -632,13 +673,15 @@ def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: d
         consumer.close()
     problems = []
     lost: list[str] = []  # an earlier run's records no longer there: never counted as restored
+    # Unless the restore accepts retention deleting restored records: then they are said, and the rerun goes on.
+    retained: list[str] | None = [] if settings.accept_retention_loss else None
     for part in plan.partitions:
         key = (part.target_topic, part.target_partition)
         part.target_start, part.target_end = earliest.get(key, 0), latest.get(key, 0)
         marker = markers.get(key)
         if part.repartition is not None:
             if marker is not None and marker.restore == part.identity:
-                lost.extend(missing_records([key], markers, {key: part.identity}, earliest, latest))
+                lost.extend(missing_records([key], markers, {key: part.identity}, earliest, latest, head_loss=retained))
             problem = _place_spread(settings, part, marker)
             if problem:
                 problems.append(problem)
@@ -649,7 +692,7 @@ def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: d
             part.has_marker = True
             part.skip = count_selected(reader, part.window, below=marker.resume_from)
             part.status = "already restored" if part.skip == part.selected else "resume"
-            lost.extend(missing_records([key], markers, {key: part.identity}, earliest, latest))
+            lost.extend(missing_records([key], markers, {key: part.identity}, earliest, latest, head_loss=retained))
             continue
         part.replaces = marker.restore if marker is not None else None
         held = part.target_end - part.target_start
@@ -669,6 +712,8 @@ def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: d
             # Offsets, not records: a transactional producer's markers take offsets too.
             problems.append(f"{part.target_topic}/{part.target_partition} (offsets {part.target_start}.."
                             f"{part.target_end - 1})")  # fmt: skip
+    for line in retained or ():
+        log.warning("%s (accepted with --accept-retention-loss)", line)
     if lost:
         raise TargetChangedError(
             "records an earlier run of this restore produced are no longer in the target: "

@@ -28,10 +28,14 @@ def missing_records(
     identities: Mapping[tuple[str, int], str],
     earliest: Mapping[tuple[str, int], int],
     latest: Mapping[tuple[str, int], int],
+    *,
+    head_loss: list[str] | None = None,
 ) -> list[str]:
     """One line per target partition of ``expected`` (each holds records of this restore) whose records are not all
     there. Pure: the cluster's answers are given: the markers, the restore's identity per partition, the partitions'
-    first and end offsets (a partition missing from them no longer exists)."""
+    first and end offsets (a partition missing from them no longer exists). With ``head_loss`` (the restore accepted
+    retention deleting restored records: ``--accept-retention-loss``), a log start past restored records is said
+    there instead of being a problem."""
     problems = []
     for key in expected:
         where = f"{key[0]}/{key[1]}"
@@ -43,7 +47,8 @@ def missing_records(
         if marker is None or not ours:
             problems.append(
                 f"{where}: this restore's progress marker is gone (the topic was deleted, or deleted and created "
-                "again, while the restore ran)"
+                "again, while the restore ran; or, for a restore running longer than the target's "
+                "offsets.retention.minutes, the marker expired)"
             )
             continue
         first, after = marker.first, marker.next  # where the tasks left this restore's records
@@ -52,19 +57,25 @@ def missing_records(
         start, end = earliest[key], latest[key]
         if start > first:
             lost = min(start, after) - first
-            problems.append(
+            (head_loss if head_loss is not None else problems).append(
                 f"{where}: offsets {first}..{min(start, after) - 1} of this restore ({lost} offsets) are no longer in "
                 f"the target: its log now starts at {start} (records deleted with delete_records, or by retention)"
             )
         elif end < after:
             problems.append(
-                f"{where}: the partition ends at {end}, before offset {after - 1}, this restore's last record "
-                "(the topic was truncated, or deleted and created again)"
+                f"{where}: its log ends at offset {end}: offsets {end}..{after - 1} of this restore are gone (the "
+                "topic was truncated, or deleted and created again)"
             )
     return problems
 
 
-def verify_held(client: Mapping[str, str], admin: object, identities: Mapping[tuple[str, int], str]) -> list[str]:
+def verify_held(
+    client: Mapping[str, str],
+    admin: object,
+    identities: Mapping[tuple[str, int], str],
+    *,
+    head_loss: list[str] | None = None,
+) -> list[str]:
     """:func:`missing_records` for the target partitions of ``identities`` (each holding records of the restore of
     that identity), asked of the cluster now."""
     from spark_kafka_backup.kafka.cluster import list_offsets, partition_counts
@@ -79,4 +90,29 @@ def verify_held(client: Mapping[str, str], admin: object, identities: Mapping[tu
         markers = read_markers(consumer, present)
     finally:
         consumer.close()
-    return missing_records(sorted(identities), markers, identities, earliest, latest)
+    return missing_records(sorted(identities), markers, identities, earliest, latest, head_loss=head_loss)
+
+
+def changed_targets(produced_into: Mapping[str, str], client: Mapping[str, str]) -> list[str]:
+    """What happened to the target topics the tasks produced into (``produced_into``: each one's topic id then), asked
+    with a new client after a failure: deleted, or deleted and created again. Empty when nothing can be told (the
+    cluster does not answer either)."""
+    from spark_kafka_backup.errors import ClusterError
+    from spark_kafka_backup.kafka.cluster import admin_client, topic_ids
+
+    try:
+        now = topic_ids(admin_client({**client, "socket.timeout.ms": "10000"}), produced_into, timeout=15)
+    except ClusterError:
+        return []
+    changed = []
+    for topic, before in sorted(produced_into.items()):
+        found = now.get(topic)
+        if found is None:
+            changed.append(f"target topic {topic!r} was deleted while the restore ran")
+        elif found != before:
+            changed.append(
+                f"target topic {topic!r} was deleted and created again while the restore ran (topic id {before}, "
+                f"now {found}; a broker with auto.create.topics.enable creates a deleted topic again, with its "
+                "default partition count, when a producer writes to it)"
+            )
+    return changed

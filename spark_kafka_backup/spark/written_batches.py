@@ -14,6 +14,7 @@ function returns, so a batch it replays after a crash finds its records stored a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,10 +38,14 @@ class BatchInterrupted(Exception):  # noqa: N818 (the name says what happened, a
     """The query was stopped while a batch ran: its job was cancelled (see :data:`INTERRUPTED_BATCH`)."""
 
 
+#: How a Spark call stopped under a stop fails: its job cancelled with the query's job group, or its thread
+#: interrupted (Py4J's text of the Java error begins its second line with ``: java.lang.InterruptedException``).
+_STOPPED = re.compile(r"Job \d+ cancelled part of cancelled job group|^: java\.lang\.InterruptedException", re.M)
+
+
 def stopped_under(error: BaseException) -> bool:
     """Whether a Spark call failed because the query was stopped: its job cancelled, or its thread interrupted."""
-    text = str(error)
-    return "InterruptedException" in text or ("cancelled" in text and "SparkException" in text)
+    return _STOPPED.search(str(error)) is not None
 
 
 def commit_written_batches(
