@@ -48,6 +48,7 @@ def unit_only(config: pytest.Config) -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Fetch the jars once before workers start; ``KBACKUP_TEST_BROKER=docker`` without an engine stops the run."""
+    _keep_pytest_formatters()
     if unit_only(config):
         return
     kind = wanted_kind()
@@ -158,6 +159,26 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if reporter is not None:
             reporter.write_line(message, red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _keep_pytest_formatters() -> None:
+    """PySpark's own loggers (PySparkLogger: the query-context loggers an error of a Spark query creates in this
+    process) do not propagate, so pytest attaches its capture handlers to them at every test phase, and
+    PySparkLogger.addHandler gives each handler it is handed PySpark's JSON formatter: pytest's session-wide capture
+    handler, and so every later test's ``caplog.text``, would be JSON. pytest's handlers keep their own formatter."""
+    import logging
+
+    from pyspark.logger import PySparkLogger
+
+    formatting = PySparkLogger.addHandler
+
+    def add_handler(self: PySparkLogger, handler: logging.Handler) -> None:
+        if type(handler).__module__.startswith("_pytest"):
+            logging.Logger.addHandler(self, handler)
+        else:
+            formatting(self, handler)
+
+    PySparkLogger.addHandler = add_handler  # type: ignore[method-assign]
 
 
 def upstream_golden_dir() -> Path | None:

@@ -10,6 +10,8 @@ import re
 import signal
 from pathlib import Path
 
+import pytest
+
 from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import client_config_file, commit_offsets, consume_all, create_topics, run_backup
 from tests.live_load import wait_for
@@ -122,6 +124,7 @@ def test_a_restore_into_its_own_source_is_refused_even_with_allow_non_empty(
     assert group_offsets(kafka, "gold") == {(topic, 0): 500}
 
 
+@pytest.mark.long
 def test_a_target_topic_deleted_under_a_restore_is_named_as_deleted(target: Target, tmp_path: Path) -> None:
     from confluent_kafka.admin import AdminClient
 

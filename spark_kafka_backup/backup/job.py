@@ -37,6 +37,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -95,7 +96,7 @@ from spark_kafka_backup.spark.kafka_connector import (
 from spark_kafka_backup.spark.kafka_source import SOURCE_NAME, KafkaSource, decode_offsets
 from spark_kafka_backup.spark.session import job_session
 from spark_kafka_backup.spark.v1_sink import SINK_NAME, V1Sink, read_batch_stats
-from spark_kafka_backup.spark.written_batches import commit_written_batches
+from spark_kafka_backup.spark.written_batches import commit_written_batches, foreach_batch
 from spark_kafka_backup.storage import Location, check_writable_root, prepare_root
 from spark_kafka_backup.storage.lease import TargetLease
 from spark_kafka_backup.text import count
@@ -142,6 +143,8 @@ class BackupJob:
     _other_incarnations: set[str] = field(default_factory=set)
     #: The signal handlers before the query's own (put back when the job ends).
     _saved_handlers: dict[int, Any] = field(default_factory=dict)
+    #: Set once the job stops its query (a signal): the batch function's failures are then the stop's.
+    _stopping: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> int:
         try:
@@ -275,6 +278,7 @@ class BackupJob:
                         break
                     query = self._start_again(spark, failure)
                 if self._lease is not None and self._lease.lost is not None:
+                    self._stopping.set()
                     query.stop()
                     self._lease.check()
                 if self._stop_signal is not None:
@@ -546,7 +550,7 @@ class BackupJob:
             commit = commit_written_batches(
                 str(settings.target), self._stats_dir, schema_ids=settings.schema_registry is not None
             )
-            writer = records.foreachBatch(commit)
+            writer = foreach_batch(records, spark, commit, self._stopping)
         writer = writer.queryName("kbackup-backup").option("checkpointLocation", str(settings.checkpoint))
         if settings.snapshot:
             writer = writer.trigger(availableNow=True)
@@ -577,6 +581,7 @@ class BackupJob:
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stop_signal = signum
+        self._stopping.set()  # a batch failing from here on failed because of the stop
 
     def _start_again(self, spark: Any, failure: BaseException) -> Any:
         """The query started again from its checkpoint after Spark failed to start a Python process in time (see

@@ -1,16 +1,17 @@
-"""A micro-batch whose job Spark cancelled because the query was stopped: the foreachBatch function says so in one
-short line that Spark's stream thread takes for a stop (its pattern recursed once per character over the whole
-traceback it used to get, and the thread died of StackOverflowError); any other failure goes through unchanged."""
+"""A micro-batch stopped under the query: the foreachBatch function says so in one short line that Spark's stream
+thread takes for a stop (its pattern recursed once per character over the whole traceback it used to get, and the
+thread died of StackOverflowError); any other failure before the job stops goes through unchanged."""
 
 from __future__ import annotations
 
 import re
+import threading
 import traceback
 from typing import Any
 
 import pytest
 
-from spark_kafka_backup.spark.written_batches import BatchInterrupted, commit_written_batches
+from spark_kafka_backup.spark.written_batches import BatchInterrupted, run_batch
 
 #: The text Spark's stream thread looks for in a Python function's error to tell a stop (StreamExecution's
 #: PROXY_ERROR: Py4J's error of a call, then one of the interruptions).
@@ -28,18 +29,16 @@ CANCELLED = (
 )
 
 
-class _Frame:
-    def __init__(self, error: Exception) -> None:
-        self.error = error
+def _failing(error: Exception) -> Any:
+    def run() -> None:
+        raise error
 
-    def toArrow(self) -> Any:  # noqa: N802 (PySpark's name)
-        raise self.error
+    return run
 
 
 def test_a_batch_cancelled_by_a_stop_ends_in_one_short_line_spark_takes_for_a_stop() -> None:
-    commit = commit_written_batches("/backup", None)
     with pytest.raises(BatchInterrupted) as caught:
-        commit(_Frame(RuntimeError(CANCELLED)), 7)
+        run_batch(_failing(RuntimeError(CANCELLED)), 7, threading.Event())
     # What Py4J hands back to the JVM: the whole traceback, as format_exc prints it.
     shown = "".join(traceback.format_exception(caught.value))
     assert len(shown) < 2000 and "DAGScheduler" not in shown, shown
@@ -47,9 +46,13 @@ def test_a_batch_cancelled_by_a_stop_ends_in_one_short_line_spark_takes_for_a_st
     assert SPARK_STOP_PATTERN.search(CANCELLED) is None  # what it replaced did not even say "stopped"
 
 
-def test_any_other_failure_of_a_batch_goes_through_as_it_was() -> None:
-    commit = commit_written_batches("/backup", None)
-    failure = RuntimeError("An error occurred while calling o1.toArrow: org.apache.spark.SparkException: Job aborted")
+def test_once_the_job_stops_any_failure_of_the_batch_is_the_stop_s_and_before_it_goes_through_as_it_was() -> None:
+    failure = RuntimeError("An error occurred while calling o12.sparkSession: py4j.Py4JException: Error while sending")
     with pytest.raises(RuntimeError) as caught:
-        commit(_Frame(failure), 3)
+        run_batch(_failing(failure), 3, threading.Event())
     assert caught.value is failure
+    stopping = threading.Event()
+    stopping.set()
+    with pytest.raises(BatchInterrupted):
+        run_batch(_failing(failure), 3, stopping)
+    run_batch(lambda: None, 4, stopping)  # a batch that ends normally is done, stopping or not
