@@ -46,6 +46,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from benchmarks.cluster import add_arguments, cluster, kcat_command, kcat_settings
 from benchmarks.process_tree import TreeUsage, measure
@@ -201,8 +202,10 @@ def run_restore(
     into: int = 0,
     edge: str | None = None,
     extra: tuple[str, ...] = (),
-) -> tuple[TreeUsage, float]:
-    """The restore, measured (whole process tree), and its longest task's producing time."""
+    want_output: bool = False,
+) -> Any:
+    """The restore, measured (whole process tree), and its longest task's producing time (and, with ``output``, what
+    it printed)."""
     config = client_config_file(root.parent / "target.properties", settings)
     target = next((a.split("=", 1)[1] for a in extra if a.startswith("bench=")), "bench")
     spread = ["--repartition", repartition, "--partitions", f"{target}={into}"] if repartition else []
@@ -219,7 +222,7 @@ def run_restore(
     busy = [
         float(s) for s in re.findall(r"restored \S+: \d+ records, \d+ bytes of keys and values in ([\d.]+) s", output)
     ]
-    return usage, max(busy)
+    return (usage, max(busy, default=0.0), output) if want_output else (usage, max(busy))
 
 
 def main() -> None:
@@ -230,6 +233,9 @@ def main() -> None:
     parser.add_argument("--edge", choices=["native", "reference"], help="the restore's producer (default: native)")
     parser.add_argument(
         "--schema-registry", action="store_true", help="values in the wire format; a second restore rewrites every id"
+    )
+    parser.add_argument(
+        "--where", metavar="PREDICATE", help="a second restore of the records PREDICATE holds for (restore --where)"
     )
     args = parser.parse_args()
     # As a user's second job on the machine finds it (KBACKUP_JVM_ARCHIVE=off measures without).
@@ -244,6 +250,10 @@ def main() -> None:
             kcat = kcat_produce(settings, Path(tmp), args.records, args.partitions, args.value_size)
             restore, busy = run_restore(settings, root, repartition=args.repartition,
                                         into=args.into or args.partitions, edge=args.edge)  # fmt: skip
+            selective = None
+            if args.where:
+                chosen = ("--where", args.where, "--topic-map", "bench=bench-where")
+                selective = run_restore(settings, root, extra=chosen, want_output=True)
             rewritten = None
             if args.schema_registry:
                 registry = stack.enter_context(registry_with_other_ids())
@@ -280,6 +290,12 @@ def main() -> None:
         f"{restore.processes} processes, "
         f"peak {restore.peak_rss_mib:6.0f} MiB resident ({restore.peak_pss_mib:.0f} MiB proportional)"
     )
+    if selective is not None:
+        usage, _, said = selective
+        matched = re.findall(r"--where: ([\d,]+) records? matched", said)
+        print(f"with --where {args.where!r} ({matched[-1] if matched else '?'} records selected):")
+        print(f"restore, end to end  {usage.wall_seconds:7.1f} s  vs the whole restore {wall:7.1f} s "
+              f"({usage.wall_seconds / wall:4.2f}x), CPU {usage.cpu_seconds:6.1f} s")  # fmt: skip
     if rewritten is not None:
         usage, ids_busy = rewritten
         ids_wall = usage.wall_seconds

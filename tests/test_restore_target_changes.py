@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -58,25 +59,37 @@ def test_records_deleted_after_a_restore_are_never_counted_as_restored_by_its_re
     assert "Traceback" not in again.stderr
 
 
-def test_records_deleted_while_a_restore_runs_fail_it_naming_the_partition_and_no_group_moves(
-    target: Target, tmp_path: Path
-) -> None:
+def _restore_while(
+    target: Target, tmp_path: Path, topic: str, *, after: int, change: Callable[[str], None]
+) -> tuple[int, str, dict[str, dict[int, int]]]:
+    """A throttled restore of a written backup of ``topic`` (2 partitions, 800 records each) under a new name;
+    ``change(name)`` once partition 0 of the target holds more than ``after`` offsets. Its exit code, output, and the
+    backup's groups."""
     backup = tmp_path / "backup"
-    groups = write_backup(backup, "lost-during", partitions=2, records=800)
-    name = target.name("lost-during")
+    groups = write_backup(backup, topic, partitions=2, records=800)
+    name = target.name(topic)
     log = tmp_path / "restore.log"
-    job = start_restore(*target.args(tmp_path), "--source-dir", backup, "--topic-map", f"lost-during={name}",
+    job = start_restore(*target.args(tmp_path), "--source-dir", backup, "--topic-map", f"{topic}={name}",
                         "--max-rate", "150", log=log)  # fmt: skip
     try:
-        wait_for(lambda: high_watermarks(target.broker, name).get(0, 0) > 200 if _exists(target, name) else False,
-                 240, "200 records restored", job=job, log=log)  # fmt: skip
-        _delete_records(target.broker, name, 0, 120)
+        wait_for(lambda: high_watermarks(target.broker, name).get(0, 0) > after if _exists(target, name) else False,
+                 240, f"{after} records restored", job=job, log=log)  # fmt: skip
+        change(name)
         code = job.wait(300)
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait(30)
-    output = log.read_text()
+    return code, log.read_text(), groups
+
+
+def test_records_deleted_while_a_restore_runs_fail_it_naming_the_partition_and_no_group_moves(
+    target: Target, tmp_path: Path
+) -> None:
+    code, output, groups = _restore_while(
+        target, tmp_path, "lost-during", after=200, change=lambda name: _delete_records(target.broker, name, 0, 120)
+    )
+    name = target.name("lost-during")
     assert code == 1, output[-4000:]
     line = _error_line(output)
     assert re.search(rf"{re.escape(name)}/0: offsets 0\.\.119 of this restore \(120 offsets\) are no longer", line)
@@ -128,24 +141,12 @@ def test_a_restore_into_its_own_source_is_refused_even_with_allow_non_empty(
 def test_a_target_topic_deleted_under_a_restore_is_named_as_deleted(target: Target, tmp_path: Path) -> None:
     from confluent_kafka.admin import AdminClient
 
-    backup = tmp_path / "backup"
-    write_backup(backup, "deleted-under", partitions=2, records=600)
-    name = target.name("deleted-under")
-    log = tmp_path / "restore.log"
-    job = start_restore(*target.args(tmp_path), "--source-dir", backup, "--topic-map", f"deleted-under={name}",
-                        "--max-rate", "100", log=log)  # fmt: skip
-    try:
-        wait_for(lambda: high_watermarks(target.broker, name).get(0, 0) > 100 if _exists(target, name) else False,
-                 240, "100 records restored", job=job, log=log)  # fmt: skip
+    def delete(name: str) -> None:
         admin = AdminClient(target.broker.client_settings())  # kept until the deletion is answered
         admin.delete_topics([name])[name].result(30)
-        code = job.wait(300)
-    finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait(30)
-    output = log.read_text()
+
+    code, output, _ = _restore_while(target, tmp_path, "deleted-under", after=100, change=delete)
     assert code == 1, output[-4000:]
     line = _error_line(output)
-    assert "deleted" in line and name in line, line
+    assert "deleted" in line and target.name("deleted-under") in line, line
     assert "Traceback" not in output

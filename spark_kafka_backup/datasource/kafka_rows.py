@@ -65,18 +65,35 @@ KAFKA_ROWS_SCHEMA = pa.schema(
 
 
 def kafka_rows(
-    batch: RecordBatch, topic: str, partition: int, rows: npt.NDArray[np.int64] | None = None
+    batch: RecordBatch,
+    topic: str,
+    partition: int,
+    rows: npt.NDArray[np.int64] | None = None,
+    columns: frozenset[str] | None = None,
 ) -> pa.RecordBatch:
-    """``batch``'s records (only ``rows`` of them, in that order, when given) as :data:`KAFKA_ROWS_SCHEMA` rows."""
+    """``batch``'s records (only ``rows`` of them, in that order, when given) as :data:`KAFKA_ROWS_SCHEMA` rows; of
+    ``key``, ``value`` and ``headers`` only those in ``columns`` (``None``: all), the others null (what a query that
+    reads no key, value or header needs, without building them)."""
     c = batch.columns
     buf = np.frombuffer(batch.data, dtype=np.uint8)
 
     def pick(column: npt.NDArray[Any]) -> npt.NDArray[Any]:
         return column if rows is None else column[rows]
 
+    def wanted(name: str) -> bool:
+        return columns is None or name in columns
+
     n = len(c) if rows is None else len(rows)
-    keys = binary_column(buf, pick(c.key_starts), pick(c.key_lengths)).cast(pa.binary())
-    values = binary_column(buf, pick(c.value_starts), pick(c.value_lengths)).cast(pa.binary())
+    keys = (
+        binary_column(buf, pick(c.key_starts), pick(c.key_lengths)).cast(pa.binary())
+        if wanted("key")
+        else pa.nulls(n, pa.binary())
+    )
+    values = (
+        binary_column(buf, pick(c.value_starts), pick(c.value_lengths)).cast(pa.binary())
+        if wanted("value")
+        else pa.nulls(n, pa.binary())
+    )
     kinds = pick(c.timestamp_types)
     has_time = (kinds == 0) | (kinds == 1)
     millis = np.where(has_time, pick(c.timestamps), 0).astype(np.int64)
@@ -102,7 +119,9 @@ def kafka_rows(
             pa.array(np.asarray(pick(c.offsets), dtype=np.int64)),
             stamps,
             pa.array(kafka_kinds),
-            _headers(batch, buf, pick(c.header_first), pick(c.header_counts)),
+            _headers(batch, buf, pick(c.header_first), pick(c.header_counts))
+            if wanted("headers")
+            else pa.nulls(n, KAFKA_ROWS_SCHEMA.field("headers").type),
         ],
         schema=KAFKA_ROWS_SCHEMA,
     )

@@ -32,7 +32,10 @@ OPTIONS = {
     "legacyNoMagic": "files written before the v1 magic byte existed (default false)",
     "maxBytesPerTask": "whole segments per task up to this many stored bytes (default 128M)",
     "logPlan": "say on standard error how many segments each plan reads of how many (default true)",
+    "columns": "the columns a query reads, comma-separated (default all): key, value and headers not named are null",
 }
+#: Every column of the rows.
+ROW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 _BY_LOWER = {name.lower(): name for name in OPTIONS}
 #: The jobs' flags the library's errors name, and the option of the data source that does the same.
 _FLAG_OPTIONS = {
@@ -61,6 +64,8 @@ class ScanOptions:
     legacy: bool = False
     task_bytes: int = DEFAULT_TASK_BYTES
     log_plan: bool = True
+    #: The columns filled (``None``: all); the others are null.
+    columns: frozenset[str] | None = None
 
 
 def scan_options(given: Mapping[str, str]) -> ScanOptions:
@@ -106,6 +111,7 @@ def scan_options(given: Mapping[str, str]) -> ScanOptions:
         legacy=_flag(options, "legacyNoMagic", False),
         task_bytes=_bytes(options.get("maxBytesPerTask")),
         log_plan=_flag(options, "logPlan", True),
+        columns=_columns(options),
     )
 
 
@@ -153,6 +159,19 @@ def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
     if text.strip().lower() not in _BOOLEANS:
         raise UsageError(f"kbackup data source: option {name} takes true or false, not {text!r}")
     return _BOOLEANS[text.strip().lower()]
+
+
+def _columns(options: Mapping[str, str]) -> frozenset[str] | None:
+    if "columns" not in options:
+        return None
+    named = _listed(options, "columns")
+    unknown = [name for name in named if name not in ROW_COLUMNS]
+    if unknown:
+        raise UsageError(
+            f"kbackup data source: option columns names {', '.join(map(repr, unknown))}, not a column of the rows "
+            f"({', '.join(ROW_COLUMNS)})"
+        )
+    return frozenset(named)
 
 
 def _bytes(text: str | None) -> int:

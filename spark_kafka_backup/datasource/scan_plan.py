@@ -162,6 +162,7 @@ def _partition_scans(options: ScanOptions, topic: str, partition: int) -> tuple[
             verify=options.verify,
             skip_bad_segments=options.skip_bad_segments,
             legacy=options.legacy,
+            columns=options.columns,
         )
         for group in _grouped(chosen, options.task_bytes)
     ], len(reader.segments)

@@ -57,6 +57,8 @@ class SegmentScan:
     verify: bool = True
     skip_bad_segments: bool = False
     legacy: bool = False
+    #: The optional columns filled (``None``: all); see :func:`~spark_kafka_backup.datasource.kafka_rows.kafka_rows`.
+    columns: frozenset[str] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -124,7 +126,7 @@ def _named_at_source(exc: KbackupError, local: str, source: str) -> KbackupError
 def _rows(scan: SegmentScan, batch: RecordBatch, window: Window) -> Iterator[pa.RecordBatch]:
     rows = selected_rows(batch, window)
     if rows is None or len(rows):
-        yield kafka_rows(batch, scan.topic, scan.partition, rows)
+        yield kafka_rows(batch, scan.topic, scan.partition, rows, scan.columns)
 
 
 def _checked(scan: SegmentScan, files: Location) -> frozenset[str]:

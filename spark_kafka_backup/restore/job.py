@@ -64,7 +64,7 @@ from spark_kafka_backup.restore.plan import (
 )
 from spark_kafka_backup.restore.schemas import register_schemas
 from spark_kafka_backup.restore.settings import RestoreSettings, parse_restore_args
-from spark_kafka_backup.restore.target_check import changed_targets, verify_held
+from spark_kafka_backup.restore.target_check import changed_targets, refuse_lost, verify_held
 from spark_kafka_backup.restore.task import PartitionResult, PartitionTask, restore_partition_sharing
 from spark_kafka_backup.restore.throttle import Throttle
 from spark_kafka_backup.restore.timestamp_type import TIMESTAMP_TYPE, PendingTimestampTypes, set_timestamp_types
@@ -104,8 +104,17 @@ def run(settings: RestoreSettings) -> int:
     if settings.schema_registry is not None:
         restored_topics(settings)  # the options naming topics are checked before anything is registered
         settings, registry_lines = register_schemas(settings)
+    matching = None
     if settings.where is not None:
-        settings = _match(settings, umask)
+        settings, matching = _match(settings, umask)
+    try:
+        return _plan_and_restore(settings, admin, umask, registry_lines)
+    finally:
+        if matching is not None:  # the session that matched, when the tasks did not use and stop it
+            matching.stop()
+
+
+def _plan_and_restore(settings: RestoreSettings, admin: Any, umask: int, registry_lines: list[str]) -> int:
     plan = build_plan(settings, admin)
     if not settings.dry_run:  # a dry run's report says all of this once, in its own lines
         for topic_plan in plan.topics:
@@ -134,15 +143,21 @@ def run(settings: RestoreSettings) -> int:
     return 0
 
 
-def _match(settings: RestoreSettings, umask: int) -> RestoreSettings:
-    """``--where``: the records it holds for, found by Spark (a session of its own, stopped after)."""
+def _match(settings: RestoreSettings, umask: int) -> tuple[RestoreSettings, Any]:
+    """``--where``: the records it holds for, found by Spark, and the session that found them: the restore's tasks
+    run in it (one Spark start, not two); a dry run's is stopped here."""
     from spark_kafka_backup.restore.matching import match_records
 
-    spark = _session("kbackup-restore-where", settings, umask)
+    spark = _session("kbackup-restore", settings, umask)
     try:
-        return match_records(settings, spark, restored_topics(settings))
-    finally:
+        matched = match_records(settings, spark, restored_topics(settings))
+    except BaseException:
         spark.stop()
+        raise
+    if settings.dry_run:
+        spark.stop()
+        return matched, None
+    return matched, spark
 
 
 def _session(name: str, settings: RestoreSettings, umask: int) -> Any:
@@ -246,14 +261,8 @@ def _restore(settings: RestoreSettings, plan: RestorePlan, admin: Any, umask: in
             if p.selected > 0 and (p.to_produce > 0 or p.has_marker)}  # fmt: skip
     retention: list[str] | None = [] if settings.accept_retention_loss else None
     missing = verify_held(settings.client, admin, held, head_loss=retention)
-    for line in retention or ():
-        log.warning("%s (accepted with --accept-retention-loss)", line)
-    if missing:
-        raise TargetChangedError(
-            "the target lost records of this restore after they were produced: "
-            + "; ".join(missing)
-            + " (no consumer group was moved; restore into a topic nobody deletes records of)"
-        )
+    refuse_lost(missing, retention, what="the target lost records of this restore after they were produced",
+                then="no consumer group was moved; restore into a topic nobody deletes records of")  # fmt: skip
     planned: dict[str, dict[TopicPartitionKey, int]] = {}
     for result in results:
         for group, offset in result.group_offsets.items():
@@ -416,7 +425,10 @@ def _run_tasks(
     tasks: list[PartitionTask], settings: RestoreSettings, umask: int, watch: RestoreWatch, *, idle: int = 0
 ) -> list[PartitionResult]:
     """Run the tasks; ``idle`` partitions of the plan have nothing to do and count as done from the start."""
-    spark = _session("kbackup-restore", settings, umask)
+    from pyspark.sql import SparkSession
+
+    # --where's session when it matched (spark_kafka_backup.restore.matching), else one of the tasks' own.
+    spark = SparkSession.getActiveSession() or _session("kbackup-restore", settings, umask)
     try:
         context = spark.sparkContext
         tasks = _shared_throttle(tasks, settings, context.defaultParallelism)

@@ -118,6 +118,10 @@ def find_matches(
     reader = reader.option("legacyNoMagic", str(scope.legacy).lower())
     reader = reader.option("logPlan", "false")  # the job's own lines say what it matched
     flagged = _flagged(reader.load(str(scope.source)), where)
+    # The rows fill only the columns the predicate reads: a predicate of offsets or keys costs no values to build.
+    read = _referenced_columns(flagged)
+    if read is not None:
+        flagged = _flagged(reader.option("columns", ",".join(sorted(read))).load(str(scope.source)), where)
     try:
         with _quiet_query_context():
             table = flagged.mapInArrow(matched_runs, RUNS_DDL).limit(MAX_RUNS + 1).toArrow()
@@ -212,6 +216,22 @@ def _flagged(rows: Any, where: str) -> Any:
             "restore run again after a stop must select the same records"
         )
     return flagged
+
+
+def _referenced_columns(flagged: Any) -> frozenset[str] | None:
+    """The columns of the rows the flags read (their projection's attributes), ``None`` when all are."""
+    from spark_kafka_backup.datasource.scan_options import ROW_COLUMNS
+
+    expressions = flagged._jdf.queryExecution().analyzed().expressions()
+    names: set[str] = set()
+    pending = [expressions.apply(i) for i in range(expressions.size())]
+    while pending:
+        node = pending.pop()
+        if node.getClass().getSimpleName() == "AttributeReference":
+            names.add(str(node.name()))
+        pending.extend(node.children().apply(i) for i in range(node.children().size()))
+    read = frozenset(names) & frozenset(ROW_COLUMNS)
+    return None if read >= frozenset(ROW_COLUMNS) else read
 
 
 def _expression_nodes(expressions: Any) -> tuple[list[str], list[str]]:

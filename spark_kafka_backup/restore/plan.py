@@ -26,7 +26,6 @@ produced.
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -53,7 +52,6 @@ from spark_kafka_backup.errors import (
     DamagedBackupError,
     DecryptionKeyError,
     KbackupError,
-    TargetChangedError,
     TargetLimitError,
     TargetNotEmptyError,
     UsageError,
@@ -77,7 +75,7 @@ from spark_kafka_backup.restore.profile import RecordsProfile, profile_partition
 from spark_kafka_backup.restore.repartition import KEEP, Repartition, Source
 from spark_kafka_backup.restore.settings import RestoreSettings
 from spark_kafka_backup.restore.stream_columns import count_routed_columns
-from spark_kafka_backup.restore.target_check import missing_records
+from spark_kafka_backup.restore.target_check import missing_records, refuse_lost
 from spark_kafka_backup.restore.target_limits import (
     PRODUCER_MESSAGE_BYTES,
     Choices,
@@ -99,8 +97,6 @@ from spark_kafka_backup.restore.topic_configs import choose_configs
 from spark_kafka_backup.schema_registry.wire_columns import ColumnIdRewrite
 from spark_kafka_backup.text import count as count_of
 from spark_kafka_backup.text import iso_time
-
-log = logging.getLogger("spark_kafka_backup.restore")
 
 
 @dataclass
@@ -712,14 +708,8 @@ def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: d
             # Offsets, not records: a transactional producer's markers take offsets too.
             problems.append(f"{part.target_topic}/{part.target_partition} (offsets {part.target_start}.."
                             f"{part.target_end - 1})")  # fmt: skip
-    for line in retained or ():
-        log.warning("%s (accepted with --accept-retention-loss)", line)
-    if lost:
-        raise TargetChangedError(
-            "records an earlier run of this restore produced are no longer in the target: "
-            + "; ".join(lost)
-            + " (they cannot be counted as restored; restore into a new or emptied topic)"
-        )
+    refuse_lost(lost, retained, what="records an earlier run of this restore produced are no longer in the target",
+                then="they cannot be counted as restored; restore into a new or emptied topic")  # fmt: skip
     _count_resumed(settings, [p for p in plan.partitions if p.repartition is not None and p.status == "resume"])
     if problems:
         raise TargetNotEmptyError(

@@ -17,9 +17,12 @@ not moved). What it cannot see: records deleted after this check, before the pro
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 
 from spark_kafka_backup.restore.marker import ProgressMarker
+
+log = logging.getLogger("spark_kafka_backup.restore")
 
 
 def missing_records(
@@ -116,3 +119,14 @@ def changed_targets(produced_into: Mapping[str, str], client: Mapping[str, str])
                 "default partition count, when a producer writes to it)"
             )
     return changed
+
+
+def refuse_lost(lost: list[str], head_loss: list[str] | None, *, what: str, then: str) -> None:
+    """Say each record range retention took that the restore accepted (``head_loss``), then refuse ``lost``: one
+    :class:`~spark_kafka_backup.errors.TargetChangedError` that begins with ``what`` and ends with ``then``."""
+    from spark_kafka_backup.errors import TargetChangedError
+
+    for line in head_loss or ():
+        log.warning("%s (accepted with --accept-retention-loss)", line)
+    if lost:
+        raise TargetChangedError(f"{what}: {'; '.join(lost)} ({then})")

@@ -44,6 +44,7 @@ def test_options_are_typed_and_a_wrong_one_is_one_error_naming_it() -> None:
         ({"path": "/b", "verify": "yes"}, "verify takes true or false, not 'yes'"),
         ({"path": "/b", "fromTimestamp": "yesterday"}, "option fromTimestamp takes ISO 8601"),
         ({"path": "/b", "maxBytesPerTask": "0"}, "maxBytesPerTask"),
+        ({"path": "/b", "columns": "offset,val"}, "option columns names 'val', not a column of the rows"),
     ):
         with pytest.raises(UsageError, match=message):
             scan_options(wrong)
@@ -79,6 +80,14 @@ def test_rows_hold_exactly_the_records_the_reference_reader_gives(records: list[
         got = [row for batch in rows for row in _with_micros(batch).to_pylist()]
         assert [(row["topic"], row["partition"]) for row in got] == [("t", 4)] * len(records)
         assert [_as_record(row) for row in got] == [_comparable(record) for record in reader.records()]
+        # Only the columns a query reads: keys, values and headers not asked for are null, the rest as before.
+        narrow = [kafka_rows(batch, "t", 4, columns=frozenset({"offset", "key"})) for batch in reader.record_batches()]
+        assert all(batch.schema == KAFKA_ROWS_SCHEMA for batch in narrow)
+        thin = [row for batch in narrow for row in _with_micros(batch).to_pylist()]
+        assert [(row["offset"], row["key"], row["timestamp"]) for row in thin] == [
+            (row["offset"], row["key"], row["timestamp"]) for row in got
+        ]
+        assert all(row["value"] is None and row["headers"] is None for row in thin)
 
 
 def test_a_timestamp_spark_cannot_hold_is_an_error_naming_its_offset(tmp_path: Path) -> None:
