@@ -119,6 +119,9 @@ def test_new_topic_is_picked_up_and_sigterm_stops_cleanly(kafka: BrokerUnderTest
     assert backed_up(target, ["grow-first", "grow-second"]) == consume_all(kafka, ["grow-first", "grow-second"])
     assert sorted(list_partitions(target / "grow-second")) == [0, 1, 2]
     assert "stopping" in log.read_text()
+    # No traceback of Python (the driver's streaming-source runner) or of the JVM (the stream thread) for a stop.
+    assert not re.search(r"Traceback \(most recent call last\)|Exception in thread|StackOverflowError",
+                         log.read_text()), log.read_text()[-4000:]  # fmt: skip
     # --compression: a clean stop compresses each partition's newest segment too, so nothing stays plain.
     assert "sealed the newest segment of 5 partitions (compressed with gzip)" in log.read_text()
     heads = [path.read_bytes()[:4] for path in target.glob("grow-*/*_records")]

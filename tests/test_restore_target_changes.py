@@ -20,6 +20,7 @@ from tests.restore_helpers import (
     Target,
     group_offsets,
     high_watermarks,
+    restore_python,
     run_restore,
     start_restore,
     write_backup,
@@ -104,12 +105,11 @@ def _exists(target: Target, name: str) -> bool:
     return name in AdminClient(target.broker.client_settings()).list_topics(timeout=10).topics
 
 
-def test_a_restore_into_its_own_source_is_refused_even_with_allow_non_empty(
-    kafka: BrokerUnderTest, tmp_path: Path
-) -> None:
+def _own_source(kafka: BrokerUnderTest, tmp_path: Path, topic: str) -> tuple[str | Path, ...]:
+    """A snapshot backup of ``topic`` (1000 records, group gold at 500), then 30 more records at the source; the
+    restore's arguments back into that very topic."""
     from confluent_kafka import Producer
 
-    topic = "own-source"
     create_topics(kafka, {topic: 1})
     producer = Producer(kafka.client_settings())
     for i in range(1000):
@@ -124,17 +124,38 @@ def test_a_restore_into_its_own_source_is_refused_even_with_allow_non_empty(
     for i in range(30):  # the source went on after the backup
         producer.produce(topic, key=b"later-%d" % i, value=b"v", partition=0)
     producer.flush(30)
-    args = ("--bootstrap-server", kafka.bootstrap_servers, "--command-config", config, "--source-dir", backup)
-    refused = run_restore(*args, "--allow-non-empty")
-    assert refused.returncode == 1, refused.stdout[-3000:] + refused.stderr[-3000:]
-    line = _error_line(refused.stderr)
-    assert "the target is the backup's own source" in line and "--allow-restore-into-source" in line, line
-    assert len(consume_all(kafka, [topic])) == 1030 and group_offsets(kafka, "gold") == {(topic, 0): 500}
+    return "--bootstrap-server", kafka.bootstrap_servers, "--command-config", config, "--source-dir", backup
+
+
+def test_a_restore_into_its_own_source_is_refused_even_with_allow_non_empty(
+    kafka: BrokerUnderTest, tmp_path: Path
+) -> None:
+    topic = "own-source"
+    args = _own_source(kafka, tmp_path, topic)
+    for dry in ((), ("--dry-run",)):  # refused by the plan: a dry run says it too
+        refused = restore_python(*args, "--allow-non-empty", *dry)
+        assert refused.returncode == 1, refused.stdout[-3000:] + refused.stderr[-3000:]
+        line = _error_line(refused.stderr)
+        assert "the target is the backup's own source" in line and "--allow-restore-into-source" in line, line
+    assert len(consume_all(kafka, [topic])) == 1030 and _gold(kafka, topic) == {(topic, 0): 500}
+
+
+@pytest.mark.long
+def test_a_restore_into_its_own_source_with_the_flag_appends_and_leaves_its_groups(
+    kafka: BrokerUnderTest, tmp_path: Path
+) -> None:
+    topic = "own-source-meant"
+    args = _own_source(kafka, tmp_path, topic)
     # Meant: the records appended again, the group left where it was (never moved past the 30 it has not read).
     meant = run_restore(*args, "--allow-non-empty", "--allow-restore-into-source")
     assert meant.returncode == 0, meant.stdout[-3000:] + meant.stderr[-3000:]
     assert len(consume_all(kafka, [topic])) == 2030
-    assert group_offsets(kafka, "gold") == {(topic, 0): 500}
+    assert _gold(kafka, topic) == {(topic, 0): 500}
+
+
+def _gold(kafka: BrokerUnderTest, topic: str) -> dict[tuple[str, int], int]:
+    """Group gold's committed offsets on ``topic`` (it has offsets on other tests' topics too)."""
+    return {key: offset for key, offset in group_offsets(kafka, "gold").items() if key[0] == topic}
 
 
 @pytest.mark.long

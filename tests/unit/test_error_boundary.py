@@ -164,3 +164,27 @@ def test_the_backup_checks_every_listed_group_and_never_skips_a_failed_listing()
     with pytest.raises(ClusterError, match="1 of the cluster's nodes did not answer") as failed:
         backup_permissions(_Admin(partial), ["orders"])
     assert failed.value.transient
+
+
+def test_a_job_stopped_before_it_was_done_exits_128_plus_the_signal_in_one_line() -> None:
+    import signal
+
+    from spark_kafka_backup.backup.job import _stopped_snapshot
+    from spark_kafka_backup.boundary import Stopped
+    from spark_kafka_backup.errors import StoppedEarlyError
+
+    planned = {("orders", 0): 100, ("orders", 1): 50, ("orders", 2): 0}
+    text = _stopped_snapshot(signal.SIGTERM, planned, {("orders", 0): 100, ("orders", 1): 20})
+    assert text.startswith(
+        "the snapshot was stopped by SIGTERM before it was complete: 2 of 3 partitions backed up to the end offsets "
+        "it planned, 30 offsets still to read; what it backed up is kept"
+    )
+    assert "no micro-batch of it had been committed" in _stopped_snapshot(signal.SIGINT, planned, {})
+    said: list[str] = []
+    stopped = StoppedEarlyError(text, signum=signal.SIGTERM)
+    assert exit_code("spark-kafka-backup backup", _raising(stopped), say=said.append, debug=True) == 143
+    assert said == [f"spark-kafka-backup backup: error: {text}"]
+    said.clear()
+    assert exit_code("job", _raising(Stopped(signal.SIGTERM)), say=said.append) == 143
+    assert said == ["job: error: stopped by SIGTERM (what was committed stays; run it again to go on)"]
+    assert exit_code("job", _raising(KeyboardInterrupt()), say=said.append) == 130
