@@ -111,6 +111,7 @@ class ClusterWatch:
         self._topics_due = topics_recorded_at + TOPICS_INTERVAL_SECONDS
         self._max_segment_size = max_segment_size
         self._prepared: set[TopicPartitionKey] = set(prepared)  # partitions known to have their files
+        self._recorded_ids: dict[str, str] = {}  # the target's recorded topic ids, read once (see take_round)
         self._clock = clock
         self._outage = OutageReport(log, every=OUTAGE_LOG_SECONDS, clock=clock)
         self._found = Collected()
@@ -238,7 +239,8 @@ class ClusterWatch:
             log.info("%s prepared in the backup", count(created, "new partition"))
 
     def _take_round(self, admin: Any, timeout: float) -> OffsetRound:
-        return take_round(admin, self._selection, target=self._target, timeout=timeout, group_reader=self._groups)
+        return take_round(admin, self._selection, target=self._target, timeout=timeout, group_reader=self._groups,
+                          recorded_ids=self._recorded_ids)  # fmt: skip
 
     def _take_cuts(self) -> bool:
         """Take the cut of each new checkpoint request; whether there was one."""

@@ -90,6 +90,7 @@ def take_round(
     read_committed: bool = True,
     timeout: float = 30,
     group_reader: IsolatedGroupOffsets | None = None,
+    recorded_ids: dict[str, str] | None = None,
 ) -> OffsetRound:
     """Read a round (module docstring); ``timeout``: of each request to the cluster. ``group_reader``: where the groups'
     committed offsets are read (a child process of the job's: :mod:`spark_kafka_backup.kafka.isolated_groups`);
@@ -100,7 +101,9 @@ def take_round(
     when both say the same incarnation (a topic recreated in between is in the next round; one that did not exist
     before is the incarnation read after: a deleted topic's commits go with it). With ``target``, a topic
     whose incarnation is not the one the target backed up is left out (named in ``other_incarnations``): its groups'
-    offsets are never stored against the backed-up partitions, and the round does not wait for its end offsets."""
+    offsets are never stored against the backed-up partitions, and the round does not wait for its end offsets.
+    ``recorded_ids``: the target's recorded topic ids read so far, kept by the caller across rounds (a recorded id
+    never changes: a target holds one incarnation of a topic), so that a round does not read every topic record."""
     counted = selected_partitions(admin, selection, timeout=timeout)
     before = topic_ids(admin, {topic for topic, _ in counted}, timeout=timeout)
     # The restore's progress markers (spark_kafka_backup.restore.marker) are not a consumer's position.
@@ -115,10 +118,15 @@ def take_round(
     settled = {topic: found for topic, found in after.items() if before.get(topic, found) == found}
     others: dict[str, tuple[str, str]] = {}
     if target is not None:
+        known = recorded_ids if recorded_ids is not None else {}
         for topic, found in settled.items():
-            record = read_topic_record(target, topic)
-            if record is not None and record.topic_id is not None and record.topic_id != found:
-                others[topic] = (record.topic_id, found)
+            if topic not in known:
+                record = read_topic_record(target, topic)
+                if record is None or record.topic_id is None:
+                    continue
+                known[topic] = record.topic_id
+            if known[topic] != found:
+                others[topic] = (known[topic], found)
     ends = {key: end for key, end in ends.items() if key[0] in settled and key[0] not in others}
     kept = {group: {key: offset for key, offset in offsets.items() if key in ends} for group, offsets in groups.items()}
     return OffsetRound(
