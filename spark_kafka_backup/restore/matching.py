@@ -223,13 +223,9 @@ def _referenced_columns(flagged: Any) -> frozenset[str] | None:
     from spark_kafka_backup.datasource.scan_options import ROW_COLUMNS
 
     expressions = flagged._jdf.queryExecution().analyzed().expressions()
-    names: set[str] = set()
-    pending = [expressions.apply(i) for i in range(expressions.size())]
-    while pending:
-        node = pending.pop()
-        if node.getClass().getSimpleName() == "AttributeReference":
-            names.add(str(node.name()))
-        pending.extend(node.children().apply(i) for i in range(node.children().size()))
+    names = {
+        str(node.name()) for node in _nodes(expressions) if node.getClass().getSimpleName() == "AttributeReference"
+    }
     read = frozenset(names) & frozenset(ROW_COLUMNS)
     return None if read >= frozenset(ROW_COLUMNS) else read
 
@@ -239,17 +235,28 @@ def _expression_nodes(expressions: Any) -> tuple[list[str], list[str]]:
     the nodes Spark calls nondeterministic."""
     names: list[str] = []
     undetermined: list[str] = []
-    pending = [expressions.apply(i) for i in range(expressions.size())]
-    while pending:
-        node = pending.pop()
+    for node in _nodes(expressions):
         name = node.getClass().getSimpleName()
         names.append(name)
-        children = [node.children().apply(i) for i in range(node.children().size())]
+        children = _sequence(node.children())
         # The node that makes its parents nondeterministic: not deterministic, its children all are.
         if not node.deterministic() and all(child.deterministic() for child in children):
             undetermined.append(name)
-        pending.extend(children)
     return names, sorted(set(undetermined))
+
+
+def _nodes(expressions: Any) -> Iterator[Any]:
+    """Every node of the trees of ``expressions`` (a Scala sequence of the JVM's expressions), roots included."""
+    pending = _sequence(expressions)
+    while pending:
+        node = pending.pop()
+        yield node
+        pending.extend(_sequence(node.children()))
+
+
+def _sequence(items: Any) -> list[Any]:
+    """A Scala sequence's items."""
+    return [items.apply(i) for i in range(items.size())]
 
 
 def _flags(text: str) -> str:
