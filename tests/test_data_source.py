@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +20,15 @@ import pytest
 from spark_kafka_backup.catalog.ledger import CatalogLedger
 from spark_kafka_backup.catalog.store import read_catalog
 from spark_kafka_backup.datasource import register
+from spark_kafka_backup.datasource.match_runs import ScanMatch, runs_of_scan
 from spark_kafka_backup.datasource.scan_options import scan_options
 from spark_kafka_backup.datasource.scan_plan import plan_scans
+from spark_kafka_backup.errors import UsageError
+from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.object_writer import ObjectPartitionWriter
 from spark_kafka_backup.partition.offsets_file import write_consumer_offsets
 from spark_kafka_backup.partition.writer import PartitionWriter
-from spark_kafka_backup.storage import ObjectPath
+from spark_kafka_backup.storage import ObjectPath, parse_location
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
 from tests.data_source_query import as_cat
@@ -246,6 +250,123 @@ def test_a_predicate_failing_on_a_record_is_one_line_naming_sparks_error_class_a
     assert len(said) == 1 and "CAST_INVALID_INPUT" in said[0] and repr(where) in said[0], done.stderr
     assert "errorClass" not in done.stderr and "Traceback" not in done.stderr
     assert cat(many_segments) == before
+
+
+#: Predicates the restore's and erase's tasks evaluate on the Arrow rows themselves, and what they hold for on
+#: ``edge_records``'s records (the test also has Spark evaluate each).
+TRANSLATED: list[tuple[str, Any]] = [
+    ("offset % 7 = 3", lambda r: r["offset"] % 7 == 3),
+    ("partition IN (0, 5)", lambda r: r["partition"] == 0),
+    ("partition IN (1, NULL)", lambda r: r["partition"] == 1),
+    ("NOT (partition IN (1, NULL))", lambda r: False),
+    ("partition IN (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)", lambda r: r["partition"] == 1),
+    ("timestamp >= '2023-11-14 22:13:20.030'", lambda r: (r["timestamp"] or 0) >= 1_700_000_000_030),
+    ("timestamp < '1970-01-01' OR timestamp IS NULL", lambda r: r["timestamp"] is None or r["timestamp"] < 0),
+    ("key = CAST('k7' AS BINARY)", lambda r: r["key"] == b"k7"),
+    ("key IS NULL", lambda r: r["key"] is None),
+    ("CAST(key AS STRING) > 'k5'", lambda r: r["key"] is not None and r["key"] > b"k5"),
+    ("CAST(key AS STRING) LIKE 'k1%'", lambda r: r["key"] is not None and r["key"].startswith(b"k1")),
+    ("CAST(value AS STRING) LIKE '%z'", lambda r: r["value"] is not None and r["value"].endswith(b"z")),
+    ("CAST(value AS STRING) LIKE '%mid%'", lambda r: r["value"] is not None and b"mid" in r["value"]),
+    ("key <=> NULL", lambda r: r["key"] is None),
+    ("NOT (key <=> CAST('k3' AS BINARY))", lambda r: r["key"] != b"k3"),
+    ("topic = 'edge' AND timestampType = 1", lambda r: r["timestamp_type"] == 1),
+    ("offset + partition * 1000 > 1030", lambda r: r["offset"] + r["partition"] * 1000 > 1030),
+    ("NOT (offset < 10 OR key IS NULL)", lambda r: not (r["offset"] < 10 or r["key"] is None)),
+    ("offset BETWEEN 5 AND 9 AND timestamp IS NOT NULL",
+     lambda r: 5 <= r["offset"] <= 9 and r["timestamp"] is not None),
+    ("offset < 12.5", lambda r: r["offset"] < 12.5),
+    ("true", lambda r: True),
+    ("offset % 2 = 0 AND NULL", lambda r: False),
+    ("offset % 2 = 0 OR NULL", lambda r: r["offset"] % 2 == 0),
+]  # fmt: skip
+
+
+def edge_records(partition: int) -> list[Record]:
+    """Null, empty and non-UTF-8 keys, null values, times before 1970 and none, both timestamp types."""
+    records = []
+    for i in range(40):
+        kind = i % 5
+        records.append(Record(
+            offset=i,
+            timestamp_type=(0, 1, -1, 0, 1)[kind],
+            timestamp=None if kind == 2 else (-5_000 + i if kind == 3 else 1_700_000_000_000 + i),
+            key=(None, b"", b"k%d" % i, b"\xff\x00k", b"k%d" % (i % 10))[kind],
+            value=None if kind == 4 else b"v-%d-mid-%s" % (i, b"z" if i % 3 == 0 else b"\xc3"),
+        ))  # fmt: skip
+    return records
+
+
+def test_predicates_evaluated_on_the_tasks_rows_hold_for_the_records_sparks_evaluation_finds(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``restore --where``'s fast path: each predicate of :data:`TRANSLATED` is translated from Spark's plan and
+    evaluated by the tasks on Arrow rows; the runs are those Spark's own evaluation gives, and the records those
+    ``cat`` shows it holds for. A predicate with something else (headers, a function) is evaluated by Spark; one
+    whose arithmetic overflows fails as Spark's would, naming its error class."""
+    from spark_kafka_backup.restore import matching
+    from spark_kafka_backup.restore.predicate_nodes import translated
+
+    root = tmp_path / "backup"
+    stored: list[dict[str, Any]] = []
+    for partition in (0, 1):
+        with PartitionWriter(root / "edge", "edge", partition, max_segment_size=600, fsync=False,
+                             ledger=CatalogLedger(root)) as writer:  # fmt: skip
+            for record in edge_records(partition):
+                writer.append(record)
+                stored.append({**record._asdict(), "partition": partition})
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    scope = matching.MatchScope(parse_location(str(root)), "true")
+    try:
+        spark.conf.set("spark.sql.session.timeZone", matching.TIME_ZONE)
+        # Spark's answers, all in one query of the data source's rows.
+        rows = spark.read.format("kbackup").option("logPlan", "false").load(str(root))
+        asked = [f"({condition}) AS p{number}" for number, (condition, _) in enumerate(TRANSLATED)]
+        flags = rows.selectExpr("partition", "offset", *asked).collect()
+        scans = plan_scans(scan_options({"path": str(root), "logPlan": "false"}))
+        for number, (condition, holds) in enumerate(TRANSLATED):
+            predicate = translated(matching._flagged(matching._stand_in(spark), condition))
+            assert predicate is not None, condition
+            # The tasks' evaluation, here in the test's process (find_matches hands it to Spark's tasks: below).
+            here = _held(runs_of_scan(ScanMatch(scan, predicate)) for scan in scans)
+            assert here == {(row.partition, row.offset) for row in flags if row[f"p{number}"]}, condition
+            assert here == {(r["partition"], r["offset"]) for r in stored if holds(r)}, condition
+        for condition, holds in TRANSLATED[:2]:
+            found = matching.find_matches(replace(scope, where=condition), spark, ["edge"])
+            assert _as_sets(found) == {(r["partition"], r["offset"]) for r in stored if holds(r)}, condition
+        for condition in ("array_contains(headers.key, 'p') OR offset = 3", "length(value) > 12"):
+            checked = matching._flagged(matching._stand_in(spark), condition)
+            assert translated(checked) is None, condition
+        scope = replace(scope, where="length(value) > 12")
+        assert _as_sets(matching.find_matches(scope, spark, ["edge"])) == {
+            (r["partition"], r["offset"]) for r in stored if r["value"] is not None and len(r["value"]) > 12
+        }
+        with pytest.raises(UsageError, match="ARITHMETIC_OVERFLOW"):
+            matching.find_matches(replace(scope, where="offset * 4611686018427387904 > 0"), spark, ["edge"])
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+
+
+def _held(found: Iterator[list[Any] | str]) -> set[tuple[int, int]]:
+    """The (partition, offset) of every record the tasks' runs hold."""
+    held: set[tuple[int, int]] = set()
+    for runs in found:
+        assert not isinstance(runs, str), runs  # evaluated by the tasks, not left to Spark
+        for batch in runs:
+            for partition, first, last in zip(batch["partition"].to_pylist(), batch["first"].to_pylist(),
+                                              batch["last"].to_pylist(), strict=True):  # fmt: skip
+                held.update((partition, offset) for offset in range(first, last + 1))
+    return held
+
+
+def _as_sets(matched: dict[tuple[str, int], Any]) -> set[tuple[int, int]]:
+    """The (partition, offset) of every record the runs hold."""
+    return {
+        (partition, offset)
+        for (_, partition), runs in matched.items()
+        for first, last in zip(runs.firsts.tolist(), runs.lasts.tolist(), strict=True)
+        for offset in range(first, last + 1)
+    }
 
 
 def test_encrypted_segments_read_with_the_key_and_options_narrow_the_rows(spark: Any, written: Path) -> None:

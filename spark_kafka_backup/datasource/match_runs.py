@@ -6,6 +6,10 @@ in that task) turns the flags into runs of consecutive matching records: ``(topi
 records)``. A run claims every stored record from ``first`` to ``last``: they were all read, in order, and all
 matched. A null (the predicate unknown for a record) does not match, as in a ``WHERE``.
 
+:func:`runs_of_scan` does the same for a predicate Spark translated
+(:mod:`spark_kafka_backup.datasource.row_predicate`): the task reads its segments and evaluates the predicate on
+their Arrow rows itself, none of them handed to Spark.
+
 Memory: one input batch and the runs it closes.
 """
 
@@ -17,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from spark_kafka_backup.datasource.row_predicate import LeftToSparkError, Node, holds
+from spark_kafka_backup.datasource.segment_scan import SegmentScan, read_scan
 from spark_kafka_backup.errors import KbackupError
 
 #: What :func:`matched_runs` yields (Spark's DDL for ``mapInArrow``).
@@ -65,6 +71,32 @@ def matched_runs(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             yield from runs
     if open_run is not None:
         yield _batch(*_arrays([open_run]))
+
+
+@dataclass(frozen=True)
+class ScanMatch:
+    """One task of a translated predicate (pickled to it): a scan of the data source and the predicate."""
+
+    scan: SegmentScan
+    predicate: Node
+
+
+def runs_of_scan(task: ScanMatch) -> list[pa.RecordBatch] | str:
+    """The runs of the scan's records ``task.predicate`` holds for, or why Spark must evaluate it
+    (:class:`LeftToSparkError`: nothing of this task is kept)."""
+    try:
+        return list(matched_runs(_flagged_rows(task)))
+    except LeftToSparkError as exc:
+        return str(exc) or "an evaluation Spark answers by its mode"
+
+
+def _flagged_rows(task: ScanMatch) -> Iterator[pa.RecordBatch]:
+    for rows in read_scan(task.scan):
+        yield pa.RecordBatch.from_arrays(
+            [rows.column("topic"), rows.column("partition"), rows.column("offset"),
+             pa.array(holds(task.predicate, rows))],
+            names=["topic", "partition", "offset", "matched"],
+        )  # fmt: skip
 
 
 def _varies(column: pa.Array) -> bool:

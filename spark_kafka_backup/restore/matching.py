@@ -1,11 +1,19 @@
 """``restore --where PREDICATE``: the records a Spark SQL predicate holds for, found before the plan.
 
-Spark reads the backup through the ``kbackup`` data source (:mod:`spark_kafka_backup.datasource`), evaluates the
-predicate on every record of the restored topics (within ``--from-time``/``--to-time``) and hands each task's flags,
-in offset order, to :func:`~spark_kafka_backup.datasource.match_runs.matched_runs`, which keeps runs of consecutive
-matching records. The driver collects the runs (16 bytes each, at most :data:`MAX_RUNS`) into each partition's
-:class:`~spark_kafka_backup.partition.selection.MatchedRuns`: the plan, the tasks and the group offset remapping
-then select exactly those records, as they select a time window's.
+Spark parses, resolves and checks the predicate on a stand-in of the ``kbackup`` data source's rows (its schema, no
+rows). Then, within ``--from-time``/``--to-time``, on every record of the restored topics:
+
+- a predicate whose optimized plan translates (:mod:`spark_kafka_backup.restore.predicate_nodes`: comparisons,
+  ``AND``/``OR``/``NOT``, ``IN``, null checks, integer arithmetic, ``LIKE`` prefixes... of the columns other than
+  headers) is evaluated by Spark tasks that read their segments and evaluate it on the Arrow rows themselves
+  (:func:`~spark_kafka_backup.datasource.match_runs.runs_of_scan`): no row goes to the JVM and back. An overflow or
+  a division by zero, which Spark answers by its mode, is left to Spark;
+- any other predicate is evaluated by Spark on the data source's rows, and each task's flags, in offset order, go to
+  :func:`~spark_kafka_backup.datasource.match_runs.matched_runs`.
+
+Either way the result is runs of consecutive matching records. The driver collects the runs (16 bytes each, at most
+:data:`MAX_RUNS`) into each partition's :class:`~spark_kafka_backup.partition.selection.MatchedRuns`: the plan, the
+tasks and the group offset remapping then select exactly those records, as they select a time window's.
 
 What keeps the runs exact:
 
@@ -34,11 +42,15 @@ import numpy as np
 
 from spark_kafka_backup.catalog.integrity import bad_segments
 from spark_kafka_backup.datasource import register
-from spark_kafka_backup.datasource.match_runs import RUNS_DDL, matched_runs
-from spark_kafka_backup.datasource.scan_options import in_flag_words
+from spark_kafka_backup.datasource.kafka_rows import KAFKA_ROWS_DDL
+from spark_kafka_backup.datasource.match_runs import RUNS_DDL, RUNS_SCHEMA, ScanMatch, matched_runs, runs_of_scan
+from spark_kafka_backup.datasource.row_predicate import Node
+from spark_kafka_backup.datasource.scan_options import in_flag_words, scan_options
+from spark_kafka_backup.datasource.scan_plan import plan_scans
 from spark_kafka_backup.errors import KbackupError, UsageError
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.selection import MatchedRuns, Window, count_selected
+from spark_kafka_backup.restore.predicate_nodes import translated
 from spark_kafka_backup.restore.settings import RestoreSettings
 from spark_kafka_backup.storage import Location
 from spark_kafka_backup.text import count
@@ -94,13 +106,14 @@ def find_matches(
     *,
     use: str = "a restore",
     narrow: str = "--from-time/--to-time, --topics, a stricter predicate",
+    evaluate_here: bool = True,
 ) -> dict[tuple[str, int], MatchedRuns]:
     """The runs of records ``scope.where`` holds for in ``topics``, per partition (module docstring); ``use`` names
-    the command, and ``narrow`` its options that narrow the records, in the refusal of too many runs."""
+    the command, and ``narrow`` its options that narrow the records, in the refusal of too many runs;
+    ``evaluate_here=False`` has Spark evaluate even a predicate the tasks could (tests compare the two)."""
     where = scope.where
-    register(spark)
     spark.conf.set("spark.sql.session.timeZone", TIME_ZONE)
-    reader = spark.read.format("kbackup").option("topics", ",".join(topics))
+    options = {"topics": ",".join(topics)}
     for option, values in (
         ("encryptionKeyFile", [file for file, _ in scope.key_sources if file is not None]),
         ("encryptionKeyEnv", [env for _, env in scope.key_sources if env is not None]),
@@ -108,23 +121,74 @@ def find_matches(
         if any("," in value for value in values):
             raise UsageError(f"--where: a key file or variable name with a comma cannot be handed to Spark: {values}")
         if values:
-            reader = reader.option(option, ",".join(values))
+            options[option] = ",".join(values)
     if scope.from_time is not None:
-        reader = reader.option("fromTimestamp", str(scope.from_time))
+        options["fromTimestamp"] = str(scope.from_time)
     if scope.to_time is not None:
-        reader = reader.option("toTimestamp", str(scope.to_time))
-    reader = reader.option("skipBadSegments", str(scope.skip_bad_segments).lower())
-    reader = reader.option("allowUnauthenticated", str(scope.allow_unauthenticated).lower())
-    reader = reader.option("legacyNoMagic", str(scope.legacy).lower())
-    reader = reader.option("logPlan", "false")  # the job's own lines say what it matched
-    flagged = _flagged(reader.load(str(scope.source)), where)
+        options["toTimestamp"] = str(scope.to_time)
+    options["skipBadSegments"] = str(scope.skip_bad_segments).lower()
+    options["allowUnauthenticated"] = str(scope.allow_unauthenticated).lower()
+    options["legacyNoMagic"] = str(scope.legacy).lower()
+    options["logPlan"] = "false"  # the job's own lines say what it matched
+    # The predicate is checked, and translated where it can be, on rows of the data source's schema that Spark
+    # never reads: the data source is loaded only when Spark evaluates it.
+    flagged = _flagged(_stand_in(spark), where)
     # The rows fill only the columns the predicate reads: a predicate of offsets or keys costs no values to build.
     read = _referenced_columns(flagged)
     if read is not None:
-        flagged = _flagged(reader.option("columns", ",".join(sorted(read))).load(str(scope.source)), where)
+        options["columns"] = ",".join(sorted(read))
+    predicate = translated(flagged) if evaluate_here else None
+    table = None if predicate is None else _runs_here(spark, {**options, "path": str(scope.source)}, predicate, where)
+    if table is None:
+        register(spark)
+        rows = spark.read.format("kbackup").options(**options).load(str(scope.source))
+        table = _runs_by_spark(_flagged(rows, where), where)
+    if table.num_rows > MAX_RUNS:
+        raise UsageError(
+            f"--where {where!r} matches records scattered over more than {MAX_RUNS:,} runs, more than {use} "
+            f"holds; narrow it ({narrow})"
+        )
+    return _checked_runs(scope, table)
+
+
+def _stand_in(spark: Any) -> Any:
+    """A DataFrame of the data source's schema over no rows (nothing Spark's optimizer could fold away)."""
+    from pyspark.sql.types import StructType
+
+    return spark.createDataFrame(spark.sparkContext.emptyRDD(), StructType.fromDDL(KAFKA_ROWS_DDL))
+
+
+def _runs_here(spark: Any, options: dict[str, str], predicate: Node, where: str) -> Any:
+    """The runs of a translated predicate, each task reading its segments and evaluating it on their Arrow rows;
+    ``None`` when a task found that Spark must evaluate it (module docstring)."""
+    import pyarrow as pa
+
+    from spark_kafka_backup.spark.failures import failure_cause
+
+    scans = plan_scans(scan_options(options))
+    if not scans:
+        return RUNS_SCHEMA.empty_table()
+    tasks = [ScanMatch(scan, predicate) for scan in scans]
+    context = spark.sparkContext
+    try:
+        found = context.parallelize(tasks, len(tasks)).map(runs_of_scan).collect()
+    except Exception as exc:
+        raise KbackupError(
+            f"--where: Spark could not evaluate {where!r} on the backup: {_flags(failure_cause(exc))}"
+        ) from exc
+    reasons = [result for result in found if isinstance(result, str)]
+    if reasons:
+        log.info("--where: %s; Spark evaluates the predicate", reasons[0])
+        return None
+    batches = [batch for result in found for batch in result]
+    return pa.Table.from_batches(batches, schema=RUNS_SCHEMA)
+
+
+def _runs_by_spark(flagged: Any, where: str) -> Any:
+    """The runs of the predicate, evaluated by Spark on its rows."""
     try:
         with _quiet_query_context():
-            table = flagged.mapInArrow(matched_runs, RUNS_DDL).limit(MAX_RUNS + 1).toArrow()
+            return flagged.mapInArrow(matched_runs, RUNS_DDL).limit(MAX_RUNS + 1).toArrow()
     except KbackupError:
         raise
     except Exception as exc:
@@ -139,12 +203,6 @@ def find_matches(
             f"--where {where!r} failed on the backup's records with Spark's error {condition}: {_first_line(exc)} "
             "(the predicate must give true, false or null for every record)"
         ) from exc
-    if table.num_rows > MAX_RUNS:
-        raise UsageError(
-            f"--where {where!r} matches records scattered over more than {MAX_RUNS:,} runs, more than {use} "
-            f"holds; narrow it ({narrow})"
-        )
-    return _checked_runs(scope, table)
 
 
 def _checked_runs(scope: MatchScope, table: Any) -> dict[tuple[str, int], MatchedRuns]:
