@@ -14,7 +14,7 @@ from spark_kafka_backup.catalog.store import read_catalog, write_catalog
 from spark_kafka_backup.catalog.tail import prefix_crc32c
 from spark_kafka_backup.errors import FormatError
 from spark_kafka_backup.format.frames import FramedReader, is_framed
-from spark_kafka_backup.format.record import TYPE_AND_TIMESTAMP_BYTES
+from spark_kafka_backup.format.record import TYPE_AND_TIMESTAMP_AT, widen_time_range
 from spark_kafka_backup.format.segment_index import ENTRY_DTYPE, ENTRY_SIZE
 from spark_kafka_backup.partition.layout import list_partitions
 from spark_kafka_backup.partition.ledger import TailEntry
@@ -76,23 +76,7 @@ def segment_time_range(
         high: int | None = None
         for begin in range(0, len(positions_all), 1 << 20):
             positions = np.asarray(positions_all[begin : begin + (1 << 20)])
-            low, high = _fold(records[positions[:, None] + _HEAD], low, high)
-    return low, high
-
-
-#: The timestamp type (int32) and timestamp (int64) of a record: bytes 8 to 20 from its start.
-_HEAD = np.arange(TYPE_AND_TIMESTAMP_BYTES.start, TYPE_AND_TIMESTAMP_BYTES.stop)
-
-
-def _fold(fields: np.ndarray, low: int | None, high: int | None) -> tuple[int | None, int | None]:
-    """``low``/``high`` widened by the timestamps in ``fields`` (12 bytes per record: type, then timestamp)."""
-    kinds = fields[:, :4].copy().view(">i4").ravel()
-    stamps = fields[:, 4:].copy().view(">i8").ravel()
-    stamped = stamps[(kinds == 0) | (kinds == 1)]
-    if len(stamped):
-        chunk_low, chunk_high = int(stamped.min()), int(stamped.max())
-        low = chunk_low if low is None else min(low, chunk_low)
-        high = chunk_high if high is None else max(high, chunk_high)
+            low, high = widen_time_range(records[positions[:, None] + TYPE_AND_TIMESTAMP_AT], low, high)
     return low, high
 
 
@@ -111,10 +95,10 @@ def _framed_time_range(frames: FramedReader, positions: np.ndarray) -> tuple[int
         here = starts[lo:hi]
         inside = last[lo:hi] == number
         within = here[inside] - int(number) * size
-        low, high = _fold(plain[within[:, None] + np.arange(12)], low, high)
+        low, high = widen_time_range(plain[within[:, None] + np.arange(12)], low, high)
         for at in here[~inside]:
             fields = np.frombuffer(frames.pread(12, int(at)), dtype=np.uint8).reshape(1, 12)
-            low, high = _fold(fields, low, high)
+            low, high = widen_time_range(fields, low, high)
     return low, high
 
 

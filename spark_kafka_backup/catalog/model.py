@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from spark_kafka_backup.errors import FormatError
@@ -79,7 +79,12 @@ class PartitionCatalog:
             document["readFrom"] = self.read_from
         document["segments"] = [_camel(_present(asdict(entry))) for entry in self.segments]
         if self.tail is not None:
-            document["tail"] = _camel(asdict(self.tail))
+            document["tail"] = _camel({name: value for name, value in asdict(self.tail).items()
+                                       if name not in _TAIL_TIMES})  # fmt: skip
+            if self.tail.times:  # apart: a reader before it took "tail" whole, and refused a field it did not know
+                document["tailTimes"] = {"name": self.tail.name, "records": self.tail.records,
+                                         "minTimestamp": self.tail.min_timestamp,
+                                         "maxTimestamp": self.tail.max_timestamp}  # fmt: skip
         if self.pruned is not None:
             document["pruned"] = _camel(asdict(self.pruned))
         return json.dumps(document, indent=1, sort_keys=False).encode() + b"\n"
@@ -109,6 +114,7 @@ class PartitionCatalog:
             tail = None
             if tail_fields is not None:
                 tail = TailEntry(**check_fields(TailEntry, _snake(tail_fields), file=file, what="catalog tail"))
+                tail = _with_times(tail, document.get("tailTimes"), file=file)
             for entry in (*segments, *(() if tail is None else (tail,))):
                 check_segment_name(entry.name, file=file, what="a catalog entry")
             topic = check_topic_name(document["topic"], file=file)
@@ -125,6 +131,26 @@ class PartitionCatalog:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise FormatError(f"catalog is not a valid partition catalog ({exc})", file=file) from exc
+
+
+#: The tail's fields written apart, as ``tailTimes`` (formats/catalog.md).
+_TAIL_TIMES = ("min_timestamp", "max_timestamp", "times")
+
+
+def _with_times(tail: TailEntry, times: Any, *, file: str) -> TailEntry:
+    """``tail`` with the time range ``tailTimes`` gives it, when that describes the same prefix (a writer that did
+    not know ``tailTimes`` may have recorded another since: then it says nothing)."""
+    if times is None:
+        return tail
+    if not isinstance(times, dict):
+        raise FormatError("invalid tailTimes", file=file, expected="an object", found=repr(times)[:40])
+    low, high = times.get("minTimestamp"), times.get("maxTimestamp")
+    for value in (low, high):
+        if value is not None and type(value) is not int:
+            raise FormatError("invalid tailTimes", file=file, expected="ms or null", found=repr(value)[:40])
+    if times.get("name") != tail.name or times.get("records") != tail.records or (low is None) != (high is None):
+        return tail
+    return replace(tail, min_timestamp=low, max_timestamp=high, times=True)
 
 
 _FIELDS = {

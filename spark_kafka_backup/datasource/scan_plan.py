@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 
 from spark_kafka_backup.catalog.integrity import damage_text, offsets_overlap, unverifiable_segments
-from spark_kafka_backup.catalog.model import SegmentEntry
+from spark_kafka_backup.catalog.model import PartitionCatalog, SegmentEntry
 from spark_kafka_backup.catalog.seals import seal_problems
 from spark_kafka_backup.catalog.segment_set import lost_segments
 from spark_kafka_backup.catalog.store import read_catalog
@@ -33,7 +33,7 @@ from spark_kafka_backup.partition.layout import chosen_topics, list_partitions
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.records_file import install_keys, installed_keys, load_key
 from spark_kafka_backup.partition.selection import Window
-from spark_kafka_backup.storage import parse_location
+from spark_kafka_backup.storage import parse_location, size
 
 log = logging.getLogger("spark_kafka_backup.datasource")
 
@@ -146,7 +146,7 @@ def _partition_scans(options: ScanOptions, topic: str, partition: int) -> tuple[
     chosen: list[_Chosen] = []
     for number, segment in enumerate(reader.segments):
         following = reader.segments[number + 1].start_offset if number + 1 < len(reader.segments) else None
-        entry = described.get(segment.name)
+        entry = described.get(segment.name) or _vouched_tail(catalog, reader, segment.name, window)
         if segment.name not in unchecked and _may_hold(entry, segment.start_offset, following, window):
             size = None if entry is None else _stored(entry)
             chosen.append(_Chosen(segment.name, segment.start_offset, following, size))
@@ -166,6 +166,26 @@ def _partition_scans(options: ScanOptions, topic: str, partition: int) -> tuple[
         )
         for group in _grouped(chosen, options.task_bytes)
     ], len(reader.segments)
+
+
+def _vouched_tail(
+    catalog: PartitionCatalog | None, reader: PartitionReader, name: str, window: Window
+) -> SegmentEntry | None:
+    """The newest segment as a catalog entry, for a time window, when its recorded tail vouches for its times: the
+    writer kept them as it wrote (``tailTimes``) and the files hold nothing past the recorded prefix (a backup
+    appending right now has bytes past it: then ``None``, and it is read)."""
+    tail = catalog.tail_of(name) if catalog is not None and window.by_time else None
+    if tail is None or not tail.times:
+        return None
+    records_path, index_path = reader.segment_paths(reader.segments[-1])
+    if reader.segments[-1].name != name or (size(records_path), size(index_path)) != (
+        tail.records_bytes,
+        tail.index_bytes,
+    ):
+        return None
+    return SegmentEntry(name, reader.segments[-1].start_offset, tail.first_offset, tail.last_offset, tail.records,
+                        tail.min_timestamp, tail.max_timestamp, tail.records_bytes, tail.index_bytes,
+                        tail.records_crc32c, tail.index_crc32c)  # fmt: skip
 
 
 def _may_hold(entry: SegmentEntry | None, start: int, following: int | None, window: Window) -> bool:

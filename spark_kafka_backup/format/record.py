@@ -89,6 +89,24 @@ if HEAD_DTYPE.itemsize != _HEAD_TIME_KEYLEN.size:
     raise ImportError("the record head's numpy layout differs from its struct layout")
 
 
+#: Offsets of a record's type and timestamp bytes from its start (:data:`TYPE_AND_TIMESTAMP_BYTES`), for gathering.
+TYPE_AND_TIMESTAMP_AT = np.arange(TYPE_AND_TIMESTAMP_BYTES.start, TYPE_AND_TIMESTAMP_BYTES.stop)
+
+
+def widen_time_range(fields: np.ndarray, low: int | None, high: int | None) -> tuple[int | None, int | None]:
+    """``low``/``high`` (the oldest and newest timestamp so far, ``None``: none yet) widened by the records whose
+    :data:`TYPE_AND_TIMESTAMP_BYTES` are the rows of ``fields`` (``uint8``, 12 a row); only CreateTime and
+    LogAppendTime records have a timestamp (the bytes of another are not one)."""
+    kinds = fields[:, :4].copy().view(">i4").ravel()
+    stamps = fields[:, 4:].copy().view(">i8").ravel()
+    stamped = stamps[(kinds == 0) | (kinds == 1)]
+    if len(stamped):
+        chunk_low, chunk_high = int(stamped.min()), int(stamped.max())
+        low = chunk_low if low is None else min(low, chunk_low)
+        high = chunk_high if high is None else max(high, chunk_high)
+    return low, high
+
+
 def encode_record(record: Record) -> bytes:
     """Return the v1 bytes of ``record``."""
     out = bytearray()

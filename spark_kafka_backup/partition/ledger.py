@@ -54,6 +54,11 @@ class TailEntry:
     magic byte included) hold ``records`` records, committed by a writer that
     synced them; the CRC32Cs cover exactly those prefixes. Bytes past them are
     a batch in flight (or left by a crash), not yet covered.
+
+    ``times``: the writer kept the oldest and newest timestamp of the prefix's
+    records as it wrote them (``min_timestamp``/``max_timestamp``, ``None``
+    when no record has one); without it (a prefix rebuilt from the files, a
+    writer that took over bytes it did not read) they say nothing.
     """
 
     name: str
@@ -64,6 +69,9 @@ class TailEntry:
     index_bytes: int
     records_crc32c: int
     index_crc32c: int
+    min_timestamp: int | None = None
+    max_timestamp: int | None = None
+    times: bool = False
 
 
 class SegmentLedger(Protocol):

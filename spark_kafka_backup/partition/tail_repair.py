@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import crc32c
+import numpy as np
 
 from spark_kafka_backup.errors import FormatError
 from spark_kafka_backup.format.frames import is_framed
-from spark_kafka_backup.format.record import decode_record
-from spark_kafka_backup.format.segment_index import ENTRY, ENTRY_SIZE, SegmentIndexEntry
+from spark_kafka_backup.format.record import TYPE_AND_TIMESTAMP_AT, decode_record, widen_time_range
+from spark_kafka_backup.format.segment_index import ENTRY, ENTRY_DTYPE, ENTRY_SIZE, SegmentIndexEntry
 from spark_kafka_backup.partition.layout import SegmentFiles
 from spark_kafka_backup.partition.ledger import TailEntry
 from spark_kafka_backup.storage import as_local
@@ -35,12 +36,38 @@ class Coverage:
     index_crc32c: int
     index_bytes: int
     first_offset: int | None
+    #: The oldest and newest timestamp of the records covered, when ``times`` (see :class:`TailEntry`).
+    min_timestamp: int | None = None
+    max_timestamp: int | None = None
+    times: bool = True
 
     def add(self, records: bytes | bytearray, index: bytes | bytearray) -> None:
+        """Cover ``records`` (appended at byte ``records_bytes``) and their ``index`` entries."""
+        if self.times:
+            self.min_timestamp, self.max_timestamp = _times_of(
+                records, index, self.records_bytes, self.min_timestamp, self.max_timestamp
+            )
         self.records_crc32c = crc32c.crc32c(records, self.records_crc32c)
         self.records_bytes += len(records)
         self.index_crc32c = crc32c.crc32c(index, self.index_crc32c)
         self.index_bytes += len(index)
+
+
+#: Index bytes read at a time when a writer reads the times of records past the recorded prefix.
+_EXTEND = ENTRY_SIZE * 65_536
+
+
+def _times_of(
+    records: bytes | bytearray, index: bytes | bytearray, at: int, low: int | None, high: int | None
+) -> tuple[int | None, int | None]:
+    """``low``/``high`` widened by the timestamps of the records ``index`` names in ``records`` (which start at
+    byte ``at`` of the records file)."""
+    entries = np.frombuffer(index, dtype=ENTRY_DTYPE)
+    if not len(entries):
+        return low, high
+    starts = entries["position"].astype(np.int64) - at
+    fields = np.frombuffer(records, dtype=np.uint8)[starts[:, None] + TYPE_AND_TIMESTAMP_AT]
+    return widen_time_range(fields, low, high)
 
 
 def crc_range(fd: int, start: int, end: int, value: int) -> int:
@@ -157,4 +184,18 @@ def load_coverage(
     )
     index_crc = crc_range(index_fd, tail.index_bytes if tail else 0, index_end, tail.index_crc32c if tail else 0)
     first = SegmentIndexEntry(*ENTRY.unpack(os.pread(index_fd, ENTRY_SIZE, 1))).offset if index_end > 1 else None
-    return Coverage(name, records_crc, records_end, index_crc, index_end, first)
+    coverage = Coverage(name, records_crc, records_end, index_crc, index_end, first, times=False)
+    if tail is not None and tail.times:
+        coverage.min_timestamp, coverage.max_timestamp, coverage.times = tail.min_timestamp, tail.max_timestamp, True
+        # Synced bytes past the recorded prefix (a writer killed before it recorded them): their times read once.
+        for begin in range(tail.index_bytes, index_end - (index_end - tail.index_bytes) % ENTRY_SIZE, _EXTEND):
+            index = os.pread(index_fd, min(_EXTEND, index_end - begin) // ENTRY_SIZE * ENTRY_SIZE, begin)
+            entries = np.frombuffer(index, dtype=ENTRY_DTYPE)
+            if not len(entries):
+                break
+            at = int(entries["position"][0])
+            end = int(entries["position"][-1]) + int(entries["length"][-1])
+            coverage.min_timestamp, coverage.max_timestamp = _times_of(
+                os.pread(records_fd, end - at, at), index, at, coverage.min_timestamp, coverage.max_timestamp
+            )
+    return coverage

@@ -563,6 +563,9 @@ class PartitionWriter(ClosingWriter):
             index_bytes=coverage.index_bytes,
             records_crc32c=coverage.records_crc32c,
             index_crc32c=coverage.index_crc32c,
+            min_timestamp=coverage.min_timestamp if coverage.times else None,
+            max_timestamp=coverage.max_timestamp if coverage.times else None,
+            times=coverage.times,
         )
         # Synced even when the segment files are not (a new target's placeholders): a catalog that a power
         # loss left empty would stop the partition's next writer, where empty segment files are repaired.

@@ -36,6 +36,7 @@ __all__ = [
     "read_chunks",
     "read_document",
     "read_limited",
+    "size",
     "storage_for",
     "write_whole",
 ]
@@ -72,6 +73,11 @@ def confine_root(root: Location) -> None:
 
 def exists(location: Location) -> bool:
     return storage_for(location).exists(location)
+
+
+def size(location: Location) -> int | None:
+    """A file's size in bytes (``None``: there is none)."""
+    return storage_for(location).size(location)
 
 
 def read_limited(location: Location, limit: int) -> bytes:

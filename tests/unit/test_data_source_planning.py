@@ -3,6 +3,7 @@ columns, and the plan over a backup's catalog."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -155,6 +156,82 @@ def test_the_plan_reads_whole_segments_the_catalog_says_can_match(tmp_path: Path
     ]
     with pytest.raises(BackupNotFoundError, match=r"topic 'other' .* is not in backup"):
         plan_scans(scan_options({"path": str(root), "topics": "other"}))
+
+
+def _timed(i: int, at: int) -> Record:
+    """Record ``i`` at time ``at`` (none every third record: it takes no part in a time range)."""
+    return Record(i, 0 if i % 3 else -1, None if i % 3 == 0 else at, b"k", b"v")
+
+
+def _segments_read(root: Path, since: int | None = None, until: int | None = None) -> int:
+    options = {"path": str(root), "logPlan": "false"}
+    if since is not None:
+        options["fromTimestamp"] = str(since)
+    if until is not None:
+        options["toTimestamp"] = str(until)
+    return sum(len(scan.segments) for scan in plan_scans(scan_options(options)))
+
+
+def test_the_newest_segment_is_pruned_by_time_where_its_writer_kept_its_times(tmp_path: Path) -> None:
+    """A partition's newest segment (one segment of default size: all of it) has no catalog entry; its recorded
+    prefix carries the times its writers kept, apart from the tail older readers take whole (``tailTimes``)."""
+    root = tmp_path / "backup"
+    with PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root)) as writer:
+        for i in range(100):
+            writer.append(_timed(i, 1_000 + i))
+    tail = read_catalog(root, "t", 0).tail  # type: ignore[union-attr]
+    assert tail is not None and (tail.min_timestamp, tail.max_timestamp, tail.times) == (1_001, 1_098, True)
+    assert (_segments_read(root), _segments_read(root, until=999), _segments_read(root, since=1_099)) == (1, 0, 0)
+    assert (_segments_read(root, since=1_098), _segments_read(root, 1_050, 1_050)) == (1, 1)
+    # A writer appending: bytes past the recorded prefix, of times nothing vouches for yet, are read.
+    with PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root)) as writer:
+        for i in range(100, 130):
+            writer.append(_timed(i, 5_000 + i))
+        writer.flush()
+        assert _segments_read(root, since=5_000) == 1
+    assert _segments_read(root, since=5_129) == 0 and _segments_read(root, since=5_128) == 1
+    # A writer stopped before it recorded its records (killed): the next one takes them over with their times.
+    catalog_file = next((root / "kbackup~state" / "catalog").rglob("partition_000.json"))
+    recorded = catalog_file.read_bytes()
+    with PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root)) as writer:
+        for i in range(130, 140):
+            writer.append(_timed(i, 9_000 + i))
+    catalog_file.write_bytes(recorded)  # as if killed after its records were synced, before the catalog
+    with PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root)) as writer:
+        writer.append(_timed(140, 2_000))
+    tail = read_catalog(root, "t", 0).tail  # type: ignore[union-attr]
+    assert tail is not None and (tail.records, tail.min_timestamp, tail.max_timestamp, tail.times) == (
+        141, 1_001, 9_139, True)  # fmt: skip
+    assert _segments_read(root, since=9_139) == 1 and _segments_read(root, since=9_140) == 0
+
+
+def test_a_tail_time_range_vouches_only_for_the_prefix_it_names(tmp_path: Path) -> None:
+    """``tailTimes`` of another prefix (recorded before a writer that did not know it extended the tail) says
+    nothing; a catalog without it reads as before; a wrong one is an error naming the file."""
+    from spark_kafka_backup.catalog.model import PartitionCatalog
+
+    root = tmp_path / "backup"
+    with PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root)) as writer:
+        for i in range(10):
+            writer.append(_timed(i, 1_000 + i))
+    catalog = read_catalog(root, "t", 0)
+    assert catalog is not None
+    document = json.loads(catalog.encode())
+    assert set(document["tail"]) == {"name", "firstOffset", "lastOffset", "records", "recordsBytes", "indexBytes",
+                                     "recordsCrc32c", "indexCrc32c"}  # fmt: skip
+    assert document["tailTimes"] == {"name": catalog.tail.name, "records": 10, "minTimestamp": 1_001,  # type: ignore[union-attr]
+                                     "maxTimestamp": 1_008}  # fmt: skip
+    for times, vouches in (
+        (document["tailTimes"], True),
+        ({**document["tailTimes"], "records": 9}, False),
+        ({**document["tailTimes"], "name": "segment_partition_000_from_offset_0000000001"}, False),
+        (None, False),
+    ):
+        changed = {**document, "tailTimes": times}
+        decoded = PartitionCatalog.decode(json.dumps(changed).encode(), file="c.json")
+        assert decoded.tail is not None and decoded.tail.times is vouches
+    with pytest.raises(FormatError, match="invalid tailTimes"):
+        PartitionCatalog.decode(json.dumps({**document, "tailTimes": {"minTimestamp": "1"}}).encode(), file="c.json")
 
 
 def test_segments_reaching_into_the_next_ones_offsets_are_refused_across_tasks(tmp_path: Path) -> None:
