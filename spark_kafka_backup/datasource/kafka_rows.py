@@ -72,7 +72,8 @@ def kafka_rows(
     columns: frozenset[str] | None = None,
 ) -> pa.RecordBatch:
     """``batch``'s records (only ``rows`` of them, in that order, when given) as :data:`KAFKA_ROWS_SCHEMA` rows; of
-    ``key``, ``value`` and ``headers`` only those in ``columns`` (``None``: all), the others null (what a query that
+    ``key``, ``value``, ``headers``, ``timestamp`` and ``timestampType`` only those in ``columns`` (``None``: all;
+    the two times go together), the others null (what a query that
     reads no key, value or header needs, without building them)."""
     c = batch.columns
     buf = np.frombuffer(batch.data, dtype=np.uint8)
@@ -94,6 +95,9 @@ def kafka_rows(
         if wanted("value")
         else pa.nulls(n, pa.binary())
     )
+    if not wanted("timestamp") and not wanted("timestampType"):
+        headers = _headers(batch, buf, pick(c.header_first), pick(c.header_counts)) if wanted("headers") else None
+        return offset_rows(pick(c.offsets), topic, partition, keys=keys, values=values, headers=headers)
     kinds = pick(c.timestamp_types)
     has_time = (kinds == 0) | (kinds == 1)
     millis = np.where(has_time, pick(c.timestamps), 0).astype(np.int64)
@@ -122,6 +126,33 @@ def kafka_rows(
             _headers(batch, buf, pick(c.header_first), pick(c.header_counts))
             if wanted("headers")
             else pa.nulls(n, KAFKA_ROWS_SCHEMA.field("headers").type),
+        ],
+        schema=KAFKA_ROWS_SCHEMA,
+    )
+
+
+def offset_rows(
+    offsets: npt.NDArray[np.int64],
+    topic: str,
+    partition: int,
+    *,
+    keys: pa.Array | None = None,
+    values: pa.Array | None = None,
+    headers: pa.Array | None = None,
+) -> pa.RecordBatch:
+    """Rows of records known by their offsets (a segment's index): ``key``, ``value``, ``headers`` as given (null
+    when not), ``timestamp`` and ``timestampType`` null."""
+    n = len(offsets)
+    return pa.RecordBatch.from_arrays(
+        [
+            keys if keys is not None else pa.nulls(n, pa.binary()),
+            values if values is not None else pa.nulls(n, pa.binary()),
+            _repeated_text(topic, n),
+            pa.array(np.full(n, partition, dtype=np.int32)),
+            pa.array(np.asarray(offsets, dtype=np.int64)),
+            pa.nulls(n, KAFKA_ROWS_SCHEMA.field("timestamp").type),
+            pa.nulls(n, pa.int32()),
+            headers if headers is not None else pa.nulls(n, KAFKA_ROWS_SCHEMA.field("headers").type),
         ],
         schema=KAFKA_ROWS_SCHEMA,
     )

@@ -32,7 +32,8 @@ OPTIONS = {
     "legacyNoMagic": "files written before the v1 magic byte existed (default false)",
     "maxBytesPerTask": "whole segments per task up to this many stored bytes (default 128M)",
     "logPlan": "say on standard error how many segments each plan reads of how many (default true)",
-    "columns": "the columns a query reads, comma-separated (default all): key, value and headers not named are null",
+    "columns": "the columns a query reads, comma-separated (default all): key, value, headers and the two times not "
+    "named are null",
 }
 #: Every column of the rows.
 ROW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")

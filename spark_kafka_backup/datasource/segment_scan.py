@@ -22,14 +22,16 @@ import numpy as np
 import pyarrow as pa
 
 from spark_kafka_backup.catalog.integrity import bad_segments
-from spark_kafka_backup.datasource.kafka_rows import kafka_rows
+from spark_kafka_backup.datasource.kafka_rows import kafka_rows, offset_rows
 from spark_kafka_backup.errors import ChecksumError, FormatError, KbackupError
 from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from spark_kafka_backup.format.partition_index import PartitionIndexEntry
+from spark_kafka_backup.format.segment_index import ENTRY_DTYPE
 from spark_kafka_backup.partition.reader import check_follows
 from spark_kafka_backup.partition.records_file import install_keys, load_key
 from spark_kafka_backup.partition.segment_batches import RecordBatch, iter_segment_batches
+from spark_kafka_backup.partition.segment_reader import SegmentIndexFile
 from spark_kafka_backup.partition.selection import Window, selected_rows
 from spark_kafka_backup.partition.spool import staged_segments
 from spark_kafka_backup.storage import Location, parse_location
@@ -84,14 +86,21 @@ def read_scan(scan: SegmentScan) -> Iterator[pa.RecordBatch]:
             raise renamed from exc
 
 
+#: The columns that need a segment's records read (the others come from its index and the scan).
+RECORD_COLUMNS = frozenset({"key", "value", "headers", "timestamp", "timestampType"})
+#: Index entries read at a time by a scan that needs no record.
+INDEX_ENTRIES = 65_536
+
+
 def _read_staged(scan: SegmentScan, files: Location, topic_dir: Location) -> Iterator[pa.RecordBatch]:
     window = scan.window
     skipped = _checked(scan, files) if scan.verify else frozenset()
+    if scan.columns is not None and not scan.columns & RECORD_COLUMNS and not window.by_time:
+        # Topic, partition and offsets only (a predicate of offsets): the indexes say it all.
+        yield from _offsets_only(scan, files, topic_dir, skipped)
+        return
     previous = -1
-    for number, (name, start) in enumerate(scan.segments):
-        if name in skipped or name in window.skip_segments:
-            continue
-        following = scan.segments[number + 1][1] if number + 1 < len(scan.segments) else scan.next_start
+    for name, start, following in _segments_read(scan, skipped):
         records_path = files / f"{name}{RECORDS_SUFFIX}"
         batches = iter_segment_batches(
             records_path, files / f"{name}{INDEX_SUFFIX}", from_offset=window.from_offset, legacy=scan.legacy
@@ -109,6 +118,39 @@ def _read_staged(scan: SegmentScan, files: Location, topic_dir: Location) -> Ite
                     yield from _rows(scan, batch.head(kept), window)
                 return
             yield from _rows(scan, batch, window)
+
+
+def _segments_read(scan: SegmentScan, skipped: frozenset[str]) -> Iterator[tuple[str, int, int | None]]:
+    """Each segment read (name, start offset) and the start offset of the one after it (``None``: none)."""
+    for number, (name, start) in enumerate(scan.segments):
+        if name not in skipped and name not in scan.window.skip_segments:
+            following = scan.segments[number + 1][1] if number + 1 < len(scan.segments) else scan.next_start
+            yield name, start, following
+
+
+def _offsets_only(
+    scan: SegmentScan, files: Location, topic_dir: Location, skipped: frozenset[str]
+) -> Iterator[pa.RecordBatch]:
+    """The scan's rows from the segments' indexes (offsets increasing, checked as the records' reader checks them),
+    no record read: :func:`~spark_kafka_backup.datasource.kafka_rows.offset_rows`."""
+    window = scan.window
+    previous = -1
+    for name, start, following in _segments_read(scan, skipped):
+        records_path = topic_dir / f"{name}{RECORDS_SUFFIX}"
+        with SegmentIndexFile(files / f"{name}{INDEX_SUFFIX}", legacy=scan.legacy) as index:
+            first = index.bisect(window.from_offset) if window.from_offset is not None else 0
+            last = index.bisect(window.to_offset + 1) if window.to_offset is not None else index.count
+            for at in range(first, last, INDEX_ENTRIES):
+                entries = np.frombuffer(index.read_entries(at, min(INDEX_ENTRIES, last - at)), dtype=ENTRY_DTYPE)
+                offsets = entries["offset"].astype(np.int64)
+                if bool(np.any(offsets[1:] <= offsets[:-1])):
+                    row = int(np.flatnonzero(offsets[1:] <= offsets[:-1])[0]) + 1
+                    raise FormatError(f"index entry {at + row}: offset {int(offsets[row])} does not follow "
+                                      f"{int(offsets[row - 1])}", file=str(index.path))  # fmt: skip
+                check_follows(PartitionIndexEntry(name, start), records_path, int(offsets[0]), previous)
+                _check_below(str(records_path), following, int(offsets[-1]))
+                previous = int(offsets[-1])
+                yield offset_rows(offsets, scan.topic, scan.partition)
 
 
 def _named_at_source(exc: KbackupError, local: str, source: str) -> KbackupError:

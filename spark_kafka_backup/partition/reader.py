@@ -22,7 +22,7 @@ from spark_kafka_backup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from spark_kafka_backup.format.partition_index import PartitionIndexEntry, decode_partition_index
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.layout import check_segment_names, partition_index_path
-from spark_kafka_backup.partition.segment_batches import RecordBatch, iter_segment_batches
+from spark_kafka_backup.partition.segment_batches import Keep, RecordBatch, iter_segment_batches
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile, iter_segment
 from spark_kafka_backup.storage import Location, confine_root, storage_for
 
@@ -118,11 +118,15 @@ class PartitionReader:
         to_offset: int | None = None,
         *,
         skip_segments: frozenset[str] = frozenset(),
+        keep: Keep | None = None,
     ) -> Iterator[RecordBatch]:
-        """:meth:`records`, as columnar batches (see :mod:`spark_kafka_backup.partition.segment_batches`)."""
+        """:meth:`records`, as columnar batches (see :mod:`spark_kafka_backup.partition.segment_batches`); with
+        ``keep``, only the records whose offsets it holds for."""
         previous = -1
         for segment, records_path, index_path in self._segments_between(from_offset, to_offset, skip_segments):
-            for batch in iter_segment_batches(records_path, index_path, from_offset=from_offset, legacy=self.legacy):
+            batches = iter_segment_batches(records_path, index_path, from_offset=from_offset, legacy=self.legacy,
+                                           keep=keep)  # fmt: skip
+            for batch in batches:
                 check_follows(segment, records_path, int(batch.columns.offsets[0]), previous)
                 if to_offset is not None and batch.columns.offsets[-1] > to_offset:
                     kept = int(np.searchsorted(batch.columns.offsets, to_offset, side="right"))

@@ -14,10 +14,11 @@ Memory: one batch's bytes and arrays, whatever the segment's size.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from spark_kafka_backup.errors import FormatError, TruncatedError
@@ -30,6 +31,9 @@ from spark_kafka_backup.storage import Location
 
 BATCH_RECORDS = 10_000
 BATCH_BYTES = 8 << 20
+
+#: Which of a batch's offsets to decode (a boolean per offset).
+Keep = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.bool_]]
 
 
 @dataclass(frozen=True)
@@ -154,8 +158,11 @@ def iter_segment_batches(
     legacy: bool = False,
     batch_records: int = BATCH_RECORDS,
     batch_bytes: int = BATCH_BYTES,
+    keep: Keep | None = None,
 ) -> Iterator[RecordBatch]:
-    """Yield the records the segment's index lists, from ``from_offset`` on, in batches."""
+    """Yield the records the segment's index lists, from ``from_offset`` on, in batches; with ``keep``, only the
+    records whose offsets it holds for (``restore --where``): the others are checked in the index, never decoded,
+    and a stretch holding none of them is not read."""
     with SegmentIndexFile(index_path, legacy=legacy) as index:
         records = open_records(records_path)
         try:
@@ -197,9 +204,12 @@ def iter_segment_batches(
                 for gap in gaps.tolist():
                     warn_once(f"{records_path}: bytes {int(ends[gap])}..{int(positions[gap + 1]) - 1} are not indexed "
                               "(left by a crash); skipped")  # fmt: skip
-                data = records.pread(high - low, low)
-                columns = decode_columns(data, offsets[:take], positions[:take], lengths[:take], file=label, base=low)
-                yield RecordBatch(columns, data)
+                rows = np.arange(take) if keep is None else np.flatnonzero(keep(offsets[:take]))
+                if len(rows):
+                    low, high_read = int(positions[rows[0]]), int(ends[rows[-1]])
+                    data = records.pread(high_read - low, low)
+                    columns = decode_columns(data, offsets[rows], positions[rows], lengths[rows], file=label, base=low)
+                    yield RecordBatch(columns, data)
                 previous_offset, previous_end = int(offsets[take - 1]), high
                 at += take
         finally:

@@ -139,8 +139,9 @@ def profile_partition(
             if not (zero_possible or too_big or keys):
                 profile = profile.merge(quick)
                 continue
+        keep = window.matched.holds if window.matched is not None else None
         for batch in iter_segment_batches(records_path, index_path, from_offset=window.from_offset,
-                                          legacy=reader.legacy):  # fmt: skip
+                                          legacy=reader.legacy, keep=keep):  # fmt: skip
             columns = batch.columns
             chosen = _selected(columns, window)
             if chosen is not None and not chosen.any():

@@ -82,7 +82,8 @@ def test_rows_hold_exactly_the_records_the_reference_reader_gives(records: list[
         assert [(row["topic"], row["partition"]) for row in got] == [("t", 4)] * len(records)
         assert [_as_record(row) for row in got] == [_comparable(record) for record in reader.records()]
         # Only the columns a query reads: keys, values and headers not asked for are null, the rest as before.
-        narrow = [kafka_rows(batch, "t", 4, columns=frozenset({"offset", "key"})) for batch in reader.record_batches()]
+        asked = frozenset({"offset", "key", "timestamp"})
+        narrow = [kafka_rows(batch, "t", 4, columns=asked) for batch in reader.record_batches()]
         assert all(batch.schema == KAFKA_ROWS_SCHEMA for batch in narrow)
         thin = [row for batch in narrow for row in _with_micros(batch).to_pylist()]
         assert [(row["offset"], row["key"], row["timestamp"]) for row in thin] == [
@@ -156,6 +157,27 @@ def test_the_plan_reads_whole_segments_the_catalog_says_can_match(tmp_path: Path
     ]
     with pytest.raises(BackupNotFoundError, match=r"topic 'other' .* is not in backup"):
         plan_scans(scan_options({"path": str(root), "topics": "other"}))
+
+
+def test_named_columns_fill_only_themselves_and_offsets_alone_come_from_the_indexes(tmp_path: Path) -> None:
+    root = tmp_path / "backup"
+    with PartitionWriter(root / "t", "t", 0, max_segment_size=800, fsync=False, ledger=CatalogLedger(root)) as writer:
+        for i in range(60):
+            writer.append(sample_record(i))
+    everything = [row for scan in plan_scans(scan_options({"path": str(root), "logPlan": "false"}))
+                  for batch in read_scan(scan) for row in batch.to_pylist()]  # fmt: skip
+    assert len(everything) == 60
+    for named in ("topic,partition,offset", "offset,key", "offset,timestamp", "offset,headers,value"):
+        options = {"path": str(root), "logPlan": "false", "columns": named, "fromOffset": "30"}
+        rows = [
+            row for scan in plan_scans(scan_options(options)) for batch in read_scan(scan) for row in batch.to_pylist()
+        ]
+        filled = set(named.split(",")) | {"topic", "partition", "offset"}
+        if "timestamp" in filled:
+            filled.add("timestampType")
+        wanted = [{name: value if name in filled else None for name, value in row.items()}
+                  for row in everything if row["offset"] >= 30]  # fmt: skip
+        assert rows == wanted, named
 
 
 def _timed(i: int, at: int) -> Record:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -50,6 +51,30 @@ def test_batches_hold_the_records_the_reference_reader_yields(
             for limits in ({"batch_records": 3}, {"batch_bytes": 50}):
                 pieces = list(iter_segment_batches(records_path, index_path, from_offset=low, **limits))  # type: ignore[arg-type]
                 assert [r for piece in pieces for r in piece.records()] == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(record_runs(max_size=40), st.sampled_from([80, 600, 1 << 30]), st.data())
+def test_batches_kept_by_offset_hold_exactly_those_records(
+    records: list[Record], segment_size: int, data: st.DataObject
+) -> None:
+    """``keep`` (restore --where's matches): the records it holds for, as the whole read filtered gives them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        reader = written(Path(tmp), records, segment_size)
+        kept = frozenset(data.draw(st.sets(st.sampled_from([r.offset for r in records]))))
+
+        def keep(offsets: np.ndarray) -> np.ndarray:
+            return np.isin(offsets, list(kept))
+
+        low = data.draw(st.one_of(st.none(), st.sampled_from([r.offset for r in records])))
+        chosen = [r for batch in reader.record_batches(low, None, keep=keep) for r in batch.records()]
+        assert chosen == [r for r in reader.records(low, None) if r.offset in kept]
+        for segment in reader.segments:
+            records_path, index_path = reader.segment_paths(segment)
+            pieces = iter_segment_batches(records_path, index_path, batch_records=3, keep=keep)
+            assert [r for piece in pieces for r in piece.records()] == [
+                r for r in iter_segment(records_path, index_path) if r.offset in kept
+            ]
 
 
 def hand_made_segment(directory: Path, body: bytes, entries: list[SegmentIndexEntry]) -> tuple[Path, Path]:
