@@ -27,11 +27,15 @@ from spark_kafka_backup.format.record_columns import DecodedRecords, binary_colu
 from spark_kafka_backup.format.segment_index import ENTRY_DTYPE
 from spark_kafka_backup.partition.records_file import is_sealed, open_records, refuse_unindexed
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile, check_segment_pair, warn_once
-from spark_kafka_backup.storage import Location
+from spark_kafka_backup.storage import Location, ReadHandle
 
 BATCH_RECORDS = 10_000
 BATCH_BYTES = 8 << 20
 
+#: Index entries read at a time when only some records are kept (``keep``).
+KEPT_ENTRIES = 262_144
+#: Bytes between kept records read anyway rather than in reads of their own.
+SPARSE_SLACK = 64 << 10
 #: Which of a batch's offsets to decode (a boolean per offset).
 Keep = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.bool_]]
 
@@ -178,16 +182,24 @@ def iter_segment_batches(
             else:
                 previous_offset, previous_end = -1, index.data_start
             while at < index.count:
-                count = min(batch_records, index.count - at)
+                count = min(batch_records if keep is None else KEPT_ENTRIES, index.count - at)
                 entries = np.frombuffer(index.read_entries(at, count), dtype=ENTRY_DTYPE)
                 offsets = entries["offset"].astype(np.int64)
                 positions = entries["position"].astype(np.int64)
                 lengths = entries["length"].astype(np.int64)
                 _check_entries(index, at, offsets, positions, lengths, previous_offset, previous_end, records.size)
                 ends = positions + lengths
-                # As many as fit in batch_bytes from the first (at least one record, however large).
-                take = max(1, int(np.searchsorted(ends - positions[0], batch_bytes, side="right")))
-                low, high = int(positions[0]), int(ends[take - 1])
+                if keep is None:
+                    # As many as fit in batch_bytes from the first (at least one record, however large).
+                    take = max(1, int(np.searchsorted(ends - positions[0], batch_bytes, side="right")))
+                    rows = np.arange(take)
+                else:
+                    # As many as keep batch_bytes and batch_records of the records kept (at least one entry).
+                    kept = keep(offsets)
+                    take = max(1, min(int(np.searchsorted(np.cumsum(np.where(kept, lengths, 0)), batch_bytes, "right")),
+                                      int(np.searchsorted(np.cumsum(kept), batch_records, "right"))))  # fmt: skip
+                    rows = np.flatnonzero(kept[:take])
+                high = int(ends[take - 1])
                 if high > records.size:
                     raise TruncatedError(
                         "records file is shorter than its index says",
@@ -204,16 +216,38 @@ def iter_segment_batches(
                 for gap in gaps.tolist():
                     warn_once(f"{records_path}: bytes {int(ends[gap])}..{int(positions[gap + 1]) - 1} are not indexed "
                               "(left by a crash); skipped")  # fmt: skip
-                rows = np.arange(take) if keep is None else np.flatnonzero(keep(offsets[:take]))
                 if len(rows):
-                    low, high_read = int(positions[rows[0]]), int(ends[rows[-1]])
-                    data = records.pread(high_read - low, low)
-                    columns = decode_columns(data, offsets[rows], positions[rows], lengths[rows], file=label, base=low)
-                    yield RecordBatch(columns, data)
+                    yield _read_rows(records, label, offsets[rows], positions[rows], lengths[rows], sealed=sealed)
                 previous_offset, previous_end = int(offsets[take - 1]), high
                 at += take
         finally:
             records.close()
+
+
+def _read_rows(
+    records: ReadHandle, label: str, offsets: np.ndarray, positions: np.ndarray, lengths: np.ndarray, *, sealed: bool
+) -> RecordBatch:
+    """The records at ``positions``: the stretch from the first to the last in one read, or, when they are a small
+    part of it (a plain file: a sealed one is read by frames), each run of adjacent ones in a read of its own."""
+    low, high = int(positions[0]), int(positions[-1] + lengths[-1])
+    wanted = int(lengths.sum())
+    if sealed or high - low <= 4 * wanted + SPARSE_SLACK:
+        data = records.pread(high - low, low)
+        return RecordBatch(decode_columns(data, offsets, positions, lengths, file=label, base=low), data)
+    ends = positions + lengths
+    breaks = np.flatnonzero(positions[1:] != ends[:-1]) + 1
+    starts, stops = np.concatenate(([0], breaks)), np.concatenate((breaks, [len(positions)]))
+    data = b"".join(
+        records.pread(int(ends[stop - 1] - positions[start]), int(positions[start]))
+        for start, stop in zip(starts.tolist(), stops.tolist(), strict=True)
+    )
+    packed = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    try:
+        return RecordBatch(decode_columns(data, offsets, packed, lengths, file=label), data)
+    except FormatError:
+        # Said with the file's own positions: the stretch read whole.
+        whole = records.pread(high - low, low)
+        return RecordBatch(decode_columns(whole, offsets, positions, lengths, file=label, base=low), whole)
 
 
 def _check_entries(

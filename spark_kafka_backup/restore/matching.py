@@ -6,8 +6,9 @@ rows). Then, within ``--from-time``/``--to-time``, on every record of the restor
 - a predicate whose optimized plan translates (:mod:`spark_kafka_backup.restore.predicate_nodes`: comparisons,
   ``AND``/``OR``/``NOT``, ``IN``, null checks, integer arithmetic, ``LIKE`` prefixes... of the columns other than
   headers) is evaluated by Spark tasks that read their segments and evaluate it on the Arrow rows themselves
-  (:func:`~spark_kafka_backup.datasource.match_runs.runs_of_scan`): no row goes to the JVM and back. An overflow or
-  a division by zero, which Spark answers by its mode, is left to Spark;
+  (:func:`~spark_kafka_backup.datasource.match_runs.runs_of_scan`): no row goes to the JVM and back, and a predicate
+  of topics, partitions and offsets reads the segments' indexes only. An overflow or a division by zero, which Spark
+  answers by its mode, is left to Spark;
 - any other predicate is evaluated by Spark on the data source's rows, and each task's flags, in offset order, go to
   :func:`~spark_kafka_backup.datasource.match_runs.matched_runs`.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -14,9 +15,10 @@ from spark_kafka_backup.errors import FormatError
 from spark_kafka_backup.format.magic import MAGIC_V1
 from spark_kafka_backup.format.record import Record, encode_record
 from spark_kafka_backup.format.segment_index import SegmentIndexEntry, encode_segment_index
+from spark_kafka_backup.partition import segment_batches
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.segment_batches import iter_segment_batches, produce_columns
-from spark_kafka_backup.partition.segment_reader import iter_segment
+from spark_kafka_backup.partition.segment_reader import SegmentIndexFile, iter_segment
 from spark_kafka_backup.partition.writer import PartitionWriter
 from tests.strategies import record_runs
 
@@ -67,14 +69,40 @@ def test_batches_kept_by_offset_hold_exactly_those_records(
             return np.isin(offsets, list(kept))
 
         low = data.draw(st.one_of(st.none(), st.sampled_from([r.offset for r in records])))
-        chosen = [r for batch in reader.record_batches(low, None, keep=keep) for r in batch.records()]
-        assert chosen == [r for r in reader.records(low, None) if r.offset in kept]
+        # Read as one stretch, and (no slack) each run of adjacent kept records by itself.
+        for slack in (segment_batches.SPARSE_SLACK, 0):
+            with mock.patch.object(segment_batches, "SPARSE_SLACK", slack):
+                chosen = [r for batch in reader.record_batches(low, None, keep=keep) for r in batch.records()]
+            assert chosen == [r for r in reader.records(low, None) if r.offset in kept]
         for segment in reader.segments:
             records_path, index_path = reader.segment_paths(segment)
             pieces = iter_segment_batches(records_path, index_path, batch_records=3, keep=keep)
             assert [r for piece in pieces for r in piece.records()] == [
                 r for r in iter_segment(records_path, index_path) if r.offset in kept
             ]
+
+
+def test_kept_records_read_apart_are_the_stored_ones_and_damage_is_named_at_its_file_position(tmp_path: Path) -> None:
+    records = [Record(i, 0, 1_000 + i, b"k%d" % i, b"v" * (i % 7)) for i in range(300)]
+    reader = written(tmp_path, records, 1 << 30)
+
+    def keep(offsets: np.ndarray) -> np.ndarray:
+        kept: np.ndarray = (offsets % 10 == 0) | (offsets == 11)
+        return kept
+
+    with mock.patch.object(segment_batches, "SPARSE_SLACK", 0):
+        chosen = [r for batch in reader.record_batches(keep=keep) for r in batch.records()]
+        assert chosen == [r for r in records if r.offset % 10 == 0 or r.offset == 11]
+        records_path, index_path = reader.segment_paths(reader.segments[0])
+        assert isinstance(records_path, Path)
+        with SegmentIndexFile(index_path) as index:
+            position = next(at for offset, at, _ in index.iter_entries() if offset == 150)
+        damaged = bytearray(records_path.read_bytes())
+        damaged[position : position + 8] = (999).to_bytes(8, "big")  # the record's offset
+        records_path.write_bytes(bytes(damaged))
+        with pytest.raises(FormatError) as raised:
+            list(reader.record_batches(keep=keep))
+    assert raised.value.position == position and str(records_path) in str(raised.value)
 
 
 def hand_made_segment(directory: Path, body: bytes, entries: list[SegmentIndexEntry]) -> tuple[Path, Path]:
