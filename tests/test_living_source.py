@@ -149,7 +149,10 @@ def _recreate(kafka: BrokerUnderTest, topic: str) -> None:
             time.sleep(0.5)
 
 
-@pytest.mark.parametrize("source", ["python", pytest.param("spark", marks=pytest.mark.long)])
+# Long (CI time): a recreated topic's refusal is in the quick tier in test_backup_origin.py, a topic that grows in the
+# continuous backup's tests.
+@pytest.mark.long
+@pytest.mark.parametrize("source", ["python", "spark"])
 def test_a_topic_that_grows_is_followed_and_one_created_again_is_refused_alone(
     kafka: BrokerUnderTest, tmp_path: Path, target: Target, source: str
 ) -> None:

@@ -166,7 +166,12 @@ def _runs_here(spark: Any, options: dict[str, str], predicate: Node, where: str)
 
     from spark_kafka_backup.spark.failures import failure_cause
 
-    scans = plan_scans(scan_options(options))
+    try:
+        scans = plan_scans(scan_options(options))
+    except KbackupError as exc:  # said as the Spark path says the data source's errors, in the restore's flags
+        raise KbackupError(
+            f"--where: Spark could not evaluate {where!r} on the backup: {_flags(f'{type(exc).__name__}: {exc}')}"
+        ) from exc
     if not scans:
         return RUNS_SCHEMA.empty_table()
     tasks = [ScanMatch(scan, predicate) for scan in scans]
