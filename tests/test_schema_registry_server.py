@@ -323,7 +323,6 @@ def test_a_backup_and_restore_through_two_registries_rewrites_every_id_and_keeps
     assert (backup / "kbackup~state" / "schema-registry.json").read_bytes() == before
 
 
-@pytest.mark.long  # CI time: the registry's requests are in the quick tier in the two-registry round trip
 def test_a_restore_killed_at_its_registry_requests_then_run_again_leaves_the_registry_and_records_as_one_run_would(
     kafka: BrokerUnderTest,
     target: Target,
