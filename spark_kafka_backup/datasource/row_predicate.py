@@ -151,12 +151,24 @@ def holds(node: Node, rows: pa.RecordBatch) -> npt.NDArray[np.bool_]:
         result = _evaluate(node, rows)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ZeroDivisionError, OverflowError) as exc:
         raise LeftToSparkError(str(exc)) from exc
-    if isinstance(result, pa.Scalar):
-        return np.full(rows.num_rows, result.is_valid and bool(result.as_py()), dtype=bool)
-    return np.asarray(result.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+    return _true(result, rows.num_rows)
 
 
 Value = Union[pa.Array, pa.Scalar]  # noqa: UP007
+
+
+def _true(value: Value, n: int) -> npt.NDArray[np.bool_]:
+    """Where ``value`` (``n`` booleans, or one for all) is true: null is not."""
+    if isinstance(value, pa.Scalar):
+        return np.full(n, value.is_valid and bool(value.as_py()), dtype=bool)
+    return np.asarray(value.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _nulls(value: Value, n: int) -> npt.NDArray[np.bool_]:
+    """Where ``value`` (``n`` values, or one for all) is null."""
+    if isinstance(value, pa.Scalar):
+        return np.full(n, not value.is_valid)
+    return np.asarray(value.is_null().to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _evaluate(node: Node, rows: pa.RecordBatch) -> Value:
@@ -189,10 +201,8 @@ def _evaluate(node: Node, rows: pa.RecordBatch) -> Value:
         return pc.cast(_evaluate(node.part, rows), pa.int64())
     if isinstance(node, BytesMatch):
         part = _evaluate(node.part, rows)
-        if isinstance(part, pa.Scalar):
-            part = pa.array([part.as_py()], part.type)
-            return pc.call_function(MATCHES[node.how], [part], pc.MatchSubstringOptions(node.pattern))[0]
-        return pc.call_function(MATCHES[node.how], [part], pc.MatchSubstringOptions(node.pattern))
+        matched = pc.call_function(MATCHES[node.how], [_as_array(part)], pc.MatchSubstringOptions(node.pattern))
+        return matched[0] if isinstance(part, pa.Scalar) else matched
     raise TypeError(f"not a predicate node: {node!r}")
 
 
@@ -200,28 +210,19 @@ def _null_safe_equal(left: Value, right: Value, n: int) -> pa.Array:
     """``left <=> right``: true where both are null or equal, false otherwise (never null)."""
     left_null = _nulls(left, n)
     right_null = _nulls(right, n)
-    equal = pc.equal(left, right)
-    same = (
-        np.asarray(equal.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
-        if isinstance(equal, pa.Array)
-        else np.full(n, equal.is_valid and bool(equal.as_py()))
-    )
+    same = _true(pc.equal(left, right), n)
     return pa.array((left_null & right_null) | (~left_null & ~right_null & same))
 
 
-def _nulls(value: Value, n: int) -> npt.NDArray[np.bool_]:
-    if isinstance(value, pa.Scalar):
-        return np.full(n, not value.is_valid)
-    return np.asarray(value.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+def _as_array(value: Value) -> pa.Array:
+    """``value`` as an array (a scalar as one element: kernels that take no scalar)."""
+    return pa.array([value.as_py()], value.type) if isinstance(value, pa.Scalar) else value
 
 
 def _in_list(node: InList, part: Value) -> Value:
     """Spark's ``IN``: true where equal to a value; else null where the value or a listed one is null; else false."""
-    if isinstance(part, pa.Scalar):
-        part = pa.array([part.as_py()], part.type)
-        return _in_list(node, part)[0]
-    found = pc.is_in(part, value_set=pa.array(node.values, KINDS[node.kind]))
-    n = len(part)
-    found_values = np.asarray(found.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
-    unknown = _nulls(part, n) | (~found_values & node.has_null)
-    return pa.array(found_values & ~unknown, mask=unknown)
+    values = _as_array(part)
+    found = _true(pc.is_in(values, value_set=pa.array(node.values, KINDS[node.kind])), len(values))
+    unknown = _nulls(values, len(values)) | (~found & node.has_null)
+    result = pa.array(found & ~unknown, mask=unknown)
+    return result[0] if isinstance(part, pa.Scalar) else result
