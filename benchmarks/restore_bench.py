@@ -311,7 +311,7 @@ def main() -> None:
 @contextlib.contextmanager
 def registry_with_other_ids() -> Iterator[str]:
     """A local Apicurio Registry (its Confluent API's URL) where the backup's ids are taken by other schemas."""
-    from spark_kafka_backup.devkit.apicurio import ApicurioRegistry
+    from devkit.apicurio import ApicurioRegistry
     from spark_kafka_backup.schema_registry.client import RegistryAddress, RegistryClient
 
     with ApicurioRegistry() as registry:

@@ -38,7 +38,7 @@ The tree is shallow::
     │   └── SchemaIdError        a record names a schema id the backup's copy of the registry does not hold
     └── ArtifactError            Java artifacts (Spark's Kafka connector, Kafka) cannot be resolved
 
-Test and demo scaffolding (:mod:`spark_kafka_backup.devkit`) adds ``KafkaClusterError``
+Test and demo scaffolding (the repository's ``devkit/``, not shipped) adds ``KafkaClusterError``
 and ``SparkClusterError`` below the root.
 
 Each error carries the context that locates the problem (file, byte position,

@@ -64,7 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     connector_jars()
     if kind == "local":
-        from spark_kafka_backup.devkit.kafka_cluster import kafka_jars
+        from devkit.kafka_cluster import kafka_jars
 
         kafka_jars()
     _share_classes(kafka=kind == "local")
@@ -134,7 +134,7 @@ def pytest_report_header(config: pytest.Config) -> str:
         from tests.broker import compose_kafka_image
 
         return f"kafka: Apache Kafka in a container ({compose_kafka_image()})"
-    from spark_kafka_backup.devkit.kafka_cluster import KAFKA_VERSION, kafka_jars
+    from devkit.kafka_cluster import KAFKA_VERSION, kafka_jars
     from spark_kafka_backup.spark.kafka_connector import package_coordinate
 
     return (

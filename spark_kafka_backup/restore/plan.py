@@ -103,7 +103,6 @@ from spark_kafka_backup.text import iso_time
 class TopicPlan:
     source_topic: str
     target_topic: str
-    backup_partitions: int
     existing_partitions: int | None  # None: the topic will be created
     create_partitions: int | None
     config: dict[str, str] = field(default_factory=dict)
@@ -276,13 +275,13 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
                     f"the backup of {topic!r} has {count}: "
                     "records would not keep their partition (--repartition murmur2 or round-robin spreads them)"
                 )
-            plan.topics.append(TopicPlan(topic, target, count, existing[target], None, {}, *origin))
+            plan.topics.append(TopicPlan(topic, target, existing[target], None, {}, *origin))
         else:
             choice = choose_configs(recorded.config if recorded else {}, settings.topic_configs,
                                     dropped=settings.drop_topic_config, given=settings.topic_config)  # fmt: skip
             config = {**choice.copied, **settings.topic_config}
             config, later = creation_config(config, restamp=settings.restamp)
-            created = TopicPlan(topic, target, count, None, wanted or count, config, *origin, later)
+            created = TopicPlan(topic, target, None, wanted or count, config, *origin, later)
             created.notes.extend(choice.describe_skipped(target))
             plan.topics.append(created)
         plan.topics[-1].notes.extend(pruned_notes)

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from spark_kafka_backup.devkit.kafka_security import BrokerSecurity
+from devkit.kafka_security import BrokerSecurity
 from spark_kafka_backup.errors import KbackupError
 from spark_kafka_backup.jars import Artifact, classpath, resolve
 
@@ -168,7 +168,7 @@ class KafkaCluster:
     #: More options for every JVM of the cluster (its nodes and the storage tool), e.g. a class-data-sharing archive.
     java_options: tuple[str, ...] = ()
     start_timeout: float = 120.0
-    #: TLS, SASL_SSL and ACLs (see :mod:`spark_kafka_backup.devkit.kafka_security`); None: PLAINTEXT only, no
+    #: TLS, SASL_SSL and ACLs (see :mod:`devkit.kafka_security`); None: PLAINTEXT only, no
     #: authorizer.
     security: BrokerSecurity | None = None
     nodes: list[KafkaNode] = field(default_factory=list, init=False)
