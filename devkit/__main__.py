@@ -9,7 +9,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from spark_kafka_backup.errors import KbackupError
+from spark_kafka_backup.errors import SparkKafkaBackupError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -39,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{cluster.describe()} at {cluster.bootstrap_servers}; Ctrl-C stops it", flush=True)
             signal.sigwait({signal.SIGINT, signal.SIGTERM})
         return 0
-    except KbackupError as exc:
+    except SparkKafkaBackupError as exc:
         print(f"spark-kafka-backup devkit: error: {exc}", file=sys.stderr)
         return 1
 

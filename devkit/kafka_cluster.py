@@ -43,7 +43,7 @@ from pathlib import Path
 from types import TracebackType
 
 from devkit.kafka_security import BrokerSecurity
-from spark_kafka_backup.errors import KbackupError
+from spark_kafka_backup.errors import SparkKafkaBackupError
 from spark_kafka_backup.jars import Artifact, classpath, resolve
 
 #: The Apache Kafka release the project runs against.
@@ -69,7 +69,7 @@ logger.request.level = warn
 """
 
 
-class KafkaClusterError(KbackupError):
+class KafkaClusterError(SparkKafkaBackupError):
     """A local Apache Kafka cluster could not be started."""
 
 

@@ -38,11 +38,11 @@ from pathlib import Path
 from types import TracebackType
 
 from devkit.kafka_cluster import die_with_parent, free_port
-from spark_kafka_backup.errors import KbackupError
+from spark_kafka_backup.errors import SparkKafkaBackupError
 from spark_kafka_backup.spark_submit import spark_home
 
 
-class SparkClusterError(KbackupError):
+class SparkClusterError(SparkKafkaBackupError):
     """A local Spark standalone cluster could not be started."""
 
 

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from spark_kafka_backup.errors import KbackupError, UsageError
+from spark_kafka_backup.errors import SparkKafkaBackupError, UsageError
 from spark_kafka_backup.logsetup import print_error
 
 #: The master when ``--master`` is not given: every core of this machine.
@@ -117,7 +117,7 @@ def main(job: str, argv: Sequence[str]) -> int:
     try:
         launch = split_arguments(argv)
         parse(launch.job_args, prog=prog)  # argparse exits 2 itself for an unknown flag
-    except KbackupError as exc:
+    except SparkKafkaBackupError as exc:
         print_error(f"{prog}: error: {exc}")
         return 2
     from spark_kafka_backup.jvm_archive import ensure_driver_archive, existing_driver_archive
@@ -125,7 +125,7 @@ def main(job: str, argv: Sequence[str]) -> int:
 
     try:
         command = spark_submit_command(job, *launch.job_args, master=launch.master, conf=launch.conf)
-    except KbackupError as exc:  # Spark's Kafka connector could not be fetched
+    except SparkKafkaBackupError as exc:  # Spark's Kafka connector could not be fetched
         print_error(f"{prog}: error: {exc}")
         return 1
     if launch.print_command:

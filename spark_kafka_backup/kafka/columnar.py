@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from spark_kafka_backup.errors import KbackupError
+from spark_kafka_backup.errors import SparkKafkaBackupError
 
 log = logging.getLogger("spark_kafka_backup.source")
 
@@ -45,7 +45,7 @@ PARTITION_EOF = -191
 NO_END = (1 << 63) - 1
 
 
-class NativeEdgeError(KbackupError):
+class NativeEdgeError(SparkKafkaBackupError):
     """The native edge was asked for (``KBACKUP_KAFKA_EDGE=native``) and cannot be used here."""
 
 
@@ -190,7 +190,7 @@ class ColumnarConsumer:
                 names.validate(full=True)  # a header key is a string: UTF-8, as the reference path requires
             except pa.ArrowInvalid as exc:
                 first, last = offsets_of(columns[4])
-                raise KbackupError(
+                raise SparkKafkaBackupError(
                     f"topic {topic!r} partition {partition}: a record at offsets {first}..{last} has a "
                     "header key that is not UTF-8"
                 ) from exc

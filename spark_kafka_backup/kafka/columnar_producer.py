@@ -49,7 +49,6 @@ class Deliveries:
     base: int
     offsets: npt.NDArray[np.int64]
     failures: list[tuple[int, int]]
-    failures_not_kept: int
     fatal: tuple[int, str] | None
 
     def offset_of(self, index: int) -> int:
@@ -101,8 +100,8 @@ class ColumnarProducer:
 
     def deliveries(self, forget_below: int = 0) -> Deliveries:
         """The reports so far; offsets of delivery indexes below ``forget_below`` are forgotten first."""
-        reported, last, base, offsets, failures, dropped, fatal = self._native.deliveries(self._handle, forget_below)
-        return Deliveries(reported, last, base, np.frombuffer(offsets, dtype=np.int64), failures, dropped, fatal)
+        reported, last, base, offsets, failures, _, fatal = self._native.deliveries(self._handle, forget_below)
+        return Deliveries(reported, last, base, np.frombuffer(offsets, dtype=np.int64), failures, fatal)
 
     def init_transactions(self, timeout: float) -> None:
         self._transaction("init", timeout)

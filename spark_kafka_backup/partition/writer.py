@@ -77,7 +77,7 @@ from spark_kafka_backup.partition.layout import (
 )
 from spark_kafka_backup.partition.ledger import SegmentLedger, TailEntry
 from spark_kafka_backup.partition.lock import lock_partition_index
-from spark_kafka_backup.partition.records_file import add_key, compress_records_file, open_records
+from spark_kafka_backup.partition.records_file import compress_records_file, key_ring, open_records
 from spark_kafka_backup.partition.replay import check_replayed, first_mismatch, increasing_runs
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile
 from spark_kafka_backup.partition.tail_repair import (
@@ -157,8 +157,8 @@ class PartitionWriter(ClosingWriter):
         self._compression = compression
         #: Key-encryption key finished segments' records files are sealed with (``None``: not encrypted).
         self._encryption_key = encryption_key
-        if encryption_key is not None:
-            add_key(encryption_key)  # the catalog reads back what this writer sealed
+        #: What this writer reads back of its own segments (a sealed one is read with its key).
+        self._keys = key_ring(encryption_key)
         self._buffer_size = buffer_size
         self._records_buffer = bytearray()
         self._index_buffer = bytearray()
@@ -201,7 +201,7 @@ class PartitionWriter(ClosingWriter):
                 elif ledger is not None:
                     # A sealed newest segment (seal_newest, or a backup copied from an object store): finished;
                     # cataloged again in case a kill came between sealing it and cataloging it.
-                    ledger.newest_sealed(self.topic_dir, self.partition)
+                    ledger.newest_sealed(self.topic_dir, self.partition, self._keys)
                 self._seal_left_plain()
             if ledger is not None:
                 ledger.sealing(self.topic_dir, self.partition, encryption_key)
@@ -361,7 +361,7 @@ class PartitionWriter(ClosingWriter):
         compress_records_file(self.topic_dir / (newest.name + RECORDS_SUFFIX), self._compression or "none",
                               sync=self._fsync, encryption_key=self._encryption_key)  # fmt: skip
         if self._ledger is not None:
-            self._ledger.newest_sealed(self.topic_dir, self.partition, read_from=self.first_appended)
+            self._ledger.newest_sealed(self.topic_dir, self.partition, self._keys, read_from=self.first_appended)
         return True
 
     def ensure_segment(self, start_offset: int) -> None:
@@ -610,7 +610,7 @@ class PartitionWriter(ClosingWriter):
         if self._ledger is not None and len(self.segments) > 1:
             # The previous segment is synced and, now that a newer one exists,
             # finished: the ledger may account for it (and any it missed after a crash).
-            self._ledger.segments_finished(self.topic_dir, self.partition, read_from=self.first_appended)
+            self._ledger.segments_finished(self.topic_dir, self.partition, self._keys, read_from=self.first_appended)
 
     def _seal_previous(self) -> None:
         """Compress (and seal) the segment before the newest one: synced and no longer appended to."""
@@ -633,7 +633,7 @@ class PartitionWriter(ClosingWriter):
             return
         self._seal_previous()
         if self._ledger is not None:
-            self._ledger.segments_finished(self.topic_dir, self.partition, read_from=self.first_appended)
+            self._ledger.segments_finished(self.topic_dir, self.partition, self._keys, read_from=self.first_appended)
 
     def _check_stored(self, record: Record) -> None:
         """Raise unless ``record`` is stored with identical bytes."""
@@ -669,7 +669,7 @@ class PartitionWriter(ClosingWriter):
         self._drop_lookup()
         self._replay_hint = -2
         index = SegmentIndexFile(self.topic_dir / (segment.name + INDEX_SUFFIX))
-        records = open_records(self.topic_dir / (segment.name + RECORDS_SUFFIX))  # plain or compressed
+        records = open_records(self.topic_dir / (segment.name + RECORDS_SUFFIX), self._keys)  # plain or compressed
         self._lookup = (segment.name, index, records)
         return index, records
 

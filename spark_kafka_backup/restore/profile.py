@@ -141,7 +141,7 @@ def profile_partition(
                 continue
         keep = window.matched.holds if window.matched is not None else None
         for batch in iter_segment_batches(records_path, index_path, from_offset=window.from_offset,
-                                          legacy=reader.legacy, keep=keep):  # fmt: skip
+                                          legacy=reader.legacy, keep=keep, keys=reader.keys):  # fmt: skip
             columns = batch.columns
             chosen = _selected(columns, window)
             if chosen is not None and not chosen.any():

@@ -39,7 +39,7 @@ from pyspark.sql.types import (
 )
 
 from spark_kafka_backup.catalog.source_gaps import DROPPED, READ, record_gap
-from spark_kafka_backup.errors import ClusterError, KbackupError
+from spark_kafka_backup.errors import ClusterError, SparkKafkaBackupError
 from spark_kafka_backup.kafka.client_settings import redact
 from spark_kafka_backup.kafka.cluster import TopicIdAsker, is_transient
 from spark_kafka_backup.storage import parse_location
@@ -367,7 +367,7 @@ def deleted_under(watermarks: Callable[[], tuple[int, int]], task: KafkaRange, p
         "backup read them"
     )
     if task.fail_on_data_loss:
-        raise KbackupError(message + " (set failOnDataLoss=false to go on)")
+        raise SparkKafkaBackupError(message + " (set failOnDataLoss=false to go on)")
     if task.gaps_root is not None:
         record_gap(parse_location(task.gaps_root), task.topic, task.partition, position, last, how=READ)
         log.info("%s: recorded as lost at the source", message)
