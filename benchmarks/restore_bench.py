@@ -158,7 +158,7 @@ from benchmarks.backup_bench import peak_rss_mib
 settings, root, partitions, topic = json.loads(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 native = native_edge()
 assert native is not None, "the native Kafka edge is not built"
-producer = ColumnarProducer(native, {k: str(v) for k, v in producer_settings(settings, 1 << 20).items()})
+producer = ColumnarProducer({k: str(v) for k, v in producer_settings(settings, 1 << 20).items()})
 started = time.perf_counter()
 n = 0
 for p in range(partitions):

@@ -11,6 +11,7 @@ from spark_kafka_backup.catalog.ledger import CatalogLedger
 from spark_kafka_backup.catalog.store import read_catalog
 from spark_kafka_backup.catalog.verify import verify_backup
 from spark_kafka_backup.errors import FormatError, OffsetConflictError
+from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.format.frames import is_framed
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.reader import PartitionReader
@@ -238,8 +239,9 @@ def test_a_segment_left_unsealed_by_a_kill_is_sealed_when_the_partition_is_reope
     assert len(plain) == 1
     write(range(100, 300))  # the rerun replays, and seals what the kill left plain
     assert all(is_framed(p.read_bytes()[:4]) for p in _records_files(root)[:-1])
-    assert all(report.ok for report in verify_backup(root, ["t"], deep=True))
-    assert list(PartitionReader(root / "t", 0).records()) == [sample_record(i) for i in range(RECORDS)]
+    ring = KeyRing.of([KEK])
+    assert all(report.ok for report in verify_backup(root, ["t"], deep=True, keys=ring))
+    assert list(PartitionReader(root / "t", 0, keys=ring).records()) == [sample_record(i) for i in range(RECORDS)]
 
 
 def test_a_backup_sealed_under_two_keys_reads_with_both(tmp_path: Path) -> None:

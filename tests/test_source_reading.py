@@ -13,7 +13,7 @@ import pytest
 from spark_kafka_backup.catalog.source_gaps import read_gaps
 from spark_kafka_backup.errors import SparkKafkaBackupError
 from spark_kafka_backup.kafka.columnar import EDGE_ENV
-from spark_kafka_backup.spark.kafka_reader import KafkaRange, KafkaTask, pack_ranges
+from spark_kafka_backup.spark.kafka_ranges import KafkaRange, KafkaTask, pack_ranges
 from spark_kafka_backup.spark.kafka_task import read_task
 from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import create_topics

@@ -70,6 +70,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     servers = {"kafka_cluster.py", "spark_cluster.py", "apicurio.py", "oidc.py", "tls.py", "demo.py", "s3_server.py"}
     assert not [name for name in names if "devkit" in name or name.rpartition("/")[2] in servers], names
     assert [name for name in names if name.startswith("spark_kafka_backup/kafka/_native_kafka.") and ".so" in name]
+    assert "spark_kafka_backup/kafka/_native_kafka.pyi" in names  # the compiled module's types and named results
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"

@@ -39,6 +39,7 @@ from spark_kafka_backup.catalog.source_gaps import ERASED, SourceGap, read_gaps
 from spark_kafka_backup.catalog.store import catalog_lost, read_catalog
 from spark_kafka_backup.catalog.topics import read_topic_record
 from spark_kafka_backup.format.encryption import KeyRing
+from spark_kafka_backup.format.segment_index import ENTRY_DTYPE
 from spark_kafka_backup.partition.erased import ErasedOffsets
 from spark_kafka_backup.partition.layout import list_partitions, list_topics
 from spark_kafka_backup.partition.offsets_file import read_consumer_offsets
@@ -443,7 +444,7 @@ def _runs(index_path: Location, *, legacy: bool) -> list[tuple[int, int]]:
         for start in range(0, index.count, _CHUNK_ENTRIES):
             n = min(_CHUNK_ENTRIES, index.count - start)
             raw = index.read_entries(start, n)
-            offsets = np.frombuffer(raw, dtype=">i8").reshape(-1, 3)[:, 0]
+            offsets = np.frombuffer(raw, dtype=ENTRY_DTYPE)["offset"].astype(np.int64)
             breaks = np.flatnonzero(np.diff(offsets) != 1)
             firsts = [int(offsets[0]), *(int(offsets[i + 1]) for i in breaks)]
             lasts = [*(int(offsets[i]) for i in breaks), int(offsets[-1])]

@@ -44,7 +44,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from types import ModuleType
 from typing import Any
 
 from spark_kafka_backup.catalog.integrity import bad_segments
@@ -66,7 +65,7 @@ from spark_kafka_backup.restore.partition_task import (
 from spark_kafka_backup.restore.producer_calls import StuckProducerError, producer_settings
 from spark_kafka_backup.restore.reference_producer import ReferenceProducer
 from spark_kafka_backup.restore.staging import Staged, staged_topic_dir
-from spark_kafka_backup.restore.transaction_run import ProducerFactory, restore_transactions
+from spark_kafka_backup.restore.transaction_run import restore_transactions
 from spark_kafka_backup.spark.stack_dumps import stacks_if_slow
 from spark_kafka_backup.spark.worker_gc import freeze_loaded_objects
 from spark_kafka_backup.storage import parse_location
@@ -132,17 +131,13 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
 def _producer_path(task: PartitionTask) -> tuple[Run, str]:
     """The transactions through the native edge's producer where it is built and not turned off, else through
     confluent-kafka's; and the producer's name."""
-    native = native_edge()
-    if native is None:
+    if native_edge() is None:
         return functools.partial(restore_transactions, producer=ReferenceProducer), REFERENCE_PRODUCER
-    return functools.partial(restore_transactions, producer=_native_producer(native)), NATIVE_PRODUCER
+    return functools.partial(restore_transactions, producer=_native_producer), NATIVE_PRODUCER
 
 
-def _native_producer(native: ModuleType) -> ProducerFactory:
-    def make(settings: dict[str, str], group_metadata: object) -> ColumnarProducer:
-        return ColumnarProducer(native, settings)  # the native producer names the progress group itself
-
-    return make
+def _native_producer(settings: dict[str, str], group_metadata: object) -> ColumnarProducer:
+    return ColumnarProducer(settings)  # the native producer names the progress group itself
 
 
 def _check_segments(task: PartitionTask, partition: int, window: Window, staged: Staged, keys: KeyRing) -> None:

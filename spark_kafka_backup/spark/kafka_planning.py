@@ -24,7 +24,7 @@ from spark_kafka_backup.kafka.admin_session import AdminSession
 from spark_kafka_backup.kafka.cluster import TopicPartitionKey, list_offsets, partition_counts, topic_ids
 from spark_kafka_backup.kafka.outage import OutageReport
 from spark_kafka_backup.logsetup import ensure_console_logging
-from spark_kafka_backup.spark.kafka_reader import KafkaRange, KafkaTask, pack_ranges
+from spark_kafka_backup.spark.kafka_ranges import KafkaRange, KafkaTask, pack_ranges
 from spark_kafka_backup.spark.source_options import SourceOptions, decode_ids, decode_offsets, encode_offsets
 from spark_kafka_backup.text import count as count_of
 

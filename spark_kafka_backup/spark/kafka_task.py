@@ -18,7 +18,9 @@ from spark_kafka_backup.kafka.columnar import native_edge
 from spark_kafka_backup.logsetup import ensure_console_logging
 from spark_kafka_backup.spark.backup_files import BatchFiles, writes_batch
 from spark_kafka_backup.spark.columnar_reader import read_range_columnar, read_ranges_columnar
-from spark_kafka_backup.spark.kafka_reader import Incarnations, KafkaTask, read_range, read_together
+from spark_kafka_backup.spark.kafka_ranges import KafkaTask
+from spark_kafka_backup.spark.kafka_reader import read_range, read_together
+from spark_kafka_backup.spark.read_checks import Incarnations
 from spark_kafka_backup.spark.sink_options import SinkOptions
 
 
@@ -40,12 +42,11 @@ def read_task(task: KafkaTask, *, batch_rows: int = 10_000) -> Iterator[pa.Recor
     settings = consumer_settings(first.client, isolation_level=first.client.get("isolation.level", "read_committed"))
     # Offsets deleted under the task are an event it handles (see _deleted_under), never a silent jump.
     settings["auto.offset.reset"] = "error"
-    native = native_edge()
-    if native is not None:
+    if native_edge() is not None:
         if len(task.ranges) == 1:
-            yield from read_range_columnar(first, native, settings, batch_rows=batch_rows)
+            yield from read_range_columnar(first, settings, batch_rows=batch_rows)
         else:
-            yield from read_ranges_columnar(task.ranges, native, settings, batch_rows=batch_rows)
+            yield from read_ranges_columnar(task.ranges, settings, batch_rows=batch_rows)
         return
     consumer = Consumer(settings, logger=logging.getLogger("spark_kafka_backup.librdkafka"))
     incarnations = Incarnations(task.ranges)

@@ -292,7 +292,7 @@ def test_executor_code_never_imports_the_drivers() -> None:
     entries = _executor_entries()
     # The computation sees the code Spark ships today: the backup's source and sink, the data source, the restore's
     # and --where's tasks (a new entry is found by it, not added here).
-    shipped = ("spark.kafka_source", "spark.kafka_reader", "spark.v1_sink", "datasource.source", "restore.task")
+    shipped = ("spark.kafka_source", "spark.kafka_ranges", "spark.v1_sink", "datasource.source", "restore.task")
     assert {f"spark_kafka_backup.{name}" for name in (*shipped, "datasource.match_runs")} <= set(entries), entries
     assert {"spark_kafka_backup.restore.job", "spark_kafka_backup.backup.job", "spark_kafka_backup.launcher"} <= set(
         _driver_modules()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,7 +177,7 @@ def fake_columnar(log: TargetLog) -> type:
     """The native producer's face (:class:`ColumnarProducer`) over the same transactional log."""
 
     class Columnar:
-        def __init__(self, native: Any, settings: dict[str, str]) -> None:
+        def __init__(self, settings: dict[str, str]) -> None:
             self.pending: list[tuple[int, bytes | None]] = []
             self.queued: list[tuple[int, bytes | None]] = []  # (delivery index, key)
             self.offsets: dict[int, int] = {}
@@ -275,7 +274,7 @@ def log(monkeypatch: pytest.MonkeyPatch, path: str) -> Any:
         name = REFERENCE_PRODUCER
     else:
         columnar = fake_columnar(target)
-        made = lambda settings, group: columnar(types.ModuleType("fake_native"), settings)  # noqa: E731
+        made = lambda settings, group: columnar(settings)  # noqa: E731
         name = NATIVE_PRODUCER
     run = functools.partial(transaction_run.restore_transactions, producer=made)
     monkeypatch.setattr(task_module, "_producer_path", lambda task: (run, name))
