@@ -137,6 +137,14 @@ def build_parser(prog: str = "spark-submit jobs/backup.py") -> argparse.Argument
     )
     add_encryption_flags(own, purpose="seals finished segments with AES-256-GCM (each under its own data key)")
     own.add_argument(
+        "--lock-timeout",
+        type=positive_float,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long a task waits for a partition another writer holds (a second backup of the target) before it "
+        "fails (default 600)",
+    )
+    own.add_argument(
         "--max-records-per-trigger",
         "--max-offsets-per-trigger",
         dest="max_offsets_per_trigger",
@@ -222,6 +230,7 @@ def parse_backup_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/bac
         encryption_key_file=encryption.file if encryption is not None else None,
         encryption_key_env=encryption.env if encryption is not None else None,
         log_format=args.log_format,
+        lock_timeout=args.lock_timeout,
         schema_ids=schema_registry_address(args) is not None,  # the ids the records name: a capture fetches those
     )
     return BackupSettings(
