@@ -410,6 +410,11 @@ def test_the_files_options_cross_spark_as_strings_and_come_back_the_same(
         f.name for f in dataclasses.fields(SinkOptions) if getattr(full, f.name) == getattr(defaults, f.name)
     ]
     assert unexercised == ["target"], "every field but the root crosses with a value other than its default"
+    # An option added on the command line reaches the writing tasks with no other change (--lock-timeout).
+    waiting = parse_backup_args(
+        ["--bootstrap-server", "b:9092", "--target-dir", str(tmp_path), "--topics", "a", "--lock-timeout", "5"]
+    )
+    assert SinkOptions.parse(waiting.files.options()).lock_timeout == 5.0
     # No compression is None past the command line; "none" only spells it.
     plain = parse_backup_args(["--bootstrap-server", "b:9092", "--target-dir", str(tmp_path), "--topics", "a"])
     assert plain.files.compression is None and plain.files.options()["compression"] == "none"
