@@ -117,7 +117,8 @@ def unverifiable_segments(
 ) -> list[BadSegment]:
     """The partition's segments (those that may hold offsets in the window), when its catalog was kept and is lost
     (:func:`spark_kafka_backup.catalog.store.missing_catalog`): none can be checked. Empty when the partition has a
-    catalog or never had one. No record is read: a look at two paths and the partition index."""
+    catalog or never had one. No record is read: a look at two paths and the partition index (``keys`` is taken so
+    that it and :func:`bad_segments` are called alike)."""
     # The marker first: it is written after the catalog, so a catalog not found after the marker was is gone (not
     # about to be written by a backup starting the partition).
     reason = missing_catalog(root, topic, partition)

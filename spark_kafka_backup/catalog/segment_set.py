@@ -104,5 +104,5 @@ def damaged_segments(
 ) -> list[BadSegment]:
     """Lost segments and segments failing their checksums (those that may hold offsets in the range)."""
     return lost_segments(root, topic, partition, reader) + bad_segments(
-        root, topic, partition, from_offset=from_offset, to_offset=to_offset, legacy=reader.legacy
+        root, topic, partition, from_offset=from_offset, to_offset=to_offset, legacy=reader.legacy, keys=reader.keys
     )

@@ -93,7 +93,7 @@ INDEX_ENTRIES = 65_536
 
 def _read_staged(scan: SegmentScan, files: Location, topic_dir: Location, keys: KeyRing) -> Iterator[pa.RecordBatch]:
     window = scan.window
-    skipped = _checked(scan, files) if scan.verify else frozenset()
+    skipped = _checked(scan, files, keys) if scan.verify else frozenset()
     if scan.columns is not None and not scan.columns & RECORD_COLUMNS and not window.by_time:
         # Topic, partition and offsets only (a predicate of offsets): the indexes say it all.
         yield from _offsets_only(scan, files, topic_dir, skipped)
@@ -174,11 +174,11 @@ def _rows(scan: SegmentScan, batch: RecordBatch, window: Window) -> Iterator[pa.
         yield kafka_rows(batch, scan.topic, scan.partition, rows, scan.columns)
 
 
-def _checked(scan: SegmentScan, files: Location) -> frozenset[str]:
+def _checked(scan: SegmentScan, files: Location, keys: KeyRing) -> frozenset[str]:
     """The scan's segments that fail the catalog's checksums, when ``skipBadSegments`` lets them be left out;
     otherwise the first one is an error naming it."""
     root = parse_location(scan.root)
-    found = bad_segments(root, scan.topic, scan.partition, files=files, only=scan.names, legacy=scan.legacy)
+    found = bad_segments(root, scan.topic, scan.partition, files=files, only=scan.names, legacy=scan.legacy, keys=keys)
     for bad in found:
         text = f"topic {scan.topic!r} partition {scan.partition}: segment {bad.name} ({bad.offsets}) is damaged: "
         if not scan.skip_bad_segments:

@@ -235,7 +235,7 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
             # A lost catalog costs nothing to find: refused here, before anything is created or produced.
             bad = (bad_segments if checked else unverifiable_segments)(
                 settings.source, topic, partition, from_offset=window.from_offset, to_offset=window.to_offset,
-                legacy=settings.legacy,
+                legacy=settings.legacy, keys=settings.keys,
             )  # fmt: skip
             if bad:
                 window = replace(window, skip_segments=frozenset(segment.name for segment in bad))

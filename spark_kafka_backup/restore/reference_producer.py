@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from spark_kafka_backup.kafka.cluster import PROGRESS_GROUP
 from spark_kafka_backup.kafka.columnar_producer import Deliveries, ProducerError
+from spark_kafka_backup.restore.producer_calls import FENCED_CODES
 
 #: librdkafka logs a fenced producer as FATAL on stderr; the task reports it itself.
 _client_log = logging.getLogger("spark_kafka_backup.restore.producer")
@@ -172,8 +173,13 @@ class ReferenceProducer:
             # confluent-kafka raises this when a delivery report is served while one of its calls fails (seen once
             # when a newer restore fenced this one mid-transaction): the producer's own state says why.
             fatal = self._fatal or self._fatal_from_poll()
-            code, text = fatal if fatal is not None else (_UNKNOWN, str(exc))
-            raise ProducerError(code, text, fatal=fatal is not None, produced=produced) from exc
+            if fatal is not None:
+                raise ProducerError(*fatal, fatal=True, produced=produced) from exc
+            # Or a delivery failed fenced (a newer restore took the partition) before any error was fatal.
+            fenced = next((code for _, code in self._failures if code in FENCED_CODES), None)
+            if fenced is not None:
+                raise ProducerError(fenced, self.error_text(fenced), produced=produced) from exc
+            raise ProducerError(_UNKNOWN, str(exc), produced=produced) from exc
 
     def _fatal_from_poll(self) -> tuple[int, str] | None:
         from confluent_kafka import KafkaException

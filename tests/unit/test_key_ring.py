@@ -113,3 +113,76 @@ def test_a_sealed_partition_is_written_and_read_with_keys_passed_and_leaves_none
     with pytest.raises(DecryptionKeyError, match="no key was given"):
         list(PartitionReader(root / "t", 0).records())
     assert _holders_of(KEK) == []
+
+
+def _sealed_before_cataloged(root: Path) -> list[Record]:
+    """A sealed partition whose newest segment was sealed and not cataloged yet (a writer killed between the two, or
+    a reader looking while a continuous backup rolls): the catalog's recorded prefix of it is checked on the
+    decrypted bytes, which needs the key."""
+    records = [Record(offset, 0, 1_700_000_000_000 + offset, b"k%d" % offset, b"v" * 60) for offset in range(40)]
+    with PartitionWriter(root / "t", "t", 0, max_segment_size=1500, fsync=False, ledger=CatalogLedger(root),
+                         compression="zstd", encryption_key=KEK) as writer:  # fmt: skip
+        for record in records:
+            writer.append(record)
+    with PartitionWriter(root / "t", "t", 0, max_segment_size=1500, fsync=False, compression="zstd",
+                         encryption_key=KEK) as writer:  # fmt: skip
+        assert writer.seal_newest()  # no ledger: the catalog still records the plain prefix
+    return records
+
+
+def test_every_reader_that_checks_a_sealed_tail_is_handed_the_key(tmp_path: Path) -> None:
+    """cat's damage check, the restore plan's and the data source's scans (review of the key ring's change)."""
+    from spark_kafka_backup.catalog.integrity import bad_segments
+    from spark_kafka_backup.catalog.segment_set import damaged_segments
+    from spark_kafka_backup.catalog.store import read_catalog
+    from spark_kafka_backup.datasource.segment_scan import SegmentScan, read_scan
+    from spark_kafka_backup.partition.selection import Window
+
+    root = tmp_path / "backup"
+    records = _sealed_before_cataloged(root)
+    ring = KeyRing.of([KEK])
+    catalog = read_catalog(root, "t", 0)
+    assert catalog is not None and catalog.tail is not None
+    with pytest.raises(DecryptionKeyError, match="no key was given"):
+        bad_segments(root, "t", 0)  # the tail's prefix is a sealed file's plain bytes
+    assert bad_segments(root, "t", 0, keys=ring) == []
+    assert damaged_segments(root, "t", 0, PartitionReader(root / "t", 0, keys=ring)) == []
+    (tmp_path / "kek.hex").write_text(KEK.hex())
+    names = tuple((segment.name, segment.start_offset) for segment in PartitionReader(root / "t", 0).segments)
+    scan = SegmentScan(root=str(root), topic="t", partition=0, segments=names, next_start=None, window=Window(),
+                       key_sources=((str(tmp_path / "kek.hex"), None),), verify=True)  # fmt: skip
+    rows = [row for batch in read_scan(scan) for row in batch.column("offset").to_pylist()]
+    assert rows == [record.offset for record in records]
+
+
+def test_the_reference_producer_reports_a_fenced_delivery_behind_a_system_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """confluent-kafka raises SystemError when a report is served while a call fails (a newer restore fenced this
+    one mid-transaction): the delivery's fenced code, not an unknown error, is what the task reports."""
+    import confluent_kafka
+
+    from spark_kafka_backup.kafka.columnar_producer import ProducerError
+    from spark_kafka_backup.restore.reference_producer import ReferenceProducer
+
+    class FencedDelivery:
+        def code(self) -> int:
+            return 47  # INVALID_PRODUCER_EPOCH
+
+    class Producer:
+        def __init__(self, config: dict[str, Any]) -> None:
+            self.on_delivery = config["on_delivery"]
+
+        def poll(self, timeout: float) -> int:
+            return 0
+
+        def commit_transaction(self, timeout: float) -> None:
+            self.on_delivery(FencedDelivery(), None)
+            raise SystemError("a delivery report was served while commit_transaction failed")
+
+    monkeypatch.setattr(confluent_kafka, "Producer", Producer)
+    producer = ReferenceProducer({}, group_metadata=object)
+    with pytest.raises(ProducerError) as raised:
+        producer.commit_transaction(1.0)
+    assert raised.value.code == 47 and not raised.value.fatal
+    assert producer.deliveries().failures == [(0, 47)]
