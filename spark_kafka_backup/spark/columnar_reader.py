@@ -181,3 +181,14 @@ def _together(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
     if len(batches) == 1:
         return batches
     return list(pa.Table.from_batches(batches).combine_chunks().to_batches())
+
+
+def read_ranges_native(
+    ranges: tuple[KafkaRange, ...], settings: dict[str, str], *, batch_rows: int = 10_000
+) -> Iterator[pa.RecordBatch]:
+    """The native edge's :class:`~spark_kafka_backup.spark.kafka_ranges.RangeReader`: one range alone, several at
+    once."""
+    if len(ranges) == 1:
+        yield from read_range_columnar(ranges[0], settings, batch_rows=batch_rows)
+    else:
+        yield from read_ranges_columnar(ranges, settings, batch_rows=batch_rows)

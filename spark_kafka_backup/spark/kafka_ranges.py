@@ -9,8 +9,11 @@ See :mod:`spark_kafka_backup.spark.kafka_source` for the options and how work is
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
+import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 
@@ -79,3 +82,14 @@ def pack_ranges(ranges: list[KafkaRange], min_tasks: int = 1) -> list[KafkaTask]
                 heapq.heapify(heap)
         tasks += [KafkaTask(tuple(sorted(group, key=lambda r: (r.topic, r.partition)))) for group in bins if group]
     return tasks
+
+
+class RangeReader(Protocol):
+    """How a task reads its ranges: Arrow batches of one partition each, in the source's schema, every range from its
+    start to its end, with the checks of :mod:`spark_kafka_backup.spark.read_checks`. Two implementations: the
+    native edge's (:func:`~spark_kafka_backup.spark.columnar_reader.read_ranges_native`) and confluent-kafka's
+    (:func:`~spark_kafka_backup.spark.kafka_reader.read_ranges_reference`), tested against each other."""
+
+    def __call__(
+        self, ranges: tuple[KafkaRange, ...], settings: dict[str, str], *, batch_rows: int
+    ) -> Iterator[pa.RecordBatch]: ...

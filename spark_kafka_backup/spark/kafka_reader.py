@@ -242,3 +242,21 @@ class _Columns:
         batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
         self._reset()
         return batch
+
+
+def read_ranges_reference(
+    ranges: tuple[KafkaRange, ...], settings: dict[str, str], *, batch_rows: int = 10_000
+) -> Iterator[pa.RecordBatch]:
+    """confluent-kafka's :class:`~spark_kafka_backup.spark.kafka_ranges.RangeReader`: one consumer, one range alone
+    or several assigned together."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(settings, logger=logging.getLogger("spark_kafka_backup.librdkafka"))
+    incarnations = Incarnations(ranges)
+    try:
+        if len(ranges) == 1:
+            yield from read_range(ranges[0], consumer, batch_rows=batch_rows, incarnations=incarnations)
+        else:
+            yield from read_together(ranges, consumer, batch_rows=batch_rows, incarnations=incarnations)
+    finally:
+        consumer.close()
