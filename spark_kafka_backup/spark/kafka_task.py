@@ -1,9 +1,8 @@
 """One Kafka source task on an executor: its ranges read by one of the two
 :class:`~spark_kafka_backup.spark.kafka_ranges.RangeReader` implementations.
 
-A task reads through the native edge when it can be used (:func:`~spark_kafka_backup.spark.columnar_reader.
-read_ranges_native`), else through confluent-kafka (:func:`~spark_kafka_backup.spark.kafka_reader.
-read_ranges_reference`): one range alone, or a packed task's many at once.
+A task reads through the native edge when it can be used (``columnar_reader.read_ranges_native``), else through
+confluent-kafka (``kafka_reader.read_ranges_reference``): one range alone, or a packed task's many at once.
 A source given ``writeTo`` writes what its task reads into v1 files in the same process (:func:`write_task`).
 """
 
