@@ -149,7 +149,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.long_share)
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    share = os.environ.get(LONG_SHARE_ENV)
+    said = [f"long tier: share {share} (the long scenarios of this share run too)"] if share else []
+    return [*said, _cluster_header(config)]
+
+
+def _cluster_header(config: pytest.Config) -> str:
     if unit_only(config):
         return "unit layer: no broker, Spark, S3 server or other process (tests/unit)"
     kind = wanted_kind()
