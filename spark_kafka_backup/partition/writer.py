@@ -171,7 +171,7 @@ class PartitionWriter(ClosingWriter):
         #: The offset of the first record appended (not skipped) since opening: from there on, what this writer did
         #: not store the source skipped (READ_THROUGH in :mod:`spark_kafka_backup.partition.ledger`).
         self.first_appended: int | None = None
-        self._lookup: tuple[str, SegmentIndexFile, ReadHandle] | None = None
+        self._lookup: tuple[str, SegmentIndexFile, ReadHandle, bool] | None = None
         self._replay_hint = -2  # index position of the last replayed record in the cached segment
         self._closed = False
         #: CRC32Cs of the newest segment's files as written (with a ``ledger``: recorded at close).
@@ -659,18 +659,20 @@ class PartitionWriter(ClosingWriter):
     def _lookup_handles(self, segment: PartitionIndexEntry) -> tuple[SegmentIndexFile, ReadHandle]:
         """Open (or reuse) read handles on a segment for replay checks.
 
-        The tail segment keeps growing, so its entry count is refreshed on reuse.
+        The tail segment keeps growing, so its entry count is refreshed on reuse; so is a segment that was the tail
+        when it was opened here (it took records after that, then a roll made it finished).
         """
         cached = self._lookup
         if cached is not None and cached[0] == segment.name:
-            if segment is self.segments[-1]:
+            if segment is self.segments[-1] or cached[3]:
                 cached[1].refresh()
+                self._lookup = (*cached[:3], segment is self.segments[-1])
             return cached[1], cached[2]
         self._drop_lookup()
         self._replay_hint = -2
         index = SegmentIndexFile(self.topic_dir / (segment.name + INDEX_SUFFIX))
         records = open_records(self.topic_dir / (segment.name + RECORDS_SUFFIX), self._keys)  # plain or compressed
-        self._lookup = (segment.name, index, records)
+        self._lookup = (segment.name, index, records, segment is self.segments[-1])
         return index, records
 
     def _drop_lookup(self) -> None:
