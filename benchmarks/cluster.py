@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from spark_kafka_backup.devkit.kafka_cluster import KafkaCluster
+from devkit.kafka_cluster import KafkaCluster
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -158,7 +158,7 @@ from benchmarks.backup_bench import peak_rss_mib
 settings, root, partitions, topic = json.loads(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 native = native_edge()
 assert native is not None, "the native Kafka edge is not built"
-producer = ColumnarProducer(native, {k: str(v) for k, v in producer_settings(settings, 1 << 20).items()})
+producer = ColumnarProducer({k: str(v) for k, v in producer_settings(settings, 1 << 20).items()})
 started = time.perf_counter()
 n = 0
 for p in range(partitions):
@@ -311,7 +311,7 @@ def main() -> None:
 @contextlib.contextmanager
 def registry_with_other_ids() -> Iterator[str]:
     """A local Apicurio Registry (its Confluent API's URL) where the backup's ids are taken by other schemas."""
-    from spark_kafka_backup.devkit.apicurio import ApicurioRegistry
+    from devkit.apicurio import ApicurioRegistry
     from spark_kafka_backup.schema_registry.client import RegistryAddress, RegistryClient
 
     with ApicurioRegistry() as registry:

@@ -5,7 +5,7 @@ Run from the repository root: ``./dev bench scale`` (or ``python -m benchmarks.s
 N records (default 2,000,000, 200-byte values, 4 partitions) are produced once into a local Apache Kafka node (or
 ``--bootstrap``). The raw baseline is the benchmark's one-process consume-and-encode loop
 (``benchmarks.backup_bench``). Then, for each worker count in ``--workers`` (default ``1,2``), a fresh Spark
-standalone cluster (:mod:`spark_kafka_backup.devkit.spark_cluster`: master and workers on loopback, one core each) runs
+standalone cluster (:mod:`devkit.spark_cluster`: master and workers on loopback, one core each) runs
 ``spark-submit --master spark://... jobs/backup.py --snapshot`` into a fresh target.
 
 Printed per worker count: records/s over the batches (start-up excluded) and end to end, the ratio to the raw
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from benchmarks.backup_bench import TOPIC, BackupRun, produce, raw_consume_and_encode, run_backup
 from benchmarks.cluster import add_arguments, cluster
-from spark_kafka_backup.devkit.spark_cluster import SparkCluster
+from devkit.spark_cluster import SparkCluster
 from spark_kafka_backup.partition.layout import list_partitions
 from spark_kafka_backup.partition.reader import PartitionReader
 

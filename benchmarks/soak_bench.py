@@ -38,9 +38,9 @@ from benchmarks.soak.native_memory import TRACKING
 from benchmarks.soak.samples import Sampler
 from benchmarks.soak.service import BackupService
 from benchmarks.soak.shadow import ShadowReader, Truth
+from devkit.kafka_cluster import KafkaCluster
+from devkit.spark_cluster import SparkCluster
 from spark_kafka_backup.catalog.checkpoints import Checkpoint, list_checkpoints
-from spark_kafka_backup.devkit.kafka_cluster import KafkaCluster
-from spark_kafka_backup.devkit.spark_cluster import SparkCluster
 from spark_kafka_backup.spark_submit import job_environment, spark_submit_command
 from spark_kafka_backup.storage import parse_location
 

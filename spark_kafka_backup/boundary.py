@@ -1,6 +1,6 @@
 """Where a failure becomes one line: the ``spark-kafka-backup`` commands and the Spark jobs all end here.
 
-- an error raised on purpose (:class:`~spark_kafka_backup.errors.KbackupError`) prints its message, which names
+- an error raised on purpose (:class:`~spark_kafka_backup.errors.SparkKafkaBackupError`) prints its message, which names
   the file, partition, offset or option and what was expected;
 - an ``OSError`` prints what the system said about which path;
 - anything else (Spark, py4j, a client library, a bug) prints its cause in one line and that ``--debug`` shows where;
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-from spark_kafka_backup.errors import KbackupError, StoppedEarlyError
+from spark_kafka_backup.errors import SparkKafkaBackupError, StoppedEarlyError
 
 #: Exit code of a run interrupted with Ctrl-C (128 + SIGINT), as a shell reports it.
 INTERRUPTED = 130
@@ -84,7 +84,7 @@ def exit_code(
     except StoppedEarlyError as exc:  # a stop asked for: no traceback, even with --debug
         say(f"{prog}: error: {exc}")
         return exc.exit_status
-    except KbackupError as exc:
+    except SparkKafkaBackupError as exc:
         failure: BaseException = exc
         line = str(exc)
     except OSError as exc:

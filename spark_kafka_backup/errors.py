@@ -1,7 +1,7 @@
 """Errors spark-kafka-backup raises on purpose.
 
 Every error a user can cause (a damaged file, a bad option, a conflicting
-record, a cluster that refuses) is a subclass of :class:`KbackupError`, so the
+record, a cluster that refuses) is a subclass of :class:`SparkKafkaBackupError`, so the
 CLI and the jobs catch that root alone and print it as one line, exiting
 non-zero without a traceback. Anything else reaching them is a fault of
 spark-kafka-backup or of a library beneath it (printed as one line too; ``--debug``
@@ -9,7 +9,7 @@ shows the traceback).
 
 The tree is shallow::
 
-    KbackupError
+    SparkKafkaBackupError
     ├── UsageError               a bad option, argument or settings file
     ├── FormatError              a file is not what the v1 format says
     │   ├── MagicByteError       wrong or missing magic byte at position 0
@@ -38,7 +38,7 @@ The tree is shallow::
     │   └── SchemaIdError        a record names a schema id the backup's copy of the registry does not hold
     └── ArtifactError            Java artifacts (Spark's Kafka connector, Kafka) cannot be resolved
 
-Test and demo scaffolding (:mod:`spark_kafka_backup.devkit`) adds ``KafkaClusterError``
+Test and demo scaffolding (the repository's ``devkit/``, not shipped) adds ``KafkaClusterError``
 and ``SparkClusterError`` below the root.
 
 Each error carries the context that locates the problem (file, byte position,
@@ -50,11 +50,11 @@ from __future__ import annotations
 from os import PathLike
 
 
-class KbackupError(Exception):
+class SparkKafkaBackupError(Exception):
     """Root of every error spark-kafka-backup raises on purpose."""
 
 
-class FormatError(KbackupError):
+class FormatError(SparkKafkaBackupError):
     """A file does not follow the v1 format.
 
     ``file`` is the path (or a label such as ``"<bytes>"`` for in-memory
@@ -100,7 +100,7 @@ class TruncatedError(FormatError):
     """A length or field reaches past the end of the file."""
 
 
-class PlacementError(KbackupError):
+class PlacementError(SparkKafkaBackupError):
     """A record cannot be placed at its offset in a partition."""
 
     def __init__(self, message: str, *, topic: str, partition: int, offset: int) -> None:
@@ -114,7 +114,7 @@ class OffsetConflictError(PlacementError):
     """An offset is already stored in the backup with different bytes."""
 
 
-class EncodingError(KbackupError, ValueError):
+class EncodingError(SparkKafkaBackupError, ValueError):
     """A value cannot be written in the format (out of range, wrong type)."""
 
 
@@ -122,39 +122,39 @@ class InvalidRecordError(EncodingError):
     """A record's fields cannot be encoded in the v1 format."""
 
 
-class BackupNotFoundError(KbackupError):
+class BackupNotFoundError(SparkKafkaBackupError):
     """A backup root, topic directory, partition or file does not exist."""
 
 
-class StorageError(KbackupError):
+class StorageError(SparkKafkaBackupError):
     """The storage behind a location failed: unreachable endpoint, missing bucket, denied access."""
 
 
-class UsageError(KbackupError):
+class UsageError(SparkKafkaBackupError):
     """An option or argument is unknown, missing or out of range."""
 
 
-class ChecksumError(KbackupError):
+class ChecksumError(SparkKafkaBackupError):
     """A segment's files differ from what the catalog recorded."""
 
 
-class DecryptionKeyError(KbackupError):
+class DecryptionKeyError(SparkKafkaBackupError):
     """An encrypted segment needs a key-encryption key that was not given, or a given key is not a key."""
 
 
-class DamagedBackupError(KbackupError):
+class DamagedBackupError(SparkKafkaBackupError):
     """Segments of the backup are damaged or lost; a read would leave their records out."""
 
 
-class LeaseHeldError(KbackupError):
+class LeaseHeldError(SparkKafkaBackupError):
     """Another job holds the target's lease."""
 
 
-class LeaseLostError(KbackupError):
+class LeaseLostError(SparkKafkaBackupError):
     """Another job took over this job's lease (object stores: it was not renewed in time)."""
 
 
-class ClusterError(KbackupError):
+class ClusterError(SparkKafkaBackupError):
     """The Kafka cluster could not be reached or refused a request.
 
     ``transient``: the cause is one the cluster recovers from by itself (no
@@ -167,41 +167,41 @@ class ClusterError(KbackupError):
         self.transient = transient
 
 
-class AccessDeniedError(KbackupError):
+class AccessDeniedError(SparkKafkaBackupError):
     """The cluster's ACLs do not grant the job an operation it needs (the message names it, the resource and the
     principal)."""
 
 
-class ArtifactError(KbackupError):
+class ArtifactError(SparkKafkaBackupError):
     """Java artifacts could not be resolved."""
 
 
-class DeliveryError(KbackupError):
+class DeliveryError(SparkKafkaBackupError):
     """The target cluster refused records."""
 
 
-class TargetChangedError(KbackupError):
+class TargetChangedError(SparkKafkaBackupError):
     """The target partition holds another restore's records, written after this restore was planned."""
 
 
-class TargetNotEmptyError(KbackupError):
+class TargetNotEmptyError(SparkKafkaBackupError):
     """A target partition holds records that are not an earlier run of this restore."""
 
 
-class RestoreFencedError(KbackupError):
+class RestoreFencedError(SparkKafkaBackupError):
     """A newer restore of the same target partitions fenced this one's producers."""
 
 
-class TargetLimitError(KbackupError):
+class TargetLimitError(SparkKafkaBackupError):
     """The target's settings (retention, compaction, timestamp and size limits) or the producer would delete,
     reject or change restored records (see :mod:`spark_kafka_backup.restore.target_limits`)."""
 
 
-class SourceLossError(KbackupError):
+class SourceLossError(SparkKafkaBackupError):
     """The source cluster deleted records before the backup could read them (a snapshot that is not whole)."""
 
 
-class StoppedEarlyError(KbackupError):
+class StoppedEarlyError(SparkKafkaBackupError):
     """A job stopped by a signal before it did what it set out to do (a snapshot that did not reach the end offsets
     it planned): what it did is kept and a run with the same options goes on from there. Its exit status is the
     shell's for the signal, ``128 + signal``: 143 for SIGTERM, 130 for SIGINT."""
@@ -211,11 +211,11 @@ class StoppedEarlyError(KbackupError):
         self.exit_status = 128 + signum
 
 
-class OriginError(KbackupError):
+class OriginError(SparkKafkaBackupError):
     """The target holds a backup of another Kafka cluster or of another incarnation of a topic."""
 
 
-class SchemaRegistryError(KbackupError):
+class SchemaRegistryError(SparkKafkaBackupError):
     """A schema registry could not be reached or refused a request, or its schemas contradict the backup's copy."""
 
 

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from spark_kafka_backup.argtypes import positive_float, umask
 from spark_kafka_backup.boundary import exit_code, stop_on_sigterm
-from spark_kafka_backup.errors import KbackupError, UsageError
+from spark_kafka_backup.errors import SparkKafkaBackupError, UsageError
 from spark_kafka_backup.logsetup import LOG_FORMATS, ensure_console_logging, print_error
 from spark_kafka_backup.metrics import DEFAULT_METRICS_BIND, MetricsPublisher, parse_listen_address
 
@@ -49,7 +49,7 @@ def run_job(
         faulthandler.enable(all_threads=True)
     try:
         settings = parse(list(sys.argv[1:] if argv is None else argv))
-    except KbackupError as exc:
+    except SparkKafkaBackupError as exc:
         print_error(f"spark-kafka-backup {name}: error: {exc}")
         return 2
     from spark_kafka_backup.spark.failures import failure_cause  # a Spark failure's cause: its Python error

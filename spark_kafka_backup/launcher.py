@@ -24,7 +24,8 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from spark_kafka_backup.errors import KbackupError, UsageError
+from spark_kafka_backup.boundary import exit_code
+from spark_kafka_backup.errors import SparkKafkaBackupError, UsageError
 from spark_kafka_backup.logsetup import print_error
 
 #: The master when ``--master`` is not given: every core of this machine.
@@ -106,8 +107,13 @@ def _parsers(job: str) -> tuple[Callable[[str], argparse.ArgumentParser], Callab
 
 def main(job: str, argv: Sequence[str]) -> int:
     """``spark-kafka-backup JOB ARGS``: check, then exec spark-submit; returns only for help, a mistake or
-    --print-command."""
+    --print-command. Inside the one error boundary (:func:`~spark_kafka_backup.boundary.exit_code`): a failure
+    before the exec (the connector not fetched, the class archive not made, Ctrl-C, a bug) is one line too."""
     prog = f"spark-kafka-backup {job}"
+    return exit_code(prog, lambda: _launch(job, argv, prog), say=print_error, debug="--debug" in argv)
+
+
+def _launch(job: str, argv: Sequence[str], prog: str) -> int:
     build_parser, parse = _parsers(job)
     if any(arg in ("-h", "--help") for arg in argv):
         parser = build_parser(prog)
@@ -117,23 +123,19 @@ def main(job: str, argv: Sequence[str]) -> int:
     try:
         launch = split_arguments(argv)
         parse(launch.job_args, prog=prog)  # argparse exits 2 itself for an unknown flag
-    except KbackupError as exc:
+    except SparkKafkaBackupError as exc:
         print_error(f"{prog}: error: {exc}")
-        return 2
+        return 2  # a command line that does not parse, as argparse says it
     from spark_kafka_backup.jvm_archive import ensure_driver_archive, existing_driver_archive
     from spark_kafka_backup.spark_submit import job_environment, spark_home, spark_submit_command
 
-    try:
-        command = spark_submit_command(job, *launch.job_args, master=launch.master, conf=launch.conf)
-    except KbackupError as exc:  # Spark's Kafka connector could not be fetched
-        print_error(f"{prog}: error: {exc}")
-        return 1
+    # Spark's Kafka connector may have to be fetched here: a failure is the boundary's one line (exit 1).
+    command = spark_submit_command(job, *launch.job_args, master=launch.master, conf=launch.conf)
     if launch.print_command:
         print(shlex.join(command))
         return 0
     if not os.access(command[0], os.X_OK):
-        print_error(f"{prog}: error: {command[0]} is not an executable spark-submit (check SPARK_HOME)")
-        return 1
+        raise SparkKafkaBackupError(f"{command[0]} is not an executable spark-submit (check SPARK_HOME)")
     environment = job_environment(master=launch.master)
     home = spark_home(launch.master)
     if existing_driver_archive(environment, home) is None and ensure_driver_archive(

@@ -41,6 +41,12 @@ class TextLines(logging.Formatter):
         return super().formatMessage(record)
 
 
+def _py4j_interrupt(record: logging.LogRecord) -> bool:
+    """py4j logs a Ctrl-C that arrives while it talks to the JVM with ``logging.exception`` on the root logger (a
+    traceback on stderr); the job turns that interrupt into its own one line, so the record is dropped."""
+    return not (record.name == "root" and record.msg == "KeyboardInterrupt while sending command.")
+
+
 def ensure_console_logging(*, debug: bool = False, log_format: str | None = None) -> None:
     """Send the ``spark-kafka-backup`` loggers to stdout (errors go to stderr separately).
 
@@ -50,6 +56,9 @@ def ensure_console_logging(*, debug: bool = False, log_format: str | None = None
     one chosen before in this process, or in the environment the job set.
     """
     logging.getLogger("spark_kafka_backup.librdkafka").setLevel(logging.DEBUG if debug else logging.CRITICAL)
+    root = logging.getLogger()
+    if _py4j_interrupt not in root.filters:
+        root.addFilter(_py4j_interrupt)
     logger = logging.getLogger("spark_kafka_backup")
     if log_format is not None:
         os.environ[LOG_FORMAT_VARIABLE] = log_format

@@ -175,7 +175,7 @@ class MetricsPublisher:
         except OSError as exc:
             raise UsageError(f"--metrics-port: cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="kbackup-metrics-http", daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, name="spark-kafka-backup-metrics-http", daemon=True).start()
 
     def text(self) -> str:
         with self._lock:

@@ -8,7 +8,7 @@ In order of preference:
 2. ``KBACKUP_TEST_BROKER=docker``: Apache Kafka in a testcontainers container
    (the image of docker/compose.yaml); fails at once when no Docker engine answers.
 3. Otherwise (the default): Apache Kafka started from its own jars on free
-   loopback ports (:mod:`spark_kafka_backup.devkit.kafka_cluster`, one KRaft node).
+   loopback ports (:mod:`devkit.kafka_cluster`, one KRaft node).
 
 No path skips: a suite that cannot get a broker fails.
 """
@@ -76,7 +76,7 @@ def local_cluster(nodes: int = 1, *, warm_up: bool = True, **broker_config: str)
 
     ``warm_up=False``: no internal topic exists yet, as on a cluster no consumer has used.
     """
-    from spark_kafka_backup.devkit.kafka_cluster import KafkaCluster
+    from devkit.kafka_cluster import KafkaCluster
     from tests.jvm_archive import kafka_node_options
 
     with KafkaCluster(

@@ -64,7 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     connector_jars()
     if kind == "local":
-        from spark_kafka_backup.devkit.kafka_cluster import kafka_jars
+        from devkit.kafka_cluster import kafka_jars
 
         kafka_jars()
     _share_classes(kafka=kind == "local")
@@ -118,13 +118,44 @@ LONG_FILES = (
 )
 
 
+#: ``KBACKUP_LONG_SHARE=K/N``: the long scenarios whose index (in the order of their node ids) is K modulo N also carry
+#: the marker ``long_share``, which ``./dev test`` selects beside the quick tier (see :func:`long_share`).
+LONG_SHARE_ENV = "KBACKUP_LONG_SHARE"
+
+
+def long_share(node_ids: list[str], share: str) -> set[str]:
+    """The long scenarios of share ``K/N``: every N-th of them in the order of their node ids, from the K-th. N shares
+    K = 0..N-1 cover every long scenario exactly once, whatever the order pytest collected them in."""
+    try:
+        which, of = (int(part) for part in share.split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"{LONG_SHARE_ENV}={share!r}: expected K/N, e.g. 1/4") from None
+    if not (of > 0 and 0 <= which < of):
+        raise pytest.UsageError(f"{LONG_SHARE_ENV}={share!r}: expected 0 <= K < N")
+    return {node for index, node in enumerate(sorted(node_ids)) if index % of == which}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the marker it adds is what -m selects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Long files first (see :data:`LONG_FILES`); the rest keep their order."""
+    """Long files first (see :data:`LONG_FILES`); the rest keep their order. With :data:`LONG_SHARE_ENV`, the long
+    scenarios of that share get the marker ``long_share``."""
     rank = {name: index for index, name in enumerate(LONG_FILES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))
+    share = os.environ.get(LONG_SHARE_ENV)
+    if share:
+        chosen = long_share([item.nodeid for item in items if item.get_closest_marker("long")], share)
+        for item in items:
+            if item.nodeid in chosen:
+                item.add_marker(pytest.mark.long_share)
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    share = os.environ.get(LONG_SHARE_ENV)
+    said = [f"long tier: share {share} (the long scenarios of this share run too)"] if share else []
+    return [*said, _cluster_header(config)]
+
+
+def _cluster_header(config: pytest.Config) -> str:
     if unit_only(config):
         return "unit layer: no broker, Spark, S3 server or other process (tests/unit)"
     kind = wanted_kind()
@@ -134,7 +165,7 @@ def pytest_report_header(config: pytest.Config) -> str:
         from tests.broker import compose_kafka_image
 
         return f"kafka: Apache Kafka in a container ({compose_kafka_image()})"
-    from spark_kafka_backup.devkit.kafka_cluster import KAFKA_VERSION, kafka_jars
+    from devkit.kafka_cluster import KAFKA_VERSION, kafka_jars
     from spark_kafka_backup.spark.kafka_connector import package_coordinate
 
     return (

@@ -100,10 +100,9 @@ def _launch_environment(job: str) -> dict[str, str]:
     return launch
 
 
-#: The package's process-wide state (module, attribute): the installed decryption keys, the confined roots, the
-#: state directories decided, the warnings given once, the authentication failures seen.
+#: The package's process-wide state (module, attribute): the confined roots, the state directories decided, the
+#: warnings given once, the authentication failures seen (keys are passed, never kept: tests/unit/test_key_ring.py).
 _PROCESS_STATE = (
-    ("spark_kafka_backup.partition.records_file", "_keys"),
     ("spark_kafka_backup.storage.local", "_roots"),
     ("spark_kafka_backup.partition.layout", "_decided"),
     ("spark_kafka_backup.partition.segment_reader", "_warned"),
@@ -131,11 +130,7 @@ def process_state_kept() -> Iterator[None]:
 
 
 def _fresh(value: object) -> object:
-    """An empty value of the kind a module-level state starts with (a dict, a set, an empty key ring)."""
-    from spark_kafka_backup.format.encryption import KeyRing
-
-    if isinstance(value, KeyRing):
-        return KeyRing({})
+    """An empty value of the kind a module-level state starts with (a dict, a set)."""
     assert isinstance(value, dict | set), f"no fresh value known for {type(value).__name__}"
     return type(value)()
 

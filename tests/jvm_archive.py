@@ -32,7 +32,7 @@ KAFKA_ARCHIVE_ENV = "KBACKUP_TEST_KAFKA_ARCHIVE"
 def kafka_archive_path(cache: Path) -> Path | None:
     """Where the archive of the test Kafka nodes' classes lives for this Java and these Kafka jars (``None``
     without a Java)."""
-    from spark_kafka_backup.devkit.kafka_cluster import KAFKA_VERSION, kafka_jars
+    from devkit.kafka_cluster import KAFKA_VERSION, kafka_jars
 
     java = _java()
     if java is None:
@@ -49,7 +49,7 @@ def ensure_kafka_archive(cache: Path) -> Path | None:
     be made. Measured here (Kafka 4.1.1, Java 17, quick JIT): a node's start 3.5 -> 2.4 CPU-s, 3.9 -> 3.0 s."""
     import signal
 
-    from spark_kafka_backup.devkit.kafka_cluster import KafkaCluster, KafkaClusterError
+    from devkit.kafka_cluster import KafkaCluster, KafkaClusterError
 
     def make(partial: Path) -> bool:
         cluster = KafkaCluster(quick_jit=True, java_options=(f"-XX:ArchiveClassesAtExit={partial}",))

@@ -315,7 +315,7 @@ def test_unknown_property_and_conflicts(tmp_path: Path) -> None:
 
 
 def test_unreachable_broker(tmp_path: Path) -> None:
-    from spark_kafka_backup.devkit.kafka_cluster import free_port
+    from devkit.kafka_cluster import free_port
 
     result = _job(
         "--bootstrap-server", f"127.0.0.1:{free_port()}", "--target-dir", str(tmp_path), "--topics", "a", "--snapshot"
@@ -436,7 +436,7 @@ def test_command_config_secrets_stay_out_of_the_output(tmp_path: Path) -> None:
     config = tmp_path / "client.properties"
     jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="hunter2-secret";'
     config.write_text(f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config={jaas}\n")
-    from spark_kafka_backup.devkit.kafka_cluster import free_port
+    from devkit.kafka_cluster import free_port
 
     result = _job("--bootstrap-server", f"127.0.0.1:{free_port()}", "--target-dir", str(tmp_path), "--topics", "a",
                   "--command-config", str(config), "--snapshot")  # fmt: skip

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from spark_kafka_backup.devkit.kafka_cluster import KafkaCluster
+from devkit.kafka_cluster import KafkaCluster
 from spark_kafka_backup.kafka.cluster import PROGRESS_GROUP
 from spark_kafka_backup.partition.offsets_file import read_consumer_offsets
 from spark_kafka_backup.spark.stack_dumps import ENVIRONMENT_VARIABLE

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from spark_kafka_backup.catalog.ledger import CatalogLedger
 from spark_kafka_backup.catalog.store import read_catalog
 from spark_kafka_backup.catalog.verify import verify_backup
 from spark_kafka_backup.errors import FormatError, OffsetConflictError
+from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.format.frames import is_framed
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.reader import PartitionReader
@@ -150,23 +150,13 @@ def test_a_crash_between_compressing_a_segment_and_cataloging_it_damages_nothing
 KEK = bytes(range(32))
 
 
-@pytest.fixture
-def no_keys() -> Iterator[None]:
-    """The process's installed keys are reset after the test."""
-    from spark_kafka_backup.format.encryption import KeyRing
-    from spark_kafka_backup.partition.records_file import install_keys
-
-    yield
-    install_keys(KeyRing({}))
-
-
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_encrypted_segments_need_their_key_to_be_read_but_not_to_be_verified(
-    tmp_path: Path, compression: str | None, no_keys: None
+    tmp_path: Path,
+    compression: str | None,
 ) -> None:
     from spark_kafka_backup.errors import DecryptionKeyError
     from spark_kafka_backup.format.encryption import KeyRing, key_id
-    from spark_kafka_backup.partition.records_file import install_keys
 
     root = tmp_path / "backup"
     with PartitionWriter(root / "t", "t", 0, max_segment_size=4000, fsync=False, ledger=CatalogLedger(root),
@@ -178,17 +168,17 @@ def test_encrypted_segments_need_their_key_to_be_read_but_not_to_be_verified(
     assert b"value-7-" not in sealed[0].read_bytes()  # nothing readable at rest
     catalog = read_catalog(root, "t", 0)
     assert catalog is not None and {e.key_id for e in catalog.segments} == {key_id(KEK).hex()}
-    install_keys(KeyRing({}))  # a reader without the key (the writer's own process could read what it sealed)
     assert all(report.ok for report in verify_backup(root, ["t"]))  # sizes and checksums of the ciphertext
     with pytest.raises(DecryptionKeyError, match=f"is encrypted with key id {key_id(KEK).hex()}; no key was given"):
         list(PartitionReader(root / "t", 0).records())
-    install_keys(KeyRing.of([KEK]))
-    assert list(PartitionReader(root / "t", 0).records()) == [sample_record(i) for i in range(RECORDS)]
-    assert all(report.ok for report in verify_backup(root, ["t"], deep=True))
+    assert list(PartitionReader(root / "t", 0, keys=KeyRing.of([KEK])).records()) == [
+        sample_record(i) for i in range(RECORDS)
+    ]
+    assert all(report.ok for report in verify_backup(root, ["t"], deep=True, keys=KeyRing.of([KEK])))
 
 
 def test_the_cli_takes_the_key_from_a_file_or_a_variable_and_names_a_missing_or_wrong_one(
-    tmp_path: Path, no_keys: None
+    tmp_path: Path,
 ) -> None:
     from spark_kafka_backup.format.encryption import key_id
 
@@ -229,7 +219,8 @@ def test_the_cli_takes_the_key_from_a_file_or_a_variable_and_names_a_missing_or_
 
 
 def test_a_segment_left_unsealed_by_a_kill_is_sealed_when_the_partition_is_reopened(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_keys: None
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     root = tmp_path / "backup"
 
@@ -248,11 +239,12 @@ def test_a_segment_left_unsealed_by_a_kill_is_sealed_when_the_partition_is_reope
     assert len(plain) == 1
     write(range(100, 300))  # the rerun replays, and seals what the kill left plain
     assert all(is_framed(p.read_bytes()[:4]) for p in _records_files(root)[:-1])
-    assert all(report.ok for report in verify_backup(root, ["t"], deep=True))
-    assert list(PartitionReader(root / "t", 0).records()) == [sample_record(i) for i in range(RECORDS)]
+    ring = KeyRing.of([KEK])
+    assert all(report.ok for report in verify_backup(root, ["t"], deep=True, keys=ring))
+    assert list(PartitionReader(root / "t", 0, keys=ring).records()) == [sample_record(i) for i in range(RECORDS)]
 
 
-def test_a_backup_sealed_under_two_keys_reads_with_both(tmp_path: Path, no_keys: None) -> None:
+def test_a_backup_sealed_under_two_keys_reads_with_both(tmp_path: Path) -> None:
     root = tmp_path / "backup"
     second = bytes(range(40, 72))
     for key, offsets in ((KEK, range(0, 150)), (second, range(150, 300))):
@@ -271,12 +263,11 @@ def test_a_backup_sealed_under_two_keys_reads_with_both(tmp_path: Path, no_keys:
 
 
 def test_the_newest_segment_is_sealed_at_a_clean_stop_and_the_next_run_starts_a_new_one(
-    tmp_path: Path, no_keys: None
+    tmp_path: Path,
 ) -> None:
     """What a snapshot (or a stopped continuous backup) does on local disk, and what the next run finds."""
     from spark_kafka_backup.catalog.store import catalog_path
     from spark_kafka_backup.format.encryption import KeyRing
-    from spark_kafka_backup.partition.records_file import install_keys
     from spark_kafka_backup.storage import as_local
 
     root = tmp_path / "backup"
@@ -289,10 +280,9 @@ def test_the_newest_segment_is_sealed_at_a_clean_stop_and_the_next_run_starts_a_
     catalog = read_catalog(root, "t", 0)
     assert catalog is not None and catalog.tail is None
     assert [e.name for e in catalog.segments] == [s.name for s in PartitionReader(root / "t", 0).segments]
-    install_keys(KeyRing({}))
     assert all(report.ok for report in verify_backup(root, ["t"]))  # the ciphertext's checksums, without the key
-    install_keys(KeyRing.of([KEK]))
-    assert all(report.ok and not report.notes for report in verify_backup(root, ["t"], deep=True))
+    ring = KeyRing.of([KEK])
+    assert all(report.ok and not report.notes for report in verify_backup(root, ["t"], deep=True, keys=ring))
 
     # A kill between sealing and cataloging: the catalog still describes the newest segment as an open prefix.
     with PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root), **options) as writer:  # type: ignore[arg-type]
@@ -303,7 +293,7 @@ def test_the_newest_segment_is_sealed_at_a_clean_stop_and_the_next_run_starts_a_
     with PartitionWriter(root / "t", "t", 0, fsync=False, **options) as writer:  # type: ignore[arg-type]
         assert writer.seal_newest()
     stored.write_bytes(before_seal)
-    assert all(report.ok for report in verify_backup(root, ["t"], deep=True))
+    assert all(report.ok for report in verify_backup(root, ["t"], deep=True, keys=ring))
     # The next run catalogs the sealed segment, starts a new one for its records, and reads back exactly.
     with PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root), **options) as writer:  # type: ignore[arg-type]
         assert writer.last_offset == sample_record(79).offset
@@ -312,8 +302,8 @@ def test_the_newest_segment_is_sealed_at_a_clean_stop_and_the_next_run_starts_a_
     catalog = read_catalog(root, "t", 0)
     names = [s.name for s in PartitionReader(root / "t", 0).segments]
     assert catalog is not None and [e.name for e in catalog.segments] == names[:-1]
-    assert list(PartitionReader(root / "t", 0).records()) == [sample_record(i) for i in range(90)]
-    assert all(report.ok and not report.notes for report in verify_backup(root, ["t"], deep=True))
+    assert list(PartitionReader(root / "t", 0, keys=ring).records()) == [sample_record(i) for i in range(90)]
+    assert all(report.ok and not report.notes for report in verify_backup(root, ["t"], deep=True, keys=ring))
 
 
 def test_an_empty_sealed_placeholder_is_appended_to_after_a_copy_down_from_object_storage(tmp_path: Path) -> None:

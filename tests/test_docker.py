@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
+from devkit.kafka_cluster import KAFKA_VERSION
 from spark_kafka_backup.backup.settings import parse_backup_args
-from spark_kafka_backup.devkit.kafka_cluster import KAFKA_VERSION
 from spark_kafka_backup.restore.settings import parse_restore_args
 from spark_kafka_backup.storage import as_local
 from tests.broker import COMPOSE_FILE, NO_ENGINE, compose_kafka_image

@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,7 +29,7 @@ from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.format.record_columns import EncodedRecords, encode_columns
 from spark_kafka_backup.partition.layout import list_segment_files
 from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.partition.records_file import install_keys, open_records
+from spark_kafka_backup.partition.records_file import NO_KEYS, open_records
 from spark_kafka_backup.partition.writer import PartitionWriter
 from tests.conftest import REPO
 from tests.kafka_helpers import kbackup_in_process
@@ -57,8 +56,8 @@ def _write(root: Path, indexes: range, **options: object) -> None:
             writer.append(_record(i))
 
 
-def _records(root: Path) -> list[Record]:
-    return list(PartitionReader(root / "t", 0).records())
+def _records(root: Path, keys: KeyRing = NO_KEYS) -> list[Record]:
+    return list(PartitionReader(root / "t", 0, keys=keys).records())
 
 
 def _kept(key: bytes = SECRET) -> list[Record]:
@@ -72,7 +71,7 @@ def traces_of(root: Path, secret: bytes = SECRET) -> list[str]:
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         data = path.read_bytes()
         if path.name.endswith(RECORDS_SUFFIX) and is_framed(data):
-            handle = open_records(path)
+            handle = open_records(path, KeyRing.of([KEK]))
             try:
                 data = handle.pread(handle.size, 0)
             finally:
@@ -80,12 +79,6 @@ def traces_of(root: Path, secret: bytes = SECRET) -> list[str]:
         if secret in data:
             found.append(str(path.relative_to(root)))
     return found
-
-
-@pytest.fixture
-def no_keys() -> Iterator[None]:
-    yield
-    install_keys(KeyRing({}))
 
 
 @pytest.fixture
@@ -157,10 +150,9 @@ def _encoded(records: list[Record]) -> EncodedRecords:
     return encode_columns(**as_columns(records))
 
 
-def test_encrypted_segments_are_erased_with_their_key_and_stay_sealed(tmp_path: Path, no_keys: None) -> None:
+def test_encrypted_segments_are_erased_with_their_key_and_stay_sealed(tmp_path: Path) -> None:
     root = tmp_path / "backup"
     _write(root, range(RECORDS), compression="lz4", encryption_key=KEK)
-    install_keys(KeyRing({}))
     names = [segment.name for segment in PartitionReader(root / "t", 0).segments]
     refused = kbackup_in_process("erase", root, "--topic", "t", "--key", SECRET.decode())
     assert refused.returncode == 1
@@ -184,8 +176,7 @@ def test_encrypted_segments_are_erased_with_their_key_and_stay_sealed(tmp_path: 
     }
     verified = kbackup_in_process("verify", root, "--deep", "--encryption-key-file", key_file)
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    install_keys(KeyRing.of([KEK]))
-    assert _records(root) == _kept()
+    assert _records(root, KeyRing.of([KEK])) == _kept()
     assert traces_of(root) == []
 
 
@@ -215,11 +206,11 @@ def test_records_a_killed_writer_left_past_its_committed_prefix_are_erased_too(m
 class _KilledBeforeCataloging(CatalogLedger):
     """The catalog of a writer killed between sealing its newest segment and telling the catalog."""
 
-    def newest_sealed(self, topic_dir: Path, partition: int, *, read_from: int | None = None) -> None:
+    def newest_sealed(self, topic_dir: Path, partition: int, keys: KeyRing, *, read_from: int | None = None) -> None:
         pass
 
 
-def test_a_sealed_newest_segment_the_catalog_does_not_name_yet_stays_sealed(tmp_path: Path, no_keys: None) -> None:
+def test_a_sealed_newest_segment_the_catalog_does_not_name_yet_stays_sealed(tmp_path: Path) -> None:
     root = tmp_path / "backup"
     _write(root, range(RECORDS // 2), compression="lz4", encryption_key=KEK)
     with PartitionWriter(root / "t", "t", 0, max_segment_size=2000, fsync=False, ledger=_KilledBeforeCataloging(root),
@@ -238,8 +229,7 @@ def test_a_sealed_newest_segment_the_catalog_does_not_name_yet_stays_sealed(tmp_
     for segment in PartitionReader(root / "t", 0).segments:  # every one with records sealed, the newest included
         data = (root / "t" / f"{segment.name}_records").read_bytes()
         assert len(data) <= 1 or is_framed(data), segment.name
-    install_keys(KeyRing.of([KEK]))
-    assert _records(root) == _kept() and traces_of(root) == []
+    assert _records(root, KeyRing.of([KEK])) == _kept() and traces_of(root) == []
 
 
 def test_segment_files_the_partition_index_does_not_name_refuse_the_erase(mixed: Path) -> None:

@@ -12,8 +12,8 @@ import pytest
 
 from spark_kafka_backup.errors import ClusterError
 from spark_kafka_backup.kafka import isolated_groups
-from spark_kafka_backup.kafka.admin_session import AdminSession
-from spark_kafka_backup.kafka.isolated_groups import GroupReaderError, IsolatedGroupOffsets
+from spark_kafka_backup.kafka.admin_session import AdminSession, GroupReaderError
+from spark_kafka_backup.kafka.isolated_groups import IsolatedGroupOffsets
 
 #: A stand-in child speaking the protocol: ready, then for each request ``BEHAVIOUR`` (formatted in).
 CHILD = """

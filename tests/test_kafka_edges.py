@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from spark_kafka_backup.kafka.columnar import EDGE_ENV, NativeEdgeError, native_edge
-from spark_kafka_backup.spark.kafka_reader import KafkaRange, KafkaTask
+from spark_kafka_backup.spark.kafka_ranges import KafkaRange, KafkaTask
 from spark_kafka_backup.spark.kafka_task import read_task
 from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import create_topics
@@ -195,7 +195,7 @@ def test_the_native_producer_produces_what_the_reference_produces(kafka: BrokerU
     for record in records:
         reference.produce(theirs, partition=0, **record)
     assert reference.flush(30) == 0
-    producer = ColumnarProducer(native, settings)
+    producer = ColumnarProducer(settings)
     batch = _batch(records)
     # In three calls, one of them a slice that starts mid-batch: delivery indexes go on from the caller's.
     producer.produce(mine, 0, batch.slice(0, 7), 100)
@@ -223,7 +223,7 @@ def test_native_transactions_commit_abort_and_carry_the_marker(kafka: BrokerUnde
     topic, group = f"native-txn-{uuid.uuid4().hex[:8]}", f"marker-{uuid.uuid4().hex[:8]}"
     create_topics(kafka, {topic: 1})
     settings = {**kafka.client_settings(), "transactional.id": f"native-{uuid.uuid4().hex}", "linger.ms": "5"}
-    producer = ColumnarProducer(native, settings)
+    producer = ColumnarProducer(settings)
     producer.init_transactions(30)
     records = _records(15)
     producer.begin_transaction()
@@ -243,7 +243,7 @@ def test_native_transactions_commit_abort_and_carry_the_marker(kafka: BrokerUnde
         reader.close()
     assert (position.offset, position.metadata) == (10, "restore-marker:10")
     # A second producer with the same transactional id fences the first: its next transactional call says so.
-    newer = ColumnarProducer(native, settings)
+    newer = ColumnarProducer(settings)
     newer.init_transactions(30)
 
     def one_more_transaction() -> None:
@@ -265,7 +265,7 @@ def test_a_record_over_the_size_limit_and_wrong_buffers_are_refused_by_row(kafka
     assert native is not None
     topic = f"native-limits-{uuid.uuid4().hex[:8]}"
     create_topics(kafka, {topic: 1})
-    producer = ColumnarProducer(native, {**kafka.client_settings(), "message.max.bytes": "2000"})
+    producer = ColumnarProducer({**kafka.client_settings(), "message.max.bytes": "2000"})
     records = [
         {"key": b"k", "value": b"v" * (5000 if i == 3 else 10), "headers": None, "timestamp": 1} for i in range(6)
     ]

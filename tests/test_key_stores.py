@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_kafka_backup.devkit.tls import CertificateSet, java_trust_store, make_certificates
+from devkit.tls import CertificateSet, java_trust_store, make_certificates
 from spark_kafka_backup.errors import UsageError
 from spark_kafka_backup.kafka.java_client_settings import librdkafka_settings
 from spark_kafka_backup.kafka.key_stores import jks_certificates

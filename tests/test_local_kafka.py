@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_kafka_backup.devkit.kafka_cluster import KAFKA_VERSION, KafkaCluster
+from devkit.kafka_cluster import KAFKA_VERSION, KafkaCluster
 from tests.conftest import REPO
 from tests.leftovers import marked_processes
 
@@ -111,7 +111,7 @@ def test_a_killed_owner_takes_its_brokers_with_it(tmp_path: Path) -> None:
     code = textwrap.dedent(
         """
         import time
-        from spark_kafka_backup.devkit.kafka_cluster import KafkaCluster
+        from devkit.kafka_cluster import KafkaCluster
         cluster = KafkaCluster().start()
         print("ready", flush=True)
         time.sleep(600)
@@ -138,7 +138,7 @@ def test_a_port_taken_before_the_node_binds_it_is_a_start_on_new_ports(monkeypat
     cluster starts again on new ports instead of failing."""
     import socket
 
-    from spark_kafka_backup.devkit import kafka_cluster
+    from devkit import kafka_cluster
 
     real = kafka_cluster.free_port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
@@ -153,7 +153,7 @@ def test_a_port_taken_before_the_node_binds_it_is_a_start_on_new_ports(monkeypat
 
 
 def test_chosen_ports_are_below_the_kernels_ephemeral_range() -> None:
-    from spark_kafka_backup.devkit.kafka_cluster import free_port
+    from devkit.kafka_cluster import free_port
 
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     assert all(10_000 <= free_port() < low for _ in range(20))

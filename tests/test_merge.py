@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,7 +28,7 @@ from spark_kafka_backup.partition.layout import list_segment_files, partition_in
 from spark_kafka_backup.partition.merge_intent import intent_path, write_intent
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.rebuild import rebuild_partition_index
-from spark_kafka_backup.partition.records_file import install_keys
+from spark_kafka_backup.partition.records_file import NO_KEYS
 from spark_kafka_backup.partition.writer import PartitionWriter
 from spark_kafka_backup.storage import as_local
 from tests.conftest import REPO
@@ -47,18 +46,12 @@ def _write(root: Path, offsets: range, **options: object) -> None:
             writer.append(sample_record(i))
 
 
-def _records(root: Path) -> list[Record]:
-    return list(PartitionReader(root / "t", 0).records())
+def _records(root: Path, keys: KeyRing = NO_KEYS) -> list[Record]:
+    return list(PartitionReader(root / "t", 0, keys=keys).records())
 
 
 def _names(root: Path) -> list[str]:
     return [segment.name for segment in PartitionReader(root / "t", 0).segments]
-
-
-@pytest.fixture
-def no_keys() -> Iterator[None]:
-    yield
-    install_keys(KeyRing({}))
 
 
 @pytest.fixture
@@ -116,10 +109,9 @@ def test_small_segments_merge_into_segments_of_the_size_and_every_reader_gets_th
     assert all(report.ok for report in verify_backup(mixed, ["t"], deep=True))
 
 
-def test_encrypted_segments_are_merged_with_their_key_and_stay_sealed(tmp_path: Path, no_keys: None) -> None:
+def test_encrypted_segments_are_merged_with_their_key_and_stay_sealed(tmp_path: Path) -> None:
     root = tmp_path / "backup"
     _write(root, range(RECORDS), compression="lz4", encryption_key=KEK)
-    install_keys(KeyRing({}))
     before_names = _names(root)
     refused = kbackup_in_process("merge", root)
     assert refused.returncode == 1
@@ -141,8 +133,7 @@ def test_encrypted_segments_are_merged_with_their_key_and_stay_sealed(tmp_path: 
     assert kbackup_in_process("verify", root, "--deep", "--encryption-key-file", key_file).returncode == 0
     stored = (root / "t" / f"{entry.name}_records").read_bytes()
     assert is_framed(stored) and b"value-7-" not in stored
-    install_keys(KeyRing.of([KEK]))
-    assert _records(root) == [sample_record(i) for i in range(RECORDS)]
+    assert _records(root, KeyRing.of([KEK])) == [sample_record(i) for i in range(RECORDS)]
 
 
 def test_a_damaged_segment_is_not_merged_and_nothing_changes(mixed: Path) -> None:
@@ -210,7 +201,7 @@ def _interrupted_merge(root: Path, size: int) -> None:
 
     group = plan_merge(root, ["t"], max_segment_size=size)[0]
     write_intent(root, group.intent())
-    _write_merged(root, group, _sealing_key(root / "t", group))
+    _write_merged(root, group, _sealing_key(root / "t", group, NO_KEYS), NO_KEYS)
     _switch(root, group)
 
 

@@ -27,6 +27,7 @@ from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.layout import STATE_DIR, list_segment_files, list_topics
 from spark_kafka_backup.partition.object_writer import ObjectPartitionWriter
 from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.records_file import NO_KEYS
 from spark_kafka_backup.storage import ObjectPath, parse_location, read_limited, storage_for
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
@@ -166,24 +167,18 @@ def test_every_published_records_object_is_compressed_when_asked_and_reads_back(
 def test_encrypted_objects_verify_without_the_key_and_read_with_it(bucket: ObjectPath) -> None:
     from spark_kafka_backup.errors import DecryptionKeyError
     from spark_kafka_backup.format.encryption import KeyRing
-    from spark_kafka_backup.partition.records_file import install_keys
 
     topic_dir = bucket / "sealed"
     kek = bytes(range(100, 132))
-    try:
-        with ObjectPartitionWriter(topic_dir, "sealed", 0, max_segment_size=200, ledger=CatalogLedger(bucket),
-                                   encryption_key=kek) as writer:  # fmt: skip
-            for offset in range(12):
-                writer.append(record(offset))
-        install_keys(KeyRing({}))  # a reader elsewhere, without the key
-        assert verify_partition(bucket, "sealed", 0).ok  # checksums of the ciphertext
-        with pytest.raises(DecryptionKeyError, match="no key was given"):
-            list(PartitionReader(topic_dir, 0).records())
-        install_keys(KeyRing.of([kek]))
-        assert [r.offset for r in PartitionReader(topic_dir, 0).records()] == list(range(12))
-        assert verify_partition(bucket, "sealed", 0, deep=True).ok
-    finally:
-        install_keys(KeyRing({}))
+    with ObjectPartitionWriter(topic_dir, "sealed", 0, max_segment_size=200, ledger=CatalogLedger(bucket),
+                               encryption_key=kek) as writer:  # fmt: skip
+        for offset in range(12):
+            writer.append(record(offset))
+    assert verify_partition(bucket, "sealed", 0).ok  # checksums of the ciphertext, without the key
+    with pytest.raises(DecryptionKeyError, match="no key was given"):
+        list(PartitionReader(topic_dir, 0).records())
+    assert [r.offset for r in PartitionReader(topic_dir, 0, keys=KeyRing.of([kek])).records()] == list(range(12))
+    assert verify_partition(bucket, "sealed", 0, deep=True, keys=KeyRing.of([kek])).ok
 
 
 def test_batches_publish_what_single_appends_publish(bucket: ObjectPath) -> None:
@@ -261,7 +256,7 @@ def test_a_staged_restore_checks_what_it_copied_and_not_an_empty_placeholder_bel
     )
     with staged_topic_dir(bucket / "ph", 0, window, legacy=False) as staged:
         assert staged.names is not None and PartitionReader(bucket / "ph", 0).segments[0].name not in staged.names
-        restore_task._check_segments(task, 0, window, staged)  # type: ignore[arg-type]
+        restore_task._check_segments(task, 0, window, staged, NO_KEYS)  # type: ignore[arg-type]
         assert [r.offset for r in PartitionReader(staged.topic_dir, 0).records(30)] == list(range(30, 40))
 
 

@@ -1059,9 +1059,7 @@ def test_a_downgraded_encrypted_backup_is_refused_before_anything_is_produced(ta
     from confluent_kafka.admin import AdminClient
 
     from spark_kafka_backup.catalog.store import catalog_path, cataloged_marker_path
-    from spark_kafka_backup.format.encryption import KeyRing
     from spark_kafka_backup.partition.reader import PartitionReader
-    from spark_kafka_backup.partition.records_file import install_keys
     from spark_kafka_backup.storage import as_local
 
     kek = bytes(range(32))
@@ -1070,7 +1068,6 @@ def test_a_downgraded_encrypted_backup_is_refused_before_anything_is_produced(ta
                          ledger=CatalogLedger(backup), encryption_key=kek) as writer:  # fmt: skip
         for i in range(40):
             writer.append(Record(i, 0, BASE + i, b"k%d" % i, b"v" * 40))
-    install_keys(KeyRing({}))
     reader = PartitionReader(backup / "sealed", 0)
     segment, following = reader.segments[1], reader.segments[2].start_offset
     forged = tmp_path / "forged"

@@ -26,8 +26,8 @@ from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.kafka.columnar import EDGE_ENV, native_edge
 from spark_kafka_backup.partition.selection import Window
 from spark_kafka_backup.partition.writer import PartitionWriter
-from spark_kafka_backup.restore import columnar_run, reference_run
 from spark_kafka_backup.restore import marker as markers
+from spark_kafka_backup.restore import transaction_run
 from spark_kafka_backup.restore.partition_task import NATIVE_PRODUCER, REFERENCE_PRODUCER
 from spark_kafka_backup.restore.repartition import Repartition, Source, key_partition
 from spark_kafka_backup.restore.task import PartitionResult, PartitionTask, restore_partition
@@ -293,8 +293,7 @@ def test_both_producers_repartition_and_rewrite_schema_ids_alike(
         name = f"spread-resumed-{first}-{uuid.uuid4().hex[:8]}"
         create_topics(kafka, {name: 2})
         commits = {"count": 0}
-        run_module = {"reference": reference_run, "native": columnar_run}[first]
-        real_commit = run_module._Run._commit
+        real_commit = transaction_run._Run._commit  # one protocol, whichever producer the edge gives it
 
         def commit(self: Any, *args: Any, _real: Any = real_commit, commits: dict[str, int] = commits) -> None:
             if commits["count"] == 3:
@@ -306,7 +305,7 @@ def test_both_producers_repartition_and_rewrite_schema_ids_alike(
         for partition in (0, 1):
             commits["count"] = 0
             with monkeypatch.context() as patched:
-                patched.setattr(run_module._Run, "_commit", commit)
+                patched.setattr(transaction_run._Run, "_commit", commit)
                 with pytest.raises(_InterruptedError):
                     restore_partition(_spread_task(source, name, kafka, mode, partition))
         monkeypatch.setenv(EDGE_ENV, then)

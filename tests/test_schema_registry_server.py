@@ -1,5 +1,5 @@
 """Schema registries end to end against a real registry server: Apicurio Registry's Confluent-compatible API
-(spark_kafka_backup/devkit/apicurio.py), started by these tests, with the real broker and Spark.
+(devkit/apicurio.py), started by these tests, with the real broker and Spark.
 
 What the source registry holds (:func:`_fill_source`), under a global level of BACKWARD:
 
@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from spark_kafka_backup.devkit.apicurio import ApicurioRegistry
+from devkit.apicurio import ApicurioRegistry
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.writer import PartitionWriter
 from spark_kafka_backup.schema_registry.capture import read_registry_copy, registry_copy_path
@@ -531,7 +531,7 @@ def test_a_java_too_old_for_the_registry_is_one_line_naming_what_was_found(tmp_p
     old_java.chmod(0o755)
     env = {**job_env(), "KBACKUP_REGISTRY_JAVA": str(old_java.parent.parent)}  # a JDK's home names its java
     started = subprocess.run(
-        [sys.executable, "-m", "spark_kafka_backup.devkit", "registry"],
+        [sys.executable, "-m", "devkit", "registry"],
         capture_output=True,
         text=True,
         env=env,

@@ -11,9 +11,9 @@ import pyarrow as pa
 import pytest
 
 from spark_kafka_backup.catalog.source_gaps import read_gaps
-from spark_kafka_backup.errors import KbackupError
+from spark_kafka_backup.errors import SparkKafkaBackupError
 from spark_kafka_backup.kafka.columnar import EDGE_ENV
-from spark_kafka_backup.spark.kafka_reader import KafkaRange, KafkaTask, pack_ranges
+from spark_kafka_backup.spark.kafka_ranges import KafkaRange, KafkaTask, pack_ranges
 from spark_kafka_backup.spark.kafka_task import read_task
 from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import create_topics
@@ -145,7 +145,9 @@ def test_offsets_deleted_under_a_reading_task_are_recorded_as_lost_at_the_source
         pytest.fail("in 3 tries no partition lost records while it was read: the reader fetched past the deletion")
 
     failing = KafkaRange(topic, 0, 0, 300, client, False, 30, fail_on_data_loss=True)
-    with pytest.raises(KbackupError, match=rf"topic '{topic}' partition 0: offsets 0\.\.99 were deleted at the source"):
+    with pytest.raises(
+        SparkKafkaBackupError, match=rf"topic '{topic}' partition 0: offsets 0\.\.99 were deleted at the source"
+    ):
         list(read_task(KafkaTask((failing,))))
 
 

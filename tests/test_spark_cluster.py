@@ -1,6 +1,6 @@
 """On a Spark standalone cluster: executors and drivers lost in the middle of the backup and the restore.
 
-The cluster is a master and two workers of one core each (:mod:`spark_kafka_backup.devkit.spark_cluster`), so every
+The cluster is a master and two workers of one core each (:mod:`devkit.spark_cluster`), so every
 executor is a JVM of its own with its own Python workers, and the driver is the ``spark-submit`` process.
 The backup's target and checkpoint are on a local path every worker sees, as a shared file system would be.
 A lost machine is ``kill -9`` of a worker's whole process group (worker, executor JVM); the executor's Python
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_kafka_backup.devkit.spark_cluster import SparkCluster
+from devkit.spark_cluster import SparkCluster
 from spark_kafka_backup.partition.layout import list_partitions
 from spark_kafka_backup.partition.offsets_file import read_consumer_offsets
 from tests.broker import BrokerUnderTest

@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -384,10 +383,8 @@ KEK = bytes(range(32))
 
 
 @pytest.fixture
-def sealed_backup(tmp_path: Path) -> Iterator[Path]:
+def sealed_backup(tmp_path: Path) -> Path:
     """Topic ``t`` partition 0 written with a key: ~6 sealed segments and the newest being written (plain)."""
-    from spark_kafka_backup.format.encryption import KeyRing
-    from spark_kafka_backup.partition.records_file import install_keys
 
     root = tmp_path / "backup"
     with PartitionWriter(root / "t", "t", 0, max_segment_size=400, fsync=False, ledger=CatalogLedger(root),
@@ -395,9 +392,7 @@ def sealed_backup(tmp_path: Path) -> Iterator[Path]:
         for i in range(40):
             writer.append(Record(i, 0, NOW + i, b"k%d" % i, b"v" * 40))
     (tmp_path / "kek.hex").write_text(KEK.hex())
-    install_keys(KeyRing({}))  # the writer's process could read what it sealed; readers here are given the key
-    yield root
-    install_keys(KeyRing({}))
+    return root
 
 
 def forge_plain(root: Path, number: int, value: bytes = b"forged") -> str:
@@ -431,11 +426,8 @@ def test_a_sealed_segment_replaced_by_a_plain_one_is_refused_by_every_reader(
     else:  # checksums made to match, the key id dropped: what a careful forger does
         from spark_kafka_backup.catalog.build import build_partition_catalog
         from spark_kafka_backup.format.encryption import KeyRing
-        from spark_kafka_backup.partition.records_file import install_keys
 
-        install_keys(KeyRing.of([KEK]))
-        path.write_bytes(build_partition_catalog(root / "t", 0).encode())
-        install_keys(KeyRing({}))
+        path.write_bytes(build_partition_catalog(root / "t", 0, keys=KeyRing.of([KEK])).encode())
     verified = with_key(tmp_path, "verify", root, "--deep")
     assert verified.returncode == 1, verified.stdout  # type: ignore[attr-defined]
     expected = f"t/0: segment {name} is stored plain, but the partition is sealed with key id"
@@ -474,28 +466,22 @@ def test_a_deleted_seal_record_or_a_cut_partition_index_is_refused(sealed_backup
 
 
 def test_encryption_turned_on_vouches_for_the_plain_segments_before_it(tmp_path: Path) -> None:
-    from spark_kafka_backup.format.encryption import KeyRing
-    from spark_kafka_backup.partition.records_file import install_keys
 
     root = tmp_path / "backup"
     (tmp_path / "kek.hex").write_text(KEK.hex())
-    try:
-        with PartitionWriter(root / "t", "t", 0, max_segment_size=400, fsync=False, ledger=CatalogLedger(root)) as w:
-            for i in range(20):
-                w.append(Record(i, 0, NOW + i, b"k%d" % i, b"v" * 40))
-        with PartitionWriter(root / "t", "t", 0, max_segment_size=400, fsync=False, ledger=CatalogLedger(root),
-                             encryption_key=KEK) as w:  # fmt: skip
-            for i in range(20, 40):
-                w.append(Record(i, 0, NOW + i, b"k%d" % i, b"v" * 40))
-        install_keys(KeyRing({}))
-        cat = with_key(tmp_path, "cat", root)
-        assert cat.returncode == 0 and len(cat.stdout.splitlines()) == 40, cat.stderr  # type: ignore[attr-defined]
-        assert with_key(tmp_path, "verify", root, "--deep").returncode == 0  # type: ignore[attr-defined]
-        name = forge_plain(root, 0)  # a vouched plain segment, changed
-        line = one_line_error(with_key(tmp_path, "cat", root), f"segment {name} is not the plain segment the seal")
-        assert "forged" not in line
-    finally:
-        install_keys(KeyRing({}))
+    with PartitionWriter(root / "t", "t", 0, max_segment_size=400, fsync=False, ledger=CatalogLedger(root)) as w:
+        for i in range(20):
+            w.append(Record(i, 0, NOW + i, b"k%d" % i, b"v" * 40))
+    with PartitionWriter(root / "t", "t", 0, max_segment_size=400, fsync=False, ledger=CatalogLedger(root),
+                         encryption_key=KEK) as w:  # fmt: skip
+        for i in range(20, 40):
+            w.append(Record(i, 0, NOW + i, b"k%d" % i, b"v" * 40))
+    cat = with_key(tmp_path, "cat", root)
+    assert cat.returncode == 0 and len(cat.stdout.splitlines()) == 40, cat.stderr  # type: ignore[attr-defined]
+    assert with_key(tmp_path, "verify", root, "--deep").returncode == 0  # type: ignore[attr-defined]
+    name = forge_plain(root, 0)  # a vouched plain segment, changed
+    line = one_line_error(with_key(tmp_path, "cat", root), f"segment {name} is not the plain segment the seal")
+    assert "forged" not in line
 
 
 def test_the_newest_sealed_segment_cannot_be_dropped_for_a_forged_one_being_written(
@@ -622,8 +608,6 @@ def test_the_next_backup_run_does_not_vouch_for_a_forgery_whose_record_was_delet
     from spark_kafka_backup.catalog.seals import seal_record_path
     from spark_kafka_backup.catalog.store import cataloged_marker_path
     from spark_kafka_backup.errors import DamagedBackupError
-    from spark_kafka_backup.format.encryption import KeyRing
-    from spark_kafka_backup.partition.records_file import install_keys
 
     root = sealed_backup
     name = forge_plain(root, 1)
@@ -641,7 +625,6 @@ def test_the_next_backup_run_does_not_vouch_for_a_forgery_whose_record_was_delet
         with PartitionWriter(root / "t", "t", 0, max_segment_size=400, fsync=False, ledger=CatalogLedger(root),
                              encryption_key=KEK) as writer:  # fmt: skip  # an ordinary next run, with the key
             writer.append(Record(40 if tamper == "delete" else 41, 0, NOW, b"k", b"v"))
-        install_keys(KeyRing({}))
         assert name not in record.read_text()  # not vouched for: the partition already held sealed segments
         one_line_error(with_key(tmp_path, "cat", root), f"segment {name} is stored plain")
 
@@ -654,41 +637,33 @@ def test_a_writer_without_the_key_is_refused_on_a_sealed_partition(sealed_backup
 
 
 def test_a_partition_that_turned_encryption_on_still_prunes_and_reads_a_window_with_its_keys(tmp_path: Path) -> None:
-    from spark_kafka_backup.format.encryption import KeyRing
-    from spark_kafka_backup.partition.records_file import install_keys
 
     root = tmp_path / "backup"
     other = bytes(range(1, 33))
     (tmp_path / "kek.hex").write_text(KEK.hex())
     (tmp_path / "other.hex").write_text(other.hex())
-    try:
-        for offsets, key, stamp in ((range(0, 20), None, OLD), (range(20, 40), KEK, OLD), (range(40, 60), other, NOW)):
-            with PartitionWriter(root / "t", "t", 0, max_segment_size=400, fsync=False, ledger=CatalogLedger(root),
-                                 encryption_key=key) as writer:  # fmt: skip
-                for i in offsets:
-                    writer.append(Record(i, 0, stamp + i, b"k%d" % i, b"v" * 40))
-        install_keys(KeyRing({}))
-        both = ("--encryption-key-file", tmp_path / "kek.hex", "--encryption-key-file", tmp_path / "other.hex")
-        # After the key changed, the record under the new key no longer vouches for the plain segments from before
-        # the first key (the old record cannot be checked without the old key): named, and vouched for again.
-        one_line_error(kbackup_in_process("cat", root, *both), "stored plain", "catalog rebuild")
-        assert kbackup_in_process("catalog", "rebuild", root, *both).returncode == 0
-        install_keys(KeyRing({}))
-        window = kbackup_in_process("cat", root, "--from-offset", "45", "--to-offset", "50", "--encryption-key-file",
-                                    tmp_path / "other.hex")  # fmt: skip
-        assert window.returncode == 0 and len(window.stdout.splitlines()) == 6, window.stderr
-        pruned = kbackup_in_process("prune", root, "--older-than", "1d")
-        assert pruned.returncode == 0 and "deleted 0 segments" not in pruned.stdout, pruned.stdout + pruned.stderr
-        everything = kbackup_in_process("cat", root, *both, "--allow-unauthenticated")
-        assert everything.returncode == 0, everything.stderr
-    finally:
-        install_keys(KeyRing({}))
+    for offsets, key, stamp in ((range(0, 20), None, OLD), (range(20, 40), KEK, OLD), (range(40, 60), other, NOW)):
+        with PartitionWriter(root / "t", "t", 0, max_segment_size=400, fsync=False, ledger=CatalogLedger(root),
+                             encryption_key=key) as writer:  # fmt: skip
+            for i in offsets:
+                writer.append(Record(i, 0, stamp + i, b"k%d" % i, b"v" * 40))
+    both = ("--encryption-key-file", tmp_path / "kek.hex", "--encryption-key-file", tmp_path / "other.hex")
+    # After the key changed, the record under the new key no longer vouches for the plain segments from before
+    # the first key (the old record cannot be checked without the old key): named, and vouched for again.
+    one_line_error(kbackup_in_process("cat", root, *both), "stored plain", "catalog rebuild")
+    assert kbackup_in_process("catalog", "rebuild", root, *both).returncode == 0
+    window = kbackup_in_process("cat", root, "--from-offset", "45", "--to-offset", "50", "--encryption-key-file",
+                                tmp_path / "other.hex")  # fmt: skip
+    assert window.returncode == 0 and len(window.stdout.splitlines()) == 6, window.stderr
+    pruned = kbackup_in_process("prune", root, "--older-than", "1d")
+    assert pruned.returncode == 0 and "deleted 0 segments" not in pruned.stdout, pruned.stdout + pruned.stderr
+    everything = kbackup_in_process("cat", root, *both, "--allow-unauthenticated")
+    assert everything.returncode == 0, everything.stderr
 
 
 def test_a_sealed_segments_index_cannot_hide_or_invent_records(sealed_backup: Path, tmp_path: Path) -> None:
     from spark_kafka_backup.format.encryption import KeyRing
     from spark_kafka_backup.format.segment_index import SegmentIndexEntry, encode_segment_index
-    from spark_kafka_backup.partition.records_file import install_keys
     from spark_kafka_backup.partition.segment_reader import SegmentIndexFile
 
     root = sealed_backup
@@ -703,10 +678,6 @@ def test_a_sealed_segments_index_cannot_hide_or_invent_records(sealed_backup: Pa
     one_line_error(with_key(tmp_path, "cat", root, "--no-verify"), "of a sealed segment are not in any record")
     verified = with_key(tmp_path, "verify", root, "--deep")
     assert verified.returncode == 1 and "the index was changed" in verified.stdout  # type: ignore[attr-defined]
-    install_keys(KeyRing.of([KEK]))
-    try:
-        with pytest.raises(FormatError, match="of a sealed segment are not in any record its index lists"):
-            for _ in PartitionReader(root / "t", 0).record_batches():
-                pass
-    finally:
-        install_keys(KeyRing({}))
+    with pytest.raises(FormatError, match="of a sealed segment are not in any record its index lists"):
+        for _ in PartitionReader(root / "t", 0, keys=KeyRing.of([KEK])).record_batches():
+            pass

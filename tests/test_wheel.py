@@ -65,8 +65,12 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert (
         "spark_kafka_backup/jobs/log4j2.properties" in names
     )  # Spark's logging until a job sets its level (spark_submit)
-    assert not [name for name in names if name.startswith(("tests/", "benchmarks/", "jobs/"))]
+    assert not [name for name in names if name.startswith(("tests/", "benchmarks/", "jobs/", "devkit/"))]
+    # No test or demo server ships to the users' executors: the devkit stays in the repository.
+    servers = {"kafka_cluster.py", "spark_cluster.py", "apicurio.py", "oidc.py", "tls.py", "demo.py", "s3_server.py"}
+    assert not [name for name in names if "devkit" in name or name.rpartition("/")[2] in servers], names
     assert [name for name in names if name.startswith("spark_kafka_backup/kafka/_native_kafka.") and ".so" in name]
+    assert "spark_kafka_backup/kafka/_native_kafka.pyi" in names  # the compiled module's types and named results
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"

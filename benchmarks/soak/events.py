@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.soak.load import LoadGenerator
-from spark_kafka_backup.devkit.kafka_cluster import KafkaCluster
-from spark_kafka_backup.devkit.spark_cluster import SparkCluster
+from devkit.kafka_cluster import KafkaCluster
+from devkit.spark_cluster import SparkCluster
 
 #: Checkpoints a prune keeps (the soak restores every one left at the end).
 KEEP_CHECKPOINTS = 4
@@ -187,7 +187,7 @@ class Chaos:
     def reassign(self) -> str:
         """Every partition of the moved topic to the next pair of brokers: one replica copied to a broker that had
         none, the preferred leader moved, through Kafka's Admin API (Reassign.java)."""
-        from spark_kafka_backup.devkit.kafka_cluster import kafka_jars
+        from devkit.kafka_cluster import kafka_jars
         from spark_kafka_backup.jars import classpath
 
         brokers = sorted(node.node_id for node in self.kafka.nodes)

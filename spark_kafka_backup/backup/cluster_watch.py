@@ -118,7 +118,7 @@ class ClusterWatch:
         self._failure: BaseException | None = None
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="kbackup-cluster-watch", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="spark-kafka-backup-cluster-watch", daemon=True)
 
     def start(self) -> None:
         self._thread.start()

@@ -66,10 +66,10 @@ from spark_kafka_backup.catalog.erase import finish_erase
 from spark_kafka_backup.catalog.ledger import CatalogLedger
 from spark_kafka_backup.errors import (
     ClusterError,
-    KbackupError,
     OriginError,
     SchemaRegistryError,
     SourceLossError,
+    SparkKafkaBackupError,
     StoppedEarlyError,
 )
 from spark_kafka_backup.fsutil import restrict_new_files
@@ -84,7 +84,7 @@ from spark_kafka_backup.logsetup import ensure_console_logging
 from spark_kafka_backup.metrics import MetricsPublisher
 from spark_kafka_backup.partition.layout import list_partitions, list_topics, state_dir
 from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.partition.records_file import add_key
+from spark_kafka_backup.partition.records_file import key_ring
 from spark_kafka_backup.partition.writer import PartitionWriter
 from spark_kafka_backup.spark.failures import QueryRestarts, failure_cause
 from spark_kafka_backup.spark.kafka_connector import (
@@ -187,7 +187,7 @@ class BackupJob:
         publisher.start()  # a port in use is refused before anything is written
         self._publish(force=True)  # up, from the start
         # Where the sink's commits say what each batch read and wrote: the batch lines and the metrics.
-        self._stats_dir = Path(tempfile.mkdtemp(prefix="kbackup-batches-"))
+        self._stats_dir = Path(tempfile.mkdtemp(prefix="spark-kafka-backup-batches-"))
         finished = False
         try:
             # One job per target, from before Spark starts (its checkpoint is in the target too) until the end.
@@ -212,14 +212,13 @@ class BackupJob:
     def _back_up(self, spark: Any, session: AdminSession) -> int:
         settings = self.settings
         prepare_root(settings.target)
-        if settings.encryption is not None:
-            add_key(settings.encryption.key)  # an erase of a sealed partition is finished with its key
-        erased = finish_erase(settings.target)  # under the target's lease, before any writer opens a partition
+        # Under the target's lease, before any writer opens a partition; a sealed partition's erase with its key.
+        erased = finish_erase(settings.target, key_ring(settings.files.encryption_key()))
         if erased is not None:
             log.warning("finished an erase that was interrupted (%s)", erased)
         created = session.call(
             lambda admin, _: ensure_partitions(
-                settings.target, admin, settings.selection, max_segment_size=settings.max_segment_size
+                settings.target, admin, settings.selection, max_segment_size=settings.files.max_segment_size
             )
         )
         if created:
@@ -264,7 +263,7 @@ class BackupJob:
                 interval=settings.offsets_interval,
                 seen_checkpoint=self._seen_checkpoint,
                 topics_recorded_at=topics_recorded_at,
-                max_segment_size=settings.max_segment_size,
+                max_segment_size=settings.files.max_segment_size,
                 prepared=first_round.ends,  # ensure_partitions gave them their files
                 sample_every=settings.monitoring.metrics_interval if self._publisher_enabled else None,
                 groups=self._groups,
@@ -370,7 +369,7 @@ class BackupJob:
         assert self._registry is not None
         try:
             self._registry.capture_now(when=f"after {what}")
-        except KbackupError as exc:
+        except SparkKafkaBackupError as exc:
             raise SchemaRegistryError(
                 f"the records are backed up, but the schema registry could not be captured after {what}, so "
                 f"schemas registered since the last capture may be missing from the backup: {exc}; capture it with "
@@ -391,11 +390,11 @@ class BackupJob:
                 reading = [Permission("READ", "TOPIC", topic, "read its records") for topic in missing]
                 session.call(lambda admin, _: refuse_missing(admin, reading, settings.client))
             if missing:
-                raise KbackupError(
+                raise SparkKafkaBackupError(
                     f"topic(s) {', '.join(missing)} do not exist on {self.settings.client['bootstrap.servers']}"
                 )
         elif not selection.select(counts) and self.settings.snapshot:
-            raise KbackupError(
+            raise SparkKafkaBackupError(
                 f"no topic on {self.settings.client['bootstrap.servers']} matches --topics-regex "
                 f"{selection.pattern!r}: a snapshot would back up nothing (a continuous backup waits for matching "
                 "topics to appear)"
@@ -405,7 +404,7 @@ class BackupJob:
         state = state_dir(self.settings.target)
         chosen = [*selection.topics] if selection.topics is not None else selection.select(counts)
         if state.name in chosen:  # only an older spark-kafka-backup's state directory can have a topic's name
-            raise KbackupError(
+            raise SparkKafkaBackupError(
                 f"topic {state.name!r} cannot be backed up into {self.settings.target}: that target keeps "
                 "spark-kafka-backup's "
                 f"state in the directory {state} (made by an older spark-kafka-backup); back it up into a new target, "
@@ -507,7 +506,7 @@ class BackupJob:
         spark.dataSource.register(KafkaSource)
         spark.dataSource.register(V1Sink)
         if self.settings.kafka_source == "spark" and not connector_loaded(spark):
-            raise KbackupError(
+            raise SparkKafkaBackupError(
                 "--kafka-source spark needs Spark's Kafka connector on the class path: "
                 f"spark-submit --packages {package_coordinate()} jobs/backup.py ..."
             )
@@ -515,13 +514,14 @@ class BackupJob:
 
     def _start(self, spark: Any) -> Any:
         settings = self.settings
-        sink = self._sink_options()
+        # Where the files are written (the sink's or the source's tasks): the job's options, with this run's umask and
+        # its directory of batch figures.
+        files = replace(settings.files, umask=self._umask, stats_dir=self._stats_dir)
         if settings.kafka_source == "spark":
             reader = spark.readStream.format(SPARK_KAFKA_FORMAT)
             client = spark_source_client(settings.java_client)
             # Spark's source skips deleted offsets and reads recreated topics on: the sink checks both.
-            sink["checkSource"] = "true"
-            sink.update({f"kafka.{key}": value for key, value in settings.client.items()})
+            files = replace(files, check_source=True, client=dict(settings.client))
         else:
             # Small partitions are packed into tasks; keep every core busy when there are enough of them.
             reader = spark.readStream.format(SOURCE_NAME).option(
@@ -532,7 +532,7 @@ class BackupJob:
             reader = reader.option("sourceGapsRoot", _location_text(settings.target))
             # The source's tasks write the files: the records never cross to the JVM and back to a second Python
             # process; this process commits the rows that say what they wrote (foreachBatch, below).
-            reader = reader.option("writeTo", json.dumps({"path": str(settings.target), **sink}))
+            reader = reader.option("writeTo", json.dumps(files.options()))
         for key, value in client.items():
             reader = reader.option(f"kafka.{key}", value)
         if settings.selection.topics is not None:
@@ -545,7 +545,7 @@ class BackupJob:
             reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
         records = reader.load().writeStream
         if settings.kafka_source == "spark":
-            writer = records.format(SINK_NAME).options(**sink).option("path", str(settings.target))
+            writer = records.format(SINK_NAME).options(**files.options())
         else:
             commit = commit_written_batches(
                 str(settings.target), self._stats_dir, schema_ids=settings.schema_registry is not None
@@ -558,27 +558,6 @@ class BackupJob:
             writer = writer.trigger(processingTime=f"{settings.trigger_interval} seconds")
         return writer.start()
 
-    def _sink_options(self) -> dict[str, str]:
-        """The ``kbackup_v1`` sink's options (its path aside): where the files are written, the sink's or the
-        source's tasks."""
-        settings = self.settings
-        sink = {
-            "maxSegmentSize": str(settings.max_segment_size),
-            "compression": settings.compression,
-            "umask": f"{self._umask:03o}",
-            "logFormat": settings.monitoring.log_format,
-        }
-        if self._stats_dir is not None:
-            sink["statsDir"] = str(self._stats_dir)
-        if settings.schema_registry is not None:  # the ids the records name: a capture fetches those it lacks
-            sink["schemaIds"] = "true"
-        encryption = settings.encryption
-        if encryption is not None and encryption.file is not None:
-            sink["encryptionKeyFile"] = str(encryption.file)
-        elif encryption is not None and encryption.env is not None:
-            sink["encryptionKeyEnv"] = encryption.env
-        return sink
-
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stop_signal = signum
         self._stopping.set()  # a batch failing from here on failed because of the stop
@@ -587,7 +566,7 @@ class BackupJob:
         """The query started again from its checkpoint after Spark failed to start a Python process in time (see
         :class:`QueryRestarts`); any other failure ends the job."""
         if self._stop_signal is not None or not self._restarts.allow(failure, completed_batch=self._logged_batch):
-            raise KbackupError(f"the backup query failed: {failure_cause(failure)}") from None
+            raise SparkKafkaBackupError(f"the backup query failed: {failure_cause(failure)}") from None
         log.warning(
             "the backup query stopped: Spark did not get a Python process of its own started in time (%s; a busy "
             "machine); starting it again from its checkpoint (%d of %d in a row)",
@@ -710,8 +689,8 @@ class BackupJob:
         sealed when it is published already."""
         settings = self.settings
         target = settings.target
-        compression = None if settings.compression == "none" else settings.compression
-        key = settings.encryption.key if settings.encryption is not None else None
+        compression = settings.files.compression
+        key = settings.files.encryption_key()
         if not isinstance(target, Path) or (compression is None and key is None):
             return
         sealed = 0
@@ -720,7 +699,7 @@ class BackupJob:
             if not settings.selection.matches(topic):
                 continue
             for partition in list_partitions(target / topic):
-                with PartitionWriter(target / topic, topic, partition, max_segment_size=settings.max_segment_size,
+                with PartitionWriter(target / topic, topic, partition, max_segment_size=settings.files.max_segment_size,
                                      lock_timeout=self.SEAL_LOCK_SECONDS, ledger=ledger, compression=compression,
                                      encryption_key=key) as writer:  # fmt: skip
                     sealed += writer.seal_newest()
@@ -750,7 +729,7 @@ class BackupJob:
                 "snapshot: %s: %s, %s, %s in the backup",
                 topic_dir.name, count(len(partitions), "partition"), count(records, "record"), " and ".join(sizes),
             )  # fmt: skip
-            if self.settings.encryption is not None and plain:
+            if self.settings.files.encrypted and plain:
                 log.warning(
                     "snapshot: %s: %s in segments that are not encrypted", topic_dir.name, count(plain, "record")
                 )

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 
-from spark_kafka_backup.errors import KbackupError, SchemaRegistryError
+from spark_kafka_backup.errors import SchemaRegistryError, SparkKafkaBackupError
 from spark_kafka_backup.schema_registry.capture import (
     capture_into,
     deferred_line,
@@ -69,7 +69,9 @@ class RegistryWatch:
         if time.monotonic() - self._started_at < self.interval:
             return
         self._started_at = time.monotonic()
-        self._thread = threading.Thread(target=self._capture_logged, name="kbackup-schema-registry", daemon=True)
+        self._thread = threading.Thread(
+            target=self._capture_logged, name="spark-kafka-backup-schema-registry", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -85,7 +87,7 @@ class RegistryWatch:
             if self._failure is not None:
                 log.info("schema registry %s answers again", self.address.shown)
             self._failure = None
-        except KbackupError as exc:
+        except SparkKafkaBackupError as exc:
             if str(exc) != self._failure:
                 log.warning("schema registry not captured (tried again in %.0f s): %s", self.interval, exc)
             self._failure = str(exc)

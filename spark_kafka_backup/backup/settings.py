@@ -26,7 +26,6 @@ from pathlib import Path
 
 from spark_kafka_backup.argtypes import positive_float, positive_int
 from spark_kafka_backup.arguments import (
-    EncryptionKeySource,
     add_encryption_flags,
     add_schema_registry_flags,
     encryption_key_source,
@@ -40,6 +39,7 @@ from spark_kafka_backup.partition.layout import STATE_DIR, state_dir
 from spark_kafka_backup.partition.records_file import COMPRESSIONS
 from spark_kafka_backup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE
 from spark_kafka_backup.schema_registry.client import RegistryAddress
+from spark_kafka_backup.spark.sink_options import SinkOptions
 from spark_kafka_backup.storage import Location, as_local, parse_location
 
 #: Where the job keeps Spark's checkpoint and its own state inside the backup root.
@@ -63,21 +63,18 @@ def _kafka_source(text: str) -> str:
 class BackupSettings:
     """Everything the backup job needs, checked."""
 
-    target: Location
+    #: How the files are written (the backup root, segment size, compression, key, the schema ids to report): the
+    #: one object that crosses to the executors writing them (as string options, :meth:`SinkOptions.options`).
+    files: SinkOptions
     client: dict[str, str]
     selection: TopicSelection
     java_client: dict[str, str] = field(default_factory=dict)
     kafka_source: str = DEFAULT_KAFKA_SOURCE
     snapshot: bool = False
-    max_segment_size: int = DEFAULT_MAX_SEGMENT_SIZE
     checkpoint_location: Path | None = None
     offsets_interval: float = 60.0
     trigger_interval: float = 10.0
     max_offsets_per_trigger: int | None = None
-    #: ``--compression``: codec of finished segments' records files ("none": plain v1, the original tool's).
-    compression: str = "none"
-    #: ``--encryption-key-file`` / ``--encryption-key-env``: seal finished segments (None: not encrypted).
-    encryption: EncryptionKeySource | None = None
     prune_groups: bool = False
     #: ``--accept-source-loss``: a snapshot that found offsets deleted at the source before it read them exits 0.
     accept_source_loss: bool = False
@@ -91,6 +88,10 @@ class BackupSettings:
     umask: int | None = None
     #: ``--metrics-*`` and ``--log-format``.
     monitoring: Monitoring = field(default_factory=Monitoring)
+
+    @property
+    def target(self) -> Location:
+        return self.files.target
 
     @property
     def checkpoint(self) -> Path:
@@ -130,10 +131,19 @@ def build_parser(prog: str = "spark-submit jobs/backup.py") -> argparse.Argument
         "--compression",
         choices=COMPRESSIONS,
         default="none",
+        type=str.lower,
         help="store finished segments' records files compressed (zstd, lz4, gzip) in frames read one at a time; "
         "none (default) keeps the original tool's plain files (formats/compressed-records.md)",
     )
     add_encryption_flags(own, purpose="seals finished segments with AES-256-GCM (each under its own data key)")
+    own.add_argument(
+        "--lock-timeout",
+        type=positive_float,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long a task waits for a partition another writer holds (a second backup of the target) before it "
+        "fails (default 600)",
+    )
     own.add_argument(
         "--max-records-per-trigger",
         "--max-offsets-per-trigger",
@@ -212,20 +222,28 @@ def parse_backup_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/bac
             "--schema-registry-interval is for a continuous backup: a snapshot captures the registry when it starts "
             "and when it has read everything"
         )
+    encryption = encryption_key_source(args)  # the key read once here: a wrong one is said before anything starts
+    files = SinkOptions(
+        location,
+        max_segment_size=max_segment_size,
+        compression=None if args.compression == "none" else args.compression,
+        encryption_key_file=encryption.file if encryption is not None else None,
+        encryption_key_env=encryption.env if encryption is not None else None,
+        log_format=args.log_format,
+        lock_timeout=args.lock_timeout,
+        schema_ids=schema_registry_address(args) is not None,  # the ids the records name: a capture fetches those
+    )
     return BackupSettings(
-        target=location,
+        files=files,
         client=client,
         selection=selection,
         java_client=java_client_settings(properties, args.command_config, client["bootstrap.servers"]),
         kafka_source=args.kafka_source,
         snapshot=args.snapshot or snapshot_property == "true",
-        max_segment_size=max_segment_size,
         checkpoint_location=args.checkpoint_location,
         offsets_interval=args.offsets_interval,
         trigger_interval=args.trigger_interval,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
-        compression=args.compression,
-        encryption=encryption_key_source(args),
         prune_groups=args.prune_groups,
         accept_source_loss=args.accept_source_loss,
         schema_registry=schema_registry_address(args),

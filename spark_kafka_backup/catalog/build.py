@@ -13,13 +13,14 @@ from spark_kafka_backup.catalog.model import PartitionCatalog, SegmentEntry
 from spark_kafka_backup.catalog.store import read_catalog, write_catalog
 from spark_kafka_backup.catalog.tail import prefix_crc32c
 from spark_kafka_backup.errors import FormatError
+from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.format.frames import FramedReader, is_framed
 from spark_kafka_backup.format.record import TYPE_AND_TIMESTAMP_AT, widen_time_range
 from spark_kafka_backup.format.segment_index import ENTRY_DTYPE, ENTRY_SIZE
 from spark_kafka_backup.partition.layout import list_partitions
 from spark_kafka_backup.partition.ledger import TailEntry
 from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.partition.records_file import FramedHandle, installed_keys, open_records
+from spark_kafka_backup.partition.records_file import NO_KEYS, FramedHandle, open_records
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile, iter_segment
 from spark_kafka_backup.progress import Progress
 from spark_kafka_backup.storage import Location, storage_for
@@ -42,7 +43,7 @@ def file_crc32c(path: Location) -> tuple[int, int]:
 
 
 def segment_time_range(
-    records_path: Location, index_path: Location, *, legacy: bool = False
+    records_path: Location, index_path: Location, *, legacy: bool = False, keys: KeyRing = NO_KEYS
 ) -> tuple[int | None, int | None]:
     """The smallest and largest record timestamp of a segment.
 
@@ -54,11 +55,11 @@ def segment_time_range(
     by streaming the segment's records.
     """
     if not isinstance(records_path, Path) or not isinstance(index_path, Path):
-        return _streamed_time_range(records_path, index_path, legacy=legacy)
+        return _streamed_time_range(records_path, index_path, legacy=legacy, keys=keys)
     with SegmentIndexFile(index_path, legacy=legacy) as index:
         count, start, shifted = index.count, index.data_start, bool(index.shifts)
     if shifted:  # entries off the 24-byte grid (the original's crash shape): follow the index entry by entry
-        return _streamed_time_range(records_path, index_path, legacy=legacy)
+        return _streamed_time_range(records_path, index_path, legacy=legacy, keys=keys)
     if count == 0:
         return None, None
     # Only whole entries: a partial last entry is not committed.
@@ -69,7 +70,7 @@ def segment_time_range(
         if is_framed(handle.read(4)):
             fd = handle.fileno()
             frames = FramedReader(lambda length, at: os.pread(fd, length, at), os.fstat(fd).st_size,
-                                  file=str(records_path), keys=installed_keys())  # fmt: skip
+                                  file=str(records_path), keys=keys)  # fmt: skip
             return _framed_time_range(frames, np.asarray(positions_all))
         records = np.memmap(handle, dtype=np.uint8, mode="r")
         low: int | None = None
@@ -103,11 +104,11 @@ def _framed_time_range(frames: FramedReader, positions: np.ndarray) -> tuple[int
 
 
 def _streamed_time_range(
-    records_path: Location, index_path: Location, *, legacy: bool
+    records_path: Location, index_path: Location, *, legacy: bool, keys: KeyRing
 ) -> tuple[int | None, int | None]:
     low: int | None = None
     high: int | None = None
-    for record in iter_segment(records_path, index_path, legacy=legacy):
+    for record in iter_segment(records_path, index_path, legacy=legacy, keys=keys):
         if record.timestamp_type in (0, 1) and record.timestamp is not None:
             low = record.timestamp if low is None else min(low, record.timestamp)
             high = record.timestamp if high is None else max(high, record.timestamp)
@@ -122,10 +123,12 @@ def describe_segment(reader: PartitionReader, index: int) -> SegmentEntry:
         count = segment_index.count
         first = segment_index.entry(0).offset if count else None
         last = segment_index.entry(count - 1).offset if count else None
-    low, high = segment_time_range(records_path, index_path, legacy=reader.legacy) if count else (None, None)
+    low, high = (
+        segment_time_range(records_path, index_path, legacy=reader.legacy, keys=reader.keys) if count else (None, None)
+    )
     records_crc, records_size = file_crc32c(records_path)
     index_crc, index_size = file_crc32c(index_path)
-    stored = open_records(records_path)
+    stored = open_records(records_path, reader.keys)
     try:
         framed = stored if isinstance(stored, FramedHandle) else None
         compression = (
@@ -154,13 +157,15 @@ def describe_segment(reader: PartitionReader, index: int) -> SegmentEntry:
     )
 
 
-def build_partition_catalog(topic_dir: Location, partition: int, *, legacy: bool = False) -> PartitionCatalog:
+def build_partition_catalog(
+    topic_dir: Location, partition: int, *, legacy: bool = False, keys: KeyRing = NO_KEYS
+) -> PartitionCatalog:
     """A catalog of the partition's finished segments: every segment but the last.
 
     The last segment is the one a backup still appends to; it joins the
     catalog when the next segment is started.
     """
-    reader = PartitionReader(topic_dir, partition, legacy=legacy)
+    reader = PartitionReader(topic_dir, partition, legacy=legacy, keys=keys)
     entries = tuple(describe_segment(reader, i) for i in range(len(reader.segments) - 1))
     tail = describe_tail(reader) if reader.segments else None
     return PartitionCatalog(topic_dir.name, partition, entries, tail)
@@ -176,7 +181,7 @@ def describe_tail(reader: PartitionReader) -> TailEntry:
         last = index.entry(count - 1).offset if count else None
         records_end = index.entry(count - 1).end if count else index.data_start
         index_end = index.data_start + count * ENTRY_SIZE
-    records_crc, records_size = prefix_crc32c(records_path, records_end)
+    records_crc, records_size = prefix_crc32c(records_path, records_end, reader.keys)
     index_crc, _ = prefix_crc32c(index_path, index_end)
     if records_size < records_end:
         raise FormatError(f"truncated: {records_size} bytes, its index needs {records_end}", file=str(records_path))
@@ -184,14 +189,14 @@ def describe_tail(reader: PartitionReader) -> TailEntry:
 
 
 def rebuild_catalog(
-    root: Location, topics: list[str], *, legacy: bool = False, progress: bool = False
+    root: Location, topics: list[str], *, legacy: bool = False, progress: bool = False, keys: KeyRing = NO_KEYS
 ) -> list[PartitionCatalog]:
     """Write the catalog of every partition of ``topics`` anew from the files."""
     written = []
-    keys = [(topic, partition) for topic in topics for partition in list_partitions(root / topic)]
-    with Progress("catalog rebuild", len(keys), "partitions", enabled=progress) as shown:
-        for topic, partition in keys:
-            catalog = build_partition_catalog(root / topic, partition, legacy=legacy)
+    partitions = [(topic, partition) for topic in topics for partition in list_partitions(root / topic)]
+    with Progress("catalog rebuild", len(partitions), "partitions", enabled=progress) as shown:
+        for topic, partition in partitions:
+            catalog = build_partition_catalog(root / topic, partition, legacy=legacy, keys=keys)
             write_catalog(root, catalog)
             written.append(catalog)
             shown.advance(note=f"{topic}/{partition}")
@@ -203,15 +208,22 @@ def file_size(path: Location) -> int | None:
 
 
 def catch_up_catalog(
-    root: Location, topic_dir: Location, partition: int, *, newest_too: bool = False, read_from: int | None = None
+    root: Location,
+    topic_dir: Location,
+    partition: int,
+    *,
+    newest_too: bool = False,
+    read_from: int | None = None,
+    keys: KeyRing = NO_KEYS,
 ) -> int:
     """Add every finished segment the partition's catalog does not name yet; return how many.
 
     Called by the backup's writer after it starts a new segment, so the
     segments it adds are synced and will not change (see formats/catalog.md);
-    ``newest_too`` after it sealed the newest one (whose recorded prefix then goes).
+    ``newest_too`` after it sealed the newest one (whose recorded prefix then goes); ``keys``: the writer's, which
+    its sealed segments are described with.
     """
-    reader = PartitionReader(topic_dir, partition)
+    reader = PartitionReader(topic_dir, partition, keys=keys)
     topic = topic_dir.name
     catalog = read_catalog(root, topic, partition, expected=True) or PartitionCatalog(topic, partition)
     named = {entry.name for entry in catalog.segments}

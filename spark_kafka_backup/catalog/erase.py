@@ -50,6 +50,7 @@ from spark_kafka_backup.catalog.seals import rename_sealed
 from spark_kafka_backup.catalog.store import read_catalog, write_catalog
 from spark_kafka_backup.catalog.tail import tail_problem
 from spark_kafka_backup.errors import ChecksumError, DamagedBackupError, DecryptionKeyError, FormatError, UsageError
+from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.format.magic import MAGIC_V1
 from spark_kafka_backup.format.naming import (
     INDEX_SUFFIX,
@@ -65,7 +66,7 @@ from spark_kafka_backup.fsutil import TMP_SUFFIX, fsync_dir
 from spark_kafka_backup.partition.erased import ErasedOffsets
 from spark_kafka_backup.partition.merge_intent import erase_intent_path
 from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.partition.records_file import FramedHandle, installed_keys, open_records
+from spark_kafka_backup.partition.records_file import NO_KEYS, FramedHandle, open_records
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile
 from spark_kafka_backup.partition.spool import staged_segments
 from spark_kafka_backup.storage import Location, exists, read_document, storage_for, write_whole
@@ -177,7 +178,9 @@ def key_matches(reader: PartitionReader, key: bytes) -> ErasedOffsets:
     return ErasedOffsets.of_offsets(np.concatenate(found)) if found else ErasedOffsets()
 
 
-def plan_partition(root: Location, topic: str, partition: int, chosen: ErasedOffsets) -> PartitionErase | None:
+def plan_partition(
+    root: Location, topic: str, partition: int, chosen: ErasedOffsets, keys: KeyRing = NO_KEYS
+) -> PartitionErase | None:
     """The segments of a partition holding records at ``chosen`` offsets, and exactly which stored offsets those are
     (``None``: no record to erase). Refused for a partition without a catalog or with a segment it does not
     describe (the replacements' checksums go in it)."""
@@ -190,7 +193,7 @@ def plan_partition(root: Location, topic: str, partition: int, chosen: ErasedOff
             f"{topic}/{partition} has no catalog, in which an erase records the rewritten segments' checksums: run "
             f"spark-kafka-backup catalog rebuild {root} --topic {topic} first"
         )
-    reader = PartitionReader(topic_dir, partition)
+    reader = PartitionReader(topic_dir, partition, keys=keys)
     cataloged = {entry.name for entry in catalog.segments}
     replacements: list[Replacement] = []
     erased: list[np.ndarray] = []
@@ -239,8 +242,9 @@ def _erased_in(index_path: Location, chosen: ErasedOffsets) -> np.ndarray:
     return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
 
-def erase_partition(root: Location, plan: PartitionErase) -> None:
-    """Carry out one partition's erase (the module docstring's steps); the caller holds the target's lease."""
+def erase_partition(root: Location, plan: PartitionErase, keys: KeyRing = NO_KEYS) -> None:
+    """Carry out one partition's erase (the module docstring's steps); the caller holds the target's lease. ``keys``:
+    those sealed segments are read and sealed again with."""
     topic_dir = root / plan.topic
     catalog = read_catalog(root, plan.topic, plan.partition)
     assert catalog is not None
@@ -253,30 +257,30 @@ def erase_partition(root: Location, plan: PartitionErase) -> None:
             codec, key = entry.compression, entry.key_id
         else:
             tail = catalog.tail_of(replacement.old)
-            problem = tail_problem(topic_dir, tail) if tail is not None else None
+            problem = tail_problem(topic_dir, tail, keys) if tail is not None else None
             if problem is not None:
                 raise ChecksumError(f"{topic_dir / replacement.old}: {problem}: damaged, nothing erased")
             codec, key = stored_as(topic_dir / (replacement.old + RECORDS_SUFFIX))
-        sealing[replacement.old] = (codec, _key_of(topic_dir / (replacement.old + RECORDS_SUFFIX), key))
+        sealing[replacement.old] = (codec, _key_of(topic_dir / (replacement.old + RECORDS_SUFFIX), key, keys))
     write_whole(intent_path(root), plan.encode())
     try:
         for replacement in plan.replacements:
             codec, kek = sealing[replacement.old]
             with staged_segments(topic_dir, (replacement.old,)) as files:  # one download on an object store
-                copy = functools.partial(_copy_kept, files, replacement, plan.erased)
+                copy = functools.partial(_copy_kept, files, replacement, plan.erased, keys)
                 write_segment(topic_dir, replacement.new, copy, codec=codec, kek=kek)
         _switch(topic_dir, plan)
     except BaseException:
-        finish_erase(root)  # backwards, unless the partition index names the replacements
+        finish_erase(root, keys)  # backwards, unless the partition index names the replacements
         raise
-    finish_erase(root)
+    finish_erase(root, keys)
 
 
-def _key_of(records_path: Location, key_id: str | None) -> bytes | None:
+def _key_of(records_path: Location, key_id: str | None, keys: KeyRing) -> bytes | None:
     """The key-encryption key a segment sealed under ``key_id`` is sealed again with (``None``: not sealed)."""
     if key_id is None:
         return None
-    kek = installed_keys().keys.get(bytes.fromhex(key_id))
+    kek = keys.keys.get(bytes.fromhex(key_id))
     if kek is None:
         raise DecryptionKeyError(
             f"{records_path}: is encrypted with key id {key_id}; erasing from it needs that key "
@@ -286,13 +290,13 @@ def _key_of(records_path: Location, key_id: str | None) -> bytes | None:
 
 
 def _copy_kept(
-    files: Location, replacement: Replacement, erased: ErasedOffsets, records_tmp: Path, index_tmp: Path
+    files: Location, replacement: Replacement, erased: ErasedOffsets, keys: KeyRing, records_tmp: Path, index_tmp: Path
 ) -> None:
     """The plain records of the segment (its files in ``files``) but the erased ones after one magic byte, and their
     index entries moved to match (runs of adjacent kept records are copied in one read each, up to :data:`CHUNK`)."""
     records_path = files / (replacement.old + RECORDS_SUFFIX)
     index_path = files / (replacement.old + INDEX_SUFFIX)
-    stored = open_records(records_path)
+    stored = open_records(records_path, keys)
     position = 1
     try:
         with (
@@ -352,7 +356,7 @@ def _switch(topic_dir: Location, plan: PartitionErase) -> None:
         held.replace_index(encode_partition_index(named))
 
 
-def finish_erase(root: Location) -> str | None:
+def finish_erase(root: Location, keys: KeyRing = NO_KEYS) -> str | None:
     """Complete a recorded erase (idempotent): ``"forwards"``, ``"backwards"`` or ``None`` when there was none.
 
     Backwards while the partition index names none of the replacements (the switch did not happen): their files go.
@@ -370,7 +374,7 @@ def finish_erase(root: Location) -> str | None:
             current = pending_erase(root)
             if current is None or current.encode() != plan.encode():
                 return None  # finished by another holder of the partition (a backup starting, a merge) meanwhile
-            reader = PartitionReader(topic_dir, plan.partition)
+            reader = PartitionReader(topic_dir, plan.partition, keys=keys)
             named = {segment.name for segment in reader.segments}
             switched = [replacement.new in named for replacement in plan.replacements]
             if not any(switched):
@@ -386,7 +390,7 @@ def finish_erase(root: Location) -> str | None:
                         _delete_segment(topic_dir, replacement.old)
                 add_erasure(root, plan.topic, plan.partition, plan.erased, plan.records)
                 _describe_replacements(root, reader, plan)
-                rename_sealed(root, topic_dir, plan.partition,
+                rename_sealed(root, topic_dir, plan.partition, keys,
                               {replacement.old: replacement.new for replacement in plan.replacements})  # fmt: skip
             else:
                 raise FormatError(

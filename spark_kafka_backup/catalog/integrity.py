@@ -15,8 +15,10 @@ from spark_kafka_backup.catalog.build import file_crc32c
 from spark_kafka_backup.catalog.model import SegmentEntry
 from spark_kafka_backup.catalog.store import catalog_path, missing_catalog, read_catalog
 from spark_kafka_backup.catalog.tail import tail_problem
+from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.records_file import NO_KEYS
 from spark_kafka_backup.storage import Location, exists
 
 
@@ -66,13 +68,15 @@ def bad_segments(
     files: Location | None = None,
     only: Collection[str] | None = None,
     legacy: bool = False,
+    keys: KeyRing = NO_KEYS,
 ) -> list[BadSegment]:
     """Every cataloged segment of a partition whose files fail the check (none without a catalog; every segment when
     its catalog was kept and is lost: :func:`unverifiable_segments`).
 
     With ``from_offset``/``to_offset`` only the segments that may hold offsets in that range are checked.
     ``files``: the directory holding the segment files, when not ``root / topic`` (a local copy); ``only``: check
-    just these segments (the ones copied there).
+    just these segments (the ones copied there); ``keys``: those of a newest segment sealed since its prefix was
+    recorded.
     """
     topic_dir = files if files is not None else root / topic
     catalog = read_catalog(root, topic, partition)
@@ -94,7 +98,7 @@ def bad_segments(
         and offsets_overlap(tail.first_offset, tail.last_offset, from_offset, to_offset)
         and (only is None or tail.name in only)
     ):
-        problem = tail_problem(topic_dir, tail)
+        problem = tail_problem(topic_dir, tail, keys)
         if problem is not None:
             found.append(BadSegment(tail.name, tail.first_offset, tail.last_offset, problem))
     return found
@@ -109,10 +113,12 @@ def unverifiable_segments(
     to_offset: int | None = None,
     only: Collection[str] | None = None,
     legacy: bool = False,
+    keys: KeyRing = NO_KEYS,
 ) -> list[BadSegment]:
     """The partition's segments (those that may hold offsets in the window), when its catalog was kept and is lost
     (:func:`spark_kafka_backup.catalog.store.missing_catalog`): none can be checked. Empty when the partition has a
-    catalog or never had one. No record is read: a look at two paths and the partition index."""
+    catalog or never had one. No record is read: a look at two paths and the partition index (``keys`` is taken so
+    that it and :func:`bad_segments` are called alike)."""
     # The marker first: it is written after the catalog, so a catalog not found after the marker was is gone (not
     # about to be written by a backup starting the partition).
     reason = missing_catalog(root, topic, partition)

@@ -19,11 +19,11 @@ from spark_kafka_backup.catalog.seals import refuse_plain_writer, vouch
 from spark_kafka_backup.catalog.store import catalog_path, read_catalog, refuse_lost_catalog, write_catalog
 from spark_kafka_backup.catalog.tail import record_tail
 from spark_kafka_backup.errors import FormatError
+from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.format.partition_index import PartitionIndexEntry
 from spark_kafka_backup.partition.erased import ErasedOffsets
 from spark_kafka_backup.partition.ledger import TailEntry
 from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.partition.records_file import installed_keys
 from spark_kafka_backup.storage import Location, exists
 
 
@@ -66,13 +66,15 @@ class CatalogLedger:
     def record_tail(self, topic: str, partition: int, tail: TailEntry, *, read_from: int | None = None) -> None:
         record_tail(self.root, topic, partition, tail, read_from=read_from)
 
-    def segments_finished(self, topic_dir: Path, partition: int, *, read_from: int | None = None) -> None:
-        catch_up_catalog(self.root, topic_dir, partition, read_from=read_from)
-        self._vouch(topic_dir, partition)
+    def segments_finished(
+        self, topic_dir: Path, partition: int, keys: KeyRing, *, read_from: int | None = None
+    ) -> None:
+        catch_up_catalog(self.root, topic_dir, partition, read_from=read_from, keys=keys)
+        self._vouch(topic_dir, partition, keys)
 
-    def newest_sealed(self, topic_dir: Path, partition: int, *, read_from: int | None = None) -> None:
-        catch_up_catalog(self.root, topic_dir, partition, newest_too=True, read_from=read_from)
-        self._vouch(topic_dir, partition)
+    def newest_sealed(self, topic_dir: Path, partition: int, keys: KeyRing, *, read_from: int | None = None) -> None:
+        catch_up_catalog(self.root, topic_dir, partition, newest_too=True, read_from=read_from, keys=keys)
+        self._vouch(topic_dir, partition, keys)
 
     def sealing(self, topic_dir: Location, partition: int, kek: bytes | None) -> None:
         if kek is not None:
@@ -80,11 +82,11 @@ class CatalogLedger:
         else:
             refuse_plain_writer(self.root, topic_dir.name, partition)
 
-    def _vouch(self, topic_dir: Location, partition: int) -> None:
+    def _vouch(self, topic_dir: Location, partition: int, ring: KeyRing) -> None:
         """Bring the seal record up to the sealed segments just cataloged, under the key of the newest (when this
-        process holds it: the writer that sealed it does). Without a key in this process there is nothing to vouch
-        with: no read at all (a plain backup's writers pay nothing)."""
-        keys = installed_keys().keys
+        writer holds it: the one that sealed it does). Without a key there is nothing to vouch with: no read at all
+        (a plain backup's writers pay nothing)."""
+        keys = ring.keys
         if not keys:
             return
         catalog = read_catalog(self.root, topic_dir.name, partition)
@@ -138,7 +140,7 @@ class CatalogLedger:
             if segment.name in fresh:
                 added.append(fresh[segment.name])
             else:
-                stored = stored or PartitionReader(topic_dir, partition)
+                stored = stored or PartitionReader(topic_dir, partition, keys=spool.keys)
                 added.append(describe_segment(stored, number))
         known = catalog.read_from if catalog.read_from is not None else read_from
         if added or len(kept) != len(catalog.segments) or known != catalog.read_from:
@@ -147,4 +149,4 @@ class CatalogLedger:
                 self.root,
                 PartitionCatalog(topic, partition, tuple(entries), read_from=known, pruned=catalog.pruned),
             )
-        self._vouch(topic_dir, partition)
+        self._vouch(topic_dir, partition, spool.keys)

@@ -52,6 +52,7 @@ from spark_kafka_backup.catalog.prune import partition_locked
 from spark_kafka_backup.catalog.seals import pinned_names
 from spark_kafka_backup.catalog.store import read_catalog, write_catalog
 from spark_kafka_backup.errors import ChecksumError, DecryptionKeyError, FormatError
+from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.format.magic import MAGIC_V1
 from spark_kafka_backup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX, rewritten_name
 from spark_kafka_backup.format.partition_index import PartitionIndexEntry, encode_partition_index
@@ -61,7 +62,7 @@ from spark_kafka_backup.partition.layout import list_partitions
 from spark_kafka_backup.partition.merge_intent import MergeIntent, intent_path, pending_intent, write_intent
 from spark_kafka_backup.partition.object_writer import SPOOL_DIR_ENV
 from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.partition.records_file import compress_records_file, installed_keys, open_records
+from spark_kafka_backup.partition.records_file import NO_KEYS, compress_records_file, open_records
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile
 from spark_kafka_backup.progress import Progress
 from spark_kafka_backup.storage import Location, exists, storage_for
@@ -145,51 +146,52 @@ def _merged_name(partition: int, first: SegmentEntry) -> str:
     return rewritten_name(partition, first.name, first.start_offset)
 
 
-def merge(root: Location, groups: list[MergeGroup], *, progress: bool = False) -> None:
-    """Carry out a plan, group by group (see the module docstring for the order of steps)."""
+def merge(root: Location, groups: list[MergeGroup], *, progress: bool = False, keys: KeyRing = NO_KEYS) -> None:
+    """Carry out a plan, group by group (see the module docstring for the order of steps); ``keys``: those sealed
+    segments are read and the merged one sealed with."""
     shown = Progress("merge", len(groups), "segments written", enabled=progress)
     for group in groups:
         topic_dir = root / group.topic
         for entry in group.sources:
             check_source(topic_dir, entry)
-        kek = _sealing_key(topic_dir, group)
+        kek = _sealing_key(topic_dir, group, keys)
         write_intent(root, group.intent())
         try:
-            _write_merged(root, group, kek)
+            _write_merged(root, group, kek, keys)
         except BaseException:
-            finish_intent(root)  # backwards: the partition index does not name the merged segment yet
+            finish_intent(root, keys)  # backwards: the partition index does not name the merged segment yet
             raise
         try:
             _switch(root, group)
         except BaseException:
-            finish_intent(root)  # backwards if the partition index changed under the plan
+            finish_intent(root, keys)  # backwards if the partition index changed under the plan
             raise
-        finish_intent(root)
+        finish_intent(root, keys)
         shown.advance(note=f"{group.topic}/{group.partition}: {len(group.sources)} segments into {group.merged}")
     shown.close()
 
 
-def _sealing_key(topic_dir: Location, group: MergeGroup) -> bytes | None:
+def _sealing_key(topic_dir: Location, group: MergeGroup, keys: KeyRing) -> bytes | None:
     """The key-encryption key the merged segment is sealed with: the sources' (``None``: they are not sealed)."""
     sealing = next((entry.key_id for entry in reversed(group.sources) if entry.key_id), None)  # the newest key
     if sealing is None:
         return None
     for entry in group.sources:
-        if entry.key_id is not None and bytes.fromhex(entry.key_id) not in installed_keys().keys:
+        if entry.key_id is not None and bytes.fromhex(entry.key_id) not in keys.keys:
             raise DecryptionKeyError(
                 f"{topic_dir / (entry.name + RECORDS_SUFFIX)}: is encrypted with key id {entry.key_id}; merging "
                 f"needs that key (--encryption-key-file or --encryption-key-env): {group.sources[0].name} and the "
                 "segments after it are not merged"
             )
-    return installed_keys().keys[bytes.fromhex(sealing)]
+    return keys.keys[bytes.fromhex(sealing)]
 
 
-def _write_merged(root: Location, group: MergeGroup, kek: bytes | None) -> None:
+def _write_merged(root: Location, group: MergeGroup, kek: bytes | None, keys: KeyRing) -> None:
     """Step 2: the merged segment's files under their final names, complete and synced."""
     topic_dir = root / group.topic
     codec = next((entry.compression for entry in reversed(group.sources) if entry.compression), None)
     write_segment(
-        topic_dir, group.merged, lambda records, index: _concatenate(topic_dir, group, records, index),
+        topic_dir, group.merged, lambda records, index: _concatenate(topic_dir, group, keys, records, index),
         codec=codec, kek=kek, writing=group.plain_bytes,
     )  # fmt: skip
 
@@ -211,7 +213,7 @@ def write_segment(
     spool = (
         topic_dir
         if isinstance(topic_dir, Path)
-        else Path(tempfile.mkdtemp(prefix="kbackup-rewrite-", dir=os.environ.get(SPOOL_DIR_ENV)))
+        else Path(tempfile.mkdtemp(prefix="spark-kafka-backup-rewrite-", dir=os.environ.get(SPOOL_DIR_ENV)))
     )
     tag = f".{name}.{os.getpid()}"
     records_tmp = spool / f"{tag}{RECORDS_SUFFIX}{TMP_SUFFIX}"
@@ -257,7 +259,7 @@ def check_source(topic_dir: Location, entry: SegmentEntry, *, doing: str = "merg
             )
 
 
-def _concatenate(topic_dir: Location, group: MergeGroup, records_tmp: Path, index_tmp: Path) -> None:
+def _concatenate(topic_dir: Location, group: MergeGroup, keys: KeyRing, records_tmp: Path, index_tmp: Path) -> None:
     """The plain records of every source after one magic byte, and their index entries moved to match."""
     position = 1
     previous_last = -1
@@ -282,7 +284,7 @@ def _concatenate(topic_dir: Location, group: MergeGroup, records_tmp: Path, inde
                     previous_last = int(entries["offset"][-1]) if step else previous_last
                     entries["position"] += position - 1
                     index_out.write(entries.tobytes())
-            stored = open_records(records_path)
+            stored = open_records(records_path, keys)
             try:
                 plain = stored.size
                 if plain != end:
@@ -323,7 +325,7 @@ def _switch(root: Location, group: MergeGroup) -> None:
         held.replace_index(encode_partition_index([*segments[:at], merged, *segments[at + len(names) :]]))
 
 
-def finish_intent(root: Location) -> bool:
+def finish_intent(root: Location, keys: KeyRing = NO_KEYS) -> bool:
     """Complete a recorded merge (idempotent); return whether there was one.
 
     Backwards while the partition index still names every replaced segment (the switch did not happen): the merged
@@ -342,7 +344,7 @@ def finish_intent(root: Location) -> bool:
         storage.delete(path)
         return True
     with partition_locked(topic_dir, topic, partition):
-        reader = PartitionReader(topic_dir, partition)
+        reader = PartitionReader(topic_dir, partition, keys=keys)
         named = {segment.name for segment in reader.segments}
         at = next((i for i, s in enumerate(reader.segments) if s.name == merged), None)
         if at is None and all(name in named for name in names):

@@ -43,7 +43,6 @@ from spark_kafka_backup.format.json_document import parse_document
 from spark_kafka_backup.format.naming import RECORDS_SUFFIX, check_partition, check_segment_name, check_topic_name
 from spark_kafka_backup.format.partition_index import PartitionIndexEntry
 from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.partition.records_file import installed_keys
 from spark_kafka_backup.storage import Location, exists, read_chunks, read_limited, storage_for, write_whole
 
 SEALS_VERSION = 1
@@ -191,14 +190,13 @@ def vouch(
     return updated
 
 
-def rename_sealed(root: Location, topic_dir: Location, partition: int, renamed: dict[str, str]) -> None:
+def rename_sealed(root: Location, topic_dir: Location, partition: int, keys: KeyRing, renamed: dict[str, str]) -> None:
     """After segments were rewritten under new names (``erase``): the seal record names the new ones, and a vouched
     plain one by its new bytes. Nothing to do where the record names none of them; otherwise it needs the record's key
-    (installed in this process), or raises naming it."""
+    (among ``keys``), or raises naming it."""
     topic = topic_dir.name
     if not pinned_names(root, topic, partition) & set(renamed):
         return
-    keys = installed_keys()
     record = read_seal_record(root, topic, partition, keys)
     if record is None:
         return

@@ -23,7 +23,7 @@ from __future__ import annotations
 from spark_kafka_backup.catalog.integrity import BadSegment, bad_segments
 from spark_kafka_backup.catalog.prune import pending_deletions
 from spark_kafka_backup.catalog.store import read_catalog
-from spark_kafka_backup.errors import KbackupError
+from spark_kafka_backup.errors import SparkKafkaBackupError
 from spark_kafka_backup.format.naming import RECORDS_SUFFIX
 from spark_kafka_backup.partition.layout import list_segment_files
 from spark_kafka_backup.partition.reader import PartitionReader
@@ -89,7 +89,7 @@ def _offsets(index_path: Location) -> tuple[int | None, int | None]:
             if not index.count:
                 return None, None
             return index.entry(0).offset, index.entry(index.count - 1).offset
-    except (KbackupError, OSError):
+    except (SparkKafkaBackupError, OSError):
         return None, None
 
 
@@ -104,5 +104,5 @@ def damaged_segments(
 ) -> list[BadSegment]:
     """Lost segments and segments failing their checksums (those that may hold offsets in the range)."""
     return lost_segments(root, topic, partition, reader) + bad_segments(
-        root, topic, partition, from_offset=from_offset, to_offset=to_offset, legacy=reader.legacy
+        root, topic, partition, from_offset=from_offset, to_offset=to_offset, legacy=reader.legacy, keys=reader.keys
     )

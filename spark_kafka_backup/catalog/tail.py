@@ -26,9 +26,10 @@ import crc32c
 
 from spark_kafka_backup.catalog.model import PartitionCatalog
 from spark_kafka_backup.catalog.store import read_catalog, write_catalog
+from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from spark_kafka_backup.partition.ledger import TailEntry
-from spark_kafka_backup.partition.records_file import open_records
+from spark_kafka_backup.partition.records_file import NO_KEYS, open_records
 from spark_kafka_backup.storage import Location, storage_for
 
 CHUNK = 1 << 20
@@ -45,7 +46,7 @@ def record_tail(
         write_catalog(root, replace(catalog, tail=tail, read_from=known), sync=sync)
 
 
-def prefix_crc32c(path: Location, length: int) -> tuple[int, int]:
+def prefix_crc32c(path: Location, length: int, keys: KeyRing = NO_KEYS) -> tuple[int, int]:
     """The CRC32C of the first ``length`` bytes of a file, and how many bytes it has (at most ``length``).
 
     The file's plain bytes: a records file compressed after its prefix was recorded (the segment finished, and the
@@ -53,7 +54,7 @@ def prefix_crc32c(path: Location, length: int) -> tuple[int, int]:
     """
     value = 0
     done = 0
-    handle = open_records(path)
+    handle = open_records(path, keys)
     try:
         while done < length:
             chunk = handle.pread(min(CHUNK, length - done), done)
@@ -66,8 +67,9 @@ def prefix_crc32c(path: Location, length: int) -> tuple[int, int]:
     return value, done
 
 
-def tail_problem(topic_dir: Location, tail: TailEntry) -> str | None:
-    """Why the newest segment's committed prefix is not what the catalog recorded, or ``None`` when it is."""
+def tail_problem(topic_dir: Location, tail: TailEntry, keys: KeyRing = NO_KEYS) -> str | None:
+    """Why the newest segment's committed prefix is not what the catalog recorded, or ``None`` when it is (``keys``:
+    those of a tail sealed since)."""
     for suffix, length, expected in (
         (RECORDS_SUFFIX, tail.records_bytes, tail.records_crc32c),
         (INDEX_SUFFIX, tail.index_bytes, tail.index_crc32c),
@@ -75,7 +77,7 @@ def tail_problem(topic_dir: Location, tail: TailEntry) -> str | None:
         path = topic_dir / f"{tail.name}{suffix}"
         if not storage_for(path).exists(path):
             return f"{path.name} is missing"
-        found, size = prefix_crc32c(path, length)
+        found, size = prefix_crc32c(path, length, keys)
         if size < length:
             return f"{path.name} has {size} bytes, the catalog says {length} were committed"
         if found != expected:

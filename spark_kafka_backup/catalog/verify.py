@@ -29,14 +29,14 @@ from spark_kafka_backup.catalog.seals import seal_problems
 from spark_kafka_backup.catalog.source_gaps import HOW, read_gaps
 from spark_kafka_backup.catalog.store import catalog_path, missing_catalog, read_catalog
 from spark_kafka_backup.catalog.tail import tail_problem
-from spark_kafka_backup.errors import KbackupError
+from spark_kafka_backup.errors import SparkKafkaBackupError
 from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.format.naming import RECORDS_SUFFIX
 from spark_kafka_backup.format.segment_index import ENTRY_DTYPE
 from spark_kafka_backup.partition.layout import list_partitions, list_segment_files
 from spark_kafka_backup.partition.offsets_file import read_consumer_offsets
 from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.partition.records_file import open_records
+from spark_kafka_backup.partition.records_file import NO_KEYS, open_records
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile, iter_segment
 from spark_kafka_backup.progress import Progress
 from spark_kafka_backup.storage import Location, ObjectPath, exists
@@ -76,8 +76,8 @@ def verify_partition(
     report = PartitionReport(topic, partition)
     topic_dir = root / topic
     try:
-        reader = PartitionReader(topic_dir, partition, legacy=legacy)
-    except KbackupError as exc:
+        reader = PartitionReader(topic_dir, partition, legacy=legacy, keys=keys or NO_KEYS)
+    except SparkKafkaBackupError as exc:
         report.errors.append(str(exc))
         return report
     report.segments = len(reader.segments)
@@ -117,7 +117,7 @@ def verify_partition(
             report.records += count
             if tail and number < len(reader.segments) - 1:
                 report.errors.append(f"{index_path.name}: ends in a partial entry ({tail} bytes)")
-            records = open_records(records_path)  # a compressed file's frame table is checked here
+            records = open_records(records_path, reader.keys)  # a compressed file's frame table is checked here
             size = records.size  # plain bytes: index positions are plain positions
             records.close()
             if size < end:
@@ -129,20 +129,20 @@ def verify_partition(
             if last is not None:
                 previous_last = last
             if deep:
-                for _ in iter_segment(records_path, index_path, legacy=legacy):
+                for _ in iter_segment(records_path, index_path, legacy=legacy, keys=reader.keys):
                     pass
-        except KbackupError as exc:
+        except SparkKafkaBackupError as exc:
             report.errors.append(str(exc))
     _check_catalog(root, reader, report, pending)
     if keys is not None and keys.keys:
         report.errors.extend(seal_problems(root, topic, partition, reader, keys, unrecorded_ok=unrecorded_ok))
     try:
         read_consumer_offsets(topic_dir, partition)
-    except KbackupError as exc:
+    except SparkKafkaBackupError as exc:
         report.errors.append(str(exc))
     try:
         lost = read_gaps(root, topic, partition)
-    except KbackupError as exc:
+    except SparkKafkaBackupError as exc:
         report.errors.append(f"the record of offsets lost at the source is unreadable: {exc}")
         lost = []
     for gap in lost:
@@ -165,7 +165,7 @@ def _check_erased(root: Location, reader: PartitionReader, report: PartitionRepo
     try:
         unfinished = pending_erase(root)
         erased, records = read_erasure(root, report.topic, report.partition)
-    except KbackupError as exc:
+    except SparkKafkaBackupError as exc:
         report.errors.append(f"the record of erased offsets is unreadable: {exc}")
         return
     if unfinished is not None and (unfinished.topic, unfinished.partition) == (report.topic, report.partition):
@@ -204,7 +204,7 @@ def _holds(reader: PartitionReader, first: int, last: int) -> bool:
 def _check_catalog(root: Location, reader: PartitionReader, report: PartitionReport, pending: set[str]) -> None:
     try:
         catalog = read_catalog(root, report.topic, report.partition)
-    except KbackupError as exc:
+    except SparkKafkaBackupError as exc:
         report.errors.append(str(exc))
         return
     if catalog is None:
@@ -259,7 +259,7 @@ def _check_catalog(root: Location, reader: PartitionReader, report: PartitionRep
         )
     tail = catalog.tail_of(names[-1]) if names else None
     if tail is not None:
-        problem = tail_problem(root / report.topic, tail)
+        problem = tail_problem(root / report.topic, tail, reader.keys)
         if problem is not None:
             report.errors.append(problem)
     cataloged = {entry.name for entry in catalog.segments}

@@ -19,7 +19,7 @@ from spark_kafka_backup.cli.parser import build_parser
 from spark_kafka_backup.cli.records import record_to_json
 from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.fsutil import restrict_new_files
-from spark_kafka_backup.partition.records_file import install_keys
+from spark_kafka_backup.partition.records_file import NO_KEYS
 from spark_kafka_backup.text import TerminalText, shown, shown_json, shown_text
 
 
@@ -40,8 +40,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def run() -> int:
         try:
-            if getattr(args, "encryption_key_file", None) or getattr(args, "encryption_key_env", None):
-                install_keys(KeyRing.of(source.key for source in encryption_key_sources(args)))
+            # The command's keys, handed by the command to each reader and writer that needs them.
+            args.keys = (
+                KeyRing.of(source.key for source in encryption_key_sources(args))
+                if getattr(args, "encryption_key_file", None) or getattr(args, "encryption_key_env", None)
+                else NO_KEYS
+            )
             args.func(args, _safe_output(args))
             sys.stdout.flush()
         except BrokenPipeError:

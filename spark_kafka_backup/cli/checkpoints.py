@@ -6,7 +6,7 @@ import argparse
 import time
 from typing import TextIO
 
-from spark_kafka_backup.errors import KbackupError
+from spark_kafka_backup.errors import SparkKafkaBackupError
 from spark_kafka_backup.storage import parse_location
 from spark_kafka_backup.text import count, shown
 
@@ -17,7 +17,7 @@ def cmd_checkpoint_create(args: argparse.Namespace, out: TextIO) -> None:
     root = parse_location(args.dir)
     running = serving_backup(root)
     if running is None:
-        raise KbackupError(
+        raise SparkKafkaBackupError(
             f"{root}: no continuous backup is running on this target, and only a running one takes a checkpoint's "
             "cut (the consumer groups and end offsets, once it has backed up to them); start one and ask again "
             "(a snapshot backup records a completed checkpoint of its own when it finishes)"

@@ -28,6 +28,7 @@ from spark_kafka_backup.catalog.prune import prune_lease
 from spark_kafka_backup.cli.records import chosen_topics
 from spark_kafka_backup.cli.repair import finish_interrupted, refuse_unsealed
 from spark_kafka_backup.errors import DamagedBackupError, UsageError
+from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.format.naming import RECORDS_SUFFIX
 from spark_kafka_backup.partition.erased import ErasedOffsets
 from spark_kafka_backup.partition.layout import list_partitions, list_segment_files, state_dir
@@ -42,7 +43,7 @@ def cmd_erase(args: argparse.Namespace, out: TextIO) -> None:
         raise UsageError("--finish changes the backup (it completes an interrupted erase): not with --dry-run")
     root = parse_location(args.dir)
     if args.finish:
-        _finish(root, out)
+        _finish(root, out, args.keys)
         return
     if args.topic is None:
         raise UsageError("say which topic to erase from: --topic T")
@@ -58,13 +59,17 @@ def cmd_erase(args: argparse.Namespace, out: TextIO) -> None:
             held.enter_context(TargetLease(state_dir(root), "erase"))  # no backup writes meanwhile
             if isinstance(root, Path):
                 held.enter_context(prune_lease(root))  # nor a prune or a merge (the same lease on an object store)
-            finish_interrupted(root, out)
+            finish_interrupted(root, out, args.keys)
         else:
             refuse_unfinished_erase(root, [topic])  # a dry run finishes nothing: it would plan on a half-done erase
         refuse_unsealed(root, {(topic, partition) for partition in partitions}, args, verb="erased")
-        _refuse_damaged(root, topic, partitions)
+        _refuse_damaged(root, topic, partitions, args.keys)
         chosen = _chosen(root, topic, partitions, key, args)
-        plans = [plan for p in partitions if (plan := plan_partition(root, topic, p, chosen.get(p, ErasedOffsets())))]
+        plans = [
+            plan
+            for p in partitions
+            if (plan := plan_partition(root, topic, p, chosen.get(p, ErasedOffsets()), args.keys))
+        ]
         verb = "would erase" if args.dry_run else "erasing"
         for plan in plans:
             out.write(_describe(verb, plan) + "\n")
@@ -74,14 +79,14 @@ def cmd_erase(args: argparse.Namespace, out: TextIO) -> None:
             out.write(f"{count(total, 'record')} would be erased from {count(len(plans), 'partition')}\n")
             return
         for plan in plans:
-            erase_partition(root, plan)
+            erase_partition(root, plan, args.keys)
     out.write(f"erased {count(total, 'record')} from {count(len(plans), 'partition')} of {topic}\n")
 
 
-def _finish(root: Location, out: TextIO) -> None:
+def _finish(root: Location, out: TextIO, keys: KeyRing) -> None:
     """``--finish``: complete interrupted work on the target (the topic may be gone since)."""
     with TargetLease(state_dir(root), "erase"), prune_lease(root) if isinstance(root, Path) else ExitStack():
-        if not finish_interrupted(root, out):
+        if not finish_interrupted(root, out, keys):
             out.write("no erase, merge or prune was interrupted: nothing to finish\n")
 
 
@@ -96,10 +101,12 @@ def _chosen_key(args: argparse.Namespace) -> bytes | None:
     return None
 
 
-def _refuse_damaged(root: Location, topic: str, partitions: list[int]) -> None:
+def _refuse_damaged(root: Location, topic: str, partitions: list[int], keys: KeyRing) -> None:
     """Nothing is erased while a segment of the partitions fails its checks, or holds records the partition index does
     not name (a publish killed before its index, a lost entry): either could hold records to erase."""
-    damaged = [f"{topic}/{p} {bad.name}: {bad.reason}" for p in partitions for bad in bad_segments(root, topic, p)]
+    damaged = [
+        f"{topic}/{p} {bad.name}: {bad.reason}" for p in partitions for bad in bad_segments(root, topic, p, keys=keys)
+    ]
     for partition in partitions:
         named = {segment.name for segment in PartitionReader(root / topic, partition).segments}
         for files in list_segment_files(root / topic, partition):
@@ -118,7 +125,7 @@ def _chosen(
 ) -> dict[int, ErasedOffsets]:
     """Per partition, offset ranges covering exactly the stored records to erase."""
     if key is not None:
-        return {p: key_matches(PartitionReader(root / topic, p), key) for p in partitions}
+        return {p: key_matches(PartitionReader(root / topic, p, keys=args.keys), key) for p in partitions}
     return _where_matches(root, topic, partitions, args)
 
 

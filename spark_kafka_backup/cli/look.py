@@ -15,12 +15,12 @@ from spark_kafka_backup.catalog.erasures import describe_erasure, read_erasure
 from spark_kafka_backup.catalog.source_gaps import SourceGap, describe_gaps, read_gaps
 from spark_kafka_backup.catalog.store import LOST_CATALOG_NOTE, catalog_lost, read_catalog
 from spark_kafka_backup.cli.records import chosen_partitions, chosen_topics, record_to_json
-from spark_kafka_backup.errors import BackupNotFoundError, KbackupError, UsageError
+from spark_kafka_backup.errors import BackupNotFoundError, SparkKafkaBackupError, UsageError
+from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.format.naming import INDEX_SUFFIX, parse_partition_index_file_name
 from spark_kafka_backup.format.partition_index import decode_partition_index
 from spark_kafka_backup.partition.offsets_file import read_consumer_offsets
 from spark_kafka_backup.partition.reader import MAX_PARTITION_INDEX_SIZE, PartitionReader
-from spark_kafka_backup.partition.records_file import installed_keys
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile
 from spark_kafka_backup.report.summary import (
     OffsetRange,
@@ -44,11 +44,11 @@ def cmd_cat(args: argparse.Namespace, out: TextIO) -> None:
     root = parse_location(args.dir)
     readers = []
     damage: list[str] = []
-    keys = installed_keys()
+    keys: KeyRing = args.keys
     for topic in chosen_topics(root, args.topic):
         topic_dir = root / topic
         for partition in chosen_partitions(topic_dir, args.partition):
-            reader = PartitionReader(topic_dir, partition, legacy=args.legacy_no_magic)
+            reader = PartitionReader(topic_dir, partition, legacy=args.legacy_no_magic, keys=keys)
             if keys.keys:  # what the key does not vouch for is never printed, whatever --no-verify says
                 unsealed = seal_problems(root, topic, partition, reader, keys, unrecorded_ok=args.allow_unauthenticated)
                 if unsealed:
@@ -210,7 +210,7 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> None:
 
     root = parse_location(args.dir)
     reports = verify_backup(root, chosen_topics(root, args.topic), deep=args.deep, legacy=args.legacy_no_magic,
-                            progress=True, keys=installed_keys(), unrecorded_ok=args.allow_unauthenticated)  # fmt: skip
+                            progress=True, keys=args.keys, unrecorded_ok=args.allow_unauthenticated)  # fmt: skip
     if not reports:
         out.write(f"{root}: no partitions backed up yet: nothing to verify\n")
     damaged = 0
@@ -227,9 +227,9 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> None:
         damaged += not report.ok
     registry_damage = _verify_registry_copy(root, out)
     if damaged:
-        raise KbackupError(f"{damaged} of {count(len(reports), 'partition')} failed verification")
+        raise SparkKafkaBackupError(f"{damaged} of {count(len(reports), 'partition')} failed verification")
     if registry_damage:
-        raise KbackupError(f"the backup's copy of its schema registry failed verification: {registry_damage}")
+        raise SparkKafkaBackupError(f"the backup's copy of its schema registry failed verification: {registry_damage}")
 
 
 def _verify_registry_copy(root: Location, out: TextIO) -> str | None:
@@ -251,7 +251,7 @@ def cmd_describe(args: argparse.Namespace, out: TextIO) -> None:
     from spark_kafka_backup.report.summary import summarize_backup
 
     root = parse_location(args.dir)
-    summary = summarize_backup(root, chosen_topics(root, args.topic), legacy=args.legacy_no_magic)
+    summary = summarize_backup(root, chosen_topics(root, args.topic), legacy=args.legacy_no_magic, keys=args.keys)
     if args.json:
         json.dump(summary.to_json(), out, indent=2)
         out.write("\n")
@@ -282,7 +282,7 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> None:
     from spark_kafka_backup.report.summary import summarize_backup
 
     root = parse_location(args.dir)
-    summary = summarize_backup(root, chosen_topics(root, args.topic), legacy=args.legacy_no_magic)
+    summary = summarize_backup(root, chosen_topics(root, args.topic), legacy=args.legacy_no_magic, keys=args.keys)
     page = render_report(summary, generated_at=int(time.time() * 1000))
     target = Path(args.output)
     target.write_text(page, encoding="utf-8")

@@ -10,11 +10,11 @@ from typing import Any, TextIO
 
 from spark_kafka_backup.catalog.store import read_catalog
 from spark_kafka_backup.cli.records import chosen_partitions, chosen_topics
-from spark_kafka_backup.errors import BackupNotFoundError, KbackupError, UsageError
+from spark_kafka_backup.errors import BackupNotFoundError, SparkKafkaBackupError, UsageError
+from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.partition.layout import list_partitions, list_segment_files
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.rebuild import rebuild_partition_index, rebuild_segment_index
-from spark_kafka_backup.partition.records_file import installed_keys
 from spark_kafka_backup.progress import Progress
 from spark_kafka_backup.storage import Location, as_local, parse_location
 from spark_kafka_backup.text import count
@@ -38,7 +38,7 @@ def cmd_index_rebuild(args: argparse.Namespace, out: TextIO) -> None:
                         problems += 1
                         continue
                     result = rebuild_segment_index(
-                        as_local(files.records), as_local(files.index), legacy=args.legacy_no_magic
+                        as_local(files.records), as_local(files.index), legacy=args.legacy_no_magic, keys=args.keys
                     )
                     out.write(f"rebuilt {files.index.name}: {count(result.record_count, 'record')}\n")
                     if result.bad_tail_position is not None:
@@ -49,15 +49,17 @@ def cmd_index_rebuild(args: argparse.Namespace, out: TextIO) -> None:
             out.write(f"rebuilt index_partition_{partition:03d}: {count(len(entries), 'segment')}\n")
             shown.advance(note=f"{topic_dir.name}/{partition}")
     if problems:
-        raise KbackupError(f"index rebuild finished with {problems} problem(s); see above")
+        raise SparkKafkaBackupError(f"index rebuild finished with {problems} problem(s); see above")
 
 
 def cmd_catalog_rebuild(args: argparse.Namespace, out: TextIO) -> None:
     from spark_kafka_backup.catalog.build import rebuild_catalog
 
     root = parse_location(args.dir)
-    keys = installed_keys().keys
-    for catalog in rebuild_catalog(root, chosen_topics(root, args.topic), legacy=args.legacy_no_magic, progress=True):
+    keys = args.keys.keys
+    rebuilt = rebuild_catalog(root, chosen_topics(root, args.topic), legacy=args.legacy_no_magic, progress=True,
+                              keys=args.keys)  # fmt: skip
+    for catalog in rebuilt:
         records = sum(entry.records for entry in catalog.segments)
         out.write(
             f"{catalog.topic}/{catalog.partition}: {count(len(catalog.segments), 'finished segment')}, "
@@ -92,7 +94,7 @@ def cmd_prune(args: argparse.Namespace, out: TextIO) -> None:
         return
     topics = chosen_topics(root, args.topic)
     with prune_lease(root):
-        finish_interrupted(root, out)
+        finish_interrupted(root, out, args.keys)
         doomed, dropped = plan_prune(root, topics, cutoff_ms=cutoff, keep_checkpoints=args.keep_checkpoints)
         _list_pruned(out, "deleting", doomed, dropped)
         out.flush()
@@ -124,13 +126,13 @@ def cmd_merge(args: argparse.Namespace, out: TextIO) -> None:
         out.write(f"{count(replaced, 'segment')} would be merged into {count(len(groups), 'segment')}\n")
         return
     with prune_lease(root):
-        finish_interrupted(root, out)
+        finish_interrupted(root, out, args.keys)
         refuse_unsealed(root, {(topic, partition) for topic in topics for partition in list_partitions(root / topic)},
                         args)  # fmt: skip
         groups = plan_merge(root, topics, max_segment_size=args.max_segment_size)
         _list_merged(out, "merging", groups)
         out.flush()
-        merge(root, groups, progress=True)
+        merge(root, groups, progress=True, keys=args.keys)
     replaced = sum(len(group.sources) for group in groups)
     out.write(f"merged {count(replaced, 'segment')} into {count(len(groups), 'segment')}\n")
 
@@ -142,28 +144,28 @@ def refuse_unsealed(
     from spark_kafka_backup.catalog.seals import seal_problems
     from spark_kafka_backup.errors import DamagedBackupError
 
-    keys = installed_keys()
+    keys: KeyRing = args.keys
     if not keys.keys:
         return
     unsealed: list[str] = []
     for topic, partition in sorted(partitions):
-        reader = PartitionReader(root / topic, partition)
+        reader = PartitionReader(root / topic, partition, keys=keys)
         unsealed += seal_problems(root, topic, partition, reader, keys, unrecorded_ok=args.allow_unauthenticated)
     if unsealed:
         raise DamagedBackupError(f"nothing was {verb}: {'; '.join(unsealed)}")
 
 
-def finish_interrupted(root: Location, out: TextIO) -> bool:
+def finish_interrupted(root: Location, out: TextIO, keys: KeyRing) -> bool:
     """Prune, merge and erase finish each other's interrupted work before planning their own (they share the
-    lease); whether there was any."""
+    lease), with the command's ``keys``; whether there was any."""
     from spark_kafka_backup.catalog import erase, merge, prune
 
     said = []
     if prune.finish_intent(root, progress=True):
         said.append("finished an interrupted prune")
-    if merge.finish_intent(root):
+    if merge.finish_intent(root, keys):
         said.append("finished an interrupted merge")
-    finished = erase.finish_erase(root)
+    finished = erase.finish_erase(root, keys)
     if finished == "forwards":
         said.append("finished an interrupted erase")
     elif finished == "backwards":

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from spark_kafka_backup.datasource.row_predicate import LeftToSparkError, Node, holds
 from spark_kafka_backup.datasource.segment_scan import SegmentScan, read_scan
-from spark_kafka_backup.errors import KbackupError
+from spark_kafka_backup.errors import SparkKafkaBackupError
 
 #: What :func:`matched_runs` yields (Spark's DDL for ``mapInArrow``).
 RUNS_DDL = "topic string, partition int, first long, last long, records long"
@@ -62,7 +62,7 @@ def matched_runs(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
                 or bool(np.any(offsets[1:] <= offsets[:-1]))
                 or (previous is not None and offsets[0] <= previous)
             ):
-                raise KbackupError(
+                raise SparkKafkaBackupError(
                     f"--where: the records of topic {topic!r} partition {partition} reached the matching out of "
                     "offset order (the predicate needs other rows than its own); nothing was produced"
                 )

@@ -31,7 +31,7 @@ from spark_kafka_backup.errors import BackupNotFoundError, DamagedBackupError
 from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.partition.layout import chosen_topics, list_partitions
 from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.partition.records_file import install_keys, installed_keys, load_key
+from spark_kafka_backup.partition.records_file import load_keys
 from spark_kafka_backup.partition.selection import Window
 from spark_kafka_backup.storage import parse_location, size
 
@@ -52,8 +52,7 @@ def plan_scans(options: ScanOptions) -> list[SegmentScan]:
     """The tasks reading what ``options`` leave of the backup, by topic, partition and offset; logs how many segments
     they read of how many there are."""
     root = parse_location(options.root)
-    # Exactly this read's keys (none: none), also in a Python worker Spark reuses after a read that had keys.
-    install_keys(KeyRing.of(load_key(file=file, env=env) for file, env in options.key_sources))
+    keys = load_keys(options.key_sources)  # exactly this read's keys (none: none)
     topics = chosen_topics(root, None, option="the option topics")
     for topic in options.topics or ():
         if topic not in topics:
@@ -74,7 +73,7 @@ def plan_scans(options: ScanOptions) -> list[SegmentScan]:
     for topic, listed in partitions.items():
         for partition in listed:
             if options.partitions is None or partition in options.partitions:
-                partition_scans, segments = _partition_scans(options, topic, partition)
+                partition_scans, segments = _partition_scans(options, topic, partition, keys)
                 scans += partition_scans
                 looked_at += segments
     if options.log_plan:
@@ -107,12 +106,11 @@ def _say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-def _partition_scans(options: ScanOptions, topic: str, partition: int) -> tuple[list[SegmentScan], int]:
+def _partition_scans(options: ScanOptions, topic: str, partition: int, keys: KeyRing) -> tuple[list[SegmentScan], int]:
     """The tasks of one partition, and how many segments its partition index names."""
     window = options.window
     root = parse_location(options.root)
-    reader = PartitionReader(root / topic, partition, legacy=options.legacy)
-    keys = installed_keys()
+    reader = PartitionReader(root / topic, partition, legacy=options.legacy, keys=keys)
     if keys.keys:  # what the key does not vouch for is never read, whatever verify says
         unsealed = seal_problems(root, topic, partition, reader, keys, unrecorded_ok=options.allow_unauthenticated)
         if unsealed:

@@ -23,13 +23,13 @@ import pyarrow as pa
 
 from spark_kafka_backup.catalog.integrity import bad_segments
 from spark_kafka_backup.datasource.kafka_rows import kafka_rows, offset_rows
-from spark_kafka_backup.errors import ChecksumError, FormatError, KbackupError
+from spark_kafka_backup.errors import ChecksumError, FormatError, SparkKafkaBackupError
 from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from spark_kafka_backup.format.partition_index import PartitionIndexEntry
 from spark_kafka_backup.format.segment_index import ENTRY_DTYPE
 from spark_kafka_backup.partition.reader import check_follows
-from spark_kafka_backup.partition.records_file import install_keys, load_key
+from spark_kafka_backup.partition.records_file import load_keys
 from spark_kafka_backup.partition.segment_batches import RecordBatch, iter_segment_batches
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile
 from spark_kafka_backup.partition.selection import Window, selected_rows
@@ -69,14 +69,13 @@ class SegmentScan:
 
 def read_scan(scan: SegmentScan) -> Iterator[pa.RecordBatch]:
     """The scan's records as Kafka rows (:data:`~spark_kafka_backup.datasource.kafka_rows.KAFKA_ROWS_SCHEMA`)."""
-    # Exactly this read's keys (none: none), also in a Python worker Spark reuses after a task that had keys.
-    install_keys(KeyRing.of(load_key(file=file, env=env) for file, env in scan.key_sources))
+    keys = load_keys(scan.key_sources)  # exactly this read's keys (none: none), read where the task runs
     root = parse_location(scan.root)
     topic_dir = root / scan.topic
     with staged_segments(topic_dir, scan.names) as files:
         try:
-            yield from _read_staged(scan, files, topic_dir)
-        except KbackupError as exc:
+            yield from _read_staged(scan, files, topic_dir, keys)
+        except SparkKafkaBackupError as exc:
             if files == topic_dir:
                 raise
             # A local copy's path means nothing to the user: the error names the object it was copied from.
@@ -92,9 +91,9 @@ RECORD_COLUMNS = frozenset({"key", "value", "headers", "timestamp", "timestampTy
 INDEX_ENTRIES = 65_536
 
 
-def _read_staged(scan: SegmentScan, files: Location, topic_dir: Location) -> Iterator[pa.RecordBatch]:
+def _read_staged(scan: SegmentScan, files: Location, topic_dir: Location, keys: KeyRing) -> Iterator[pa.RecordBatch]:
     window = scan.window
-    skipped = _checked(scan, files) if scan.verify else frozenset()
+    skipped = _checked(scan, files, keys) if scan.verify else frozenset()
     if scan.columns is not None and not scan.columns & RECORD_COLUMNS and not window.by_time:
         # Topic, partition and offsets only (a predicate of offsets): the indexes say it all.
         yield from _offsets_only(scan, files, topic_dir, skipped)
@@ -103,7 +102,11 @@ def _read_staged(scan: SegmentScan, files: Location, topic_dir: Location) -> Ite
     for name, start, following in _segments_read(scan, skipped):
         records_path = files / f"{name}{RECORDS_SUFFIX}"
         batches = iter_segment_batches(
-            records_path, files / f"{name}{INDEX_SUFFIX}", from_offset=window.from_offset, legacy=scan.legacy
+            records_path,
+            files / f"{name}{INDEX_SUFFIX}",
+            from_offset=window.from_offset,
+            legacy=scan.legacy,
+            keys=keys,
         )
         for batch in batches:
             offsets = batch.columns.offsets
@@ -153,7 +156,7 @@ def _offsets_only(
                 yield offset_rows(offsets, scan.topic, scan.partition)
 
 
-def _named_at_source(exc: KbackupError, local: str, source: str) -> KbackupError:
+def _named_at_source(exc: SparkKafkaBackupError, local: str, source: str) -> SparkKafkaBackupError:
     """``exc`` with the local copy's directory ``local`` replaced by the object prefix ``source`` it came from."""
     if isinstance(exc, FormatError):
         exc.file = None if exc.file is None else exc.file.replace(local, source)
@@ -171,11 +174,11 @@ def _rows(scan: SegmentScan, batch: RecordBatch, window: Window) -> Iterator[pa.
         yield kafka_rows(batch, scan.topic, scan.partition, rows, scan.columns)
 
 
-def _checked(scan: SegmentScan, files: Location) -> frozenset[str]:
+def _checked(scan: SegmentScan, files: Location, keys: KeyRing) -> frozenset[str]:
     """The scan's segments that fail the catalog's checksums, when ``skipBadSegments`` lets them be left out;
     otherwise the first one is an error naming it."""
     root = parse_location(scan.root)
-    found = bad_segments(root, scan.topic, scan.partition, files=files, only=scan.names, legacy=scan.legacy)
+    found = bad_segments(root, scan.topic, scan.partition, files=files, only=scan.names, legacy=scan.legacy, keys=keys)
     for bad in found:
         text = f"topic {scan.topic!r} partition {scan.partition}: segment {bad.name} ({bad.offsets}) is damaged: "
         if not scan.skip_bad_segments:

@@ -30,7 +30,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from spark_kafka_backup.datasource.kafka_rows import KAFKA_ROWS_DDL, KAFKA_ROWS_SIMPLE
 from spark_kafka_backup.datasource.scan_options import in_option_words, scan_options
-from spark_kafka_backup.errors import KbackupError, UsageError
+from spark_kafka_backup.errors import SparkKafkaBackupError, UsageError
 
 #: The format name: ``spark.read.format(FORMAT)``.
 FORMAT = "kbackup"
@@ -86,7 +86,7 @@ def _option_words() -> Iterator[None]:
     (``--encryption-key-file``), a reader sets options (``encryptionKeyFile``)."""
     try:
         yield
-    except KbackupError as exc:
+    except SparkKafkaBackupError as exc:
         reworded = in_option_words(str(exc))
         if reworded == str(exc):
             raise

@@ -105,14 +105,6 @@ def rewritten_name(partition: int, name: str, start_offset: int) -> str:
     return segment_prefix(partition, start_offset, generation)
 
 
-def records_file_name(partition: int, start_offset: int) -> str:
-    return segment_prefix(partition, start_offset) + RECORDS_SUFFIX
-
-
-def segment_index_file_name(partition: int, start_offset: int) -> str:
-    return segment_prefix(partition, start_offset) + INDEX_SUFFIX
-
-
 def partition_index_file_name(partition: int) -> str:
     return f"index_partition_{partition:03d}"
 

@@ -38,11 +38,18 @@ from typing import Any, TypeVar
 
 from spark_kafka_backup.errors import ClusterError
 from spark_kafka_backup.kafka.cluster import admin_client
-from spark_kafka_backup.kafka.isolated_groups import GroupReaderError
 
 log = logging.getLogger("spark_kafka_backup.kafka")
 
 T = TypeVar("T")
+
+
+class GroupReaderError(ClusterError):
+    """The child reading group offsets (:mod:`~spark_kafka_backup.kafka.isolated_groups`) failed, or the cluster did
+    not answer it: the driver's own admin client is not at fault and is kept (:class:`AdminSession`). Declared here,
+    beside the one place that tells it apart, so that the session's module (which executors import) does not import
+    the driver's child-process machinery."""
+
 
 #: How long one attempt of a request may wait for the cluster.
 ATTEMPT_SECONDS = 10.0

@@ -21,12 +21,21 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-from spark_kafka_backup.errors import KbackupError
+from spark_kafka_backup.errors import SparkKafkaBackupError
+
+if TYPE_CHECKING:
+    from spark_kafka_backup.kafka import _native_kafka  # typed by _native_kafka.pyi
+else:
+    try:
+        from spark_kafka_backup.kafka import _native_kafka
+    except ImportError:  # not built (no C compiler at install): the reference edge
+        _native_kafka = None
+
 
 log = logging.getLogger("spark_kafka_backup.source")
 
@@ -45,7 +54,7 @@ PARTITION_EOF = -191
 NO_END = (1 << 63) - 1
 
 
-class NativeEdgeError(KbackupError):
+class NativeEdgeError(SparkKafkaBackupError):
     """The native edge was asked for (``KBACKUP_KAFKA_EDGE=native``) and cannot be used here."""
 
 
@@ -76,10 +85,8 @@ def librdkafka_path() -> str | None:
 @functools.cache
 def _native() -> tuple[ModuleType | None, str]:
     """The loaded native module, or ``None`` and why not."""
-    try:
-        from spark_kafka_backup.kafka import _native_kafka  # type: ignore[attr-defined]
-    except ImportError as exc:
-        return None, f"the native module is not built ({exc})"
+    if _native_kafka is None:
+        return None, "the native module is not built (no C compiler when spark-kafka-backup was installed)"
     path = librdkafka_path()
     if path is None:
         return None, "librdkafka was not found"
@@ -136,76 +143,70 @@ class ColumnarConsumer:
     """A consumer that never commits, of one partition at a time (:meth:`assign`) or of several (:meth:`add`,
     :meth:`remove`; each :meth:`poll` then hands out records of one of them, named); see the module docstring."""
 
-    def __init__(self, native: ModuleType, settings: dict[str, str], schema: pa.Schema) -> None:
-        self._native = native
+    def __init__(self, settings: dict[str, str], schema: pa.Schema) -> None:
+        """A consumer of the native module, which :func:`native_edge` has loaded."""
         self._schema = schema
         self._headers = schema.get_field_index("headers") >= 0
-        self._handle: Any = native.consumer({"log_level": "2", **settings})
+        self._handle: Any = _native_kafka.consumer({"log_level": "2", **settings})
 
     def assign(self, topic: str, partition: int, offset: int) -> None:
         """Read this partition alone, from ``offset``."""
-        self._native.assign(self._handle, topic, partition, offset)
+        _native_kafka.assign(self._handle, topic, partition, offset)
 
     def add(self, ranges: list[tuple[str, int, int, int]]) -> None:
         """Read these partitions too: ``(topic, partition, offset, end)``, from ``offset`` up to ``end``, exclusive
         (the first call ends an :meth:`assign`; a partition added again after :meth:`remove` takes the new ones)."""
-        self._native.add(self._handle, ranges)
+        _native_kafka.add(self._handle, ranges)
 
     def remove(self, topic: str, partition: int) -> None:
         """Stop reading a partition :meth:`add` gave (what was fetched of it is dropped, never handed out)."""
-        self._native.remove(self._handle, topic, partition)
+        _native_kafka.remove(self._handle, topic, partition)
 
     def poll(self, max_rows: int, timeout: float, end: int = NO_END, max_bytes: int = 64 << 20) -> Polled:
         """Records of one partition, up to ``end`` (exclusive; of several partitions, up to the end each was added
         with)."""
-        rows, headers, buffers, event, event_offset, text, topic, partition = self._native.poll(
-            self._handle, max_rows, int(timeout * 1000), end, max_bytes
-        )
-        batch = self._batch(rows, headers, buffers, topic, partition) if rows else None
-        return Polled(batch, event, event_offset, text, topic, partition)
+        got = _native_kafka.poll(self._handle, max_rows, int(timeout * 1000), end, max_bytes)
+        batch = self._batch(got.rows, got.header_count, got.buffers, got.topic, got.partition) if got.rows else None
+        return Polled(batch, got.event, got.event_offset, got.event_text, got.topic, got.partition)
 
     def watermarks(self, topic: str, partition: int, timeout: float) -> tuple[int, int]:
-        low, high = self._native.watermarks(self._handle, topic, partition, int(timeout * 1000))
-        return int(low), int(high)
+        marks = _native_kafka.watermarks(self._handle, topic, partition, int(timeout * 1000))
+        return marks.low, marks.high
 
     def close(self) -> None:
-        self._native.close(self._handle)
+        _native_kafka.close(self._handle)
 
-    def _batch(self, rows: int, headers: int, buffers: tuple[bytes, ...], topic: str, partition: int) -> pa.RecordBatch:
-        (offsets, stamps, kinds, key_valid, key_offsets, keys, value_valid, value_offsets, values,
-         headers_valid, headers_offsets, header_key_offsets, header_keys, header_value_valid,
-         header_value_offsets, header_values) = (pa.py_buffer(b) for b in buffers)  # fmt: skip
+    def _batch(
+        self, rows: int, headers: int, b: _native_kafka.ColumnBuffers, topic: str, partition: int
+    ) -> pa.RecordBatch:
+        buf = pa.py_buffer
         columns = [
-            pa.Array.from_buffers(pa.binary(), rows, [key_valid, key_offsets, keys]),
-            pa.Array.from_buffers(pa.binary(), rows, [value_valid, value_offsets, values]),
+            pa.Array.from_buffers(pa.binary(), rows, [buf(b.key_valid), buf(b.key_offsets), buf(b.key_data)]),
+            pa.Array.from_buffers(pa.binary(), rows, [buf(b.value_valid), buf(b.value_offsets), buf(b.value_data)]),
             repeated_string(topic, rows),
             pa.array(np.full(rows, partition, dtype=np.int32)),
         ]
-        columns.append(pa.Array.from_buffers(pa.int64(), rows, [None, offsets]))
-        columns.append(pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), rows, [None, stamps]))
-        columns.append(pa.Array.from_buffers(pa.int32(), rows, [None, kinds]))
+        columns.append(pa.Array.from_buffers(pa.int64(), rows, [None, buf(b.offsets)]))
+        columns.append(pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), rows, [None, buf(b.timestamps)]))
+        columns.append(pa.Array.from_buffers(pa.int32(), rows, [None, buf(b.kinds)]))
         if self._headers:
-            names = pa.Array.from_buffers(pa.string(), headers, [None, header_key_offsets, header_keys])
+            names = pa.Array.from_buffers(
+                pa.string(), headers, [None, buf(b.header_key_offsets), buf(b.header_key_data)]
+            )
             try:
                 names.validate(full=True)  # a header key is a string: UTF-8, as the reference path requires
             except pa.ArrowInvalid as exc:
                 first, last = offsets_of(columns[4])
-                raise KbackupError(
+                raise SparkKafkaBackupError(
                     f"topic {topic!r} partition {partition}: a record at offsets {first}..{last} has a "
                     "header key that is not UTF-8"
                 ) from exc
+            values = [buf(b.header_value_valid), buf(b.header_value_offsets), buf(b.header_value_data)]
             pairs = pa.StructArray.from_arrays(
-                [
-                    names,
-                    pa.Array.from_buffers(
-                        pa.binary(), headers, [header_value_valid, header_value_offsets, header_values]
-                    ),
-                ],
-                fields=list(HEADER_TYPE),
+                [names, pa.Array.from_buffers(pa.binary(), headers, values)], fields=list(HEADER_TYPE)
             )
-            columns.append(
-                pa.ListArray.from_buffers(HEADERS_TYPE, rows, [headers_valid, headers_offsets], children=[pairs])
-            )
+            lists = [buf(b.headers_valid), buf(b.headers_offsets)]
+            columns.append(pa.ListArray.from_buffers(HEADERS_TYPE, rows, lists, children=[pairs]))
         return pa.RecordBatch.from_arrays(columns, schema=self._schema)
 
 

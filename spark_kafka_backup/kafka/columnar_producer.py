@@ -11,12 +11,19 @@ call raises :class:`ProducerError` with librdkafka's flags (fatal, retriable, re
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from spark_kafka_backup.kafka import _native_kafka  # typed by _native_kafka.pyi
+else:
+    try:
+        from spark_kafka_backup.kafka import _native_kafka
+    except ImportError:  # not built (no C compiler at install): the reference edge
+        _native_kafka = None
 
 
 class ProducerError(Exception):
@@ -49,7 +56,6 @@ class Deliveries:
     base: int
     offsets: npt.NDArray[np.int64]
     failures: list[tuple[int, int]]
-    failures_not_kept: int
     fatal: tuple[int, str] | None
 
     def offset_of(self, index: int) -> int:
@@ -60,9 +66,10 @@ class Deliveries:
 class ColumnarProducer:
     """A producer of Arrow batches; see the module docstring."""
 
-    def __init__(self, native: ModuleType, settings: dict[str, str]) -> None:
-        self._native = native
-        self._handle: Any = native.producer({"log_level": "2", **settings})
+    def __init__(self, settings: dict[str, str]) -> None:
+        """A producer of the native module, which :func:`~spark_kafka_backup.kafka.columnar.native_edge` has
+        loaded."""
+        self._handle: Any = _native_kafka.producer({"log_level": "2", **settings})
 
     def produce(self, topic: str, partition: int, batch: pa.RecordBatch, first_index: int) -> None:
         """Queue every row of ``batch`` (``key``, ``value``: binary; ``timestamp``: int64 milliseconds, -1 for none;
@@ -70,8 +77,8 @@ class ColumnarProducer:
         ``first_index``. A record librdkafka refuses raises :class:`ProducerError` (the rows before it are queued)."""
         _check_schema(batch.schema)
         rows = batch.num_rows
-        key_valid, key_offsets, keys = _binary(batch.column("key"))
-        value_valid, value_offsets, values = _binary(batch.column("value"))
+        key_valid, key_offsets, key_data = _binary(batch.column("key"))
+        value_valid, value_offsets, value_data = _binary(batch.column("value"))
         stamp_column = batch.column("timestamp")
         if stamp_column.null_count:
             raise ValueError("produce: a null timestamp (a record without one is -1)")
@@ -80,29 +87,33 @@ class ColumnarProducer:
         count = 0
         if "headers" in batch.schema.names:
             headers, count = _headers(batch.column("headers"))
-        produced, code = self._native.produce(
+        header_buffers = dict(zip(_HEADER_BUFFERS, headers, strict=True))
+        queued = _native_kafka.produce(
             self._handle, topic, partition, first_index, rows, count,
-            key_valid, key_offsets, keys, value_valid, value_offsets, values, stamps, *headers,
+            key_valid=key_valid, key_offsets=key_offsets, key_data=key_data, value_valid=value_valid,
+            value_offsets=value_offsets, value_data=value_data, timestamps=stamps, **header_buffers,
         )  # fmt: skip
+        produced, code = queued.produced, queued.error_code
         if code:
             text = f"record {first_index + produced} refused: {self.error_text(code)}"
             raise ProducerError(code, text, fatal=code == _FATAL, produced=produced)
 
     def error_text(self, code: int) -> str:
         """librdkafka's description of error ``code`` (of a delivery report, say)."""
-        return str(self._native.error_text(code))
+        return _native_kafka.error_text(code)
 
     def poll(self, timeout: float = 0) -> int:
-        return int(self._native.wait(self._handle, False, int(timeout * 1000)))
+        return _native_kafka.wait(self._handle, False, int(timeout * 1000))
 
     def flush(self, timeout: float) -> int:
         """Wait for every queued record's report; how many are still without one."""
-        return int(self._native.wait(self._handle, True, int(timeout * 1000)))
+        return _native_kafka.wait(self._handle, True, int(timeout * 1000))
 
     def deliveries(self, forget_below: int = 0) -> Deliveries:
         """The reports so far; offsets of delivery indexes below ``forget_below`` are forgotten first."""
-        reported, last, base, offsets, failures, dropped, fatal = self._native.deliveries(self._handle, forget_below)
-        return Deliveries(reported, last, base, np.frombuffer(offsets, dtype=np.int64), failures, dropped, fatal)
+        reports = _native_kafka.deliveries(self._handle, forget_below)
+        offsets = np.frombuffer(reports.offsets, dtype=np.int64)
+        return Deliveries(reports.reported, reports.last_offset, reports.base, offsets, reports.failures, reports.fatal)
 
     def init_transactions(self, timeout: float) -> None:
         self._transaction("init", timeout)
@@ -120,19 +131,24 @@ class ColumnarProducer:
         self, topic: str, partition: int, offset: int, metadata: str, group: str, timeout: float
     ) -> None:
         """Commit ``offset`` (with ``metadata``) for ``group`` with the open transaction."""
-        _raise(self._native.send_offsets(self._handle, topic, partition, offset, metadata, group, int(timeout * 1000)))
+        _raise(_native_kafka.send_offsets(self._handle, topic, partition, offset, metadata, group, int(timeout * 1000)))
 
     def close(self) -> None:
-        self._native.close_producer(self._handle)
+        _native_kafka.close_producer(self._handle)
 
     def _transaction(self, what: str, timeout: float) -> None:
-        _raise(self._native.transaction(self._handle, what, int(timeout * 1000)))
+        _raise(_native_kafka.transaction(self._handle, what, int(timeout * 1000)))
 
 
 #: librdkafka's "the producer has a fatal error" (fencing, among others).
 _FATAL = -150
 
 _BINARY = (pa.binary(), pa.large_binary())
+#: The header buffers :func:`_headers` gives, by the names the native ``produce`` takes them under.
+_HEADER_BUFFERS = (
+    "headers_valid", "headers_offsets", "header_key_offsets", "header_key_data", "header_value_valid",
+    "header_value_offsets", "header_value_data",
+)  # fmt: skip
 _HEADER_FIELDS = ("key", "value")
 
 
@@ -157,12 +173,12 @@ def _check_schema(schema: pa.Schema) -> None:
         raise TypeError("produce: " + "; ".join(wrong))
 
 
-def _raise(error: tuple[int, str, int, int, int] | None) -> None:
-    if error is not None:
-        code, text, fatal, retriable, requires_abort = error
+def _raise(refusal: _native_kafka.Refusal | None) -> None:
+    if refusal is not None:
         raise ProducerError(
-            code, text, fatal=bool(fatal), retriable=bool(retriable), requires_abort=bool(requires_abort)
-        )
+            refusal.code, refusal.text, fatal=bool(refusal.fatal), retriable=bool(refusal.retriable),
+            requires_abort=bool(refusal.requires_abort),
+        )  # fmt: skip
 
 
 def _whole(array: pa.Array) -> pa.Array:

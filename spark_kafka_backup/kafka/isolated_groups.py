@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 from spark_kafka_backup.errors import ClusterError
+from spark_kafka_backup.kafka.admin_session import GroupReaderError
 from spark_kafka_backup.kafka.cluster import TopicPartitionKey
 
 log = logging.getLogger("spark_kafka_backup.kafka")
@@ -50,11 +51,6 @@ START_SECONDS = 60.0
 QUIET_GRACE_SECONDS = 30.0
 
 GroupOffsets = dict[str, dict[TopicPartitionKey, int]]
-
-
-class GroupReaderError(ClusterError):
-    """The child reading group offsets failed (or the cluster did not answer it): the driver's own admin client is
-    not at fault and is kept (:class:`~spark_kafka_backup.kafka.admin_session.AdminSession`)."""
 
 
 class IsolatedGroupOffsets:

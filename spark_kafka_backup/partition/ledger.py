@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.format.partition_index import PartitionIndexEntry
 from spark_kafka_backup.partition.erased import ErasedOffsets
 from spark_kafka_backup.storage import Location
@@ -95,14 +96,16 @@ class SegmentLedger(Protocol):
         appended, from which the partition was read without a break (READ_THROUGH in the module docstring)."""
         ...
 
-    def segments_finished(self, topic_dir: Path, partition: int, *, read_from: int | None = None) -> None:
-        """Every segment but the newest of a local partition is finished: account for any not yet accounted.
-        ``read_from`` as for :meth:`record_tail`."""
+    def segments_finished(
+        self, topic_dir: Path, partition: int, keys: KeyRing, *, read_from: int | None = None
+    ) -> None:
+        """Every segment but the newest of a local partition is finished: account for any not yet accounted (with the
+        writer's ``keys``, which its sealed segments are read with). ``read_from`` as for :meth:`record_tail`."""
         ...
 
-    def newest_sealed(self, topic_dir: Path, partition: int, *, read_from: int | None = None) -> None:
-        """Every segment of a local partition is finished, the newest included: account for any not yet accounted,
-        and drop the newest one's recorded prefix."""
+    def newest_sealed(self, topic_dir: Path, partition: int, keys: KeyRing, *, read_from: int | None = None) -> None:
+        """Every segment of a local partition is finished, the newest included: account for any not yet accounted
+        (with the writer's ``keys``), and drop the newest one's recorded prefix."""
         ...
 
     def sealing(self, topic_dir: Location, partition: int, kek: bytes | None) -> None:
@@ -132,6 +135,6 @@ class SegmentLedger(Protocol):
         *,
         read_from: int | None = None,
     ) -> None:
-        """An object store's partition index now names ``named``; ``spool`` holds the ones just uploaded.
-        ``read_from`` as for :meth:`record_tail`."""
+        """An object store's partition index now names ``named``; ``spool`` holds the ones just uploaded (read with
+        the writer's keys, ``spool.keys``). ``read_from`` as for :meth:`record_tail`."""
         ...

@@ -45,7 +45,7 @@ from spark_kafka_backup.partition.erased import ErasedOffsets
 from spark_kafka_backup.partition.layout import list_segment_files, partition_index_path
 from spark_kafka_backup.partition.ledger import SegmentLedger
 from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.partition.records_file import add_key, compress_records_file
+from spark_kafka_backup.partition.records_file import compress_records_file, key_ring
 from spark_kafka_backup.partition.replay import check_replayed, increasing_runs
 from spark_kafka_backup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE, ClosingWriter, PartitionWriter
 from spark_kafka_backup.storage import Location, ObjectPath, exists, storage_for, write_whole
@@ -74,8 +74,8 @@ class ObjectPartitionWriter(ClosingWriter):
     ) -> None:
         self.topic_dir = topic_dir
         self._encryption_key = encryption_key
-        if encryption_key is not None:
-            add_key(encryption_key)  # the catalog reads back what this writer sealed
+        #: What this writer reads back of its own objects (a sealed one is read with its key).
+        self._keys = key_ring(encryption_key)
         #: Codec every uploaded records object is compressed with (``None``: plain, as the original).
         self._compression = compression
         self.topic = topic
@@ -89,7 +89,7 @@ class ObjectPartitionWriter(ClosingWriter):
         self._segments: list[PartitionIndexEntry] = []
         self._stored_last: int | None = None
         if exists(partition_index_path(topic_dir, partition)):
-            stored = PartitionReader(topic_dir, partition)
+            stored = PartitionReader(topic_dir, partition, keys=self._keys)
             self._segments, self._stored_last = stored.segments, stored.last_offset()
         self._last_offset = self._stored_last
         #: As :attr:`PartitionWriter.first_appended`.
@@ -221,7 +221,9 @@ class ObjectPartitionWriter(ClosingWriter):
 
     def _open_spool(self) -> PartitionWriter:
         if self._spool is None:
-            self._spool_root = Path(tempfile.mkdtemp(prefix="kbackup-spool-", dir=os.environ.get(SPOOL_DIR_ENV)))
+            self._spool_root = Path(
+                tempfile.mkdtemp(prefix="spark-kafka-backup-spool-", dir=os.environ.get(SPOOL_DIR_ENV))
+            )
             self._spool = PartitionWriter(
                 self._spool_root / self.topic,
                 self.topic,
@@ -234,7 +236,7 @@ class ObjectPartitionWriter(ClosingWriter):
     def _publish(self) -> None:
         assert self._spool_root is not None
         spool_dir = self._spool_root / self.topic
-        spool_reader = PartitionReader(spool_dir, self.partition)
+        spool_reader = PartitionReader(spool_dir, self.partition, keys=self._keys)
         spooled = spool_reader.segments
         for segment in spooled:
             if self._compression is not None or self._encryption_key is not None:  # objects are final once uploaded
@@ -275,7 +277,7 @@ class ObjectPartitionWriter(ClosingWriter):
 
     def _check_stored_bytes(self, offset: int, encoded: bytes) -> None:
         if self._replay is None:
-            self._replay = PartitionReader(self.topic_dir, self.partition).records(from_offset=offset)
+            self._replay = PartitionReader(self.topic_dir, self.partition, keys=self._keys).records(from_offset=offset)
             self._replay_next = next(self._replay, None)
         while self._replay_next is not None and self._replay_next.offset < offset:
             self._replay_next = next(self._replay, None)

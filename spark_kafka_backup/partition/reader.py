@@ -17,11 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from spark_kafka_backup.errors import BackupNotFoundError, FormatError
+from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.format.frames import CODEC_NAMES, is_framed
 from spark_kafka_backup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from spark_kafka_backup.format.partition_index import PartitionIndexEntry, decode_partition_index
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.layout import check_segment_names, partition_index_path
+from spark_kafka_backup.partition.records_file import NO_KEYS
 from spark_kafka_backup.partition.segment_batches import Keep, RecordBatch, iter_segment_batches
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile, iter_segment
 from spark_kafka_backup.storage import Location, confine_root, storage_for
@@ -51,10 +53,12 @@ class PartitionReader:
     ``legacy`` accepts files written before the v1 magic byte existed.
     """
 
-    def __init__(self, topic_dir: Location, partition: int, *, legacy: bool = False) -> None:
+    def __init__(self, topic_dir: Location, partition: int, *, legacy: bool = False, keys: KeyRing = NO_KEYS) -> None:
         self.topic_dir = topic_dir
         self.partition = partition
         self.legacy = legacy
+        #: The keys its sealed segments are read with (those of the command line, the job or the task).
+        self.keys = keys
         confine_root(topic_dir.parent)
         path = partition_index_path(topic_dir, partition)
         storage = storage_for(path)
@@ -105,7 +109,9 @@ class PartitionReader:
         """
         previous = -1
         for segment, records_path, index_path in self._segments_between(from_offset, to_offset, skip_segments):
-            for record in iter_segment(records_path, index_path, from_offset=from_offset, legacy=self.legacy):
+            for record in iter_segment(
+                records_path, index_path, from_offset=from_offset, legacy=self.legacy, keys=self.keys
+            ):
                 check_follows(segment, records_path, record.offset, previous)
                 if to_offset is not None and record.offset > to_offset:
                     return
@@ -125,7 +131,7 @@ class PartitionReader:
         previous = -1
         for segment, records_path, index_path in self._segments_between(from_offset, to_offset, skip_segments):
             batches = iter_segment_batches(records_path, index_path, from_offset=from_offset, legacy=self.legacy,
-                                           keep=keep)  # fmt: skip
+                                           keep=keep, keys=self.keys)  # fmt: skip
             for batch in batches:
                 check_follows(segment, records_path, int(batch.columns.offsets[0]), previous)
                 if to_offset is not None and batch.columns.offsets[-1] > to_offset:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from spark_kafka_backup.errors import FormatError, UsageError
+from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.format.magic import MAGIC_V1, check_magic
 from spark_kafka_backup.format.partition_index import PartitionIndexEntry, encode_partition_index
 from spark_kafka_backup.format.record import Record
@@ -26,7 +27,7 @@ from spark_kafka_backup.format.segment_index import ENTRY
 from spark_kafka_backup.fsutil import TMP_SUFFIX, atomic_write, disk_error, fsync_dir, open_new_file
 from spark_kafka_backup.partition.layout import list_segment_files, partition_index_path
 from spark_kafka_backup.partition.merge_intent import erase_intent_path, pending_intent
-from spark_kafka_backup.partition.records_file import open_records
+from spark_kafka_backup.partition.records_file import NO_KEYS, open_records
 from spark_kafka_backup.partition.segment_reader import iter_segment_entries, stream_records
 from spark_kafka_backup.storage import as_local, confine_root, exists
 
@@ -44,7 +45,9 @@ class SegmentRebuild:
     bad_tail_reason: str | None
 
 
-def rebuild_segment_index(records_path: Path, index_path: Path, *, legacy: bool = False) -> SegmentRebuild:
+def rebuild_segment_index(
+    records_path: Path, index_path: Path, *, legacy: bool = False, keys: KeyRing = NO_KEYS
+) -> SegmentRebuild:
     """Write ``index_path`` anew from the records in ``records_path``.
 
     When an index is there, it guides the rebuild as it guides every reader:
@@ -57,7 +60,7 @@ def rebuild_segment_index(records_path: Path, index_path: Path, *, legacy: bool 
     its later copy (where the original indexed it).
     """
     confine_root(records_path.parent.parent)  # a records file linked out of the backup is never read
-    records = open_records(records_path)  # plain or compressed: its plain bytes
+    records = open_records(records_path, keys)  # plain or compressed: its plain bytes
     with contextlib.closing(records):
         handle = records.stream
         size = records.size
@@ -73,7 +76,9 @@ def rebuild_segment_index(records_path: Path, index_path: Path, *, legacy: bool 
                     out.write(MAGIC_V1)
                 if index_path.exists():
                     try:
-                        for record, position, length in iter_segment_entries(records_path, index_path, legacy=legacy):
+                        for record, position, length in iter_segment_entries(
+                            records_path, index_path, legacy=legacy, keys=keys
+                        ):
                             entries.add(out, record, position, length)
                             end = position + length
                     except FormatError:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -31,25 +32,21 @@ from spark_kafka_backup.storage.base import PositionalRaw
 #: Compression codecs ``--compression`` offers ("none" keeps the original tool's plain files).
 COMPRESSIONS = ("none", "zstd", "lz4", "gzip")
 
-#: The key-encryption keys this process may decrypt with (see :func:`install_keys`).
-_keys = KeyRing({})
+#: No key: what a reader of a plain backup passes. Keys are never kept by a module: the command line's, a job's or a
+#: task's :class:`~spark_kafka_backup.format.encryption.KeyRing` is handed to each reader that decrypts
+#: (:func:`open_records`, :class:`~spark_kafka_backup.partition.reader.PartitionReader`, the catalog's writers).
+NO_KEYS = KeyRing({})
 
 
-def install_keys(keys: KeyRing) -> None:
-    """Make ``keys`` the key-encryption keys every records file opened in this process may be decrypted with (the
-    CLI and the jobs call it once with the keys they were given; a restore task with the ones it carries)."""
-    global _keys
-    _keys = keys
+def key_ring(kek: bytes | None) -> KeyRing:
+    """The ring of a writer's one key (``None``: no key)."""
+    return KeyRing.of([kek]) if kek is not None else NO_KEYS
 
 
-def installed_keys() -> KeyRing:
-    """The key-encryption keys this process may decrypt with."""
-    return _keys
-
-
-def add_key(kek: bytes) -> None:
-    """Let this process also read what it seals with ``kek`` (a writer describes the segments it sealed)."""
-    install_keys(KeyRing({**_keys.keys, **KeyRing.of([kek]).keys}))
+def load_keys(sources: Iterable[tuple[str | None, str | None]]) -> KeyRing:
+    """The ring of the keys named by ``(key file, environment variable)`` pairs (a task's or a scan's sources: key
+    material never crosses to executors in a pickle, only where to find it)."""
+    return KeyRing.of(load_key(file=file, env=env) for file, env in sources)
 
 
 def load_key(*, file: str | Path | None = None, env: str | None = None) -> bytes:
@@ -86,9 +83,9 @@ class _FramedRaw(PositionalRaw):
 class FramedHandle:
     """A :class:`~spark_kafka_backup.storage.base.ReadHandle` over the plain bytes of a compressed records file."""
 
-    def __init__(self, stored: ReadHandle, path: Location) -> None:
+    def __init__(self, stored: ReadHandle, path: Location, keys: KeyRing) -> None:
         self._stored = stored
-        self.frames = FramedReader(stored.pread, stored.size, file=str(path), keys=_keys)
+        self.frames = FramedReader(stored.pread, stored.size, file=str(path), keys=keys)
         self.size = self.frames.size
         self.stream: BinaryIO = io.BufferedReader(_FramedRaw(self.frames), buffer_size=_CHUNK)
 
@@ -123,12 +120,13 @@ def refuse_unindexed(file: str, start: int, stop: int) -> None:
     )
 
 
-def open_records(path: Location) -> ReadHandle:
-    """Open a records file for reading its plain bytes (see the module docstring)."""
+def open_records(path: Location, keys: KeyRing = NO_KEYS) -> ReadHandle:
+    """Open a records file for reading its plain bytes (see the module docstring); ``keys``: those a sealed file may
+    be decrypted with (asked for at its first read: its size and frame table need none)."""
     stored = storage_for(path).open_read(path)
     try:
         if stored.size >= 4 and is_framed(stored.pread(4, 0)):
-            return FramedHandle(stored, path)
+            return FramedHandle(stored, path, keys)
     except BaseException:
         stored.close()
         raise

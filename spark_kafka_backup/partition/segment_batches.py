@@ -22,10 +22,11 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from spark_kafka_backup.errors import FormatError, TruncatedError
+from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.format.record_columns import DecodedRecords, binary_column, decode_columns
 from spark_kafka_backup.format.segment_index import ENTRY_DTYPE
-from spark_kafka_backup.partition.records_file import is_sealed, open_records, refuse_unindexed
+from spark_kafka_backup.partition.records_file import NO_KEYS, is_sealed, open_records, refuse_unindexed
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile, check_segment_pair, warn_once
 from spark_kafka_backup.storage import Location, ReadHandle
 
@@ -163,12 +164,13 @@ def iter_segment_batches(
     batch_records: int = BATCH_RECORDS,
     batch_bytes: int = BATCH_BYTES,
     keep: Keep | None = None,
+    keys: KeyRing = NO_KEYS,
 ) -> Iterator[RecordBatch]:
     """Yield the records the segment's index lists, from ``from_offset`` on, in batches; with ``keep``, only the
     records whose offsets it holds for (``restore --where``): the others are checked in the index, never decoded,
     and a stretch holding none of them is not read."""
     with SegmentIndexFile(index_path, legacy=legacy) as index:
-        records = open_records(records_path)
+        records = open_records(records_path, keys)
         try:
             label = str(records_path)
             sealed = is_sealed(records)

@@ -26,11 +26,12 @@ from types import TracebackType
 from typing import BinaryIO
 
 from spark_kafka_backup.errors import FormatError, TruncatedError
+from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.format.magic import check_magic
 from spark_kafka_backup.format.naming import INDEX_SUFFIX, RECORDS_SUFFIX
 from spark_kafka_backup.format.record import Record, decode_records
 from spark_kafka_backup.format.segment_index import ENTRY, ENTRY_SIZE, SegmentIndexEntry
-from spark_kafka_backup.partition.records_file import is_sealed, open_records, refuse_unindexed
+from spark_kafka_backup.partition.records_file import NO_KEYS, is_sealed, open_records, refuse_unindexed
 from spark_kafka_backup.storage import Location, ReadHandle, storage_for
 
 CHUNK_SIZE = 1 << 20
@@ -262,9 +263,12 @@ def iter_segment(
     *,
     from_offset: int | None = None,
     legacy: bool = False,
+    keys: KeyRing = NO_KEYS,
 ) -> Iterator[Record]:
-    """Yield the records a segment's index lists, from ``from_offset`` on."""
-    for record, _, _ in iter_segment_entries(records_path, index_path, from_offset=from_offset, legacy=legacy):
+    """Yield the records a segment's index lists, from ``from_offset`` on (``keys``: a sealed segment's)."""
+    for record, _, _ in iter_segment_entries(
+        records_path, index_path, from_offset=from_offset, legacy=legacy, keys=keys
+    ):
         yield record
 
 
@@ -274,10 +278,11 @@ def iter_segment_entries(
     *,
     from_offset: int | None = None,
     legacy: bool = False,
+    keys: KeyRing = NO_KEYS,
 ) -> Iterator[tuple[Record, int, int]]:
     """Yield ``(record, position, length)`` for each record the index lists, checked against its entry."""
     with SegmentIndexFile(index_path, legacy=legacy) as index:
-        records = open_records(records_path)
+        records = open_records(records_path, keys)
         try:
             yield from _iter_indexed(index, records, records_path, from_offset=from_offset, legacy=legacy)
         finally:

@@ -182,7 +182,9 @@ def nth_selected(reader: PartitionReader, window: Window, n: int) -> Record | No
         for records_path, index_path, offsets in _indexed_matches(reader, window, None):
             if remaining < len(offsets):
                 at = int(offsets[remaining])
-                return next(iter_segment(records_path, index_path, from_offset=at, legacy=reader.legacy))
+                return next(
+                    iter_segment(records_path, index_path, from_offset=at, legacy=reader.legacy, keys=reader.keys)
+                )
             remaining -= len(offsets)
         return None
     remaining = n
@@ -196,7 +198,9 @@ def nth_selected(reader: PartitionReader, window: Window, n: int) -> Record | No
             available = max(0, last - first)
             if remaining < available:
                 offset = index.entry(first + remaining).offset
-                return next(iter_segment(records_path, index_path, from_offset=offset, legacy=reader.legacy))
+                return next(
+                    iter_segment(records_path, index_path, from_offset=offset, legacy=reader.legacy, keys=reader.keys)
+                )
             remaining -= available
     return None
 

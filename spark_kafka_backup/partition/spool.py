@@ -27,7 +27,7 @@ def staged_segments(topic_dir: Location, names: tuple[str, ...]) -> Iterator[Loc
     if not isinstance(topic_dir, ObjectPath):
         yield topic_dir
         return
-    spool = Path(tempfile.mkdtemp(prefix="kbackup-scan-", dir=os.environ.get(SPOOL_DIR_ENV)))
+    spool = Path(tempfile.mkdtemp(prefix="spark-kafka-backup-scan-", dir=os.environ.get(SPOOL_DIR_ENV)))
     try:
         local = spool / topic_dir.name
         local.mkdir()

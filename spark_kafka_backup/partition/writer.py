@@ -77,7 +77,7 @@ from spark_kafka_backup.partition.layout import (
 )
 from spark_kafka_backup.partition.ledger import SegmentLedger, TailEntry
 from spark_kafka_backup.partition.lock import lock_partition_index
-from spark_kafka_backup.partition.records_file import add_key, compress_records_file, open_records
+from spark_kafka_backup.partition.records_file import compress_records_file, key_ring, open_records
 from spark_kafka_backup.partition.replay import check_replayed, first_mismatch, increasing_runs
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile
 from spark_kafka_backup.partition.tail_repair import (
@@ -157,8 +157,8 @@ class PartitionWriter(ClosingWriter):
         self._compression = compression
         #: Key-encryption key finished segments' records files are sealed with (``None``: not encrypted).
         self._encryption_key = encryption_key
-        if encryption_key is not None:
-            add_key(encryption_key)  # the catalog reads back what this writer sealed
+        #: What this writer reads back of its own segments (a sealed one is read with its key).
+        self._keys = key_ring(encryption_key)
         self._buffer_size = buffer_size
         self._records_buffer = bytearray()
         self._index_buffer = bytearray()
@@ -171,7 +171,7 @@ class PartitionWriter(ClosingWriter):
         #: The offset of the first record appended (not skipped) since opening: from there on, what this writer did
         #: not store the source skipped (READ_THROUGH in :mod:`spark_kafka_backup.partition.ledger`).
         self.first_appended: int | None = None
-        self._lookup: tuple[str, SegmentIndexFile, ReadHandle] | None = None
+        self._lookup: tuple[str, SegmentIndexFile, ReadHandle, bool] | None = None
         self._replay_hint = -2  # index position of the last replayed record in the cached segment
         self._closed = False
         #: CRC32Cs of the newest segment's files as written (with a ``ledger``: recorded at close).
@@ -201,7 +201,7 @@ class PartitionWriter(ClosingWriter):
                 elif ledger is not None:
                     # A sealed newest segment (seal_newest, or a backup copied from an object store): finished;
                     # cataloged again in case a kill came between sealing it and cataloging it.
-                    ledger.newest_sealed(self.topic_dir, self.partition)
+                    ledger.newest_sealed(self.topic_dir, self.partition, self._keys)
                 self._seal_left_plain()
             if ledger is not None:
                 ledger.sealing(self.topic_dir, self.partition, encryption_key)
@@ -361,7 +361,7 @@ class PartitionWriter(ClosingWriter):
         compress_records_file(self.topic_dir / (newest.name + RECORDS_SUFFIX), self._compression or "none",
                               sync=self._fsync, encryption_key=self._encryption_key)  # fmt: skip
         if self._ledger is not None:
-            self._ledger.newest_sealed(self.topic_dir, self.partition, read_from=self.first_appended)
+            self._ledger.newest_sealed(self.topic_dir, self.partition, self._keys, read_from=self.first_appended)
         return True
 
     def ensure_segment(self, start_offset: int) -> None:
@@ -610,7 +610,7 @@ class PartitionWriter(ClosingWriter):
         if self._ledger is not None and len(self.segments) > 1:
             # The previous segment is synced and, now that a newer one exists,
             # finished: the ledger may account for it (and any it missed after a crash).
-            self._ledger.segments_finished(self.topic_dir, self.partition, read_from=self.first_appended)
+            self._ledger.segments_finished(self.topic_dir, self.partition, self._keys, read_from=self.first_appended)
 
     def _seal_previous(self) -> None:
         """Compress (and seal) the segment before the newest one: synced and no longer appended to."""
@@ -633,7 +633,7 @@ class PartitionWriter(ClosingWriter):
             return
         self._seal_previous()
         if self._ledger is not None:
-            self._ledger.segments_finished(self.topic_dir, self.partition, read_from=self.first_appended)
+            self._ledger.segments_finished(self.topic_dir, self.partition, self._keys, read_from=self.first_appended)
 
     def _check_stored(self, record: Record) -> None:
         """Raise unless ``record`` is stored with identical bytes."""
@@ -659,18 +659,20 @@ class PartitionWriter(ClosingWriter):
     def _lookup_handles(self, segment: PartitionIndexEntry) -> tuple[SegmentIndexFile, ReadHandle]:
         """Open (or reuse) read handles on a segment for replay checks.
 
-        The tail segment keeps growing, so its entry count is refreshed on reuse.
+        The tail segment keeps growing, so its entry count is refreshed on reuse; so is a segment that was the tail
+        when it was opened here (it took records after that, then a roll made it finished).
         """
         cached = self._lookup
         if cached is not None and cached[0] == segment.name:
-            if segment is self.segments[-1]:
+            if segment is self.segments[-1] or cached[3]:
                 cached[1].refresh()
+                self._lookup = (*cached[:3], segment is self.segments[-1])
             return cached[1], cached[2]
         self._drop_lookup()
         self._replay_hint = -2
         index = SegmentIndexFile(self.topic_dir / (segment.name + INDEX_SUFFIX))
-        records = open_records(self.topic_dir / (segment.name + RECORDS_SUFFIX))  # plain or compressed
-        self._lookup = (segment.name, index, records)
+        records = open_records(self.topic_dir / (segment.name + RECORDS_SUFFIX), self._keys)  # plain or compressed
+        self._lookup = (segment.name, index, records, segment is self.segments[-1])
         return index, records
 
     def _drop_lookup(self) -> None:

@@ -38,10 +38,13 @@ from spark_kafka_backup.catalog.model import PartitionCatalog
 from spark_kafka_backup.catalog.source_gaps import ERASED, SourceGap, read_gaps
 from spark_kafka_backup.catalog.store import catalog_lost, read_catalog
 from spark_kafka_backup.catalog.topics import read_topic_record
+from spark_kafka_backup.format.encryption import KeyRing
+from spark_kafka_backup.format.segment_index import ENTRY_DTYPE
 from spark_kafka_backup.partition.erased import ErasedOffsets
 from spark_kafka_backup.partition.layout import list_partitions, list_topics
 from spark_kafka_backup.partition.offsets_file import read_consumer_offsets
 from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.records_file import NO_KEYS
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile
 from spark_kafka_backup.storage import Location
 from spark_kafka_backup.text import count
@@ -180,10 +183,16 @@ _CHUNK_ENTRIES = 1 << 16
 
 
 def summarize_partition(
-    root: Location, topic: str, partition: int, *, legacy: bool = False, min_gap: int = MIN_GAP
+    root: Location,
+    topic: str,
+    partition: int,
+    *,
+    legacy: bool = False,
+    min_gap: int = MIN_GAP,
+    keys: KeyRing = NO_KEYS,
 ) -> PartitionSummary:
     summary = PartitionSummary(partition)
-    reader = PartitionReader(root / topic, partition, legacy=legacy)
+    reader = PartitionReader(root / topic, partition, legacy=legacy, keys=keys)
     summary.segments = len(reader.segments)
     summary.lost_at_source = read_gaps(root, topic, partition)
     erased, summary.erased_records = read_erasure(root, topic, partition)
@@ -231,7 +240,7 @@ def summarize_partition(
     for entry in reader.segments:
         if entry.name not in described:  # the tail a backup still appends to, or no catalog
             records_path, index_path = reader.segment_paths(entry)
-            ranges.append(segment_time_range(records_path, index_path, legacy=legacy))
+            ranges.append(segment_time_range(records_path, index_path, legacy=legacy, keys=keys))
     lows = [low for low, _ in ranges if low is not None]
     highs = [high for _, high in ranges if high is not None]
     summary.min_timestamp = min(lows) if lows else None
@@ -249,12 +258,16 @@ def _add(listed: list[OffsetRange], parts: list[OffsetRange]) -> None:
     listed.extend(parts[: max(0, MISSING_LISTED - len(listed))])
 
 
-def summarize_backup(root: Location, topics: list[str] | None = None, *, legacy: bool = False) -> BackupSummary:
-    """Summarise ``topics`` (default: all) of the backup at ``root``."""
+def summarize_backup(
+    root: Location, topics: list[str] | None = None, *, legacy: bool = False, keys: KeyRing = NO_KEYS
+) -> BackupSummary:
+    """Summarise ``topics`` (default: all) of the backup at ``root`` (``keys``: a sealed uncataloged segment's)."""
     chosen = list_topics(root) if topics is None else topics
     result = BackupSummary(str(root), checkpoints=list_checkpoints(root))
     for topic in chosen:
-        partitions = [summarize_partition(root, topic, p, legacy=legacy) for p in list_partitions(root / topic)]
+        partitions = [
+            summarize_partition(root, topic, p, legacy=legacy, keys=keys) for p in list_partitions(root / topic)
+        ]
         result.topics.append(TopicSummary(topic, partitions, compacted=is_compacted(root, topic)))
     return result
 
@@ -431,7 +444,7 @@ def _runs(index_path: Location, *, legacy: bool) -> list[tuple[int, int]]:
         for start in range(0, index.count, _CHUNK_ENTRIES):
             n = min(_CHUNK_ENTRIES, index.count - start)
             raw = index.read_entries(start, n)
-            offsets = np.frombuffer(raw, dtype=">i8").reshape(-1, 3)[:, 0]
+            offsets = np.frombuffer(raw, dtype=ENTRY_DTYPE)["offset"].astype(np.int64)
             breaks = np.flatnonzero(np.diff(offsets) != 1)
             firsts = [int(offsets[0]), *(int(offsets[i + 1]) for i in breaks)]
             lasts = [*(int(offsets[i]) for i in breaks), int(offsets[-1])]

@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from spark_kafka_backup.errors import ClusterError, KbackupError, RestoreFencedError, TargetChangedError
+from spark_kafka_backup.errors import ClusterError, RestoreFencedError, SparkKafkaBackupError, TargetChangedError
 from spark_kafka_backup.fsutil import restrict_new_files, world_writable
 from spark_kafka_backup.job_options import run_job
 from spark_kafka_backup.kafka.client_settings import redact
@@ -41,7 +41,6 @@ from spark_kafka_backup.kafka.columnar import edge_setting
 from spark_kafka_backup.kafka.permissions import refuse_missing
 from spark_kafka_backup.logsetup import ensure_console_logging
 from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.partition.records_file import install_keys
 from spark_kafka_backup.partition.selection import count_selected
 from spark_kafka_backup.progress import Progress
 from spark_kafka_backup.restore.access import check_transactions, restore_permissions
@@ -91,7 +90,6 @@ def run(settings: RestoreSettings) -> int:
     safe = redact(settings.client)
     log.info("restoring %s into %s", settings.source, safe["bootstrap.servers"])
     umask = restrict_new_files(settings.umask)
-    install_keys(settings.keys)  # the plan reads records of encrypted segments too
     _warn_if_others_can_write(settings.source)
     if settings.state_dir is not None:
         check_writable_root(settings.state_dir, what="restore state directory")
@@ -206,7 +204,7 @@ def _restore(settings: RestoreSettings, plan: RestorePlan, admin: Any, umask: in
         produced_into = topic_ids(admin, {task.target_topic for task in tasks}, timeout=15) if tasks else {}
     try:
         results = _run_tasks(tasks, settings, umask, watch, idle=idle) if tasks else []
-    except KbackupError as exc:
+    except SparkKafkaBackupError as exc:
         changed = changed_targets(produced_into, settings.client)
         if changed:
             raise TargetChangedError(f"the restore failed: {'; '.join(changed)} ({exc})") from exc
@@ -324,7 +322,7 @@ class RestoreWatch:
 
     def _reader(self, part: PartitionPlan) -> PartitionReader:
         return PartitionReader(self.settings.source / part.source_topic, part.source_partition,
-                               legacy=self.settings.legacy)  # fmt: skip
+                               legacy=self.settings.legacy, keys=self.settings.keys)  # fmt: skip
 
     def poll(self, partitions_done: int) -> None:
         if not self.publisher.enabled:
@@ -452,7 +450,7 @@ def _run_tasks(
             except Exception as exc:  # re-raised on the main thread
                 outcome["error"] = exc
 
-        worker = threading.Thread(target=collect, name="kbackup-restore-collect", daemon=True)
+        worker = threading.Thread(target=collect, name="spark-kafka-backup-restore-collect", daemon=True)
         worker.start()
         with Progress("restore", idle + len(tasks), "partitions") as shown:
             follow_tasks(
@@ -467,10 +465,10 @@ def _run_tasks(
             raise outcome["error"]
         results: list[PartitionResult] = outcome["results"]
         return results
-    except KbackupError:
+    except SparkKafkaBackupError:
         raise
     except Exception as exc:
-        raise KbackupError(f"the restore failed: {failure_cause(exc)}") from exc
+        raise SparkKafkaBackupError(f"the restore failed: {failure_cause(exc)}") from exc
     finally:
         spark.stop()
 
@@ -592,7 +590,9 @@ def describe(plan: RestorePlan, settings: RestoreSettings) -> list[str]:
             for group in sorted(part.groups):
                 lines.append(f"  group {group}: at the first record it had not read (approximate, see docs/restore.md)")
             continue
-        reader = PartitionReader(settings.source / part.source_topic, part.source_partition, legacy=settings.legacy)
+        reader = PartitionReader(
+            settings.source / part.source_topic, part.source_partition, legacy=settings.legacy, keys=settings.keys
+        )
         size = sum(len(r.key or b"") + len(r.value or b"") for r in _selected(reader, part))
         lines.append(
             f"{part.source_topic}/{part.source_partition} -> {part.target_topic}/{part.target_partition}: "

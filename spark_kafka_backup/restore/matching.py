@@ -48,8 +48,9 @@ from spark_kafka_backup.datasource.match_runs import RUNS_DDL, RUNS_SCHEMA, Scan
 from spark_kafka_backup.datasource.row_predicate import Node
 from spark_kafka_backup.datasource.scan_options import in_flag_words, scan_options
 from spark_kafka_backup.datasource.scan_plan import plan_scans
-from spark_kafka_backup.errors import KbackupError, UsageError
+from spark_kafka_backup.errors import SparkKafkaBackupError, UsageError
 from spark_kafka_backup.partition.reader import PartitionReader
+from spark_kafka_backup.partition.records_file import load_keys
 from spark_kafka_backup.partition.selection import MatchedRuns, Window, count_selected
 from spark_kafka_backup.restore.predicate_nodes import translated
 from spark_kafka_backup.restore.settings import RestoreSettings
@@ -168,8 +169,8 @@ def _runs_here(spark: Any, options: dict[str, str], predicate: Node, where: str)
 
     try:
         scans = plan_scans(scan_options(options))
-    except KbackupError as exc:  # said as the Spark path says the data source's errors, in the restore's flags
-        raise KbackupError(
+    except SparkKafkaBackupError as exc:  # said as the Spark path says the data source's errors, in the restore's flags
+        raise SparkKafkaBackupError(
             f"--where: Spark could not evaluate {where!r} on the backup: {_flags(f'{type(exc).__name__}: {exc}')}"
         ) from exc
     if not scans:
@@ -179,7 +180,7 @@ def _runs_here(spark: Any, options: dict[str, str], predicate: Node, where: str)
     try:
         found = context.parallelize(tasks, len(tasks)).map(runs_of_scan).collect()
     except Exception as exc:
-        raise KbackupError(
+        raise SparkKafkaBackupError(
             f"--where: Spark could not evaluate {where!r} on the backup: {_flags(failure_cause(exc))}"
         ) from exc
     reasons = [result for result in found if isinstance(result, str)]
@@ -195,14 +196,14 @@ def _runs_by_spark(flagged: Any, where: str) -> Any:
     try:
         with _quiet_query_context():
             return flagged.mapInArrow(matched_runs, RUNS_DDL).limit(MAX_RUNS + 1).toArrow()
-    except KbackupError:
+    except SparkKafkaBackupError:
         raise
     except Exception as exc:
         from spark_kafka_backup.spark.failures import failure_cause
 
         condition = _error_condition(exc)
         if condition is None:  # not the predicate's: the data source's own error, or Spark's
-            raise KbackupError(
+            raise SparkKafkaBackupError(
                 f"--where: Spark could not evaluate {where!r} on the backup: {_flags(failure_cause(exc))}"
             ) from exc
         raise UsageError(
@@ -217,6 +218,7 @@ def _checked_runs(scope: MatchScope, table: Any) -> dict[tuple[str, int], Matche
     found: dict[tuple[str, int], MatchedRuns] = {}
     if table.num_rows == 0:
         return found
+    keys = load_keys(scope.key_sources)  # a time window's count reads sealed records' timestamps
     topics = np.array(table.column("topic").to_pylist(), dtype=object)
     partitions = table.column("partition").to_numpy()
     firsts = table.column("first").to_numpy()
@@ -229,16 +231,18 @@ def _checked_runs(scope: MatchScope, table: Any) -> dict[tuple[str, int], Matche
             order = np.argsort(firsts[rows], kind="stable")
             runs = MatchedRuns(firsts[rows][order], lasts[rows][order], scope.where,
                                records=int(records[rows].sum()))  # fmt: skip
-            reader = PartitionReader(scope.source / topic, partition, legacy=scope.legacy)
+            reader = PartitionReader(scope.source / topic, partition, legacy=scope.legacy, keys=keys)
             left_out = (
-                bad_segments(scope.source, topic, partition, legacy=scope.legacy) if scope.skip_bad_segments else []
+                bad_segments(scope.source, topic, partition, legacy=scope.legacy, keys=keys)
+                if scope.skip_bad_segments
+                else []
             )
             runs = runs.without([(bad.first_offset, bad.last_offset) for bad in left_out])
             # The scan saw the records of the time window only: a run may bridge records outside it.
             seen = Window(from_time=scope.from_time, to_time=scope.to_time, matched=runs,
                           skip_segments=frozenset(bad.name for bad in left_out))  # fmt: skip
             if count_selected(reader, seen) != runs.records:
-                raise KbackupError(
+                raise SparkKafkaBackupError(
                     f"--where: topic {topic!r} partition {partition}: the records matched ({runs.records}) are not "
                     "the records the backup's indexes hold in their runs: the backup changed while it was read "
                     "(a merge, a prune, an erase or a repair); run it again"

@@ -4,16 +4,15 @@ with the checks both of its producers make the same way.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from spark_kafka_backup.errors import TargetChangedError, TargetLimitError
 from spark_kafka_backup.format.record import Record
-from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.partition.selection import MatchedRuns, Window, same_record, selected_records
+from spark_kafka_backup.partition.selection import MatchedRuns, Window, same_record
 from spark_kafka_backup.restore.marker import ProgressMarker, read_markers
-from spark_kafka_backup.restore.repartition import Repartition, routed_records
+from spark_kafka_backup.restore.repartition import Repartition
 from spark_kafka_backup.restore.throttle import Throttle
 from spark_kafka_backup.schema_registry.wire import IdRewrite
 
@@ -101,15 +100,6 @@ class PartitionTask:
                 # No offset stored on a partition: every record there is unread.
                 found.setdefault(source.partition, []).append((offsets.get(source.partition, -1), group))
         return {partition: sorted(items) for partition, items in found.items()}
-
-    def stream(self, readers: dict[int, PartitionReader]) -> Iterator[tuple[int, int, Record]]:
-        """``(position, backed-up partition, record)`` of what this task produces, in order; the position is the
-        source offset, or the merged stream's position when repartitioned."""
-        if self.repartition is None:
-            for record in selected_records(readers[self.source_partition], self.window):
-                yield record.offset, self.source_partition, record
-        else:
-            yield from routed_records(self.repartition, readers, self.target_partition, self.rewritten)
 
     def rewritten(self, record: Record, partition: int) -> Record:
         """``record`` of backed-up ``partition`` as it is produced: with the target registry's schema ids."""
@@ -212,19 +202,6 @@ def zero_stamped(task: PartitionTask, source: int, offset: int) -> TargetLimitEr
         "back with the restore's time; what is committed stays, run the restore again with "
         "--restamp-zero-timestamps to accept that"
     )
-
-
-def with_last(items: Iterable[T]) -> Iterator[tuple[T, bool]]:
-    """Each item, and whether it is the last."""
-    iterator = iter(items)
-    try:
-        current = next(iterator)
-    except StopIteration:
-        return
-    for following in iterator:
-        yield current, False
-        current = following
-    yield current, True
 
 
 def position_name(task: PartitionTask) -> str:

@@ -51,7 +51,7 @@ from spark_kafka_backup.errors import (
     ClusterError,
     DamagedBackupError,
     DecryptionKeyError,
-    KbackupError,
+    SparkKafkaBackupError,
     TargetLimitError,
     TargetNotEmptyError,
     UsageError,
@@ -103,7 +103,6 @@ from spark_kafka_backup.text import iso_time
 class TopicPlan:
     source_topic: str
     target_topic: str
-    backup_partitions: int
     existing_partitions: int | None  # None: the topic will be created
     create_partitions: int | None
     config: dict[str, str] = field(default_factory=dict)
@@ -222,7 +221,7 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
         first_part = len(plan.partitions)
         pruned_notes: list[str] = []
         for partition in list_partitions(topic_dir):
-            reader = PartitionReader(topic_dir, partition, legacy=settings.legacy)
+            reader = PartitionReader(topic_dir, partition, legacy=settings.legacy, keys=settings.keys)
             window = settings.window(topic, partition)
             if cut is not None:
                 # Up to the checkpoint's cut: offsets below its end offset (none if the partition was not in it).
@@ -236,7 +235,7 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
             # A lost catalog costs nothing to find: refused here, before anything is created or produced.
             bad = (bad_segments if checked else unverifiable_segments)(
                 settings.source, topic, partition, from_offset=window.from_offset, to_offset=window.to_offset,
-                legacy=settings.legacy,
+                legacy=settings.legacy, keys=settings.keys,
             )  # fmt: skip
             if bad:
                 window = replace(window, skip_segments=frozenset(segment.name for segment in bad))
@@ -271,18 +270,18 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
             )
         if target in existing:
             if existing[target] < count and not spread:
-                raise KbackupError(
+                raise SparkKafkaBackupError(
                     f"target topic {target!r} has {count_of(existing[target], 'partition')}, "
                     f"the backup of {topic!r} has {count}: "
                     "records would not keep their partition (--repartition murmur2 or round-robin spreads them)"
                 )
-            plan.topics.append(TopicPlan(topic, target, count, existing[target], None, {}, *origin))
+            plan.topics.append(TopicPlan(topic, target, existing[target], None, {}, *origin))
         else:
             choice = choose_configs(recorded.config if recorded else {}, settings.topic_configs,
                                     dropped=settings.drop_topic_config, given=settings.topic_config)  # fmt: skip
             config = {**choice.copied, **settings.topic_config}
             config, later = creation_config(config, restamp=settings.restamp)
-            created = TopicPlan(topic, target, count, None, wanted or count, config, *origin, later)
+            created = TopicPlan(topic, target, None, wanted or count, config, *origin, later)
             created.notes.extend(choice.describe_skipped(target))
             plan.topics.append(created)
         plan.topics[-1].notes.extend(pruned_notes)
@@ -340,8 +339,12 @@ def _spread(
         for group, offset in part.groups.items():
             groups.setdefault(group, {})[part.source_partition] = offset
     topic, target = sources[0].source_topic, sources[0].target_topic
-    readers = {p.source_partition: PartitionReader(settings.source / topic, p.source_partition,
-                                                   legacy=settings.legacy) for p in sources}  # fmt: skip
+    readers = {
+        p.source_partition: PartitionReader(
+            settings.source / topic, p.source_partition, legacy=settings.legacy, keys=settings.keys
+        )
+        for p in sources
+    }
     repartition = Repartition(
         settings.repartition_mode(target),
         partitions,
@@ -481,7 +484,9 @@ def _override_broker_defaults(topic: TopicPlan, defaults: dict[str, str], *, res
 
 def _profile(settings: RestoreSettings, part: PartitionPlan, limits: TopicLimits) -> RecordsProfile:
     """What a backed-up partition's selected records are like, as ``limits`` see them."""
-    reader = PartitionReader(settings.source / part.source_topic, part.source_partition, legacy=settings.legacy)
+    reader = PartitionReader(
+        settings.source / part.source_topic, part.source_partition, legacy=settings.legacy, keys=settings.keys
+    )
     catalog = read_catalog(settings.source, part.source_topic, part.source_partition)
     size_limit = limits.max_message_bytes or PRODUCER_MESSAGE_BYTES
     return profile_partition(reader, part.window, catalog, keys=limits.compacted, size_limit=size_limit)
@@ -519,7 +524,7 @@ def _refuse_missing_keys(plan: RestorePlan, settings: RestoreSettings) -> None:
     if settings.keys.keys:  # what the keys do not vouch for is never produced (spark_kafka_backup.catalog.seals)
         unsealed: list[str] = []
         for topic, partition in sorted({(p.source_topic, p.source_partition) for p in plan.source_parts()}):
-            reader = PartitionReader(settings.source / topic, partition, legacy=settings.legacy)
+            reader = PartitionReader(settings.source / topic, partition, legacy=settings.legacy, keys=settings.keys)
             unsealed += seal_problems(settings.source, topic, partition, reader, settings.keys,
                                       unrecorded_ok=settings.allow_unauthenticated)  # fmt: skip
         if unsealed:
@@ -548,7 +553,9 @@ def _historic_groups(settings: RestoreSettings) -> tuple[int, dict[str, dict[tup
     if settings.checkpoint is not None:
         chosen = checkpoints.read_checkpoint(settings.source, settings.checkpoint)
         if chosen.status != "completed":
-            raise KbackupError(f"checkpoint {chosen.id} is {chosen.status}, not completed: it cannot be restored")
+            raise SparkKafkaBackupError(
+                f"checkpoint {chosen.id} is {chosen.status}, not completed: it cannot be restored"
+            )
         return chosen.taken_at or chosen.requested_at, chosen.groups
     if settings.groups_as_of is None and settings.to_time is not None:
         latest = checkpoints.latest_completed_before(settings.source, settings.to_time)
@@ -644,7 +651,7 @@ def _still_holds_backed_up(settings: RestoreSettings, admin: Any, topic: TopicPl
     partitions = [p for p in list_partitions(source) if p < (topic.existing_partitions or 0)]
     earliest = list_offsets(admin, [(topic.target_topic, p) for p in partitions], latest=False)
     for partition in partitions:
-        last = PartitionReader(source, partition, legacy=settings.legacy).last_offset()
+        last = PartitionReader(source, partition, legacy=settings.legacy, keys=settings.keys).last_offset()
         if last is not None and earliest.get((topic.target_topic, partition), 0) <= last:
             return True
     return False
@@ -682,7 +689,9 @@ def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: d
             if problem:
                 problems.append(problem)
             continue
-        reader = PartitionReader(settings.source / part.source_topic, part.source_partition, legacy=settings.legacy)
+        reader = PartitionReader(
+            settings.source / part.source_topic, part.source_partition, legacy=settings.legacy, keys=settings.keys
+        )
         if marker is not None and marker.restore == part.identity:
             part.resume_from, part.baseline, part.after_last = marker.resume_from, marker.first, marker.next
             part.has_marker = True
@@ -729,7 +738,7 @@ def _count_resumed(settings: RestoreSettings, parts: list[PartitionPlan]) -> Non
         repartition = topic_parts[0].repartition
         assert repartition is not None
         source = settings.source / topic_parts[0].source_topic
-        readers = {s.partition: PartitionReader(source, s.partition, legacy=settings.legacy)
+        readers = {s.partition: PartitionReader(source, s.partition, legacy=settings.legacy, keys=settings.keys)
                    for s in repartition.sources}  # fmt: skip
         _, below = count_routed_columns(
             repartition,

@@ -64,7 +64,7 @@ def within(seconds: float, call: Callable[..., Any], *args: Any) -> Any:
         except BaseException as exc:  # re-raised on the task's thread
             outcome["error"] = exc
 
-    thread = threading.Thread(target=run, name="kbackup-restore-transaction", daemon=True)
+    thread = threading.Thread(target=run, name="spark-kafka-backup-restore-transaction", daemon=True)
     thread.start()
     thread.join(seconds + STUCK_GRACE_SECONDS)
     if thread.is_alive():

@@ -49,6 +49,7 @@ import numpy.typing as npt
 
 from spark_kafka_backup.catalog.model import PartitionCatalog, SegmentEntry
 from spark_kafka_backup.format.record_columns import DecodedRecords
+from spark_kafka_backup.format.segment_index import ENTRY_DTYPE
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.segment_batches import iter_segment_batches
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile
@@ -141,7 +142,7 @@ def profile_partition(
                 continue
         keep = window.matched.holds if window.matched is not None else None
         for batch in iter_segment_batches(records_path, index_path, from_offset=window.from_offset,
-                                          legacy=reader.legacy, keep=keep):  # fmt: skip
+                                          legacy=reader.legacy, keep=keep, keys=reader.keys):  # fmt: skip
             columns = batch.columns
             chosen = _selected(columns, window)
             if chosen is not None and not chosen.any():
@@ -241,10 +242,10 @@ def _from_catalog(entry: SegmentEntry, index_path: Location, partition: int, *, 
         step = 1 << 16
         for begin in range(0, index.count, step):
             count = min(step, index.count - begin)
-            entries = np.frombuffer(index.read_entries(begin, count), dtype=">i8").reshape(count, 3)
-            here = int(np.argmax(entries[:, 2]))
-            if int(entries[here, 2]) > largest:
-                largest, at = int(entries[here, 2]), int(entries[here, 0])
+            entries = np.frombuffer(index.read_entries(begin, count), dtype=ENTRY_DTYPE)
+            here = int(np.argmax(entries["length"]))
+            if int(entries["length"][here]) > largest:
+                largest, at = int(entries["length"][here]), int(entries["offset"][here])
     if at >= 0:
         profile.largest, profile.largest_at, profile.largest_exact = kafka_size_bound(largest), (partition, at), False
     return profile

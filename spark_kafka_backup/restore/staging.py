@@ -47,7 +47,7 @@ def staged_topic_dir(source_dir: Location, partition: int, window: Window, *, le
     if not isinstance(source_dir, ObjectPath):
         yield Staged(source_dir)
         return
-    spool = Path(tempfile.mkdtemp(prefix="kbackup-restore-", dir=os.environ.get(SPOOL_DIR_ENV)))
+    spool = Path(tempfile.mkdtemp(prefix="spark-kafka-backup-restore-", dir=os.environ.get(SPOOL_DIR_ENV)))
     try:
         local = spool / source_dir.name
         local.mkdir()

@@ -1,11 +1,12 @@
 """A restore task's records as columnar chunks: one backed-up partition as stored, or a repartitioned topic's
 merged stream routed to one target partition.
 
-The native producer (:mod:`spark_kafka_backup.restore.columnar_run`) takes these chunks; the plan counts what each
-target partition of a repartitioned topic receives from the same rounds. The reference is the stream of
-:class:`~spark_kafka_backup.format.record.Record` objects the confluent-kafka producer takes
-(:meth:`PartitionTask.stream`, :func:`~spark_kafka_backup.restore.repartition.routed_records`): the same records,
-positions and target partitions, in the same order.
+The restore's transactions (:mod:`spark_kafka_backup.restore.transaction_run`) take these chunks, whichever producer
+sends them; the plan counts what each target partition of a repartitioned topic receives from the same rounds. The
+reference is the stream of :class:`~spark_kafka_backup.format.record.Record` objects
+(:func:`~spark_kafka_backup.partition.selection.selected_records`,
+:func:`~spark_kafka_backup.restore.repartition.routed_records`): the same records, positions and target partitions,
+in the same order (tests/unit/test_repartition_stream.py compares them).
 
 **The merged stream on columns.** The reference interleaves the backed-up partitions with ``heapq.merge`` keyed by
 ``(timestamp, partition)``: it emits, again and again, the least of the partitions' next records. A partition's

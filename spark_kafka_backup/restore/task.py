@@ -18,13 +18,12 @@ one back).
 A transactional call that hangs costs one producer, not the task: see
 :mod:`spark_kafka_backup.restore.producer_calls`.
 
-Two producers do this work, with the same guarantees: the native edge's, which
-takes the records as Arrow columns, a batch per call, with no Python object
-per record (:mod:`spark_kafka_backup.restore.columnar_run`), and
-confluent-kafka's, one call per record (:mod:`spark_kafka_backup.restore.reference_run`),
-which is the reference and the fallback where the native edge is not built or
-``KBACKUP_KAFKA_EDGE=reference``. Both do everything a task does: time windows,
-repartitioned target partitions, schema ids rewritten, rate limits.
+The transactions are written once (:mod:`spark_kafka_backup.restore.transaction_run`), on Arrow columns, against
+a producer interface with two implementations: the native edge's, a batch per call with no Python object per
+record (:class:`~spark_kafka_backup.kafka.columnar_producer.ColumnarProducer`), and confluent-kafka's, one call per
+record (:class:`~spark_kafka_backup.restore.reference_producer.ReferenceProducer`), the reference and the fallback
+where the native edge is not built or ``KBACKUP_KAFKA_EDGE=reference``. Either does everything a task does: time
+windows, repartitioned target partitions, schema ids rewritten, rate limits.
 
 Memory: the reader's batches (up to 8 MiB of records, and their columns as
 the producer takes them) plus the producer's queue (bounded by
@@ -52,11 +51,11 @@ from spark_kafka_backup.errors import ChecksumError, DeliveryError
 from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.fsutil import restrict_new_files
 from spark_kafka_backup.kafka.columnar import native_edge
+from spark_kafka_backup.kafka.columnar_producer import ColumnarProducer
 from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.partition.records_file import install_keys, load_key
+from spark_kafka_backup.partition.records_file import load_keys
 from spark_kafka_backup.partition.selection import Window
 from spark_kafka_backup.restore import producer_calls as calls
-from spark_kafka_backup.restore.columnar_run import restore_columnar
 from spark_kafka_backup.restore.partition_task import (
     NATIVE_PRODUCER,
     REFERENCE_PRODUCER,
@@ -64,8 +63,9 @@ from spark_kafka_backup.restore.partition_task import (
     PartitionTask,
 )
 from spark_kafka_backup.restore.producer_calls import StuckProducerError, producer_settings
-from spark_kafka_backup.restore.reference_run import restore_reference
+from spark_kafka_backup.restore.reference_producer import ReferenceProducer
 from spark_kafka_backup.restore.staging import Staged, staged_topic_dir
+from spark_kafka_backup.restore.transaction_run import restore_transactions
 from spark_kafka_backup.spark.stack_dumps import stacks_if_slow
 from spark_kafka_backup.spark.worker_gc import freeze_loaded_objects
 from spark_kafka_backup.storage import parse_location
@@ -94,7 +94,7 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
 
     freeze_loaded_objects()
     restrict_new_files(task.umask)
-    install_keys(KeyRing.of(load_key(file=file, env=env) for file, env in task.key_sources))
+    keys = load_keys(task.key_sources)  # read where the task runs: key material never crosses in a pickle
     result = PartitionResult(task.source_topic, task.source_partition, task.target_topic, task.target_partition)
     result.started_at = time.time()
     with stacks_if_slow(), contextlib.ExitStack() as stack:
@@ -103,8 +103,8 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
             staged = stack.enter_context(
                 staged_topic_dir(parse_location(task.source_dir), partition, window, legacy=task.legacy)
             )
-            _check_segments(task, partition, window, staged)
-            readers[partition] = PartitionReader(staged.topic_dir, partition, legacy=task.legacy)
+            _check_segments(task, partition, window, staged, keys)
+            readers[partition] = PartitionReader(staged.topic_dir, partition, legacy=task.legacy, keys=keys)
         where = f"topic {task.target_topic!r} partition {task.target_partition}"
         run, result.producer = _producer_path(task)
         stuck = ""
@@ -129,14 +129,18 @@ def restore_partition(task: PartitionTask) -> PartitionResult:
 
 
 def _producer_path(task: PartitionTask) -> tuple[Run, str]:
-    """The native edge's producer where it is built and not turned off, else confluent-kafka's; and its name."""
-    native = native_edge()
-    if native is None:
-        return restore_reference, REFERENCE_PRODUCER
-    return functools.partial(restore_columnar, native=native), NATIVE_PRODUCER
+    """The transactions through the native edge's producer where it is built and not turned off, else through
+    confluent-kafka's; and the producer's name."""
+    if native_edge() is None:
+        return functools.partial(restore_transactions, producer=ReferenceProducer), REFERENCE_PRODUCER
+    return functools.partial(restore_transactions, producer=_native_producer), NATIVE_PRODUCER
 
 
-def _check_segments(task: PartitionTask, partition: int, window: Window, staged: Staged) -> None:
+def _native_producer(settings: dict[str, str], group_metadata: object) -> ColumnarProducer:
+    return ColumnarProducer(settings)  # the native producer names the progress group itself
+
+
+def _check_segments(task: PartitionTask, partition: int, window: Window, staged: Staged, keys: KeyRing) -> None:
     """Refuse to produce from a partition whose cataloged segments fail their checksums.
 
     Segments the plan chose to leave out (``--skip-bad-segments``) and segments outside the offset window are
@@ -152,6 +156,7 @@ def _check_segments(task: PartitionTask, partition: int, window: Window, staged:
         files=staged.topic_dir,
         only=staged.names,
         legacy=task.legacy,
+        keys=keys,
     )
     for bad in found:
         if bad.name in window.skip_segments:

@@ -23,7 +23,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from spark_kafka_backup.errors import ClusterError, KbackupError
+from spark_kafka_backup.errors import ClusterError, SparkKafkaBackupError
 from spark_kafka_backup.storage import Location, exists, read_document, write_whole
 
 TIMESTAMP_TYPE = "message.timestamp.type"
@@ -50,7 +50,7 @@ class PendingTimestampTypes:
                 loaded = read_document(self.path, 1 << 24, what="restore state")
                 self.data = {str(topic): str(kind) for topic, kind in loaded.items()}
             except (ValueError, AttributeError) as exc:  # a FormatError names the file itself
-                raise KbackupError(f"{self.path}: unreadable restore state ({exc})") from exc
+                raise SparkKafkaBackupError(f"{self.path}: unreadable restore state ({exc})") from exc
 
     def add(self, types: Mapping[str, str]) -> None:
         updated = {**self.data, **types}

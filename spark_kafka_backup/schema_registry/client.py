@@ -31,11 +31,7 @@ from spark_kafka_backup.errors import SchemaRegistryError, UsageError
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
-#: Confluent's error codes this package acts on.
-SUBJECT_NOT_FOUND = 40401
-VERSION_NOT_FOUND = 40402
-SCHEMA_NOT_FOUND = 40403
-SUBJECT_LEVEL_CONFIG_NOT_FOUND = 40408
+#: The HTTP status this package acts on (a schema the subject's compatibility rule refuses).
 INCOMPATIBLE_SCHEMA = 409
 
 #: Attempts of a request that fails to connect or gets a 5xx answer (a registry restarting, a leader moving).

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_kafka_backup.errors import KbackupError, SchemaRegistryError
+from spark_kafka_backup.errors import SchemaRegistryError, SparkKafkaBackupError
 from spark_kafka_backup.schema_registry.client import INCOMPATIBLE_SCHEMA, RegistryClient, RegistryRefusalError, quoted
 from spark_kafka_backup.schema_registry.registry_copy import RegistryCopy, Schema, SubjectVersion
 from spark_kafka_backup.storage import Location, exists, read_document, write_whole
@@ -118,7 +118,7 @@ class RegistryImportState:
                 self.levels = {str(s): None if v is None else str(v) for s, v in document["levels"].items()}
                 self.deletions = {(str(s), int(i)) for s, i in document["deletions"]}
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                raise KbackupError(f"{path}: unreadable restore state ({exc!r})") from exc
+                raise SparkKafkaBackupError(f"{path}: unreadable restore state ({exc!r})") from exc
 
     def save(self) -> None:
         document = {

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from types import ModuleType
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -21,15 +20,9 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from spark_kafka_backup.errors import ClusterError
 from spark_kafka_backup.kafka.cluster import is_transient_code
 from spark_kafka_backup.kafka.columnar import PARTITION_EOF, ColumnarConsumer
-from spark_kafka_backup.spark.kafka_reader import (
-    AUTO_OFFSET_RESET,
-    Incarnations,
-    KafkaRange,
-    Stall,
-    deleted_under,
-    kafka_schema,
-    no_data,
-)
+from spark_kafka_backup.spark.kafka_ranges import KafkaRange
+from spark_kafka_backup.spark.kafka_schema import kafka_schema
+from spark_kafka_backup.spark.read_checks import AUTO_OFFSET_RESET, Incarnations, Stall, deleted_under, no_data
 from spark_kafka_backup.text import count
 
 log = logging.getLogger("spark_kafka_backup.source")
@@ -39,12 +32,12 @@ HELD_BYTES = 64 << 20
 
 
 def read_range_columnar(
-    task: KafkaRange, native: ModuleType, settings: dict[str, str], *, batch_rows: int = 10_000
+    task: KafkaRange, settings: dict[str, str], *, batch_rows: int = 10_000
 ) -> Iterator[pa.RecordBatch]:
     """Read ``task``'s range with a native consumer made from ``settings`` (see the module docstring)."""
     check = Incarnations((task,))
     schema = to_arrow_schema(kafka_schema(task.include_headers), timezone="UTC")
-    consumer = ColumnarConsumer(native, settings, schema)
+    consumer = ColumnarConsumer(settings, schema)
     try:
         consumer.assign(task.topic, task.partition, task.start)
         stall = Stall()
@@ -74,7 +67,7 @@ def read_range_columnar(
 
 
 def read_ranges_columnar(
-    ranges: tuple[KafkaRange, ...], native: ModuleType, settings: dict[str, str], *, batch_rows: int = 10_000
+    ranges: tuple[KafkaRange, ...], settings: dict[str, str], *, batch_rows: int = 10_000
 ) -> Iterator[pa.RecordBatch]:
     """Read a packed task's ranges with one native consumer, all assigned at once (see the module docstring).
 
@@ -85,7 +78,7 @@ def read_ranges_columnar(
     """
     check = Incarnations(ranges)
     schema = to_arrow_schema(kafka_schema(ranges[0].include_headers), timezone="UTC")
-    consumer = ColumnarConsumer(native, settings, schema)
+    consumer = ColumnarConsumer(settings, schema)
     pending = {(r.topic, r.partition): _Held(r) for r in ranges}
     try:
         consumer.add([(item.topic, item.partition, item.start, item.end) for item in ranges])
@@ -188,3 +181,14 @@ def _together(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
     if len(batches) == 1:
         return batches
     return list(pa.Table.from_batches(batches).combine_chunks().to_batches())
+
+
+def read_ranges_native(
+    ranges: tuple[KafkaRange, ...], settings: dict[str, str], *, batch_rows: int = 10_000
+) -> Iterator[pa.RecordBatch]:
+    """The native edge's :class:`~spark_kafka_backup.spark.kafka_ranges.RangeReader`: one range alone, several at
+    once."""
+    if len(ranges) == 1:
+        yield from read_range_columnar(ranges[0], settings, batch_rows=batch_rows)
+    else:
+        yield from read_ranges_columnar(ranges, settings, batch_rows=batch_rows)

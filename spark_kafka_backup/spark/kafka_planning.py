@@ -19,12 +19,12 @@ from typing import Any
 
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 
-from spark_kafka_backup.errors import ClusterError, KbackupError
+from spark_kafka_backup.errors import ClusterError, SparkKafkaBackupError
 from spark_kafka_backup.kafka.admin_session import AdminSession
 from spark_kafka_backup.kafka.cluster import TopicPartitionKey, list_offsets, partition_counts, topic_ids
 from spark_kafka_backup.kafka.outage import OutageReport
 from spark_kafka_backup.logsetup import ensure_console_logging
-from spark_kafka_backup.spark.kafka_reader import KafkaRange, KafkaTask, pack_ranges
+from spark_kafka_backup.spark.kafka_ranges import KafkaRange, KafkaTask, pack_ranges
 from spark_kafka_backup.spark.source_options import SourceOptions, decode_ids, decode_offsets, encode_offsets
 from spark_kafka_backup.text import count as count_of
 
@@ -81,7 +81,7 @@ class OffsetPlanner:
         if self.options.selection.topics is not None:
             missing = [t for t in self.options.selection.topics if t not in counts]
             if missing and not any(t in counts for t in self.options.selection.topics):
-                raise KbackupError(
+                raise SparkKafkaBackupError(
                     f"none of the topics {', '.join(self.options.selection.topics)} exists on "
                     f"{self.options.client['bootstrap.servers']}"
                 )
@@ -89,7 +89,7 @@ class OffsetPlanner:
         keys = [(t, p) for t in selected for p in range(counts[t])]
         # The three questions go to different nodes (ids to the client's "controller", offsets to each leader):
         # asked at once, a dead node costs one timeout of the trigger, not one per question.
-        with ThreadPoolExecutor(3, thread_name_prefix="kbackup-planning") as asking:
+        with ThreadPoolExecutor(3, thread_name_prefix="spark-kafka-backup-planning") as asking:
             ids = asking.submit(topic_ids, admin, selected, timeout=timeout)
             earliest_asked = asking.submit(list_offsets, admin, keys, latest=False, timeout=timeout, partial=partial)
             latest_asked = asking.submit(
@@ -289,7 +289,7 @@ class OffsetPlanner:
                     "(retention or deleted records) before the backup read them"
                 )
                 if self.options.fail_on_data_loss and key in begin:
-                    raise KbackupError(message + " (set failOnDataLoss=false to go on)")
+                    raise SparkKafkaBackupError(message + " (set failOnDataLoss=false to go on)")
                 if self.options.gaps_root is None:  # else the task reading from there records it, and the job says so
                     log.warning(message)
 

@@ -1,223 +1,41 @@
-"""Reading Kafka for the ``kbackup_kafka`` source on an executor: what a task is given and how it reads.
+"""The reference reader of a ``kbackup_kafka`` task (confluent-kafka, one message object per record).
 
-Only :class:`KafkaTask` (picklable) crosses from the driver; :func:`~spark_kafka_backup.spark.kafka_task.read_task`
-builds its own consumer and reads with :func:`read_range` or :func:`read_together` here (confluent-kafka), or the
-native edge (:mod:`spark_kafka_backup.spark.columnar_reader`). See :mod:`spark_kafka_backup.spark.kafka_source` for the
+Only a :class:`~spark_kafka_backup.spark.kafka_ranges.KafkaTask` (picklable) crosses from the driver;
+:func:`~spark_kafka_backup.spark.kafka_task.read_task` builds its own consumer and reads with :func:`read_range` or
+:func:`read_together` here, or with the native edge (:mod:`spark_kafka_backup.spark.columnar_reader`), each with the
+checks of :mod:`spark_kafka_backup.spark.read_checks`. See :mod:`spark_kafka_backup.spark.kafka_source` for the
 options and how work is planned and packed into tasks.
 
 Offsets the source deletes under a task (retention, ``kafka-delete-records``)
 are an event here, never a silent jump: the consumer runs with
 ``auto.offset.reset=error``, and a position the broker no longer has ends
 the task (``failOnDataLoss=true``) or is recorded as lost at the source and
-read on from the new log start (:func:`_deleted_under`).
+read on from the new log start (:func:`~spark_kafka_backup.spark.read_checks.deleted_under`).
 """
 
 from __future__ import annotations
 
 import bisect
-import heapq
 import itertools
 import logging
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
 
-from spark_kafka_backup.catalog.source_gaps import DROPPED, READ, record_gap
-from spark_kafka_backup.errors import ClusterError, KbackupError
-from spark_kafka_backup.kafka.client_settings import redact
-from spark_kafka_backup.kafka.cluster import TopicIdAsker, is_transient
-from spark_kafka_backup.storage import parse_location
+from spark_kafka_backup.errors import ClusterError
+from spark_kafka_backup.kafka.cluster import is_transient
+from spark_kafka_backup.spark.kafka_ranges import KafkaRange
+from spark_kafka_backup.spark.kafka_schema import kafka_schema
+from spark_kafka_backup.spark.read_checks import AUTO_OFFSET_RESET, Incarnations, Stall, deleted_under, no_data
 from spark_kafka_backup.text import count
 
 log = logging.getLogger("spark_kafka_backup.source")
 
-HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
-BASE_FIELDS = [
-    StructField("key", BinaryType()),
-    StructField("value", BinaryType()),
-    StructField("topic", StringType()),
-    StructField("partition", IntegerType()),
-    StructField("offset", LongType()),
-    StructField("timestamp", TimestampType()),
-    StructField("timestampType", IntegerType()),
-]
-
-
-def kafka_schema(include_headers: bool) -> StructType:
-    """Spark's Kafka source schema (with ``headers`` when asked)."""
-    fields = list(BASE_FIELDS)
-    if include_headers:
-        fields.append(StructField("headers", HEADERS_TYPE))
-    return StructType(fields)
-
-
 # confluent-kafka's timestamp types (0 none, 1 CreateTime, 2 LogAppendTime) -> Kafka's ids, as Spark reports them.
 _TIMESTAMP_KINDS = np.array([-1, 0, 1], dtype=np.int32)
-
-
-@dataclass(frozen=True)
-class KafkaRange(InputPartition):
-    """One Kafka partition's offsets ``[start, end)`` to read: all a task needs."""
-
-    topic: str
-    partition: int
-    start: int
-    end: int
-    client: dict[str, str]
-    include_headers: bool
-    read_timeout: float
-    #: What a task does when the source deleted offsets of the range before it read them (see the options).
-    fail_on_data_loss: bool = False
-    gaps_root: str | None = None
-    #: The topic id the range's offsets belong to (one incarnation of the topic); ``None``: not checked.
-    topic_id: str | None = None
-
-
-#: A partition with at least this many offsets to read is a task of its own; smaller ones are packed up to it.
-PACK_RECORDS = 200_000
-#: At most this many partitions in one task.
-PACK_RANGES = 500
-
-#: A task that has had no data for this long says so (again after as long), until ``read_timeout`` fails it.
-STALL_WARNING_SECONDS = 30.0
-
-
-class Stall:
-    """The warning of a task whose fetches bring nothing: the cluster stopped answering (its planned offsets exist,
-    so no data means no answer). The planner cannot say it: Spark does not plan while a batch is being read."""
-
-    def __init__(self) -> None:
-        self.last_progress = time.monotonic()
-        self._warned = self.last_progress
-
-    def progressed(self) -> None:
-        self.last_progress = self._warned = time.monotonic()
-
-    def waited(self, what: str, read_timeout: float) -> float:
-        """Seconds without data; a warning every :data:`STALL_WARNING_SECONDS` of them, naming ``what``."""
-        now = time.monotonic()
-        waited = now - self.last_progress
-        if now - self._warned >= STALL_WARNING_SECONDS and waited < read_timeout:
-            self._warned = now
-            log.warning(
-                "source cluster not answering for %.0f s: no data for %s; the task waits up to %.0f s in all",
-                waited, what, read_timeout,
-            )  # fmt: skip
-        return waited
-
-
-@dataclass(frozen=True)
-class KafkaTask(InputPartition):
-    """The ranges one task reads with one consumer (see "Tasks" in the module docstring)."""
-
-    ranges: tuple[KafkaRange, ...]
-
-
-def pack_ranges(ranges: list[KafkaRange], min_tasks: int = 1) -> list[KafkaTask]:
-    """Group ranges into tasks: large ranges alone, small ones packed (see "Tasks" in the module docstring)."""
-    large = [r for r in ranges if r.end - r.start >= PACK_RECORDS]
-    small = sorted((r for r in ranges if r.end - r.start < PACK_RECORDS), key=lambda r: r.start - r.end)
-    tasks = [KafkaTask((r,)) for r in large]
-    if small:
-        total = sum(r.end - r.start for r in small)
-        count = max(min_tasks - len(large), -(-total // PACK_RECORDS), -(-len(small) // PACK_RANGES), 1)
-        bins: list[list[KafkaRange]] = [[] for _ in range(min(count, len(small)))]
-        loads = [0] * len(bins)
-        # Largest first, each to the least loaded task (the top of a heap of (load, ranges, task)) when it has
-        # room; else to the least loaded task that has, else to a new one (rare: ranges come largest first).
-        heap = [(0, 0, b) for b in range(len(bins))]
-        for r in small:
-            size = r.end - r.start
-            load, members, target = heap[0]
-            fits = members < PACK_RANGES and load + size <= PACK_RECORDS
-            if not fits:
-                room = [b for b in range(len(bins)) if len(bins[b]) < PACK_RANGES and loads[b] + size <= PACK_RECORDS]
-                if room:
-                    target = min(room, key=lambda b: (loads[b], len(bins[b])))
-                else:
-                    bins.append([])
-                    loads.append(0)
-                    target = len(bins) - 1
-            loads[target] += size
-            bins[target].append(r)
-            if fits:
-                heapq.heapreplace(heap, (loads[target], len(bins[target]), target))
-            else:
-                heap = [(loads[b], len(bins[b]), b) for b in range(len(bins))]
-                heapq.heapify(heap)
-        tasks += [KafkaTask(tuple(sorted(group, key=lambda r: (r.topic, r.partition)))) for group in bins if group]
-    return tasks
-
-
-class Incarnations:
-    """Confirms, after records are fetched and before they are handed on, that each topic still has the id its ranges
-    were planned with.
-
-    A topic deleted and created again starts at offset 0 again: a consumer reading on at its position would hand on
-    the new incarnation's records as if they followed the old one's. Fetched before a check that still finds the
-    planned id, records are the planned incarnation's (an id never comes back). A topic whose id changed (or that is
-    gone: which incarnation was fetched cannot be told) is refused: its records are dropped, one error line says
-    why, and the planner refuses it from the next trigger on.
-    """
-
-    def __init__(self, ranges: tuple[KafkaRange, ...]) -> None:
-        self._planned = {r.topic: r.topic_id for r in ranges if r.topic_id is not None}
-        # As long as fetching may wait for a cluster that stopped answering.
-        self._asker = TopicIdAsker(ranges[0].client if ranges else {}, patience=ranges[0].read_timeout if ranges else 0)
-        self._gaps_root = ranges[0].gaps_root if ranges else None
-        self._gone: set[str] = set()  # refused because deleted: what was dropped of them is lost at the source
-        self.refused: set[str] = set()
-
-    def confirm(self) -> set[str]:
-        """Ask the cluster now; the topics refused so far."""
-        checked = sorted(set(self._planned) - self.refused)
-        if not checked:
-            return self.refused
-        found = self._asker.ask(checked)
-        for topic in checked:
-            if found.get(topic) != self._planned[topic]:
-                self.refused.add(topic)
-                now = found.get(topic)
-                if now is None:
-                    self._gone.add(topic)
-                log.error(
-                    "topic %r changed while it was read: it was planned as topic id %s and %s; its records read "
-                    "since the last check are dropped and it is no longer backed up here",
-                    topic, self._planned[topic], f"now has {now}" if now else "no longer exists",
-                )  # fmt: skip
-        return self.refused
-
-    def confirmed(self, batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """The batches whose topic still has its planned id (one check for all of them)."""
-        if not batches:
-            return
-        refused = self.confirm() if self._planned else set()
-        for batch in batches:
-            topic = batch.column("topic")[0].as_py()
-            if topic not in refused:
-                yield batch
-            elif topic in self._gone and self._gaps_root is not None:
-                # Deleted while read: the source no longer has what was dropped, and the backup does not either.
-                offsets = batch.column("offset")
-                first, last = offsets[0].as_py(), offsets[len(offsets) - 1].as_py()
-                record_gap(parse_location(self._gaps_root), topic, batch.column("partition")[0].as_py(), first, last,
-                           how=DROPPED)  # fmt: skip
 
 
 def read_together(
@@ -272,20 +90,6 @@ def read_together(
             consumer.incremental_unassign([TopicPartition(*key)])
 
 
-def no_data(stall: Stall, item: KafkaRange, unread: int = 0) -> None:
-    """A fetch brought nothing: fail once the range ``item`` (a packed task's first unread one, of ``unread``) has had
-    no data for its ``read_timeout``."""
-    where = f"topic {item.topic!r} partition {item.partition}"
-    if stall.waited(where + (f" ({count(unread, 'partition')} unread)" if unread else ""), item.read_timeout) > (
-        item.read_timeout
-    ):
-        raise ClusterError(
-            f"{where}: no data for {item.read_timeout:.0f} s while reading offsets {item.start}..{item.end - 1} from "
-            f"{redact(item.client).get('bootstrap.servers')}"
-            + (f" ({count(unread, 'partition')} of this task unread)" if unread else "")
-        )
-
-
 def read_range(
     task: KafkaRange, consumer: Any, *, batch_rows: int = 10_000, incarnations: Incarnations | None = None
 ) -> Iterator[pa.RecordBatch]:
@@ -320,10 +124,6 @@ def read_range(
         yield from check.confirmed([columns.batch()])
 
 
-#: librdkafka's event for a fetch position the broker no longer has (``auto.offset.reset=error``).
-AUTO_OFFSET_RESET = -140
-
-
 class _OffsetResetError(Exception):
     """The broker does not have ``position`` of the partition being read (internal to the reading loops)."""
 
@@ -339,41 +139,6 @@ def _deleted_under(consumer: Any, task: KafkaRange, position: int) -> int:
     return deleted_under(
         lambda: consumer.get_watermark_offsets(TopicPartition(task.topic, task.partition), timeout=30), task, position
     )
-
-
-def deleted_under(watermarks: Callable[[], tuple[int, int]], task: KafkaRange, position: int) -> int:
-    """The partition's offsets from ``position`` on are gone at the source: record that, and return where the
-    range goes on (its log start now). The source's earliest offset must have moved past ``position``; an offset
-    out of range above the log's end is a truncated or re-created partition, which ends the task.
-    ``watermarks``: the partition's log start and end now (a client error if they cannot be read)."""
-    from confluent_kafka import KafkaException
-
-    where = f"topic {task.topic!r} partition {task.partition}"
-    if position >= task.end:
-        return position  # past the range: not its gap (the range holding those offsets records it)
-    try:
-        low, high = watermarks()
-    except (KafkaException, RuntimeError) as exc:
-        raise ClusterError(f"{where}: offset {position} is gone and the log start cannot be read: {exc}") from exc
-    if low <= position:
-        raise ClusterError(
-            f"{where}: offset {position} is out of range on {redact(task.client).get('bootstrap.servers')}, whose log "
-            f"holds offsets {low}..{high - 1}: the partition was truncated (an unclean leader election) or the topic "
-            "deleted and created again"
-        )
-    last = min(low, task.end) - 1
-    message = (
-        f"{where}: offsets {position}..{last} were deleted at the source (retention or deleted records) before the "
-        "backup read them"
-    )
-    if task.fail_on_data_loss:
-        raise KbackupError(message + " (set failOnDataLoss=false to go on)")
-    if task.gaps_root is not None:
-        record_gap(parse_location(task.gaps_root), task.topic, task.partition, position, last, how=READ)
-        log.info("%s: recorded as lost at the source", message)
-    else:
-        log.warning("%s", message)
-    return int(low)
 
 
 class _Columns:
@@ -477,3 +242,21 @@ class _Columns:
         batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
         self._reset()
         return batch
+
+
+def read_ranges_reference(
+    ranges: tuple[KafkaRange, ...], settings: dict[str, str], *, batch_rows: int = 10_000
+) -> Iterator[pa.RecordBatch]:
+    """confluent-kafka's :class:`~spark_kafka_backup.spark.kafka_ranges.RangeReader`: one consumer, one range alone
+    or several assigned together."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(settings, logger=logging.getLogger("spark_kafka_backup.librdkafka"))
+    incarnations = Incarnations(ranges)
+    try:
+        if len(ranges) == 1:
+            yield from read_range(ranges[0], consumer, batch_rows=batch_rows, incarnations=incarnations)
+        else:
+            yield from read_together(ranges, consumer, batch_rows=batch_rows, incarnations=incarnations)
+    finally:
+        consumer.close()

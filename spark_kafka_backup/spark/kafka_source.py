@@ -94,7 +94,9 @@ from pyspark.sql.types import StructType
 
 from spark_kafka_backup.spark.backup_files import WRITES_SCHEMA
 from spark_kafka_backup.spark.kafka_planning import OffsetPlanner
-from spark_kafka_backup.spark.kafka_reader import KafkaRange, KafkaTask, kafka_schema, read_range
+from spark_kafka_backup.spark.kafka_ranges import KafkaRange, KafkaTask
+from spark_kafka_backup.spark.kafka_reader import read_range
+from spark_kafka_backup.spark.kafka_schema import kafka_schema
 from spark_kafka_backup.spark.kafka_task import read_task, write_task
 from spark_kafka_backup.spark.runner_exit import quiet_closed_socket_on_exit
 from spark_kafka_backup.spark.source_options import (

@@ -1,13 +1,13 @@
-"""One Kafka source task on an executor: its consumer, on the native edge or the reference path.
+"""One Kafka source task on an executor: its ranges read by one of the two
+:class:`~spark_kafka_backup.spark.kafka_ranges.RangeReader` implementations.
 
-A task reads through the native edge when it can be used (:mod:`spark_kafka_backup.kafka.columnar`; one range, or a
-packed task's many at once), else through confluent-kafka (:mod:`spark_kafka_backup.spark.kafka_reader`).
+A task reads through the native edge when it can be used (``columnar_reader.read_ranges_native``), else through
+confluent-kafka (``kafka_reader.read_ranges_reference``): one range alone, or a packed task's many at once.
 A source given ``writeTo`` writes what its task reads into v1 files in the same process (:func:`write_task`).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -17,8 +17,9 @@ from spark_kafka_backup.kafka.client_settings import consumer_settings
 from spark_kafka_backup.kafka.columnar import native_edge
 from spark_kafka_backup.logsetup import ensure_console_logging
 from spark_kafka_backup.spark.backup_files import BatchFiles, writes_batch
-from spark_kafka_backup.spark.columnar_reader import read_range_columnar, read_ranges_columnar
-from spark_kafka_backup.spark.kafka_reader import Incarnations, KafkaTask, read_range, read_together
+from spark_kafka_backup.spark.columnar_reader import read_ranges_native
+from spark_kafka_backup.spark.kafka_ranges import KafkaTask, RangeReader
+from spark_kafka_backup.spark.kafka_reader import read_ranges_reference
 from spark_kafka_backup.spark.sink_options import SinkOptions
 
 
@@ -31,31 +32,15 @@ def read_task(task: KafkaTask, *, batch_rows: int = 10_000) -> Iterator[pa.Recor
     range is complete or holds ``batch_rows`` rows, and a complete partition
     is unassigned.
     """
-    from confluent_kafka import Consumer
-
     if not task.ranges:
         return
     first = task.ranges[0]
     ensure_console_logging()  # a Python worker of Spark's: librdkafka's own log (a line per reconnect) stays quiet
     settings = consumer_settings(first.client, isolation_level=first.client.get("isolation.level", "read_committed"))
-    # Offsets deleted under the task are an event it handles (see _deleted_under), never a silent jump.
+    # Offsets deleted under the task are an event it handles (read_checks.deleted_under), never a silent jump.
     settings["auto.offset.reset"] = "error"
-    native = native_edge()
-    if native is not None:
-        if len(task.ranges) == 1:
-            yield from read_range_columnar(first, native, settings, batch_rows=batch_rows)
-        else:
-            yield from read_ranges_columnar(task.ranges, native, settings, batch_rows=batch_rows)
-        return
-    consumer = Consumer(settings, logger=logging.getLogger("spark_kafka_backup.librdkafka"))
-    incarnations = Incarnations(task.ranges)
-    try:
-        if len(task.ranges) == 1:
-            yield from read_range(first, consumer, batch_rows=batch_rows, incarnations=incarnations)
-        else:
-            yield from read_together(task.ranges, consumer, batch_rows=batch_rows, incarnations=incarnations)
-    finally:
-        consumer.close()
+    reader: RangeReader = read_ranges_native if native_edge() is not None else read_ranges_reference
+    yield from reader(task.ranges, settings, batch_rows=batch_rows)
 
 
 def write_task(task: KafkaTask, sink: SinkOptions) -> Iterator[pa.RecordBatch]:

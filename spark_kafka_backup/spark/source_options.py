@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from spark_kafka_backup.errors import KbackupError, UsageError
+from spark_kafka_backup.errors import SparkKafkaBackupError, UsageError
 from spark_kafka_backup.kafka.cluster import TopicPartitionKey
 from spark_kafka_backup.kafka.topics import TopicSelection
 from spark_kafka_backup.spark.sink_options import SinkOptions
@@ -64,7 +64,7 @@ def decode_ids(data: Mapping[str, Any]) -> dict[str, str]:
 def decode_offsets(data: Mapping[str, Any]) -> dict[TopicPartitionKey, int]:
     version = data.get("v")
     if version != OFFSETS_VERSION:
-        raise KbackupError(
+        raise SparkKafkaBackupError(
             f"the checkpoint holds Kafka offsets of version {version!r}; this spark-kafka-backup reads version "
             f"{OFFSETS_VERSION}"
         )

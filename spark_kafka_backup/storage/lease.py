@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 
-from spark_kafka_backup.errors import FormatError, KbackupError, LeaseHeldError, LeaseLostError
+from spark_kafka_backup.errors import FormatError, LeaseHeldError, LeaseLostError, SparkKafkaBackupError
 from spark_kafka_backup.format.json_document import parse_document
 from spark_kafka_backup.storage.base import Location
 from spark_kafka_backup.storage.local import check_inside
@@ -254,7 +254,7 @@ class TargetLease:
             ) from exc
         except OSError as exc:
             os.close(fd)
-            raise KbackupError(f"{path}: cannot lock the backup target's lease: {exc.strerror}") from exc
+            raise SparkKafkaBackupError(f"{path}: cannot lock the backup target's lease: {exc.strerror}") from exc
         return fd
 
     # -- object stores ------------------------------------------------------------------
@@ -286,7 +286,7 @@ class TargetLease:
             if etag is not None:
                 break
         self._etag = etag
-        self._renewer = threading.Thread(target=self._renew, name="kbackup-lease", daemon=True)
+        self._renewer = threading.Thread(target=self._renew, name="spark-kafka-backup-lease", daemon=True)
         self._renewer.start()
 
     def _renew(self) -> None:
@@ -298,7 +298,7 @@ class TargetLease:
             mine = Holder(**{**asdict(self.holder), "expires": time.time() + TTL_SECONDS})
             try:
                 etag = storage.replace_if(self.path, mine.encode(), self._etag)
-            except KbackupError as exc:
+            except SparkKafkaBackupError as exc:
                 # Unreachable for now: try again while the lease lasts, give it up before another job may take it.
                 if time.time() >= self._expires - RENEW_SECONDS:
                     self.lost = (

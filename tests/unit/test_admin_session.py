@@ -272,7 +272,7 @@ def test_a_refusal_stops_the_watch_and_is_raised_in_the_jobs_thread(
     # nothing the watch would have asked after the refusal ever comes.
     assert [r.ends for r in collected] in ([], [{("orders", 0): 3}])
     rounds.stop()
-    assert not any(t.name == "kbackup-cluster-watch" and t.is_alive() for t in threading.enumerate())
+    assert not any(t.name == "spark-kafka-backup-cluster-watch" and t.is_alive() for t in threading.enumerate())
 
 
 def test_stop_does_not_wait_for_a_round_stuck_on_the_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -48,7 +48,7 @@ def test_settings_from_the_originals_properties_and_flags(tmp_path: Path) -> Non
     settings = parse_backup_args(["--properties", str(properties), "--offsets-interval", "5"])
     assert settings.target == Path("/data/b")
     assert settings.selection == TopicSelection(pattern="orders-.*")
-    assert settings.max_segment_size == 1000
+    assert settings.files.max_segment_size == 1000
     assert settings.snapshot is True
     assert settings.client == {"bootstrap.servers": "k1:9092", "security.protocol": "SSL"}
     assert settings.checkpoint == Path("/data/b/kbackup~state/spark-checkpoint")
@@ -380,3 +380,46 @@ def test_the_schema_registry_is_captured_every_offsets_interval_unless_told_othe
         parse_backup_args([*base, "--schema-registry-interval", "600"])
     with pytest.raises(UsageError, match="--schema-registry-interval is for a continuous backup"):
         parse_backup_args([*base, *registry, "--schema-registry-interval", "600", "--snapshot"])
+
+
+def test_the_files_options_cross_spark_as_strings_and_come_back_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One typed object on each side of the Spark boundary: parse(options()) is the object, every field set."""
+    import dataclasses
+
+    from spark_kafka_backup.storage import parse_location
+
+    monkeypatch.setenv("KBACKUP_TEST_KEY", "ab" * 32)
+    settings = parse_backup_args(
+        ["--bootstrap-server", "b:9092", "--target-dir", str(tmp_path), "--topics", "a", "--compression", "ZSTD",
+         "--max-segment-size", "4096", "--encryption-key-env", "KBACKUP_TEST_KEY", "--log-format", "json"]
+    )  # fmt: skip
+    files = settings.files
+    assert (files.compression, files.max_segment_size, files.encryption_key_env) == ("zstd", 4096, "KBACKUP_TEST_KEY")
+    full = dataclasses.replace(
+        files, lock_timeout=12.5, fsync=False, umask=0o027, stats_dir=tmp_path / "stats", check_source=True,
+        client={"security.protocol": "SSL"}, schema_ids=True, encryption_key_file=str(tmp_path / "kek.hex"),
+    )  # fmt: skip
+    defaults = SinkOptions(parse_location(str(tmp_path)))
+    for options in (files, full, defaults):
+        text = options.options()
+        assert all(isinstance(value, str) for value in text.values()), text
+        assert SinkOptions.parse(text) == options
+    unexercised = [
+        f.name for f in dataclasses.fields(SinkOptions) if getattr(full, f.name) == getattr(defaults, f.name)
+    ]
+    assert unexercised == ["target"], "every field but the root crosses with a value other than its default"
+    # An option added on the command line reaches the writing tasks with no other change (--lock-timeout).
+    waiting = parse_backup_args(
+        ["--bootstrap-server", "b:9092", "--target-dir", str(tmp_path), "--topics", "a", "--lock-timeout", "5"]
+    )
+    assert SinkOptions.parse(waiting.files.options()).lock_timeout == 5.0
+    # No compression is None past the command line; "none" only spells it.
+    plain = parse_backup_args(["--bootstrap-server", "b:9092", "--target-dir", str(tmp_path), "--topics", "a"])
+    assert plain.files.compression is None and plain.files.options()["compression"] == "none"
+    assert SinkOptions.parse({"path": str(tmp_path), "compression": "NONE"}).compression is None
+    with pytest.raises(UsageError, match="compression is one of none, zstd, lz4, gzip, not 'brotli'"):
+        SinkOptions.parse({"path": str(tmp_path), "compression": "brotli"})
+    with pytest.raises(UsageError, match="compression is one of none, zstd, lz4, gzip, not 'snappy'"):
+        SinkOptions(defaults.target, compression="snappy")

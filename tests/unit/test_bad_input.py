@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spark_kafka_backup.errors import FormatError, KbackupError, MagicByteError, TruncatedError
+from spark_kafka_backup.errors import FormatError, MagicByteError, SparkKafkaBackupError, TruncatedError
 from spark_kafka_backup.format.consumer_offsets import decode_consumer_offsets
 from spark_kafka_backup.format.partition_index import decode_partition_index
 from spark_kafka_backup.format.record import decode_record, decode_records, encode_record
@@ -231,11 +231,11 @@ def test_bit_flips_raise_only_kbackup_errors(data: st.DataObject) -> None:
     for _ in range(data.draw(st.integers(1, 4))):
         position = data.draw(st.integers(1, len(damaged) - 1))
         damaged[position] ^= 1 << data.draw(st.integers(0, 7))
-    with contextlib.suppress(KbackupError):
+    with contextlib.suppress(SparkKafkaBackupError):
         list(decode_records(bytes(damaged), 1, len(damaged), file="f"))
     index = bytearray((INDEX_VECTORS / "segment_index_without_records").read_bytes())
     index[data.draw(st.integers(0, len(index) - 1))] ^= 0xFF
-    with contextlib.suppress(KbackupError):
+    with contextlib.suppress(SparkKafkaBackupError):
         decode_segment_index(bytes(index), file="i")
 
 

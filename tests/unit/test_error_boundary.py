@@ -188,3 +188,27 @@ def test_a_job_stopped_before_it_was_done_exits_128_plus_the_signal_in_one_line(
     assert exit_code("job", _raising(Stopped(signal.SIGTERM)), say=said.append) == 143
     assert said == ["job: error: stopped by SIGTERM (what was committed stays; run it again to go on)"]
     assert exit_code("job", _raising(KeyboardInterrupt()), say=said.append) == 130
+
+
+def test_py4js_log_of_a_ctrl_c_while_it_talks_to_the_jvm_is_no_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    """py4j calls logging.exception on the root logger when SIGINT lands inside a JVM call; the job says the
+    interrupt in one line itself (tests/test_stop_signals.py met the traceback at 'backing up topics')."""
+    import logging
+
+    from spark_kafka_backup.logsetup import _py4j_interrupt, ensure_console_logging
+
+    root = logging.getLogger()
+    handlers, filters = list(root.handlers), list(root.filters)
+    try:
+        ensure_console_logging()
+        ensure_console_logging()  # once only
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            logging.exception("KeyboardInterrupt while sending command.")  # as py4j.java_gateway does
+            logging.error("another library's error")
+        said = [record.getMessage() for record in caplog.records if record.name == "root"]
+        assert said == ["another library's error"]  # the root logger's handlers never see py4j's record
+        assert root.filters.count(_py4j_interrupt) == 1  # however many times the jobs set logging up
+    finally:
+        root.handlers[:], root.filters[:] = handlers, filters

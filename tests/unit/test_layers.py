@@ -9,6 +9,7 @@ function to dodge a cycle is still a dependency), and ``from spark_kafka_backup 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -38,22 +39,37 @@ LAYERS: list[set[str]] = [
     {"launcher"},
     {"cli"},
     {"__main__"},
-    # Scaffolding for the demo, the tests and the benchmarks: nothing of the installed tool may need it.
-    {"devkit"},
 ]
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 
-#: The modules Spark runs on its executors (the tasks' code, pickled there): with every module they import. The Kafka
-#: source's reader is one: Spark unpickles it on executors to call its ``read``.
-EXECUTOR_ENTRIES = (
-    "restore.task", "spark.kafka_reader", "spark.kafka_task", "spark.columnar_reader", "spark.kafka_source",
-    "spark.v1_sink", "datasource.source", "datasource.segment_scan", "datasource.match_runs",
-)  # fmt: skip
-#: Modules of the driver alone (planning, sessions, the jobs' and the commands' entry points): never on an executor.
-DRIVER_ONLY = (
-    "backup.job", "backup.settings", "restore.job", "restore.plan", "restore.settings", "restore.access",
-    "job_options", "spark.session", "spark_submit", "jvm_archive", "launcher", "cli",
-)  # fmt: skip
+#: The base classes of PySpark's Python data sources: a subclass's instances are pickled to executors, which import
+#: its module to call ``read``/``write``.
+DATA_SOURCE_BASES = "pyspark.sql.datasource"
+#: Methods of a DataFrame whose first argument runs on the executors.
+TASK_METHODS = frozenset({
+    "mapInArrow", "mapInPandas", "mapPartitions", "mapPartitionsWithIndex", "foreachPartition", "flatMap",
+    "applyInArrow", "applyInPandas",
+})  # fmt: skip
+#: Methods whose first argument runs on the executors when called on an RDD (a receiver naming ``rdd`` or made by
+#: ``parallelize``; ``map`` of a thread pool is not Spark's).
+RDD_METHODS = frozenset({"map", "foreach", "filter"})
+#: What only a driver does: start or hold a Spark session, run a streaming query, make a DataFrame, parse a command
+#: line, start processes. A module naming one of these never belongs on an executor.
+DRIVER_NAMES = frozenset({"SparkSession", "ArgumentParser"})
+DRIVER_ATTRIBUTES = frozenset({"sparkContext", "readStream", "writeStream", "createDataFrame", "ArgumentParser"})
+DRIVER_IMPORTS = frozenset({"subprocess", "argparse.ArgumentParser"})
+#: Not shipped (the repository's scaffolding): the package never imports them.
+NOT_SHIPPED = frozenset({"devkit", "tests", "benchmarks"})
+
+
+def _nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of the module at ``path``, parsed and walked once per text (each check looks at every module)."""
+    return _walked(path.read_text(), str(path))
+
+
+@functools.cache
+def _walked(text: str, filename: str) -> tuple[ast.AST, ...]:
+    return tuple(ast.walk(ast.parse(text, filename=filename)))
 
 
 def _unit(module: str) -> str:
@@ -70,7 +86,7 @@ def _imports(path: Path) -> list[tuple[str, int]]:
     from a package is the module of that name when there is one)."""
     found = []
     package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in _nodes(path):
         if isinstance(node, ast.Import):
             found += [
                 (alias.name, node.lineno) for alias in node.names if alias.name.split(".")[0] == "spark_kafka_backup"
@@ -142,13 +158,75 @@ def _cycles_inside_units() -> list[list[str]]:
     return cycles
 
 
+def _imported_names(nodes: tuple[ast.AST, ...], module: str, is_package: bool) -> dict[str, tuple[str, str]]:
+    """Each name bound by ``from X import name [as alias]`` in a module: alias -> (X, name), relative X resolved."""
+    found = {}
+    parts = module.split(".") if is_package else module.split(".")[:-1]
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom):
+            base = parts[: len(parts) - node.level + 1] if node.level else []
+            source = ".".join([*base, *([node.module] if node.module else [])])
+            for alias in node.names:
+                found[alias.asname or alias.name] = (source, alias.name)
+    return found
+
+
+def _executor_entries() -> dict[str, str]:
+    """The modules Spark ships to its executors, computed from the code, each with why: a subclass of a PySpark data
+    source class (its instances are pickled and read or written there), and each function handed to a DataFrame's
+    ``mapInArrow``-like method or an RDD's ``map``-like method (through ``functools.partial`` too; a lambda's own
+    module)."""
+    entries: dict[str, str] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = _module_name(path)
+        nodes = _nodes(path)
+        imported = _imported_names(nodes, module, path.name == "__init__.py")
+
+        def defined_in(
+            function: ast.expr, module: str = module, imported: dict[str, tuple[str, str]] = imported
+        ) -> str:
+            if isinstance(function, ast.Call) and ast.unparse(function.func) in {"functools.partial", "partial"}:
+                return defined_in(function.args[0])
+            if isinstance(function, ast.Name) and function.id in imported:
+                source, name = imported[function.id]
+                return f"{source}.{name}" if _exists(f"{source}.{name}") else source
+            return module
+
+        for node in nodes:
+            if isinstance(node, ast.ClassDef):
+                for base in node.bases:
+                    if isinstance(base, ast.Name) and imported.get(base.id, ("", ""))[0] == DATA_SOURCE_BASES:
+                        entries.setdefault(module, f"class {node.name}({base.id})")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+                method, receiver = node.func.attr, ast.unparse(node.func.value)
+                on_rdd = method in RDD_METHODS and ("rdd" in receiver or "parallelize" in receiver)
+                if method in TASK_METHODS or on_rdd:
+                    entries.setdefault(defined_in(node.args[0]), f"{module}:{node.lineno} {method}")
+    return {module: why for module, why in entries.items() if module.startswith("spark_kafka_backup")}
+
+
+def _driver_modules() -> dict[str, str]:
+    """The modules that do what only a driver does (:data:`DRIVER_NAMES` and the like), each with what it does."""
+    driver: dict[str, str] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = _module_name(path)
+        for node in _nodes(path):
+            if isinstance(node, ast.Import) and {alias.name for alias in node.names} & DRIVER_IMPORTS:
+                driver.setdefault(module, f"imports {sorted({alias.name for alias in node.names} & DRIVER_IMPORTS)[0]}")
+            elif isinstance(node, ast.Name) and node.id in DRIVER_NAMES:
+                driver.setdefault(module, f"names {node.id}")
+            elif isinstance(node, ast.Attribute) and node.attr in DRIVER_ATTRIBUTES:
+                driver.setdefault(module, f"uses .{node.attr}")
+    return driver
+
+
 def _driver_modules_on_executors() -> list[str]:
-    """Driver-only modules reached from an executor entry, with the import path that reaches them."""
+    """Driver modules reached from an executor entry, with the import path that reaches them and what makes them the
+    driver's."""
     graph = _modules()
-    driver = {f"spark_kafka_backup.{name}" for name in DRIVER_ONLY}
+    driver = _driver_modules()
     wrong = []
-    for entry in EXECUTOR_ENTRIES:
-        start = f"spark_kafka_backup.{entry}"
+    for start in sorted(_executor_entries()):
         came_from: dict[str, str | None] = {start: None}
         todo = [start]
         while todo:
@@ -157,13 +235,32 @@ def _driver_modules_on_executors() -> list[str]:
                 if target not in came_from:
                     came_from[target] = module
                     todo.append(target)
-        for module in sorted(driver & set(came_from)):
+        for module in sorted(set(driver) & set(came_from)):
             chain: list[str] = []
             at: str | None = module
             while at is not None:
                 chain.append(at.removeprefix("spark_kafka_backup."))
                 at = came_from[at]
-            wrong.append(" -> ".join(reversed(chain)))
+            wrong.append(f"{' -> '.join(reversed(chain))} ({driver[module]})")
+    return wrong
+
+
+def _imports_of_the_unshipped() -> list[str]:
+    """Imports of the repository's scaffolding (:data:`NOT_SHIPPED`) from the package."""
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in _nodes(path):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            wrong += [
+                f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: imports {name}"
+                for name in names
+                if name.split(".")[0] in NOT_SHIPPED
+            ]
     return wrong
 
 
@@ -192,9 +289,19 @@ def test_no_cycle_inside_a_unit() -> None:
 
 
 def test_executor_code_never_imports_the_drivers() -> None:
-    named = {f"spark_kafka_backup.{name}" for name in (*EXECUTOR_ENTRIES, *DRIVER_ONLY)}
-    assert named - set(_modules()) == set(), "the rule names modules that do not exist"
+    entries = _executor_entries()
+    # The computation sees the code Spark ships today: the backup's source and sink, the data source, the restore's
+    # and --where's tasks (a new entry is found by it, not added here).
+    shipped = ("spark.kafka_source", "spark.kafka_ranges", "spark.v1_sink", "datasource.source", "restore.task")
+    assert {f"spark_kafka_backup.{name}" for name in (*shipped, "datasource.match_runs")} <= set(entries), entries
+    assert {"spark_kafka_backup.restore.job", "spark_kafka_backup.backup.job", "spark_kafka_backup.launcher"} <= set(
+        _driver_modules()
+    )
     assert _driver_modules_on_executors() == []
+
+
+def test_the_package_never_imports_the_repositorys_scaffolding() -> None:
+    assert _imports_of_the_unshipped() == []
 
 
 def test_the_checks_see_each_kind_of_violation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -211,13 +318,28 @@ def test_the_checks_see_each_kind_of_violation(tmp_path: Path, monkeypatch: pyte
     (fake / "catalog" / "prune.py").write_text("def f():\n    from spark_kafka_backup.catalog.merge import g\n")
     (fake / "restore" / "task.py").write_text("from spark_kafka_backup.restore.selection import same_record\n")
     (fake / "restore" / "selection.py").write_text("from spark_kafka_backup.restore import plan\n")
-    (fake / "restore" / "plan.py").write_text("")
+    (fake / "restore" / "plan.py").write_text("import subprocess\n")
+    (fake / "restore" / "job.py").write_text(
+        "import functools\nfrom spark_kafka_backup.restore.task import run\n"
+        "def go(context, shared):\n    context.parallelize([1]).map(functools.partial(run, shared)).collect()\n"
+    )
+    (fake / "restore" / "source.py").write_text(
+        "from pyspark.sql.datasource import DataSourceReader\nfrom spark_kafka_backup.restore import job\n"
+        "class Reader(DataSourceReader):\n    pass\n"
+    )
+    (fake / "cli.py").write_text("import argparse\nimport devkit.demo\nparser = argparse.ArgumentParser()\n")
     monkeypatch.setitem(globals(), "PACKAGE", fake)
-    monkeypatch.setitem(globals(), "EXECUTOR_ENTRIES", ("restore.task",))
-    monkeypatch.setitem(globals(), "DRIVER_ONLY", ("restore.plan",))
     assert _violations() == ["spark_kafka_backup/format/record.py:1: format imports spark_kafka_backup.cli"]
     assert _cycles_inside_units() == [["spark_kafka_backup.catalog.merge", "spark_kafka_backup.catalog.prune"]]
-    assert _driver_modules_on_executors() == ["restore.task -> restore.selection -> restore.plan"]
+    assert _executor_entries() == {
+        "spark_kafka_backup.restore.task": "spark_kafka_backup.restore.job:4 map",
+        "spark_kafka_backup.restore.source": "class Reader(DataSourceReader)",
+    }
+    assert _driver_modules_on_executors() == [
+        "restore.source -> restore.job -> restore.task -> restore.selection -> restore.plan (imports subprocess)",
+        "restore.task -> restore.selection -> restore.plan (imports subprocess)",
+    ]
+    assert _imports_of_the_unshipped() == ["spark_kafka_backup/cli.py:2: imports devkit.demo"]
 
 
 def test_the_check_sees_an_upward_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

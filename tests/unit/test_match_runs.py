@@ -95,14 +95,14 @@ def test_counting_and_finding_matches_from_the_indexes_agrees_with_reading_the_r
 def test_flags_out_of_offset_order_are_refused_never_a_run_over_them() -> None:
     import pytest
 
-    from spark_kafka_backup.errors import KbackupError
+    from spark_kafka_backup.errors import SparkKafkaBackupError
 
     shuffled = _batches(0, [5, 100, 7], [True, True, False], [])
-    with pytest.raises(KbackupError, match="partition 0 reached the matching out of offset order"):
+    with pytest.raises(SparkKafkaBackupError, match="partition 0 reached the matching out of offset order"):
         list(matched_runs(iter(shuffled)))
     back_and_forth = [*_batches(0, [1, 2], [True, True], []), *_batches(1, [1], [True], []),
                       *_batches(0, [3], [True], [])]  # fmt: skip
-    with pytest.raises(KbackupError, match="out of offset order"):
+    with pytest.raises(SparkKafkaBackupError, match="out of offset order"):
         list(matched_runs(iter(back_and_forth)))
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_kafka_backup.errors import KbackupError, OffsetConflictError, PlacementError
+from spark_kafka_backup.errors import OffsetConflictError, PlacementError, SparkKafkaBackupError
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.format.record_columns import EncodedRecords, encode_columns
 from spark_kafka_backup.partition.reader import PartitionReader
@@ -31,7 +31,7 @@ def outcome(run: object) -> tuple[object, object]:
     """What a write does: its result, or the error's type and message."""
     try:
         return ("ok", run())  # type: ignore[operator]
-    except KbackupError as exc:
+    except SparkKafkaBackupError as exc:
         return (type(exc).__name__, str(exc))
 
 

@@ -265,12 +265,12 @@ def test_a_created_topic_does_not_take_a_broker_default_that_restamps_or_compact
     """The backup records only settings made on the source topic: the target broker's defaults fill the rest."""
     from spark_kafka_backup.restore.plan import TopicPlan, _override_broker_defaults
 
-    topic = TopicPlan("src", "tgt", 1, None, 1, {})
+    topic = TopicPlan("src", "tgt", None, 1, {})
     _override_broker_defaults(topic, {"message.timestamp.type": "LogAppendTime", "cleanup.policy": "compact"},
                               restamp=False)  # fmt: skip
     assert topic.config == {"message.timestamp.type": "CreateTime", "cleanup.policy": "delete"}
     assert len(topic.notes) == 2 and "target broker's default LogAppendTime" in topic.notes[0]
-    kept = TopicPlan("src", "tgt", 1, None, 1, {"cleanup.policy": "compact"})
+    kept = TopicPlan("src", "tgt", None, 1, {"cleanup.policy": "compact"})
     _override_broker_defaults(kept, {"message.timestamp.type": "LogAppendTime", "cleanup.policy": "compact"},
                               restamp=True)  # fmt: skip
     assert kept.config == {"cleanup.policy": "compact"} and kept.notes == []

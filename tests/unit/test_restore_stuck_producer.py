@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,12 @@ from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.kafka.columnar_producer import Deliveries, ProducerError
 from spark_kafka_backup.partition.selection import Window
 from spark_kafka_backup.partition.writer import PartitionWriter
-from spark_kafka_backup.restore import columnar_run, reference_run
 from spark_kafka_backup.restore import marker as markers
 from spark_kafka_backup.restore import producer_calls as calls
 from spark_kafka_backup.restore import task as task_module
+from spark_kafka_backup.restore import transaction_run
 from spark_kafka_backup.restore.partition_task import NATIVE_PRODUCER, REFERENCE_PRODUCER
+from spark_kafka_backup.restore.reference_producer import ReferenceProducer
 from spark_kafka_backup.restore.task import PartitionTask, restore_partition
 
 
@@ -177,7 +177,7 @@ def fake_columnar(log: TargetLog) -> type:
     """The native producer's face (:class:`ColumnarProducer`) over the same transactional log."""
 
     class Columnar:
-        def __init__(self, native: Any, settings: dict[str, str]) -> None:
+        def __init__(self, settings: dict[str, str]) -> None:
             self.pending: list[tuple[int, bytes | None]] = []
             self.queued: list[tuple[int, bytes | None]] = []  # (delivery index, key)
             self.offsets: dict[int, int] = {}
@@ -224,7 +224,7 @@ def fake_columnar(log: TargetLog) -> type:
             base = min(self.offsets, default=forget_below)
             top = max(self.offsets, default=base - 1)
             offsets = np.array([self.offsets.get(i, -1) for i in range(base, top + 1)], dtype=np.int64)
-            return Deliveries(len(self.offsets), self.last, base, offsets, [], 0, None)
+            return Deliveries(len(self.offsets), self.last, base, offsets, [], None)
 
         def send_offsets_to_transaction(
             self, topic: str, partition: int, offset: int, metadata: str, group: str, timeout: float
@@ -267,23 +267,18 @@ def log(monkeypatch: pytest.MonkeyPatch, path: str) -> Any:
 
     target = TargetLog()
     producer, consumer = fake_kafka(target)
+    # The one transaction protocol, through confluent-kafka's producer (adapted) or the native one's face.
     if path == "reference":
         monkeypatch.setattr(confluent_kafka, "Producer", producer)
-        monkeypatch.setattr(
-            task_module, "_producer_path", lambda task: (reference_run.restore_reference, REFERENCE_PRODUCER)
-        )
+        made: Any = ReferenceProducer
+        name = REFERENCE_PRODUCER
     else:
-        monkeypatch.setattr(columnar_run, "ColumnarProducer", fake_columnar(target))
-        monkeypatch.setattr(
-            task_module,
-            "_producer_path",
-            lambda task: (
-                functools.partial(columnar_run.restore_columnar, native=types.ModuleType("fake_native")),
-                NATIVE_PRODUCER,
-            ),
-        )
-    for module in (reference_run, columnar_run):
-        monkeypatch.setattr(module, "marker_consumer", lambda client: consumer())
+        columnar = fake_columnar(target)
+        made = lambda settings, group: columnar(settings)  # noqa: E731
+        name = NATIVE_PRODUCER
+    run = functools.partial(transaction_run.restore_transactions, producer=made)
+    monkeypatch.setattr(task_module, "_producer_path", lambda task: (run, name))
+    monkeypatch.setattr(transaction_run, "marker_consumer", lambda client: consumer())
     monkeypatch.setattr(markers, "TRANSACTION_RECORDS", 50)  # three transactions
     monkeypatch.setattr(calls, "SEND_OFFSETS_SECONDS", 0.1)
     monkeypatch.setattr(calls, "STUCK_GRACE_SECONDS", 0.2)
@@ -311,7 +306,7 @@ def test_after_the_second_transaction_the_new_producer_goes_on_from_the_marker(
     log: Any, backup: Path, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     commits = {"n": 0}
-    run_class: Any = reference_run._Run if path == "reference" else columnar_run._Run
+    run_class: Any = transaction_run._Run
     real = run_class._commit
 
     def commit(self: Any, *args: Any) -> None:

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_kafka_backup.errors import FormatError, KbackupError, SchemaIdError, SchemaRegistryError, UsageError
+from spark_kafka_backup.errors import FormatError, SchemaIdError, SchemaRegistryError, SparkKafkaBackupError, UsageError
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.schema_registry.client import RegistryAddress, RegistryClient
 from spark_kafka_backup.schema_registry.registry_copy import (
@@ -266,7 +266,7 @@ def test_an_import_state_keeps_what_it_is_given_and_refuses_a_damaged_file(tmp_p
     again = RegistryImportState(path)
     assert (again.ids, again.levels, again.deletions) == ({1: 10, 2: 20}, {"orders-value": None}, {("orders-value", 2)})
     path.write_text("{")
-    with pytest.raises(KbackupError, match=re.escape(f"{path}: not a valid restore state")):
+    with pytest.raises(SparkKafkaBackupError, match=re.escape(f"{path}: not a valid restore state")):
         RegistryImportState(path)
 
 

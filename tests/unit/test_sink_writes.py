@@ -15,7 +15,7 @@ from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.spark import backup_files
 from spark_kafka_backup.spark.backup_files import WRITES_SCHEMA, BatchFiles, PartitionWrite, writes_batch
-from spark_kafka_backup.spark.kafka_reader import kafka_schema
+from spark_kafka_backup.spark.kafka_schema import kafka_schema
 from spark_kafka_backup.spark.source_options import SourceOptions
 from spark_kafka_backup.spark.v1_sink import SinkOptions, V1StreamWriter
 

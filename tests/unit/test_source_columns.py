@@ -11,7 +11,9 @@ from confluent_kafka import KafkaError
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from spark_kafka_backup.errors import ClusterError
-from spark_kafka_backup.spark.kafka_reader import KafkaRange, _Columns, kafka_schema
+from spark_kafka_backup.spark.kafka_ranges import KafkaRange
+from spark_kafka_backup.spark.kafka_reader import _Columns
+from spark_kafka_backup.spark.kafka_schema import kafka_schema
 
 EOF_CODE = KafkaError._PARTITION_EOF
 
@@ -138,7 +140,7 @@ def range_of(topic: str, partition: int, size: int) -> KafkaRange:
 
 
 def test_large_partitions_are_tasks_of_their_own_small_ones_are_packed() -> None:
-    from spark_kafka_backup.spark.kafka_reader import PACK_RANGES, PACK_RECORDS, pack_ranges
+    from spark_kafka_backup.spark.kafka_ranges import PACK_RANGES, PACK_RECORDS, pack_ranges
 
     big = [range_of("big", p, PACK_RECORDS + p) for p in range(3)]
     small = [range_of(f"t{t:03d}", p, 1 + (t * p) % 7) for t in range(150) for p in range(10)]
@@ -164,7 +166,7 @@ def test_large_partitions_are_tasks_of_their_own_small_ones_are_packed() -> None
 
 
 def test_packed_tasks_keep_their_limits() -> None:
-    from spark_kafka_backup.spark.kafka_reader import PACK_RANGES, PACK_RECORDS, pack_ranges
+    from spark_kafka_backup.spark.kafka_ranges import PACK_RANGES, PACK_RECORDS, pack_ranges
 
     shapes = [
         [PACK_RECORDS - 1] + [1] * 999,  # one nearly large range and many tiny ones
@@ -181,7 +183,8 @@ def test_packed_tasks_keep_their_limits() -> None:
 
 
 def test_offsets_deleted_past_the_range_are_not_the_ranges_gap() -> None:
-    from spark_kafka_backup.spark.kafka_reader import AUTO_OFFSET_RESET, _OffsetResetError
+    from spark_kafka_backup.spark.kafka_reader import _OffsetResetError
+    from spark_kafka_backup.spark.read_checks import AUTO_OFFSET_RESET
 
     # The consumer prefetched past the range's end, then the broker's log start moved past the fetch position.
     cols = columns()

@@ -17,7 +17,7 @@ from spark_kafka_backup.catalog.source_gaps import (
     record_gap,
 )
 from spark_kafka_backup.catalog.store import read_catalog
-from spark_kafka_backup.errors import KbackupError
+from spark_kafka_backup.errors import SparkKafkaBackupError
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.writer import PartitionWriter
@@ -55,7 +55,7 @@ def test_a_damaged_gap_record_is_one_error_naming_its_file(tmp_path: Path, conte
     path = Path(str(gap_path(tmp_path, "t", 0, 1)))
     path.parent.mkdir(parents=True)
     path.write_bytes(content)
-    with pytest.raises(KbackupError) as failure:  # a format error, or a file too large to be one
+    with pytest.raises(SparkKafkaBackupError) as failure:  # a format error, or a file too large to be one
         read_gaps(tmp_path, "t")
     assert str(path) in str(failure.value)
     assert len(str(failure.value).splitlines()) == 1
@@ -86,7 +86,7 @@ def test_numbers_out_of_range_are_one_error_too(tmp_path: Path) -> None:
     path = Path(str(gap_path(tmp_path, "t", 0, 1)))
     path.parent.mkdir(parents=True)
     path.write_text('{"version": 1, "topic": "t", "partition": 0, "first": 1, "last": 3, "seenAt": 1e400}')
-    with pytest.raises(KbackupError, match="not a valid source gap record"):
+    with pytest.raises(SparkKafkaBackupError, match="not a valid source gap record"):
         read_gaps(tmp_path, "t")
 
 

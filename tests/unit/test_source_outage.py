@@ -230,14 +230,14 @@ def test_a_task_without_data_says_the_cluster_is_not_answering(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Spark does not plan while a batch is read: a task waiting for data is where an outage is seen then."""
-    from spark_kafka_backup.spark import kafka_reader
+    from spark_kafka_backup.spark import read_checks
 
-    stall = kafka_reader.Stall()
+    stall = read_checks.Stall()
     logger = logging.getLogger("spark_kafka_backup.source")
     logger.addHandler(caplog.handler)
     try:
         assert stall.waited("topic 'orders' partition 0", 120) < 30  # too soon: nothing said
-        monkeypatch.setattr(kafka_reader, "STALL_WARNING_SECONDS", 0.0)
+        monkeypatch.setattr(read_checks, "STALL_WARNING_SECONDS", 0.0)
         stall.waited("topic 'orders' partition 0", 120)
         stall.progressed()
         stall.waited("topic 'orders' partition 0", 0.0)  # past the read timeout: the task fails instead
@@ -315,7 +315,9 @@ def test_time_the_taker_of_a_batch_spends_is_not_a_stall_of_the_cluster(reader: 
     between two fetches; only time without data while the task waits for the cluster counts towards the timeout."""
     import time
 
-    from spark_kafka_backup.spark.kafka_reader import Incarnations, KafkaRange, read_range, read_together
+    from spark_kafka_backup.spark.kafka_ranges import KafkaRange
+    from spark_kafka_backup.spark.kafka_reader import read_range, read_together
+    from spark_kafka_backup.spark.read_checks import Incarnations
 
     task = KafkaRange("orders", 0, 0, 20, {}, False, read_timeout=1.0)
     consumer = _SlowSecondFetch(first=10, end=20, later=0.2)

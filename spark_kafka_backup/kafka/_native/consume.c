@@ -533,18 +533,18 @@ PyObject *consumer_poll(PyObject *self, PyObject *args) {
     if (failed) {
         PyErr_NoMemory();
     } else {
-        PyObject *buffers = PyTuple_New(B_COUNT);
+        PyObject *buffers = PyStructSequence_New(ColumnBuffersType);
         for (int i = 0; buffers != NULL && i < B_COUNT; i++) {
             PyObject *bytes = to_bytes(&b[i]);
             if (bytes == NULL) {
                 Py_CLEAR(buffers);
                 break;
             }
-            PyTuple_SET_ITEM(buffers, i, bytes);
+            PyStructSequence_SetItem(buffers, i, bytes);
         }
         if (buffers != NULL)
-            result = Py_BuildValue("(nnNiLssi)", (Py_ssize_t)rows, (Py_ssize_t)headers, buffers, event, event_offset,
-                                   event_text, run_topic != NULL ? run_topic : "", (int)run_partition);
+            result = named(PolledType, Py_BuildValue("(nnNiLssi)", (Py_ssize_t)rows, (Py_ssize_t)headers, buffers, event, event_offset,
+                                   event_text, run_topic != NULL ? run_topic : "", (int)run_partition));
     }
     for (int i = 0; i < B_COUNT; i++)
         free(b[i].data);
@@ -570,7 +570,7 @@ PyObject *consumer_watermarks(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_RuntimeError, "%s", rk.err2str(err));
         return NULL;
     }
-    return Py_BuildValue("(LL)", (long long)low, (long long)high);
+    return named(WatermarksType, Py_BuildValue("(LL)", (long long)low, (long long)high));
 }
 
 /* close(consumer): leave the cluster now (the capsule's destructor would, later). */

@@ -185,14 +185,18 @@ enum { P_KEY_VALID, P_KEY_OFFSETS, P_KEY_DATA, P_VALUE_VALID, P_VALUE_OFFSETS, P
  * (error_code 0) or librdkafka refuses one for another reason than a full queue (its code; ``produced`` rows
  * were queued). A full queue is waited out by serving delivery reports.
  */
-PyObject *producer_produce(PyObject *self, PyObject *args) {
+PyObject *producer_produce(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"producer", "topic", "partition", "first_index", "rows", "header_count", "key_valid",
+                            "key_offsets", "key_data", "value_valid", "value_offsets", "value_data", "timestamps",
+                            "headers_valid", "headers_offsets", "header_key_offsets", "header_key_data",
+                            "header_value_valid", "header_value_offsets", "header_value_data", NULL};
     PyObject *capsule, *objects[P_COUNT];
     const char *topic;
     int partition;
     long long first_index;
     Py_ssize_t rows, header_count;
-    if (!PyArg_ParseTuple(args, "OsiLnnOOOOOOOOOOOOOO", &capsule, &topic, &partition, &first_index, &rows,
-                          &header_count, &objects[0], &objects[1], &objects[2], &objects[3], &objects[4], &objects[5],
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OsiLnnOOOOOOOOOOOOOO", names, &capsule, &topic, &partition,
+                          &first_index, &rows, &header_count, &objects[0], &objects[1], &objects[2], &objects[3], &objects[4], &objects[5],
                           &objects[6], &objects[7], &objects[8], &objects[9], &objects[10], &objects[11],
                           &objects[12], &objects[13]))
         return NULL;
@@ -333,7 +337,7 @@ PyObject *producer_produce(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "produce: row %zd has offsets outside its buffers", bad_row);
         return NULL;
     }
-    return Py_BuildValue("(ni)", produced, code);
+    return named(ProducedType, Py_BuildValue("(ni)", produced, code));
 }
 
 /* wait(producer, flush, timeout_ms) -> with flush: messages not yet delivered (0: all reported), after waiting
@@ -414,14 +418,15 @@ PyObject *producer_deliveries(PyObject *self, PyObject *args) {
         Py_XDECREF(fatal_error);
         return NULL;
     }
-    return Py_BuildValue("(LLLNNLN)", reported, last, base, offsets, failures, dropped, fatal_error);
+    return named(ReportsType, Py_BuildValue("(LLLNNLN)", reported, last, base, offsets, failures, dropped, fatal_error));
 }
 
 static PyObject *error_tuple(rd_kafka_error_t *error) {
     if (error == NULL)
         Py_RETURN_NONE;
-    PyObject *t = Py_BuildValue("(isiii)", rk.error_code(error), rk.error_string(error), rk.error_is_fatal(error),
-                                rk.error_is_retriable(error), rk.error_txn_requires_abort(error));
+    PyObject *t = named(RefusalType, Py_BuildValue("(isiii)", rk.error_code(error), rk.error_string(error),
+                                                   rk.error_is_fatal(error), rk.error_is_retriable(error),
+                                                   rk.error_txn_requires_abort(error)));
     rk.error_destroy(error);
     return t;
 }

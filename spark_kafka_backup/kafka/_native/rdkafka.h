@@ -135,12 +135,18 @@ PyObject *consumer_watermarks(PyObject *self, PyObject *args);
 PyObject *consumer_close(PyObject *self, PyObject *args);
 
 PyObject *producer_new(PyObject *self, PyObject *args);
-PyObject *producer_produce(PyObject *self, PyObject *args);
+PyObject *producer_produce(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *producer_wait(PyObject *self, PyObject *args);
 PyObject *producer_deliveries(PyObject *self, PyObject *args);
 PyObject *producer_transaction(PyObject *self, PyObject *args);
 PyObject *producer_send_offsets(PyObject *self, PyObject *args);
 PyObject *producer_close(PyObject *self, PyObject *args);
+
+/* The module's named results (struct sequences: tuples whose items also have names; _native_kafka.pyi types them),
+ * made at import. */
+extern PyTypeObject *ColumnBuffersType, *PolledType, *WatermarksType, *ProducedType, *ReportsType, *RefusalType;
+/* ``tuple``'s items as an instance of ``type`` (steals the tuple; NULL stays NULL). */
+PyObject *named(PyTypeObject *type, PyObject *tuple);
 
 /* A librdkafka configuration from a dict of str to str; NULL with a Python error set. */
 rd_kafka_conf_t *native_conf(PyObject *settings);

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from spark_kafka_backup.devkit.kafka_cluster import die_with_parent, free_port
-from spark_kafka_backup.errors import ArtifactError, KbackupError
+from devkit.kafka_cluster import die_with_parent, free_port
+from spark_kafka_backup.errors import ArtifactError, SparkKafkaBackupError
 from spark_kafka_backup.jars import cache_root
 
 APICURIO_VERSION = "3.3.3"
@@ -50,7 +50,7 @@ CCOMPAT_PATH = "/apis/ccompat/v7"
 _STAMP = ".complete"
 
 
-class RegistryServerError(KbackupError):
+class RegistryServerError(SparkKafkaBackupError):
     """A local schema registry could not be fetched, or started."""
 
 

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from spark_kafka_backup.devkit.kafka_cluster import KafkaCluster
+from devkit.kafka_cluster import KafkaCluster
 
 
 def fill(settings: dict[str, str]) -> None:

@@ -17,10 +17,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from spark_kafka_backup.errors import KbackupError
+from spark_kafka_backup.errors import SparkKafkaBackupError
 
 
-class TlsSetupError(KbackupError):
+class TlsSetupError(SparkKafkaBackupError):
     """The test certificates or stores could not be made."""
 
 

@@ -1,6 +1,6 @@
-"""``python -m spark_kafka_backup.devkit fetch`` resolves the jars the tests, demo and benchmarks use;
-``python -m spark_kafka_backup.devkit kafka [--nodes N]`` runs a local Apache Kafka until interrupted;
-``python -m spark_kafka_backup.devkit registry`` a local Apicurio Registry (tests/test_schema_registry_server.py)."""
+"""``python -m devkit fetch`` resolves the jars the tests, demo and benchmarks use;
+``python -m devkit kafka [--nodes N]`` runs a local Apache Kafka until interrupted;
+``python -m devkit registry`` a local Apicurio Registry (tests/test_schema_registry_server.py)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,18 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from spark_kafka_backup.errors import KbackupError
+from spark_kafka_backup.errors import SparkKafkaBackupError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m spark_kafka_backup.devkit")
+    parser = argparse.ArgumentParser(prog="python -m devkit")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("fetch", help="resolve Apache Kafka's and Spark's Kafka connector jars into the cache")
     kafka = commands.add_parser("kafka", help="run a local Apache Kafka cluster until interrupted")
     kafka.add_argument("--nodes", type=int, default=1)
     commands.add_parser("registry", help="run a local Apicurio Registry (Confluent-compatible API) until interrupted")
     args = parser.parse_args(argv)
-    from spark_kafka_backup.devkit.kafka_cluster import KafkaCluster, kafka_jars
+    from devkit.kafka_cluster import KafkaCluster, kafka_jars
     from spark_kafka_backup.spark.kafka_connector import connector_jars
 
     try:
@@ -29,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"Spark's Kafka connector jars: {connector_jars()}")
             return 0
         if args.command == "registry":
-            from spark_kafka_backup.devkit.apicurio import ApicurioRegistry
+            from devkit.apicurio import ApicurioRegistry
 
             with ApicurioRegistry() as registry:
                 print(f"Apicurio Registry at {registry.url}; Ctrl-C stops it", flush=True)
@@ -39,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{cluster.describe()} at {cluster.bootstrap_servers}; Ctrl-C stops it", flush=True)
             signal.sigwait({signal.SIGINT, signal.SIGTERM})
         return 0
-    except KbackupError as exc:
+    except SparkKafkaBackupError as exc:
         print(f"spark-kafka-backup devkit: error: {exc}", file=sys.stderr)
         return 1
 

@@ -1,6 +1,6 @@
 """What a secured local Apache Kafka adds to a node's settings: TLS, SASL_SSL with SCRAM, ACLs.
 
-A node of a :class:`~spark_kafka_backup.devkit.kafka_cluster.KafkaCluster` given a
+A node of a :class:`~devkit.kafka_cluster.KafkaCluster` given a
 :class:`BrokerSecurity` listens on three client ports:
 
 - ``PLAINTEXT`` (loopback): the brokers' own traffic and the test harness,
@@ -9,7 +9,7 @@ A node of a :class:`~spark_kafka_backup.devkit.kafka_cluster.KafkaCluster` given
   certificate's subject);
 - ``SASL_SSL``: TLS and SCRAM-SHA-512 users (the principal is ``User:NAME``),
   and, with ``oauth_jwks_url``, OAUTHBEARER: JWTs from an OpenID Connect
-  provider (:mod:`spark_kafka_backup.devkit.oidc` in the tests), checked against its key
+  provider (:mod:`devkit.oidc` in the tests), checked against its key
   set; the principal is ``User:<the token's sub>``.
 
 Authorization is Kafka's ``StandardAuthorizer`` with no access where no ACL
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spark_kafka_backup.devkit.tls import CertificateSet
+from devkit.tls import CertificateSet
 
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 
@@ -82,13 +82,3 @@ class BrokerSecurity:
     def format_arguments(self) -> list[str]:
         """``kafka-storage format`` arguments that create the super user's SCRAM credential."""
         return ["--add-scram", f"{SCRAM_MECHANISM}=[name={self.admin_user},password={self.admin_password}]"]
-
-    def sasl_client_settings(self, user: str, password: str) -> dict[str, str]:
-        """librdkafka settings of a SCRAM user on the SASL_SSL listener (without ``bootstrap.servers``)."""
-        return {
-            "security.protocol": "SASL_SSL",
-            "sasl.mechanism": SCRAM_MECHANISM,
-            "sasl.username": user,
-            "sasl.password": password,
-            "ssl.ca.location": str(self.certificates.ca_pem),
-        }

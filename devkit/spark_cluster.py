@@ -37,12 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from spark_kafka_backup.devkit.kafka_cluster import die_with_parent, free_port
-from spark_kafka_backup.errors import KbackupError
+from devkit.kafka_cluster import die_with_parent, free_port
+from spark_kafka_backup.errors import SparkKafkaBackupError
 from spark_kafka_backup.spark_submit import spark_home
 
 
-class SparkClusterError(KbackupError):
+class SparkClusterError(SparkKafkaBackupError):
     """A local Spark standalone cluster could not be started."""
 
 

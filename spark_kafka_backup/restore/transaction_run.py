@@ -1,7 +1,11 @@
-"""A restore task's native producer: the backed-up records as Arrow columns, a batch per call, no Python object per
-record (:mod:`spark_kafka_backup.kafka.columnar_producer`).
+"""A restore task's transactions, written once: the backed-up records as Arrow columns, a batch per producer call, a
+transaction per :data:`~spark_kafka_backup.restore.marker.TRANSACTION_RECORDS` records committed with its progress
+marker, every consumer group placed by the offsets the target gave.
 
-The same work as the reference (:mod:`spark_kafka_backup.restore.reference_run`), done on columns:
+The protocol talks to a :class:`TransactionalProducer`: the native edge's
+(:class:`~spark_kafka_backup.kafka.columnar_producer.ColumnarProducer`: no Python object per record) or, where that
+cannot be (it is not built, or ``KBACKUP_KAFKA_EDGE=reference``), confluent-kafka's behind the same face
+(:class:`~spark_kafka_backup.restore.reference_producer.ReferenceProducer`). What the run does on the columns:
 
 - the records come as chunks of columns (:mod:`spark_kafka_backup.restore.stream_columns`): a backed-up partition's
   batches as read, a time window a mask over the timestamps, or a repartitioned topic's merged stream routed to
@@ -12,20 +16,20 @@ The same work as the reference (:mod:`spark_kafka_backup.restore.reference_run`)
   (:mod:`spark_kafka_backup.schema_registry.wire_columns`);
 - the records are queued in chunks that end where a transaction must end (:data:`TRANSACTION_RECORDS` records,
   :data:`TRANSACTION_SECONDS`) and, under a rate limit, after at most a tenth of a second's worth;
-- delivery reports are counted in C; Python reads the offsets it needs (the first record's, each placed group's)
-  when a transaction commits, and the failures by delivery index, which it matches to the open transaction's
-  records to name the one that explains a failure, as the reference does.
+- delivery reports are kept by the producer; Python reads the offsets it needs (the first record's, each placed
+  group's) when a transaction commits, and the failures by delivery index, which it matches to the open
+  transaction's records to name the one that explains a failure.
 
-The task chooses between the two producers (:mod:`spark_kafka_backup.restore.task`).
+The task chooses the producer (:mod:`spark_kafka_backup.restore.task`); what it guarantees is said there.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -35,7 +39,7 @@ import pyarrow.compute as pc
 from spark_kafka_backup.errors import DeliveryError
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.kafka.cluster import PROGRESS_GROUP
-from spark_kafka_backup.kafka.columnar_producer import ColumnarProducer, ProducerError
+from spark_kafka_backup.kafka.columnar_producer import Deliveries, ProducerError
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.restore import marker as markers
 from spark_kafka_backup.restore import producer_calls as calls
@@ -72,36 +76,59 @@ Int64s = npt.NDArray[np.int64]
 CHUNK_RECORDS = 10_000
 
 
-def restore_columnar(
-    task: PartitionTask, readers: dict[int, PartitionReader], result: PartitionResult, *, native: ModuleType
+class TransactionalProducer(Protocol):
+    """What the protocol asks of a producer: records as Arrow batches by delivery index, the reports by index, and
+    librdkafka's transactional calls; a refused call or record raises
+    :class:`~spark_kafka_backup.kafka.columnar_producer.ProducerError`."""
+
+    def init_transactions(self, timeout: float) -> None: ...
+    def begin_transaction(self) -> None: ...
+    def produce(self, topic: str, partition: int, batch: pa.RecordBatch, first_index: int) -> None: ...
+    def poll(self, timeout: float = 0) -> int: ...
+    def flush(self, timeout: float) -> int: ...
+    def deliveries(self, forget_below: int = 0) -> Deliveries: ...
+    def error_text(self, code: int) -> str: ...
+    def send_offsets_to_transaction(
+        self, topic: str, partition: int, offset: int, metadata: str, group: str, timeout: float
+    ) -> None: ...
+    def commit_transaction(self, timeout: float) -> None: ...
+    def abort_transaction(self, timeout: float) -> None: ...
+    def close(self) -> None: ...
+
+
+#: Makes a task's producer from its librdkafka settings and its marker consumer (which lends the progress group).
+ProducerFactory = Callable[[dict[str, str], Any], TransactionalProducer]
+
+
+def restore_transactions(
+    task: PartitionTask, readers: dict[int, PartitionReader], result: PartitionResult, *, producer: ProducerFactory
 ) -> PartitionResult:
-    """Produce ``task``'s records through the native producer (see :mod:`spark_kafka_backup.restore.task`)."""
+    """Produce ``task``'s records through the producer that ``producer`` makes (see
+    :mod:`spark_kafka_backup.restore.task`)."""
     where = f"topic {task.target_topic!r} partition {task.target_partition}"
     settings = {
         key: str(value) for key, value in producer_settings(task.client, task.batch_size, task.message_bytes).items()
     }
-    producer = _Producer(
-        ColumnarProducer(
-            native,
-            {
-                **settings,
-                "transactional.id": transactional_id(task.target_topic, task.target_partition),
-                "transaction.timeout.ms": str(TRANSACTION_TIMEOUT_MS),
-            },
-        )
-    )
-    consumer: Any = None
+    settings.update({
+        "transactional.id": transactional_id(task.target_topic, task.target_partition),
+        "transaction.timeout.ms": str(TRANSACTION_TIMEOUT_MS),
+    })  # fmt: skip
+    consumer = marker_consumer(task.client)
+    try:
+        held = _Producer(producer(settings, consumer.consumer_group_metadata))
+    except BaseException:
+        consumer.close()
+        raise
     run: _Run | None = None
 
     def start_producer() -> None:
         try:
-            producer.call(calls.INIT_SECONDS, producer.columns.init_transactions, calls.INIT_SECONDS)
+            held.call(calls.INIT_SECONDS, held.columns.init_transactions, calls.INIT_SECONDS)
         except ProducerError as exc:
             raise DeliveryError(f"{where}: cannot start a transactional producer: {exc.text}") from exc
 
     try:
-        consumer = marker_consumer(task.client)
-        run = _Run(task, producer, fence(task, consumer, start_producer, result))
+        run = _Run(task, held, fence(task, consumer, start_producer, result))
         run.produce_all(readers, result)
     except StuckProducerError:
         raise  # the producer is held by the call that hangs: nothing more is asked of it
@@ -109,22 +136,21 @@ def restore_columnar(
         result.fenced = f"{where}: {exc.reason}"
     except ProducerError as exc:
         code, text = exc.code, exc.text
-        fatal = producer.columns.deliveries().fatal
+        fatal = held.columns.deliveries().fatal
         if code == FATAL and fatal is not None:
             code, text = fatal
         if code in FENCED_CODES:
             result.fenced = f"{where}: {text}"
         else:
-            producer.abort()
+            held.abort()
             reason = run.failure() if run is not None else None
             raise DeliveryError(f"{where}: {reason or text}") from exc
     except BaseException:
-        producer.abort()
+        held.abort()
         raise
     finally:
-        producer.close()  # first: bounded, whatever the consumer's close does
-        if consumer is not None:
-            consumer.close()
+        held.close()  # first: bounded, whatever the consumer's close does
+        consumer.close()
     result.ended_at = time.time()
     return result
 
@@ -133,7 +159,7 @@ class _Producer:
     """The columnar producer, with its transactional calls given up when they hang (and then never closed: the call
     that hangs still holds it)."""
 
-    def __init__(self, columns: ColumnarProducer) -> None:
+    def __init__(self, columns: TransactionalProducer) -> None:
         self.columns = columns
         self.stuck = False
 

@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from spark_kafka_backup.devkit.kafka_security import BrokerSecurity
-from spark_kafka_backup.errors import KbackupError
+from devkit.kafka_security import BrokerSecurity
+from spark_kafka_backup.errors import SparkKafkaBackupError
 from spark_kafka_backup.jars import Artifact, classpath, resolve
 
 #: The Apache Kafka release the project runs against.
@@ -69,7 +69,7 @@ logger.request.level = warn
 """
 
 
-class KafkaClusterError(KbackupError):
+class KafkaClusterError(SparkKafkaBackupError):
     """A local Apache Kafka cluster could not be started."""
 
 
@@ -168,7 +168,7 @@ class KafkaCluster:
     #: More options for every JVM of the cluster (its nodes and the storage tool), e.g. a class-data-sharing archive.
     java_options: tuple[str, ...] = ()
     start_timeout: float = 120.0
-    #: TLS, SASL_SSL and ACLs (see :mod:`spark_kafka_backup.devkit.kafka_security`); None: PLAINTEXT only, no
+    #: TLS, SASL_SSL and ACLs (see :mod:`devkit.kafka_security`); None: PLAINTEXT only, no
     #: authorizer.
     security: BrokerSecurity | None = None
     nodes: list[KafkaNode] = field(default_factory=list, init=False)
