@@ -29,7 +29,7 @@ import pyarrow as pa
 from spark_kafka_backup.errors import SparkKafkaBackupError
 
 if TYPE_CHECKING:
-    from spark_kafka_backup.kafka import _native_kafka  # typed by _native_kafka.pyi
+    from spark_kafka_backup.kafka import _native_kafka as _native_kafka  # typed by _native_kafka.pyi; the one import
 else:
     try:
         from spark_kafka_backup.kafka import _native_kafka

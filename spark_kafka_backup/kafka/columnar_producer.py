@@ -11,19 +11,13 @@ call raises :class:`ProducerError` with librdkafka's flags (fatal, retriable, re
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-if TYPE_CHECKING:
-    from spark_kafka_backup.kafka import _native_kafka  # typed by _native_kafka.pyi
-else:
-    try:
-        from spark_kafka_backup.kafka import _native_kafka
-    except ImportError:  # not built (no C compiler at install): the reference edge
-        _native_kafka = None
+from spark_kafka_backup.kafka.columnar import _native_kafka  # None when the native module is not built
 
 
 class ProducerError(Exception):
