@@ -19,6 +19,7 @@ import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import NoReturn
 
 from spark_kafka_backup.errors import SparkKafkaBackupError, StoppedEarlyError
 
@@ -30,31 +31,72 @@ _log = logging.getLogger("spark_kafka_backup")
 
 # A BaseException, as KeyboardInterrupt: no ``except Exception`` on the way swallows it.
 class Stopped(BaseException):
-    """SIGTERM to a job before it installed a stop of its own (:func:`stop_on_sigterm`): what was committed stays."""
+    """SIGTERM to a job before it installed a stop of its own (:func:`stop_on_signals`): what was committed stays."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
 
 
-def _raise_stopped(signum: int, frame: FrameType | None) -> None:
+#: The stop signal received under :func:`stop_on_signals` and not yet taken by a job's own stop (:func:`take_stop`).
+#: Its exception is raised where Python runs when the signal arrives, and that may be a finalizer (py4j releases Java
+#: objects from one), which prints "Exception ignored in" and goes on: the job would then run to its end as if never
+#: asked to stop. A job looks here at its safe points (:func:`check_stop`, :func:`take_stop`) so that it is not.
+#: Process state, as the signal handlers themselves are.
+_received: int | None = None
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    global _received
+    _received = signum
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise Stopped(signum)
 
 
+def _raise_for(signum: int) -> NoReturn:
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Stopped(signum)
+
+
+def check_stop() -> None:
+    """Raise the stop asked for under :func:`stop_on_signals` again, if one was: a no-op unless its first raise was
+    lost in a finalizer (the job has gone on since)."""
+    if _received is not None:
+        _raise_for(_received)
+
+
+def take_stop() -> int | None:
+    """The stop signal received so far, handed to a job that now handles stops itself (the backup's query stops
+    between micro-batches): it is not raised again."""
+    global _received
+    taken, _received = _received, None
+    return taken
+
+
 @contextmanager
-def stop_on_sigterm() -> Iterator[None]:
-    """SIGTERM raises :class:`Stopped` (in the main thread) instead of ending the process at once: a job stopped while
-    it starts says so and exits 143 like one stopped later, and its ``finally`` blocks (Spark's stop, the target's
-    lease) run. The handler before is put back after."""
+def stop_on_signals() -> Iterator[None]:
+    """SIGTERM raises :class:`Stopped` and SIGINT ``KeyboardInterrupt`` (in the main thread) instead of ending the
+    process at once: a job stopped while it starts says so and exits 128 + signal like one stopped later, and its
+    ``finally`` blocks (Spark's stop, the target's lease) run. Either is remembered until a job takes it, so one lost
+    in a finalizer is raised again at the job's next safe point. A SIGINT that was ignored stays ignored; the handlers
+    before are put back after."""
+    global _received
     try:
-        previous = signal.signal(signal.SIGTERM, _raise_stopped)
-    except ValueError:  # not the main thread: the process's default stays
+        previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _stop)}
+    except ValueError:  # not the main thread: the process's defaults stay
         yield
         return
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _stop)
+    _received = None
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        _received = None
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def first_line(exc: BaseException) -> str:

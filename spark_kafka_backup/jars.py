@@ -78,7 +78,9 @@ def resolve(name: str, artifacts: Sequence[Artifact], *, root: Path | None = Non
             )
         staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
         try:
-            _fetch(artifacts, staging / "lib", root / ".ivy-cache")
+            # Ivy takes no lock on its cache: each name its own, so that two first jobs (or a test run fetching
+            # its sets at once) never write one file together.
+            _fetch(artifacts, staging / "lib", root / ".ivy-cache" / name)
             jars = staging / "lib"
             (jars / _STAMP).write_text(_stamp_text(artifacts))
             final = root / name

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from spark_kafka_backup.argtypes import positive_float, umask
-from spark_kafka_backup.boundary import exit_code, stop_on_sigterm
+from spark_kafka_backup.boundary import exit_code, stop_on_signals
 from spark_kafka_backup.errors import SparkKafkaBackupError, UsageError
 from spark_kafka_backup.logsetup import LOG_FORMATS, ensure_console_logging, print_error
 from spark_kafka_backup.metrics import DEFAULT_METRICS_BIND, MetricsPublisher, parse_listen_address
@@ -55,7 +55,7 @@ def run_job(
     from spark_kafka_backup.spark.failures import failure_cause  # a Spark failure's cause: its Python error
 
     debug = bool(getattr(settings, "debug", False))
-    with stop_on_sigterm():
+    with stop_on_signals():
         return exit_code(
             f"spark-kafka-backup {name}", lambda: run(settings), say=print_error, debug=debug, cause=failure_cause
         )

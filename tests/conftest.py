@@ -60,36 +60,49 @@ def pytest_configure(config: pytest.Config) -> None:
     if _is_worker(config):
         return
     os.environ.setdefault("KBACKUP_TEST_RUN", uuid.uuid4().hex)
+    _prepare_jvms(kafka=kind == "local")
+
+
+def _prepare_jvms(*, kafka: bool) -> None:
+    """Fetch the jars and make (once per machine) the class archives the tests' Spark drivers and, with ``kafka``,
+    their Kafka nodes map; tell the workers where they are. Spark's side and Kafka's side at once: on a fresh
+    machine each is a minute of Ivy's one-by-one downloads, then of a JVM's class dump (2026-12-02: 118 s one after
+    the other)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2, thread_name_prefix="spark-kafka-backup-test-jars") as pool:
+        spark = pool.submit(_prepare_spark)
+        archive = pool.submit(_prepare_kafka) if kafka else None
+        spark.result()
+        made = archive.result() if archive is not None else None
+    if made is not None:
+        from tests.jvm_archive import KAFKA_ARCHIVE_ENV
+
+        os.environ[KAFKA_ARCHIVE_ENV] = str(made)
+
+
+def _prepare_spark() -> None:
+    from spark_kafka_backup.jvm_archive import ensure_driver_archive
     from spark_kafka_backup.spark.kafka_connector import connector_jars
+    from spark_kafka_backup.spark_submit import job_environment, spark_home
 
     connector_jars()
-    if kind == "local":
-        from devkit.kafka_cluster import kafka_jars
-
-        kafka_jars()
-    _share_classes(kafka=kind == "local")
-
-
-def _share_classes(*, kafka: bool) -> None:
-    """Make (once per machine) the class archives the tests' Spark drivers and, with ``kafka``, their Kafka nodes
-    map, and tell the workers where they are."""
-    from spark_kafka_backup.jars import cache_root
-    from spark_kafka_backup.jvm_archive import ensure_driver_archive
-    from spark_kafka_backup.spark_submit import job_environment, spark_home
-    from tests.jvm_archive import KAFKA_ARCHIVE_ENV, ensure_kafka_archive
-
-    cache = cache_root() / "test-jvm"
     # The jobs' own driver archive, as the launcher makes it on a user's first job (spark_kafka_backup.jvm_archive):
     # every test job maps it (spark_submit_command adds it); made here once, not by several workers at once.
     ensure_driver_archive(job_environment(), spark_home())
-    made: dict[str, Path | None] = {}
-    if kafka:
-        made[KAFKA_ARCHIVE_ENV] = ensure_kafka_archive(cache)
-    os.environ.update({variable: str(archive) for variable, archive in made.items() if archive is not None})
+
+
+def _prepare_kafka() -> Path | None:
+    from devkit.kafka_cluster import kafka_jars
+    from spark_kafka_backup.jars import cache_root
+    from tests.jvm_archive import ensure_kafka_archive
+
+    kafka_jars()
+    return ensure_kafka_archive(cache_root() / "test-jvm")
 
 
 #: Files whose tests run for minutes (Spark jobs started, killed and rerun; clusters started), longest first by
-#: their wall time in CI. ``./dev test`` gives each file to one of three workers (``--dist loadfile`` with
+#: their wall time in CI. ``./dev test`` gives each file to one of four workers (``--dist loadfile`` with
 #: ``--no-loadscope-reorder``, so in collection order rather than by number of tests): starting with these keeps
 #: every worker busy to the end instead of leaving one alone with a long file.
 LONG_FILES = (

@@ -192,7 +192,16 @@ def test_continuous_backup_through_a_leader_failover_and_a_30_s_outage(
     text = log.read_text()
     assert "Traceback" not in text
     during = log.read_bytes()[outage_from:].decode(errors="replace")
-    assert re.search(r"source cluster not answering for \d+ s", during), during[-3000:]
+    # The outage is said: warned during it, or (on a loaded machine the killed leader's partition can go unanswered
+    # for 30 s before the outage, and the warning is said at most every 30 s) by an episode that began before it and
+    # ended after it, at least as long as the outage.
+    ended = re.search(r"source cluster answers again after (\d+) s", during)
+    assert ended is not None, during[-3000:]
+    warned = re.search(r"source cluster not answering for \d+ s", during) or (
+        re.search(r"source cluster not answering for \d+ s", log.read_bytes()[:outage_from].decode(errors="replace"))
+        and int(ended[1]) >= 30
+    )
+    assert warned, during[-3000:]
     assert backed_up(target, [topic]) == expected
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,36 @@ def test_a_child_that_fails_is_one_transient_failure_and_the_next_call_starts_an
     with pytest.raises(GroupReaderError, match="no longer read"):
         reader(timeout=0.5)
     assert reader.children_started == 2
+
+
+def test_a_child_whose_answers_leave_groups_out_for_a_minute_is_replaced_by_one_with_a_new_client(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A whole cluster restarted under a continuous backup (tests/test_broker_failures.py): a client whose connection
+    to one node stays broken would leave that node's groups out of every round; after INCOMPLETE_SECONDS of
+    incomplete listings a new child (a new client) reads them, and the log says why."""
+    monkeypatch.setattr(isolated_groups, "INCOMPLETE_SECONDS", 0.5)
+    reader = IsolatedGroupOffsets({}, command=child("_write_frame(answers, ('ok', ({}, False)))"))
+    caplog.set_level("WARNING", logger="spark_kafka_backup.kafka")
+    try:
+        assert reader(timeout=1) == ({}, False)
+        assert reader(timeout=1) == ({}, False)
+        assert reader.children_started == 1  # a node missing for a moment (one restarting) is not a reason
+        time.sleep(0.6)
+        assert reader(timeout=1) == ({}, False)  # answered, then this child is done
+        assert reader(timeout=1) == ({}, False)
+        assert reader.children_started == 2
+        assert "has not answered the listing of groups" in caplog.text
+    finally:
+        reader.close()
+    complete = IsolatedGroupOffsets({}, command=child("_write_frame(answers, ('ok', ({}, True)))"))
+    try:
+        for _ in range(3):
+            complete(timeout=1)
+            time.sleep(0.3)
+        assert complete.children_started == 1
+    finally:
+        complete.close()
 
 
 def test_a_child_that_cannot_start_is_said_once_not_asked_again(tmp_path: Path) -> None:

@@ -60,7 +60,7 @@ from spark_kafka_backup.backup.origin import Recreated, check_origin
 from spark_kafka_backup.backup.schemas import RegistryWatch
 from spark_kafka_backup.backup.settings import BackupSettings, parse_backup_args
 from spark_kafka_backup.backup.source_loss import SourceLossReport
-from spark_kafka_backup.boundary import Stopped
+from spark_kafka_backup.boundary import Stopped, check_stop, take_stop
 from spark_kafka_backup.catalog import checkpoints
 from spark_kafka_backup.catalog.erase import finish_erase
 from spark_kafka_backup.catalog.ledger import CatalogLedger
@@ -248,8 +248,12 @@ class BackupJob:
 
         self._source_loss = SourceLossReport(settings.target, settings.selection,
                                              every=min(settings.offsets_interval, 30.0))  # fmt: skip
+        check_stop()  # a stop whose first raise a finalizer swallowed: before the query, not after it
         query = self._start(spark)
         self._saved_handlers = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        taken = take_stop()  # one that arrived as the query started: stopped like one arriving from here on
+        if taken is not None:
+            self._on_signal(taken, None)
         log.info("running; stop with SIGTERM to the driver process %d (a snapshot stops by itself)", os.getpid())
         started = time.monotonic()
         stopped_by: int | None = None  # the signal that stopped the query (a snapshot that ends by itself: none)

@@ -49,6 +49,10 @@ START_SECONDS = 60.0
 #: How long the child may go without a word during a request, beyond the request's own timeout (it reports after
 #: each group, and each of its requests is given the timeout).
 QUIET_GRACE_SECONDS = 30.0
+#: How long the child's answers may leave out some node's groups (a node that did not answer the listing) before the
+#: child is replaced by one with a new client: after a whole cluster restarted, a client's connection to one node can
+#: stay broken, and every group that node coordinates would be missing from every round meanwhile.
+INCOMPLETE_SECONDS = 60.0
 
 GroupOffsets = dict[str, dict[TopicPartitionKey, int]]
 
@@ -65,6 +69,8 @@ class IsolatedGroupOffsets:
         self._closed = False
         #: Children started (the first included): a figure for logs and tests.
         self.children_started = 0
+        #: Since when the answers leave some node's groups out (None: the last one was complete).
+        self._incomplete_since: float | None = None
 
     def __call__(self, *, timeout: float = 30) -> tuple[GroupOffsets, bool]:
         with self._lock:
@@ -81,11 +87,31 @@ class IsolatedGroupOffsets:
                 self._fail(child, exc)
             if kind == "ok":
                 offsets, complete = value
+                self._watch_complete(complete)
                 return offsets, complete
             message, transient = value
             if transient:  # the child ends itself after a transient failure: its client is not destroyed under a
                 self._stop()  # request, and the next call starts afresh
             raise GroupReaderError(message, transient=transient)
+
+    def _watch_complete(self, complete: bool) -> None:
+        """Replace the child after its answers left groups out for :data:`INCOMPLETE_SECONDS` (the caller holds the
+        lock; no request is under way)."""
+        now = time.monotonic()
+        if complete:
+            self._incomplete_since = None
+        elif self._incomplete_since is None:
+            self._incomplete_since = now
+        elif now - self._incomplete_since >= INCOMPLETE_SECONDS:
+            log.warning(
+                "consumer group offsets: a node of the cluster has not answered the listing of groups for %.0f s, "
+                "so the groups it coordinates are missing from the offsets stored meanwhile; reading them with a "
+                "new client (%d started so far)",
+                now - self._incomplete_since,
+                self.children_started + 1,
+            )
+            self._stop()
+            self._incomplete_since = now
 
     def close(self) -> None:
         """End the child; a request under way on another thread ends with it (the job is ending)."""

@@ -26,6 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from spark_kafka_backup.boundary import check_stop
 from spark_kafka_backup.errors import ClusterError, RestoreFencedError, SparkKafkaBackupError, TargetChangedError
 from spark_kafka_backup.fsutil import restrict_new_files, world_writable
 from spark_kafka_backup.job_options import run_job
@@ -492,6 +493,7 @@ def follow_tasks(
         shown.advance(idle, note=f"{idle} with nothing to produce")
     while worker.is_alive():
         worker.join(every)
+        check_stop()  # a stop whose first raise a finalizer swallowed ends the restore here
         finished = idle + finished_tasks()
         if finished > shown.done:
             shown.advance(finished - shown.done)

@@ -190,6 +190,56 @@ def test_a_job_stopped_before_it_was_done_exits_128_plus_the_signal_in_one_line(
     assert exit_code("job", _raising(KeyboardInterrupt()), say=said.append) == 130
 
 
+class _SignalledWhenCollected:
+    """Sends ``signum`` to this process from its finalizer, as a signal lands while py4j's finalizer runs."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+
+    def __del__(self) -> None:
+        import signal
+
+        signal.raise_signal(self.signum)
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
+def test_a_stop_whose_raise_a_finalizer_swallowed_is_raised_again_at_the_next_check(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tests/test_stop_signals.py saw a SIGTERM at 'backing up topics' raised inside py4j's finalizer: Python printed
+    'Exception ignored in' and the snapshot ran to its end with exit 0."""
+    import signal
+    import sys
+
+    from spark_kafka_backup.boundary import Stopped, check_stop, stop_on_signals, take_stop
+
+    swallowed: list[type[BaseException] | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: swallowed.append(unraisable.exc_type))
+
+    signum = signal.Signals[name]
+    raised = KeyboardInterrupt if signum == signal.SIGINT else Stopped
+    # Python's own SIGINT handler, as in a job's driver (an xdist worker ignores SIGINT, and an ignored one stays so).
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+        with stop_on_signals():
+            check_stop()  # nothing asked
+            _SignalledWhenCollected(signum)  # collected at once: the raise happens in __del__ and is lost
+            assert swallowed == [raised]  # what Python prints as "Exception ignored in"
+            with pytest.raises(raised):
+                check_stop()
+            with pytest.raises(raised):
+                check_stop()  # until a job takes it
+            assert take_stop() == signum
+            check_stop()
+            assert take_stop() is None
+            _SignalledWhenCollected(signum)
+        check_stop()  # forgotten when the job's boundary ends: the next job in this process starts clean
+        assert {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)} == before
+    finally:
+        signal.signal(signal.SIGINT, outer)
+
+
 def test_py4js_log_of_a_ctrl_c_while_it_talks_to_the_jvm_is_no_traceback(caplog: pytest.LogCaptureFixture) -> None:
     """py4j calls logging.exception on the root logger when SIGINT lands inside a JVM call; the job says the
     interrupt in one line itself (tests/test_stop_signals.py met the traceback at 'backing up topics')."""
