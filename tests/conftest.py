@@ -131,21 +131,21 @@ LONG_FILES = (
 )
 
 
-#: ``KBACKUP_LONG_SHARE=K/N``: the long scenarios whose index (in the order of their node ids) is K modulo N also carry
-#: the marker ``long_share``, which ``./dev test`` selects beside the quick tier (see :func:`long_share`).
+#: ``KBACKUP_LONG_SHARE=K/N``: the long scenarios of share K of N shares of about equal measured cost
+#: (:mod:`tests.long_shares`) also carry the marker ``long_share``, which ``./dev test`` selects beside the quick tier.
 LONG_SHARE_ENV = "KBACKUP_LONG_SHARE"
 
 
 def long_share(node_ids: list[str], share: str) -> set[str]:
-    """The long scenarios of share ``K/N``: every N-th of them in the order of their node ids, from the K-th. N shares
-    K = 0..N-1 cover every long scenario exactly once, whatever the order pytest collected them in."""
+    """The long scenarios of share ``K/N``: N shares K = 0..N-1 cover every long scenario exactly once, whatever the
+    order pytest collected them in."""
+    from tests.long_shares import ShareError
+    from tests.long_shares import long_share as balanced
+
     try:
-        which, of = (int(part) for part in share.split("/"))
-    except ValueError:
-        raise pytest.UsageError(f"{LONG_SHARE_ENV}={share!r}: expected K/N, e.g. 1/4") from None
-    if not (of > 0 and 0 <= which < of):
-        raise pytest.UsageError(f"{LONG_SHARE_ENV}={share!r}: expected 0 <= K < N")
-    return {node for index, node in enumerate(sorted(node_ids)) if index % of == which}
+        return balanced(node_ids, share)
+    except ShareError as exc:
+        raise pytest.UsageError(f"{LONG_SHARE_ENV}={exc}") from None
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects: the marker it adds is what -m selects
