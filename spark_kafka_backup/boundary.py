@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -80,8 +81,9 @@ def stop_on_signals() -> Iterator[None]:
     """SIGTERM raises :class:`Stopped` and SIGINT ``KeyboardInterrupt`` (in the main thread) instead of ending the
     process at once: a job stopped while it starts says so and exits 128 + signal like one stopped later, and its
     ``finally`` blocks (Spark's stop, the target's lease) run. Either is remembered until a job takes it, so one lost
-    in a finalizer is raised again at the job's next safe point. A SIGINT that was ignored stays ignored; the handlers
-    before are put back after."""
+    in a finalizer is raised again at the job's next safe point, and Python's report of the lost raise (a traceback
+    under "Exception ignored in") is not printed: the job's one line says the stop. A SIGINT that was ignored stays
+    ignored; the handlers and the report hook before are put back after."""
     global _received
     try:
         previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _stop)}
@@ -91,12 +93,22 @@ def stop_on_signals() -> Iterator[None]:
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         previous[signal.SIGINT] = signal.signal(signal.SIGINT, _stop)
     _received = None
+    report = sys.unraisablehook
+
+    def unraisable(lost: sys.UnraisableHookArgs) -> None:
+        if lost.exc_type in (Stopped, KeyboardInterrupt) and _received is not None:
+            return  # remembered: raised again at the next safe point
+        report(lost)
+
+    sys.unraisablehook = unraisable
     try:
         yield
     finally:
-        _received = None
+        # The handlers first: a signal from here on is the process's before, never one remembered past the job.
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        sys.unraisablehook = report
+        _received = None
 
 
 def first_line(exc: BaseException) -> str:

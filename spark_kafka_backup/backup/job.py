@@ -196,6 +196,7 @@ class BackupJob:
                 # Spark before the first write to the target: a missing connector is refused with nothing written.
                 spark = self._session()
                 try:
+                    check_stop()  # one lost while Spark started: before anything is written to the target
                     code = self._back_up(spark, session)
                     finished = settings.snapshot  # a snapshot stopped before its end raised StoppedEarlyError
                     return code
@@ -250,7 +251,9 @@ class BackupJob:
                                              every=min(settings.offsets_interval, 30.0))  # fmt: skip
         check_stop()  # a stop whose first raise a finalizer swallowed: before the query, not after it
         query = self._start(spark)
-        self._saved_handlers = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        # SIGINT too, unless it was ignored (a backup started in the background of a script).
+        stops = [signal.SIGTERM] + ([] if signal.getsignal(signal.SIGINT) == signal.SIG_IGN else [signal.SIGINT])
+        self._saved_handlers = {sig: signal.signal(sig, self._on_signal) for sig in stops}
         taken = take_stop()  # one that arrived as the query started: stopped like one arriving from here on
         if taken is not None:
             self._on_signal(taken, None)

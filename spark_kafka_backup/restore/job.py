@@ -452,6 +452,7 @@ def _run_tasks(
                 outcome["error"] = exc
 
         worker = threading.Thread(target=collect, name="spark-kafka-backup-restore-collect", daemon=True)
+        check_stop()  # one lost while Spark started: before any record is produced
         worker.start()
         with Progress("restore", idle + len(tasks), "partitions") as shown:
             follow_tasks(
