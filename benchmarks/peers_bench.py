@@ -128,9 +128,8 @@ def count_records(settings: dict[str, str], topic: str) -> int:
     consumer = Consumer({**settings, "group.id": f"peers-count-{topic}", "enable.auto.commit": "false",
                          "isolation.level": "read_committed", "auto.offset.reset": "earliest"})  # fmt: skip
     try:
-        metadata = consumer.list_topics(topic, timeout=30).topics[topic]
-        partitions = sorted(metadata.partitions)
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions}
+        ends = end_offsets(settings, topic)
+        partitions = sorted(ends)
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
         counted, done = 0, {p for p in partitions if ends[p] == 0}
         while len(done) < len(partitions):

@@ -47,18 +47,16 @@ class Stopped(BaseException):
 _received: int | None = None
 
 
-def _stop(signum: int, frame: FrameType | None) -> None:
-    global _received
-    _received = signum
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    raise Stopped(signum)
-
-
 def _raise_for(signum: int) -> NoReturn:
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise Stopped(signum)
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    global _received
+    _received = signum
+    _raise_for(signum)
 
 
 def check_stop() -> None:
