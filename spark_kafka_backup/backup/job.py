@@ -715,6 +715,8 @@ class BackupJob:
 
     def _summary(self, seconds: float) -> None:
         target = self.settings.target
+        #: Per topic: partitions, records, bytes of plain records, bytes in sealed segments.
+        topics: dict[str, tuple[int, int, int, int]] = {}
         for topic in list_topics(target):
             if not self.settings.selection.matches(topic):
                 continue
@@ -730,22 +732,33 @@ class BackupJob:
                         plain += segment.record_count
                     else:
                         stored += segment.records_bytes
-            sizes = [f"{size:,} bytes of records"] if size or not stored else []
-            sizes += [f"{stored:,} bytes in sealed segments"] if stored else []
-            log.info(
-                "snapshot: %s: %s, %s, %s in the backup",
-                topic_dir.name, count(len(partitions), "partition"), count(records, "record"), " and ".join(sizes),
-            )  # fmt: skip
+            topics[topic] = (len(partitions), records, size, stored)
             if self.settings.files.encrypted and plain:
-                log.warning(
-                    "snapshot: %s: %s in segments that are not encrypted", topic_dir.name, count(plain, "record")
-                )
+                log.warning("snapshot: %s: %s in segments that are not encrypted", topic, count(plain, "record"))
+        shown = topics if len(topics) <= SUMMARY_TOPICS else {}  # beyond, a line each would bury the rest
+        for topic, (partitions_, records, size, stored) in shown.items():
+            log.info("snapshot: %s: %s, %s, %s in the backup", topic, count(partitions_, "partition"),
+                     count(records, "record"), _stored_bytes(size, stored))  # fmt: skip
+        if not shown:
+            totals = [sum(values) for values in zip(*topics.values(), strict=True)] if topics else [0, 0, 0, 0]
+            log.info("snapshot: %s, %s, %s, %s in the backup (per topic: spark-kafka-backup ls %s)",
+                     count(len(topics), "topic"), count(totals[0], "partition"), count(totals[1], "record"),
+                     _stored_bytes(totals[2], totals[3]), target)  # fmt: skip
         rate = self._rows / self._batch_seconds if self._batch_seconds > 0 else 0.0
         log.info(
             "snapshot finished: %d records read in %.1f s of micro-batches (%.0f records/s); %.1f s from the job's "
             "start to its end, Spark's start-up included (%.1f s after the query started)",
             self._rows, self._batch_seconds, rate, time.monotonic() - self._began, seconds,
         )  # fmt: skip
+
+
+#: A snapshot's summary names each topic up to this many topics, and gives the totals beyond.
+SUMMARY_TOPICS = 20
+
+
+def _stored_bytes(plain: int, sealed: int) -> str:
+    sizes = [f"{plain:,} bytes of records"] if plain or not sealed else []
+    return " and ".join(sizes + ([f"{sealed:,} bytes in sealed segments"] if sealed else []))
 
 
 def _stopped_snapshot(signum: int, planned: dict[TopicPartitionKey, int], reached: dict[TopicPartitionKey, int]) -> str:

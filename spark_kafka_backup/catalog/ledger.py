@@ -29,9 +29,16 @@ from spark_kafka_backup.storage import Location, exists
 
 @dataclass(frozen=True)
 class CatalogLedger:
-    """The catalog of the backup under ``root`` (a directory or an object-store prefix)."""
+    """The catalog of the backup under ``root`` (a directory or an object-store prefix).
+
+    ``sync``: each new catalog (and marker) is fsynced as it is written. ``False`` only for placeholders prepared
+    many at once (:func:`spark_kafka_backup.backup.group_offsets.ensure_partitions`), whose caller makes them all
+    durable with one file-system sync; a catalog that a power loss before it left empty is read as none
+    (:func:`~spark_kafka_backup.catalog.store.read_catalog`).
+    """
 
     root: Location
+    sync: bool = True
 
     def committed_tail(
         self, topic: str, partition: int, segment: str, *, present: Collection[str] = ()
@@ -60,11 +67,11 @@ class CatalogLedger:
             return  # a look, not a read: an object writer opens each partition every batch
         if has_segments:
             refuse_lost_catalog(self.root, topic, partition)
-        else:
+        elif self.sync:  # (a placeholder's first catalog is its tail's, written as the preparer closes it)
             write_catalog(self.root, PartitionCatalog(topic, partition))  # then its marker
 
     def record_tail(self, topic: str, partition: int, tail: TailEntry, *, read_from: int | None = None) -> None:
-        record_tail(self.root, topic, partition, tail, read_from=read_from)
+        record_tail(self.root, topic, partition, tail, read_from=read_from, sync=self.sync)
 
     def segments_finished(
         self, topic_dir: Path, partition: int, keys: KeyRing, *, read_from: int | None = None

@@ -81,7 +81,12 @@ def read_catalog(root: Location, topic: str, partition: int, *, expected: bool =
         if expected:
             refuse_lost_catalog(root, topic, partition)
         return None
-    catalog = PartitionCatalog.decode(read_limited(path, MAX_CATALOG_BYTES), file=str(path))
+    data = read_limited(path, MAX_CATALOG_BYTES)
+    if not data and not exists(cataloged_marker_path(root, topic, partition)):
+        # A placeholder's first catalog, written unsynced and unmarked (write_catalog(sync=False)), that a power
+        # loss left empty: never kept, so none (the next write replaces it).
+        return None
+    catalog = PartitionCatalog.decode(data, file=str(path))
     if (catalog.topic, catalog.partition) != (topic, partition):
         raise FormatError(
             "a catalog of another partition", file=str(path), expected=f"topic {topic!r} partition {partition}",
@@ -92,9 +97,19 @@ def read_catalog(root: Location, topic: str, partition: int, *, expected: bool =
 
 def write_catalog(root: Location, catalog: PartitionCatalog, *, sync: bool = True) -> None:
     """Replace the partition's catalog whole: readers see the old one or the new one. The partition's marker is
-    written after it, the first time."""
+    written after it, the first time.
+
+    ``sync=False`` (placeholders prepared many at once): neither fsynced nor marked; the caller makes the catalogs
+    durable with one file-system sync and then calls :func:`mark_cataloged` (a marker must never be durable before
+    its catalog's bytes are)."""
     write_whole(catalog_path(root, catalog.topic, catalog.partition), catalog.encode(), sync=sync)
-    marker = cataloged_marker_path(root, catalog.topic, catalog.partition)
+    if sync:
+        mark_cataloged(root, catalog.topic, catalog.partition)
+
+
+def mark_cataloged(root: Location, topic: str, partition: int, *, sync: bool = True) -> None:
+    """Write the partition's marker (once a durable catalog exists), unless this process wrote or saw it."""
+    marker = cataloged_marker_path(root, topic, partition)
     if marker not in _marked:
         if not exists(marker):
             write_whole(marker, b"", sync=sync)

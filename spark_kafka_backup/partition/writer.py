@@ -567,8 +567,8 @@ class PartitionWriter(ClosingWriter):
             max_timestamp=coverage.max_timestamp if coverage.times else None,
             times=coverage.times,
         )
-        # Synced even when the segment files are not (a new target's placeholders): a catalog that a power
-        # loss left empty would stop the partition's next writer, where empty segment files are repaired.
+        # The ledger syncs the catalog unless it was made for placeholders prepared many at once (then their
+        # preparer syncs the file system once and marks them after; see catalog.store.write_catalog).
         self._ledger.record_tail(self.topic, self.partition, tail, read_from=self.first_appended)
 
     def _last_offset_of(self, segment: PartitionIndexEntry) -> int | None:

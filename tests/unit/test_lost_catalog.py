@@ -9,9 +9,9 @@ import pytest
 
 from spark_kafka_backup.catalog.integrity import bad_segments, unverifiable_segments
 from spark_kafka_backup.catalog.ledger import CatalogLedger
-from spark_kafka_backup.catalog.store import catalog_path, cataloged_marker_path, read_catalog
+from spark_kafka_backup.catalog.store import catalog_path, cataloged_marker_path, mark_cataloged, read_catalog
 from spark_kafka_backup.catalog.verify import verify_partition
-from spark_kafka_backup.errors import DamagedBackupError
+from spark_kafka_backup.errors import DamagedBackupError, FormatError
 from spark_kafka_backup.partition.writer import PartitionWriter
 from tests.backup_builders import write_original_style
 from tests.recordgen import sample_record
@@ -112,3 +112,42 @@ def test_a_refusal_names_five_segments_and_counts_the_rest() -> None:
     assert damage_text(["a", "b"]) == "a; b"
     assert damage_text([str(n) for n in range(5)]) == "0; 1; 2; 3; 4"
     assert damage_text([str(n) for n in range(8)]) == "0; 1; 2; 3; 4; and 3 more segments"
+
+
+def _placeholder(root: Path) -> None:
+    """An empty partition as the backup prepares thousands at once: its catalog unsynced and unmarked."""
+    with PartitionWriter(root / "t", "t", 0, fsync=False, ledger=CatalogLedger(root, sync=False)) as writer:
+        writer.ensure_segment(0)
+
+
+def test_placeholders_prepared_together_are_marked_by_their_preparer_after_its_sync(tmp_path: Path) -> None:
+    root = tmp_path / "backup"
+    _placeholder(root)
+    catalog = read_catalog(root, "t", 0)
+    assert catalog is not None and catalog.tail is not None and catalog.tail.records == 0
+    marker = Path(str(cataloged_marker_path(root, "t", 0)))
+    assert not marker.exists()  # a power loss must not find a marker before its catalog's bytes
+    mark_cataloged(root, "t", 0)
+    assert marker.is_file()
+
+
+def test_a_power_loss_before_the_preparers_sync_leaves_a_partition_the_backup_goes_on_with(tmp_path: Path) -> None:
+    root = tmp_path / "backup"
+    _placeholder(root)
+    Path(str(catalog_path(root, "t", 0))).write_bytes(b"")  # what a power loss leaves of a new file never synced
+    assert read_catalog(root, "t", 0) is None
+    assert verify_partition(root, "t", 0).ok
+    _backup(root, 5)  # the partition's next writer
+    catalog = read_catalog(root, "t", 0)
+    assert catalog is not None and catalog.tail is not None and catalog.tail.records == 5
+    assert Path(str(cataloged_marker_path(root, "t", 0))).is_file()
+    assert verify_partition(root, "t", 0).ok and bad_segments(root, "t", 0) == []
+
+
+def test_an_empty_catalog_of_a_marked_partition_is_damage(tmp_path: Path) -> None:
+    root = tmp_path / "backup"
+    _backup(root, 3)
+    Path(str(catalog_path(root, "t", 0))).write_bytes(b"")
+    with pytest.raises(FormatError, match=r"partition_000\.json"):
+        read_catalog(root, "t", 0)
+    assert not verify_partition(root, "t", 0).ok
