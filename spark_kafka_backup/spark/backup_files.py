@@ -13,6 +13,7 @@ partition written, which the sink turns back into :class:`PartitionWrite` (:func
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_kafka_backup.catalog.ledger import CatalogLedger
-from spark_kafka_backup.errors import UsageError
-from spark_kafka_backup.format.record_columns import encode_columns
+from spark_kafka_backup.errors import InvalidRecordError, UsageError
+from spark_kafka_backup.format.record_columns import EncodedRecords, encode_columns
 from spark_kafka_backup.partition.object_writer import ObjectPartitionWriter, open_partition_writer
 from spark_kafka_backup.partition.writer import PartitionWriter
 from spark_kafka_backup.schema_registry.wire_columns import wire_schema_ids
@@ -145,7 +146,13 @@ class BatchFiles:
         offsets = batch.column("offset").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
         types, millis = v1_timestamps(batch.column("timestampType"), batch.column("timestamp"))
         keys, values, headers = batch.column("key"), batch.column("value"), batch.column("headers")
-        for start, stop in partition_runs(topics, partitions):
+        runs = partition_runs(topics, partitions)
+        whole: EncodedRecords | None = None
+        if len(runs) > 1:
+            # Many small runs (a packed task's partitions): Arrow's fixed cost paid once, not once per partition.
+            with contextlib.suppress(InvalidRecordError):  # then each run alone, where its error names the record
+                whole = encode_columns(offsets, types, millis, keys, values, headers)
+        for start, stop in runs:
             key = (str(topics[start].as_py()), int(partitions[start]))
             writer = self._writer(key, int(offsets[start]))
             size = stop - start
@@ -153,14 +160,14 @@ class BatchFiles:
                 if not self._check.same_incarnation(key[0]):
                     continue
                 self._check.gaps(key[0], key[1], writer.last_offset, offsets[start:stop])
-            encoded = encode_columns(
+            encoded = whole.slice(start, stop) if whole is not None else encode_columns(
                 offsets[start:stop],
                 types[start:stop],
                 millis[start:stop],
                 keys.slice(start, size),
                 values.slice(start, size),
                 headers.slice(start, size),
-            )
+            )  # fmt: skip
             written, skipped = writer.append_batch(encoded)
             if self.options.schema_ids:
                 found = self._schema_ids.setdefault(key, set())

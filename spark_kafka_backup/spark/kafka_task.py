@@ -54,10 +54,35 @@ def write_task(task: KafkaTask, sink: SinkOptions) -> Iterator[pa.RecordBatch]:
     restrict_new_files(sink.umask)
     files = BatchFiles(sink, sink.encryption_key())
     try:
-        for batch in read_task(task):
+        for batch in gathered(read_task(task)):
             files.write(batch)
         writes = files.finish()
     except BaseException:
         files.abandon()
         raise
     yield writes_batch(str(sink.target), writes)
+
+
+#: A packed task's batches (one small partition each) are written together up to this many rows or bytes.
+GATHER_ROWS = 10_000
+GATHER_BYTES = 16 << 20
+
+
+def gathered(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches`` with runs of small ones joined (up to :data:`GATHER_ROWS` rows or :data:`GATHER_BYTES`), in
+    order: the writer encodes a batch once, whatever number of partitions it holds, and a packed task of one-record
+    partitions otherwise pays Arrow's fixed cost per partition."""
+    held: list[pa.RecordBatch] = []
+    rows = size = 0
+    for batch in batches:
+        if held and (rows + batch.num_rows > GATHER_ROWS or size + batch.nbytes > GATHER_BYTES):
+            yield _joined(held)
+            held, rows, size = [], 0, 0
+        held.append(batch)
+        rows, size = rows + batch.num_rows, size + batch.nbytes
+    if held:
+        yield _joined(held)
+
+
+def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)

@@ -10,12 +10,13 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from spark_kafka_backup.errors import UsageError
+from spark_kafka_backup.errors import InvalidRecordError, UsageError
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.spark import backup_files
+from spark_kafka_backup.spark import backup_files, kafka_task
 from spark_kafka_backup.spark.backup_files import WRITES_SCHEMA, BatchFiles, PartitionWrite, writes_batch
 from spark_kafka_backup.spark.kafka_schema import kafka_schema
+from spark_kafka_backup.spark.kafka_task import gathered
 from spark_kafka_backup.spark.source_options import SourceOptions
 from spark_kafka_backup.spark.v1_sink import SinkOptions, V1StreamWriter
 
@@ -85,6 +86,48 @@ def test_one_batch_of_many_partitions(tmp_path: Path) -> None:
     assert len(message.partitions) == 40 and all(w.written == 2 for w in message.partitions)
     for n in range(40):
         assert list(PartitionReader(tmp_path / f"t{n % 4}", n).records()) == expected(f"t{n % 4}", n, [n, n + 1])
+
+
+def _interleaved() -> list[pa.RecordBatch]:
+    return [batch("a", 0, [0, 1, 2]), batch("b", 1, [5, 6]), batch("a", 0, [3, 4]), batch("c", 0, [0]),
+            batch("b", 1, [9]), batch("a", 0, [5])]  # fmt: skip
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.glob("*/*")) if p.is_file()}
+
+
+def test_a_packed_tasks_small_batches_are_written_together_into_the_same_files(tmp_path: Path) -> None:
+    """A task of many small partitions writes its batches joined (one encoding for all): the same files, counts and
+    order as written one batch at a time."""
+    joined = list(gathered(iter(_interleaved())))
+    assert len(joined) == 1 and joined[0].to_pylist() == pa.Table.from_batches(_interleaved()).to_pylist()
+    one_by_one = V1StreamWriter(SinkOptions.parse({"path": str(tmp_path / "one"), "fsync": "false"}))
+    together = V1StreamWriter(SinkOptions.parse({"path": str(tmp_path / "joined"), "fsync": "false"}))
+    first, second = one_by_one.write(iter(_interleaved())), together.write(iter(joined))
+    counted = [sorted((replace(w, lock_wait=0) for w in m.partitions), key=str) for m in (first, second)]
+    assert counted[0] == counted[1] and len(counted[0]) == 3
+    assert _files(tmp_path / "one") == _files(tmp_path / "joined") != {}
+    assert list(PartitionReader(tmp_path / "joined" / "a", 0).records()) == expected("a", 0, [0, 1, 2, 3, 4, 5])
+
+
+def test_small_batches_are_joined_up_to_the_limits_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kafka_task, "GATHER_ROWS", 4)
+    sizes = [3, 2, 2, 1, 1, 1, 9, 1]
+    batches = [batch("t", n, list(range(size))) for n, size in enumerate(sizes)]
+    joined = list(gathered(iter(batches)))
+    assert [b.num_rows for b in joined] == [3, 4, 3, 9, 1]  # one larger than the limit passes alone
+    assert pa.Table.from_batches(joined).to_pylist() == pa.Table.from_batches(batches).to_pylist()
+    monkeypatch.setattr(kafka_task, "GATHER_BYTES", 1)
+    assert [b.num_rows for b in gathered(iter(batches))] == sizes
+    assert list(gathered(iter([]))) == []
+
+
+def test_an_invalid_record_among_many_partitions_is_named_as_when_written_alone(tmp_path: Path) -> None:
+    bad = batch("b", 0, [7]).set_column(4, "offset", pa.array([-1], pa.int64()))
+    joined = pa.concat_batches([batch("a", 0, [0, 1]), bad])
+    with pytest.raises(InvalidRecordError, match=r"offset -1\b"):
+        V1StreamWriter(SinkOptions.parse({"path": str(tmp_path), "fsync": "false"})).write(iter([joined]))
 
 
 def test_files_written_by_the_source_are_the_sinks_files(tmp_path: Path) -> None:
