@@ -188,6 +188,8 @@ def run_shape(settings: dict[str, str], binary: Path, records: int, value_size: 
     kcat_in = kcat_produce(settings, scratch, records, 4, value_size)
     oso_in = run_oso(binary, oso_restore_config(servers, TOPIC, "oso-target", oso_dir), scratch, "restore")
     skb_in, _ = run_restore(settings, skb_dir, extra=("--topic-map", f"{TOPIC}=skb-target"))
+    for restored in (oso_dir, skb_dir):  # the 10 KB shape's copies would otherwise hold 20 GB until the end
+        shutil.rmtree(restored)
     for topic in ("oso-target", "skb-target"):
         found = count_records(settings, topic)
         if found != records:

@@ -19,8 +19,17 @@ def redact(settings: Mapping[str, str]) -> dict[str, str]:
     return {key: "***" if _SECRET.search(key) else value for key, value in settings.items()}
 
 
+#: How long librdkafka waits before fetching again for a partition whose local queue was full. Its default since
+#: 2.4, 1,000 ms, idles a reader that empties the queue in less: a backup task waited more than half its time (5 M
+#: records of 200 B in 4 partitions: the micro-batch took 29 to 41 s at about 40 % of a core per task, 13.6 s at
+#: 80 % with 10 ms). The queue's bounds (``queued.min.messages``, ``queued.max.messages.kbytes``) are unchanged, so
+#: is the memory they bound.
+FETCH_QUEUE_BACKOFF_MS = "10"
+
+
 def consumer_settings(base: Mapping[str, str], *, isolation_level: str = "read_committed") -> dict[str, str]:
-    """Settings for a consumer that reads by assignment and never commits."""
+    """Settings for a consumer that reads by assignment and never commits (``base`` wins, but for the two it
+    decides)."""
     settings = {
         "group.id": "kbackup-reader",
         "enable.auto.commit": "false",
@@ -28,6 +37,7 @@ def consumer_settings(base: Mapping[str, str], *, isolation_level: str = "read_c
         "auto.offset.reset": "earliest",
         "enable.partition.eof": "true",
         "isolation.level": isolation_level,
+        "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
     }
     settings.update(base)
     # These two are decided here whatever the caller passed.

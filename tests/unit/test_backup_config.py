@@ -423,3 +423,16 @@ def test_the_files_options_cross_spark_as_strings_and_come_back_the_same(
         SinkOptions.parse({"path": str(tmp_path), "compression": "brotli"})
     with pytest.raises(UsageError, match="compression is one of none, zstd, lz4, gzip, not 'snappy'"):
         SinkOptions(defaults.target, compression="snappy")
+
+
+def test_readers_fetch_again_soon_after_a_full_queue_unless_the_user_says_otherwise() -> None:
+    from spark_kafka_backup.kafka.client_settings import consumer_settings, librdkafka_refusal
+
+    settings = consumer_settings({"bootstrap.servers": "k:9092"})
+    # librdkafka's own default (1,000 ms since 2.4) idled backup tasks for more than half their time.
+    assert int(settings["fetch.queue.backoff.ms"]) < 100
+    assert librdkafka_refusal(settings) is None  # the librdkafka installed here knows the property
+    chosen = consumer_settings({"bootstrap.servers": "k:9092", "fetch.queue.backoff.ms": "250",
+                                "enable.auto.commit": "true"})  # fmt: skip
+    assert chosen["fetch.queue.backoff.ms"] == "250"
+    assert chosen["enable.auto.commit"] == "false"  # one of the two it decides whatever is passed
