@@ -337,7 +337,7 @@ def test_abandoned_write_publishes_nothing(bucket: ObjectPath) -> None:
 # -- backup -> verify -> restore through the bucket -------------------------------------------
 
 
-@pytest.mark.long  # CI runs the round trip through S3 on the Spark cluster (tests/test_spark_cluster.py)
+@pytest.mark.long  # CI time; the quick tier has the store's contract and crash tests on the same S3 server
 def test_backup_verify_and_restore_through_s3(
     kafka: BrokerUnderTest, target: Target, s3: S3Server, tmp_path: Path
 ) -> None:

@@ -392,7 +392,11 @@ def test_metrics_show_the_lag_measured_independently_and_a_stalled_backup(secure
     for i in range(100):
         producer.produce(topic, value=b"committed %d" % i)
     producer.flush(30)
-    transactional = Producer({**secured.cluster.client_settings(), "transactional.id": "sec-metrics-tx"})
+    # The transaction stays open until the test commits it: the coordinator must not abort it first (its default
+    # timeout, 60 s, is shorter than a loaded machine's start of a backup).
+    transactional = Producer(
+        {**secured.cluster.client_settings(), "transactional.id": "sec-metrics-tx", "transaction.timeout.ms": "600000"}
+    )
     transactional.init_transactions(30)
     transactional.begin_transaction()
     for i in range(10):

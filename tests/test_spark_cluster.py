@@ -286,6 +286,7 @@ def test_restore_survives_a_lost_driver_and_a_lost_executor(
     assert consume_all(target.broker, [name]) == restored
 
 
+@pytest.mark.long  # CI time: its standalone cluster alone costs minutes of a loaded machine
 def test_backup_and_restore_through_s3_on_the_cluster(
     kafka: BrokerUnderTest, target: Target, spark: SparkCluster, s3: S3Server, tmp_path: Path
 ) -> None:
