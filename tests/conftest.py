@@ -107,6 +107,7 @@ def _prepare_kafka() -> Path | None:
 #: every worker busy to the end instead of leaving one alone with a long file.
 LONG_FILES = (
     "test_restore.py",
+    "test_erase.py",  # one long scenario of 4 to 6 minutes: started last, it alone was the end of a run
     "test_broker_failures.py",
     "test_spark_cluster.py",
     "test_backup_continuous.py",

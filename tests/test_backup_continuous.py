@@ -24,7 +24,9 @@ from tests.kafka_helpers import backed_up, consume_all, create_topics, run_backu
 from tests.live_load import Producer, batches, client_args, more_batches, wait_for
 
 
-@pytest.mark.parametrize("source", ["python", pytest.param("spark", marks=pytest.mark.long)])
+# Both long (CI time): the quick tier kills backups at random moments in tests/test_crash_repair.py.
+@pytest.mark.long
+@pytest.mark.parametrize("source", ["python", "spark"])
 def test_sigkill_during_continuous_backup_loses_and_duplicates_nothing(
     kafka: BrokerUnderTest, tmp_path: Path, source: str
 ) -> None:

@@ -136,6 +136,41 @@ def test_a_packed_task_reads_on_the_native_edge_what_the_reference_reads(
     assert [len(seen["native"][topic]) for topic in topics] == [40, 37, 55]  # aborted records and markers are none
 
 
+def test_large_records_come_in_batches_of_bounded_bytes_alone_and_packed(
+    kafka: BrokerUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task's memory does not grow with record size: each batch the native edge hands on holds at most
+    HELD_BYTES of values (and one record past it), a single range's and a packed task's alike, every record once and
+    in order."""
+    from confluent_kafka import Producer
+
+    from spark_kafka_backup.spark.columnar_reader import HELD_BYTES
+
+    monkeypatch.setenv(EDGE_ENV, "native")
+    assert native_edge() is not None, "the native module is not built (./dev setup builds it)"
+    topics = [f"large-edges-{n}-{uuid.uuid4().hex[:8]}" for n in range(2)]
+    create_topics(kafka, dict.fromkeys(topics, 1))
+    size, count = 100_000, (HELD_BYTES * 5 // 2) // 100_000  # two and a half batches' worth per partition
+    producer = Producer({**kafka.client_settings(), "linger.ms": "20"})
+    for topic in topics:
+        for i in range(count):
+            producer.produce(topic, value=i.to_bytes(4, "big") * (size // 4))
+    assert producer.flush(60) == 0
+    client = kafka.client_settings()
+    ranges = tuple(KafkaRange(topic, 0, 0, count, client, False, 30) for topic in topics)
+    for task in (KafkaTask(ranges[:1]), KafkaTask(ranges)):
+        seen: dict[str, list[int]] = {}
+        batches = 0
+        for batch in read_task(task):
+            values = batch.column("value")
+            assert pa.compute.sum(pa.compute.binary_length(values)).as_py() <= HELD_BYTES + size
+            (topic,) = set(batch.column("topic").to_pylist())
+            seen.setdefault(topic, []).extend(int.from_bytes(value[:4], "big") for value in values.to_pylist())
+            batches += 1
+        assert seen == {item.topic: list(range(count)) for item in task.ranges}
+        assert batches >= 3 * len(task.ranges)
+
+
 def test_a_wrong_edge_setting_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(EDGE_ENV, "fast")
     with pytest.raises(NativeEdgeError, match="KBACKUP_KAFKA_EDGE='fast': expected 'native', 'reference' or nothing"):

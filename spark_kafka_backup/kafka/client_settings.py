@@ -22,9 +22,13 @@ def redact(settings: Mapping[str, str]) -> dict[str, str]:
 #: How long librdkafka waits before fetching again for a partition whose local queue was full. Its default since
 #: 2.4, 1,000 ms, idles a reader that empties the queue in less: a backup task waited more than half its time (5 M
 #: records of 200 B in 4 partitions: the micro-batch took 29 to 41 s at about 40 % of a core per task, 13.6 s at
-#: 80 % with 10 ms). The queue's bounds (``queued.min.messages``, ``queued.max.messages.kbytes``) are unchanged, so
-#: is the memory they bound.
+#: 80 % with 10 ms).
 FETCH_QUEUE_BACKOFF_MS = "10"
+
+#: librdkafka's prefetch queue per consumer, in KiB (its default 65,536): a backup task holds it beside the batch it
+#: writes, so it bounds the task's memory with large records; with small ones ``queued.min.messages`` (100,000)
+#: bounds the queue first.
+QUEUE_KBYTES = "16384"
 
 
 def consumer_settings(base: Mapping[str, str], *, isolation_level: str = "read_committed") -> dict[str, str]:
@@ -38,6 +42,7 @@ def consumer_settings(base: Mapping[str, str], *, isolation_level: str = "read_c
         "enable.partition.eof": "true",
         "isolation.level": isolation_level,
         "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+        "queued.max.messages.kbytes": QUEUE_KBYTES,
     }
     settings.update(base)
     # These two are decided here whatever the caller passed.

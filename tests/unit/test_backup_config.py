@@ -436,3 +436,6 @@ def test_readers_fetch_again_soon_after_a_full_queue_unless_the_user_says_otherw
                                 "enable.auto.commit": "true"})  # fmt: skip
     assert chosen["fetch.queue.backoff.ms"] == "250"
     assert chosen["enable.auto.commit"] == "false"  # one of the two it decides whatever is passed
+    # The prefetch queue is part of a task's memory: bounded below librdkafka's 64 MiB, and the user's value wins.
+    assert int(settings["queued.max.messages.kbytes"]) <= 16384
+    assert consumer_settings({"queued.max.messages.kbytes": "1024"})["queued.max.messages.kbytes"] == "1024"
