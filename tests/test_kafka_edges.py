@@ -171,6 +171,56 @@ def test_large_records_come_in_batches_of_bounded_bytes_alone_and_packed(
         assert batches >= 3 * len(task.ranges)
 
 
+def test_a_packed_task_holds_a_bounded_amount_whatever_its_number_of_partitions(
+    kafka: BrokerUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """librdkafka fetches a packed task's partitions in turn, so they fill together: the records polled and not yet
+    handed on stay below two HELD_BYTES (what is held and one poll) however many partitions there are, while each
+    partition alone stays far below HELD_BYTES; every record once, in order."""
+    from confluent_kafka import Producer
+
+    from spark_kafka_backup.kafka.columnar import ColumnarConsumer
+    from spark_kafka_backup.spark.columnar_reader import HELD_BYTES
+
+    monkeypatch.setenv(EDGE_ENV, "native")
+    assert native_edge() is not None, "the native module is not built (./dev setup builds it)"
+    topics = [f"many-large-{n}-{uuid.uuid4().hex[:8]}" for n in range(20)]
+    create_topics(kafka, dict.fromkeys(topics, 1))
+    size, count = 100_000, 40  # 4 MB a partition, 80 MB in all
+    producer = Producer({**kafka.client_settings(), "linger.ms": "20"})
+    for i in range(count):
+        for topic in topics:
+            producer.produce(topic, value=i.to_bytes(4, "big") * (size // 4))
+    assert producer.flush(60) == 0
+
+    def value_bytes(batch: pa.RecordBatch | None) -> int:
+        return 0 if batch is None else int(pa.compute.sum(pa.compute.binary_length(batch.column("value"))).as_py() or 0)
+
+    polled = [0]
+    poll = ColumnarConsumer.poll
+
+    def counting_poll(self: Any, *args: Any, **kwargs: Any) -> Any:
+        got = poll(self, *args, **kwargs)
+        polled[0] += value_bytes(got.batch)
+        return got
+
+    monkeypatch.setattr(ColumnarConsumer, "poll", counting_poll)
+    client = kafka.client_settings()
+    ranges = tuple(KafkaRange(topic, 0, 0, count, client, False, 30) for topic in topics)
+    seen: dict[str, list[int]] = {}
+    handed_on = outstanding = 0
+    for batch in read_task(KafkaTask(ranges)):
+        outstanding = max(outstanding, polled[0] - handed_on)
+        handed_on += value_bytes(batch)
+        (topic,) = set(batch.column("topic").to_pylist())
+        seen.setdefault(topic, []).extend(
+            int.from_bytes(value[:4], "big") for value in batch.column("value").to_pylist()
+        )
+    assert seen == {topic: list(range(count)) for topic in topics}
+    assert handed_on == polled[0] == len(topics) * count * size
+    assert outstanding <= 2 * HELD_BYTES + size, outstanding
+
+
 def test_a_wrong_edge_setting_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(EDGE_ENV, "fast")
     with pytest.raises(NativeEdgeError, match="KBACKUP_KAFKA_EDGE='fast': expected 'native', 'reference' or nothing"):

@@ -160,14 +160,17 @@ class BatchFiles:
                 if not self._check.same_incarnation(key[0]):
                     continue
                 self._check.gaps(key[0], key[1], writer.last_offset, offsets[start:stop])
-            encoded = whole.slice(start, stop) if whole is not None else encode_columns(
-                offsets[start:stop],
-                types[start:stop],
-                millis[start:stop],
-                keys.slice(start, size),
-                values.slice(start, size),
-                headers.slice(start, size),
-            )  # fmt: skip
+            try:
+                encoded = whole.slice(start, stop) if whole is not None else encode_columns(
+                    offsets[start:stop],
+                    types[start:stop],
+                    millis[start:stop],
+                    keys.slice(start, size),
+                    values.slice(start, size),
+                    headers.slice(start, size),
+                )  # fmt: skip
+            except InvalidRecordError as error:  # the offset alone does not say which of a task's partitions
+                raise InvalidRecordError(f"topic {key[0]!r} partition {key[1]}: {error}") from error
             written, skipped = writer.append_batch(encoded)
             if self.options.schema_ids:
                 found = self._schema_ids.setdefault(key, set())

@@ -77,7 +77,8 @@ def read_ranges_columnar(
     Each poll brings records of one partition, cut at its range's end; they gather per partition and become
     batches when its range is complete or holds ``batch_rows`` rows (or :data:`HELD_BYTES`), and a complete
     partition is no longer read. The batches ready are handed on after one check of their topics' ids, when nothing
-    more is fetched at once or ``batch_rows`` rows or :data:`HELD_BYTES` are ready.
+    more is fetched at once or ``batch_rows`` rows or :data:`HELD_BYTES` are ready. The records held of all the
+    partitions together are bounded too: at :data:`HELD_BYTES` each partition's become a batch.
     """
     check = Incarnations(ranges)
     schema = to_arrow_schema(kafka_schema(ranges[0].include_headers), timezone="UTC")
@@ -88,6 +89,7 @@ def read_ranges_columnar(
         stall = Stall()
         ready: list[pa.RecordBatch] = []
         ready_rows = ready_bytes = 0
+        held_bytes = 0  # of every partition's held records: librdkafka fetches them in turn, so they fill together
         while pending:
             polled = consumer.poll(batch_rows, 0 if ready else 1.0, max_bytes=HELD_BYTES)
             if polled.batch is None and polled.event == 0 and not polled.reached_end:
@@ -106,13 +108,22 @@ def read_ranges_columnar(
                 continue
             if polled.batch is not None and held.batches and held.bytes + polled.batch.nbytes > HELD_BYTES:
                 ready_rows, ready_bytes = ready_rows + held.rows, ready_bytes + held.bytes  # no batch above the bound
+                held_bytes -= held.bytes
                 ready.extend(held.hand_on())
             held.take(polled.batch)
+            held_bytes += polled.batch.nbytes if polled.batch is not None else 0
             done = polled.reached_end or _after_event(consumer, held.task, polled.event, polled.event_offset,
                                                       polled.event_text, several=True)  # fmt: skip
             if held.batches and (done or held.rows >= batch_rows or held.bytes >= HELD_BYTES):
                 ready_rows, ready_bytes = ready_rows + held.rows, ready_bytes + held.bytes
+                held_bytes -= held.bytes
                 ready.extend(held.hand_on())
+            if held_bytes + ready_bytes >= HELD_BYTES:  # the task's bound, whatever the number of its partitions
+                for partial in pending.values():
+                    if partial.batches:
+                        ready_rows, ready_bytes = ready_rows + partial.rows, ready_bytes + partial.bytes
+                        ready.extend(partial.hand_on())
+                held_bytes = 0
             if done:
                 del pending[(held.task.topic, held.task.partition)]
                 consumer.remove(held.task.topic, held.task.partition)

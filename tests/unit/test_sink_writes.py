@@ -126,8 +126,9 @@ def test_small_batches_are_joined_up_to_the_limits_in_order(monkeypatch: pytest.
 def test_an_invalid_record_among_many_partitions_is_named_as_when_written_alone(tmp_path: Path) -> None:
     bad = batch("b", 0, [7]).set_column(4, "offset", pa.array([-1], pa.int64()))
     joined = pa.concat_batches([batch("a", 0, [0, 1]), bad])
-    with pytest.raises(InvalidRecordError, match=r"offset -1\b"):
-        V1StreamWriter(SinkOptions.parse({"path": str(tmp_path), "fsync": "false"})).write(iter([joined]))
+    for written in ([joined], [bad]):  # among many partitions or alone: the record's topic, partition and offset
+        with pytest.raises(InvalidRecordError, match=r"^topic 'b' partition 0: record at offset -1\b"):
+            V1StreamWriter(SinkOptions.parse({"path": str(tmp_path), "fsync": "false"})).write(iter(written))
 
 
 def test_files_written_by_the_source_are_the_sinks_files(tmp_path: Path) -> None:
