@@ -90,6 +90,13 @@ def read_ranges_columnar(
         ready: list[pa.RecordBatch] = []
         ready_rows = ready_bytes = 0
         held_bytes = 0  # of every partition's held records: librdkafka fetches them in turn, so they fill together
+
+        def make_ready(partition: _Held) -> None:
+            nonlocal ready_rows, ready_bytes, held_bytes
+            ready_rows, ready_bytes = ready_rows + partition.rows, ready_bytes + partition.bytes
+            held_bytes -= partition.bytes
+            ready.extend(partition.hand_on())
+
         while pending:
             polled = consumer.poll(batch_rows, 0 if ready else 1.0, max_bytes=HELD_BYTES)
             if polled.batch is None and polled.event == 0 and not polled.reached_end:
@@ -107,23 +114,18 @@ def read_ranges_columnar(
                     raise ClusterError(f"reading {count(len(pending), 'partition')}: {polled.event_text}")
                 continue
             if polled.batch is not None and held.batches and held.bytes + polled.batch.nbytes > HELD_BYTES:
-                ready_rows, ready_bytes = ready_rows + held.rows, ready_bytes + held.bytes  # no batch above the bound
-                held_bytes -= held.bytes
-                ready.extend(held.hand_on())
+                make_ready(held)  # no batch above the bound
             held.take(polled.batch)
             held_bytes += polled.batch.nbytes if polled.batch is not None else 0
             done = polled.reached_end or _after_event(consumer, held.task, polled.event, polled.event_offset,
                                                       polled.event_text, several=True)  # fmt: skip
             if held.batches and (done or held.rows >= batch_rows or held.bytes >= HELD_BYTES):
-                ready_rows, ready_bytes = ready_rows + held.rows, ready_bytes + held.bytes
-                held_bytes -= held.bytes
-                ready.extend(held.hand_on())
+                make_ready(held)
             if held_bytes + ready_bytes >= HELD_BYTES:  # the task's bound, whatever the number of its partitions
                 for partial in pending.values():
                     if partial.batches:
-                        ready_rows, ready_bytes = ready_rows + partial.rows, ready_bytes + partial.bytes
-                        ready.extend(partial.hand_on())
-                held_bytes = 0
+                        make_ready(partial)
+                held_bytes = 0  # a refused topic's partitions were dropped with what they held
             if done:
                 del pending[(held.task.topic, held.task.partition)]
                 consumer.remove(held.task.topic, held.task.partition)
