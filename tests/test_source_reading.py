@@ -107,7 +107,10 @@ def test_offsets_deleted_under_a_reading_task_are_recorded_as_lost_at_the_source
         # Small fetches, a small prefetch queue: the first batch is read long before the records past it are fetched.
         client = kafka.client_settings(**{"max.partition.fetch.bytes": "20000", "fetch.max.bytes": "20000",
                                           "message.max.bytes": "20000", "queued.max.messages.kbytes": "40",
-                                          "queued.min.messages": "5"})  # fmt: skip
+                                          "queued.min.messages": "5",
+                                          # librdkafka's wait before fetching into a full queue again (the readers'
+                                          # 10 ms refill it before the deletion; its default, 1 s, leaves time)
+                                          "fetch.queue.backoff.ms": "1000"})  # fmt: skip
         root = tmp_path / "backup"
 
         # Planned before the deletion, read after it: partition 0 from 0, whose first 100 offsets are gone.
