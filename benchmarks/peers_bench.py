@@ -16,7 +16,8 @@ one local Apache Kafka node (or ``--bootstrap``), then, one after the other:
 - ``OSO restore``: its backup into a new topic (``topic_mapping``, ``create_topics``);
 - ``skb restore``: its backup into a new topic (``--topic-map``), exactly once (transactions);
 
-each with wall seconds, CPU seconds of its whole process tree, peak resident memory of that tree, and the ratio to
+each with wall seconds, CPU seconds of its whole process tree, peak resident memory of that tree (the sum of its
+processes' RSS, and of their PSS, which counts pages forked processes share once), and the ratio to
 kcat's wall time. Every restore is counted back: the run fails unless each restored topic holds as many records as
 the source.
 """
@@ -172,7 +173,8 @@ class Row:
         ratio = f"{self.yardstick.wall_seconds / usage.wall_seconds:5.2f}" if self.yardstick else "    -"
         return (
             f"  {self.name:<13} {usage.wall_seconds:8.1f} s {self.records / usage.wall_seconds:>11,.0f} rec/s "
-            f"{ratio}   {usage.cpu_seconds:7.1f} {usage.per_million(self.records):7.1f} {usage.peak_rss_mib:8.0f}"
+            f"{ratio}   {usage.cpu_seconds:7.1f} {usage.per_million(self.records):7.1f} {usage.peak_rss_mib:8.0f} "
+            f"{usage.peak_pss_mib:8.0f}"
         )
 
 
@@ -222,7 +224,8 @@ def main() -> None:
             tables.append(((records, value_size), run_shape(settings, binary, records, value_size, Path(scratch))))
     print(f"\nkafka-backup-core {OSO_VERSION} (OSO), kcat {_kcat_version()}, spark-kafka-backup on local[2]; "
           f"{os.cpu_count()} cores", flush=True)  # fmt: skip
-    header = f"  {'':<13} {'wall':>10} {'records/s':>15} {'kcat/x':>5} {'CPU-s':>9} {'CPU-s/M':>7} {'peak MiB':>8}"
+    header = (f"  {'':<13} {'wall':>10} {'records/s':>15} {'kcat/x':>5} {'CPU-s':>9} {'CPU-s/M':>7} {'peak MiB':>8} "
+              f"{'PSS MiB':>8}")  # fmt: skip
     for (records, value_size), rows in tables:
         print(f"\n{records:,} records of {value_size} B, 4 partitions, one node; every restore counted back")
         print(header)

@@ -5,7 +5,10 @@ Backs up Kafka topics into kafka-backup v1 files; see ``--help`` and
 environment of the driver and every executor.
 """
 
+import os
 import sys
+
+os.environ.setdefault("KBACKUP_WITHOUT_PANDAS", "1")  # no pandas in the job: spark_kafka_backup/arrow_runtime.py
 
 from spark_kafka_backup.backup.job import main
 

@@ -6,7 +6,10 @@ package must be installed in the Python environment of the driver and every
 executor.
 """
 
+import os
 import sys
+
+os.environ.setdefault("KBACKUP_WITHOUT_PANDAS", "1")  # no pandas in the job: spark_kafka_backup/arrow_runtime.py
 
 from spark_kafka_backup.restore.job import main
 

@@ -6,3 +6,6 @@ errors in :mod:`spark_kafka_backup.errors`.
 """
 
 __version__ = "0.1.0"
+
+# In a job's processes (KBACKUP_WITHOUT_PANDAS=1), before anything imports pyarrow: no pandas.
+from spark_kafka_backup import arrow_runtime as _arrow_runtime  # noqa: F401

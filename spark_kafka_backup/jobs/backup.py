@@ -1,6 +1,9 @@
 """Entry point of the backup job for spark-submit (see :mod:`spark_kafka_backup.backup.job`)."""
 
+import os
 import sys
+
+os.environ.setdefault("KBACKUP_WITHOUT_PANDAS", "1")  # no pandas in the job: spark_kafka_backup/arrow_runtime.py
 
 from spark_kafka_backup.backup.job import main
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from spark_kafka_backup.arrow_runtime import VARIABLE as WITHOUT_PANDAS
 from spark_kafka_backup.kafka.client_settings import SECRET_KEY_PATTERN
 from spark_kafka_backup.logsetup import LOG_FORMAT_VARIABLE, spark_log_level
 
@@ -24,9 +25,11 @@ def job_session(
     """The job's ``SparkSession`` (made, or the one ``spark-submit`` already made), with ``spark_conf`` applied.
 
     ``umask`` is also Hadoop's for the files Spark writes (the checkpoint); ``log_format`` reaches the executors'
-    Python workers. Streaming queries report to Spark's metrics system (its sinks, e.g. the Prometheus servlet).
+    Python workers, which import no pandas (:mod:`spark_kafka_backup.arrow_runtime`). Streaming queries report to
+    Spark's metrics system (its sinks, e.g. the Prometheus servlet).
     A ``spark.redaction.regex``, ``spark.sql.redaction.options.regex``, ``spark.hadoop.fs.permissions.umask-mode``
-    or ``spark.sql.streaming.metricsEnabled`` the user gives wins.
+    or ``spark.sql.streaming.metricsEnabled`` the user gives wins (so does
+    ``spark.executorEnv.KBACKUP_WITHOUT_PANDAS=0``).
     """
     from pyspark.sql import SparkSession
 
@@ -39,6 +42,7 @@ def job_session(
         .config("spark.hadoop.fs.permissions.umask-mode", f"{umask:03o}")
         .config("spark.sql.streaming.metricsEnabled", "true")
         .config(f"spark.executorEnv.{LOG_FORMAT_VARIABLE}", log_format)
+        .config(f"spark.executorEnv.{WITHOUT_PANDAS}", "1")
     )
     for key, value in spark_conf.items():
         builder = builder.config(key, value)

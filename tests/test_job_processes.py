@@ -1,0 +1,112 @@
+"""A job's Python processes import no pandas (spark_kafka_backup/arrow_runtime.py); a user's do as before.
+
+Each check is a fresh interpreter (what was imported is the point); the last, a job's Spark session on local[1]."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from spark_kafka_backup.arrow_runtime import VARIABLE
+
+#: In a fresh interpreter: what a backup task and a restore task do with pyarrow (records encoded from columns,
+#: decoded back, scalars and arrays made from Python values), then whether pandas was imported and can be.
+_TASK = """
+import hashlib, json, sys
+import numpy as np
+import pyarrow as pa
+import spark_kafka_backup.spark.kafka_source, spark_kafka_backup.restore.job  # the tasks' and the jobs' imports
+from spark_kafka_backup.format.record_columns import decode_columns, encode_columns
+
+n = 50
+headers = pa.array([[{"key": "h", "value": b"%d" % i}] if i % 3 else None for i in range(n)],
+                   pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))
+encoded = encode_columns(np.arange(n, dtype=np.int64), np.zeros(n, dtype=np.int32), np.arange(n, dtype=np.int64) * 7,
+                         pa.array([b"k%d" % i if i % 5 else None for i in range(n)], pa.binary()),
+                         pa.array([b"v" * i for i in range(n)], pa.binary()), headers)
+decoded = decode_columns(encoded.data, encoded.offsets, encoded.bounds[:-1], encoded.lengths)
+data = bytes(encoded.data)
+values = [data[s:s + n] for s, n in zip(decoded.value_starts, decoded.value_lengths)]
+assert values == [b"v" * i for i in range(n)] and list(decoded.header_counts) == [1 if i % 3 else 0 for i in range(n)]
+seen = "pandas" in sys.modules
+try:
+    import pandas
+    refused = None
+except ImportError as error:
+    refused = str(error)
+print(json.dumps({"pandas_imported": seen, "refused": refused,
+                  "encoded": hashlib.sha256(bytes(encoded.data)).hexdigest()}))
+"""
+
+
+def _run(environment: dict[str, str], prelude: str = "") -> dict[str, object]:
+    done = subprocess.run([sys.executable, "-c", prelude + _TASK], env=environment, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+def _environment(**extra: str) -> dict[str, str]:
+    environment = {key: value for key, value in os.environ.items() if key != VARIABLE}
+    return {**environment, **extra}
+
+
+def test_a_jobs_process_imports_no_pandas_and_encodes_the_same_bytes() -> None:
+    job = _run(_environment(**{VARIABLE: "1"}))
+    user = _run(_environment())
+
+    assert job["pandas_imported"] is False  # pyarrow's conversions did not import it
+    assert job["refused"] is not None and VARIABLE in str(job["refused"])  # an import says why it fails
+    # Elsewhere (a user's own session reading with spark.read.format("kbackup")) pyarrow imports pandas as before.
+    assert user["pandas_imported"] is True and user["refused"] is None
+    assert job["encoded"] == user["encoded"]
+
+
+def test_pandas_imported_before_the_package_stays_usable() -> None:
+    imported_first = _run(_environment(**{VARIABLE: "1"}), prelude="import pandas\n")
+    assert imported_first["pandas_imported"] is True and imported_first["refused"] is None
+
+
+def test_any_other_value_leaves_pandas_alone() -> None:
+    assert _run(_environment(**{VARIABLE: "0"}))["refused"] is None
+
+
+_SESSION = """
+import json, sys
+from spark_kafka_backup.spark.session import job_session
+
+def task(_):
+    import os, sys
+    import pyarrow as pa
+    import spark_kafka_backup.spark.kafka_source  # what a backup task imports
+    pa.array([b"x"], pa.binary())  # a conversion from Python values, which imports pandas where it may
+    return os.environ.get("KBACKUP_WITHOUT_PANDAS"), "pandas" in sys.modules
+
+conf = dict(arg.split("=", 1) for arg in sys.argv[1:])
+spark = job_session("kbackup-test", debug=False, spark_conf=conf, umask=0o022)
+print(json.dumps(spark.sparkContext.parallelize([0], 1).map(task).collect()[0]))
+spark.stop()
+"""
+
+
+def test_a_jobs_spark_session_gives_its_python_workers_no_pandas(tmp_path: Path) -> None:
+    """The executors' workers of a job's session (the jobs' driver sets the variable for itself, jobs/*.py; a user's
+    ``spark.executorEnv.KBACKUP_WITHOUT_PANDAS=0`` is applied after the job's own settings, so it wins)."""
+    from spark_kafka_backup.spark_submit import job_environment, spark_home
+
+    script = tmp_path / "session.py"
+    script.write_text(_SESSION)
+
+    def worker_says(*conf: str) -> list[object]:
+        command = [str(spark_home() / "bin" / "spark-submit"), "--master", "local[1]", "--conf",
+                   "spark.ui.enabled=false", str(script), *conf]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, env=job_environment(), timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        said: list[object] = json.loads(done.stdout.splitlines()[-1])
+        return said
+
+    assert worker_says() == ["1", False]
