@@ -288,10 +288,11 @@ def stop_gateway() -> None:
 
 
 @contextlib.contextmanager
-def spark_session() -> Iterator[Any]:
+def spark_session(make: Callable[[], Any] | None = None) -> Iterator[Any]:
     """A SparkSession on ``local[2]`` in this process, on the kept JVM (started as the jobs start it), for tests
     that query with Spark themselves (the ``kbackup`` data source); stopped after, with the process state put
-    back. Only where :func:`can_run_in_process`."""
+    back. ``make``: how the session is made instead (a job's ``job_session``). Only where
+    :func:`can_run_in_process`."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
@@ -302,7 +303,7 @@ def spark_session() -> Iterator[Any]:
     try:
         with process_state_kept(), _jvm_started_into(_jvm_output_file()), _executor_environment():
             os.environ.update(_launch_environment("restore"))
-            session = SparkSession.builder.master("local[2]").appName("kbackup-test").getOrCreate()
+            session = make() if make else SparkSession.builder.master("local[2]").appName("kbackup-test").getOrCreate()
             yield session
     finally:
         if _gateway_environment is None and SparkContext._gateway is not None:

@@ -8,7 +8,8 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
+
+import pytest
 
 from spark_kafka_backup.arrow_runtime import VARIABLE
 
@@ -75,38 +76,28 @@ def test_any_other_value_leaves_pandas_alone() -> None:
     assert _run(_environment(**{VARIABLE: "0"}))["refused"] is None
 
 
-_SESSION = """
-import json, sys
-from spark_kafka_backup.spark.session import job_session
-
-def task(_):
-    import os, sys
-    import pyarrow as pa
-    import spark_kafka_backup.spark.kafka_source  # what a backup task imports
-    pa.array([b"x"], pa.binary())  # a conversion from Python values, which imports pandas where it may
-    return os.environ.get("KBACKUP_WITHOUT_PANDAS"), "pandas" in sys.modules
-
-conf = dict(arg.split("=", 1) for arg in sys.argv[1:])
-spark = job_session("kbackup-test", debug=False, spark_conf=conf, umask=0o022)
-print(json.dumps(spark.sparkContext.parallelize([0], 1).map(task).collect()[0]))
-spark.stop()
-"""
-
-
-def test_a_jobs_spark_session_gives_its_python_workers_no_pandas(tmp_path: Path) -> None:
+def test_a_jobs_spark_session_gives_its_python_workers_no_pandas() -> None:
     """The executors' workers of a job's session (the jobs' driver sets the variable for itself, jobs/*.py; a user's
     ``spark.executorEnv.KBACKUP_WITHOUT_PANDAS=0`` is applied after the job's own settings, so it wins)."""
-    from spark_kafka_backup.spark_submit import job_environment, spark_home
+    from spark_kafka_backup.spark.session import job_session
+    from tests.in_process import can_run_in_process, spark_session
 
-    script = tmp_path / "session.py"
-    script.write_text(_SESSION)
+    if not can_run_in_process():
+        pytest.skip("this worker's Spark JVM was started with another environment")
 
-    def worker_says(*conf: str) -> list[object]:
-        command = [str(spark_home() / "bin" / "spark-submit"), "--master", "local[1]", "--conf",
-                   "spark.ui.enabled=false", str(script), *conf]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True, env=job_environment(), timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
-        said: list[object] = json.loads(done.stdout.splitlines()[-1])
-        return said
+    def task(_: int) -> tuple[str | None, bool]:
+        import os
+        import sys
 
-    assert worker_says() == ["1", False]
+        import pyarrow as pa
+
+        import spark_kafka_backup.spark.kafka_source  # noqa: F401 (what a backup task imports)
+
+        pa.array([b"x"], pa.binary())  # a conversion from Python values, which imports pandas where it may
+        return os.environ.get(VARIABLE), "pandas" in sys.modules
+
+    def made() -> object:
+        return job_session("kbackup-test", debug=False, spark_conf={}, umask=0o022)
+
+    with spark_session(made) as spark:
+        assert spark.sparkContext.parallelize([0], 1).map(task).collect() == [("1", False)]

@@ -18,6 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "spark_kafka_backup"
 
 #: Lowest first. A unit may import from its own unit and from any unit of a lower layer, never sideways.
 LAYERS: list[set[str]] = [
+    {"arrow_runtime"},  # the package's __init__ runs it first in every process (no pandas in a job's)
     {"spark_kafka_backup", "errors", "text"},
     {"fsutil", "properties", "progress", "logsetup", "jars", "boundary"},
     {"argtypes"},
