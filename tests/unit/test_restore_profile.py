@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -274,3 +276,38 @@ def test_a_created_topic_does_not_take_a_broker_default_that_restamps_or_compact
     _override_broker_defaults(kept, {"message.timestamp.type": "LogAppendTime", "cleanup.policy": "compact"},
                               restamp=True)  # fmt: skip
     assert kept.config == {"cleanup.policy": "compact"} and kept.notes == []
+
+
+def test_a_tail_that_is_its_whole_segment_is_answered_from_the_catalog(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot's newest segment stays the catalog's tail: with its time range and its files holding exactly the
+    committed prefix, the profile is the catalog's; a catalog older than the files (records written since) reads it."""
+    import spark_kafka_backup.restore.profile as profile_module
+
+    stored = [Record(i, 0, NOW + i, b"k", b"v" * (i % 7)) for i in range(30)]
+    reader = _write(tmp_path, stored[:20], segment_size=1 << 20)  # one segment: the tail
+    before = read_catalog(tmp_path, "t", 0)
+    assert before is not None and not before.segments and before.tail is not None and before.tail.times
+    scanned = profile_partition(reader, Window(), None)  # no catalog: every record read
+
+    from spark_kafka_backup.partition.segment_batches import iter_segment_batches
+
+    read: list[object] = []
+
+    def reading(*args: Any, **options: Any) -> Any:
+        read.append(args)
+        return iter_segment_batches(*args, **options)
+
+    monkeypatch.setattr(profile_module, "iter_segment_batches", reading)
+    quick = profile_partition(reader, Window(), before)
+    assert read == [] and (quick.records, quick.oldest, quick.newest) == (scanned.records, NOW, NOW + 19)
+    assert quick.largest >= scanned.largest  # a bound from the index, as for a finished segment
+    assert quick.stored_bytes == scanned.stored_bytes + 1  # the file with its magic byte, as for a finished one
+
+    with PartitionWriter(tmp_path / "t", "t", 0, max_segment_size=1 << 20, fsync=False,
+                         ledger=CatalogLedger(tmp_path)) as writer:  # fmt: skip
+        for record in stored[20:]:
+            writer.append(record)
+    grown = profile_partition(PartitionReader(tmp_path / "t", 0), Window(), before)
+    assert read and (grown.records, grown.newest) == (30, NOW + 29)  # the files are past the old tail: read
