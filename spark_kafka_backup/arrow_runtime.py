@@ -25,14 +25,18 @@ VARIABLE = "KBACKUP_WITHOUT_PANDAS"
 
 
 class _WithoutPandas:
-    """A finder of ``sys.meta_path`` that refuses ``pandas``: an ImportError, which pyarrow and PySpark take for
-    "not installed"."""
+    """A finder of ``sys.meta_path`` that refuses ``pandas``: ModuleNotFoundError, which pyarrow and PySpark take
+    for "not installed"."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
         if fullname == "pandas" or fullname.startswith("pandas."):
-            raise ImportError(f"{fullname} is not imported in a job's process ({VARIABLE}=1)", name=fullname)
+            raise ModuleNotFoundError(
+                f"{fullname} is not imported in a spark-kafka-backup job's process ({VARIABLE}=1; "
+                f"{VARIABLE}=0 in the driver's environment or --spark-conf spark.executorEnv.{VARIABLE}=0 allows it)",
+                name=fullname,
+            )
         return None
 
 

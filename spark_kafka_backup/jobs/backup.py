@@ -3,7 +3,8 @@
 import os
 import sys
 
-os.environ.setdefault("KBACKUP_WITHOUT_PANDAS", "1")  # no pandas in the job: spark_kafka_backup/arrow_runtime.py
+if __name__ == "__main__":  # run as the job (a program importing main keeps its own environment)
+    os.environ.setdefault("KBACKUP_WITHOUT_PANDAS", "1")  # no pandas in the job: spark_kafka_backup/arrow_runtime.py
 
 from spark_kafka_backup.backup.job import main
 
