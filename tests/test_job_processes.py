@@ -8,8 +8,7 @@ import json
 import os
 import subprocess
 import sys
-
-import pytest
+from pathlib import Path
 
 from spark_kafka_backup.arrow_runtime import VARIABLE
 
@@ -76,28 +75,61 @@ def test_any_other_value_leaves_pandas_alone() -> None:
     assert _run(_environment(**{VARIABLE: "0"}))["refused"] is None
 
 
-def test_a_jobs_spark_session_gives_its_python_workers_no_pandas() -> None:
+def _worker_says(_: int) -> tuple[str | None, bool]:
+    """In a Python worker: its variable, and whether a backup task's imports and a conversion imported pandas."""
+    import os
+    import sys
+
+    import pyarrow as pa
+
+    import spark_kafka_backup.spark.kafka_source  # noqa: F401 (what a backup task imports)
+
+    pa.array([b"x"], pa.binary())  # a conversion from Python values, which imports pandas where it may
+    return os.environ.get(VARIABLE), "pandas" in sys.modules
+
+
+#: The same check as a program of its own, under spark-submit, where this test worker's JVM cannot run it.
+_SUBMITTED = """
+import json
+from pyspark import cloudpickle
+from spark_kafka_backup.spark.session import job_session
+import tests.test_job_processes
+from tests.test_job_processes import _worker_says
+
+cloudpickle.register_pickle_by_value(tests.test_job_processes)  # the workers need not import the tests
+
+spark = job_session("kbackup-test", debug=False, spark_conf={}, umask=0o022)
+print(json.dumps(spark.sparkContext.parallelize([0], 1).map(_worker_says).collect()))
+spark.stop()
+"""
+
+
+def test_a_jobs_spark_session_gives_its_python_workers_no_pandas(tmp_path: Path) -> None:
     """The executors' workers of a job's session (the jobs' driver sets the variable for itself, jobs/*.py; a user's
     ``spark.executorEnv.KBACKUP_WITHOUT_PANDAS=0`` is applied after the job's own settings, so it wins)."""
     from spark_kafka_backup.spark.session import job_session
     from tests.in_process import can_run_in_process, spark_session
 
-    if not can_run_in_process():
-        pytest.skip("this worker's Spark JVM was started with another environment")
+    if can_run_in_process():  # on this worker's kept JVM
+        from pyspark import cloudpickle
 
-    def task(_: int) -> tuple[str | None, bool]:
-        import os
-        import sys
+        # The workers need not import the tests.
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
-        import pyarrow as pa
+        def made() -> object:
+            return job_session("kbackup-test", debug=False, spark_conf={}, umask=0o022)
 
-        import spark_kafka_backup.spark.kafka_source  # noqa: F401 (what a backup task imports)
+        with spark_session(made) as spark:
+            said = [tuple(row) for row in spark.sparkContext.parallelize([0], 1).map(_worker_says).collect()]
+    else:
+        from spark_kafka_backup.spark_submit import job_environment, spark_home
 
-        pa.array([b"x"], pa.binary())  # a conversion from Python values, which imports pandas where it may
-        return os.environ.get(VARIABLE), "pandas" in sys.modules
-
-    def made() -> object:
-        return job_session("kbackup-test", debug=False, spark_conf={}, umask=0o022)
-
-    with spark_session(made) as spark:
-        assert spark.sparkContext.parallelize([0], 1).map(task).collect() == [("1", False)]
+        script = tmp_path / "session.py"
+        script.write_text(_SUBMITTED)
+        command = [str(spark_home() / "bin" / "spark-submit"), "--master", "local[1]", "--conf",
+                   "spark.ui.enabled=false", str(script)]  # fmt: skip
+        environment = {**job_environment(), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        done = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        said = [tuple(row) for row in json.loads(done.stdout.splitlines()[-1])]
+    assert said == [("1", False)]
