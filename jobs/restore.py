@@ -6,11 +6,7 @@ package must be installed in the Python environment of the driver and every
 executor.
 """
 
-import os
 import sys
-
-if __name__ == "__main__":  # run as the job (a program importing main keeps its own environment)
-    os.environ.setdefault("KBACKUP_WITHOUT_PANDAS", "1")  # no pandas in the job: spark_kafka_backup/arrow_runtime.py
 
 from spark_kafka_backup.restore.job import main
 

@@ -98,15 +98,15 @@ from tests.test_job_processes import _worker_says
 
 cloudpickle.register_pickle_by_value(tests.test_job_processes)  # the workers need not import the tests
 
-spark = job_session("kbackup-test", debug=False, spark_conf={}, umask=0o022)
+spark = job_session("kbackup-test", debug=False, spark_conf={}, umask=0o022, without_pandas=True)
 print(json.dumps(spark.sparkContext.parallelize([0], 1).map(_worker_says).collect()))
 spark.stop()
 """
 
 
 def test_a_jobs_spark_session_gives_its_python_workers_no_pandas(tmp_path: Path) -> None:
-    """The executors' workers of a job's session (the jobs' driver sets the variable for itself, jobs/*.py; a user's
-    ``spark.executorEnv.KBACKUP_WITHOUT_PANDAS=0`` is applied after the job's own settings, so it wins)."""
+    """The executors' workers of the backup's session (its driver sets the variable for itself, jobs/backup.py; a
+    user's ``spark.executorEnv.KBACKUP_WITHOUT_PANDAS=0`` is applied after the job's own settings, so it wins)."""
     from spark_kafka_backup.spark.session import job_session
     from tests.in_process import can_run_in_process, spark_session
 
@@ -117,7 +117,7 @@ def test_a_jobs_spark_session_gives_its_python_workers_no_pandas(tmp_path: Path)
         cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
         def made() -> object:
-            return job_session("kbackup-test", debug=False, spark_conf={}, umask=0o022)
+            return job_session("kbackup-test", debug=False, spark_conf={}, umask=0o022, without_pandas=True)
 
         with spark_session(made) as spark:
             said = [tuple(row) for row in spark.sparkContext.parallelize([0], 1).map(_worker_says).collect()]
