@@ -12,7 +12,8 @@ What a separate process would not share with the worker is set back after each j
 the package's loggers, standard output and error (captured, as the subprocess helpers capture them). Jobs that are
 killed, signalled, or need their own environment on the executors (which inherit the JVM's, fixed at its start)
 run as ``spark-submit`` (``in_process=False`` in the helpers); the command line and ``spark-submit`` themselves
-are tested that way elsewhere.
+are tested that way elsewhere. A job or session whose environment the kept JVM's no longer fits (a variable the JVM
+was started with has gone since) ends that JVM and starts a new one (:func:`kept_jvm_fits`).
 """
 
 from __future__ import annotations
@@ -47,13 +48,27 @@ def can_run_in_process() -> bool:
     """Whether a job here would see the environment a ``spark-submit`` would give it, on the driver and the
     executors. Variables a test set or changed after the JVM started (S3 credentials, a fault to inject) reach the
     executors' Python workers as ``spark.executorEnv`` (:func:`_executor_environment`); a variable removed since,
-    or one the JVM's launch reads, cannot: such a job runs as a process of its own."""
+    or one the JVM's launch reads, cannot: such a job needs a new JVM (:func:`kept_jvm_fits`)."""
     if _gateway_environment is None:
         return True
     now = _environment()
     if any(name not in now for name in _gateway_environment):
         return False
     return not any(name.startswith(_LAUNCH_PREFIXES) for name in _changed_since_launch(now))
+
+
+def kept_jvm_fits() -> bool:
+    """Whether a job or session can run here now: :func:`can_run_in_process`, or else no SparkContext is active and
+    the kept JVM is ended, so that the next session starts one with this environment (a JVM first started inside a
+    test that set a variable for itself would otherwise send every later job of this worker to ``spark-submit``)."""
+    from pyspark import SparkContext
+
+    if can_run_in_process():
+        return True
+    if SparkContext._active_spark_context is not None:
+        return False
+    stop_gateway()
+    return True
 
 
 def _changed_since_launch(now: dict[str, str]) -> dict[str, str]:
@@ -182,7 +197,7 @@ def exit_status(main: Callable[[Sequence[str]], int], argv: Sequence[str]) -> in
 def job_in_process(job: str, args: Sequence[str | Path]) -> subprocess.CompletedProcess[str] | None:
     """``job`` (``"backup"`` or ``"restore"``) run here with ``args``, or None where :func:`can_run_in_process`
     says it cannot be (the caller then runs it as a process of its own)."""
-    if not can_run_in_process():
+    if not kept_jvm_fits():
         return None
     if job == "backup":
         from spark_kafka_backup.backup.job import main
@@ -268,9 +283,11 @@ def _jvm_started_into(output: Path) -> Iterator[None]:
 
 
 def stop_gateway() -> None:
-    """End this process's Spark JVM, if a job started one, and wait for it (the run checks that nothing is left)."""
+    """End this process's Spark JVM, if a job started one, and wait for it (the run checks that nothing is left); the
+    next job or session here starts a new one."""
     from pyspark import SparkContext
 
+    global _gateway_environment, _jvm_output
     gateway = SparkContext._gateway
     if gateway is None:
         return
@@ -283,8 +300,10 @@ def stop_gateway() -> None:
         process.wait(30)
     SparkContext._gateway = None
     SparkContext._jvm = None
+    _gateway_environment = None
     if _jvm_output is not None:
         _jvm_output.unlink(missing_ok=True)
+        _jvm_output = None
 
 
 @contextlib.contextmanager
@@ -296,7 +315,7 @@ def spark_session(make: Callable[[], Any] | None = None) -> Iterator[Any]:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    assert can_run_in_process(), "the environment lost or changed a launch variable since this process's JVM started"
+    assert kept_jvm_fits(), "a SparkContext is active on a JVM started with another environment"
     global _gateway_environment
     at_entry = _environment()
     session = None

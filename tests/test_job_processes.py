@@ -1,6 +1,7 @@
 """A job's Python processes import no pandas (spark_kafka_backup/arrow_runtime.py); a user's do as before.
 
-Each check is a fresh interpreter (what was imported is the point); the last, a job's Spark session on local[1]."""
+Each check is a fresh interpreter (what was imported is the point); the last, a job's Spark session on the
+test worker's JVM."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from spark_kafka_backup.arrow_runtime import VARIABLE
 
@@ -88,48 +88,19 @@ def _worker_says(_: int) -> tuple[str | None, bool]:
     return os.environ.get(VARIABLE), "pandas" in sys.modules
 
 
-#: The same check as a program of its own, under spark-submit, where this test worker's JVM cannot run it.
-_SUBMITTED = """
-import json
-from pyspark import cloudpickle
-from spark_kafka_backup.spark.session import job_session
-import tests.test_job_processes
-from tests.test_job_processes import _worker_says
-
-cloudpickle.register_pickle_by_value(tests.test_job_processes)  # the workers need not import the tests
-
-spark = job_session("kbackup-test", debug=False, spark_conf={}, umask=0o022, without_pandas=True)
-print(json.dumps(spark.sparkContext.parallelize([0], 1).map(_worker_says).collect()))
-spark.stop()
-"""
-
-
-def test_a_jobs_spark_session_gives_its_python_workers_no_pandas(tmp_path: Path) -> None:
+def test_a_jobs_spark_session_gives_its_python_workers_no_pandas() -> None:
     """The executors' workers of the backup's session (its driver sets the variable for itself, jobs/backup.py; a
     user's ``spark.executorEnv.KBACKUP_WITHOUT_PANDAS=0`` is applied after the job's own settings, so it wins)."""
+    from pyspark import cloudpickle
+
     from spark_kafka_backup.spark.session import job_session
-    from tests.in_process import can_run_in_process, spark_session
+    from tests.in_process import spark_session
 
-    if can_run_in_process():  # on this worker's kept JVM
-        from pyspark import cloudpickle
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]  # tests not imported
 
-        # The workers need not import the tests.
-        cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
+    def made() -> object:
+        return job_session("kbackup-test", debug=False, spark_conf={}, umask=0o022, without_pandas=True)
 
-        def made() -> object:
-            return job_session("kbackup-test", debug=False, spark_conf={}, umask=0o022, without_pandas=True)
-
-        with spark_session(made) as spark:
-            said = [tuple(row) for row in spark.sparkContext.parallelize([0], 1).map(_worker_says).collect()]
-    else:
-        from spark_kafka_backup.spark_submit import job_environment, spark_home
-
-        script = tmp_path / "session.py"
-        script.write_text(_SUBMITTED)
-        command = [str(spark_home() / "bin" / "spark-submit"), "--master", "local[1]", "--conf",
-                   "spark.ui.enabled=false", str(script)]  # fmt: skip
-        environment = {**job_environment(), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-        done = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
-        said = [tuple(row) for row in json.loads(done.stdout.splitlines()[-1])]
+    with spark_session(made) as spark:  # on this worker's kept JVM
+        said = [tuple(row) for row in spark.sparkContext.parallelize([0], 1).map(_worker_says).collect()]
     assert said == [("1", False)]
