@@ -211,6 +211,9 @@ def _groups_through_a_recreated_topic(kafka: BrokerUnderTest, tmp_path: Path, so
     assert "Traceback" not in output
 
 
+# CI time: in the long tier; the quick tier covers a recreated topic is refused in the quick tier
+# (test_backup_refuses_another_cluster_and_a_recreated_topic)
+@pytest.mark.long
 def test_a_recreated_topics_group_offsets_never_land_in_the_old_incarnations_backup(
     kafka: BrokerUnderTest, tmp_path: Path
 ) -> None:

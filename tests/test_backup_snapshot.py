@@ -95,7 +95,8 @@ def produced(kafka: BrokerUnderTest) -> dict[tuple[str, int], int]:
     return ends
 
 
-@pytest.fixture(scope="module", params=["python", "spark"])
+#: CI time: the snapshots through Spark's Kafka connector (a JVM source, not the default) run in the long tier.
+@pytest.fixture(scope="module", params=["python", pytest.param("spark", marks=pytest.mark.long)])
 def snapshot(
     kafka: BrokerUnderTest,
     produced: dict[tuple[str, int], int],
@@ -243,6 +244,9 @@ def test_second_snapshot_stores_new_group_offsets_and_changes_no_data(
     assert read_consumer_offsets(target / "snap-tx", 0)["group-mid"] == 3
 
 
+# CI time: in the long tier; the quick tier covers group offsets stored and stored again:
+# test_consumer_groups_stored_exactly, test_second_snapshot_...
+@pytest.mark.long
 def test_a_group_deleted_on_the_cluster_stays_in_the_backup_unless_prune_groups(
     kafka: BrokerUnderTest, tmp_path: Path
 ) -> None:
@@ -377,6 +381,8 @@ def test_a_failure_inside_spark_is_one_line(kafka: BrokerUnderTest, tmp_path: Pa
     assert not (tmp_path / "b").exists()  # refused before anything was written
 
 
+# CI time: in the long tier; the quick tier covers one-line failures: test_a_failure_inside_spark_is_one_line
+@pytest.mark.long
 def test_spark_source_without_its_connector_is_one_line(kafka: BrokerUnderTest, tmp_path: Path) -> None:
     """``--kafka-source spark`` submitted without ``--packages``: refused before reading, naming the package."""
     from spark_kafka_backup.spark.kafka_connector import package_coordinate
@@ -402,6 +408,8 @@ def test_spark_source_without_its_connector_is_one_line(kafka: BrokerUnderTest, 
     assert not (tmp_path / "backup").exists()  # refused before anything was written
 
 
+# CI time: in the long tier; the quick tier covers one-line failures: test_a_failure_inside_spark_is_one_line
+@pytest.mark.long
 def test_a_conflicting_record_ends_in_one_error_line(kafka: BrokerUnderTest, tmp_path: Path) -> None:
     """A target whose offset 0 holds other bytes: exit 1, the cause in one line on stderr, no stack traces."""
     from confluent_kafka import Producer
@@ -432,6 +440,8 @@ def test_a_conflicting_record_ends_in_one_error_line(kafka: BrokerUnderTest, tmp
     assert len(output.splitlines()) < 25, output
 
 
+# CI time: in the long tier; the quick tier covers secrets kept out of messages: tests/unit/test_backup_config.py
+@pytest.mark.long
 def test_command_config_secrets_stay_out_of_the_output(tmp_path: Path) -> None:
     config = tmp_path / "client.properties"
     jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="hunter2-secret";'

@@ -259,6 +259,9 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path) 
     assert list(PartitionReader(directory, 0).records()) == [sample_record(i) for i in range(20_000)]
 
 
+# CI time: in the long tier; the quick tier covers kill -9 in the quick tier:
+# test_sigkill_at_file_system_calls_loses_and_duplicates_nothing[1]
+@pytest.mark.long
 def test_sigkill_with_catalog_leaves_a_backup_that_verifies_at_every_kill(tmp_path: Path) -> None:
     """Kills at chosen calls while the writer also maintains the catalog: after every kill, unrepaired, it verifies."""
     from spark_kafka_backup.catalog.verify import verify_partition
@@ -276,6 +279,9 @@ def test_sigkill_with_catalog_leaves_a_backup_that_verifies_at_every_kill(tmp_pa
     assert final.ok and final.records == 3_000
 
 
+# CI time: in the long tier; the quick tier covers kill -9 in the quick tier:
+# test_sigkill_at_file_system_calls_loses_and_duplicates_nothing[1]
+@pytest.mark.long
 def test_sigkill_while_compressing_finished_segments_leaves_a_backup_that_verifies(tmp_path: Path) -> None:
     """The same kills with compression on: a kill while a finished segment is compressed (its temporary copy
     synced, renamed, the directory synced) leaves it plain or compressed, whole; the catalog follows."""

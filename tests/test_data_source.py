@@ -297,6 +297,9 @@ def edge_records(partition: int) -> list[Record]:
     return records
 
 
+# CI time: in the long tier; the quick tier covers pushdown:
+# test_each_query_of_one_dataframe_and_one_view_gets_its_own_rows_with_pushdown_on
+@pytest.mark.long
 def test_predicates_evaluated_on_the_tasks_rows_hold_for_the_records_sparks_evaluation_finds(
     spark: Any, tmp_path: Path
 ) -> None:
@@ -460,6 +463,8 @@ def test_exports_to_parquet_and_to_a_table_partitioned_by_topic_and_date_keep_ev
         spark.sql("DROP TABLE kafka_archive")
 
 
+# CI time: in the long tier; the quick tier covers erase --where: tests/test_erase.py
+@pytest.mark.long
 def test_erase_where_leaves_no_trace_of_a_customer_and_every_other_record_restores_exactly(
     kafka_backup: tuple[Path, int], spark: Any, target: Target, tmp_path: Path
 ) -> None:

@@ -7,10 +7,14 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 from tests.kafka_helpers import run_kbackup
 
 
+# CI time: in the long tier; the quick tier covers the backup and restore it runs: tests/test_restore.py's round trip
+@pytest.mark.long
 def test_demo_backs_up_the_sample_topics(tmp_path: Path) -> None:
     """``./dev demo`` as the README gives it, from a shell that has nothing of this one but the cache of jars."""
     fresh = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", str(tmp_path))}

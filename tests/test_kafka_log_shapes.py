@@ -224,6 +224,9 @@ def compacted(kafka: BrokerUnderTest) -> tuple[str, list[Produced]]:
 
 
 @pytest.mark.parametrize("source", ["python"])
+# CI time: in the long tier; the quick tier covers log gaps read exactly: the transactions test and
+# tests/test_source_reading.py
+@pytest.mark.long
 def test_backup_of_a_compacted_topic_is_exact(
     kafka: BrokerUnderTest, compacted: tuple[str, list[Produced]], tmp_path: Path, source: str
 ) -> None:
@@ -267,6 +270,9 @@ def head_deleted(kafka: BrokerUnderTest) -> tuple[str, list[Produced]]:
 
 
 @pytest.mark.parametrize("source", ["python"])
+# CI time: in the long tier; the quick tier covers log gaps read exactly: the transactions test and
+# tests/test_source_reading.py
+@pytest.mark.long
 def test_backup_after_delete_records_starts_at_the_new_log_start(
     kafka: BrokerUnderTest, head_deleted: tuple[str, list[Produced]], tmp_path: Path, source: str
 ) -> None:

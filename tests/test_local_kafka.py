@@ -43,6 +43,8 @@ def _wait_gone(marker: str, timeout: float = 20) -> list[tuple[int, str]]:
     return left
 
 
+# CI time: in the long tier; the quick tier covers every quick test runs on the pinned node
+@pytest.mark.long
 def test_the_cluster_is_apache_kafka_of_the_pinned_version(kafka_cluster_version: str) -> None:
     assert kafka_cluster_version == KAFKA_VERSION
 
@@ -77,6 +79,8 @@ def test_every_node_stops_when_the_body_raises() -> None:
     assert directories and not directories[0].exists()
 
 
+# CI time: in the long tier; the quick tier covers the run's end checks that nothing is left (tests/conftest.py)
+@pytest.mark.long
 def test_a_failing_test_leaves_no_broker(tmp_path: Path) -> None:
     """A pytest run whose test fails inside the broker fixture: the broker is gone when the run ends."""
     (tmp_path / "test_fails.py").write_text(

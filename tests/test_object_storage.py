@@ -463,6 +463,9 @@ def _objects(s3: S3Server, root: str) -> dict[str, tuple[str, object]]:
     return found
 
 
+# CI time: in the long tier; the quick tier covers damage refused: tests/test_restore.py (local files),
+# test_object_storage_basics
+@pytest.mark.long
 def test_damage_on_the_store_is_found_by_verify_and_refused_by_restore(
     bucket: ObjectPath, target: Target, tmp_path: Path
 ) -> None:
@@ -507,6 +510,8 @@ def test_prune_on_the_store_keeps_it_verifiable(bucket: ObjectPath) -> None:
     assert offsets and offsets == list(range(offsets[0], 12))
 
 
+# CI time: in the long tier; the quick tier covers merge: tests/test_merge.py (local files)
+@pytest.mark.long
 def test_merge_on_the_store_replaces_small_objects_and_reads_the_same_records(bucket: ObjectPath) -> None:
     from spark_kafka_backup.partition.merge_intent import intent_path
     from spark_kafka_backup.storage import exists
@@ -572,6 +577,8 @@ def test_the_target_lease_on_the_store_is_exclusive_expires_and_is_taken_over(bu
         pass
 
 
+# CI time: in the long tier; the quick tier covers erase: tests/test_erase.py (local files)
+@pytest.mark.long
 def test_erase_on_the_store_leaves_no_object_holding_the_key(bucket: ObjectPath, tmp_path: Path) -> None:
     from spark_kafka_backup.storage.lease import TargetLease
     from tests.test_erase import traces_of

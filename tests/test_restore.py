@@ -232,6 +232,9 @@ def test_below_counter_table() -> None:
 PER_PARTITION = 25_000
 
 
+# CI time: in the long tier; the quick tier covers a rerun's exactness:
+# test_allow_non_empty_appends_once_across_a_rerun_...; kill -9 of a backup: tests/test_crash_repair.py
+@pytest.mark.long
 def test_sigkill_and_rerun_restores_exactly_once(target: Target, tmp_path: Path) -> None:
     """Two runs killed inside a transaction, each after committing one (the second going on from the first's); the
     third completes, a fourth adds nothing.
@@ -287,6 +290,8 @@ def test_sigkill_and_rerun_restores_exactly_once(target: Target, tmp_path: Path)
     assert len(consume_all(target.broker, [name])) == 2 * PER_PARTITION
 
 
+# CI time: in the long tier; the quick tier covers the limit's arithmetic: tests/unit/test_restore_throttle.py
+@pytest.mark.long
 def test_a_throttled_restore_shares_its_byte_limit_between_the_partitions_restored_at_once(
     target: Target, tmp_path: Path
 ) -> None:
@@ -573,6 +578,8 @@ def test_a_backup_from_before_the_magic_byte_is_read_and_restored_with_legacy_no
     assert comparable(consume_all(target.broker, [name])) == comparable(expected)
 
 
+# CI time: in the long tier; the quick tier covers groups committed and remapped: test_backup_then_restore_round_trip
+@pytest.mark.long
 def test_restore_into_a_brand_new_cluster_commits_its_groups(tmp_path: Path, small_backup: Path) -> None:
     """A cluster no consumer has used yet (no __consumer_offsets topic): the group is created at its offset.
 

@@ -84,6 +84,8 @@ def _restore_while(
     return code, log.read_text(), groups
 
 
+# CI time: in the long tier; the quick tier covers target checks: tests/test_restore_target_limits.py
+@pytest.mark.long
 def test_records_deleted_while_a_restore_runs_fail_it_naming_the_partition_and_no_group_moves(
     target: Target, tmp_path: Path
 ) -> None:
@@ -127,6 +129,8 @@ def _own_source(kafka: BrokerUnderTest, tmp_path: Path, topic: str) -> tuple[str
     return "--bootstrap-server", kafka.bootstrap_servers, "--command-config", config, "--source-dir", backup
 
 
+# CI time: in the long tier; the quick tier covers target checks: tests/test_restore_target_limits.py
+@pytest.mark.long
 def test_a_restore_into_its_own_source_is_refused_even_with_allow_non_empty(
     kafka: BrokerUnderTest, tmp_path: Path
 ) -> None:

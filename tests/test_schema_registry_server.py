@@ -48,6 +48,10 @@ from tests.kafka_helpers import (
 )
 from tests.restore_helpers import REPO, Target, comparable, group_offsets, restore_python, run_restore
 
+#: CI time: a real registry takes a minute to start here. The quick tier has the wire format, the backup's copy and
+#: the import order (tests/unit/test_schema_registry.py) and ids rewritten from a copy (tests/test_restore_edges.py).
+pytestmark = pytest.mark.long
+
 
 def _avro(name: str, *fields: tuple[str, Any], namespace: str = "kbackup.test") -> str:
     described = [{"name": n, "type": t} if not isinstance(t, dict) else {"name": n, **t} for n, t in fields]

@@ -184,6 +184,9 @@ def error_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
     return [line for line in (result.stdout + result.stderr).splitlines() if "error:" in line]
 
 
+# CI time: in the long tier; the quick tier covers client settings passed through: the quick tier's --command-config
+# tests
+@pytest.mark.long
 def test_round_trip_through_sasl_ssl_with_exactly_the_documented_acls_and_no_secret_anywhere(
     secured: Secured, tmp_path: Path
 ) -> None:

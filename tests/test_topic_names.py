@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import backed_up, consume_all, create_topics, run_backup, run_kbackup
 from tests.restore_helpers import Target, comparable, run_restore
@@ -12,6 +14,9 @@ from tests.restore_helpers import Target, comparable, run_restore
 NAMES = [".kbackup", ".hidden", "_private", "a.b_c-D9", "x" * 249]
 
 
+# CI time: in the long tier; the quick tier covers names refused or kept: tests/test_untrusted_backup.py,
+# tests/unit/test_restore_target_names.py
+@pytest.mark.long
 def test_every_legal_topic_name_is_backed_up_listed_and_restored(
     kafka: BrokerUnderTest, target: Target, tmp_path: Path
 ) -> None:
