@@ -9,6 +9,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+
+import pyarrow as pa
 
 from spark_kafka_backup.arrow_runtime import VARIABLE
 
@@ -88,9 +91,24 @@ def _worker_says(_: int) -> tuple[str | None, bool]:
     return os.environ.get(VARIABLE), "pandas" in sys.modules
 
 
+def _mapped_in_arrow(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A ``mapInArrow`` function, as the restore's ``--where`` runs one (restore/matching.py): its worker's variable,
+    and whether the columns it built from Python values imported pandas."""
+    import os
+    import sys
+
+    import pyarrow as pa
+
+    for batch in batches:
+        variable = [os.environ.get(VARIABLE)] * batch.num_rows
+        yield pa.RecordBatch.from_pydict({"variable": variable, "pandas": ["pandas" in sys.modules] * batch.num_rows})
+
+
 def test_a_jobs_spark_session_gives_its_python_workers_no_pandas() -> None:
-    """The executors' workers of the backup's session (its driver sets the variable for itself, jobs/backup.py; a
-    user's ``spark.executorEnv.KBACKUP_WITHOUT_PANDAS=0`` is applied after the job's own settings, so it wins)."""
+    """The executors' workers of the jobs' sessions (the backup's driver sets the variable for itself,
+    jobs/backup.py; the restore's keeps pandas, which PySpark's ``mapInArrow`` asks for on the driver; a user's
+    ``spark.executorEnv.KBACKUP_WITHOUT_PANDAS=0`` is applied after the job's own settings, so it wins); the
+    ``mapInArrow`` of a restore's ``--where`` runs in such workers."""
     from pyspark import cloudpickle
 
     from spark_kafka_backup.spark.session import job_session
@@ -103,4 +121,7 @@ def test_a_jobs_spark_session_gives_its_python_workers_no_pandas() -> None:
 
     with spark_session(made) as spark:  # on this worker's kept JVM
         said = [tuple(row) for row in spark.sparkContext.parallelize([0], 1).map(_worker_says).collect()]
+        mapped = spark.range(3, numPartitions=1).mapInArrow(_mapped_in_arrow, "variable string, pandas boolean")
+        mapped_said = {tuple(row) for row in mapped.collect()}
     assert said == [("1", False)]
+    assert mapped_said == {("1", False)}

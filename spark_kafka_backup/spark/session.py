@@ -32,7 +32,7 @@ def job_session(
 
     ``umask`` is also Hadoop's for the files Spark writes (the checkpoint); ``log_format`` reaches the executors'
     Python workers, which import no pandas with ``without_pandas`` (:mod:`spark_kafka_backup.arrow_runtime`: the
-    backup's; PySpark's ``mapInArrow`` path of a restore's ``--where`` asks for pandas). Streaming queries report to
+    jobs' workers; PySpark's ``mapInArrow`` asks for pandas on the driver only). Streaming queries report to
     Spark's metrics system (its sinks, e.g. the Prometheus servlet).
     A ``spark.redaction.regex``, ``spark.sql.redaction.options.regex``, ``spark.hadoop.fs.permissions.umask-mode``
     or ``spark.sql.streaming.metricsEnabled`` the user gives wins (so does
