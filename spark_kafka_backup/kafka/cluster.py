@@ -55,6 +55,11 @@ PROGRESS_GROUP = "kbackup-restore-progress"
 
 #: How long :func:`list_offsets` asks again after a transient error.
 OFFSETS_RETRY_SECONDS = 10.0
+#: Partitions per ListOffsets call of :func:`list_offsets` (the calls are in flight at once). The client's time
+#: grows with the square of one call's partitions: 10,000 partitions of one Apache Kafka 4.1.1 node took 1.28 CPU-s
+#: and 1.37 s in one call, 0.32 CPU-s and 0.44 s in calls of 500 (confluent-kafka 2.16.1, 2026-12-03); 1,000 in
+#: one call 0.03 CPU-s.
+OFFSETS_PER_CALL = 500
 
 
 def is_transient(error: Any) -> bool:
@@ -217,6 +222,7 @@ def list_offsets(
     read_committed: bool = True,
     timeout: float = 30,
     partial: bool = False,
+    retry_seconds: float | None = None,
 ) -> dict[TopicPartitionKey, int]:
     """The earliest (log-start) or latest offset of each partition.
 
@@ -233,7 +239,8 @@ def list_offsets(
     ``partial``: partitions whose leader did not answer (a transient error
     of theirs alone) are left out of the answer at once instead; only when
     none answers is that an error. For planning, where one partition without
-    a leader must not hold up all the others.
+    a leader must not hold up all the others. ``retry_seconds``: how long to ask again instead of
+    :data:`OFFSETS_RETRY_SECONDS` (0: raise at once, for a caller that asks again later anyway).
     """
     from confluent_kafka import IsolationLevel, TopicPartition
     from confluent_kafka.admin import OffsetSpec
@@ -243,12 +250,17 @@ def list_offsets(
         return {}
     spec = OffsetSpec.latest() if latest else OffsetSpec.earliest()
     isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
-    request = {TopicPartition(topic, partition): spec for topic, partition in wanted}
-    deadline = time.monotonic() + OFFSETS_RETRY_SECONDS
+    requests = [
+        {TopicPartition(topic, partition): spec for topic, partition in wanted[start : start + OFFSETS_PER_CALL]}
+        for start in range(0, len(wanted), OFFSETS_PER_CALL)
+    ]
+    deadline = time.monotonic() + (OFFSETS_RETRY_SECONDS if retry_seconds is None else retry_seconds)
     which = "latest" if latest else "earliest"
     while True:
         try:
-            futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=timeout)
+            futures = {}
+            for request in requests:
+                futures.update(admin.list_offsets(request, isolation_level=isolation, request_timeout=timeout))
             answered = _offsets_answered(futures, partial=partial)
             # A partition whose leader did not answer in time comes back without an error, as offset -1001
             # (librdkafka's OFFSET_INVALID; seen right after kill -9 of a leader): no answer, not an offset.

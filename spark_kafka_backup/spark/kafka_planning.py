@@ -1,10 +1,11 @@
 """The driver side of the ``kbackup_kafka`` source: the offsets each micro-batch reads.
 
-:class:`OffsetPlanner` asks the cluster for each selected partition's earliest and latest offsets (and each topic's
-id), through an admin session that replaces a client that stopped answering, and turns them into the end offsets of
-the next micro-batch and its reading tasks (:func:`~spark_kafka_backup.spark.kafka_reader.pack_ranges`). It lives in
-the one long-lived driver-side Python process Spark keeps for a Python source; executors never make one (they read
-with :func:`~spark_kafka_backup.spark.kafka_task.read_task`). What it does through broker failures and outages is
+:class:`OffsetPlanner` asks the cluster for each selected partition's latest offset (and each topic's id, and the
+earliest offset of each partition new to the query: where it starts), through an admin session that replaces a client
+that stopped answering, and turns them into the end offsets of the next micro-batch and its reading tasks
+(:func:`~spark_kafka_backup.spark.kafka_reader.pack_ranges`). It lives in the one long-lived driver-side Python
+process Spark keeps for a Python source; executors never make one (they read with
+:func:`~spark_kafka_backup.spark.kafka_task.read_task`). What it does through broker failures and outages is
 described in :mod:`spark_kafka_backup.spark.kafka_source`.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -40,6 +41,24 @@ PLANNING_PATIENCE_SECONDS = 12.0
 _TOLD_DELETED: set[tuple[str, int, int]] = set()
 
 
+class _Every:
+    """Every partition (``in`` is always true): a snapshot's target asks for no earliest offset."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+
+class _GoingOn:
+    """The partitions a trigger asks no earliest offset for (``in``): those the query reads on from ``begin``, and,
+    in a snapshot, those outside its ``target`` (never read)."""
+
+    def __init__(self, begin: Mapping[TopicPartitionKey, int], target: Mapping[TopicPartitionKey, int] | None) -> None:
+        self.begin, self.target = begin, target
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.begin or (self.target is not None and key not in self.target)
+
+
 class OffsetPlanner:
     """The driver side of the source: what each micro-batch reads (see the module docstring)."""
 
@@ -54,8 +73,12 @@ class OffsetPlanner:
         self._ids_now: dict[str, str] = {}
         self._refused: set[str] = set()
 
-    def _current(self, *, partial: bool = False) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]]:
-        """Earliest and latest offsets of every selected partition now.
+    def _current(
+        self, *, partial: bool = False, known: Container[TopicPartitionKey] = ()
+    ) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]]:
+        """Earliest and latest offsets of every selected partition now; the earliest only of those not ``known``
+        (a query's partitions go on from where they are: offsets deleted there since are found by the task that
+        reads them, :func:`~spark_kafka_backup.spark.read_checks.deleted_under`, one request less per trigger).
 
         A client that stops answering is replaced by a new one (see
         :mod:`spark_kafka_backup.kafka.admin_session`) for up to
@@ -70,12 +93,12 @@ class OffsetPlanner:
         def offsets_now(
             admin: Any, timeout: float
         ) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]]:
-            return self._offsets_now(admin, timeout, partial=partial)
+            return self._offsets_now(admin, timeout, partial=partial, known=known)
 
         return self._session.call(offsets_now, patience=PLANNING_PATIENCE_SECONDS)
 
     def _offsets_now(
-        self, admin: Any, timeout: float, *, partial: bool
+        self, admin: Any, timeout: float, *, partial: bool, known: Container[TopicPartitionKey] = ()
     ) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]]:
         counts = partition_counts(admin, timeout=timeout)
         if self.options.selection.topics is not None:
@@ -87,11 +110,17 @@ class OffsetPlanner:
                 )
         selected = self.options.selection.select(counts)
         keys = [(t, p) for t in selected for p in range(counts[t])]
+        new = [key for key in keys if key not in known]
         # The three questions go to different nodes (ids to the client's "controller", offsets to each leader):
         # asked at once, a dead node costs one timeout of the trigger, not one per question.
         with ThreadPoolExecutor(3, thread_name_prefix="spark-kafka-backup-planning") as asking:
             ids = asking.submit(topic_ids, admin, selected, timeout=timeout)
-            earliest_asked = asking.submit(list_offsets, admin, keys, latest=False, timeout=timeout, partial=partial)
+            # Partitions new to the query whose start does not come at once are planned at a later trigger (below):
+            # no waiting for them in a continuous query.
+            earliest_asked = asking.submit(
+                list_offsets, admin, new, latest=False, timeout=timeout, partial=partial,
+                retry_seconds=0.0 if partial else None,
+            )  # fmt: skip
             latest_asked = asking.submit(
                 list_offsets, admin, keys, latest=True, read_committed=self.options.read_committed, timeout=timeout,
                 partial=partial,
@@ -106,8 +135,18 @@ class OffsetPlanner:
                 self._ids_now = {}
                 if exc.transient and self._session is not None:
                     self._session.renew()
-            earliest, latest = earliest_asked.result(), latest_asked.result()
-        answered = earliest.keys() & latest.keys()
+            latest = latest_asked.result()
+            try:
+                earliest = earliest_asked.result()
+            except ClusterError as exc:
+                if not partial:
+                    raise
+                # Only partitions new to the query are asked (a topic the pattern matched a moment ago, partitions
+                # added): without their start they are left out of this trigger, reported below as unanswered, and
+                # the others are planned.
+                log.debug("earliest offsets of the new partitions not read for this trigger: %s", exc)
+                earliest = {}
+        answered = {key for key in latest if key in known or key in earliest}
         if len(answered) < len(keys):
             self._report_leaderless(sorted(set(keys) - answered), len(keys))
             # This client may go on sending their requests to a leader that died until its metadata is refreshed;
@@ -195,19 +234,21 @@ class OffsetPlanner:
 
     def prepare_snapshot(self) -> None:
         """A snapshot reads up to the latest offsets of now, and no further."""
-        self._target = self._current()[1]
+        self._target = self._current(known=_Every())[1]
         log.info(
             "snapshot target: %s, %s",
             count_of(len(self._target), "partition"),
             count_of(sum(self._target.values()), "offset"),
         )
 
-    def _current_or_wait(self) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]] | None:
+    def _current_or_wait(
+        self, known: Container[TopicPartitionKey]
+    ) -> tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]] | None:
         """:meth:`_current` through an outage: ``None`` (continuous) or waiting up to the snapshot's limit."""
         while True:
             asked = time.monotonic()
             try:
-                current = self._current(partial=self._target is None)
+                current = self._current(partial=self._target is None, known=known)
             except ClusterError as exc:
                 if not exc.transient:
                     raise  # a refusal (authorization, a bad request): asking again changes nothing
@@ -228,7 +269,13 @@ class OffsetPlanner:
         """The end of the next micro-batch, within ``limit``; ``start`` again when the cluster does not answer."""
         ensure_console_logging(log_format=self.options.log_format)
         begin = decode_offsets(start)
-        current = self._current_or_wait()
+        # The earliest offsets only of partitions new to the query (where they start): the others go on from
+        # ``begin``, and a task reading from there finds offsets deleted since (read_checks.deleted_under), records
+        # them as lost or fails with failOnDataLoss, as a check here would. Under a limit of rows per trigger
+        # (maxOffsetsPerTrigger) every partition's is asked: a deleted range counted as available would take the
+        # budget of the others, a trigger after another.
+        limited = isinstance(limit, ReadMaxRows)
+        current = self._current_or_wait(known=() if limited else _GoingOn(begin, self._target))
         if current is None:
             return start
         earliest, latest = current
@@ -240,7 +287,6 @@ class OffsetPlanner:
         if self._target is not None:
             # Snapshot: nothing beyond what existed when the query started.
             latest = {key: min(offset, self._target[key]) for key, offset in latest.items() if key in self._target}
-        self._check_data_loss(begin, earliest)
         end = dict(begin)
         available: dict[TopicPartitionKey, int] = {}
         for key, offset in latest.items():
@@ -276,22 +322,6 @@ class OffsetPlanner:
                         topic, before, now,
                     )  # fmt: skip
         return ids, refused
-
-    def _check_data_loss(
-        self, begin: Mapping[TopicPartitionKey, int], earliest: Mapping[TopicPartitionKey, int]
-    ) -> None:
-        for key, low in sorted(earliest.items()):
-            needed = begin.get(key, 0)
-            if needed < low:
-                topic, partition = key
-                message = (
-                    f"topic {topic!r} partition {partition}: offsets {needed}..{low - 1} were deleted "
-                    "(retention or deleted records) before the backup read them"
-                )
-                if self.options.fail_on_data_loss and key in begin:
-                    raise SparkKafkaBackupError(message + " (set failOnDataLoss=false to go on)")
-                if self.options.gaps_root is None:  # else the task reading from there records it, and the job says so
-                    log.warning(message)
 
     def latest_seen(self) -> dict[str, Any] | None:
         """The latest offsets the last trigger saw (Spark shows them as the source's lag)."""

@@ -27,9 +27,9 @@ Options (unknown ones are an error):
   across partitions in proportion to what each has available.
 - ``includeHeaders``: add the ``headers`` column (default false, as in Spark).
 - ``failOnDataLoss``: when offsets the query still needed were deleted by
-  retention (before a trigger planned them, or while a task reads them), fail
-  (true, the default) or log a warning naming the topic, partition and lost
-  range and go on (false).
+  retention (before or while a task reads them: the task reading from where
+  the query is finds them), fail (true, the default) or log a warning naming
+  the topic, partition and lost range and go on (false).
 - ``sourceGapsRoot``: a backup root (local path or ``s3://``) where each range
   deleted at the source before it was read is recorded
   (:mod:`spark_kafka_backup.catalog.source_gaps`), by the task that finds it, before it

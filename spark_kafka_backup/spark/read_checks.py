@@ -145,8 +145,8 @@ def deleted_under(watermarks: Callable[[], tuple[int, int]], task: KafkaRange, p
         )
     last = min(low, task.end) - 1
     message = (
-        f"{where}: offsets {position}..{last} were deleted at the source (retention or deleted records) before the "
-        "backup read them"
+        f"{where}: offsets {position}..{last} "
+        "were deleted at the source (retention or deleted records) before the backup read them"
     )
     if task.fail_on_data_loss:
         raise SparkKafkaBackupError(message + " (set failOnDataLoss=false to go on)")

@@ -367,6 +367,38 @@ def test_an_offset_listing_without_an_answer_for_a_partition_is_transient(monkey
     assert list_offsets(answers, keys, latest=True) == {("orders", 0): 41, ("orders", 1): 17}
 
 
+class Counted:
+    """ListOffsets answering each partition's number as its offset (-1001, no answer, for those in ``silent``),
+    keeping the size of each call."""
+
+    def __init__(self, silent: frozenset[int] = frozenset()) -> None:
+        self.sizes: list[int] = []
+        self.silent = silent
+
+    def list_offsets(self, request: dict[Any, Any], isolation_level: Any, request_timeout: float) -> dict[Any, Any]:
+        self.sizes.append(len(request))
+        futures = {}
+        for tp in request:
+            future: Future[Any] = Future()
+            future.set_result(type("Info", (), {"offset": -1001 if tp.partition in self.silent else tp.partition})())
+            futures[tp] = future
+        return futures
+
+
+def test_many_partitions_are_asked_in_calls_of_a_bounded_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client's time grows with the square of one call's partitions (cluster.OFFSETS_PER_CALL): every partition
+    is asked once, in calls of at most that many, and answered as from one call."""
+    keys = [("orders", partition) for partition in range(1_201)]
+    counted = Counted()
+    assert list_offsets(counted, keys, latest=True) == {key: key[1] for key in keys}
+    assert counted.sizes == [500, 500, 201]
+    monkeypatch.setattr(cluster, "OFFSETS_RETRY_SECONDS", 0.0)
+    silent = Counted(silent=frozenset({700}))  # in the second call: planning leaves it out, the others are there
+    assert list_offsets(silent, keys, latest=True, partial=True) == {key: key[1] for key in keys if key[1] != 700}
+    with pytest.raises(ClusterError, match=r"no offset for orders/700 \(its leader did not answer\)"):
+        list_offsets(Counted(silent=frozenset({700})), keys, latest=True)
+
+
 def test_the_watch_reads_group_offsets_through_the_isolated_reader(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 from types import SimpleNamespace
@@ -32,7 +33,9 @@ class Answers:
     def __init__(self, failures: int, end: int) -> None:
         self.failures, self.end, self.calls = failures, end, 0
 
-    def __call__(self, *, partial: bool = False) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+    def __call__(
+        self, *, partial: bool = False, known: object = ()
+    ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
         self.calls += 1
         if self.calls <= self.failures:
             raise ClusterError("cannot list topics: Local: Broker transport failure", transient=True)
@@ -90,7 +93,7 @@ def test_a_snapshot_waits_for_the_cluster_and_fails_in_one_line_after_its_limit(
 def test_a_refusal_is_not_an_outage(monkeypatch: pytest.MonkeyPatch) -> None:
     """Authorization and other refusals end the query at once, as before: waiting would not change them."""
 
-    def refused(*, partial: bool = False) -> None:
+    def refused(*, partial: bool = False, known: object = ()) -> None:
         raise ClusterError("cannot list topics: Broker: Topic authorization failed")
 
     source = reader(monkeypatch, Answers(0, 1))
@@ -172,18 +175,108 @@ def test_a_partition_without_a_leader_does_not_hold_up_the_others(monkeypatch: p
     monkeypatch.setattr(kafka_planning, "PLANNING_PATIENCE_SECONDS", 0.0)
     calls = 0
 
-    def answer_later(admin: Any, timeout: float, *, partial: bool) -> Any:
+    def answer_later(admin: Any, timeout: float, *, partial: bool, known: Any) -> Any:
         nonlocal calls
         calls += 1
         assert not partial
         if calls == 3:
             cluster.ends[1] = 70
-        return offsets_now(admin, timeout, partial=partial)
+        return offsets_now(admin, timeout, partial=partial, known=known)
 
     offsets_now = source.planner._offsets_now
     monkeypatch.setattr(source.planner, "_offsets_now", answer_later)
     assert decode_offsets(source.latestOffset(start, ReadAllAvailable())) == {("orders", 0): 50, ("orders", 1): 70}
     assert calls == 3  # two answers without partition 1 were waited through, not planned
+
+
+class CountedListings(TwoPartitions):
+    """:class:`TwoPartitions` both answering, counting which partitions each offset listing asks for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ends = {0: 50, 1: 60}
+        self.asked: list[tuple[str, list[int]]] = []
+
+    def describe_topics(self, topics: Any, request_timeout: float) -> dict[str, Any]:
+        future: Future[Any] = Future()
+        future.set_result(SimpleNamespace(topic_id="id-orders"))
+        return {"orders": future}
+
+    def list_offsets(self, request: dict[Any, Any], isolation_level: Any, request_timeout: float) -> dict[Any, Any]:
+        which = "latest" if next(iter(request.values())) == OffsetSpec.latest() else "earliest"
+        self.asked.append((which, sorted(tp.partition for tp in request)))
+        return super().list_offsets(request, isolation_level, request_timeout)
+
+
+def test_a_trigger_asks_the_earliest_offsets_only_of_partitions_new_to_the_query() -> None:
+    """A partition the query reads on goes on from where it is (a task reading from there finds offsets deleted
+    since: tests/test_source_reading.py); a new one starts at its log start, which is asked for it alone; a
+    snapshot's target asks no earliest offset."""
+    cluster = CountedListings()
+    source = KafkaStreamReader(SourceOptions.parse({"kafka.bootstrap.servers": "k:9092", "subscribe": "orders"}))
+    source.planner._session = AdminSession({}, factory=lambda settings: cluster)
+    both = encode_offsets({("orders", 0): 10, ("orders", 1): 20})
+    assert decode_offsets(source.latestOffset(both, ReadAllAvailable())) == {("orders", 0): 50, ("orders", 1): 60}
+    assert cluster.asked == [("latest", [0, 1])]
+    cluster.asked.clear()
+    one = encode_offsets({("orders", 0): 10})  # partition 1 added since
+    assert decode_offsets(source.latestOffset(one, ReadAllAvailable())) == {("orders", 0): 50, ("orders", 1): 60}
+    assert sorted(cluster.asked) == [("earliest", [1]), ("latest", [0, 1])]
+    tasks = source.partitions(one, encode_offsets({("orders", 0): 50, ("orders", 1): 60}))
+    assert sorted((r.partition, r.start, r.end) for task in tasks for r in task.ranges) == [(0, 10, 50), (1, 0, 60)]
+    cluster.asked.clear()
+    source.planner.prepare_snapshot()
+    assert cluster.asked == [("latest", [0, 1])]
+
+
+def test_a_new_partition_without_a_leader_leaves_only_itself_out_of_the_trigger(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Partition 1 is new to the query and its leader does not answer (-1001 to both listings): partition 0 is
+    planned at once (a continuous query does not wait for the new partition's start: a later trigger asks again);
+    partition 1 once its leader answers, from its log start."""
+    waits: list[float] = []
+    monkeypatch.setattr(time, "sleep", waits.append)  # asking again would wait first
+    cluster = CountedListings()
+    cluster.ends[1] = -1001
+    source = KafkaStreamReader(SourceOptions.parse({"kafka.bootstrap.servers": "k:9092", "subscribe": "orders"}))
+    source.planner._session = AdminSession({}, factory=lambda settings: cluster)
+    start = encode_offsets({("orders", 0): 10})
+    assert decode_offsets(source.latestOffset(start, ReadAllAvailable())) == {("orders", 0): 50}
+    assert waits == []
+    cluster.ends[1] = 60
+    assert decode_offsets(source.latestOffset(start, ReadAllAvailable())) == {("orders", 0): 50, ("orders", 1): 60}
+
+
+class DeletedHead(CountedListings):
+    """Partition 0's offsets below 1,000,000 were deleted (its log start), partition 1 starts at 0."""
+
+    def list_offsets(self, request: dict[Any, Any], isolation_level: Any, request_timeout: float) -> dict[Any, Any]:
+        futures = super().list_offsets(request, isolation_level, request_timeout)
+        if next(iter(request.values())) != OffsetSpec.latest():
+            for tp in list(futures):
+                fresh: Future[Any] = Future()
+                fresh.set_result(SimpleNamespace(offset=1_000_000 if tp.partition == 0 else 0))
+                futures[tp] = fresh
+        return futures
+
+
+def test_under_a_row_limit_a_deleted_range_takes_no_part_of_the_budget() -> None:
+    """maxOffsetsPerTrigger: the earliest offsets of every partition are asked, so that partition 0's deleted
+    million offsets are not counted as available (they would take the budget from partition 1, trigger after
+    trigger); the task still reads partition 0 from where the query is, and records the deleted range."""
+    cluster = DeletedHead()
+    cluster.ends = {0: 1_000_100, 1: 100}
+    source = KafkaStreamReader(SourceOptions.parse({"kafka.bootstrap.servers": "k:9092", "subscribe": "orders",
+                                                    "maxOffsetsPerTrigger": "100"}))  # fmt: skip
+    source.planner._session = AdminSession({}, factory=lambda settings: cluster)
+    start = encode_offsets({("orders", 0): 10, ("orders", 1): 0})
+    end = decode_offsets(source.latestOffset(start, source.getDefaultReadLimit()))
+    assert sorted(cluster.asked) == [("earliest", [0, 1]), ("latest", [0, 1])]
+    assert end == {("orders", 0): 1_000_050, ("orders", 1): 50}  # 100 rows shared in proportion to what exists
+    tasks = source.partitions(start, encode_offsets(end))
+    ranges = sorted((r.partition, r.start, r.end) for task in tasks for r in task.ranges)
+    assert ranges == [(0, 10, 1_000_050), (1, 0, 50)]
 
 
 class DeadController(TwoPartitions):
@@ -209,8 +302,9 @@ class DeadController(TwoPartitions):
 
 
 def test_a_dead_controller_costs_a_trigger_one_wait_and_its_client() -> None:
-    """Topic ids and both offset listings are asked at once (a dead node costs one timeout, not three); the client
-    that waited for the dead "controller" is replaced for the next trigger, and the offsets are planned anyway."""
+    """Topic ids and both offset listings (the earliest for partition 1, new to the query) are asked at once (a dead
+    node costs one timeout, not three); the client that waited for the dead "controller" is replaced for the next
+    trigger, and the offsets are planned anyway."""
     made: list[DeadController] = []
 
     def factory(settings: Any) -> DeadController:
@@ -219,7 +313,7 @@ def test_a_dead_controller_costs_a_trigger_one_wait_and_its_client() -> None:
 
     source = KafkaStreamReader(SourceOptions.parse({"kafka.bootstrap.servers": "k:9092", "subscribe": "orders"}))
     source.planner._session = AdminSession({}, factory=factory)
-    start = encode_offsets({("orders", 0): 10, ("orders", 1): 20})
+    start = encode_offsets({("orders", 0): 10})
     assert decode_offsets(source.latestOffset(start, ReadAllAvailable())) == {("orders", 0): 50, ("orders", 1): 60}
     assert len(made) == 1 and source.planner._ids_now == {}
     source.latestOffset(start, ReadAllAvailable())
