@@ -1,9 +1,9 @@
 """Schema registry support: the records' wire format, the backup's copy of a registry, the import order, and the
 one-line errors of an unreachable registry or a backup without a copy.
 
-No schema registry server can be installed on the development machine from the registries it reaches (Karapace
-is not on PyPI, Confluent's is not on Maven Central, Apicurio's modules are not all there): the HTTP parts were
-checked by hand against Karapace 3.16 (docs/schema-registry.md says how), and here only against a closed port.
+Here without a server (the unit layer): the HTTP parts only against a closed port. The same code against a real
+registry server (Apicurio Registry from Maven Central, its Confluent-compatible API) is in
+tests/test_schema_registry_server.py, in the long tier.
 """
 
 from __future__ import annotations
