@@ -3,11 +3,12 @@
 pyarrow imports pandas, when it is installed, the first time it converts Python values (``pa.array``,
 ``pa.scalar``: is the input a pandas object?), and looks again at every conversion while the import fails: about
 0.5 CPU-s and 40 MB in each Python process of a job (its driver, each of Spark's planning daemons, the streaming
-source's runner, every worker), though the backup converts nothing from or to pandas. In a process whose
-environment says so (:data:`VARIABLE`, set by the backup job for its driver, and by both jobs for their Spark
-session's Python processes) ``import pandas`` fails as if pandas were not installed, and pyarrow converts as it does
-without it. The restore's driver keeps pandas (PySpark's ``DataFrame.mapInArrow``, on its ``--where`` path, checks
-for it on the driver; its workers do not), and so does a user's own Spark session (``spark.read.format("kbackup")``).
+source's runner, every worker), though the jobs convert nothing from or to pandas. In a process whose environment
+says so (:data:`VARIABLE`, set by the backup job for its driver, and by every job's Spark session for its Python
+workers: :func:`spark_kafka_backup.spark.session.job_session`) ``import pandas`` fails as if pandas were not
+installed, and pyarrow converts as it does without it. The restore's and an erase's drivers keep pandas (PySpark's
+``DataFrame.mapInArrow``, on their ``--where`` path, checks for it on the driver; the workers do not), and so does a
+user's own Spark session (``spark.read.format("kbackup")``).
 """
 
 from __future__ import annotations

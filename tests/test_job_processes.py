@@ -117,7 +117,7 @@ def test_a_jobs_spark_session_gives_its_python_workers_no_pandas() -> None:
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]  # tests not imported
 
     def made() -> object:
-        return job_session("kbackup-test", debug=False, spark_conf={}, umask=0o022, without_pandas=True)
+        return job_session("kbackup-test", debug=False, spark_conf={}, umask=0o022)
 
     with spark_session(made) as spark:  # on this worker's kept JVM
         said = [tuple(row) for row in spark.sparkContext.parallelize([0], 1).map(_worker_says).collect()]

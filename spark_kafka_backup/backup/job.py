@@ -509,7 +509,6 @@ class BackupJob:
             spark_conf=self.settings.spark_conf,
             umask=self._umask,
             log_format=self.settings.monitoring.log_format,
-            without_pandas=True,
         )
         spark.dataSource.register(KafkaSource)
         spark.dataSource.register(V1Sink)

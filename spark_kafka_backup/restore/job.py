@@ -162,7 +162,7 @@ def _match(settings: RestoreSettings, umask: int) -> tuple[RestoreSettings, Any]
 def _session(name: str, settings: RestoreSettings, umask: int) -> Any:
     return job_session(
         name, debug=settings.debug, spark_conf=settings.spark_conf, umask=umask,
-        log_format=settings.monitoring.log_format, without_pandas=True,
+        log_format=settings.monitoring.log_format,
     )  # fmt: skip
 
 

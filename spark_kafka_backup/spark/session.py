@@ -26,13 +26,12 @@ def job_session(
     spark_conf: Mapping[str, str],
     umask: int,
     log_format: str = "text",
-    without_pandas: bool = False,
 ) -> Any:
     """The job's ``SparkSession`` (made, or the one ``spark-submit`` already made), with ``spark_conf`` applied.
 
     ``umask`` is also Hadoop's for the files Spark writes (the checkpoint); ``log_format`` reaches the executors'
-    Python workers, which import no pandas with ``without_pandas`` (:mod:`spark_kafka_backup.arrow_runtime`: the
-    jobs' workers; PySpark's ``mapInArrow`` asks for pandas on the driver only). Streaming queries report to
+    Python workers, which import no pandas (:mod:`spark_kafka_backup.arrow_runtime`; PySpark's ``mapInArrow``, on
+    the ``--where`` path of a restore or an erase, asks for it on the driver only). Streaming queries report to
     Spark's metrics system (its sinks, e.g. the Prometheus servlet).
     A ``spark.redaction.regex``, ``spark.sql.redaction.options.regex``, ``spark.hadoop.fs.permissions.umask-mode``
     or ``spark.sql.streaming.metricsEnabled`` the user gives wins (so does
@@ -49,9 +48,8 @@ def job_session(
         .config("spark.hadoop.fs.permissions.umask-mode", f"{umask:03o}")
         .config("spark.sql.streaming.metricsEnabled", "true")
         .config(f"spark.executorEnv.{LOG_FORMAT_VARIABLE}", log_format)
+        .config(f"spark.executorEnv.{WITHOUT_PANDAS}", "1")
     )
-    if without_pandas:
-        builder = builder.config(f"spark.executorEnv.{WITHOUT_PANDAS}", "1")
     for key, value in spark_conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
