@@ -2,9 +2,10 @@
 
 Run from the repository root: ``./dev bench restore`` (or ``python -m benchmarks.restore_bench``).
 
-A backup of N records (default 1,000,000; 100-byte values, small keys, one
-header; 4 partitions) is written with the format library; then, in the same
-invocation, against fresh topics on a local Apache Kafka node (or ``--bootstrap``):
+A backup of N records (default 5,000,000; 200-byte values, small keys, one
+header; 4 partitions) is written with the format library and cataloged, as the
+backup job leaves one; then, in the same invocation, against fresh topics on a
+local Apache Kafka node (or ``--bootstrap``):
 
 - ``raw``: one Python process producing the same records, read from the same
   backup files, with an idempotent confluent-kafka producer and the same
@@ -50,6 +51,7 @@ from typing import Any
 
 from benchmarks.cluster import add_arguments, cluster, kcat_command, kcat_settings
 from benchmarks.process_tree import TreeUsage, measure
+from spark_kafka_backup.catalog.ledger import CatalogLedger
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.jvm_archive import ensure_driver_archive
 from spark_kafka_backup.partition.writer import PartitionWriter
@@ -73,7 +75,8 @@ def write_backup(root: Path, count: int, partitions: int, value_size: int, *, wi
     values = [b"\x00" + i.to_bytes(4, "big") + value[5:] for i in range(1, SCHEMAS + 1)] if wired else [value]
     header = (("trace-id", b"0123456789abcdef"),)
     now = int(time.time() * 1000)
-    writers = [PartitionWriter(root / "bench", "bench", p, fsync=False) for p in range(partitions)]
+    ledger = CatalogLedger(root)  # cataloged, as a backup job leaves it: the restore's plan answers from the catalog
+    writers = [PartitionWriter(root / "bench", "bench", p, fsync=False, ledger=ledger) for p in range(partitions)]
     for i in range(count):
         record = Record(i // partitions, 0, now + i // 1000, b"key-%07d" % i, values[i % len(values)], header)
         writers[i % partitions].append(record)

@@ -65,7 +65,7 @@ from spark_kafka_backup.restore.plan import (
 from spark_kafka_backup.restore.schemas import register_schemas
 from spark_kafka_backup.restore.settings import RestoreSettings, parse_restore_args
 from spark_kafka_backup.restore.target_check import changed_targets, refuse_lost, verify_held
-from spark_kafka_backup.restore.task import PartitionResult, PartitionTask, restore_partition_sharing
+from spark_kafka_backup.restore.task import PartitionResult, PartitionTask, restore_bundle_sharing
 from spark_kafka_backup.restore.throttle import Throttle
 from spark_kafka_backup.restore.timestamp_type import TIMESTAMP_TYPE, PendingTimestampTypes, set_timestamp_types
 from spark_kafka_backup.spark.failures import failure_cause
@@ -78,6 +78,10 @@ log = logging.getLogger("spark_kafka_backup.restore")
 
 #: Spark job group of the restore's tasks (progress is read from it).
 JOB_GROUP = "kbackup-restore"
+
+#: Target partitions of a repartitioned topic restored by one task from one read of the topic at most (each has
+#: its producer, sharing the memory one has alone).
+BUNDLE_TARGETS = 16
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -402,14 +406,36 @@ def _task(part: PartitionPlan, topic: TopicPlan, settings: RestoreSettings, umas
     )
 
 
-def _shared_throttle(tasks: list[PartitionTask], settings: RestoreSettings, slots: int) -> list[PartitionTask]:
-    """The tasks, each with its part of the whole restore's rate limits (see
-    :mod:`spark_kafka_backup.restore.throttle`)."""
+def _bundles(tasks: list[PartitionTask]) -> list[list[PartitionTask]]:
+    """The Spark tasks: a target partition restored one to one is a task of its own; the target partitions of a
+    repartitioned topic are one task, up to :data:`BUNDLE_TARGETS` of them, which reads the topic once for them all
+    (:mod:`spark_kafka_backup.restore.fanout`) instead of once each."""
+    bundles: list[list[PartitionTask]] = []
+    open_bundles: dict[tuple[str, str], list[PartitionTask]] = {}
+    for task in tasks:
+        if task.repartition is None:
+            bundles.append([task])
+            continue
+        key = (task.source_topic, task.target_topic)
+        bundle = open_bundles.get(key)
+        if bundle is None or len(bundle) >= BUNDLE_TARGETS:
+            bundle = open_bundles[key] = []
+            bundles.append(bundle)
+        bundle.append(task)
+    return bundles
+
+
+def _shared_throttle(
+    bundles: list[list[PartitionTask]], settings: RestoreSettings, slots: int
+) -> list[list[PartitionTask]]:
+    """The tasks, each target partition with its part of the whole restore's rate limits (see
+    :mod:`spark_kafka_backup.restore.throttle`): shared by as many as can produce at once (``slots`` Spark tasks,
+    the largest bundles counted whole)."""
     if not settings.throttle.limited:
         if settings.max_rate:
             log.info("throttled to %s records/s in each partition (--max-rate)", f"{settings.max_rate:,}")
-        return tasks
-    at_once = max(1, min(len(tasks), slots))
+        return bundles
+    at_once = max(1, sum(sorted((len(bundle) for bundle in bundles), reverse=True)[:slots]))
     part = settings.throttle.share(at_once, per_partition_records=settings.max_rate)
     log.info(
         "throttled to %s in all: %s for each of the %s restored at once",
@@ -417,7 +443,7 @@ def _shared_throttle(tasks: list[PartitionTask], settings: RestoreSettings, slot
         part.describe(),
         count(at_once, "partition"),
     )
-    return [replace(task, throttle=part) for task in tasks]
+    return [[replace(task, throttle=part) for task in bundle] for bundle in bundles]
 
 
 def _run_tasks(
@@ -430,7 +456,7 @@ def _run_tasks(
     spark = SparkSession.getActiveSession() or _session("kbackup-restore", settings, umask)
     try:
         context = spark.sparkContext
-        tasks = _shared_throttle(tasks, settings, context.defaultParallelism)
+        bundles = _shared_throttle(_bundles(tasks), settings, context.defaultParallelism)
         # Schema id maps go once to each executor (a broadcast), not with every task.
         rewrites = {task.source_topic: task.id_rewrite for task in tasks if task.id_rewrite is not None}
         shared = context.broadcast(rewrites) if rewrites else None
@@ -438,15 +464,16 @@ def _run_tasks(
         matches = {key: runs for task in tasks for key, runs in task.matches().items()}
         shared_matches = context.broadcast(matches) if matches else None
         unmatched = dict.fromkeys(matches)
-        shipped = [replace(task, id_rewrite=None).with_matches(unmatched) for task in tasks]
+        shipped = [[replace(task, id_rewrite=None).with_matches(unmatched) for task in bundle] for bundle in bundles]
         rdd = context.parallelize(shipped, len(shipped))
+        done = context.accumulator(0)  # target partitions whose task finished
         outcome: dict[str, Any] = {}
 
         def collect() -> None:
             context.setJobGroup(JOB_GROUP, "spark-kafka-backup restore")
             try:
-                outcome["results"] = rdd.map(
-                    functools.partial(restore_partition_sharing, shared, shared_matches)
+                outcome["results"] = rdd.flatMap(
+                    functools.partial(restore_bundle_sharing, shared, shared_matches, done)
                 ).collect()
             except Exception as exc:  # re-raised on the main thread
                 outcome["error"] = exc
@@ -457,7 +484,7 @@ def _run_tasks(
         with Progress("restore", idle + len(tasks), "partitions") as shown:
             follow_tasks(
                 worker,
-                lambda: _finished_tasks(context),
+                lambda: int(done.value),
                 shown,
                 watch.poll,
                 succeeded=lambda: "results" in outcome,
@@ -501,19 +528,6 @@ def follow_tasks(
         poll(finished)
     if succeeded() and shown.done < shown.total:
         shown.advance(shown.total - shown.done)
-
-
-def _finished_tasks(context: Any) -> int:
-    """Tasks of the restore's job that have finished (one per partition)."""
-    tracker = context.statusTracker()
-    finished = 0
-    for job_id in tracker.getJobIdsForGroup(JOB_GROUP):
-        job = tracker.getJobInfo(job_id)
-        for stage_id in job.stageIds if job is not None else ():
-            stage = tracker.getStageInfo(stage_id)
-            if stage is not None:
-                finished += stage.numCompletedTasks
-    return int(finished)
 
 
 def _summary(plan: RestorePlan, results: list[PartitionResult], seconds: float) -> None:

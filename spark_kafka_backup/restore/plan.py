@@ -72,9 +72,9 @@ from spark_kafka_backup.restore.marker import (
     restore_identity,
 )
 from spark_kafka_backup.restore.profile import RecordsProfile, profile_partition
-from spark_kafka_backup.restore.repartition import KEEP, Repartition, Source
+from spark_kafka_backup.restore.repartition import KEEP, ROUND_ROBIN, Repartition, Source
 from spark_kafka_backup.restore.settings import RestoreSettings
-from spark_kafka_backup.restore.stream_columns import count_routed_columns
+from spark_kafka_backup.restore.stream_columns import count_routed_columns, count_targets
 from spark_kafka_backup.restore.target_check import missing_records, refuse_lost
 from spark_kafka_backup.restore.target_limits import (
     PRODUCER_MESSAGE_BYTES,
@@ -351,7 +351,11 @@ def _spread(
         tuple(Source(part.source_partition, _pinned(readers[part.source_partition], part.window)) for part in sources),
         groups,
     )
-    counts, _ = count_routed_columns(repartition, readers, rewrite=_column_rewrite(settings, topic), topic=topic)
+    rewrite = _column_rewrite(settings, topic)
+    if rewrite is None or repartition.mode == ROUND_ROBIN:
+        counts = count_targets(repartition, readers)  # from the keys alone
+    else:
+        counts, _ = count_routed_columns(repartition, readers, rewrite=rewrite, topic=topic)
     location = str(settings.source.resolve()) if isinstance(settings.source, Path) else str(settings.source)
     return [
         PartitionPlan(

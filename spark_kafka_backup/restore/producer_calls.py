@@ -77,7 +77,12 @@ def within(seconds: float, call: Callable[..., Any], *args: Any) -> Any:
     return outcome.get("value")
 
 
-def producer_settings(client: dict[str, str], batch_size: int, message_bytes: int = 1_000_000) -> dict[str, object]:
+def producer_settings(
+    client: dict[str, str], batch_size: int, message_bytes: int = 1_000_000, *, sharing: int = 1
+) -> dict[str, object]:
+    """A restore producer's settings; ``sharing`` producers in one task (a repartitioned topic's bundle) share the
+    queue one producer of its own has (64 MiB), each keeping at least four batches."""
+    queue_kbytes = max(64 * 1024 // max(sharing, 1), 4 * batch_size // 1024)
     return {
         **client,
         "enable.idempotence": "true",
@@ -86,7 +91,7 @@ def producer_settings(client: dict[str, str], batch_size: int, message_bytes: in
         "message.max.bytes": str(max(message_bytes, batch_size)),
         "batch.size": str(batch_size),
         "linger.ms": "20",
-        "queue.buffering.max.kbytes": str(max(64 * 1024, 4 * batch_size // 1024)),
+        "queue.buffering.max.kbytes": str(queue_kbytes),
     }
 
 

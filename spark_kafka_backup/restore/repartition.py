@@ -19,9 +19,9 @@ produces the records the partitioner gives it:
   without a key go round-robin, in the order of the merged stream;
 - ``round-robin``: every record goes to the next partition in turn.
 
-A task reads the whole topic to produce its partition's share: restoring a
-topic into N partitions reads the backup N times (from the local files or the
-staged copy of an object-storage backup).
+Every target partition's share comes from the whole topic: one task reads it
+for up to 16 target partitions (:mod:`spark_kafka_backup.restore.fanout`), from
+the local files or the staged copy of an object-storage backup.
 
 Consumer groups: a group stored with committed offsets C_P on the backed-up
 partitions resumes, on each target partition, at the first record there that

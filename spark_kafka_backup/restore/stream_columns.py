@@ -26,7 +26,7 @@ produced), records without a key taking turns; ``round-robin`` gives every recor
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -35,11 +35,11 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from spark_kafka_backup.errors import SchemaIdError
-from spark_kafka_backup.format.arrow_binary import binary_parts
+from spark_kafka_backup.format.arrow_binary import BinaryParts, binary_parts
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.segment_batches import RecordBatch, produce_columns
-from spark_kafka_backup.partition.selection import Window, selected_rows
+from spark_kafka_backup.partition.selection import Window, count_selected, selected_rows
 from spark_kafka_backup.restore.partition_task import PartitionTask
 from spark_kafka_backup.restore.repartition import MURMUR2, ROUND_ROBIN, Repartition, murmur2_columns
 from spark_kafka_backup.schema_registry.wire_columns import ColumnIdRewrite
@@ -182,7 +182,7 @@ class _Run:
         return True
 
 
-def merged_rounds(repartition: Repartition, readers: dict[int, PartitionReader]) -> Iterator[MergedRound]:
+def merged_rounds(repartition: Repartition, readers: dict[int, PartitionReader]) -> Generator[MergedRound]:
     """The topic's merged stream, a round at a time (see the module docstring)."""
     runs = [_Run(s.partition, readers[s.partition], s.window) for s in repartition.sources]
     position = 0
@@ -304,6 +304,41 @@ def count_routed_columns(
         positions = merged.first + np.arange(len(merged), dtype=np.int64)
         under += np.bincount(targets[positions < limits[targets]], minlength=n)
     return counts.tolist(), under.tolist()
+
+
+def count_targets(repartition: Repartition, readers: dict[int, PartitionReader]) -> list[int]:
+    """Records each target partition receives, as :func:`count_routed_columns` counts them, without the merged
+    stream: a keyed record's partition follows from its key alone, and the records routed in turn (every record
+    under ``round-robin``, the keyless ones under ``murmur2``) spread from partition 0 on whatever their order. Only
+    the keys are read (``murmur2``; ``round-robin`` counts from the indexes). Not for ``murmur2`` with schema ids
+    rewritten, which hashes the keys as produced and stops at a record that cannot be."""
+    n = repartition.partitions
+    counts = np.zeros(n, dtype=np.int64)
+    in_turn = 0
+    for source in repartition.sources:
+        reader = readers[source.partition]
+        if repartition.mode == ROUND_ROBIN:
+            in_turn += count_selected(reader, source.window)
+            continue
+        if repartition.mode != MURMUR2:
+            raise ValueError(f"not a repartitioning mode: {repartition.mode!r}")
+        keep = source.window.matched.holds if source.window.matched is not None else None
+        for stored in reader.record_batches(source.window.from_offset, source.window.to_offset,
+                                            skip_segments=source.window.skip_segments, keep=keep):  # fmt: skip
+            c = stored.columns
+            lengths = np.asarray(c.key_lengths, dtype=np.int64)
+            starts = np.asarray(c.key_starts, dtype=np.int64)
+            rows = selected_rows(stored, source.window)
+            if rows is not None:
+                lengths, starts = lengths[rows], starts[rows]
+            keyed = lengths >= 0
+            in_turn += int((~keyed).sum())
+            keys = BinaryParts(keyed, starts[keyed], lengths[keyed], np.frombuffer(stored.data, dtype=np.uint8))
+            targets = (murmur2_columns(keys) & np.uint32(0x7FFFFFFF)) % np.uint32(n)
+            counts += np.bincount(targets.astype(np.int64), minlength=n)
+    counts += in_turn // n
+    counts[: in_turn % n] += 1
+    return [int(c) for c in counts]
 
 
 def task_chunks(

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -66,7 +66,7 @@ from spark_kafka_backup.restore.producer_calls import (
     record_failure,
     within,
 )
-from spark_kafka_backup.restore.stream_columns import GroupPlacement, task_chunks
+from spark_kafka_backup.restore.stream_columns import Chunk, GroupPlacement, task_chunks
 from spark_kafka_backup.restore.throttle import Pace, Throttle
 from spark_kafka_backup.schema_registry.wire_columns import ColumnIdRewrite
 
@@ -101,14 +101,30 @@ ProducerFactory = Callable[[dict[str, str], Any], TransactionalProducer]
 
 
 def restore_transactions(
-    task: PartitionTask, readers: dict[int, PartitionReader], result: PartitionResult, *, producer: ProducerFactory
+    task: PartitionTask,
+    readers: dict[int, PartitionReader],
+    result: PartitionResult,
+    *,
+    producer: ProducerFactory,
+    chunks: Iterable[Chunk | None] | None = None,
+    rewrite: ColumnIdRewrite | None = None,
+    sharing: int = 1,
 ) -> PartitionResult:
     """Produce ``task``'s records through the producer that ``producer`` makes (see
-    :mod:`spark_kafka_backup.restore.task`)."""
+    :mod:`spark_kafka_backup.restore.task`): read from ``readers``, or taken from ``chunks`` (a repartitioned
+    topic's read shared by several target partitions: :mod:`spark_kafka_backup.restore.fanout`), whose schema id
+    rewrite on columns the caller gives (``rewrite``, built once for them all); ``None`` among them says no chunk
+    came for a while, and an open transaction older than :data:`~spark_kafka_backup.restore.marker.TRANSACTION_SECONDS`
+    is committed then (a target waiting for a slow sibling would otherwise hold it open past the broker's
+    transaction timeout). ``sharing`` producers share the task's queue memory."""
+    if chunks is None:
+        rewrite = ColumnIdRewrite(task.id_rewrite) if task.id_rewrite is not None else None
+        chunks = task_chunks(task, readers, rewrite)
+    elif (rewrite is None) != (task.id_rewrite is None):
+        raise ValueError("the chunks' schema id rewrite must be the task's")
     where = f"topic {task.target_topic!r} partition {task.target_partition}"
-    settings = {
-        key: str(value) for key, value in producer_settings(task.client, task.batch_size, task.message_bytes).items()
-    }
+    chosen = producer_settings(task.client, task.batch_size, task.message_bytes, sharing=sharing)
+    settings = {key: str(value) for key, value in chosen.items()}
     settings.update({
         "transactional.id": transactional_id(task.target_topic, task.target_partition),
         "transaction.timeout.ms": str(TRANSACTION_TIMEOUT_MS),
@@ -129,7 +145,7 @@ def restore_transactions(
 
     try:
         run = _Run(task, held, fence(task, consumer, start_producer, result))
-        run.produce_all(readers, result)
+        run.produce_all(chunks, rewrite, result)
     except StuckProducerError:
         raise  # the producer is held by the call that hangs: nothing more is asked of it
     except FencedError as exc:
@@ -246,9 +262,10 @@ class _Run:
         self.wanted: set[int] = set()
         self.found: dict[int, int] = {}
 
-    def produce_all(self, readers: dict[int, PartitionReader], result: PartitionResult) -> None:
+    def produce_all(
+        self, chunks: Iterable[Chunk | None], rewrite: ColumnIdRewrite | None, result: PartitionResult
+    ) -> None:
         task = self.task
-        rewrite = ColumnIdRewrite(task.id_rewrite) if task.id_rewrite is not None else None
         placement = GroupPlacement(task)
         # group -> (nth record of the stream, the record as stored, its partition): placed at a record an earlier run
         # produced
@@ -261,7 +278,11 @@ class _Run:
         pace = Pace(task.throttle) if task.throttle.limited else None
         paced_bytes = 0
         checked = 0  # records produced when the delivery reports were last looked at
-        for chunk in task_chunks(task, readers, rewrite):
+        for chunk in chunks:
+            if chunk is None:  # the shared read is slow to give more (fanout): no transaction outlives its time
+                if self.in_transaction and time.monotonic() >= transaction_ends:
+                    self._commit(last_position + 1, first_index)
+                continue
             n = len(chunk)
             start = int(np.searchsorted(chunk.positions, self.resume_from, side="left"))  # the rest is new here
             for group, at in placement.place(chunk).items():

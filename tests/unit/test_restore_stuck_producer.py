@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -334,3 +335,38 @@ def test_a_producer_stuck_every_time_ends_in_one_error_and_keeps_what_was_commit
     assert log.producers == 3
     assert log.committed_keys() == []
     assert log.closed == 0
+
+
+def test_a_target_waiting_for_a_shared_read_commits_its_open_transaction_in_time(
+    log: Any, backup: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A repartitioned topic's targets share one read (:mod:`spark_kafka_backup.restore.fanout`): while a slow
+    sibling holds it, a target gets ``None`` instead of records, and commits a transaction older than its time
+    instead of holding it open past the broker's transaction timeout."""
+    from spark_kafka_backup.partition.reader import PartitionReader
+    from spark_kafka_backup.restore.partition_task import PartitionResult
+    from spark_kafka_backup.restore.stream_columns import Chunk, partition_chunks
+
+    monkeypatch.setattr(markers, "TRANSACTION_SECONDS", 0.05)
+    (whole,) = partition_chunks(PartitionReader(backup / "t", 0), 0, Window())
+    seen_while_waiting: list[list[bytes | None]] = []
+
+    def part(start: int, stop: int) -> Chunk:
+        return Chunk(whole.columns.slice(start, stop - start), whole.partitions[start:stop], whole.offsets[start:stop],
+                     whole.positions[start:stop], whole.pieces, whole.piece_of[start:stop],
+                     whole.piece_rows[start:stop])  # fmt: skip
+
+    def shared_read() -> Any:
+        yield part(0, 10)
+        for _ in range(5):  # the read is held by a sibling for a while
+            time.sleep(0.02)
+            yield None
+        seen_while_waiting.append(log.committed_keys())
+        yield part(10, 120)
+
+    task = _task(backup)
+    run, _ = task_module._producer_path(task)
+    result = run(task, {}, PartitionResult("t", 0, "t", 0), chunks=shared_read(), rewrite=None, sharing=2)
+    assert seen_while_waiting == [[b"k%d" % i for i in range(10)]]  # committed while no record came
+    assert log.committed_keys() == [b"k%d" % i for i in range(120)]
+    assert result.produced == 120 and result.fenced is None

@@ -4,8 +4,9 @@ Random topics (several partitions of different lengths, timestamps that go back 
 offset gaps, segments small enough that a partition's records come in many batches), random selections and
 target partition counts: :func:`routed_chunks` gives every target partition the records, positions and
 backed-up partitions that :func:`routed_records` gives it, in the same order; :func:`count_routed_columns` counts
-as :func:`count_routed` does; murmur2 over a column hashes as Kafka's scalar murmur2, and with schema ids
-rewritten both hash the keys as produced and stop at the same record.
+as :func:`count_routed` does, and so does :func:`count_targets` from the keys alone; murmur2 over a column hashes
+as Kafka's scalar murmur2, and with schema ids rewritten both hash the keys as produced and stop at the same
+record.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from spark_kafka_backup.restore.repartition import (
     murmur2_columns,
     routed_records,
 )
-from spark_kafka_backup.restore.stream_columns import count_routed_columns, routed_chunks
+from spark_kafka_backup.restore.stream_columns import count_routed_columns, count_targets, routed_chunks
 from spark_kafka_backup.schema_registry.wire import IdRewrite
 from spark_kafka_backup.schema_registry.wire_columns import ColumnIdRewrite
 
@@ -83,6 +84,7 @@ def test_the_columnar_merged_stream_routes_every_record_as_the_reference_does(tm
         below = {t: rng.randrange(0, 200) for t in range(repartition.partitions)}
         assert count_routed_columns(repartition, readers, below=below) == count_routed(repartition, readers,
                                                                                        below=below)  # fmt: skip
+        assert count_targets(repartition, readers) == count_routed(repartition, readers)[0]  # without the stream
 
 
 @pytest.mark.parametrize("seed", range(4))
