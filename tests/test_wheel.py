@@ -55,6 +55,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "spark_kafka_backup/jobs/log4j2.properties",
         "spark_kafka_backup/kafka/_native/consume.c",
         "spark_kafka_backup/kafka/_native/rdkafka.h",
+        "spark_kafka_backup/format/_native/records.c",
     } <= members
     names = zipfile.ZipFile(wheel).namelist()
     metadata = zipfile.ZipFile(wheel).read(f"{top}.dist-info/METADATA").decode()
@@ -71,6 +72,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert not [name for name in names if "devkit" in name or name.rpartition("/")[2] in servers], names
     assert [name for name in names if name.startswith("spark_kafka_backup/kafka/_native_kafka.") and ".so" in name]
     assert "spark_kafka_backup/kafka/_native_kafka.pyi" in names  # the compiled module's types and named results
+    assert [name for name in names if name.startswith("spark_kafka_backup/format/_native_records.") and ".so" in name]
+    assert "spark_kafka_backup/format/_native_records.pyi" in names  # the records' compiled scanner
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"

@@ -1,7 +1,9 @@
-"""The columnar v1 codec against the scalar reference codec, byte for byte."""
+"""The columnar v1 codec against the scalar reference codec, byte for byte; the compiled scanner against the
+numpy decoding (same positions, the same batches refused)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -11,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_kafka_backup.errors import FormatError, InvalidRecordError, TruncatedError
+from spark_kafka_backup.format import record_columns
 from spark_kafka_backup.format.record import Record, decode_records, encode_record
 from spark_kafka_backup.format.record_columns import (
     binary_column,
@@ -214,3 +217,97 @@ def test_records_with_more_headers_than_the_array_rounds() -> None:
     damaged[tail_value_length : tail_value_length + 4] = (1000).to_bytes(4, "big")
     with pytest.raises(TruncatedError, match="header value length reaches past the end of the record"):
         decode_columns(damaged, offsets, positions, lengths)
+
+
+def _same(a: Any, b: Any) -> bool:
+    names = [f.name for f in dataclasses.fields(a)]
+    return all(np.array_equal(getattr(a, n), getattr(b, n)) and getattr(a, n).dtype == getattr(b, n).dtype
+               for n in names)  # fmt: skip
+
+
+def test_the_compiled_scanner_is_built_here() -> None:
+    """``./dev setup`` builds it (a C compiler is part of the machine); an install without one decodes with numpy."""
+    assert record_columns._native_records is not None
+
+
+@settings(max_examples=300, deadline=None)
+@given(record_runs(max_size=30), st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=3),
+       st.integers(0, 3))  # fmt: skip
+def test_the_compiled_scanner_answers_as_numpy_and_refuses_what_numpy_refuses(
+    records: list[Record], damage: list[tuple[int, int]], base: int
+) -> None:
+    """On valid batches both give the same positions; on damaged ones (bytes overwritten at random) the scanner
+    answers only when numpy decodes the batch too, and then the same."""
+    data = bytearray(b"\xff" * base + scalar_bytes(records))
+    for at, byte in damage:
+        if len(data) > base:
+            data[base + at % (len(data) - base)] = byte
+    lengths = np.array([len(encode_record(r)) for r in records], dtype=np.int64)
+    positions = np.zeros(len(records), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=positions[1:])
+    offsets = np.array([r.offset for r in records], dtype=np.int64)
+    starts = positions + base
+    scanned = record_columns._scanned(data, offsets, starts, starts + lengths) if len(records) else None
+    try:
+        reference = decode_columns(data, offsets, positions + 100, lengths, base=100 - base, compiled=False)
+    except (FormatError, TruncatedError):
+        assert scanned is None
+        return
+    assert not len(records) or (scanned is not None and _same(scanned, reference))
+    assert _same(decode_columns(data, offsets, positions + 100, lengths, base=100 - base), reference)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(min_size=1, max_size=12))
+def test_the_compiled_scanner_takes_a_header_key_exactly_when_it_is_utf8(key: bytes) -> None:
+    placeholder = "Z" * len(key)
+    data = bytearray(encode_record(Record(3, 0, 1, b"k", b"v", ((placeholder, b"x"),))))
+    at = bytes(data).rindex(placeholder.encode())
+    data[at : at + len(key)] = key
+    ends = np.array([len(data)], dtype=np.int64)
+    scanned = record_columns._scanned(data, np.array([3]), np.array([0]), ends)
+    try:
+        key.decode()
+    except UnicodeDecodeError:
+        assert scanned is None
+    else:
+        assert scanned is not None and int(scanned.header_key_lengths[0]) == len(key)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_an_index_entry_outside_the_bytes_is_refused_by_both_decoders(compiled: bool) -> None:
+    """Positions or lengths no segment index of these bytes could give (a start near 2^63 whose end wraps around, a
+    negative length) are refused, never read (the compiled scanner's reads stay inside the buffer)."""
+    data, offsets, _, _ = one_record(Record(5, 0, 1, b"key", b"value", (("h", b"x"),)))
+    for at, length in [(2**63 - 5, 20), (2**63 - 5, -30), (1, -1), (1, 2**63 - 1)]:
+        with pytest.raises(TruncatedError, match="outside the bytes read"):
+            decode_columns(data, offsets, np.array([at]), np.array([length]), base=1, compiled=compiled)
+
+
+def test_the_compiled_headers_pass_stays_inside_its_arrays_whatever_it_is_given() -> None:
+    """``headers`` takes ``scan``'s own positions; given others (a slot past the output, an end past the bytes) it
+    refuses instead of writing or reading outside."""
+    native = record_columns._native_records
+    assert native is not None
+    records = [Record(o, 0, o, b"k", b"v", (("a", b"1"), ("b", None))) for o in range(3)]
+    data = scalar_bytes(records)
+    lengths = np.array([len(encode_record(r)) for r in records], dtype=np.int64)
+    starts = np.concatenate(([0], np.cumsum(lengths[:-1]))).astype(np.int64)
+    ends = starts + lengths
+    fixed = np.empty(24, dtype=np.int64)
+    assert native.scan(data, starts, ends, np.arange(3, dtype=np.int64), fixed) == 6
+    out = np.empty(24, dtype=np.int64)
+    assert native.headers(data, starts, ends, fixed, out) == 0
+    slot_past = fixed.copy()
+    slot_past[7 * 3] = 5  # record 0's first slot: its two headers would go past the six
+    assert native.headers(data, starts, ends, slot_past, out) == -1
+    end_past = ends.copy()
+    end_past[1] = len(data) + 100
+    assert native.headers(data, starts, end_past, fixed, out) == -1
+    negative = fixed.copy()
+    negative[6 * 3 + 2] = -10  # the last record's header count: a negative total
+    with pytest.raises(ValueError, match="out must be 4 \\* total"):
+        native.headers(data, starts, ends, negative, out)
+    negative[6 * 3 + 1] = -1  # a negative count in the middle
+    negative[6 * 3 + 2] = 2
+    assert native.headers(data, starts, ends, negative, out) == -1
