@@ -38,7 +38,7 @@ from spark_kafka_backup.kafka.cluster import (
     partition_counts,
     topic_ids,
 )
-from spark_kafka_backup.kafka.columnar import edge_setting
+from spark_kafka_backup.kafka.columnar import NativeEdgeError, edge_setting, native_edge
 from spark_kafka_backup.kafka.permissions import refuse_missing
 from spark_kafka_backup.logsetup import ensure_console_logging
 from spark_kafka_backup.partition.reader import PartitionReader
@@ -406,9 +406,20 @@ def _task(part: PartitionPlan, topic: TopicPlan, settings: RestoreSettings, umas
     )
 
 
-def _bundles(tasks: list[PartitionTask]) -> list[list[PartitionTask]]:
+def bundle_size() -> int:
+    """How many target partitions of a repartitioned topic one task restores from one read: :data:`BUNDLE_TARGETS`
+    where the tasks produce through the native edge, else 1 (on confluent-kafka's producer, a Python call per
+    record, the targets' producing would share one Python process and be slower than their reads are saved)."""
+    try:
+        native = native_edge() is not None
+    except NativeEdgeError:  # the tasks say why, as without bundles
+        native = False
+    return BUNDLE_TARGETS if native else 1
+
+
+def bundles_of(tasks: list[PartitionTask], most: int) -> list[list[PartitionTask]]:
     """The Spark tasks: a target partition restored one to one is a task of its own; the target partitions of a
-    repartitioned topic are one task, up to :data:`BUNDLE_TARGETS` of them, which reads the topic once for them all
+    repartitioned topic are one task, up to ``most`` of them, which reads the topic once for them all
     (:mod:`spark_kafka_backup.restore.fanout`) instead of once each."""
     bundles: list[list[PartitionTask]] = []
     open_bundles: dict[tuple[str, str], list[PartitionTask]] = {}
@@ -418,7 +429,7 @@ def _bundles(tasks: list[PartitionTask]) -> list[list[PartitionTask]]:
             continue
         key = (task.source_topic, task.target_topic)
         bundle = open_bundles.get(key)
-        if bundle is None or len(bundle) >= BUNDLE_TARGETS:
+        if bundle is None or len(bundle) >= most:
             bundle = open_bundles[key] = []
             bundles.append(bundle)
         bundle.append(task)
@@ -456,7 +467,7 @@ def _run_tasks(
     spark = SparkSession.getActiveSession() or _session("kbackup-restore", settings, umask)
     try:
         context = spark.sparkContext
-        bundles = _shared_throttle(_bundles(tasks), settings, context.defaultParallelism)
+        bundles = _shared_throttle(bundles_of(tasks, bundle_size()), settings, context.defaultParallelism)
         # Schema id maps go once to each executor (a broadcast), not with every task.
         rewrites = {task.source_topic: task.id_rewrite for task in tasks if task.id_rewrite is not None}
         shared = context.broadcast(rewrites) if rewrites else None

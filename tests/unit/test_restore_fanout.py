@@ -220,3 +220,25 @@ def test_a_bundle_target_whose_producer_got_stuck_goes_on_alone(
         expected = _rows(routed_chunks(repartition, readers, result.target_partition))
         assert (result.produced, result.selected) == (len(expected), expected[-1][0])
     assert sorted(attempts) == [(0, True), (1, False), (1, True), (2, True)]  # target 1 read again on its own
+
+
+def test_a_repartitioned_topics_targets_share_a_task_only_on_the_native_edge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spark_kafka_backup.restore.job import BUNDLE_TARGETS, bundle_size, bundles_of
+    from spark_kafka_backup.restore.partition_task import PartitionTask
+
+    spread = Repartition(ROUND_ROBIN, 20, (Source(0, Window()),))
+
+    def task(topic: str, target: int, repartition: Repartition | None) -> PartitionTask:
+        return PartitionTask(str(tmp_path), topic, -1 if repartition else target, topic, target, Window(), "id", 0, 0,
+                             0, None, {}, {}, 1 << 20, repartition=repartition)  # fmt: skip
+
+    tasks = [task("a", 0, None), *[task("s", p, spread) for p in range(20)], task("a", 1, None)]
+    shapes = [[(t.target_topic, t.target_partition) for t in bundle] for bundle in bundles_of(tasks, 16)]
+    assert shapes == [[("a", 0)], [("s", p) for p in range(16)], [("s", p) for p in range(16, 20)], [("a", 1)]]
+    assert [len(bundle) for bundle in bundles_of(tasks, 1)] == [1] * 22
+    monkeypatch.setenv("KBACKUP_KAFKA_EDGE", "reference")  # confluent-kafka: a Python call per record
+    assert bundle_size() == 1
+    monkeypatch.setenv("KBACKUP_KAFKA_EDGE", "native")
+    assert bundle_size() == BUNDLE_TARGETS  # built here (./dev setup)
