@@ -301,9 +301,9 @@ def decode_columns(
     lengths = np.asarray(lengths, dtype=np.int64)
     n = len(offsets)
     ends = starts + lengths
-    outside = (starts < 0) | (lengths < 0) | (starts > len(buf)) | (ends < starts) | (ends > len(buf))
-    if n and outside.any():  # (ends < starts: a length so large that the end wrapped around)
-        row = int(np.flatnonzero(outside)[0])
+    # (ends < starts: a length so large that the end wrapped around)
+    if n and (starts.min() < 0 or lengths.min() < 0 or ends.max() > len(buf) or (ends < starts).any()):
+        row = int(np.flatnonzero((starts < 0) | (lengths < 0) | (ends > len(buf)) | (ends < starts))[0])
         raise TruncatedError(
             f"record at offset {int(offsets[row])} lies outside the bytes read",
             file=label,

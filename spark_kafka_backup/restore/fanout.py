@@ -3,9 +3,9 @@
 A target partition of a repartitioned topic receives records from every backed-up partition, so a task of its own
 reads and decodes the whole topic: restored into N partitions, the topic was read N times. A task given several
 target partitions of the topic (a *bundle*, :func:`spark_kafka_backup.restore.task.restore_bundle`) reads the merged
-stream once (:func:`~spark_kafka_backup.restore.stream_columns.merged_rounds`), routes each round
-(:class:`~spark_kafka_backup.restore.stream_columns.ColumnRouter`) and hands each target partition the chunk routed
-to it, the same chunks :func:`~spark_kafka_backup.restore.stream_columns.routed_chunks` gives a task of its own
+stream once and routes each round (:func:`~spark_kafka_backup.restore.stream_columns.routed_rounds`), and hands
+each target partition the chunk routed to it, the same chunks
+:func:`~spark_kafka_backup.restore.stream_columns.routed_chunks` gives a task of its own
 (tests/unit/test_restore_fanout.py compares them). Each target partition's transactions run in a thread of their
 own, with their own transactional producer, fence and progress marker
 (:mod:`spark_kafka_backup.restore.transaction_run`): what a target holds after any crash, and where a rerun goes on,
@@ -35,7 +35,7 @@ import numpy as np
 
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.restore.repartition import Repartition
-from spark_kafka_backup.restore.stream_columns import Chunk, ColumnRouter, merged_rounds
+from spark_kafka_backup.restore.stream_columns import Chunk, routed_rounds
 from spark_kafka_backup.schema_registry.wire_columns import ColumnIdRewrite
 
 T = TypeVar("T")
@@ -124,11 +124,9 @@ def fan_out(
     outcomes: dict[int, T | BaseException] = {}
 
     def read() -> None:
-        router = ColumnRouter(repartition, rewrite, topic)
-        rounds = merged_rounds(repartition, readers)
+        rounds = routed_rounds(repartition, readers, rewrite=rewrite, topic=topic)
         try:
-            for merged in rounds:
-                routed, stop = router.targets(merged)
+            for merged, routed, stop in rounds:
                 for target, feed in feeds.items():
                     chosen = np.flatnonzero(routed == target)
                     if len(chosen) and not feed.left.is_set():

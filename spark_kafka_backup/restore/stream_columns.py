@@ -26,6 +26,7 @@ produced), records without a key taking turns; ``round-robin`` gives every recor
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -260,6 +261,22 @@ class ColumnRouter:
         return turns
 
 
+def routed_rounds(
+    repartition: Repartition,
+    readers: dict[int, PartitionReader],
+    *,
+    rewrite: ColumnIdRewrite | None = None,
+    topic: str = "",
+) -> Generator[tuple[MergedRound, Int64s, SchemaIdError | None]]:
+    """The merged stream a round at a time, each with its records' target partitions (:meth:`ColumnRouter.targets`:
+    up to a record that cannot be routed, and why); closing it closes the readers' batches."""
+    router = ColumnRouter(repartition, rewrite, topic)
+    with contextlib.closing(merged_rounds(repartition, readers)) as rounds:
+        for merged in rounds:
+            targets, stop = router.targets(merged)
+            yield merged, targets, stop
+
+
 def routed_chunks(
     repartition: Repartition,
     readers: dict[int, PartitionReader],
@@ -269,9 +286,7 @@ def routed_chunks(
     topic: str = "",
 ) -> Iterator[Chunk]:
     """The records target partition ``target`` receives, in the merged stream's order (positions: the stream's)."""
-    router = ColumnRouter(repartition, rewrite, topic)
-    for merged in merged_rounds(repartition, readers):
-        targets, stop = router.targets(merged)
+    for merged, targets, stop in routed_rounds(repartition, readers, rewrite=rewrite, topic=topic):
         chosen = np.flatnonzero(targets == target)
         if len(chosen):
             yield merged.chunk(chosen)  # produced before a record after them stops the restore, as in the stream
@@ -289,15 +304,13 @@ def count_routed_columns(
 ) -> tuple[list[int], list[int]]:
     """Records each target partition receives, and how many of them lie below a position (``below``: per target
     partition), in one pass over the topic (as :func:`~spark_kafka_backup.restore.repartition.count_routed`)."""
-    router = ColumnRouter(repartition, rewrite, topic)
     n = repartition.partitions
     counts = np.zeros(n, dtype=np.int64)
     under = np.zeros(n, dtype=np.int64)
     limits = np.zeros(n, dtype=np.int64)
     for partition, limit in (below or {}).items():
         limits[partition] = limit
-    for merged in merged_rounds(repartition, readers):
-        targets, stop = router.targets(merged)
+    for merged, targets, stop in routed_rounds(repartition, readers, rewrite=rewrite, topic=topic):
         if stop is not None:
             raise stop
         counts += np.bincount(targets, minlength=n)
