@@ -290,6 +290,53 @@ def test_sigkill_and_rerun_restores_exactly_once(target: Target, tmp_path: Path)
     assert len(consume_all(target.broker, [name])) == 2 * PER_PARTITION
 
 
+# CI time: in the long tier (about 30 s); the quick tier covers a target holding others' records at the first run
+# (test_non_empty_target_is_refused)
+@pytest.mark.long
+def test_a_rerun_refuses_records_written_into_the_target_while_the_restore_was_stopped(
+    target: Target, tmp_path: Path
+) -> None:
+    """Killed after its first commit, then someone produces into the target: the rerun would put the rest of the
+    restore after that record, so it refuses, naming the partition and offset; with --allow-non-empty it goes on
+    after it, every backed-up record once."""
+    from confluent_kafka import Producer
+
+    backup = tmp_path / "backup"
+    topic = "touched-restore"
+    with PartitionWriter(backup / topic, topic, 0, fsync=False) as writer:
+        for i in range(3000):
+            writer.append(Record(i, 0, BASE + i, b"k%d" % i, b"v%d" % i, ()))
+    name = target.name(topic)
+    maps = ["--topic-map", f"{topic}={name}"] if target.prefix else []
+    args = [*target.args(tmp_path), "--source-dir", str(backup), *maps]
+    log = tmp_path / "killed.log"
+    with open(log, "wb") as out:  # 500 records a second: the first transaction is cut by time (5 s)
+        process = subprocess.Popen(restore_command(*args, "--max-rate", "500"), stdout=out, stderr=subprocess.STDOUT,
+                                   env=job_env(), cwd=REPO, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and process.poll() is None and committed_end(target.broker, name, 1) == 0:
+        time.sleep(0.1)
+    assert process.poll() is None, log.read_text()[-3000:]
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(60)
+    assert 0 < committed_end(target.broker, name, 1) < 3000
+    producer = Producer(target.broker.client_settings())
+    producer.produce(name, b"someone else's record", b"intruder", partition=0)
+    assert producer.flush(30) == 0
+    refused = run_restore(*args)
+    said = refused.stdout + refused.stderr
+    assert refused.returncode == 1, said[-3000:]
+    # The killed run's transaction is still open (60 s) and hides the record from the plan: the task, once it has
+    # fenced that run's producer (aborting the transaction), finds it.
+    assert f"topic {name!r} partition 0: the target holds a record at offset " in said, said[-3000:]
+    assert "that this restore did not write, past its progress (written while it was stopped)" in said
+    assert "add --allow-non-empty" in said and "Traceback" not in said
+    going_on = run_restore(*args, "--allow-non-empty")
+    assert going_on.returncode == 0, going_on.stdout[-3000:]
+    keys = [r["key"] for r in consume_all(target.broker, [name])]
+    assert sorted(keys, key=str) == sorted([b64(b"intruder"), *(b64(b"k%d" % i) for i in range(3000))], key=str)
+
+
 # CI time: in the long tier; the quick tier covers the limit's arithmetic: tests/unit/test_restore_throttle.py
 @pytest.mark.long
 def test_a_throttled_restore_shares_its_byte_limit_between_the_partitions_restored_at_once(

@@ -403,6 +403,7 @@ def _task(part: PartitionPlan, topic: TopicPlan, settings: RestoreSettings, umas
         id_rewrite=settings.id_rewrite(part.source_topic),
         message_bytes=topic.producer_message_bytes,
         restamp_zero=settings.restamp_zero_timestamps or topic.restamped,
+        allow_non_empty=settings.allow_non_empty,
     )
 
 

@@ -60,6 +60,8 @@ class PartitionTask:
     message_bytes: int = 1_000_000
     #: ``--restamp-zero-timestamps``: a record stamped 0 is produced with the restore's time (else refused).
     restamp_zero: bool = False
+    #: ``--allow-non-empty``: records others wrote past this restore's progress are gone on after, not refused.
+    allow_non_empty: bool = False
 
     def matches(self) -> dict[tuple[str, int], MatchedRuns]:
         """The ``--where`` runs of the backed-up partitions this task reads (none without ``--where``)."""
@@ -165,12 +167,34 @@ def fence(
     foreign_marker(read_markers(consumer, [key]).get(key), task, where)
     start_producer()
     marker = foreign_marker(read_markers(consumer, [key]).get(key), task, where)
+    if marker is not None and not task.allow_non_empty:
+        _refuse_written_since(task, marker, where)
     if marker is not None and marker.resume_from > task.resume_from:
         result.taken_over = (
             f"{where}: another restore of the same records had reached {position_name(task)} "
             f"{marker.resume_from}; this one went on from there"
         )
     return marker
+
+
+def _refuse_written_since(task: PartitionTask, marker: ProgressMarker, where: str) -> None:
+    """Refuse to go on where the target holds a committed record past this restore's progress: its own all lie below
+    the marker's next offset, and the producer just fenced can write no more (its open transaction was aborted), so
+    someone else wrote it while the restore was stopped (the plan finds those it can see; a stopped run's open
+    transaction hides the ones after it until it is aborted, here)."""
+    from spark_kafka_backup.kafka.cluster import read_committed_records
+
+    records = read_committed_records(task.client, task.target_topic, task.target_partition, marker.next)
+    try:
+        first = next(records, None)
+    finally:
+        records.close()
+    if first is not None:
+        raise TargetChangedError(
+            f"{where}: the target holds a record at offset {first[0]} that this restore did not write, past its "
+            "progress (written while it was stopped); restore into a new or emptied topic, or add --allow-non-empty "
+            "to go on after it"
+        )
 
 
 def earlier_offset(task: PartitionTask, marker: ProgressMarker | None, nth: int, expected: Record) -> int:

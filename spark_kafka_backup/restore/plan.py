@@ -26,6 +26,7 @@ produced.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -97,6 +98,8 @@ from spark_kafka_backup.restore.topic_configs import choose_configs
 from spark_kafka_backup.schema_registry.wire_columns import ColumnIdRewrite
 from spark_kafka_backup.text import count as count_of
 from spark_kafka_backup.text import iso_time
+
+log = logging.getLogger("spark_kafka_backup.restore")
 
 
 @dataclass
@@ -724,6 +727,7 @@ def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: d
     refuse_lost(lost, retained, what="records an earlier run of this restore produced are no longer in the target",
                 then="they cannot be counted as restored; restore into a new or emptied topic")  # fmt: skip
     _count_resumed(settings, [p for p in plan.partitions if p.repartition is not None and p.status == "resume"])
+    problems.extend(_written_since(settings, [p for p in plan.partitions if p.has_marker and p.status == "resume"]))
     if problems:
         raise TargetNotEmptyError(
             "target partition(s) already hold records that are not an earlier run of this restore: "
@@ -754,6 +758,42 @@ def _count_resumed(settings: RestoreSettings, parts: list[PartitionPlan]) -> Non
         for part in topic_parts:
             part.skip = below[part.target_partition]
             part.status = "already restored" if part.skip == part.selected else "resume"
+
+
+def _written_since(settings: RestoreSettings, parts: list[PartitionPlan]) -> list[str]:
+    """The partitions this restore goes on in whose target holds committed records past its progress: its own all
+    lie below its marker's next offset, so someone else wrote them while it was stopped, and going on would put the
+    rest of the restore after them. Aborted records and transaction markers (a stopped run's) do not count; nor do
+    a run of this same restore's (its marker, read again, has moved past them: it is taken over as usual). With
+    ``--allow-non-empty`` the restore goes on after them, and says so; else each is a problem."""
+    found: list[str] = []
+    for part in parts:
+        if part.target_end <= part.after_last:
+            continue  # nothing past this restore's records but what the marker's transaction left
+        from spark_kafka_backup.kafka.cluster import read_committed_records
+
+        key = (part.target_topic, part.target_partition)
+        records = read_committed_records(settings.client, part.target_topic, part.target_partition, part.after_last)
+        try:
+            first = next(records, None)
+        finally:
+            records.close()
+        if first is None:
+            continue  # aborted transactions only
+        consumer = marker_consumer(settings.client)
+        try:
+            moved = read_markers(consumer, [key], timeout=PLAN_MARKER_SECONDS).get(key)
+        finally:
+            consumer.close()
+        if moved is not None and moved.restore == part.identity and moved.next > first[0]:
+            continue  # another run of this restore wrote them (and goes on, until this one fences it)
+        where = f"{part.target_topic}/{part.target_partition} (from offset {first[0]})"
+        if settings.allow_non_empty:
+            log.warning("%s holds records this restore did not write, after its progress: it goes on after them "
+                        "(--allow-non-empty)", where)  # fmt: skip
+            continue
+        found.append(f"{where}, written after this restore's progress while it was stopped")
+    return found
 
 
 def _place_spread(settings: RestoreSettings, part: PartitionPlan, marker: ProgressMarker | None) -> str | None:

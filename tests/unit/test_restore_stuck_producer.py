@@ -25,9 +25,9 @@ from spark_kafka_backup.kafka.columnar_producer import Deliveries, ProducerError
 from spark_kafka_backup.partition.selection import Window
 from spark_kafka_backup.partition.writer import PartitionWriter
 from spark_kafka_backup.restore import marker as markers
+from spark_kafka_backup.restore import partition_task, transaction_run
 from spark_kafka_backup.restore import producer_calls as calls
 from spark_kafka_backup.restore import task as task_module
-from spark_kafka_backup.restore import transaction_run
 from spark_kafka_backup.restore.partition_task import NATIVE_PRODUCER, REFERENCE_PRODUCER
 from spark_kafka_backup.restore.reference_producer import ReferenceProducer
 from spark_kafka_backup.restore.task import PartitionTask, restore_partition
@@ -279,6 +279,13 @@ def log(monkeypatch: pytest.MonkeyPatch, path: str) -> Any:
         name = NATIVE_PRODUCER
     run = functools.partial(transaction_run.restore_transactions, producer=made)
     monkeypatch.setattr(task_module, "_producer_path", lambda task: (run, name))
+
+    def written_since(task: PartitionTask, marker: Any, where: str) -> None:
+        """The check of records past the marker (a read_committed consumer on a cluster), on the stand-in's log."""
+        if any(committed and offset >= marker.next for offset, _, committed in target.records):
+            raise AssertionError(f"{where}: a committed record past the marker")
+
+    monkeypatch.setattr(partition_task, "_refuse_written_since", written_since)
     monkeypatch.setattr(transaction_run, "marker_consumer", lambda client: consumer())
     monkeypatch.setattr(markers, "TRANSACTION_RECORDS", 50)  # three transactions
     monkeypatch.setattr(calls, "SEND_OFFSETS_SECONDS", 0.1)
