@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -114,6 +116,20 @@ def committed_end(broker: BrokerUnderTest, topic: str, partitions: int = 2) -> i
 def start_restore(*args: str | Path, log: Path, master: str = "local[2]") -> subprocess.Popen[bytes]:
     """Start a restore in its own process group, output to ``log``."""
     return start_job(restore_command(*args, master=master), log)
+
+
+def killed_after_first_commit(
+    broker: BrokerUnderTest, topic: str, partitions: int, *args: str | Path, log: Path
+) -> None:
+    """Run a restore into ``topic`` until it has committed a transaction there, then SIGKILL its process group (its
+    arguments should throttle it, so that it is still producing)."""
+    process = start_restore(*args, log=log)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and process.poll() is None and committed_end(broker, topic, partitions) == 0:
+        time.sleep(0.1)
+    assert process.poll() is None, log.read_text()[-3000:]
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(60)
 
 
 def write_backup(backup: Path, topic: str, partitions: int, records: int) -> dict[str, dict[int, int]]:

@@ -44,6 +44,7 @@ from tests.restore_helpers import (
     committed_end,
     comparable,
     group_offsets,
+    killed_after_first_commit,
     restore_command,
     restore_python,
     run_restore,
@@ -309,16 +310,8 @@ def test_a_rerun_refuses_records_written_into_the_target_while_the_restore_was_s
     name = target.name(topic)
     maps = ["--topic-map", f"{topic}={name}"] if target.prefix else []
     args = [*target.args(tmp_path), "--source-dir", str(backup), *maps]
-    log = tmp_path / "killed.log"
-    with open(log, "wb") as out:  # 500 records a second: the first transaction is cut by time (5 s)
-        process = subprocess.Popen(restore_command(*args, "--max-rate", "500"), stdout=out, stderr=subprocess.STDOUT,
-                                   env=job_env(), cwd=REPO, start_new_session=True)  # fmt: skip
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and process.poll() is None and committed_end(target.broker, name, 1) == 0:
-        time.sleep(0.1)
-    assert process.poll() is None, log.read_text()[-3000:]
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait(60)
+    # 500 records a second: the first transaction is cut by time (5 s)
+    killed_after_first_commit(target.broker, name, 1, *args, "--max-rate", "500", log=tmp_path / "killed.log")
     assert 0 < committed_end(target.broker, name, 1) < 3000
     producer = Producer(target.broker.client_settings())
     producer.produce(name, b"someone else's record", b"intruder", partition=0)

@@ -7,9 +7,6 @@ placement rules of :mod:`spark_kafka_backup.restore.repartition` record by recor
 from __future__ import annotations
 
 import base64
-import os
-import signal
-import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -21,9 +18,15 @@ from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.offsets_file import write_consumer_offsets
 from spark_kafka_backup.partition.writer import PartitionWriter
 from spark_kafka_backup.restore.repartition import key_partition, murmur2
-from tests.conftest import REPO
-from tests.kafka_helpers import consume_all, create_topics, job_env
-from tests.restore_helpers import Target, committed_end, group_offsets, restore_command, restore_python, run_restore
+from tests.kafka_helpers import consume_all, create_topics
+from tests.restore_helpers import (
+    Target,
+    committed_end,
+    group_offsets,
+    killed_after_first_commit,
+    restore_python,
+    run_restore,
+)
 
 BASE = (int(time.time()) // 60 - 60) * 60_000
 SOURCE_PARTITIONS = 3
@@ -131,15 +134,7 @@ def test_murmur2_puts_keys_where_kafka_would_and_groups_at_their_first_unread_re
     args: list[str | Path] = [*target.args(tmp_path), "--source-dir", backup, *maps, "--repartition", "murmur2",
             "--partitions", f"{name}=5", "--max-rate", "100"]  # fmt: skip
     log_path = tmp_path / "killed.log"
-    with open(log_path, "wb") as out:
-        process = subprocess.Popen(restore_command(*args), stdout=out, stderr=subprocess.STDOUT, env=job_env(),
-                                   cwd=REPO, start_new_session=True)  # fmt: skip
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and process.poll() is None and committed_end(target.broker, name, 5) == 0:
-        time.sleep(0.1)
-    assert process.poll() is None, log_path.read_text()[-3000:]
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait(60)
+    killed_after_first_commit(target.broker, name, 5, *args, log=log_path)
     assert "throttled to 100 records/s in each partition (--max-rate)" in log_path.read_text()
     assert 0 < committed_end(target.broker, name, 5) < 3000
     result = run_restore(*args[:-2])
