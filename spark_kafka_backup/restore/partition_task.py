@@ -182,13 +182,9 @@ def _refuse_written_since(task: PartitionTask, marker: ProgressMarker, where: st
     the marker's next offset, and the producer just fenced can write no more (its open transaction was aborted), so
     someone else wrote it while the restore was stopped (the plan finds those it can see; a stopped run's open
     transaction hides the ones after it until it is aborted, here)."""
-    from spark_kafka_backup.kafka.cluster import read_committed_records
+    from spark_kafka_backup.kafka.cluster import nth_committed_record
 
-    records = read_committed_records(task.client, task.target_topic, task.target_partition, marker.next)
-    try:
-        first = next(records, None)
-    finally:
-        records.close()
+    first = nth_committed_record(task.client, task.target_topic, task.target_partition, marker.next, 0)
     if first is not None:
         raise TargetChangedError(
             f"{where}: the target holds a record at offset {first[0]} that this restore did not write, past its "

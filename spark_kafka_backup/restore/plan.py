@@ -770,14 +770,10 @@ def _written_since(settings: RestoreSettings, parts: list[PartitionPlan]) -> lis
     for part in parts:
         if part.target_end <= part.after_last:
             continue  # nothing past this restore's records but what the marker's transaction left
-        from spark_kafka_backup.kafka.cluster import read_committed_records
+        from spark_kafka_backup.kafka.cluster import nth_committed_record
 
         key = (part.target_topic, part.target_partition)
-        records = read_committed_records(settings.client, part.target_topic, part.target_partition, part.after_last)
-        try:
-            first = next(records, None)
-        finally:
-            records.close()
+        first = nth_committed_record(settings.client, part.target_topic, part.target_partition, part.after_last, 0)
         if first is None:
             continue  # aborted transactions only
         consumer = marker_consumer(settings.client)
@@ -808,14 +804,10 @@ def _place_spread(settings: RestoreSettings, part: PartitionPlan, marker: Progre
     part.after_last = part.baseline = part.target_end
     if part.target_end == part.target_start:
         return None
-    from spark_kafka_backup.kafka.cluster import read_committed_records
+    from spark_kafka_backup.kafka.cluster import nth_committed_record
 
-    records = read_committed_records(settings.client, part.target_topic, part.target_partition, part.target_start)
-    try:
-        if next(records, None) is None:
-            return None  # aborted transactions only
-    finally:
-        records.close()
+    if nth_committed_record(settings.client, part.target_topic, part.target_partition, part.target_start, 0) is None:
+        return None  # aborted transactions only
     if settings.allow_non_empty:
         part.status = "after existing records"
         return None
