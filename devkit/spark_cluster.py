@@ -46,23 +46,49 @@ class SparkClusterError(SparkKafkaBackupError):
     """A local Spark standalone cluster could not be started."""
 
 
-def spark_class() -> Path:
-    """``spark-class`` beside this interpreter (a venv's ``bin``, where pip puts PySpark's scripts)."""
+def spark_class(worker_python: Path | None = None) -> Path:
+    """``spark-class`` beside this interpreter (a venv's ``bin``, where pip puts PySpark's scripts), or PySpark's own
+    Spark home's for a cluster of ``worker_python``."""
+    if worker_python is not None:
+        return installed_spark_home() / "bin" / "spark-class"
     return Path(sys.executable).parent / "spark-class"
 
 
-def cluster_environment() -> dict[str, str]:
+def installed_spark_home() -> Path:
+    """The Spark home pip's PySpark is, as a cluster's Spark installation is: with ``python/lib/pyspark.zip`` and
+    py4j's, which executors put on their Python workers' path."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def cluster_environment(worker_python: Path | None = None) -> dict[str, str]:
     """The environment of every cluster process: loopback only, this interpreter for Python, its ``bin`` first, and
     the jobs' Spark home (:func:`~spark_kafka_backup.spark_submit.spark_home`), which executors pass on to their
-    Python workers."""
+    Python workers.
+
+    With ``worker_python``, the cluster is one with nothing of the jobs installed: ``worker_python`` (an interpreter
+    with no spark-kafka-backup, PySpark, pyarrow, numpy, confluent-kafka) is its Python, first on PATH, this
+    interpreter's ``bin`` is not on PATH, no PYTHONPATH or virtual environment is inherited, and Spark's home is
+    PySpark's own (its Python workers import PySpark from Spark's archives)."""
     bin_dir = str(Path(sys.executable).parent)
+    loopback = {"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOCAL_HOSTNAME": "127.0.0.1"}
+    if worker_python is None:
+        return {
+            **os.environ,
+            "SPARK_HOME": str(spark_home()),
+            "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+            **loopback,
+            "PYSPARK_PYTHON": sys.executable,
+        }
+    inherited = {name: value for name, value in os.environ.items() if name not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    path = [entry for entry in os.environ.get("PATH", "").split(os.pathsep) if entry and entry != bin_dir]
     return {
-        **os.environ,
-        "SPARK_HOME": str(spark_home()),
-        "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_LOCAL_HOSTNAME": "127.0.0.1",
-        "PYSPARK_PYTHON": sys.executable,
+        **inherited,
+        "SPARK_HOME": str(installed_spark_home()),
+        "PATH": os.pathsep.join([str(worker_python.parent), *path]),
+        **loopback,
+        "PYSPARK_PYTHON": str(worker_python),
     }
 
 
@@ -100,6 +126,9 @@ class SparkCluster:
     start_timeout: float = 120
     #: JVM options of the master and the workers (``SPARK_DAEMON_JAVA_OPTS``); empty: the JVM's defaults.
     daemon_java_options: str = ""
+    #: The Python of a cluster with nothing of the jobs installed (see :func:`cluster_environment`); None: this
+    #: interpreter, with everything.
+    worker_python: Path | None = None
     directory: Path | None = None
     master_port: int = field(default_factory=free_port)
     master_ui_port: int = field(default_factory=free_port)
@@ -176,10 +205,10 @@ class SparkCluster:
 
     def _process(self, name: str, main: str, *args: str) -> SparkProcess:
         assert self.directory is not None
-        return SparkProcess(name, [str(spark_class()), main, *args], self.directory)
+        return SparkProcess(name, [str(spark_class(self.worker_python)), main, *args], self.directory)
 
     def _launch(self, process: SparkProcess) -> None:
-        env = cluster_environment()
+        env = cluster_environment(self.worker_python)
         if self.daemon_java_options:
             env["SPARK_DAEMON_JAVA_OPTS"] = self.daemon_java_options
         with open(process.log, "ab") as out:

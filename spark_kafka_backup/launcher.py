@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from spark_kafka_backup.boundary import exit_code
 from spark_kafka_backup.errors import SparkKafkaBackupError, UsageError
@@ -38,6 +40,8 @@ class Launch:
 
     master: str = DEFAULT_MASTER
     conf: list[str] = field(default_factory=list)
+    #: The packed environment the executors run (``--archive``): a local file or a URI Spark fetches.
+    archive: str | None = None
     print_command: bool = False
     job_args: list[str] = field(default_factory=list)
 
@@ -50,7 +54,7 @@ def split_arguments(argv: Sequence[str]) -> Launch:
     while index < len(items):
         item = items[index]
         name, equals, inline = item.partition("=")
-        if name in ("--master", "--conf"):
+        if name in ("--master", "--conf", "--archive"):
             if equals:
                 value = inline
             elif index + 1 < len(items):
@@ -62,6 +66,10 @@ def split_arguments(argv: Sequence[str]) -> Launch:
                 if not value:
                     raise UsageError("--master needs a value, e.g. local[2] or spark://HOST:7077")
                 launch.master = value
+            elif name == "--archive":
+                if not value:
+                    raise UsageError("--archive needs a value: a packed environment (spark-kafka-backup pack)")
+                launch.archive = value
             else:
                 if "=" not in value or not value.partition("=")[0]:
                     raise UsageError(f"--conf {value!r}: expected KEY=VALUE, e.g. spark.executor.memory=4g")
@@ -89,6 +97,13 @@ def add_launcher_options(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="a Spark setting passed to spark-submit, set before the driver's JVM starts (repeatable; e.g. "
         "spark.driver.memory). --spark-conf sets one in the job's Spark session instead",
+    )
+    group.add_argument(
+        "--archive",
+        metavar="FILE|URI",
+        help="the packed environment the executors run (made by spark-kafka-backup pack; a local file, or a URI "
+        "every executor can fetch: s3a://, hdfs://, https://): shipped with spark.archives, the executors' Python "
+        "is its bin/python; for a cluster whose executors have only Spark and a Python (docs/deploy.md)",
     )
     group.add_argument("--print-command", action="store_true", help="print the spark-submit command, run nothing")
 
@@ -129,20 +144,60 @@ def _launch(job: str, argv: Sequence[str], prog: str) -> int:
     from spark_kafka_backup.jvm_archive import ensure_driver_archive, existing_driver_archive
     from spark_kafka_backup.spark_submit import job_environment, spark_home, spark_submit_command
 
+    if launch.archive is not None:
+        if launch.master.startswith("local"):
+            print_error(
+                f"{prog}: error: --archive ships the environment to a cluster's executors; with --master "
+                f"{launch.master} the driver's own Python runs every task (leave --archive out)"
+            )
+            return 2
+        launch.archive = _checked_archive(launch.archive, prog)
     # Spark's Kafka connector may have to be fetched here: a failure is the boundary's one line (exit 1).
-    command = spark_submit_command(job, *launch.job_args, master=launch.master, conf=launch.conf)
+    command = spark_submit_command(
+        job, *launch.job_args, master=launch.master, conf=launch.conf, archive=launch.archive
+    )
     if launch.print_command:
         print(shlex.join(command))
         return 0
     if not os.access(command[0], os.X_OK):
         raise SparkKafkaBackupError(f"{command[0]} is not an executable spark-submit (check SPARK_HOME)")
-    environment = job_environment(master=launch.master)
+    environment = job_environment(master=launch.master, packed=launch.archive is not None)
     home = spark_home(launch.master)
     if existing_driver_archive(environment, home) is None and ensure_driver_archive(
         environment, home, announce=lambda line: print(f"{prog}: {line}", file=sys.stderr, flush=True)
     ):
-        command = spark_submit_command(job, *launch.job_args, master=launch.master, conf=launch.conf)
+        command = spark_submit_command(
+            job, *launch.job_args, master=launch.master, conf=launch.conf, archive=launch.archive
+        )
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(command[0], command, environment)
     return 1  # not reached
+
+
+#: A URI Spark fetches itself (``s3a://``, ``hdfs://``, ``https://``), not a path of this machine.
+_REMOTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _checked_archive(archive: str, prog: str) -> str:
+    """The ``spark.archives`` entry of ``--archive``: a local packed environment is read and checked against this
+    installation (the driver and the executors must run the same spark-kafka-backup on the same Python version) and
+    said on stderr; a URI is passed on as it is (Spark fetches it on each executor)."""
+    from spark_kafka_backup import __version__
+    from spark_kafka_backup.packing import PackError, read_manifest
+
+    if _REMOTE.match(archive) and not archive.startswith("file:"):
+        print(f"{prog}: executors run the packed environment {archive} (fetched by Spark, not checked here)",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return archive
+    path = Path(archive.removeprefix("file://")).expanduser().absolute()
+    manifest = read_manifest(path)
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if manifest.version != __version__ or manifest.python != python:
+        raise PackError(
+            f"{path}: packed for spark-kafka-backup {manifest.version} on Python {manifest.python}, but the driver "
+            f"runs spark-kafka-backup {__version__} on Python {python} (they must be the same): make it again "
+            f"with spark-kafka-backup pack --output {path}"
+        )
+    print(f"{prog}: executors run the packed environment {path}: {manifest.describe()}", file=sys.stderr, flush=True)
+    return path.as_uri()

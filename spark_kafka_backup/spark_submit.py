@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import shlex
 import shutil
 import sys
 from collections.abc import Sequence
@@ -104,8 +105,14 @@ DEFAULT_CONF = ("spark.ui.enabled=false", "spark.python.authenticate.socketTimeo
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
 
 
-def spark_submit_command(job: str, *args: str | Path, master: str = "local[2]", conf: Sequence[str] = ()) -> list[str]:
+def spark_submit_command(
+    job: str, *args: str | Path, master: str = "local[2]", conf: Sequence[str] = (), archive: str | None = None
+) -> list[str]:
     """``spark-submit --master MASTER [--conf K=V ...] JOB_FILE ARGS``.
+
+    With ``archive`` (a packed environment's URI, :mod:`spark_kafka_backup.packing`), Spark unpacks it in each
+    executor's working directory (``spark.archives``, added to any given) and runs the executors' Python from it;
+    the driver's Python stays this interpreter.
 
     With ``--kafka-source spark`` among ``args``, Spark's Kafka connector jars
     (resolved once into spark-kafka-backup's cache, see :mod:`spark_kafka_backup.jars`) are passed
@@ -119,6 +126,8 @@ def spark_submit_command(job: str, *args: str | Path, master: str = "local[2]", 
         jars = ["--jars", ",".join(str(jar) for jar in connector_jars())]
     given = {setting.partition("=")[0] for setting in conf}
     settings = [default for default in DEFAULT_CONF if default.partition("=")[0] not in given] + list(conf)
+    if archive is not None:
+        settings = with_packed_environment(settings, archive, given)
     if "spark.driver.extraJavaOptions" not in given:
         # Quiet from the JVM's start: Spark's level is set by the job only once its session exists.
         options = [f"-Dlog4j2.configurationFile={STARTUP_LOGGING.as_uri()}"]
@@ -142,15 +151,77 @@ def spark_submit_command(job: str, *args: str | Path, master: str = "local[2]", 
     ]
 
 
-def job_environment(*, importable: Path | None = None, master: str | None = None) -> dict[str, str]:
+def with_packed_environment(settings: list[str], archive: str, given: set[str]) -> list[str]:
+    """``settings`` with the packed environment ``archive`` (:mod:`spark_kafka_backup.packing`) shipped to the
+    executors.
+
+    One Python command has to work on the driver and on every executor: Spark runs the Python of a Python data
+    source's planning on the driver and of its reads on the executors, from the same ``spark.pyspark.python``. It is
+    the bare name ``python3.X`` (this interpreter's version, which the archive's compiled files are for): on each
+    executor its ``PATH`` finds the machine's Python and ``spark.executorEnv.PYTHONPATH`` puts the unpacked
+    ``kbackup-env/site-packages`` of its working directory first; on the driver :func:`job_environment` puts a
+    directory first on ``PATH`` whose ``python3.X`` runs this interpreter (:func:`driver_python_directory`). The
+    driver's own Python stays this interpreter. A setting given is kept (``spark.archives`` and the executors'
+    ``PYTHONPATH`` are added to)."""
+    from spark_kafka_backup.packed import ENV_NAME
+    from spark_kafka_backup.packing import EXECUTOR_PATH
+
+    def values(name: str) -> list[str]:
+        return [setting.partition("=")[2] for setting in settings if setting.partition("=")[0] == name and setting]
+
+    joined = {
+        "spark.archives": ",".join([*filter(None, values("spark.archives")), f"{archive}#{ENV_NAME}"]),
+        "spark.executorEnv.PYTHONPATH": os.pathsep.join(
+            [EXECUTOR_PATH, *filter(None, values("spark.executorEnv.PYTHONPATH"))]
+        ),
+    }
+    result = [setting for setting in settings if setting.partition("=")[0] not in joined]
+    result.extend(f"{name}={value}" for name, value in joined.items())
+    if "spark.pyspark.python" not in given:
+        result.append(f"spark.pyspark.python={executor_python()}")
+    if "spark.pyspark.driver.python" not in given:
+        result.append(f"spark.pyspark.driver.python={sys.executable}")
+    return result
+
+
+def executor_python() -> str:
+    """The Python command of a job with a packed environment: ``python3.X`` of this interpreter's version."""
+    return f"python{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def driver_python_directory() -> Path:
+    """A directory whose :func:`executor_python` runs this interpreter (a two-line script, made once in the cache:
+    a link would lose a virtual environment, which Python finds beside the path it was started by)."""
+    from spark_kafka_backup.jars import cache_root
+
+    interpreter = sys.executable
+    directory = cache_root().absolute() / "driver-python" / hashlib.sha256(interpreter.encode()).hexdigest()[:16]
+    script = directory / executor_python()
+    text = f'#!/bin/sh\nexec {shlex.quote(interpreter)} "$@"\n'
+    if not (script.is_file() and script.read_text() == text):
+        directory.mkdir(parents=True, exist_ok=True)
+        making = directory / f".{script.name}.{os.getpid()}"
+        making.write_text(text)
+        making.chmod(0o755)
+        os.replace(making, script)
+    return directory
+
+
+def job_environment(
+    *, importable: Path | None = None, master: str | None = None, packed: bool = False
+) -> dict[str, str]:
     """The environment of a submitted job.
 
     This interpreter runs the driver and every executor's Python (unless
     ``PYSPARK_PYTHON`` is set), ``SPARK_HOME`` is :func:`spark_home` for ``master``
     unless set, the driver listens on loopback unless ``SPARK_LOCAL_IP`` says
     otherwise, and ``importable`` (a source tree) is put first on ``PYTHONPATH``.
+    ``packed``: the executors run a packed environment (:func:`with_packed_environment`), and the driver's
+    ``python3.X`` is this interpreter.
     """
     env = dict(os.environ)
+    if packed:
+        env["PATH"] = str(driver_python_directory()) + os.pathsep + env.get("PATH", "")
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", env["PYSPARK_PYTHON"])
     env.setdefault("SPARK_HOME", str(spark_home(master)))

@@ -110,6 +110,7 @@ LONG_FILES = (
     "test_erase.py",  # one long scenario of 4 to 6 minutes: started last, it alone was the end of a run
     "test_broker_failures.py",
     "test_spark_cluster.py",
+    "test_packed_environment.py",
     "test_backup_continuous.py",
     "test_secured_kafka.py",
     "test_living_source.py",

@@ -3,10 +3,12 @@ without a JVM."""
 
 from __future__ import annotations
 
+import io
 import os
 import shlex
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -63,6 +65,10 @@ def test_help_answers_without_starting_java(job: str, tmp_path: Path) -> None:
         (["backup", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
         (["restore", "--bootstrap-server", "k:9092", "--source-dir", "/b", "--conf", "nonsense"], "expected KEY=VALUE"),
         (["restore", "--bootstrap-server", "k:9092", "--source-dir", "/b", "--master"], "--master needs a value"),
+        (
+            ["backup", "--bootstrap-server", "k:9092", "--target-dir", "/b", "--topics", "t", "--archive", "e.tar.gz"],
+            "--archive ships the environment to a cluster's executors; with --master local[*]",
+        ),
     ],
 )
 def test_a_mistake_is_one_line_and_exit_2_before_any_jvm(args: list[str], message: str, tmp_path: Path) -> None:
@@ -94,6 +100,34 @@ def test_the_command_uses_the_installed_job_file_and_the_options_given(tmp_path:
     assert job.name == "backup.py" and job.parent.name == "jobs" and job.parent.parent.name == "spark_kafka_backup"
     assert job.is_file()
     assert command[-6:] == ["--bootstrap-server", "k:9092", "--target-dir", str(tmp_path / "b"), "--topics", "t"]
+
+
+def test_an_archive_that_is_not_there_or_not_this_version_is_one_line(tmp_path: Path) -> None:
+    from spark_kafka_backup.packing import Manifest
+
+    common = ["backup", "--bootstrap-server", "k:9092", "--target-dir", str(tmp_path / "b"), "--topics", "t",
+              "--master", "spark://h:7077", "--print-command"]  # fmt: skip
+    missing = run_cli(*common, "--archive", "nowhere.tar.gz", cwd=tmp_path)
+    assert missing.returncode == 1 and missing.stdout == ""
+    assert missing.stderr.strip() == (
+        f"spark-kafka-backup backup: error: {tmp_path / 'nowhere.tar.gz'}: no such packed environment "
+        "(make one with: spark-kafka-backup pack)"
+    )
+    old = tmp_path / "old.tar.gz"
+    with tarfile.open(old, "w:gz") as archive:
+        data = Manifest("0.0.1", "3.11", "linux-x86_64", ()).to_json().encode()
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    stale = run_cli(*common, "--archive", str(old), cwd=tmp_path)
+    assert stale.returncode == 1
+    assert "packed for spark-kafka-backup 0.0.1 on Python 3.11, but the driver runs" in stale.stderr
+    assert f"spark-kafka-backup pack --output {old}" in stale.stderr and "Traceback" not in stale.stderr
+    # A URI is Spark's to fetch: passed on as it is.
+    remote = run_cli(*common, "--archive", "s3a://bucket/env.tar.gz", cwd=tmp_path)
+    assert remote.returncode == 0, remote.stderr
+    assert "spark.archives=s3a://bucket/env.tar.gz#kbackup-env" in shlex.split(remote.stdout)
+    assert "(fetched by Spark, not checked here)" in remote.stderr
 
 
 def test_a_driver_that_reads_kafka_keeps_the_optimizing_compiler() -> None:

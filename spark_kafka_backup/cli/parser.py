@@ -18,6 +18,7 @@ from spark_kafka_backup.cli.look import (
     cmd_report,
     cmd_verify,
 )
+from spark_kafka_backup.cli.pack import cmd_pack
 from spark_kafka_backup.cli.repair import cmd_catalog_rebuild, cmd_index_rebuild, cmd_merge, cmd_prune
 from spark_kafka_backup.cli.schemas import cmd_schemas_capture, cmd_schemas_list
 from spark_kafka_backup.partition.writer import DEFAULT_MAX_SEGMENT_SIZE
@@ -173,6 +174,24 @@ def build_parser() -> argparse.ArgumentParser:
     capture.add_argument("dir", metavar="DIR", help="backup root")
     add_schema_registry_flags(capture, purpose="to capture")
     capture.set_defaults(func=cmd_schemas_capture)
+    packing = sub.add_parser(
+        "pack",
+        help="write the packed environment a cluster's executors run (backup/restore --archive)",
+        description="Write spark-kafka-backup and every package its executors import (but PySpark, which the "
+        "cluster's Spark carries) from this installation into one .tar.gz, for backup/restore --archive on a "
+        "cluster whose executors have only Spark and a Python of this version.",
+    )
+    packing.add_argument(
+        "--output", "-o", default="kbackup-env.tar.gz", metavar="FILE", help="the archive (default %(default)s)"
+    )
+    packing.add_argument(
+        "--without-native",
+        dest="native",
+        action="store_false",
+        help="leave out the compiled Kafka edge and records scanner: the executors use confluent-kafka's client "
+        "and numpy (slower, the same results), e.g. for executors of another CPU or C library",
+    )
+    packing.set_defaults(func=cmd_pack)
     index = sub.add_parser("index", help="list or rebuild segment and partition indexes")
     index_sub = index.add_subparsers(dest="index_command", required=True, metavar="ACTION")
     show = index_sub.add_parser("show", parents=[legacy], help="list the entries of an index file")

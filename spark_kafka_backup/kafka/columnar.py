@@ -27,6 +27,8 @@ import numpy as np
 import pyarrow as pa
 
 from spark_kafka_backup.errors import SparkKafkaBackupError
+from spark_kafka_backup.logsetup import ensure_console_logging
+from spark_kafka_backup.packed import packed_environment
 
 if TYPE_CHECKING:
     from spark_kafka_backup.kafka import _native_kafka as _native_kafka  # typed by _native_kafka.pyi; the one import
@@ -86,6 +88,8 @@ def librdkafka_path() -> str | None:
 def _native() -> tuple[ModuleType | None, str]:
     """The loaded native module, or ``None`` and why not."""
     if _native_kafka is None:
+        if packed_environment() is not None:
+            return None, "the packed environment does not carry the native module (packed --without-native)"
         return None, "the native module is not built (no C compiler when spark-kafka-backup was installed)"
     path = librdkafka_path()
     if path is None:
@@ -110,11 +114,24 @@ def native_edge() -> ModuleType | None:
     """The native module when the edge is to be native (see the module docstring), else ``None``."""
     wanted = edge_setting()
     if wanted == "reference":
+        _say_edge(None, f"{EDGE_ENV}=reference")
         return None
     module, why = _native()
     if module is None and wanted == "native":
         raise NativeEdgeError(f"{EDGE_ENV}=native, but the native Kafka edge cannot be used here: {why}")
+    _say_edge(module, why)
     return module
+
+
+@functools.cache
+def _say_edge(module: ModuleType | None, why: str) -> None:
+    """In a packed environment (an executor of a cluster with nothing installed), which edge this process uses, once:
+    its log is the executor's (stdout in its work directory)."""
+    environment = packed_environment()
+    if environment is not None:
+        ensure_console_logging()  # a task's Python process: no handler of the job's yet (a restore's task)
+        edge = "the native Kafka edge" if module is not None else f"confluent-kafka's client (reference path: {why})"
+        log.info("this executor's Python runs the packed environment %s: Kafka through %s", environment, edge)
 
 
 @dataclass(frozen=True)

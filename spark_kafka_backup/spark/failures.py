@@ -10,6 +10,15 @@ _PYTHON_ERROR = re.compile(r"^(?::\s*)?((?:\w+\.)*\w*(?:Error|Exception)): (.+)$
 _WRAPPERS = ("org.", "java.", "scala.", "py4j.", "pyspark.")
 
 
+#: How PySpark reports an error raised in a Python process of Spark's (a task's, a planner's), not the driver's own.
+_FROM_A_WORKER = "An exception was thrown from the Python worker"
+#: What a module missing in a Spark Python process means for a job, and what to do.
+MISSING_ON_EXECUTORS = (
+    "in a Python process of Spark's: the executors' Python lacks what spark-kafka-backup needs; ship it with "
+    "--archive FILE (made by spark-kafka-backup pack, docs/deploy.md) or install spark-kafka-backup there"
+)
+
+
 def failure_cause(failure: BaseException | object) -> str:
     """spark-kafka-backup's own error if the failure carries one, else the Python worker's last error line, else the
     first line."""
@@ -23,7 +32,10 @@ def failure_cause(failure: BaseException | object) -> str:
     python = [(name, message) for name, message in errors if not name.startswith(_WRAPPERS)]
     if python or errors:
         name, message = (python or errors)[-1]
-        return f"{name.rsplit('.', 1)[-1]}: {message.strip()}"[:500]
+        line = f"{name.rsplit('.', 1)[-1]}: {message.strip()}"[:500]
+        if name.endswith("ModuleNotFoundError") and _FROM_A_WORKER in text:
+            line += f" {MISSING_ON_EXECUTORS}"
+        return line
     return next((line.strip() for line in text.splitlines() if line.strip()), type(failure).__name__)[:500]
 
 

@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "spark_kafka_backup"
 #: Lowest first. A unit may import from its own unit and from any unit of a lower layer, never sideways.
 LAYERS: list[set[str]] = [
     {"arrow_runtime"},  # the package's __init__ runs it first in every process (no pandas in a job's)
-    {"spark_kafka_backup", "errors", "text"},
+    {"spark_kafka_backup", "errors", "text", "packed"},
     {"fsutil", "properties", "progress", "logsetup", "jars", "boundary"},
     {"argtypes"},
     {"metrics"},
@@ -35,7 +35,7 @@ LAYERS: list[set[str]] = [
     {"job_options"},
     {"backup", "restore"},
     {"report", "jobs"},
-    {"jvm_archive"},
+    {"jvm_archive", "packing"},
     {"spark_submit"},
     {"launcher"},
     {"cli"},
