@@ -45,7 +45,7 @@ PLACEHOLDERS = {"KAFKA": "kafka:9092", "NEW_KAFKA": "new-kafka:9092", "BACKUPS":
 #: Commands the docs may show that spark-kafka-backup does not own (not parsed).
 FOREIGN = {
     "export", "cd", "mkdir", "cat", "ls", "echo", "pip", "apt-get", "sudo", "aws", "crontab", "kill", "grep", "tee",
-    "curl",
+    "curl", "kubectl", "systemctl",
 }  # fmt: skip
 
 
