@@ -18,7 +18,12 @@ from spark_kafka_backup.argtypes import positive_float, umask
 from spark_kafka_backup.boundary import exit_code, stop_on_signals
 from spark_kafka_backup.errors import SparkKafkaBackupError, UsageError
 from spark_kafka_backup.logsetup import LOG_FORMATS, ensure_console_logging, print_error
-from spark_kafka_backup.metrics import DEFAULT_METRICS_BIND, MetricsPublisher, parse_listen_address
+from spark_kafka_backup.metrics import (
+    DEFAULT_METRICS_BIND,
+    MetricsPublisher,
+    check_pushgateway,
+    parse_listen_address,
+)
 
 S = TypeVar("S")
 
@@ -129,6 +134,12 @@ def job_parser(prog: str, job: str) -> tuple[argparse.ArgumentParser, argparse._
         "in .prom (node_exporter's textfile collector), JSON otherwise",
     )
     watch.add_argument(
+        "--metrics-pushgateway",
+        metavar="URL",
+        help="push the job's metrics to this Prometheus Pushgateway (http://HOST:9091) every interval and at the "
+        "end, grouped by job and target (source): a finished snapshot's or restore's figures stay there",
+    )
+    watch.add_argument(
         "--metrics-interval",
         type=positive_float,
         default=15.0,
@@ -150,6 +161,7 @@ class Monitoring:
 
     metrics_file: Path | None = None
     metrics_listen: tuple[str, int] | None = None
+    metrics_push: str | None = None
     metrics_interval: float = 15.0
     log_format: str = "text"
 
@@ -164,10 +176,13 @@ class Monitoring:
         return cls(
             metrics_file=args.metrics_file,
             metrics_listen=parse_listen_address(args.metrics_port, args.metrics_bind) if args.metrics_port else None,
+            metrics_push=check_pushgateway(args.metrics_pushgateway) if args.metrics_pushgateway else None,
             metrics_interval=args.metrics_interval,
             log_format=args.log_format,
         )
 
     def publisher(self, job: str, labels: Mapping[str, str] | None = None) -> MetricsPublisher:
         """``labels``: on every sample (which backup or restore the series are of)."""
-        return MetricsPublisher(job, file=self.metrics_file, listen=self.metrics_listen, labels=labels)
+        return MetricsPublisher(
+            job, file=self.metrics_file, listen=self.metrics_listen, push=self.metrics_push, labels=labels
+        )

@@ -6,6 +6,9 @@ which
 
 * serves it at ``http://HOST:PORT/metrics`` in Prometheus' text exposition
   format (``--metrics-port [HOST:]PORT``) for a Prometheus scrape, and
+* pushes it to a Prometheus Pushgateway (``--metrics-pushgateway URL``), into the group of the job and its labels,
+  which keeps the last snapshot after the job's process has exited (a snapshot or a restore run by a scheduler
+  ends before a scrape would find its endpoint), and
 * replaces a file with it (``--metrics-file PATH``): Prometheus text when the
   name ends in ``.prom`` (node_exporter's textfile collector reads such a
   directory), a JSON object otherwise (``{"job", "updated_at", "metrics":
@@ -24,12 +27,17 @@ Prometheus text format, as written here::
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import math
+import re
 import socket
 import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -106,6 +114,39 @@ def parse_listen_address(text: str, bind: str | None = None) -> tuple[str, int]:
     return host or bind or DEFAULT_METRICS_BIND, port
 
 
+#: A Prometheus label name.
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def pushgateway_url(gateway: str, job: str, labels: Mapping[str, str]) -> str:
+    """The URL of a Prometheus Pushgateway's group for ``job`` and ``labels`` (its grouping key):
+    ``GATEWAY/metrics/job@base64/JOB/NAME@base64/VALUE...``, every value in base64url, so that a path (a backup's
+    target) or any other text is one path segment."""
+
+    def encoded(value: str) -> str:
+        return base64.urlsafe_b64encode(value.encode()).decode() or "="
+
+    parts = [f"job@base64/{encoded(job)}"]
+    for name, value in sorted(labels.items()):
+        if not _LABEL_NAME.fullmatch(name):
+            raise UsageError(f"metrics label {name!r}: not a Prometheus label name")
+        parts.append(f"{name}@base64/{encoded(value)}")
+    return f"{gateway.rstrip('/')}/metrics/" + "/".join(parts)
+
+
+def check_pushgateway(url: str) -> str:
+    """``--metrics-pushgateway URL`` as given: http(s)://HOST[:PORT][/PATH], no credentials in it (they would be in
+    the process list and the logs)."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise UsageError(f"--metrics-pushgateway {url!r}: expected http://HOST:PORT of a Prometheus Pushgateway")
+    if parsed.username or parsed.password:
+        raise UsageError("--metrics-pushgateway: credentials do not belong in the URL (the process list shows it)")
+    if parsed.query or parsed.fragment:
+        raise UsageError(f"--metrics-pushgateway {url!r}: expected no query or fragment")
+    return url
+
+
 class MetricsPublisher:
     """Publishes a job's latest samples by HTTP and/or to a file (module docstring).
 
@@ -120,20 +161,24 @@ class MetricsPublisher:
         *,
         file: Path | None = None,
         listen: tuple[str, int] | None = None,
+        push: str | None = None,
         labels: Mapping[str, str] | None = None,
     ) -> None:
-        """``labels`` are added to every sample: what tells two jobs' series apart (the backup's target)."""
+        """``labels`` are added to every sample: what tells two jobs' series apart (the backup's target); with
+        ``push`` (a Pushgateway's URL) they and ``job`` are the group each snapshot replaces there."""
         self.job = job
         self.file = file
         self.listen = listen
+        self.push = push
         self.labels = dict(labels or {})
+        self._push_failing = False
         self._text = ""
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
 
     @property
     def enabled(self) -> bool:
-        return self.file is not None or self.listen is not None
+        return self.file is not None or self.listen is not None or self.push is not None
 
     @property
     def port(self) -> int | None:
@@ -182,7 +227,7 @@ class MetricsPublisher:
             return self._text
 
     def publish(self, samples: Sequence[Sample], *, now: float | None = None) -> None:
-        """Make ``samples`` the current snapshot (served at once; the file replaced)."""
+        """Make ``samples`` the current snapshot (served at once; the file replaced; pushed)."""
         if self.labels:
             samples = [replace(sample, labels={**self.labels, **sample.labels}) for sample in samples]
         text = render_prometheus(samples)
@@ -194,6 +239,31 @@ class MetricsPublisher:
             else:
                 data = render_json(self.job, samples, updated_at=time.time() if now is None else now)
             atomic_write(self.file, data.encode(), sync=False)
+        if self.push is not None:
+            self._push_text(self.push, text)
+
+    def _push_text(self, gateway: str, text: str) -> None:
+        """PUT the snapshot into its group on the Pushgateway: the group's series are replaced by these. A gateway
+        that does not answer is said once (and once when it answers again); the job goes on either way."""
+        request = urllib.request.Request(
+            pushgateway_url(gateway, self.job, self.labels),
+            data=text.encode(),
+            method="PUT",
+            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                response.read()
+        except (OSError, urllib.error.URLError, ValueError) as exc:
+            if not self._push_failing:
+                reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+                log.warning("metrics not pushed to %s: %s (the job goes on; each interval tries again)", gateway,
+                            reason)  # fmt: skip
+            self._push_failing = True
+            return
+        if self._push_failing:
+            log.info("metrics pushed to %s again", gateway)
+        self._push_failing = False
 
     def close(self) -> None:
         if self._server is not None:

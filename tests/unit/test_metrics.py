@@ -231,3 +231,35 @@ def test_restore_progress_follows_its_own_markers_and_ends_exact() -> None:
     assert values(samples, "kbackup_restore_partitions_done") == {(): 2}
     assert values(samples, "kbackup_restore_last_success_timestamp_seconds") == {(): 120}
     assert values(samples, "kbackup_restore_up") == {(): 0}
+
+
+def test_the_pushgateway_group_is_the_job_and_its_labels_each_one_path_segment() -> None:
+    import base64
+
+    from spark_kafka_backup.metrics import pushgateway_url
+
+    url = pushgateway_url("http://gw:9091/", "backup", {"target": "s3://b/prod/a b", "z": ""})
+    assert url.startswith("http://gw:9091/metrics/job@base64/")
+    parts = url.removeprefix("http://gw:9091/metrics/").split("/")
+    assert parts[0::2] == ["job@base64", "target@base64", "z@base64"]
+    decoded = [base64.urlsafe_b64decode(part).decode() for part in parts[1::2]]
+    assert decoded == ["backup", "s3://b/prod/a b", ""]
+    with pytest.raises(UsageError, match="not a Prometheus label name"):
+        pushgateway_url("http://gw:9091", "backup", {"bad-name": "x"})
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("gw:9091", "expected http://HOST:PORT"),
+        ("ftp://gw:9091", "expected http://HOST:PORT"),
+        ("http://user:secret@gw:9091", "credentials do not belong in the URL"),
+        ("http://gw:9091/?a=b", "expected no query or fragment"),
+    ],
+)
+def test_a_pushgateway_url_that_cannot_be_one_is_refused(url: str, message: str) -> None:
+    from spark_kafka_backup.metrics import check_pushgateway
+
+    with pytest.raises(UsageError, match=re.escape(message)):
+        check_pushgateway(url)
+    assert check_pushgateway("https://gw.example:9091/prefix") == "https://gw.example:9091/prefix"
