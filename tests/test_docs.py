@@ -160,7 +160,7 @@ def _check_command(words: list[str], block: Block) -> None:
         job = Path(words[jobs[0]]).stem
         _parses(job, words[jobs[0] + 1 :], where)
     elif words[0] == "./dev":
-        assert words[1] in {"setup", "unit", "test", "lint", "bench", "demo"}, (
+        assert words[1] in {"setup", "unit", "test", "lint", "bench", "demo", "wheels"}, (
             f"{where}: ./dev {words[1]} does not exist"
         )
         if words[1] == "bench" and len(words) > 2:
