@@ -22,6 +22,8 @@ import os
 import re
 import shlex
 import sys
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,8 +104,8 @@ def add_launcher_options(parser: argparse.ArgumentParser) -> None:
         "--archive",
         metavar="FILE|URI",
         help="the packed environment the executors run (made by spark-kafka-backup pack; a local file, or a URI "
-        "every executor can fetch: s3a://, hdfs://, https://): shipped with spark.archives, the executors' Python "
-        "is its bin/python; for a cluster whose executors have only Spark and a Python (docs/deploy.md)",
+        "every executor can fetch: s3a://, hdfs://, https://): shipped with spark.archives, its packages first on "
+        "the executors' Python path; for a cluster whose executors have only Spark and a Python (docs/deploy.md)",
     )
     group.add_argument("--print-command", action="store_true", help="print the spark-submit command, run nothing")
 
@@ -157,7 +159,12 @@ def _launch(job: str, argv: Sequence[str], prog: str) -> int:
         job, *launch.job_args, master=launch.master, conf=launch.conf, archive=launch.archive
     )
     if launch.print_command:
-        print(shlex.join(command))
+        if launch.archive is not None:
+            # The driver's python3.X must be this interpreter (spark_submit.with_packed_environment): said in front.
+            path = job_environment(master=launch.master, packed=True)["PATH"]
+            print(f"env PATH={shlex.quote(path)} {shlex.join(command)}")
+        else:
+            print(shlex.join(command))
         return 0
     if not os.access(command[0], os.X_OK):
         raise SparkKafkaBackupError(f"{command[0]} is not an executable spark-submit (check SPARK_HOME)")
@@ -175,8 +182,8 @@ def _launch(job: str, argv: Sequence[str], prog: str) -> int:
     return 1  # not reached
 
 
-#: A URI Spark fetches itself (``s3a://``, ``hdfs://``, ``https://``), not a path of this machine.
-_REMOTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+#: A URI's scheme (``s3a:``, ``hdfs:``, ``file:``); a Windows drive letter is no scheme here (POSIX only).
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:")
 
 
 def _checked_archive(archive: str, prog: str) -> str:
@@ -186,11 +193,22 @@ def _checked_archive(archive: str, prog: str) -> str:
     from spark_kafka_backup import __version__
     from spark_kafka_backup.packing import PackError, read_manifest
 
-    if _REMOTE.match(archive) and not archive.startswith("file:"):
+    parts = urllib.parse.urlsplit(archive) if _SCHEME.match(archive) else None
+    if parts is not None and parts.scheme != "file":
+        if "#" in archive or "," in archive:
+            raise PackError(
+                f"--archive {archive}: a URI with '#' or ',' cannot go into spark.archives (its list and fragment "
+                "syntax); rename the object"
+            )
         print(f"{prog}: executors run the packed environment {archive} (fetched by Spark, not checked here)",
               file=sys.stderr, flush=True)  # fmt: skip
         return archive
-    path = Path(archive.removeprefix("file://")).expanduser().absolute()
+    if parts is not None:
+        if parts.netloc not in ("", "localhost"):
+            raise PackError(f"--archive {archive}: a file: URI of another host; give a path of this machine")
+        path = Path(urllib.request.url2pathname(parts.path))
+    else:
+        path = Path(archive).expanduser().absolute()
     manifest = read_manifest(path)
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
     if manifest.version != __version__ or manifest.python != python:

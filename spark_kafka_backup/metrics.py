@@ -28,6 +28,7 @@ Prometheus text format, as written here::
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import logging
 import math
@@ -144,6 +145,10 @@ def check_pushgateway(url: str) -> str:
         raise UsageError("--metrics-pushgateway: credentials do not belong in the URL (the process list shows it)")
     if parsed.query or parsed.fragment:
         raise UsageError(f"--metrics-pushgateway {url!r}: expected no query or fragment")
+    try:
+        parsed.port  # noqa: B018 (a port that is no number raises here, not at every push)
+    except ValueError as exc:
+        raise UsageError(f"--metrics-pushgateway {url!r}: {exc}") from exc
     return url
 
 
@@ -171,7 +176,7 @@ class MetricsPublisher:
         self.listen = listen
         self.push = push
         self.labels = dict(labels or {})
-        self._push_failing = False
+        self._pusher: _Pusher | None = None
         self._text = ""
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -240,36 +245,97 @@ class MetricsPublisher:
                 data = render_json(self.job, samples, updated_at=time.time() if now is None else now)
             atomic_write(self.file, data.encode(), sync=False)
         if self.push is not None:
-            self._push_text(self.push, text)
+            if self._pusher is None:
+                self._pusher = _Pusher(self.push, pushgateway_url(self.push, self.job, self.labels))
+            self._pusher.offer(text)
 
-    def _push_text(self, gateway: str, text: str) -> None:
-        """PUT the snapshot into its group on the Pushgateway: the group's series are replaced by these. A gateway
-        that does not answer is said once (and once when it answers again); the job goes on either way."""
+    def close(self) -> None:
+        """Stop serving; the last snapshot pushed (waiting up to :data:`FINAL_PUSH_SECONDS` for it)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._pusher is not None:
+            self._pusher.close(FINAL_PUSH_SECONDS)
+            self._pusher = None
+
+
+#: How long a job's end waits for its last snapshot to reach the Pushgateway.
+FINAL_PUSH_SECONDS = 15.0
+#: One push's limit (connect, then each read).
+PUSH_TIMEOUT_SECONDS = 10.0
+
+
+class _Pusher:
+    """PUTs the latest snapshot into its group on a Pushgateway, from a thread of its own: a gateway that is slow or
+    gone never holds up the job (its stop signal, its lease checks); a snapshot not pushed yet when a newer one comes
+    is replaced by it. A failing gateway is said once, and once when it answers again."""
+
+    def __init__(self, gateway: str, url: str) -> None:
+        self.gateway = gateway
+        self.url = url
+        self._pending: str | None = None
+        self._closing = False
+        self._failing = False
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="spark-kafka-backup-metrics-push", daemon=True)
+        self._thread.start()
+
+    def offer(self, text: str) -> None:
+        with self._changed:
+            self._pending = text
+            self._changed.notify()
+
+    def close(self, timeout: float) -> None:
+        with self._changed:
+            self._closing = True
+            self._changed.notify()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("the last metrics were not pushed to %s within %.0f s", self.gateway, timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while self._pending is None and not self._closing:
+                    self._changed.wait()
+                text, self._pending = self._pending, None
+                if text is None:
+                    return  # closing, and everything offered was pushed
+            self._push(text)
+
+    def _push(self, text: str) -> None:
         request = urllib.request.Request(
-            pushgateway_url(gateway, self.job, self.labels),
+            self.url,
             data=text.encode(),
             method="PUT",
             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=10) as response:
+            with urllib.request.urlopen(request, timeout=PUSH_TIMEOUT_SECONDS) as response:
                 response.read()
-        except (OSError, urllib.error.URLError, ValueError) as exc:
-            if not self._push_failing:
-                reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-                log.warning("metrics not pushed to %s: %s (the job goes on; each interval tries again)", gateway,
-                            reason)  # fmt: skip
-            self._push_failing = True
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            if not self._failing:
+                log.warning("metrics not pushed to %s: %s (the job goes on; each interval tries again)",
+                            self.gateway, _push_failure(exc))  # fmt: skip
+            self._failing = True
             return
-        if self._push_failing:
-            log.info("metrics pushed to %s again", gateway)
-        self._push_failing = False
+        if self._failing:
+            log.info("metrics pushed to %s again", self.gateway)
+        self._failing = False
 
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+
+def _push_failure(exc: BaseException) -> str:
+    """What a failed push says: the gateway's own answer when it gave one (what was inconsistent)."""
+    if isinstance(exc, urllib.error.HTTPError):
+        try:
+            body = exc.read()[:300].decode(errors="replace").strip()
+        except OSError:
+            body = ""
+        return f"HTTP {exc.code} {exc.reason}" + (f": {body}" if body else "")
+    if isinstance(exc, urllib.error.URLError):
+        return str(exc.reason)
+    return str(exc) or type(exc).__name__
 
 
 def _number(value: float) -> str:

@@ -222,7 +222,8 @@ def pack(
     making = output.with_name(f".{output.name}.{os.getpid()}.tmp")
     try:
         # Level 1: the packages are mostly compiled code, which compresses little more at higher levels.
-        with tarfile.open(making, "w:gz", compresslevel=1) as archive:
+        # dereference: an install whose files are links (uv's symlink mode) ships the files, not links to them
+        with tarfile.open(making, "w:gz", compresslevel=1, dereference=True) as archive:
             _add(archive, MANIFEST, manifest.to_json().encode() + b"\n")
             for name, path in sorted(files.items()):
                 archive.add(path, arcname=f"site-packages/{name}", recursive=False, filter=_normalized)

@@ -46,6 +46,15 @@ def test_dockerfile_passes_hadolint() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_the_kubernetes_image_passes_hadolint_and_copies_what_exists() -> None:
+    dockerfile = REPO / "deploy" / "kubernetes" / "Dockerfile"
+    result = subprocess.run([tool("hadolint"), str(dockerfile)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for source in re.findall(r"^COPY (.+) \S+$", dockerfile.read_text(), re.M):
+        for name in source.split():
+            assert (REPO / name).exists(), f"COPY {name}: not in the repository"
+
+
 def test_entrypoint_and_scripts_pass_shellcheck() -> None:
     scripts = [DOCKER / "entrypoint.sh", REPO / "dev", REPO / ".ci" / "run"]
     result = subprocess.run([tool("shellcheck"), *map(str, scripts)], capture_output=True, text=True)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -19,6 +20,7 @@ def cmd_pack(args: argparse.Namespace, out: TextIO) -> None:
     size = output.stat().st_size / (1 << 20)
     out.write(
         f"{output}: {size:,.0f} MiB, {manifest.describe()}\n"
-        f"ship it with: spark-kafka-backup backup|restore --master spark://HOST:7077 --archive {output} ...\n"
+        f"ship it with: spark-kafka-backup backup|restore --master spark://HOST:7077 --archive "
+        f"{shlex.quote(str(output))} ...\n"
         f"(each executor needs the driver's Spark version and python{manifest.python} on its PATH; docs/deploy.md)\n"
     )

@@ -30,13 +30,16 @@ from spark_kafka_backup.errors import SparkKafkaBackupError
 from spark_kafka_backup.logsetup import ensure_console_logging
 from spark_kafka_backup.packed import packed_environment
 
+#: Why the native module did not import ("": it did).
+_NATIVE_IMPORT_ERROR = ""
 if TYPE_CHECKING:
     from spark_kafka_backup.kafka import _native_kafka as _native_kafka  # typed by _native_kafka.pyi; the one import
 else:
     try:
         from spark_kafka_backup.kafka import _native_kafka
-    except ImportError:  # not built (no C compiler at install): the reference edge
+    except ImportError as _missing:  # not built (no C compiler at install), or built for another machine
         _native_kafka = None
+        _NATIVE_IMPORT_ERROR = str(_missing)
 
 
 log = logging.getLogger("spark_kafka_backup.source")
@@ -88,6 +91,8 @@ def librdkafka_path() -> str | None:
 def _native() -> tuple[ModuleType | None, str]:
     """The loaded native module, or ``None`` and why not."""
     if _native_kafka is None:
+        if any(Path(__file__).parent.glob("_native_kafka.*.so")):  # there, yet it did not import
+            return None, f"the native module does not load here: {_NATIVE_IMPORT_ERROR}"
         if packed_environment() is not None:
             return None, "the packed environment does not carry the native module (packed --without-native)"
         return None, "the native module is not built (no C compiler when spark-kafka-backup was installed)"

@@ -14,8 +14,9 @@ _WRAPPERS = ("org.", "java.", "scala.", "py4j.", "pyspark.")
 _FROM_A_WORKER = "An exception was thrown from the Python worker"
 #: What a module missing in a Spark Python process means for a job, and what to do.
 MISSING_ON_EXECUTORS = (
-    "in a Python process of Spark's: the executors' Python lacks what spark-kafka-backup needs; ship it with "
-    "--archive FILE (made by spark-kafka-backup pack, docs/deploy.md) or install spark-kafka-backup there"
+    "in a Python process of Spark's (an executor's, or the driver's for planning): the Python Spark runs there lacks "
+    "what spark-kafka-backup needs; on a cluster, ship it with --archive FILE (made by spark-kafka-backup pack, "
+    "docs/deploy.md) or install spark-kafka-backup there"
 )
 
 

@@ -255,6 +255,7 @@ def test_the_pushgateway_group_is_the_job_and_its_labels_each_one_path_segment()
         ("ftp://gw:9091", "expected http://HOST:PORT"),
         ("http://user:secret@gw:9091", "credentials do not belong in the URL"),
         ("http://gw:9091/?a=b", "expected no query or fragment"),
+        ("http://gw:abc", "Port could not be cast to integer value"),
     ],
 )
 def test_a_pushgateway_url_that_cannot_be_one_is_refused(url: str, message: str) -> None:
@@ -263,3 +264,66 @@ def test_a_pushgateway_url_that_cannot_be_one_is_refused(url: str, message: str)
     with pytest.raises(UsageError, match=re.escape(message)):
         check_pushgateway(url)
     assert check_pushgateway("https://gw.example:9091/prefix") == "https://gw.example:9091/prefix"
+
+
+def test_a_pushgateway_that_never_answers_holds_up_neither_publish_nor_long_the_end(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import socket
+    import time
+
+    from spark_kafka_backup import metrics
+
+    monkeypatch.setattr(metrics, "FINAL_PUSH_SECONDS", 0.5)
+    monkeypatch.setattr(metrics, "PUSH_TIMEOUT_SECONDS", 3.0)  # longer than the end waits; the thread ends soon
+    with socket.socket() as silent:  # takes connections (the backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        publisher = MetricsPublisher("backup", push=f"http://127.0.0.1:{silent.getsockname()[1]}")
+        started = time.monotonic()
+        for value in range(3):
+            publisher.publish([Sample("kbackup_backup_records_written_total", float(value), "help", kind="counter")])
+        assert time.monotonic() - started < 1.0  # the job's loop goes on
+        with caplog.at_level(logging.WARNING, logger="spark_kafka_backup"):
+            publisher.close()
+        assert time.monotonic() - started < 3.0
+    assert "the last metrics were not pushed to http://127.0.0.1:" in caplog.text
+
+
+def test_a_pushgateway_refusal_is_said_once_with_its_reason(caplog: pytest.LogCaptureFixture) -> None:
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    pushed: list[tuple[str, bytes]] = []
+
+    class Refusing(BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:
+            pushed.append((self.path, self.rfile.read(int(self.headers["Content-Length"]))))
+            body = b"pushed metrics are invalid or inconsistent with existing metrics"
+            self.send_response(400)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    server = HTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        publisher = MetricsPublisher("restore", push=f"http://127.0.0.1:{server.server_port}", labels={"source": "/b"})
+        with caplog.at_level(logging.WARNING, logger="spark_kafka_backup"):
+            publisher.publish([Sample("kbackup_restore_records_total", 1.0, "help", kind="counter")])
+            deadline = time.monotonic() + 10
+            while not pushed and time.monotonic() < deadline:
+                time.sleep(0.01)
+            publisher.publish([Sample("kbackup_restore_records_total", 2.0, "help", kind="counter")])
+            publisher.close()  # waits for the last push
+    finally:
+        server.shutdown()
+    assert len(pushed) == 2 and pushed[0][0].startswith("/metrics/job@base64/")
+    assert b'kbackup_restore_records_total{source="/b"} 1' in pushed[0][1]
+    assert "HTTP 400 Bad Request: pushed metrics are invalid or inconsistent" in caplog.text
+    # Once while it keeps refusing (another test's gateway may be said too: its push thread outlives its test).
+    assert caplog.text.count(f"metrics not pushed to http://127.0.0.1:{server.server_port}:") == 1

@@ -73,3 +73,28 @@ def test_a_module_missing_in_a_python_worker_says_to_ship_the_archive() -> None:
     assert failure_cause(worker) == f"ModuleNotFoundError: No module named 'pyarrow' {MISSING_ON_EXECUTORS}"
     driver = "Traceback (most recent call last):\nModuleNotFoundError: No module named 'boto3'\n"
     assert failure_cause(driver) == "ModuleNotFoundError: No module named 'boto3'"
+
+
+def test_an_archive_given_as_a_file_uri_or_a_uri_spark_cannot_list_is_taken_or_refused(tmp_path: Path) -> None:
+    from spark_kafka_backup import __version__
+    from spark_kafka_backup.launcher import _checked_archive
+    from spark_kafka_backup.packing import Manifest, PackError
+
+    directory = tmp_path / "a b,c#d"
+    directory.mkdir()
+    archive = directory / "env.tar.gz"
+    with tarfile.open(archive, "w:gz") as opened:
+        python = f"{sys.version_info.major}.{sys.version_info.minor}"
+        data = Manifest(__version__, python, "linux-x86_64", ()).to_json().encode()
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(data)
+        opened.addfile(info, io.BytesIO(data))
+    for given in (str(archive), archive.as_uri(), f"file:{archive.as_uri().removeprefix('file://')}",
+                  f"file://localhost{archive.as_uri().removeprefix('file://')}"):  # fmt: skip
+        shipped = _checked_archive(given, "spark-kafka-backup backup")
+        assert shipped == archive.as_uri() and "," not in shipped and "#" not in shipped, given
+    for remote in ("s3a://bucket/env.tar.gz#mine", "s3a://bucket/a,b.tar.gz"):
+        with pytest.raises(PackError, match=r"cannot go into spark\.archives"):
+            _checked_archive(remote, "spark-kafka-backup backup")
+    with pytest.raises(PackError, match="another host"):
+        _checked_archive("file://elsewhere/env.tar.gz", "spark-kafka-backup backup")
