@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from spark_kafka_backup.jars import cache_root
+from tests.deploy_arguments import parse_job
 
 pytestmark = pytest.mark.long  # Airflow's own environment (made once), and its import of the DAG: a minute
 
@@ -87,7 +88,6 @@ def render(airflow_python: Path, folder: Path, tmp_path: Path) -> dict[str, Any]
 
 
 def test_the_dag_imports_and_its_tasks_render_to_commands_that_parse(airflow_python: Path, tmp_path: Path) -> None:
-    from spark_kafka_backup.backup.settings import parse_backup_args
     from spark_kafka_backup.cli import build_parser
 
     rendered = render(airflow_python, DAGS, tmp_path)
@@ -105,10 +105,7 @@ def test_the_dag_imports_and_its_tasks_render_to_commands_that_parse(airflow_pyt
     job = next(index for index, word in enumerate(command) if word.endswith("/jobs/backup.py"))
     arguments = command[job + 1 :]
     assert "{{" not in " ".join(arguments)  # every template rendered
-    config = arguments.index("--command-config") + 1
-    stand_in = tmp_path / "client.properties"
-    stand_in.write_text("security.protocol=SSL\n")
-    parse_backup_args([*arguments[:config], str(stand_in), *arguments[config + 1 :]], prog="spark-kafka-backup backup")
+    parse_job("backup", arguments, tmp_path)
     assert "--snapshot" in arguments
     for task_id in ("verify", "report"):
         words = shlex.split(tasks[task_id]["bash_command"])

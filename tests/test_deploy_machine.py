@@ -19,6 +19,7 @@ import pytest
 
 from spark_kafka_backup.cli import build_parser
 from spark_kafka_backup.launcher import split_arguments
+from tests.deploy_arguments import parse_job
 
 REPO = Path(__file__).resolve().parent.parent
 UNIT = REPO / "deploy" / "systemd" / "spark-kafka-backup.service"
@@ -28,28 +29,12 @@ INSTALLED = "/opt/spark-kafka-backup/bin/spark-kafka-backup"
 CRON_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month", 1, 12), ("day of week", 0, 7))
 
 
-def parses(arguments: list[str]) -> None:
+def parses(arguments: list[str], directory: Path) -> None:
     """A ``spark-kafka-backup`` command line (after the program) through the parser that would take it."""
     if arguments[0] in ("backup", "restore"):
-        from spark_kafka_backup.backup.settings import parse_backup_args
-        from spark_kafka_backup.restore.settings import parse_restore_args
-
-        launch = split_arguments(arguments[1:])
-        parse = parse_backup_args if arguments[0] == "backup" else parse_restore_args
-        parse(launch.job_args, prog=f"spark-kafka-backup {arguments[0]}")
+        parse_job(arguments[0], split_arguments(arguments[1:]).job_args, directory)
     else:
         build_parser().parse_args(arguments)
-
-
-def with_stand_ins(arguments: list[str], directory: Path) -> list[str]:
-    """``arguments`` with the files they read (``--command-config``) replaced by stand-ins that exist."""
-    local = list(arguments)
-    for index, argument in enumerate(arguments[:-1]):
-        if argument == "--command-config":
-            stand_in = directory / "client.properties"
-            stand_in.write_text("security.protocol=SSL\n")
-            local[index + 1] = str(stand_in)
-    return local
 
 
 def exec_start(unit: str) -> list[str]:
@@ -79,7 +64,7 @@ def test_the_unit_is_what_systemd_accepts(tmp_path: Path) -> None:
 def test_the_units_command_parses(tmp_path: Path) -> None:
     command = exec_start(UNIT.read_text())
     assert command[0] == INSTALLED
-    parses(with_stand_ins(command[1:], tmp_path))
+    parses(command[1:], tmp_path)
     assert "SuccessExitStatus=143" in UNIT.read_text()  # a stop (SIGTERM, exit 143) is not a failure of the unit
 
 
@@ -120,7 +105,7 @@ def test_each_crontab_entry_has_a_schedule_a_user_and_a_command_that_parses(inde
     assert user == "kbackup"
     assert command[:3] == ["flock", "-n", "/var/lib/spark-kafka-backup/nightly.lock"]
     assert command[3] == INSTALLED
-    parses(with_stand_ins(command[4:], tmp_path))
+    parses(command[4:], tmp_path)
 
 
 def test_a_wrong_schedule_field_is_caught() -> None:

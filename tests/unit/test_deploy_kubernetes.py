@@ -15,6 +15,8 @@ import jsonschema
 import pytest
 import yaml
 
+from tests.deploy_arguments import parse_job
+
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "deploy" / "kubernetes"
 SCHEMAS = MANIFESTS / "schemas"
@@ -114,25 +116,11 @@ def test_a_nightly_snapshot_never_overlaps_itself() -> None:
 def test_the_jobs_arguments_parse_and_secrets_are_mounted_not_inline(
     name: str, spec: dict[str, Any], tmp_path: Path
 ) -> None:
-    from spark_kafka_backup.backup.settings import parse_backup_args
-    from spark_kafka_backup.restore.settings import parse_restore_args
-
     job = Path(spec["mainApplicationFile"]).name
     assert job in ("backup.py", "restore.py"), name
     arguments = [str(argument) for argument in spec["arguments"]]
     mounted = {secret["path"] for role in ("driver", "executor") for secret in spec[role].get("secrets", [])}
-    # Files the arguments name come from mounted secrets; here they are stand-ins, so that the parser reads them.
-    local = []
-    for argument in arguments:
-        if any(argument.startswith(path + "/") for path in mounted):
-            stand_in = tmp_path / argument.lstrip("/")
-            stand_in.parent.mkdir(parents=True, exist_ok=True)
-            stand_in.write_bytes(b"\0" * 32 if argument.endswith(".key") else b"security.protocol=SSL\n")
-            local.append(str(stand_in))
-        else:
-            local.append(argument)
-    parse = parse_backup_args if job == "backup.py" else parse_restore_args
-    parse(local, prog=f"spark-kafka-backup {job.removesuffix('.py')}")
+    parse_job(job.removesuffix(".py"), arguments, tmp_path)
     text = json.dumps(spec).lower()
     for secret_word in ("password", "secret_access_key", "sasl.jaas.config"):
         assert secret_word not in text, f"{name}: a secret inline ({secret_word})"

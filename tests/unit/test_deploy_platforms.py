@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from spark_kafka_backup.backup.settings import parse_backup_args
+from tests.deploy_arguments import parse_job
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLE = REPO / "deploy" / "databricks" / "databricks.yml"
@@ -80,7 +80,7 @@ def job_problems(job: dict[str, Any]) -> list[str]:
 
 
 @pytest.mark.parametrize("name", sorted(bundle_jobs()))
-def test_each_databricks_job_matches_the_sdks_job_settings(name: str) -> None:
+def test_each_databricks_job_matches_the_sdks_job_settings(name: str, tmp_path: Path) -> None:
     job = bundle_jobs()[name]
     assert job_problems(job) == []
     assert job["max_concurrent_runs"] == 1  # never two backups of one target at once
@@ -88,7 +88,7 @@ def test_each_databricks_job_matches_the_sdks_job_settings(name: str) -> None:
         arguments = task["spark_python_task"]["parameters"]
         assert Path(task["spark_python_task"]["python_file"]).name == "backup.py"
         assert (BUNDLE.parent / task["spark_python_task"]["python_file"]).resolve() == REPO / "jobs" / "backup.py"
-        check_backup_arguments(arguments)
+        parse_job("backup", arguments, tmp_path)
     for cluster in job["job_clusters"]:
         for variable, value in cluster["new_cluster"].get("spark_env_vars", {}).items():
             if "SECRET" in variable or "PASSWORD" in variable:
@@ -122,11 +122,11 @@ def emr_problems(request: dict[str, Any]) -> str:
     return report
 
 
-def test_the_emr_serverless_request_matches_botocores_model() -> None:
+def test_the_emr_serverless_request_matches_botocores_model(tmp_path: Path) -> None:
     request = json.loads(START_JOB_RUN.read_text())
     assert emr_problems(request) == ""
     submit = request["jobDriver"]["sparkSubmit"]
-    check_backup_arguments(submit["entryPointArguments"])
+    parse_job("backup", submit["entryPointArguments"], tmp_path)
     settings = dict(part.split("=", 1) for part in shlex.split(submit["sparkSubmitParameters"]) if part != "--conf")
     # The packed environment, as the launcher's --archive ships it (spark_submit.with_packed_environment), for the
     # driver too: on EMR Serverless it runs on the cluster, with the archive unpacked in its working directory.
@@ -140,19 +140,3 @@ def test_the_emr_serverless_request_matches_botocores_model() -> None:
     report = emr_problems(broken)
     assert 'Unknown parameter in jobDriver.sparkSubmit: "entryPointArgs"' in report
     assert "Invalid type for parameter executionTimeoutMinutes" in report
-
-
-def check_backup_arguments(arguments: list[str]) -> None:
-    """The backup's parser takes ``arguments`` (a file they name is a stand-in here)."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as stand_ins:
-        local = []
-        for index, argument in enumerate(arguments):
-            if index and arguments[index - 1] == "--command-config":
-                stand_in = Path(stand_ins) / "client.properties"
-                stand_in.write_text("security.protocol=SSL\n")
-                local.append(str(stand_in))
-            else:
-                local.append(argument)
-        parse_backup_args(local, prog="spark-kafka-backup backup")
