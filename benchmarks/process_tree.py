@@ -145,12 +145,13 @@ def _cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class _CpuGroup:
-    """A cgroup of the tree's own (v2, or v1 ``cpuacct``), or nothing when this process cannot make one."""
+class CpuGroup:
+    """A cgroup of the tree's own (v2, or v1 ``cpuacct``), or nothing when this process cannot make one: the CPU
+    time of every process put in it and of every process those start, whoever reaps them."""
 
-    def __init__(self) -> None:
+    def __init__(self, label: str = "") -> None:
         self.path: Path | None = None
-        name = f"kbackup-bench-{os.getpid()}"
+        name = f"kbackup-bench-{os.getpid()}{label}"
         for root, usage in ((Path("/sys/fs/cgroup"), "cpu.stat"), (Path("/sys/fs/cgroup/cpuacct"), "cpuacct.usage")):
             if not (root / usage).exists() and not (root / "cgroup.controllers").exists():
                 continue
@@ -166,6 +167,19 @@ class _CpuGroup:
         if self.path is not None:
             (self.path / "cgroup.procs").write_text("0")
 
+    def add(self, pid: int) -> bool:
+        """Put a running process in the group (the processes it starts from now on are in it too); false when it
+        could not be put there (the group then measures nothing: it is removed)."""
+        if self.path is None:
+            return False
+        try:
+            (self.path / "cgroup.procs").write_text(str(pid))
+        except OSError:
+            self.remove()
+            self.path = None
+            return False
+        return True
+
     def seconds(self) -> float:
         assert self.path is not None
         text = (self.path / self.usage_file).read_text()
@@ -173,10 +187,19 @@ class _CpuGroup:
             return int(text.split("usage_usec")[1].split()[0]) / 1e6
         return int(text) / 1e9
 
-    def remove(self) -> None:
-        if self.path is not None:
+    def remove(self, wait: float = 0.0) -> None:
+        """Remove the group, waiting up to ``wait`` seconds for its last processes to be gone (a group with a
+        process in it cannot be removed)."""
+        if self.path is None:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
             with contextlib.suppress(OSError):
-                self.path.rmdir()
+                if not (self.path / "cgroup.procs").read_text().strip():
+                    break
+            time.sleep(0.1)
+        with contextlib.suppress(OSError):
+            self.path.rmdir()
 
 
 def _run(command: list[str], grace: float) -> TreeUsage:
@@ -199,7 +222,7 @@ def _run(command: list[str], grace: float) -> TreeUsage:
                     seen[pid] = max(cpu, seen.get(pid, 0.0))
             stop.wait(0.2)
 
-    group = _CpuGroup()
+    group = CpuGroup()
     started = time.perf_counter()
     try:
         # Reaped below with every other process of the tree, never by Popen.

@@ -206,15 +206,17 @@ def run_restore(
     edge: str | None = None,
     extra: tuple[str, ...] = (),
     want_output: bool = False,
+    master: str = "local[2]",
 ) -> Any:
-    """The restore, measured (whole process tree), and its longest task's producing time (and, with ``output``, what
-    it printed)."""
+    """The restore, measured (whole process tree), and its producing time (the longest topic's, from its first
+    task's start to its last task's end; with ``output``, also what it printed). ``master``: where Spark runs (on a
+    standalone cluster the figures are the driver's tree alone)."""
     config = client_config_file(root.parent / "target.properties", settings)
     target = next((a.split("=", 1)[1] for a in extra if a.startswith("bench=")), "bench")
     spread = ["--repartition", repartition, "--partitions", f"{target}={into}"] if repartition else []
     command = spark_submit_command(
         "restore", "--bootstrap-server", settings["bootstrap.servers"], "--command-config", config,
-        "--source-dir", root, *spread, *extra,
+        "--source-dir", root, *spread, *extra, master=master,
     )  # fmt: skip
     env = job_environment()
     if edge:

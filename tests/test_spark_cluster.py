@@ -213,8 +213,13 @@ def test_continuous_backup_survives_a_lost_executor_and_a_lost_driver(
     for group, offsets in groups.items():
         commit_offsets(kafka, group, offsets)
 
-    rerun = run_backup(*common, "--snapshot", master=spark.master_url, timeout=600)
+    # More cores asked for than the cluster has: batches are packed for what the settings give the job, not for the
+    # executors registered when it starts (spark_kafka_backup.spark.parallelism).
+    rerun = run_backup(*common, "--snapshot", "--spark-conf", "spark.cores.max=3", master=spark.master_url, timeout=600)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    said = rerun.stdout + rerun.stderr
+    packed = "packed into at least 3 tasks: the job's executor cores (spark.cores.max)"
+    assert packed in said, said[-3000:]
     expected = consume_all(kafka, [topic])
     assert len(expected) == producer.sent
     got = backed_up(target, [topic])

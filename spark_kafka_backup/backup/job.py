@@ -94,6 +94,7 @@ from spark_kafka_backup.spark.kafka_connector import (
     spark_source_client,
 )
 from spark_kafka_backup.spark.kafka_source import SOURCE_NAME, KafkaSource, decode_offsets
+from spark_kafka_backup.spark.parallelism import backup_tasks
 from spark_kafka_backup.spark.session import job_session
 from spark_kafka_backup.spark.v1_sink import SINK_NAME, V1Sink, read_batch_stats
 from spark_kafka_backup.spark.written_batches import commit_written_batches, foreach_batch
@@ -531,9 +532,12 @@ class BackupJob:
             files = replace(files, check_source=True, client=dict(settings.client))
         else:
             # Small partitions are packed into tasks; keep every core busy when there are enough of them.
-            reader = spark.readStream.format(SOURCE_NAME).option(
-                "minPartitions", str(spark.sparkContext.defaultParallelism)
-            )
+            context = spark.sparkContext
+            tasks, why = backup_tasks(dict(context.getConf().getAll()), context.defaultParallelism)
+            if not context.master.startswith("local"):
+                log.info("a micro-batch with enough partitions is packed into at least %s: %s", count(tasks, "task"),
+                         why)  # fmt: skip
+            reader = spark.readStream.format(SOURCE_NAME).option("minPartitions", str(tasks))
             client = settings.client
             reader = reader.option("logFormat", settings.monitoring.log_format)
             reader = reader.option("sourceGapsRoot", _location_text(settings.target))

@@ -69,6 +69,7 @@ from spark_kafka_backup.restore.task import PartitionResult, PartitionTask, rest
 from spark_kafka_backup.restore.throttle import Throttle
 from spark_kafka_backup.restore.timestamp_type import TIMESTAMP_TYPE, PendingTimestampTypes, set_timestamp_types
 from spark_kafka_backup.spark.failures import failure_cause
+from spark_kafka_backup.spark.parallelism import JobCores, job_cores
 from spark_kafka_backup.spark.session import job_session
 from spark_kafka_backup.storage import Location, check_writable_root
 from spark_kafka_backup.text import count, iso_time, shown
@@ -438,22 +439,24 @@ def bundles_of(tasks: list[PartitionTask], most: int) -> list[list[PartitionTask
 
 
 def _shared_throttle(
-    bundles: list[list[PartitionTask]], settings: RestoreSettings, slots: int
+    bundles: list[list[PartitionTask]], settings: RestoreSettings, cores: JobCores
 ) -> list[list[PartitionTask]]:
     """The tasks, each target partition with its part of the whole restore's rate limits (see
-    :mod:`spark_kafka_backup.restore.throttle`): shared by as many as can produce at once (``slots`` Spark tasks,
-    the largest bundles counted whole)."""
+    :mod:`spark_kafka_backup.restore.throttle`): shared by as many as can produce at once (as many Spark tasks as
+    the job's ``cores``, the largest bundles counted whole; every one where the settings bound no count)."""
     if not settings.throttle.limited:
         if settings.max_rate:
             log.info("throttled to %s records/s in each partition (--max-rate)", f"{settings.max_rate:,}")
         return bundles
+    slots = len(bundles) if cores.count is None else cores.count
     at_once = max(1, sum(sorted((len(bundle) for bundle in bundles), reverse=True)[:slots]))
     part = settings.throttle.share(at_once, per_partition_records=settings.max_rate)
     log.info(
-        "throttled to %s in all: %s for each of the %s restored at once",
+        "throttled to %s in all: %s for each of the %s restored at once%s",
         settings.throttle.describe(),
         part.describe(),
         count(at_once, "partition"),
+        "" if cores.bounded or at_once <= 1 else f" (all of them, {cores.source})",
     )
     return [[replace(task, throttle=part) for task in bundle] for bundle in bundles]
 
@@ -468,7 +471,8 @@ def _run_tasks(
     spark = SparkSession.getActiveSession() or _session("kbackup-restore", settings, umask)
     try:
         context = spark.sparkContext
-        bundles = _shared_throttle(bundles_of(tasks, bundle_size()), settings, context.defaultParallelism)
+        cores = job_cores(dict(context.getConf().getAll()))
+        bundles = _shared_throttle(bundles_of(tasks, bundle_size()), settings, cores)
         # Schema id maps go once to each executor (a broadcast), not with every task.
         rewrites = {task.source_topic: task.id_rewrite for task in tasks if task.id_rewrite is not None}
         shared = context.broadcast(rewrites) if rewrites else None
