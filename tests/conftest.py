@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from tests.broker import BrokerUnderTest, broker_under_test, local_cluster, wanted_kind
+from tests.gcs_server import GcsServer, gcs_server_under_test
 from tests.leftovers import kill_leftovers
 from tests.restore_helpers import Target
 from tests.s3_server import S3Server, s3_server_under_test
@@ -272,17 +274,30 @@ def target(kafka: BrokerUnderTest) -> Iterator[Target]:
         yield Target(kafka, prefix="restored-")
 
 
+@contextmanager
+def environment(env: dict[str, str]) -> Iterator[None]:
+    """``env`` in this process's environment (and so the jobs') while the block runs."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """The server, with its endpoint and credentials in this process's environment (and so the jobs')."""
-    with s3_server_under_test(tmp_path_factory.mktemp("s3")) as server:
-        saved = {name: os.environ.get(name) for name in server.env}
-        os.environ.update(server.env)
-        try:
-            yield server
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+    with s3_server_under_test(tmp_path_factory.mktemp("s3")) as server, environment(server.env):
+        yield server
+
+
+@pytest.fixture(scope="module")
+def gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsServer]:
+    """fake-gcs-server, with ``STORAGE_EMULATOR_HOST`` in this process's environment (and so the jobs')."""
+    with gcs_server_under_test(tmp_path_factory.mktemp("gcs")) as server, environment(server.env):
+        yield server

@@ -250,7 +250,7 @@ def consume_all(broker: BrokerUnderTest, topics: Iterable[str], *, timeout: floa
     return sorted(records, key=lambda r: (r["topic"], r["partition"], r["offset"]))
 
 
-def backed_up(target: Path, topics: Sequence[str]) -> list[dict[str, Any]]:
+def backed_up(target: str | Path, topics: Sequence[str]) -> list[dict[str, Any]]:
     """``spark-kafka-backup cat`` of the backup, for ``topics``, in (topic, partition, offset) order."""
     records = []
     for topic in topics:

@@ -15,6 +15,8 @@ _SERVERS = (
     "deploy.master",
     "deploy.worker",
     "moto_server",
+    "moto.server",
+    "fake-gcs-server",
     "pyspark.daemon",
     "pyspark.worker",
     "CoarseGrainedExecutorBackend",

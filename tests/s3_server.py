@@ -10,17 +10,16 @@ group afterwards. Nothing skips: no server means the tests fail.
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from devkit.emulators import free_port
+from tests.server_process import serving
 
 
 @dataclass(frozen=True)
@@ -41,6 +40,17 @@ class S3Server:
 
         return boto3.client("s3", endpoint_url=self.endpoint, **_credentials(self.env))
 
+    def objects(self, root: str) -> dict[str, tuple[str, object]]:
+        """Every object under ``root`` (``s3://bucket/prefix``): key -> (ETag, last modified), so that a rewrite
+        with the same bytes still shows."""
+        bucket, _, prefix = root.removeprefix("s3://").partition("/")
+        client: Any = self.client()
+        found = {}
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for item in page.get("Contents", []):
+                found[item["Key"]] = (item["ETag"], item["LastModified"])
+        return found
+
 
 def _credentials(env: dict[str, str]) -> dict[str, str]:
     return {
@@ -48,13 +58,6 @@ def _credentials(env: dict[str, str]) -> dict[str, str]:
         "aws_access_key_id": env["AWS_ACCESS_KEY_ID"],
         "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
     }
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @contextmanager
@@ -69,27 +72,10 @@ def s3_server_under_test(log_dir: Path) -> Iterator[S3Server]:
         }
         yield S3Server(external, env)
         return
-    port = _free_port()
+    port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    log = open(log_dir / "moto-server.log", "wb")  # noqa: SIM115 - closed below
-    process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2):
-                    break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"the S3 test server (moto) did not start on {endpoint}; see {log_dir / 'moto-server.log'}"
-                    ) from None
-                time.sleep(0.2)
+    command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    with serving(command, log_dir / "moto-server.log", f"{endpoint}/moto-api/", "the S3 test server (moto)"):
         env = {
             "AWS_ENDPOINT_URL": endpoint,
             "AWS_REGION": "us-east-1",
@@ -97,12 +83,3 @@ def s3_server_under_test(log_dir: Path) -> Iterator[S3Server]:
             "AWS_SECRET_ACCESS_KEY": "kbackup-test-secret",
         }
         yield S3Server(endpoint, env)
-    finally:
-        with suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        log.close()

@@ -1,9 +1,10 @@
-"""Backups on an S3 API server (moto in server mode, over HTTP on loopback; see tests/s3_server.py).
+"""Backups on object stores: an S3 API server (moto in server mode, over HTTP on loopback; see tests/s3_server.py)
+and a Google Cloud Storage one (fake-gcs-server, tests/gcs_server.py); the storage interface's own contract is
+tests/test_storage_contract.py.
 
-The storage layer, the object partition writer and its crash points are
-checked directly; then the whole path: a snapshot backup into
-``s3://bucket/prefix`` by spark-submit, ``spark-kafka-backup verify``, checkpoints,
-prune, and a restore from the bucket into an empty cluster.
+The object partition writer and its crash points are checked directly on each store; then the whole path: a
+snapshot backup into ``s3://bucket/prefix`` or ``gs://bucket/prefix`` by spark-submit, ``spark-kafka-backup
+verify``, checkpoints, prune, merge, and a restore from the bucket into an empty cluster.
 """
 
 from __future__ import annotations
@@ -14,14 +15,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from spark_kafka_backup.catalog.ledger import CatalogLedger
 from spark_kafka_backup.catalog.store import read_catalog
 from spark_kafka_backup.catalog.verify import verify_partition
-from spark_kafka_backup.errors import BackupNotFoundError, OffsetConflictError, StorageError
+from spark_kafka_backup.errors import OffsetConflictError, StorageError
 from spark_kafka_backup.format.frames import is_framed
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.layout import STATE_DIR, list_segment_files, list_topics
@@ -31,6 +31,7 @@ from spark_kafka_backup.partition.records_file import NO_KEYS
 from spark_kafka_backup.storage import ObjectPath, parse_location, read_limited, storage_for
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
+from tests.gcs_server import GcsServer
 from tests.kafka_helpers import (
     client_config_file,
     consume_all,
@@ -46,9 +47,11 @@ from tests.s3_server import S3Server
 NOW = int(time.time() * 1000) - 60_000
 
 
-@pytest.fixture
-def bucket(s3: S3Server) -> ObjectPath:
-    return ObjectPath("s3", s3.new_bucket(), "backups/prod")
+@pytest.fixture(params=["s3", "gs"])
+def bucket(request: pytest.FixtureRequest) -> ObjectPath:
+    """A fresh bucket's prefix on each object store: moto's S3 and fake-gcs-server's GCS (tests/gcs_server.py)."""
+    server: S3Server | GcsServer = request.getfixturevalue("s3" if request.param == "s3" else "gcs")
+    return ObjectPath(request.param, server.new_bucket(), "backups/prod")
 
 
 def record(offset: int, value: bytes | None = None) -> Record:
@@ -64,34 +67,10 @@ def test_locations_parse_by_scheme() -> None:
     assert (ObjectPath("s3", "b", "x") / "t" / "f").key == "x/t/f"
     assert ObjectPath("s3", "b", "x/t/f").parent == ObjectPath("s3", "b", "x/t")
     assert str(ObjectPath("s3", "b", "x/t/f")) == "s3://b/x/t/f"
-    with pytest.raises(Exception, match="unsupported storage scheme 'gs'"):
-        parse_location("gs://b/x")
-
-
-def test_object_storage_basics(bucket: ObjectPath) -> None:
-    storage = storage_for(bucket)
-    file = bucket / "dir" / "file"
-    assert not storage.exists(file) and storage.size(file) is None
-    storage.write_whole(file, b"0123456789" * 1000)
-    assert storage.size(file) == 10_000
-    handle = storage.open_read(file)
-    try:
-        assert handle.pread(5, 9995) == b"56789"
-        handle.stream.seek(10)
-        assert handle.stream.read(3) == b"012"
-    finally:
-        handle.close()
-    assert storage.list_files(bucket / "dir") == ["file"]
-    assert storage.list_dirs(bucket) == ["dir"]
-    assert storage.list_files(bucket / "nothing") is None
-    assert storage.create_exclusive(bucket / "once", b"a") is True
-    assert storage.create_exclusive(bucket / "once", b"b") is False
-    assert storage.read_limited(bucket / "once", 10) == b"a"
-    storage.delete(file)
-    storage.delete(file)  # absent is fine
-    assert not storage.exists(file)
-    with pytest.raises(BackupNotFoundError, match="does not exist"):
-        storage.open_read(file)
+    assert parse_location("gs://b/x/") == ObjectPath("gs", "b", "x")
+    assert str(ObjectPath("gs", "b", "x/t")) == "gs://b/x/t"
+    with pytest.raises(Exception, match="unsupported storage scheme 'hdfs'"):
+        parse_location("hdfs://b/x")
 
 
 def test_missing_bucket_and_unreachable_endpoint_are_one_clear_error(s3: S3Server) -> None:
@@ -338,16 +317,20 @@ def test_abandoned_write_publishes_nothing(bucket: ObjectPath) -> None:
 
 
 @pytest.mark.long  # CI time; the quick tier has the store's contract and crash tests on the same S3 server
-def test_backup_verify_and_restore_through_s3(
-    kafka: BrokerUnderTest, target: Target, s3: S3Server, tmp_path: Path
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_backup_verify_and_restore_through_the_store(
+    kafka: BrokerUnderTest, target: Target, scheme: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    create_topics(kafka, {"s3-orders": 2, "s3-audit": 1})
+    server: S3Server | GcsServer = request.getfixturevalue("s3" if scheme == "s3" else "gcs")
+    orders, audit, readers = f"{scheme}-orders", f"{scheme}-audit", f"{scheme}-readers"
+
+    create_topics(kafka, {orders: 2, audit: 1})
     producer = Producer(kafka.client_settings())
     for i in range(400):
         producer.produce(
-            "s3-orders" if i % 4 else "s3-audit",
+            orders if i % 4 else audit,
             key=None if i % 7 == 0 else b"k%d" % i,
             value=None if i % 11 == 0 else b"v%d" % i * (1 + i % 5),
             headers=[("h", b"%d" % i), ("h", None)] if i % 3 == 0 else None,
@@ -355,16 +338,16 @@ def test_backup_verify_and_restore_through_s3(
             timestamp=NOW + i,
         )
     producer.flush(30)
-    consumer = Consumer(kafka.client_settings(**{"group.id": "s3-readers", "enable.auto.commit": "false"}))
-    consumer.commit(offsets=[TopicPartition("s3-orders", 0, 40), TopicPartition("s3-audit", 0, 25)], asynchronous=False)
+    consumer = Consumer(kafka.client_settings(**{"group.id": readers, "enable.auto.commit": "false"}))
+    consumer.commit(offsets=[TopicPartition(orders, 0, 40), TopicPartition(audit, 0, 25)], asynchronous=False)
     consumer.close()
 
-    root = f"s3://{s3.new_bucket()}/kafka/prod"
+    root = f"{scheme}://{server.new_bucket()}/kafka/prod"
     config = tmp_path / "source.properties"
     client_config_file(config, kafka.extra_settings)
     backup_args: list[str | Path] = [
         "--bootstrap-server", kafka.bootstrap_servers, "--command-config", config, "--target-dir", root,
-        "--topics", "s3-orders,s3-audit", "--snapshot", "--max-segment-size", "1500", "--compression", "lz4",
+        "--topics", f"{orders},{audit}", "--snapshot", "--max-segment-size", "1500", "--compression", "lz4",
     ]  # fmt: skip
     # Refused while parsing, before Spark starts (so plain Python runs the job file here).
     refused = subprocess.run(
@@ -380,53 +363,52 @@ def test_backup_verify_and_restore_through_s3(
     done = run_backup(*backup_args, "--checkpoint-location", tmp_path / "spark-state")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     # A location taken for a local path would land under the job's working directory as "s3:/BUCKET/...".
-    assert not (REPO / "s3:").exists() and not (tmp_path / "s3:").exists(), "the backup landed on local disk"
+    assert not (REPO / f"{scheme}:").exists() and not (tmp_path / f"{scheme}:").exists(), "the backup landed on disk"
 
     verify = run_kbackup("verify", root, "--deep")
     assert verify.returncode == 0, verify.stdout + verify.stderr
-    assert "s3-orders/0: ok" in verify.stdout and "s3-audit/0: ok" in verify.stdout
+    assert f"{orders}/0: ok" in verify.stdout and f"{audit}/0: ok" in verify.stdout
     assert "note" not in verify.stdout  # every segment on the store is cataloged
     ls = run_kbackup("ls", root)
-    assert "partition 0: 100 records" in ls.stdout  # s3-audit
+    assert "partition 0: 100 records" in ls.stdout  # the audit topic
     described = json.loads(run_kbackup("describe", root, "--json").stdout)
-    assert {t["topic"]: t["records"] for t in described["topics"]} == {"s3-audit": 100, "s3-orders": 300}
+    assert {t["topic"]: t["records"] for t in described["topics"]} == {audit: 100, orders: 300}
     report = run_kbackup("report", root, "--output", tmp_path / "report.html")
-    assert report.returncode == 0 and "s3-orders" in (tmp_path / "report.html").read_text()
+    assert report.returncode == 0 and orders in (tmp_path / "report.html").read_text()
     offsets = run_kbackup("offsets", root)
-    assert "s3-orders\t0\ts3-readers\t40" in offsets.stdout
+    assert f"{orders}\t0\t{readers}\t40" in offsets.stdout
     listed = run_kbackup("checkpoint", "list", root)
     assert "\tcompleted\t" in listed.stdout, listed.stdout + listed.stderr
 
     # A second snapshot adds nothing and changes no published object: not one is written again.
-    before = _objects(s3, root)
-    assert any("/s3-orders/segment_" in key for key in before)
+    before = server.objects(root)
+    assert any(f"/{orders}/segment_" in key for key in before)
     records_objects = [key for key in before if key.endswith("_records")]
-    client: Any = s3.client()
-    bucket_name = parse_location(root).bucket  # type: ignore[union-attr]
-    heads = [client.get_object(Bucket=bucket_name, Key=key, Range="bytes=0-3")["Body"].read()
-             for key in records_objects]  # fmt: skip
+    bucket_root = parse_location(root)
+    assert isinstance(bucket_root, ObjectPath)
+    heads = [read_head(ObjectPath(scheme, bucket_root.bucket, key)) for key in records_objects]
     assert records_objects and all(is_framed(head) for head in heads)  # --compression lz4: every records object
     again = run_backup(*backup_args, "--checkpoint-location", tmp_path / "spark-state-2")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    after = _objects(s3, root)
-    assert {key: after.get(key) for key in before if "/s3-" in key} == {
-        key: value for key, value in before.items() if "/s3-" in key
+    after = server.objects(root)
+    assert {key: after.get(key) for key in before if f"/{scheme}-" in key} == {
+        key: value for key, value in before.items() if f"/{scheme}-" in key
     }
 
     # Merged on the store (issue 18): fewer, larger segments, then restored from them.
-    segments_before = len(PartitionReader(parse_location(root) / "s3-orders", 0).segments)
+    segments_before = len(PartitionReader(parse_location(root) / orders, 0).segments)
     merged = run_kbackup("merge", root, "--max-segment-size", "20000")
     assert merged.returncode == 0 and "_merged_1" in merged.stdout, merged.stdout + merged.stderr
-    assert len(PartitionReader(parse_location(root) / "s3-orders", 0).segments) < segments_before
+    assert len(PartitionReader(parse_location(root) / orders, 0).segments) < segments_before
     assert run_kbackup("verify", root, "--deep").returncode == 0
 
-    maps = [a for t in ("s3-orders", "s3-audit") if target.prefix for a in ("--topic-map", f"{t}={target.name(t)}")]
+    maps = [a for t in (orders, audit) if target.prefix for a in ("--topic-map", f"{t}={target.name(t)}")]
     progress = tmp_path / "restore.json"
     result = run_restore(*target.args(tmp_path), "--source-dir", root, *maps, "--metrics-file", progress)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    source = consume_all(kafka, ["s3-orders", "s3-audit"])
-    restored = consume_all(target.broker, [target.name("s3-orders"), target.name("s3-audit")])
-    for topic in ("s3-orders", "s3-audit"):
+    source = consume_all(kafka, [orders, audit])
+    restored = consume_all(target.broker, [target.name(orders), target.name(audit)])
+    for topic in (orders, audit):
         assert comparable(restored, topic=target.name(topic)) == comparable(source, topic=topic)
     # Progress of a restore from the store (estimated from source offsets while it runs): exact at the end.
     metrics = json.loads(progress.read_text())["metrics"]
@@ -434,37 +416,33 @@ def test_backup_verify_and_restore_through_s3(
     remaining = [m["value"] for m in metrics if m["name"] == "kbackup_restore_records_remaining"]
     restored_counts = [m["value"] for m in metrics if m["name"] == "kbackup_restore_records_restored"]
     assert remaining and set(remaining) == {0} and sum(restored_counts) == len(source)
-    assert group_offsets(target.broker, "s3-readers") == {
-        (target.name("s3-orders"), 0): 40,
-        (target.name("s3-audit"), 0): 25,
+    assert group_offsets(target.broker, readers) == {
+        (target.name(orders), 0): 40,
+        (target.name(audit), 0): 25,
     }
 
     # A selective restore from the store (--where: the data source reads the bucket).
     where = "array_contains(headers.key, 'h') AND value IS NOT NULL"
-    chosen = target.name("s3-where")
+    chosen = target.name(f"{scheme}-where")
     # As spark-submit: Spark's planning Python worker has the environment its JVM started with, and this test
     # worker's kept JVM may predate the server's credentials.
-    selective = run_restore(*target.args(tmp_path), "--source-dir", root, "--topics", "s3-orders", "--topic-map",
-                            f"s3-orders={chosen}", "--where", where, in_process=False)  # fmt: skip
+    selective = run_restore(*target.args(tmp_path), "--source-dir", root, "--topics", orders, "--topic-map",
+                            f"{orders}={chosen}", "--where", where, in_process=False)  # fmt: skip
     assert selective.returncode == 0, selective.stdout[-3000:] + selective.stderr[-3000:]
-    wanted = [r for r in source if r["topic"] == "s3-orders" and r["headers"] and r["value"] is not None]
+    wanted = [r for r in source if r["topic"] == orders and r["headers"] and r["value"] is not None]
     assert wanted and comparable(consume_all(target.broker, [chosen])) == comparable(wanted)
 
 
-def _objects(s3: S3Server, root: str) -> dict[str, tuple[str, object]]:
-    """Every object under ``root``: key -> (ETag, last modified); a rewrite with the same bytes still shows."""
-    location = parse_location(root)
-    assert isinstance(location, ObjectPath)
-    client: Any = s3.client()
-    found = {}
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=location.bucket, Prefix=location.key):
-        for item in page.get("Contents", []):
-            found[item["Key"]] = (item["ETag"], item["LastModified"])
-    return found
+def read_head(location: ObjectPath) -> bytes:
+    handle = storage_for(location).open_read(location)
+    try:
+        return handle.pread(4, 0)
+    finally:
+        handle.close()
 
 
 # CI time: in the long tier; the quick tier covers damage refused: tests/test_restore.py (local files),
-# test_object_storage_basics
+# tests/test_storage_contract.py
 @pytest.mark.long
 def test_damage_on_the_store_is_found_by_verify_and_refused_by_restore(
     bucket: ObjectPath, target: Target, tmp_path: Path
@@ -486,7 +464,7 @@ def test_damage_on_the_store_is_found_by_verify_and_refused_by_restore(
     assert f"missing segment file(s): {segments[2].name}_index" in verify.stdout
     storage.write_whole(topic_dir / (segments[2].name + "_index"), b"\x01")  # back, but empty: size differs
     result = run_restore(
-        *target.args(tmp_path), "--source-dir", str(bucket), "--topic-map", f"dmg={target.name('s3-dmg')}"
+        *target.args(tmp_path), "--source-dir", str(bucket), "--topic-map", f"dmg={target.name(bucket.scheme + '-dmg')}"
     )
     assert result.returncode == 1
     assert f"segment {segments[1].name}" in result.stderr and "is damaged" in result.stderr
@@ -547,9 +525,9 @@ def test_the_target_lease_on_the_store_is_exclusive_expires_and_is_taken_over(bu
     """One holder; a second is refused naming it; an expired lease (a dead holder) is taken over; the old one learns."""
     from spark_kafka_backup.errors import LeaseHeldError, LeaseLostError
     from spark_kafka_backup.storage.lease import RENEW_SECONDS, Holder, TargetLease
-    from spark_kafka_backup.storage.s3 import s3_storage
 
     state = bucket / "kbackup~state"
+    store = storage_for(bucket)
     first = TargetLease(state, "backup")
     first.acquire()
     try:
@@ -557,10 +535,10 @@ def test_the_target_lease_on_the_store_is_exclusive_expires_and_is_taken_over(bu
             TargetLease(state, "prune").acquire()
         # The first holder dies without releasing: its lease object stays until it expires.
         dead = Holder("backup", "gone-host", 1, "2026-01-01T00:00:00Z", expires=time.time() - 1)
-        s3_storage().write_whole(first.path, dead.encode())
+        store.write_whole(first.path, dead.encode())
         second = TargetLease(state, "backup")
         second.acquire()  # expired: taken over
-        found = Holder.decode(s3_storage().read_limited(first.path, 4096))
+        found = Holder.decode(store.read_limited(first.path, 4096))
         assert found is not None and found.pid == second.holder.pid and found.expires is not None
         assert found.expires > time.time()
         # The first holder's next renewal finds the lease taken over and says so.
@@ -570,7 +548,7 @@ def test_the_target_lease_on_the_store_is_exclusive_expires_and_is_taken_over(bu
         with pytest.raises(LeaseLostError, match="was taken over by another job"):
             first.check()
         second.release()
-        assert not s3_storage().exists(first.path)  # released: gone
+        assert not store.exists(first.path)  # released: gone
     finally:
         first.release()
     with TargetLease(state, "backup"):

@@ -1,11 +1,11 @@
-"""Where a backup lives: a local directory or an S3 prefix, behind one interface.
+"""Where a backup lives: a local directory, an S3 prefix or a Google Cloud Storage prefix, behind one interface.
 
-A location is a :class:`pathlib.Path` (local disk) or an :class:`ObjectPath`
-(``s3://bucket/prefix``); :func:`parse_location` picks by URI scheme and
-:func:`storage_for` returns the :class:`~spark_kafka_backup.storage.base.Storage` that
-reads and writes it. Code above this package never opens a path itself for
-backup data: it asks the storage, so the same reader, verify, catalog and
-restore code serves both.
+A location is a :class:`pathlib.Path` (local disk) or an :class:`ObjectPath` (``s3://bucket/prefix``,
+``gs://bucket/prefix``); :func:`parse_location` picks by URI scheme and :func:`storage_for` returns the
+:class:`~spark_kafka_backup.storage.base.Storage` that reads and writes it
+(:class:`~spark_kafka_backup.storage.base.ObjectStorage` for an object store). Code above this package never
+opens a path itself for backup data: it asks the storage, so the same reader, verify, catalog and restore code
+serves them all.
 """
 
 from __future__ import annotations
@@ -18,19 +18,21 @@ from typing import Any
 
 from spark_kafka_backup.errors import StorageError, UsageError
 from spark_kafka_backup.format.json_document import MAX_DEPTH, parse_document
-from spark_kafka_backup.storage.base import Location, ReadHandle, Storage
+from spark_kafka_backup.storage.base import Location, ObjectStorage, ReadHandle, Storage
 from spark_kafka_backup.storage.local import LOCAL, confine
 from spark_kafka_backup.storage.object_path import ObjectPath
 
 __all__ = [
     "Location",
     "ObjectPath",
+    "ObjectStorage",
     "ReadHandle",
     "Storage",
     "as_local",
     "confine_root",
     "exists",
     "is_local",
+    "object_storage_for",
     "parse_location",
     "prepare_root",
     "read_chunks",
@@ -43,7 +45,7 @@ __all__ = [
 
 
 def parse_location(text: str | Path | ObjectPath) -> Location:
-    """``s3://bucket/prefix`` -> :class:`ObjectPath`; anything else is a local path."""
+    """``s3://bucket/prefix``, ``gs://bucket/prefix`` -> :class:`ObjectPath`; anything else is a local path."""
     if isinstance(text, (Path, ObjectPath)):
         return text
     if "://" in text:
@@ -58,10 +60,19 @@ def is_local(location: Location) -> bool:
 def storage_for(location: Location) -> Storage:
     """The storage that serves ``location`` (one shared instance per kind and process)."""
     if isinstance(location, ObjectPath):
-        from spark_kafka_backup.storage.s3 import s3_storage
-
-        return s3_storage()
+        return object_storage_for(location)
     return LOCAL
+
+
+def object_storage_for(location: ObjectPath) -> ObjectStorage:
+    """The object store of ``location``'s scheme (its client library imported on first use)."""
+    if location.scheme == "gs":
+        from spark_kafka_backup.storage.gcs import gcs_storage
+
+        return gcs_storage()
+    from spark_kafka_backup.storage.s3 import s3_storage
+
+    return s3_storage()
 
 
 def confine_root(root: Location) -> None:
@@ -114,11 +125,7 @@ def write_whole(location: Location, data: bytes, *, sync: bool = True) -> None:
 def prepare_root(root: Location) -> None:
     """Make a backup root usable for writing: create the directory, or check the bucket answers."""
     if isinstance(root, ObjectPath):
-        from spark_kafka_backup.storage.s3 import S3Storage
-
-        storage = storage_for(root)
-        if isinstance(storage, S3Storage):
-            storage.check_bucket(root)
+        object_storage_for(root).check_bucket(root)
         return
     root.mkdir(parents=True, exist_ok=True)
 

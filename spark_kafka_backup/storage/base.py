@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, TypeAlias
 
@@ -93,6 +94,50 @@ class Storage(ABC):
             handle.close()
 
 
+class ObjectStorage(Storage):
+    """An object store (S3, Google Cloud Storage, Azure Blob Storage): files are objects published whole, and a
+    few writes are conditional on a *tag* the store gives each version of an object (S3's and Azure's ETag, GCS's
+    generation), enforced by the store: what the object-store lease (:mod:`spark_kafka_backup.storage.lease`)
+    is built on. Every backend passes the same contract tests (``tests/test_storage_contract.py``)."""
+
+    def create_exclusive(self, location: Location, data: bytes) -> bool:
+        return self.create_exclusive_tagged(location, data) is not None
+
+    @abstractmethod
+    def create_exclusive_tagged(self, location: Location, data: bytes) -> str | None:
+        """Create the object unless one has the name; its tag, or ``None`` when one existed."""
+
+    @abstractmethod
+    def read_tagged(self, location: Location) -> tuple[bytes, str] | None:
+        """A small object's bytes (at most 64 KiB) and tag, or ``None`` when it does not exist."""
+
+    @abstractmethod
+    def replace_if(self, location: Location, data: bytes, tag: str) -> str | None:
+        """Replace the object if it still has ``tag``; the new tag, or ``None`` when it changed or is gone."""
+
+    @abstractmethod
+    def delete_if(self, location: Location, tag: str) -> None:
+        """Delete the object if it still has ``tag`` (otherwise leave it: it is someone else's now)."""
+
+    @abstractmethod
+    def check_bucket(self, location: ObjectPath) -> None:
+        """Fail with one clear error when the bucket (container) is absent or unreachable."""
+
+    @abstractmethod
+    def list_level(self, directory: ObjectPath) -> tuple[list[str], list[str]]:
+        """The names of the objects directly under ``directory`` (a key prefix) and of its sub-prefixes."""
+
+    def list_files(self, directory: Location) -> list[str] | None:
+        assert isinstance(directory, ObjectPath)
+        files, dirs = self.list_level(directory)
+        return files if files or dirs else None
+
+    def list_dirs(self, directory: Location) -> list[str] | None:
+        assert isinstance(directory, ObjectPath)
+        files, dirs = self.list_level(directory)
+        return dirs if files or dirs else None
+
+
 class FileHandle:
     """A :class:`ReadHandle` over a local file (``pread`` is ``os.pread``)."""
 
@@ -142,3 +187,33 @@ class PositionalRaw(io.RawIOBase):
         view[: len(data)] = data
         self._position += len(data)
         return len(data)
+
+
+class RangedHandle:
+    """A :class:`ReadHandle` over one object of an object store: ``fetch(length, position)`` is one ranged GET (the
+    backend's), sequential reads go through a buffer of ``read_ahead`` bytes. Objects are written whole and never
+    grow."""
+
+    def __init__(self, fetch: Callable[[int, int], bytes], size: int, read_ahead: int) -> None:
+        self.size = size
+        self._raw = _FetchingRaw(fetch, size)
+        self.stream: BinaryIO = io.BufferedReader(self._raw, buffer_size=read_ahead)
+
+    def pread(self, length: int, position: int) -> bytes:
+        return self._raw.fetch(length, position)
+
+    def refresh_size(self) -> int:
+        return self.size
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+class _FetchingRaw(PositionalRaw):
+    def __init__(self, fetch: Callable[[int, int], bytes], size: int) -> None:
+        super().__init__(size)
+        self._fetch = fetch
+
+    def fetch(self, length: int, position: int) -> bytes:
+        length = min(length, self._size - position)
+        return self._fetch(length, position) if length > 0 else b""

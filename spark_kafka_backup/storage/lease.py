@@ -21,7 +21,17 @@ Object stores
     ``If-Match`` on the holder's last version, and taken over once expired
     (``If-Match`` on the expired version, so of two takers one wins). A
     holder whose renewal fails because someone else took the lease over marks
-    it :attr:`TargetLease.lost`; the backup job stops at its next check.
+    it :attr:`TargetLease.lost`; the backup job stops at its next check. A
+    holder killed with ``kill -9`` leaves its lease until it expires, except
+    to a job started where the dead one ran: the lease records the kernel's
+    boot id and the holder's pid namespace (:func:`process_space`) with the
+    pids of the holder and of its parent (the ``spark-submit`` JVM, which
+    runs a local job's executors), and a job in the same space that finds
+    both gone takes the lease over once the last renewal is
+    :data:`TAKEOVER_GRACE_SECONDS` old (so at least 10 s after the holder
+    died: time for a cluster's executors to notice their driver is gone and
+    stop writing), waiting for that if need be. A pid in use again by another
+    process only makes it wait for the expiry.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import socket
 import threading
@@ -41,9 +52,11 @@ from types import TracebackType
 
 from spark_kafka_backup.errors import FormatError, LeaseHeldError, LeaseLostError, SparkKafkaBackupError
 from spark_kafka_backup.format.json_document import parse_document
-from spark_kafka_backup.storage.base import Location
+from spark_kafka_backup.storage.base import Location, ObjectStorage
 from spark_kafka_backup.storage.local import check_inside
 from spark_kafka_backup.storage.object_path import ObjectPath
+
+log = logging.getLogger(__name__)
 
 #: Where the lease lives, under the backup's state directory.
 LEASE_FILE = "lease"
@@ -52,6 +65,11 @@ LEASE_OBJECT = "lease.json"
 #: An object-store lease not renewed for this long may be taken over.
 TTL_SECONDS = 60.0
 RENEW_SECONDS = 15.0
+#: A lease whose holder died here is taken over once its last renewal is this old: the holder missed a renewal, so
+#: it died at least ``TAKEOVER_GRACE_SECONDS - RENEW_SECONDS`` ago.
+TAKEOVER_GRACE_SECONDS = RENEW_SECONDS + 10.0
+#: Seconds one request about the lease object may take, retries included: well inside a renewal period.
+LEASE_REQUEST_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -63,11 +81,27 @@ class Holder:
     expires: float | None = None  # epoch seconds (object stores only)
     #: Tells this holder from any other, in the same process too.
     token: str = ""
+    #: Where ``pid`` means this holder's process: :func:`process_space` (``""``: unknown, an older writer).
+    space: str = ""
+    #: The holder's parent process (``spark-submit``'s JVM under it; 0: unknown).
+    parent: int = 0
 
     @classmethod
     def me(cls, purpose: str) -> Holder:
         started = datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        return cls(purpose, socket.gethostname(), os.getpid(), started, token=uuid.uuid4().hex)
+        return cls(purpose, socket.gethostname(), os.getpid(), started, token=uuid.uuid4().hex, space=process_space(),
+                   parent=os.getppid())  # fmt: skip
+
+    def is_dead_here(self) -> bool:
+        """This holder ran in this process space (same kernel boot, same pid namespace), and its process and its
+        parent are gone: the driver and, under ``spark-submit``, the JVM that runs a local job's executors."""
+        if not self.space or self.space != process_space() or self.parent <= 1:
+            return False
+        return _gone(self.pid) and _gone(self.parent)
+
+    def renewed(self) -> float | None:
+        """When this holder last wrote the lease (epoch seconds), from its expiry."""
+        return None if self.expires is None else self.expires - TTL_SECONDS
 
     def describe(self) -> str:
         return f"{self.purpose} started {self.started} on host {self.host} (pid {self.pid})"
@@ -86,6 +120,8 @@ class Holder:
                 str(fields["started"]),
                 None if fields.get("expires") is None else float(fields["expires"]),
                 str(fields.get("token", "")),
+                str(fields.get("space", "")),
+                int(fields.get("parent", 0)),
             )
         except (FormatError, ValueError, TypeError, KeyError, AttributeError):
             return None
@@ -101,12 +137,12 @@ def current_holder(state_dir: Location, *, name: str | None = None) -> Holder | 
     expires.
     """
     if isinstance(state_dir, ObjectPath):
-        from spark_kafka_backup.storage.s3 import s3_storage
-
-        found = s3_storage().read_tagged(state_dir / (name or LEASE_OBJECT))
+        found = _object_storage(state_dir).read_tagged(state_dir / (name or LEASE_OBJECT))
         holder = Holder.decode(found[0]) if found is not None else None
         if holder is None or holder.expires is None or holder.expires <= time.time():
             return None
+        if holder.is_dead_here() and time.time() - (holder.renewed() or 0.0) >= TAKEOVER_GRACE_SECONDS:
+            return None  # its next taker takes it at once
         return holder
     path = state_dir / (name or LEASE_FILE)
     check_inside(path)
@@ -129,6 +165,39 @@ def current_holder(state_dir: Location, *, name: str | None = None) -> Holder | 
         except PermissionError:
             pass  # alive, another user's
     return holder
+
+
+def _gone(pid: int) -> bool:
+    """No process has ``pid``, or a dead one not reaped yet (a zombie)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # alive, another user's
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def process_space() -> str:
+    """Where a pid names one process: this kernel's boot id and this process's pid namespace (``""`` where the
+    system does not say). Two containers share a host's boot id but not a pid namespace."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+    return f"{boot}/{namespace}"
+
+
+def _object_storage(location: Location) -> ObjectStorage:
+    from spark_kafka_backup.storage import object_storage_for
+
+    assert isinstance(location, ObjectPath)
+    return object_storage_for(location)
 
 
 def _stat(path: Path) -> os.stat_result | None:
@@ -186,7 +255,14 @@ class TargetLease:
             self._acquire_file(self.state_dir)
 
     def check(self) -> None:
-        """Raise :class:`LeaseLostError` if another job took the lease over."""
+        """Raise :class:`LeaseLostError` if another job took the lease over, or may soon: an object-store lease
+        not renewed for so long that it expires within a renewal period (a renewal that hangs counts too)."""
+        if self.lost is None and self._etag is not None and time.time() >= self._expires - RENEW_SECONDS:
+            self.lost = (
+                f"the lease {self.path} of the backup target has not been renewed since "
+                f"{datetime.fromtimestamp(self._expires - TTL_SECONDS, tz=UTC):%Y-%m-%dT%H:%M:%SZ} and expires soon; "
+                "this job stopped"
+            )
         if self.lost is not None:
             raise LeaseLostError(self.lost)
 
@@ -210,9 +286,7 @@ class TargetLease:
             self._renewer.join(5)
             self._renewer = None
             if self.lost is None and self._etag is not None:
-                from spark_kafka_backup.storage.s3 import s3_storage
-
-                s3_storage().delete_if(self.path, self._etag)
+                _object_storage(self.path).delete_if(self.path, self._etag)
             self._etag = None
 
     # -- local and shared file systems --------------------------------------------------
@@ -260,10 +334,8 @@ class TargetLease:
     # -- object stores ------------------------------------------------------------------
 
     def _acquire_object(self) -> None:
-        from spark_kafka_backup.storage.s3 import s3_storage
-
-        storage = s3_storage()
         path = self.path
+        storage = _object_storage(path)
         while True:
             mine = Holder(**{**asdict(self.holder), "expires": time.time() + TTL_SECONDS})
             etag = storage.create_exclusive_tagged(path, mine.encode())
@@ -275,8 +347,20 @@ class TargetLease:
                 continue  # deleted in between: try again
             data, current = found
             holder = Holder.decode(data)
-            if holder is not None and holder.expires is not None and holder.expires > time.time():
-                until = datetime.fromtimestamp(holder.expires, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            if holder is not None and self._is_mine(holder):
+                # Our own create went through but its answer was lost (the store's retry met our object).
+                etag = current
+                break
+            expires = holder.expires if holder is not None else None
+            if holder is not None and expires is not None and expires > time.time() and holder.is_dead_here():
+                wait = (holder.renewed() or 0.0) + TAKEOVER_GRACE_SECONDS - time.time()
+                if wait > 0:
+                    log.info("the lease %s is held by %s, which is gone; taking it over in %.0f s, once its tasks "
+                             "cannot write any more", path, holder.describe(), wait)  # fmt: skip
+                    time.sleep(wait)
+                    continue  # read it again: a holder that came back, or another taker, wins
+            elif holder is not None and expires is not None and expires > time.time():
+                until = datetime.fromtimestamp(expires, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
                 raise LeaseHeldError(
                     f"{self.guards} is in use: {holder.describe()} holds its lease "
                     f"{path} until {until} (renewed while it runs); wait for it to end or stop it, or, if that "
@@ -290,9 +374,7 @@ class TargetLease:
         self._renewer.start()
 
     def _renew(self) -> None:
-        from spark_kafka_backup.storage.s3 import s3_storage
-
-        storage = s3_storage()
+        storage = _object_storage(self.path)
         while not self._stop.wait(RENEW_SECONDS):
             assert self._etag is not None
             mine = Holder(**{**asdict(self.holder), "expires": time.time() + TTL_SECONDS})

@@ -1,4 +1,5 @@
-"""``s3://bucket/key`` locations with the small part of the ``pathlib`` surface spark-kafka-backup uses."""
+"""``s3://bucket/key`` and ``gs://bucket/key`` locations with the small part of the ``pathlib`` surface
+spark-kafka-backup uses."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from dataclasses import dataclass
 
 from spark_kafka_backup.errors import UsageError
 
-SCHEMES = ("s3",)
+#: The object stores, by URI scheme: Amazon S3 and S3-compatible stores, Google Cloud Storage.
+SCHEMES = ("s3", "gs")
+_EXPECTED = "a local path, s3://bucket/prefix or gs://bucket/prefix"
 
 
 @dataclass(frozen=True)
@@ -27,12 +30,10 @@ class ObjectPath:
     def parse(cls, uri: str) -> ObjectPath:
         scheme, _, rest = uri.partition("://")
         if scheme.lower() not in SCHEMES:
-            raise UsageError(
-                f"{uri}: unsupported storage scheme {scheme!r} (expected a local path or s3://bucket/prefix)"
-            )
+            raise UsageError(f"{uri}: unsupported storage scheme {scheme!r} (expected {_EXPECTED})")
         bucket, _, key = rest.partition("/")
         if not bucket:
-            raise UsageError(f"{uri}: no bucket name (expected s3://bucket/prefix)")
+            raise UsageError(f"{uri}: no bucket name (expected {scheme.lower()}://bucket/prefix)")
         return cls(scheme.lower(), bucket, key.strip("/"))
 
     def __truediv__(self, name: str | object) -> ObjectPath:

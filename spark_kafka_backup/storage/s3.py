@@ -15,13 +15,13 @@ are ranged GETs, so a segment is never downloaded whole to be read.
 from __future__ import annotations
 
 import functools
-import io
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from spark_kafka_backup.errors import BackupNotFoundError, StorageError
-from spark_kafka_backup.storage.base import Location, PositionalRaw, Storage
+from spark_kafka_backup.storage.base import Location, ObjectStorage, RangedHandle
 from spark_kafka_backup.storage.object_path import ObjectPath
 
 #: Bytes fetched per GET by sequential reads.
@@ -87,49 +87,23 @@ def _is_missing(exc: Exception) -> bool:
     return str(response.get("Error", {}).get("Code", "")) in ("404", "NoSuchKey", "NotFound")
 
 
-class _RangedRaw(PositionalRaw):
-    """A seekable raw stream over one object; each ``readinto`` is one ranged GET."""
+def _ranged_get(client: Any, location: ObjectPath) -> Callable[[int, int], bytes]:
+    """One ranged GET of ``location`` per call."""
 
-    def __init__(self, client: Any, location: ObjectPath, size: int) -> None:
-        super().__init__(size)
-        self._client = client
-        self._location = location
-
-    def fetch(self, length: int, position: int) -> bytes:
-        length = min(length, self._size - position)
-        if length <= 0:
-            return b""
+    def fetch(length: int, position: int) -> bytes:
         try:
-            response = self._client.get_object(
-                Bucket=self._location.bucket,
-                Key=self._location.key,
-                Range=f"bytes={position}-{position + length - 1}",
+            response = client.get_object(
+                Bucket=location.bucket, Key=location.key, Range=f"bytes={position}-{position + length - 1}"
             )
             data: bytes = response["Body"].read()
         except Exception as exc:
-            raise _fail(self._location, "read", exc) from exc
+            raise _fail(location, "read", exc) from exc
         return data
 
-
-class ObjectHandle:
-    """A :class:`~spark_kafka_backup.storage.base.ReadHandle` over one object."""
-
-    def __init__(self, client: Any, location: ObjectPath, size: int) -> None:
-        self.size = size
-        self._raw = _RangedRaw(client, location, size)
-        self.stream: BinaryIO = io.BufferedReader(self._raw, buffer_size=READ_AHEAD)
-
-    def pread(self, length: int, position: int) -> bytes:
-        return self._raw.fetch(length, position)
-
-    def refresh_size(self) -> int:
-        return self.size  # objects are written whole and never grow
-
-    def close(self) -> None:
-        self.stream.close()
+    return fetch
 
 
-class S3Storage(Storage):
+class S3Storage(ObjectStorage):
     def __init__(self, client: Any | None = None) -> None:
         self._given = client
 
@@ -150,11 +124,11 @@ class S3Storage(Storage):
     def exists(self, location: Location) -> bool:
         return self.size(location) is not None
 
-    def open_read(self, location: Location) -> ObjectHandle:
+    def open_read(self, location: Location) -> RangedHandle:
         size = self.size(location)
         if size is None:
             raise BackupNotFoundError(f"{location}: object does not exist")
-        return ObjectHandle(self.client, _object(location), size)
+        return RangedHandle(_ranged_get(self.client, _object(location)), size, READ_AHEAD)
 
     def write_whole(self, location: Location, data: bytes, *, sync: bool = True) -> None:
         target = _object(location)
@@ -162,9 +136,6 @@ class S3Storage(Storage):
             self.client.put_object(Bucket=target.bucket, Key=target.key, Body=data)
         except Exception as exc:
             raise _fail(target, "write", exc) from exc
-
-    def create_exclusive(self, location: Location, data: bytes) -> bool:
-        return self.create_exclusive_tagged(location, data) is not None
 
     # -- conditional writes (the object-store lease, spark_kafka_backup.storage.lease) ----------------
 
@@ -190,22 +161,22 @@ class S3Storage(Storage):
                 return None
             raise _fail(target, "read", exc) from exc
 
-    def replace_if(self, location: Location, data: bytes, etag: str) -> str | None:
-        """Replace the object if it still has ``etag``; the new ETag, or ``None`` when it changed."""
+    def replace_if(self, location: Location, data: bytes, tag: str) -> str | None:
+        """Replace the object if it still has ``tag`` (its ETag); the new ETag, or ``None`` when it changed."""
         target = _object(location)
         try:
-            response = self.client.put_object(Bucket=target.bucket, Key=target.key, Body=data, IfMatch=etag)
+            response = self.client.put_object(Bucket=target.bucket, Key=target.key, Body=data, IfMatch=tag)
         except Exception as exc:
             if _precondition_failed(exc) or _is_missing(exc):
                 return None
             raise _fail(target, "replace", exc) from exc
         return str(response["ETag"])
 
-    def delete_if(self, location: Location, etag: str) -> None:
-        """Delete the object if it still has ``etag`` (otherwise leave it: it is someone else's now)."""
+    def delete_if(self, location: Location, tag: str) -> None:
+        """Delete the object if it still has ``tag`` (its ETag; otherwise leave it: it is someone else's now)."""
         target = _object(location)
         try:
-            self.client.delete_object(Bucket=target.bucket, Key=target.key, IfMatch=etag)
+            self.client.delete_object(Bucket=target.bucket, Key=target.key, IfMatch=tag)
         except Exception as exc:
             if not (_precondition_failed(exc) or _is_missing(exc)):
                 raise _fail(target, "delete", exc) from exc
@@ -225,7 +196,7 @@ class S3Storage(Storage):
             if not _is_missing(exc):
                 raise _fail(target, "delete", exc) from exc
 
-    def _list(self, directory: ObjectPath) -> tuple[list[str], list[str]]:
+    def list_level(self, directory: ObjectPath) -> tuple[list[str], list[str]]:
         prefix = f"{directory.key}/" if directory.key else ""
         files: list[str] = []
         dirs: list[str] = []
@@ -239,14 +210,6 @@ class S3Storage(Storage):
         except Exception as exc:
             raise _fail(directory, "list", exc) from exc
         return files, dirs
-
-    def list_files(self, directory: Location) -> list[str] | None:
-        files, dirs = self._list(_object(directory))
-        return files if files or dirs else None
-
-    def list_dirs(self, directory: Location) -> list[str] | None:
-        files, dirs = self._list(_object(directory))
-        return dirs if files or dirs else None
 
     def check_bucket(self, location: ObjectPath) -> None:
         """Fail with one clear error when the bucket is absent or unreachable."""
