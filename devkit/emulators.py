@@ -2,7 +2,8 @@
 from a registry this project may reach.
 
 - fake-gcs-server (github.com/fsouza/fake-gcs-server: Google Cloud Storage's JSON API), a Go program: ``go install``
-  of a pinned version through the Go module proxy, once per machine (about 2.5 CPU minutes, and its modules).
+  of a pinned version through the Go module proxy, once per machine (about 2.5 CPU minutes, and its modules);
+- Azurite (Microsoft's Azure Storage emulator, npm): ``npm install`` of a pinned version, once per machine.
 
 ``python devkit/emulators.py`` builds what is missing; ``./dev test`` runs it beside the rest of its set-up, and a
 fixture that finds the binary missing builds it then. Stdlib only, so that ``./dev`` can run it before the
@@ -60,8 +61,38 @@ def fake_gcs_server() -> Path:
     return binary
 
 
+#: Azurite's release (npm). Its package asks for Node.js 22; its Blob service runs on Debian's Node.js 20 (checked).
+AZURITE = "3.37.0"
+#: Azurite's well-known development account and key (public: in Microsoft's documentation and every Azurite).
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def azurite_command() -> list[str]:
+    """``node .../azurite/dist/src/blob/main.js``: Azurite's Blob service, installed into the cache the first time."""
+    directory = cache_root() / "emulators" / f"azurite-{AZURITE}"
+    main = directory / "node_modules" / "azurite" / "dist" / "src" / "blob" / "main.js"
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        raise RuntimeError("Azurite for the tests needs Node.js and npm (apt-get install nodejs npm)")
+    if main.is_file():
+        return [node, str(main)]
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not main.is_file():
+            print(f"installing Azurite {AZURITE} (npm) into {directory}", file=sys.stderr)
+            subprocess.run(
+                [npm, "install", "--prefix", str(directory), "--no-audit", "--no-fund", "--omit=dev",
+                 "--loglevel=error", f"azurite@{AZURITE}"],
+                check=True,
+            )  # fmt: skip
+    return [node, str(main)]
+
+
 def main() -> None:
     print(fake_gcs_server())
+    print(" ".join(azurite_command()))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.azure_server import AzureServer, azure_server_under_test
 from tests.broker import BrokerUnderTest, broker_under_test, local_cluster, wanted_kind
 from tests.gcs_server import GcsServer, gcs_server_under_test
 from tests.leftovers import kill_leftovers
@@ -293,6 +294,14 @@ def environment(env: dict[str, str]) -> Iterator[None]:
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """The server, with its endpoint and credentials in this process's environment (and so the jobs')."""
     with s3_server_under_test(tmp_path_factory.mktemp("s3")) as server, environment(server.env):
+        yield server
+
+
+@pytest.fixture(scope="module")
+def azure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzureServer]:
+    """Azurite's Blob service, with ``AZURE_STORAGE_CONNECTION_STRING`` in this process's environment (and so the
+    jobs')."""
+    with azure_server_under_test(tmp_path_factory.mktemp("azure")) as server, environment(server.env):
         yield server
 
 

@@ -17,6 +17,7 @@ _SERVERS = (
     "moto_server",
     "moto.server",
     "fake-gcs-server",
+    "azurite",
     "pyspark.daemon",
     "pyspark.worker",
     "CoarseGrainedExecutorBackend",

@@ -1,5 +1,6 @@
-"""Backups on object stores: an S3 API server (moto in server mode, over HTTP on loopback; see tests/s3_server.py)
-and a Google Cloud Storage one (fake-gcs-server, tests/gcs_server.py); the storage interface's own contract is
+"""Backups on object stores: an S3 API server (moto in server mode, over HTTP on loopback; see tests/s3_server.py),
+a Google Cloud Storage one (fake-gcs-server, tests/gcs_server.py) and Azure Blob Storage (Azurite,
+tests/azure_server.py); the storage interface's own contract is
 tests/test_storage_contract.py.
 
 The object partition writer and its crash points are checked directly on each store; then the whole path: a
@@ -29,6 +30,7 @@ from spark_kafka_backup.partition.object_writer import ObjectPartitionWriter
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.records_file import NO_KEYS
 from spark_kafka_backup.storage import ObjectPath, parse_location, read_limited, storage_for
+from tests.azure_server import AzureServer
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
 from tests.gcs_server import GcsServer
@@ -47,10 +49,15 @@ from tests.s3_server import S3Server
 NOW = int(time.time() * 1000) - 60_000
 
 
-@pytest.fixture(params=["s3", "gs"])
+#: The object stores by scheme, and the fixture of each one's server.
+STORES = {"s3": "s3", "gs": "gcs", "az": "azure"}
+
+
+@pytest.fixture(params=list(STORES))
 def bucket(request: pytest.FixtureRequest) -> ObjectPath:
-    """A fresh bucket's prefix on each object store: moto's S3 and fake-gcs-server's GCS (tests/gcs_server.py)."""
-    server: S3Server | GcsServer = request.getfixturevalue("s3" if request.param == "s3" else "gcs")
+    """A fresh bucket's prefix on each object store: moto's S3, fake-gcs-server's GCS (tests/gcs_server.py),
+    Azurite's Blob Storage (tests/azure_server.py)."""
+    server: S3Server | GcsServer | AzureServer = request.getfixturevalue(STORES[request.param])
     return ObjectPath(request.param, server.new_bucket(), "backups/prod")
 
 
@@ -68,6 +75,7 @@ def test_locations_parse_by_scheme() -> None:
     assert ObjectPath("s3", "b", "x/t/f").parent == ObjectPath("s3", "b", "x/t")
     assert str(ObjectPath("s3", "b", "x/t/f")) == "s3://b/x/t/f"
     assert parse_location("gs://b/x/") == ObjectPath("gs", "b", "x")
+    assert parse_location("az://container/x") == ObjectPath("az", "container", "x")
     assert str(ObjectPath("gs", "b", "x/t")) == "gs://b/x/t"
     with pytest.raises(Exception, match="unsupported storage scheme 'hdfs'"):
         parse_location("hdfs://b/x")
@@ -317,13 +325,13 @@ def test_abandoned_write_publishes_nothing(bucket: ObjectPath) -> None:
 
 
 @pytest.mark.long  # CI time; the quick tier has the store's contract and crash tests on the same S3 server
-@pytest.mark.parametrize("scheme", ["s3", "gs"])
+@pytest.mark.parametrize("scheme", list(STORES))
 def test_backup_verify_and_restore_through_the_store(
     kafka: BrokerUnderTest, target: Target, scheme: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    server: S3Server | GcsServer = request.getfixturevalue("s3" if scheme == "s3" else "gcs")
+    server: S3Server | GcsServer | AzureServer = request.getfixturevalue(STORES[scheme])
     orders, audit, readers = f"{scheme}-orders", f"{scheme}-audit", f"{scheme}-readers"
 
     create_topics(kafka, {orders: 2, audit: 1})

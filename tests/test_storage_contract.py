@@ -1,5 +1,5 @@
 """The storage contract: the same scenarios once per backend (local files, S3 on moto, Google Cloud Storage on
-fake-gcs-server), in the manner of fsspec's abstract test classes.
+fake-gcs-server, Azure Blob Storage on Azurite), in the manner of fsspec's abstract test classes.
 
 The storage interface itself (spark_kafka_backup.storage.base); a large file published whole; two writers racing
 for a backup target's lease; and (long tier) a continuous backup killed with SIGKILL three times, then a snapshot
@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from spark_kafka_backup.errors import BackupNotFoundError, LeaseHeldError
-from spark_kafka_backup.storage import Location, ObjectPath, read_chunks, storage_for
+from spark_kafka_backup.errors import BackupNotFoundError, LeaseHeldError, StorageError
+from spark_kafka_backup.partition.layout import list_topics
+from spark_kafka_backup.storage import Location, ObjectPath, object_storage_for, read_chunks, storage_for
 from spark_kafka_backup.storage import lease as lease_module
 from spark_kafka_backup.storage.lease import (
     LEASE_OBJECT,
@@ -33,6 +34,7 @@ from spark_kafka_backup.storage.lease import (
     current_holder,
     process_space,
 )
+from tests.azure_server import AzureServer
 from tests.broker import BrokerUnderTest
 from tests.gcs_server import GcsServer
 from tests.kafka_helpers import backed_up, consume_all, create_topics, run_backup, start_backup
@@ -40,15 +42,17 @@ from tests.live_load import Producer, batches, client_args, more_batches, wait_f
 from tests.restore_helpers import Target, comparable, run_restore
 from tests.s3_server import S3Server
 
-BACKENDS = ["local", "s3", "gs"]
-OBJECT_STORES = ["s3", "gs"]
+#: The object stores by scheme, and the fixture of each one's server.
+STORES = {"s3": "s3", "gs": "gcs", "az": "azure"}
+BACKENDS = ["local", *STORES]
+OBJECT_STORES = list(STORES)
 
 
 def backend_root(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Location:
     """A fresh, empty backup root on ``backend``."""
     if backend == "local":
         return tmp_path / "backups" / "prod"
-    server: S3Server | GcsServer = request.getfixturevalue("s3" if backend == "s3" else "gcs")
+    server: S3Server | GcsServer | AzureServer = request.getfixturevalue(STORES[backend])
     return ObjectPath(backend, server.new_bucket(), "backups/prod")
 
 
@@ -83,6 +87,18 @@ def test_files_are_written_read_listed_and_deleted(root: Location) -> None:
     assert not storage.exists(file)
     with pytest.raises(BackupNotFoundError):
         storage.open_read(file)
+
+
+@pytest.mark.parametrize("backend", OBJECT_STORES)
+def test_a_bucket_that_is_not_there_is_one_clear_error(backend: str, request: pytest.FixtureRequest) -> None:
+    request.getfixturevalue(STORES[backend])  # the server answers; the bucket (container) is missing
+    missing = ObjectPath(backend, "kbackup-no-such-bucket", "backups")
+    what = "container" if backend == "az" else "bucket"
+    with pytest.raises(StorageError, match=rf"^{backend}://kbackup-no-such-bucket/backups: {what} "
+                                           r"'kbackup-no-such-bucket' does not exist$"):  # fmt: skip
+        list_topics(missing)
+    with pytest.raises(StorageError, match=f"{what} 'kbackup-no-such-bucket' does not exist"):
+        object_storage_for(missing).check_bucket(missing)
 
 
 def test_a_large_file_is_published_whole(root: Location, tmp_path: Path) -> None:

@@ -113,7 +113,7 @@ def build_parser(prog: str = "spark-submit jobs/backup.py") -> argparse.Argument
         "--checkpoint-location",
         type=Path,
         help=f"Spark checkpoint directory (default: TARGET/{STATE_DIR_NAME}/spark-checkpoint; "
-        "required when TARGET is s3:// or gs://)",
+        "required when TARGET is on an object store)",
     )
     own.add_argument(
         "--offsets-interval",

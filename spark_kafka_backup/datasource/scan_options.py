@@ -17,7 +17,7 @@ from spark_kafka_backup.partition.selection import Window
 
 #: Option names as documented (Spark gives them in lower case) and what each takes.
 OPTIONS = {
-    "path": "the backup root (load's argument): a directory, s3://bucket/prefix or gs://bucket/prefix",
+    "path": "the backup root (load's argument): a directory or s3://, gs:// or az:// prefix",
     "topics": "topics to read, comma-separated (default: all)",
     "partitions": "partitions to read, comma-separated (default: all)",
     "fromOffset": "first offset to read, in every partition read",
@@ -83,7 +83,7 @@ def scan_options(given: Mapping[str, str]) -> ScanOptions:
     if not root:
         raise UsageError(
             "kbackup data source: no backup root: spark.read.format('kbackup').load('/backups/prod') "
-            "(a directory, s3://bucket/prefix or gs://bucket/prefix)"
+            "(a directory or an s3://, gs:// or az:// prefix)"
         )
     window = Window(
         _offset(options, "fromOffset"),

@@ -1,8 +1,9 @@
-"""Where a backup lives: a local directory, an S3 prefix or a Google Cloud Storage prefix, behind one interface.
+"""Where a backup lives: a local directory or a prefix on S3, Google Cloud Storage or Azure Blob Storage, behind one
+interface.
 
 A location is a :class:`pathlib.Path` (local disk) or an :class:`ObjectPath` (``s3://bucket/prefix``,
-``gs://bucket/prefix``); :func:`parse_location` picks by URI scheme and :func:`storage_for` returns the
-:class:`~spark_kafka_backup.storage.base.Storage` that reads and writes it
+``gs://bucket/prefix``, ``az://container/prefix``); :func:`parse_location` picks by URI scheme and
+:func:`storage_for` returns the :class:`~spark_kafka_backup.storage.base.Storage` that reads and writes it
 (:class:`~spark_kafka_backup.storage.base.ObjectStorage` for an object store). Code above this package never
 opens a path itself for backup data: it asks the storage, so the same reader, verify, catalog and restore code
 serves them all.
@@ -45,7 +46,8 @@ __all__ = [
 
 
 def parse_location(text: str | Path | ObjectPath) -> Location:
-    """``s3://bucket/prefix``, ``gs://bucket/prefix`` -> :class:`ObjectPath`; anything else is a local path."""
+    """``s3://bucket/prefix``, ``gs://...``, ``az://container/prefix`` -> :class:`ObjectPath`; anything else is a
+    local path."""
     if isinstance(text, (Path, ObjectPath)):
         return text
     if "://" in text:
@@ -70,6 +72,10 @@ def object_storage_for(location: ObjectPath) -> ObjectStorage:
         from spark_kafka_backup.storage.gcs import gcs_storage
 
         return gcs_storage()
+    if location.scheme == "az":
+        from spark_kafka_backup.storage.azure import azure_storage
+
+        return azure_storage()
     from spark_kafka_backup.storage.s3 import s3_storage
 
     return s3_storage()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
@@ -94,11 +95,33 @@ class Storage(ABC):
             handle.close()
 
 
+def object_location(location: Location) -> ObjectPath:
+    """``location``, which an object store's method was given: an object's (a local path is a caller's bug)."""
+    if not isinstance(location, ObjectPath):
+        raise TypeError(f"not an object location: {location}")
+    return location
+
+
 class ObjectStorage(Storage):
     """An object store (S3, Google Cloud Storage, Azure Blob Storage): files are objects published whole, and a
     few writes are conditional on a *tag* the store gives each version of an object (S3's and Azure's ETag, GCS's
     generation), enforced by the store: what the object-store lease (:mod:`spark_kafka_backup.storage.lease`)
     is built on. Every backend passes the same contract tests (``tests/test_storage_contract.py``)."""
+
+    def __init__(self, client: Any | None = None) -> None:
+        self._given = client
+
+    @property
+    def client(self) -> Any:
+        """The client given, or this process's for the current settings (its library imported on first use)."""
+        return self._given if self._given is not None else self.shared_client()
+
+    @abstractmethod
+    def shared_client(self) -> Any:
+        """This process's client for the settings in its environment now (made once per settings)."""
+
+    def exists(self, location: Location) -> bool:
+        return self.size(location) is not None
 
     def create_exclusive(self, location: Location, data: bytes) -> bool:
         return self.create_exclusive_tagged(location, data) is not None
@@ -136,6 +159,22 @@ class ObjectStorage(Storage):
         assert isinstance(directory, ObjectPath)
         files, dirs = self.list_level(directory)
         return dirs if files or dirs else None
+
+
+#: A URL's query: for a GCS resumable upload its session id, for Azure a SAS token; credentials either way. To the
+#: next whitespace: a SAS token's times keep their colons.
+_URL_QUERY = re.compile(r"(https?://[^\s?'\"]+|/[^\s?'\"]*)\?\S*")
+
+
+def without_url_queries(text: str) -> str:
+    """``text`` (an object store's error message) with every URL's query replaced by ``...``."""
+    return _URL_QUERY.sub(r"\1?...", text)
+
+
+def safe_cause(exc: BaseException) -> BaseException | None:
+    """``exc`` to chain under an error of ours, or ``None`` when its message holds a URL's query (a credential that
+    ``--debug`` or a task's traceback would print)."""
+    return None if without_url_queries(str(exc)) != str(exc) else exc
 
 
 class FileHandle:

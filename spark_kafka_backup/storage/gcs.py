@@ -25,13 +25,19 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from spark_kafka_backup.errors import BackupNotFoundError, StorageError
-from spark_kafka_backup.storage.base import Location, ObjectStorage, RangedHandle
+from spark_kafka_backup.storage.base import (
+    Location,
+    ObjectStorage,
+    RangedHandle,
+    object_location,
+    safe_cause,
+    without_url_queries,
+)
 from spark_kafka_backup.storage.object_path import ObjectPath
 
 #: Bytes fetched per GET by sequential reads.
@@ -45,12 +51,6 @@ LEASE_DEADLINE = 10.0
 
 #: The settings a client depends on; a change (tests, a re-configured process) makes a new client.
 _SETTINGS = ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT")
-
-
-def _object(location: Location) -> ObjectPath:
-    if not isinstance(location, ObjectPath):
-        raise TypeError(f"not an object location: {location}")
-    return location
 
 
 def _library() -> Any:
@@ -92,10 +92,6 @@ def _retry(deadline: float | None = None) -> Any:
     return DEFAULT_RETRY if deadline is None else DEFAULT_RETRY.with_timeout(deadline)
 
 
-#: A URL's query, which for a resumable upload holds its session (``upload_id``): a credential for that object.
-_QUERY = re.compile(r"(https?://[^\s?'\"]+|/[^\s?'\"]*)\?[^\s'\":]*")
-
-
 def _status(exc: Exception) -> int | None:
     code = getattr(exc, "code", None)
     return int(code) if isinstance(code, int) else None
@@ -103,7 +99,7 @@ def _status(exc: Exception) -> int | None:
 
 def _fail(location: ObjectPath, action: str, exc: Exception) -> StorageError:
     """One line for a failed request; URLs lose their queries (a resumable upload's session is in one)."""
-    message = _QUERY.sub(r"\1?...", str(getattr(exc, "message", None) or exc))
+    message = without_url_queries(str(getattr(exc, "message", None) or exc))
     status = _status(exc)
     reason = f"{status} {message}" if status else f"{type(exc).__name__}: {message}"
     return StorageError(f"{location}: cannot {action} ({reason})")
@@ -118,7 +114,7 @@ def _ranged_get(blob: Any, location: ObjectPath) -> Callable[[int, int], bytes]:
                 start=position, end=position + length - 1, raw_download=True, timeout=TIMEOUT, retry=_retry()
             )
         except Exception as exc:
-            raise _fail(location, "read", exc) from exc
+            raise _fail(location, "read", exc) from safe_cause(exc)
         return data
 
     return fetch
@@ -132,12 +128,8 @@ def _generation(blob: Any, location: ObjectPath) -> str:
 
 
 class GcsStorage(ObjectStorage):
-    def __init__(self, client: Any | None = None) -> None:
-        self._given = client
-
-    @property
-    def client(self) -> Any:
-        return self._given if self._given is not None else _client()
+    def shared_client(self) -> Any:
+        return _client()
 
     def _blob(self, target: ObjectPath, generation: int | None = None) -> Any:
         return self.client.bucket(target.bucket).blob(target.key, generation=generation)
@@ -146,34 +138,31 @@ class GcsStorage(ObjectStorage):
         try:
             return self.client.bucket(target.bucket).get_blob(target.key, timeout=TIMEOUT, retry=_retry())
         except Exception as exc:
-            raise _fail(target, "look up", exc) from exc
+            raise _fail(target, "look up", exc) from safe_cause(exc)
 
     def size(self, location: Location) -> int | None:
-        blob = self._stat(_object(location))
+        blob = self._stat(object_location(location))
         return None if blob is None else int(blob.size)
 
-    def exists(self, location: Location) -> bool:
-        return self.size(location) is not None
-
     def open_read(self, location: Location) -> RangedHandle:
-        target = _object(location)
+        target = object_location(location)
         blob = self._stat(target)
         if blob is None:
             raise BackupNotFoundError(f"{location}: object does not exist")
         return RangedHandle(_ranged_get(self._blob(target, int(blob.generation)), target), int(blob.size), READ_AHEAD)
 
     def write_whole(self, location: Location, data: bytes, *, sync: bool = True) -> None:
-        target = _object(location)
+        target = object_location(location)
         try:
             self._blob(target).upload_from_string(data, timeout=TIMEOUT, retry=_retry())
         except Exception as exc:
-            raise _fail(target, "write", exc) from exc
+            raise _fail(target, "write", exc) from safe_cause(exc)
 
     def create_exclusive_tagged(self, location: Location, data: bytes) -> str | None:
-        return self._conditional_write(_object(location), data, 0, "create")
+        return self._conditional_write(object_location(location), data, 0, "create")
 
     def read_tagged(self, location: Location) -> tuple[bytes, str] | None:
-        target = _object(location)
+        target = object_location(location)
         blob = self._blob(target)
         try:
             data = blob.download_as_bytes(end=(1 << 16) - 1, timeout=LEASE_TIMEOUT, retry=_retry(LEASE_DEADLINE))
@@ -181,7 +170,7 @@ class GcsStorage(ObjectStorage):
             if _status(exc) == 404:
                 return None
             if _status(exc) != 416:  # an empty object has no first byte to ask for
-                raise _fail(target, "read", exc) from exc
+                raise _fail(target, "read", exc) from safe_cause(exc)
             found = self._stat(target)
             if found is None:
                 return None
@@ -189,13 +178,13 @@ class GcsStorage(ObjectStorage):
         return data, _generation(blob, target)
 
     def replace_if(self, location: Location, data: bytes, tag: str) -> str | None:
-        return self._conditional_write(_object(location), data, int(tag), "replace")
+        return self._conditional_write(object_location(location), data, int(tag), "replace")
 
     def delete_if(self, location: Location, tag: str) -> None:
         """Delete the object if it still has generation ``tag``. GCS enforces the precondition; the generation is
         also looked up first, for emulators that do not enforce it on deletes (fake-gcs-server 1.56 enforces it on
         uploads only)."""
-        target = _object(location)
+        target = object_location(location)
         current = self._stat(target)
         if current is None or str(current.generation) != tag:
             return
@@ -203,7 +192,7 @@ class GcsStorage(ObjectStorage):
             self._blob(target).delete(if_generation_match=int(tag), timeout=LEASE_TIMEOUT, retry=_retry(LEASE_DEADLINE))
         except Exception as exc:
             if _status(exc) not in (404, 412):
-                raise _fail(target, "delete", exc) from exc
+                raise _fail(target, "delete", exc) from safe_cause(exc)
 
     def _conditional_write(self, target: ObjectPath, data: bytes, generation: int, action: str) -> str | None:
         blob = self._blob(target)
@@ -214,23 +203,23 @@ class GcsStorage(ObjectStorage):
         except Exception as exc:
             if _status(exc) == 412:
                 return None
-            raise _fail(target, action, exc) from exc
+            raise _fail(target, action, exc) from safe_cause(exc)
         return _generation(blob, target)
 
     def upload(self, location: Location, source: Path) -> None:
-        target = _object(location)
+        target = object_location(location)
         try:
             self._blob(target).upload_from_filename(str(source), timeout=TIMEOUT, retry=_retry())
         except Exception as exc:
-            raise _fail(target, "upload", exc) from exc
+            raise _fail(target, "upload", exc) from safe_cause(exc)
 
     def delete(self, location: Location) -> None:
-        target = _object(location)
+        target = object_location(location)
         try:
             self._blob(target).delete(timeout=TIMEOUT, retry=_retry())
         except Exception as exc:
             if _status(exc) != 404:
-                raise _fail(target, "delete", exc) from exc
+                raise _fail(target, "delete", exc) from safe_cause(exc)
 
     def list_level(self, directory: ObjectPath) -> tuple[list[str], list[str]]:
         prefix = f"{directory.key}/" if directory.key else ""
@@ -245,7 +234,7 @@ class GcsStorage(ObjectStorage):
         except Exception as exc:
             if _status(exc) == 404:  # a prefix with nothing under it lists empty: the bucket is missing
                 raise StorageError(f"{directory}: bucket {directory.bucket!r} does not exist") from exc
-            raise _fail(directory, "list", exc) from exc
+            raise _fail(directory, "list", exc) from safe_cause(exc)
         return files, dirs
 
     def check_bucket(self, location: ObjectPath) -> None:
@@ -254,7 +243,7 @@ class GcsStorage(ObjectStorage):
         except Exception as exc:
             if _status(exc) == 404:
                 raise StorageError(f"{location}: bucket {location.bucket!r} does not exist") from exc
-            raise _fail(location, "reach the bucket", exc) from exc
+            raise _fail(location, "reach the bucket", exc) from safe_cause(exc)
 
 
 @functools.cache

@@ -1,5 +1,5 @@
-"""``s3://bucket/key`` and ``gs://bucket/key`` locations with the small part of the ``pathlib`` surface
-spark-kafka-backup uses."""
+"""``s3://bucket/key``, ``gs://bucket/key`` and ``az://container/key`` locations with the small part of the
+``pathlib`` surface spark-kafka-backup uses."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 from spark_kafka_backup.errors import UsageError
 
-#: The object stores, by URI scheme: Amazon S3 and S3-compatible stores, Google Cloud Storage.
-SCHEMES = ("s3", "gs")
-_EXPECTED = "a local path, s3://bucket/prefix or gs://bucket/prefix"
+#: The object stores, by URI scheme: Amazon S3 and S3-compatible stores, Google Cloud Storage, Azure Blob Storage
+#: (a container of the account the environment names).
+SCHEMES = ("s3", "gs", "az")
+_EXPECTED = "a local path, s3://bucket/prefix, gs://bucket/prefix or az://container/prefix"
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,8 @@ class ObjectPath:
             raise UsageError(f"{uri}: unsupported storage scheme {scheme!r} (expected {_EXPECTED})")
         bucket, _, key = rest.partition("/")
         if not bucket:
-            raise UsageError(f"{uri}: no bucket name (expected {scheme.lower()}://bucket/prefix)")
+            what = "container" if scheme.lower() == "az" else "bucket"
+            raise UsageError(f"{uri}: no {what} name (expected {scheme.lower()}://{what}/prefix)")
         return cls(scheme.lower(), bucket, key.strip("/"))
 
     def __truediv__(self, name: str | object) -> ObjectPath:

@@ -21,17 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from spark_kafka_backup.errors import BackupNotFoundError, StorageError
-from spark_kafka_backup.storage.base import Location, ObjectStorage, RangedHandle
+from spark_kafka_backup.storage.base import Location, ObjectStorage, RangedHandle, object_location
 from spark_kafka_backup.storage.object_path import ObjectPath
 
 #: Bytes fetched per GET by sequential reads.
 READ_AHEAD = 4 << 20
-
-
-def _object(location: Location) -> ObjectPath:
-    if not isinstance(location, ObjectPath):
-        raise TypeError(f"not an object location: {location}")
-    return location
 
 
 #: The settings a client depends on; a change (tests, a re-configured process) makes a new client.
@@ -104,15 +98,11 @@ def _ranged_get(client: Any, location: ObjectPath) -> Callable[[int, int], bytes
 
 
 class S3Storage(ObjectStorage):
-    def __init__(self, client: Any | None = None) -> None:
-        self._given = client
-
-    @property
-    def client(self) -> Any:
-        return self._given if self._given is not None else _client()
+    def shared_client(self) -> Any:
+        return _client()
 
     def size(self, location: Location) -> int | None:
-        target = _object(location)
+        target = object_location(location)
         try:
             head = self.client.head_object(Bucket=target.bucket, Key=target.key)
         except Exception as exc:
@@ -121,17 +111,14 @@ class S3Storage(ObjectStorage):
             raise _fail(target, "look up", exc) from exc
         return int(head["ContentLength"])
 
-    def exists(self, location: Location) -> bool:
-        return self.size(location) is not None
-
     def open_read(self, location: Location) -> RangedHandle:
         size = self.size(location)
         if size is None:
             raise BackupNotFoundError(f"{location}: object does not exist")
-        return RangedHandle(_ranged_get(self.client, _object(location)), size, READ_AHEAD)
+        return RangedHandle(_ranged_get(self.client, object_location(location)), size, READ_AHEAD)
 
     def write_whole(self, location: Location, data: bytes, *, sync: bool = True) -> None:
-        target = _object(location)
+        target = object_location(location)
         try:
             self.client.put_object(Bucket=target.bucket, Key=target.key, Body=data)
         except Exception as exc:
@@ -141,7 +128,7 @@ class S3Storage(ObjectStorage):
 
     def create_exclusive_tagged(self, location: Location, data: bytes) -> str | None:
         """Create the object unless it exists; its ETag, or ``None`` when it existed."""
-        target = _object(location)
+        target = object_location(location)
         try:
             response = self.client.put_object(Bucket=target.bucket, Key=target.key, Body=data, IfNoneMatch="*")
         except Exception as exc:
@@ -152,7 +139,7 @@ class S3Storage(ObjectStorage):
 
     def read_tagged(self, location: Location) -> tuple[bytes, str] | None:
         """A small object's bytes and ETag, or ``None`` when it does not exist."""
-        target = _object(location)
+        target = object_location(location)
         try:
             response = self.client.get_object(Bucket=target.bucket, Key=target.key)
             return response["Body"].read(1 << 16), str(response["ETag"])
@@ -163,7 +150,7 @@ class S3Storage(ObjectStorage):
 
     def replace_if(self, location: Location, data: bytes, tag: str) -> str | None:
         """Replace the object if it still has ``tag`` (its ETag); the new ETag, or ``None`` when it changed."""
-        target = _object(location)
+        target = object_location(location)
         try:
             response = self.client.put_object(Bucket=target.bucket, Key=target.key, Body=data, IfMatch=tag)
         except Exception as exc:
@@ -174,7 +161,7 @@ class S3Storage(ObjectStorage):
 
     def delete_if(self, location: Location, tag: str) -> None:
         """Delete the object if it still has ``tag`` (its ETag; otherwise leave it: it is someone else's now)."""
-        target = _object(location)
+        target = object_location(location)
         try:
             self.client.delete_object(Bucket=target.bucket, Key=target.key, IfMatch=tag)
         except Exception as exc:
@@ -182,14 +169,14 @@ class S3Storage(ObjectStorage):
                 raise _fail(target, "delete", exc) from exc
 
     def upload(self, location: Location, source: Path) -> None:
-        target = _object(location)
+        target = object_location(location)
         try:
             self.client.upload_file(str(source), target.bucket, target.key)
         except Exception as exc:
             raise _fail(target, "upload", exc) from exc
 
     def delete(self, location: Location) -> None:
-        target = _object(location)
+        target = object_location(location)
         try:
             self.client.delete_object(Bucket=target.bucket, Key=target.key)
         except Exception as exc:
