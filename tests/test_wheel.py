@@ -42,6 +42,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert built.returncode == 0, (built.stdout + built.stderr)[-3000:]
+    # The README's build line says nothing of warnings: a user who sees setuptools' boxed "Package would be
+    # ignored" about the C sources' directories cannot tell it is harmless.
+    assert "Package would be ignored" not in built.stdout + built.stderr, (built.stdout + built.stderr)[-3000:]
     (sdist,) = dist.glob("spark_kafka_backup-*.tar.gz")  # the distribution's name, normalized
     # A wheel for this platform: it carries the native Kafka edge, compiled (a user of the wheel needs no compiler).
     (wheel,) = dist.glob("spark_kafka_backup-*.whl")
