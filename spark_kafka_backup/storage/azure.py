@@ -41,8 +41,6 @@ from spark_kafka_backup.storage.base import (
 )
 from spark_kafka_backup.storage.object_path import ObjectPath
 
-#: Bytes fetched per GET by sequential reads.
-READ_AHEAD = 4 << 20
 #: Seconds to connect and to wait for an answer, per request; retries after a first attempt (the library's
 #: exponential backoff, 15 s and up, between them).
 CONNECT_SECONDS, READ_SECONDS, RETRIES = 10, 120, 6
@@ -113,6 +111,8 @@ def _container_missing(exc: Exception) -> bool:
 def _fail(location: ObjectPath, action: str, exc: Exception) -> StorageError:
     """One line for a failed request (the service's first line and its error code); URLs lose their queries (a
     SAS token is one)."""
+    if isinstance(exc, StorageError):  # ours already (the account or the library missing): one line as it is
+        return exc
     if _container_missing(exc):
         return StorageError(f"{location}: container {location.bucket!r} does not exist")
     first = without_url_queries(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
@@ -162,7 +162,7 @@ class AzureStorage(ObjectStorage):
         if properties is None:
             raise BackupNotFoundError(f"{location}: object does not exist")
         fetch = _ranged_get(self._blob(target), target, properties.etag)
-        return RangedHandle(fetch, int(properties.size), READ_AHEAD)
+        return RangedHandle(fetch, int(properties.size))
 
     def write_whole(self, location: Location, data: bytes, *, sync: bool = True) -> None:
         target = object_location(location)

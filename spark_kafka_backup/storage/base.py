@@ -233,7 +233,7 @@ class RangedHandle:
     backend's), sequential reads go through a buffer of ``read_ahead`` bytes. Objects are written whole and never
     grow."""
 
-    def __init__(self, fetch: Callable[[int, int], bytes], size: int, read_ahead: int) -> None:
+    def __init__(self, fetch: Callable[[int, int], bytes], size: int, read_ahead: int = 4 << 20) -> None:
         self.size = size
         self._raw = _FetchingRaw(fetch, size)
         self.stream: BinaryIO = io.BufferedReader(self._raw, buffer_size=read_ahead)

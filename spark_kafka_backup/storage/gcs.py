@@ -40,8 +40,6 @@ from spark_kafka_backup.storage.base import (
 )
 from spark_kafka_backup.storage.object_path import ObjectPath
 
-#: Bytes fetched per GET by sequential reads.
-READ_AHEAD = 4 << 20
 #: Seconds to connect, and to wait for an answer, per request (the library retries within its own deadline).
 TIMEOUT = (10, 120)
 #: The lease's requests (:mod:`spark_kafka_backup.storage.lease`): each attempt and all of them together well inside
@@ -99,6 +97,14 @@ def _status(exc: Exception) -> int | None:
 
 def _fail(location: ObjectPath, action: str, exc: Exception) -> StorageError:
     """One line for a failed request; URLs lose their queries (a resumable upload's session is in one)."""
+    if isinstance(exc, StorageError):  # ours already (credentials, the library missing): one line as it is
+        return StorageError(str(exc))
+    cause = getattr(exc, "cause", None)  # a RetryError: the deadline passed; what the last attempt met
+    if cause is not None and "Timeout of" in str(exc):
+        return StorageError(
+            f"{location}: cannot {action} (no answer within the retry deadline: "
+            f"{type(cause).__name__}: {without_url_queries(str(cause))})"
+        )
     message = without_url_queries(str(getattr(exc, "message", None) or exc))
     status = _status(exc)
     reason = f"{status} {message}" if status else f"{type(exc).__name__}: {message}"
@@ -149,7 +155,7 @@ class GcsStorage(ObjectStorage):
         blob = self._stat(target)
         if blob is None:
             raise BackupNotFoundError(f"{location}: object does not exist")
-        return RangedHandle(_ranged_get(self._blob(target, int(blob.generation)), target), int(blob.size), READ_AHEAD)
+        return RangedHandle(_ranged_get(self._blob(target, int(blob.generation)), target), int(blob.size))
 
     def write_whole(self, location: Location, data: bytes, *, sync: bool = True) -> None:
         target = object_location(location)

@@ -24,10 +24,6 @@ from spark_kafka_backup.errors import BackupNotFoundError, StorageError
 from spark_kafka_backup.storage.base import Location, ObjectStorage, RangedHandle, object_location
 from spark_kafka_backup.storage.object_path import ObjectPath
 
-#: Bytes fetched per GET by sequential reads.
-READ_AHEAD = 4 << 20
-
-
 #: The settings a client depends on; a change (tests, a re-configured process) makes a new client.
 _SETTINGS = (
     "AWS_ENDPOINT_URL",
@@ -115,7 +111,7 @@ class S3Storage(ObjectStorage):
         size = self.size(location)
         if size is None:
             raise BackupNotFoundError(f"{location}: object does not exist")
-        return RangedHandle(_ranged_get(self.client, object_location(location)), size, READ_AHEAD)
+        return RangedHandle(_ranged_get(self.client, object_location(location)), size)
 
     def write_whole(self, location: Location, data: bytes, *, sync: bool = True) -> None:
         target = object_location(location)

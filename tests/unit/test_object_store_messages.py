@@ -74,3 +74,25 @@ def test_a_cause_whose_message_holds_a_query_is_not_chained() -> None:
     assert safe_cause(leaking) is None
     plain = ConnectionError("Connection refused")
     assert safe_cause(plain) is plain
+
+
+def test_a_deadline_that_passed_says_what_the_last_attempt_met() -> None:
+    from google.api_core.exceptions import RetryError
+
+    refused = ConnectionError(
+        "HTTPConnectionPool(host='127.0.0.1', port=9): Max retries exceeded with url: "
+        "/storage/v1/b/bucket/o?maxResults=1 (Caused by NewConnectionError: Connection refused)"
+    )
+    deadline = RetryError("Timeout of 120.0s exceeded", refused)  # type: ignore[no-untyped-call]
+    message = str(_fail(LOCATION, "reach the bucket", deadline))
+    assert message.startswith(f"{LOCATION}: cannot reach the bucket (no answer within the retry deadline: "
+                              "ConnectionError: HTTPConnectionPool(host='127.0.0.1', port=9)")  # fmt: skip
+    assert "Connection refused" in message and "maxResults" not in message
+
+
+def test_an_error_of_ours_stays_one_line_as_it_was() -> None:
+    from spark_kafka_backup.errors import StorageError
+
+    ours = StorageError("gs:// locations need Google Cloud credentials (Application Default Credentials: ...)")
+    assert str(_fail(LOCATION, "reach the bucket", ours)) == str(ours)
+    assert str(azure._fail(LOCATION, "list", ours)) == str(ours)
