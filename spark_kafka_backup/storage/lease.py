@@ -68,8 +68,6 @@ RENEW_SECONDS = 15.0
 #: A lease whose holder died here is taken over once its last renewal is this old: the holder missed a renewal, so
 #: it died at least ``TAKEOVER_GRACE_SECONDS - RENEW_SECONDS`` ago.
 TAKEOVER_GRACE_SECONDS = RENEW_SECONDS + 10.0
-#: Seconds one request about the lease object may take, retries included: well inside a renewal period.
-LEASE_REQUEST_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -157,13 +155,8 @@ def current_holder(state_dir: Location, *, name: str | None = None) -> Holder | 
     holder = Holder.decode(data)
     if holder is None:
         return None
-    if holder.host == socket.gethostname():
-        try:
-            os.kill(holder.pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            pass  # alive, another user's
+    if holder.host == socket.gethostname() and _gone(holder.pid):
+        return None
     return holder
 
 
