@@ -30,11 +30,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from spark_kafka_backup.errors import BackupNotFoundError, StorageError
+from spark_kafka_backup.errors import StorageError
 from spark_kafka_backup.storage.base import (
     Location,
     ObjectStorage,
-    RangedHandle,
     object_location,
     safe_cause,
     without_url_queries,
@@ -144,25 +143,17 @@ class AzureStorage(ObjectStorage):
     def _blob(self, target: ObjectPath) -> Any:
         return self.client.get_blob_client(target.bucket, target.key)
 
-    def _properties(self, target: ObjectPath) -> Any | None:
+    def stat(self, location: ObjectPath) -> tuple[int, str] | None:
         try:
-            return self._blob(target).get_blob_properties()
+            properties = self._blob(location).get_blob_properties()
         except Exception as exc:
             if _status(exc) == 404 and not _container_missing(exc):
                 return None
-            raise _fail(target, "look up", exc) from safe_cause(exc)
+            raise _fail(location, "look up", exc) from safe_cause(exc)
+        return int(properties.size), str(properties.etag)
 
-    def size(self, location: Location) -> int | None:
-        properties = self._properties(object_location(location))
-        return None if properties is None else int(properties.size)
-
-    def open_read(self, location: Location) -> RangedHandle:
-        target = object_location(location)
-        properties = self._properties(target)
-        if properties is None:
-            raise BackupNotFoundError(f"{location}: object does not exist")
-        fetch = _ranged_get(self._blob(target), target, properties.etag)
-        return RangedHandle(fetch, int(properties.size))
+    def fetcher(self, location: ObjectPath, tag: str) -> Callable[[int, int], bytes]:
+        return _ranged_get(self._blob(location), location, tag)
 
     def write_whole(self, location: Location, data: bytes, *, sync: bool = True) -> None:
         target = object_location(location)

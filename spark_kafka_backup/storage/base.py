@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, TypeAlias
 
-from spark_kafka_backup.errors import FormatError
+from spark_kafka_backup.errors import BackupNotFoundError, FormatError
 from spark_kafka_backup.storage.object_path import ObjectPath
 
 Location: TypeAlias = Path | ObjectPath
@@ -120,8 +120,29 @@ class ObjectStorage(Storage):
     def shared_client(self) -> Any:
         """This process's client for the settings in its environment now (made once per settings)."""
 
+    @abstractmethod
+    def stat(self, location: ObjectPath) -> tuple[int, str] | None:
+        """The object's size and tag (the version a read is pinned to), or ``None`` when there is none."""
+
+    @abstractmethod
+    def fetcher(self, location: ObjectPath, tag: str) -> Callable[[int, int], bytes]:
+        """``fetch(length, position)``: one ranged GET per call, of the version with ``tag`` where the store can
+        pin it."""
+
+    def size(self, location: Location) -> int | None:
+        found = self.stat(object_location(location))
+        return None if found is None else found[0]
+
     def exists(self, location: Location) -> bool:
         return self.size(location) is not None
+
+    def open_read(self, location: Location) -> RangedHandle:
+        target = object_location(location)
+        found = self.stat(target)
+        if found is None:
+            raise BackupNotFoundError(f"{location}: object does not exist")
+        size, tag = found
+        return RangedHandle(self.fetcher(target, tag), size)
 
     def create_exclusive(self, location: Location, data: bytes) -> bool:
         return self.create_exclusive_tagged(location, data) is not None

@@ -29,11 +29,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from spark_kafka_backup.errors import BackupNotFoundError, StorageError
+from spark_kafka_backup.errors import StorageError
 from spark_kafka_backup.storage.base import (
     Location,
     ObjectStorage,
-    RangedHandle,
     object_location,
     safe_cause,
     without_url_queries,
@@ -146,16 +145,12 @@ class GcsStorage(ObjectStorage):
         except Exception as exc:
             raise _fail(target, "look up", exc) from safe_cause(exc)
 
-    def size(self, location: Location) -> int | None:
-        blob = self._stat(object_location(location))
-        return None if blob is None else int(blob.size)
+    def stat(self, location: ObjectPath) -> tuple[int, str] | None:
+        blob = self._stat(location)
+        return None if blob is None else (int(blob.size), _generation(blob, location))
 
-    def open_read(self, location: Location) -> RangedHandle:
-        target = object_location(location)
-        blob = self._stat(target)
-        if blob is None:
-            raise BackupNotFoundError(f"{location}: object does not exist")
-        return RangedHandle(_ranged_get(self._blob(target, int(blob.generation)), target), int(blob.size))
+    def fetcher(self, location: ObjectPath, tag: str) -> Callable[[int, int], bytes]:
+        return _ranged_get(self._blob(location, int(tag)), location)
 
     def write_whole(self, location: Location, data: bytes, *, sync: bool = True) -> None:
         target = object_location(location)

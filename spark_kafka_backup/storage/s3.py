@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from spark_kafka_backup.errors import BackupNotFoundError, StorageError
-from spark_kafka_backup.storage.base import Location, ObjectStorage, RangedHandle, object_location
+from spark_kafka_backup.errors import StorageError
+from spark_kafka_backup.storage.base import Location, ObjectStorage, object_location
 from spark_kafka_backup.storage.object_path import ObjectPath
 
 #: The settings a client depends on; a change (tests, a re-configured process) makes a new client.
@@ -97,21 +97,17 @@ class S3Storage(ObjectStorage):
     def shared_client(self) -> Any:
         return _client()
 
-    def size(self, location: Location) -> int | None:
-        target = object_location(location)
+    def stat(self, location: ObjectPath) -> tuple[int, str] | None:
         try:
-            head = self.client.head_object(Bucket=target.bucket, Key=target.key)
+            head = self.client.head_object(Bucket=location.bucket, Key=location.key)
         except Exception as exc:
             if _is_missing(exc):
                 return None
-            raise _fail(target, "look up", exc) from exc
-        return int(head["ContentLength"])
+            raise _fail(location, "look up", exc) from exc
+        return int(head["ContentLength"]), str(head["ETag"])
 
-    def open_read(self, location: Location) -> RangedHandle:
-        size = self.size(location)
-        if size is None:
-            raise BackupNotFoundError(f"{location}: object does not exist")
-        return RangedHandle(_ranged_get(self.client, object_location(location)), size)
+    def fetcher(self, location: ObjectPath, tag: str) -> Callable[[int, int], bytes]:
+        return _ranged_get(self.client, location)
 
     def write_whole(self, location: Location, data: bytes, *, sync: bool = True) -> None:
         target = object_location(location)
