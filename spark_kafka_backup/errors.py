@@ -23,6 +23,7 @@ The tree is shallow::
     ├── DecryptionKeyError       an encrypted segment's key was not given (or is not a valid key)
     ├── DamagedBackupError       segments are damaged or lost; a read would leave records out
     ├── StorageError             the storage (a disk, an S3 endpoint, a bucket) failed or refused
+    │   └── RetainedError        erased records are out of the backup, but a bucket's lock keeps versions holding them
     ├── LeaseHeldError           another job holds the target's lease
     ├── LeaseLostError           another job took this job's lease over
     ├── OriginError              the target holds a backup of another cluster or topic incarnation
@@ -128,6 +129,11 @@ class BackupNotFoundError(SparkKafkaBackupError):
 
 class StorageError(SparkKafkaBackupError):
     """The storage behind a location failed: unreachable endpoint, missing bucket, denied access."""
+
+
+class RetainedError(StorageError):
+    """An erase took the records out of the backup, but versions of its objects that hold them are kept by a lock
+    (S3 Object Lock, a retention policy) the store will not lift before a date: the erase is not done until then."""
 
 
 class UsageError(SparkKafkaBackupError):

@@ -11,6 +11,7 @@ verify``, checkpoints, prune, merge, and a restore from the bucket into an empty
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -488,6 +489,11 @@ def test_prune_on_the_store_keeps_it_verifiable(bucket: ObjectPath) -> None:
     assert dry.returncode == 0 and f"{count - 1} segment" in dry.stdout, dry.stdout + dry.stderr
     done = run_kbackup("prune", str(bucket), "--older-than", "1d")
     assert done.returncode == 0, done.stderr
+    if bucket.scheme == "s3":  # an unversioned bucket: a deleted object is gone (tests/test_locked_buckets.py: kept)
+        assert re.search(r"^deleted \d+ segments and 0 checkpoints: \d+ bytes freed$", done.stdout, re.M), done.stdout
+    else:  # what a versioning or soft delete keeps is not seen there: never said to be freed
+        assert "freed" not in done.stdout and "out of the backup" in done.stdout, done.stdout
+        assert "keeps deleted objects for a while when the bucket has object versioning or soft delete" in done.stdout
     remaining = PartitionReader(topic_dir, 0).segments
     assert len(remaining) == 1  # the newest segment stays: it says where the partition ends
     assert len(list_segment_files(topic_dir, 0)) == 1

@@ -18,7 +18,10 @@ Crash safety (``kill -9`` anywhere), per partition:
 2. Each replacement's two files are written under temporary names, synced, compressed and sealed, then given their
    names: the index first, the records file last (its name marks the replacement complete).
 3. The partition index is replaced (one atomic rename, or one object PUT): it names the replacements.
-4. The replaced segments' files are deleted.
+4. The replaced segments' files are deleted. On a versioned or locked bucket a delete leaves the bytes as a kept
+   version: every kept version of a deleted segment of the partition (the replaced ones, and those a prune or a merge
+   deleted earlier, which may hold the same records) is then deleted for good; the versions a lock keeps are
+   reported (:mod:`spark_kafka_backup.storage.retention`), and the command says so and fails.
 5. The erasure record gains the erased offsets.
 6. The catalog describes the replacements (the newest one by its committed prefix); an encrypted partition's seal
    record names them. Then the intent is deleted.
@@ -58,6 +61,7 @@ from spark_kafka_backup.format.naming import (
     check_partition,
     check_segment_name,
     check_topic_name,
+    partition_segments_prefix,
     rewritten_name,
 )
 from spark_kafka_backup.format.partition_index import PartitionIndexEntry, encode_partition_index
@@ -70,6 +74,7 @@ from spark_kafka_backup.partition.records_file import NO_KEYS, FramedHandle, ope
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile
 from spark_kafka_backup.partition.spool import staged_segments
 from spark_kafka_backup.storage import Location, exists, read_document, storage_for, write_whole
+from spark_kafka_backup.storage.removals import Removals
 
 #: Index entries handled per step, and plain bytes copied per read.
 ENTRIES_PER_STEP = 1 << 16
@@ -242,9 +247,11 @@ def _erased_in(index_path: Location, chosen: ErasedOffsets) -> np.ndarray:
     return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
 
-def erase_partition(root: Location, plan: PartitionErase, keys: KeyRing = NO_KEYS) -> None:
+def erase_partition(
+    root: Location, plan: PartitionErase, keys: KeyRing = NO_KEYS, removals: Removals | None = None
+) -> None:
     """Carry out one partition's erase (the module docstring's steps); the caller holds the target's lease. ``keys``:
-    those sealed segments are read and sealed again with."""
+    those sealed segments are read and sealed again with; ``removals``: what a lock keeps of the replaced ones."""
     topic_dir = root / plan.topic
     catalog = read_catalog(root, plan.topic, plan.partition)
     assert catalog is not None
@@ -271,9 +278,9 @@ def erase_partition(root: Location, plan: PartitionErase, keys: KeyRing = NO_KEY
                 write_segment(topic_dir, replacement.new, copy, codec=codec, kek=kek)
         _switch(topic_dir, plan)
     except BaseException:
-        finish_erase(root, keys)  # backwards, unless the partition index names the replacements
+        finish_erase(root, keys, removals)  # backwards, unless the partition index names the replacements
         raise
-    finish_erase(root, keys)
+    finish_erase(root, keys, removals)
 
 
 def _key_of(records_path: Location, key_id: str | None, keys: KeyRing) -> bytes | None:
@@ -356,7 +363,7 @@ def _switch(topic_dir: Location, plan: PartitionErase) -> None:
         held.replace_index(encode_partition_index(named))
 
 
-def finish_erase(root: Location, keys: KeyRing = NO_KEYS) -> str | None:
+def finish_erase(root: Location, keys: KeyRing = NO_KEYS, removals: Removals | None = None) -> str | None:
     """Complete a recorded erase (idempotent): ``"forwards"``, ``"backwards"`` or ``None`` when there was none.
 
     Backwards while the partition index names none of the replacements (the switch did not happen): their files go.
@@ -388,6 +395,7 @@ def finish_erase(root: Location, keys: KeyRing = NO_KEYS) -> str | None:
                 for replacement in plan.replacements:  # first: their records are the ones erased
                     if replacement.old not in named:
                         _delete_segment(topic_dir, replacement.old)
+                purge_partition(topic_dir, plan.partition, removals if removals is not None else Removals())
                 add_erasure(root, plan.topic, plan.partition, plan.erased, plan.records)
                 _describe_replacements(root, reader, plan)
                 rename_sealed(root, topic_dir, plan.partition, keys,
@@ -405,6 +413,12 @@ def finish_erase(root: Location, keys: KeyRing = NO_KEYS) -> str | None:
     if isinstance(path, Path):
         fsync_dir(path.parent)
     return outcome
+
+
+def purge_partition(topic_dir: Location, partition: int, removals: Removals) -> None:
+    """Step 4's second half: every version a versioned or locked bucket keeps of the partition's deleted segments is
+    deleted for good, or (locked) gathered in ``removals``. Nothing to do on a disk or an unversioned bucket."""
+    removals.purge(topic_dir, partition_segments_prefix(partition))
 
 
 def _delete_segment(topic_dir: Location, name: str) -> None:

@@ -66,6 +66,7 @@ from spark_kafka_backup.partition.records_file import NO_KEYS, compress_records_
 from spark_kafka_backup.partition.segment_reader import SegmentIndexFile
 from spark_kafka_backup.progress import Progress
 from spark_kafka_backup.storage import Location, exists, storage_for
+from spark_kafka_backup.storage.removals import Removals
 
 #: Plain bytes copied per read.
 CHUNK = 8 << 20
@@ -146,9 +147,17 @@ def _merged_name(partition: int, first: SegmentEntry) -> str:
     return rewritten_name(partition, first.name, first.start_offset)
 
 
-def merge(root: Location, groups: list[MergeGroup], *, progress: bool = False, keys: KeyRing = NO_KEYS) -> None:
+def merge(
+    root: Location,
+    groups: list[MergeGroup],
+    *,
+    progress: bool = False,
+    keys: KeyRing = NO_KEYS,
+    removals: Removals | None = None,
+) -> None:
     """Carry out a plan, group by group (see the module docstring for the order of steps); ``keys``: those sealed
-    segments are read and the merged one sealed with."""
+    segments are read and the merged one sealed with; ``removals`` gathers what a versioned or locked bucket keeps
+    of the replaced segments."""
     shown = Progress("merge", len(groups), "segments written", enabled=progress)
     for group in groups:
         topic_dir = root / group.topic
@@ -159,14 +168,14 @@ def merge(root: Location, groups: list[MergeGroup], *, progress: bool = False, k
         try:
             _write_merged(root, group, kek, keys)
         except BaseException:
-            finish_intent(root, keys)  # backwards: the partition index does not name the merged segment yet
+            finish_intent(root, keys, removals)  # backwards: the partition index does not name the merged segment yet
             raise
         try:
             _switch(root, group)
         except BaseException:
-            finish_intent(root, keys)  # backwards if the partition index changed under the plan
+            finish_intent(root, keys, removals)  # backwards if the partition index changed under the plan
             raise
-        finish_intent(root, keys)
+        finish_intent(root, keys, removals)
         shown.advance(note=f"{group.topic}/{group.partition}: {len(group.sources)} segments into {group.merged}")
     shown.close()
 
@@ -325,7 +334,7 @@ def _switch(root: Location, group: MergeGroup) -> None:
         held.replace_index(encode_partition_index([*segments[:at], merged, *segments[at + len(names) :]]))
 
 
-def finish_intent(root: Location, keys: KeyRing = NO_KEYS) -> bool:
+def finish_intent(root: Location, keys: KeyRing = NO_KEYS, removals: Removals | None = None) -> bool:
     """Complete a recorded merge (idempotent); return whether there was one.
 
     Backwards while the partition index still names every replaced segment (the switch did not happen): the merged
@@ -337,6 +346,7 @@ def finish_intent(root: Location, keys: KeyRing = NO_KEYS) -> bool:
     intent = pending_intent(root)
     if intent is None:
         return False
+    removals = removals if removals is not None else Removals()
     topic, partition, names, merged = intent.topic, intent.partition, intent.segments, intent.merged
     topic_dir = root / topic
     storage = storage_for(root)
@@ -369,7 +379,7 @@ def finish_intent(root: Location, keys: KeyRing = NO_KEYS) -> bool:
         for name in doomed:
             # The records file last: a merged segment whose records file has its final name is complete.
             for suffix in (INDEX_SUFFIX, RECORDS_SUFFIX) if name != merged else (RECORDS_SUFFIX, INDEX_SUFFIX):
-                storage.delete(topic_dir / f"{name}{suffix}")
+                removals.remove(topic_dir / f"{name}{suffix}")
         if isinstance(topic_dir, Path):
             fsync_dir(topic_dir)
     storage.delete(path)

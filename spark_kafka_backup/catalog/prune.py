@@ -64,6 +64,7 @@ from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.progress import Progress
 from spark_kafka_backup.storage import Location, exists, read_document, storage_for, write_whole
 from spark_kafka_backup.storage.lease import TargetLease
+from spark_kafka_backup.storage.removals import Removals
 
 
 def intent_path(root: Location) -> Location:
@@ -134,9 +135,15 @@ def _may_go(entry: SegmentEntry, cutoff_ms: int | None, needs: list[tuple[int, i
 
 
 def prune(
-    root: Location, doomed: list[PrunedSegment], dropped: list[checkpoints.Checkpoint], *, progress: bool = False
+    root: Location,
+    doomed: list[PrunedSegment],
+    dropped: list[checkpoints.Checkpoint],
+    *,
+    progress: bool = False,
+    removals: Removals | None = None,
 ) -> None:
-    """Carry out a plan (see the module docstring for the order of steps)."""
+    """Carry out a plan (see the module docstring for the order of steps); ``removals`` gathers what a versioned or
+    locked bucket keeps of the deleted files."""
     if not doomed and not dropped:
         return
     intent = {
@@ -144,14 +151,15 @@ def prune(
         "checkpoints": [c.id for c in dropped],
     }
     write_whole(intent_path(root), json.dumps(intent).encode())
-    finish_intent(root, progress=progress)
+    finish_intent(root, progress=progress, removals=removals)
 
 
-def finish_intent(root: Location, *, progress: bool = False) -> bool:
+def finish_intent(root: Location, *, progress: bool = False, removals: Removals | None = None) -> bool:
     """Complete a recorded prune (idempotent); return whether there was one."""
     path = intent_path(root)
     if not exists(path):
         return False
+    removals = removals if removals is not None else Removals()
     segments, checkpoint_ids = read_intent(path)
     storage = storage_for(root)
     by_partition: dict[tuple[str, int], set[str]] = {}
@@ -171,13 +179,13 @@ def finish_intent(root: Location, *, progress: bool = False) -> bool:
                 write_catalog(root, replace(catalog, segments=entries, pruned=_pruned(catalog, names)))
             for name in names:
                 for suffix in (RECORDS_SUFFIX, INDEX_SUFFIX):
-                    storage.delete(topic_dir / f"{name}{suffix}")
+                    removals.remove(topic_dir / f"{name}{suffix}")
             if isinstance(topic_dir, Path):
                 fsync_dir(topic_dir)
         shown.advance(note=f"{topic}/{partition}: {len(names)} segment(s) deleted")
     shown.close()
     for checkpoint_id in checkpoint_ids:
-        storage.delete(checkpoints.checkpoint_path(root, checkpoint_id))
+        removals.remove(checkpoints.checkpoint_path(root, checkpoint_id))
     storage.delete(path)
     if isinstance(path, Path):
         fsync_dir(path.parent)

@@ -21,13 +21,14 @@ from spark_kafka_backup.catalog.erase import (
     erase_partition,
     key_matches,
     plan_partition,
+    purge_partition,
     refuse_unfinished_erase,
 )
 from spark_kafka_backup.catalog.integrity import bad_segments, damage_text
 from spark_kafka_backup.catalog.prune import prune_lease
 from spark_kafka_backup.cli.records import chosen_topics
 from spark_kafka_backup.cli.repair import finish_interrupted, refuse_unsealed
-from spark_kafka_backup.errors import DamagedBackupError, UsageError
+from spark_kafka_backup.errors import DamagedBackupError, RetainedError, UsageError
 from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.format.naming import RECORDS_SUFFIX
 from spark_kafka_backup.partition.erased import ErasedOffsets
@@ -35,6 +36,8 @@ from spark_kafka_backup.partition.layout import list_partitions, list_segment_fi
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.storage import Location, parse_location
 from spark_kafka_backup.storage.lease import TargetLease
+from spark_kafka_backup.storage.removals import Removals
+from spark_kafka_backup.storage.retention import describe, unseen_note
 from spark_kafka_backup.text import count
 
 
@@ -42,8 +45,9 @@ def cmd_erase(args: argparse.Namespace, out: TextIO) -> None:
     if args.finish and args.dry_run:
         raise UsageError("--finish changes the backup (it completes an interrupted erase): not with --dry-run")
     root = parse_location(args.dir)
+    removals = Removals(bypass_governance=args.bypass_governance_retention)
     if args.finish:
-        _finish(root, out, args.keys)
+        _finish(root, out, args.keys, removals)
         return
     if args.topic is None:
         raise UsageError("say which topic to erase from: --topic T")
@@ -59,7 +63,7 @@ def cmd_erase(args: argparse.Namespace, out: TextIO) -> None:
             held.enter_context(TargetLease(state_dir(root), "erase"))  # no backup writes meanwhile
             if isinstance(root, Path):
                 held.enter_context(prune_lease(root))  # nor a prune or a merge (the same lease on an object store)
-            finish_interrupted(root, out, args.keys)
+            finish_interrupted(root, out, args.keys, removals)
         else:
             refuse_unfinished_erase(root, [topic])  # a dry run finishes nothing: it would plan on a half-done erase
         refuse_unsealed(root, {(topic, partition) for partition in partitions}, args, verb="erased")
@@ -79,15 +83,37 @@ def cmd_erase(args: argparse.Namespace, out: TextIO) -> None:
             out.write(f"{count(total, 'record')} would be erased from {count(len(plans), 'partition')}\n")
             return
         for plan in plans:
-            erase_partition(root, plan, args.keys)
+            erase_partition(root, plan, args.keys, removals)
+        for partition in partitions:  # also what an earlier erase left to a lock that has run out since
+            purge_partition(root / topic, partition, removals)
     out.write(f"erased {count(total, 'record')} from {count(len(plans), 'partition')} of {topic}\n")
+    note = unseen_note(root)
+    if note is not None:  # the deleted segments held the erased records
+        out.write(note + "\n")
+    _refuse_kept(out, removals)
 
 
-def _finish(root: Location, out: TextIO, keys: KeyRing) -> None:
+def _finish(root: Location, out: TextIO, keys: KeyRing, removals: Removals) -> None:
     """``--finish``: complete interrupted work on the target (the topic may be gone since)."""
     with TargetLease(state_dir(root), "erase"), prune_lease(root) if isinstance(root, Path) else ExitStack():
-        if not finish_interrupted(root, out, keys):
+        if not finish_interrupted(root, out, keys, removals):
             out.write("no erase, merge or prune was interrupted: nothing to finish\n")
+    _refuse_kept(out, removals)
+
+
+def _refuse_kept(out: TextIO, removals: Removals) -> None:
+    """Say what the bucket keeps; an erase is not done while a lock keeps versions that may hold erased records."""
+    for line in describe(removals.kept):
+        out.write(line + "\n")
+    locked = removals.locked
+    if locked:
+        until = max((version.retain_until for version in locked if version.retain_until is not None), default=None)
+        when = f"after {until:%Y-%m-%dT%H:%M:%SZ}" if until is not None else "once the legal hold is lifted"
+        raise RetainedError(
+            f"the erased records are out of the backup, but a lock keeps {count(len(locked), 'version')} of its "
+            f"deleted segments, which may still hold them: run the same erase again {when} to delete them "
+            "(docs/operations.md, 'Versioned and locked buckets')"
+        )
 
 
 def _chosen_key(args: argparse.Namespace) -> bytes | None:

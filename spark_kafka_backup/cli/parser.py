@@ -145,6 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--finish", action="store_true", help="only finish an erase that was interrupted (restore refuses until then)"
     )
     erasing.add_argument("--dry-run", action="store_true", help="say what would be erased; change nothing")
+    erasing.add_argument(
+        "--bypass-governance-retention", action="store_true",
+        help="on an S3 bucket with Object Lock in governance mode, delete the locked versions that hold erased "
+             "records too (needs s3:BypassGovernanceRetention); compliance mode cannot be bypassed",
+    )  # fmt: skip
     add_encryption_flags(
         erasing.add_argument_group("encrypted segments"), purpose="encrypted segments were sealed with", several=True
     )

@@ -17,6 +17,8 @@ from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.rebuild import rebuild_partition_index, rebuild_segment_index
 from spark_kafka_backup.progress import Progress
 from spark_kafka_backup.storage import Location, as_local, parse_location
+from spark_kafka_backup.storage.removals import Removals
+from spark_kafka_backup.storage.retention import describe, unseen_note
 from spark_kafka_backup.text import count
 
 
@@ -93,17 +95,22 @@ def cmd_prune(args: argparse.Namespace, out: TextIO) -> None:
         out.write(f"{count(len(doomed), 'segment')}, {count(freed, 'byte')} would be freed\n")
         return
     topics = chosen_topics(root, args.topic)
+    removals = Removals()
     with prune_lease(root):
-        finish_interrupted(root, out, args.keys)
+        finish_interrupted(root, out, args.keys, removals)
         doomed, dropped = plan_prune(root, topics, cutoff_ms=cutoff, keep_checkpoints=args.keep_checkpoints)
         _list_pruned(out, "deleting", doomed, dropped)
         out.flush()
-        prune(root, doomed, dropped, progress=True)
+        prune(root, doomed, dropped, progress=True, removals=removals)
     freed = sum(item.entry.records_bytes + item.entry.index_bytes for item in doomed)
-    out.write(
-        f"deleted {count(len(doomed), 'segment')} and {count(len(dropped), 'checkpoint')}: "
-        f"{count(freed, 'byte')} freed\n"
-    )
+    what = f"{count(len(doomed), 'segment')} and {count(len(dropped), 'checkpoint')}"
+    if removals.kept:  # a versioned or locked bucket: out of the backup, but nothing freed
+        out.write(f"removed {what} from the backup\n")
+    elif unseen_note(root) is not None:
+        out.write(f"deleted {what}: {count(freed, 'byte')} out of the backup\n")
+    else:
+        out.write(f"deleted {what}: {count(freed, 'byte')} freed\n")
+    _report_kept(out, removals, root)
 
 
 def cmd_merge(args: argparse.Namespace, out: TextIO) -> None:
@@ -125,16 +132,27 @@ def cmd_merge(args: argparse.Namespace, out: TextIO) -> None:
         replaced = sum(len(group.sources) for group in groups)
         out.write(f"{count(replaced, 'segment')} would be merged into {count(len(groups), 'segment')}\n")
         return
+    removals = Removals()
     with prune_lease(root):
-        finish_interrupted(root, out, args.keys)
+        finish_interrupted(root, out, args.keys, removals)
         refuse_unsealed(root, {(topic, partition) for topic in topics for partition in list_partitions(root / topic)},
                         args)  # fmt: skip
         groups = plan_merge(root, topics, max_segment_size=args.max_segment_size)
         _list_merged(out, "merging", groups)
         out.flush()
-        merge(root, groups, progress=True, keys=args.keys)
+        merge(root, groups, progress=True, keys=args.keys, removals=removals)
     replaced = sum(len(group.sources) for group in groups)
     out.write(f"merged {count(replaced, 'segment')} into {count(len(groups), 'segment')}\n")
+    _report_kept(out, removals, root)
+
+
+def _report_kept(out: TextIO, removals: Removals, root: Location) -> None:
+    """What a versioned or locked bucket kept of the deleted files (nothing on a disk): never said to be freed."""
+    for line in describe(removals.kept):
+        out.write(line + "\n")
+    note = unseen_note(root)
+    if note is not None:
+        out.write(note + "\n")
 
 
 def refuse_unsealed(
@@ -155,17 +173,17 @@ def refuse_unsealed(
         raise DamagedBackupError(f"nothing was {verb}: {'; '.join(unsealed)}")
 
 
-def finish_interrupted(root: Location, out: TextIO, keys: KeyRing) -> bool:
+def finish_interrupted(root: Location, out: TextIO, keys: KeyRing, removals: Removals | None = None) -> bool:
     """Prune, merge and erase finish each other's interrupted work before planning their own (they share the
-    lease), with the command's ``keys``; whether there was any."""
+    lease), with the command's ``keys`` and its ``removals``; whether there was any."""
     from spark_kafka_backup.catalog import erase, merge, prune
 
     said = []
-    if prune.finish_intent(root, progress=True):
+    if prune.finish_intent(root, progress=True, removals=removals):
         said.append("finished an interrupted prune")
-    if merge.finish_intent(root, keys):
+    if merge.finish_intent(root, keys, removals):
         said.append("finished an interrupted merge")
-    finished = erase.finish_erase(root, keys)
+    finished = erase.finish_erase(root, keys, removals)
     if finished == "forwards":
         said.append("finished an interrupted erase")
     elif finished == "backwards":

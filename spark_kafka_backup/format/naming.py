@@ -90,11 +90,16 @@ def check_segment_name(name: object, *, file: str, what: str = "segment name") -
     return str(name)
 
 
+def partition_segments_prefix(partition: int) -> str:
+    """The start every name of the partition's segment files shares (and no other partition's)."""
+    return f"segment_partition_{partition:03d}_from_offset_"
+
+
 def segment_prefix(partition: int, start_offset: int, generation: int = 0) -> str:
     """The name shared by a segment's two files, as stored in the partition index (``generation`` > 0: the
     segment written by that many merges of segments starting at ``start_offset``)."""
     merged = f"_merged_{generation}" if generation else ""
-    return f"segment_partition_{partition:03d}_from_offset_{start_offset:010d}{merged}"
+    return f"{partition_segments_prefix(partition)}{start_offset:010d}{merged}"
 
 
 def rewritten_name(partition: int, name: str, start_offset: int) -> str:

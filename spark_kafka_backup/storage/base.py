@@ -22,6 +22,7 @@ from typing import Any, BinaryIO, Protocol, TypeAlias
 
 from spark_kafka_backup.errors import BackupNotFoundError, FormatError
 from spark_kafka_backup.storage.object_path import ObjectPath
+from spark_kafka_backup.storage.retention import KeptVersion, Purge
 
 Location: TypeAlias = Path | ObjectPath
 
@@ -70,6 +71,18 @@ class Storage(ABC):
     @abstractmethod
     def delete(self, location: Location) -> None:
         """Remove the file; absent is fine."""
+
+    def remove(self, location: Location) -> list[KeptVersion]:
+        """Delete the file as :meth:`delete` does; the versions of it the store still keeps (a versioned or locked
+        bucket: :mod:`spark_kafka_backup.storage.retention`), none on a disk."""
+        self.delete(location)
+        return []
+
+    def purge_deleted(self, directory: Location, prefix: str, *, bypass_governance: bool = False) -> Purge:
+        """Delete for good every version the store keeps of deleted objects (no current version) under
+        ``directory`` whose names start with ``prefix``; the versions a lock keeps are reported, not deleted. A
+        disk keeps no versions: nothing to do."""
+        return Purge()
 
     @abstractmethod
     def list_files(self, directory: Location) -> list[str] | None:

@@ -17,12 +17,14 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from spark_kafka_backup.errors import StorageError
 from spark_kafka_backup.storage.base import Location, ObjectStorage, object_location
 from spark_kafka_backup.storage.object_path import ObjectPath
+from spark_kafka_backup.storage.retention import KeptVersion, Purge
 
 #: The settings a client depends on; a change (tests, a re-configured process) makes a new client.
 _SETTINGS = (
@@ -53,28 +55,26 @@ def _client_for(settings: tuple[str | None, ...]) -> Any:
 
 
 def _fail(location: ObjectPath, action: str, exc: Exception) -> StorageError:
-    code = ""
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        code = str(response.get("Error", {}).get("Code", ""))
+    code = _error_code(exc)
     if code == "NoSuchBucket":
         return StorageError(f"{location}: bucket {location.bucket!r} does not exist")
     reason = f"{code}: {exc}" if code else f"{type(exc).__name__}: {exc}"
     return StorageError(f"{location}: cannot {action} ({reason})")
 
 
+def _error_code(exc: Exception) -> str:
+    """The S3 error code of a client error ("" for anything else)."""
+    response = getattr(exc, "response", None)
+    return str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
+
+
 def _precondition_failed(exc: Exception) -> bool:
     """A conditional write lost (the object exists, or has another version)."""
-    response = getattr(exc, "response", None)
-    code = str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
-    return code in ("PreconditionFailed", "412", "ConditionalRequestConflict")
+    return _error_code(exc) in ("PreconditionFailed", "412", "ConditionalRequestConflict")
 
 
 def _is_missing(exc: Exception) -> bool:
-    response = getattr(exc, "response", None)
-    if not isinstance(response, dict):
-        return False
-    return str(response.get("Error", {}).get("Code", "")) in ("404", "NoSuchKey", "NotFound")
+    return _error_code(exc) in ("404", "NoSuchKey", "NotFound", "NoSuchVersion")
 
 
 def _ranged_get(client: Any, location: ObjectPath) -> Callable[[int, int], bytes]:
@@ -174,6 +174,96 @@ class S3Storage(ObjectStorage):
         except Exception as exc:
             if not _is_missing(exc):
                 raise _fail(target, "delete", exc) from exc
+
+    # -- versioned and locked buckets (spark_kafka_backup.storage.retention) ----------------------------------
+
+    def remove(self, location: Location) -> list[KeptVersion]:
+        target = object_location(location)
+        try:
+            answer = self.client.delete_object(Bucket=target.bucket, Key=target.key)
+        except Exception as exc:
+            if _is_missing(exc):
+                return []
+            raise _fail(target, "delete", exc) from exc
+        if not answer.get("DeleteMarker"):
+            return []  # an unversioned bucket: gone
+        return [self._kept(target, item) for item in self._versions(target.bucket, target.key, exact=True)
+                if "Size" in item]  # fmt: skip
+
+    def purge_deleted(self, directory: Location, prefix: str, *, bypass_governance: bool = False) -> Purge:
+        folder = object_location(directory)
+        key_prefix = f"{folder.key}/{prefix}" if folder.key else prefix
+        by_key: dict[str, list[dict[str, Any]]] = {}
+        for item in self._versions(folder.bucket, key_prefix, exact=False):
+            by_key.setdefault(item["Key"], []).append(item)
+        done = Purge()
+        for key, items in sorted(by_key.items()):
+            if any(item.get("IsLatest") and "Size" in item for item in items):
+                continue  # a current object of the backup: its history is the bucket's to keep
+            kept = False
+            for item in items:
+                if "Size" not in item:
+                    continue  # delete markers last: they hide what a lock keeps
+                refused = self._delete_version(folder.bucket, key, item["VersionId"], bypass_governance)
+                if refused is None:
+                    done.deleted += 1
+                    continue
+                version = self._kept(ObjectPath(folder.scheme, folder.bucket, key), item)
+                if version.lock is None:  # refused, and no lock holds it: the principal may not delete versions
+                    raise _fail(ObjectPath(folder.scheme, folder.bucket, key),
+                                f"delete version {version.version} of", refused) from refused  # fmt: skip
+                done.kept.append(version)
+                kept = True
+            if not kept:
+                for item in items:
+                    if "Size" not in item:
+                        refused = self._delete_version(folder.bucket, key, item["VersionId"], False)
+                        if refused is not None:
+                            raise _fail(ObjectPath(folder.scheme, folder.bucket, key),
+                                        "delete the delete marker of", refused) from refused  # fmt: skip
+                        done.deleted += 1
+        return done
+
+    def _versions(self, bucket: str, prefix: str, *, exact: bool) -> list[dict[str, Any]]:
+        """Every version and delete marker of the objects named ``prefix...`` (only ``prefix`` itself when
+        ``exact``); a delete marker is the one without ``Size``."""
+        found: list[dict[str, Any]] = []
+        try:
+            for page in self.client.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix):
+                for item in (*page.get("Versions", ()), *page.get("DeleteMarkers", ())):
+                    if not exact or item["Key"] == prefix:
+                        found.append(item)
+        except Exception as exc:
+            raise _fail(ObjectPath("s3", bucket, prefix), "list the versions of", exc) from exc
+        return found
+
+    def _delete_version(self, bucket: str, key: str, version: str, bypass_governance: bool) -> Exception | None:
+        """Delete one version for good (gone already is fine); the refusal when access is denied (a lock, or no
+        permission: the caller tells which)."""
+        extra = {"BypassGovernanceRetention": True} if bypass_governance else {}
+        try:
+            self.client.delete_object(Bucket=bucket, Key=key, VersionId=version, **extra)
+        except Exception as exc:
+            if _error_code(exc) == "AccessDenied":
+                return exc
+            if not _is_missing(exc):
+                raise _fail(ObjectPath("s3", bucket, key), f"delete version {version} of", exc) from exc
+        return None
+
+    def _kept(self, location: ObjectPath, item: dict[str, Any]) -> KeptVersion:
+        """A kept version with its lock, as a HEAD of that version tells."""
+        version = str(item["VersionId"])
+        try:
+            head = self.client.head_object(Bucket=location.bucket, Key=location.key, VersionId=version)
+        except Exception as exc:
+            raise _fail(location, f"look up version {version} of", exc) from exc
+        lock = head.get("ObjectLockMode")
+        until = head.get("ObjectLockRetainUntilDate")
+        if until is not None and until <= datetime.now(UTC):
+            lock, until = None, None  # a lock that has run out holds nothing
+        if head.get("ObjectLockLegalHoldStatus") == "ON":
+            lock = "legal hold" if lock is None else f"{lock} and a legal hold"
+        return KeptVersion(str(location), version, int(item.get("Size", 0)), until, lock)
 
     def list_level(self, directory: ObjectPath) -> tuple[list[str], list[str]]:
         prefix = f"{directory.key}/" if directory.key else ""
