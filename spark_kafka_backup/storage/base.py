@@ -158,11 +158,20 @@ class ObjectStorage(Storage):
         return RangedHandle(self.fetcher(target, tag), size)
 
     def create_exclusive(self, location: Location, data: bytes) -> bool:
-        return self.create_exclusive_tagged(location, data) is not None
+        if self.create_exclusive_tagged(location, data, patient=True) is not None:
+            return True
+        # An object with the name: another writer's, or this call's own when the answer to its first attempt was
+        # lost and the client's retry met what that attempt created. The same bytes are taken for its own.
+        try:
+            return self.size(location) == len(data) and self.read_limited(location, len(data)) == data
+        except BackupNotFoundError:
+            return False  # deleted since: someone else's, gone
 
     @abstractmethod
-    def create_exclusive_tagged(self, location: Location, data: bytes) -> str | None:
-        """Create the object unless one has the name; its tag, or ``None`` when one existed."""
+    def create_exclusive_tagged(self, location: Location, data: bytes, *, patient: bool = False) -> str | None:
+        """Create the object unless one has the name; its tag, or ``None`` when one existed. A lease's request
+        (the default) is answered or fails within seconds; a ``patient`` one is retried with the library's full
+        backoff."""
 
     @abstractmethod
     def read_tagged(self, location: Location) -> tuple[bytes, str] | None:

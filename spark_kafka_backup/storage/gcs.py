@@ -159,8 +159,8 @@ class GcsStorage(ObjectStorage):
         except Exception as exc:
             raise _fail(target, "write", exc) from safe_cause(exc)
 
-    def create_exclusive_tagged(self, location: Location, data: bytes) -> str | None:
-        return self._conditional_write(object_location(location), data, 0, "create")
+    def create_exclusive_tagged(self, location: Location, data: bytes, *, patient: bool = False) -> str | None:
+        return self._conditional_write(object_location(location), data, 0, "create", patient=patient)
 
     def read_tagged(self, location: Location) -> tuple[bytes, str] | None:
         target = object_location(location)
@@ -195,12 +195,13 @@ class GcsStorage(ObjectStorage):
             if _status(exc) not in (404, 412):
                 raise _fail(target, "delete", exc) from safe_cause(exc)
 
-    def _conditional_write(self, target: ObjectPath, data: bytes, generation: int, action: str) -> str | None:
+    def _conditional_write(
+        self, target: ObjectPath, data: bytes, generation: int, action: str, *, patient: bool = False
+    ) -> str | None:
         blob = self._blob(target)
+        timeout, retry = (TIMEOUT, _retry()) if patient else (LEASE_TIMEOUT, _retry(LEASE_DEADLINE))
         try:
-            blob.upload_from_string(
-                data, if_generation_match=generation, timeout=LEASE_TIMEOUT, retry=_retry(LEASE_DEADLINE)
-            )
+            blob.upload_from_string(data, if_generation_match=generation, timeout=timeout, retry=retry)
         except Exception as exc:
             if _status(exc) == 412:
                 return None

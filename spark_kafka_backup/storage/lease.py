@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -45,18 +46,44 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
+from typing import TypeVar
 
-from spark_kafka_backup.errors import FormatError, LeaseHeldError, LeaseLostError, SparkKafkaBackupError
+from spark_kafka_backup.errors import (
+    FormatError,
+    LeaseHeldError,
+    LeaseLostError,
+    SparkKafkaBackupError,
+    StorageError,
+)
 from spark_kafka_backup.format.json_document import parse_document
 from spark_kafka_backup.storage.base import Location, ObjectStorage
 from spark_kafka_backup.storage.local import check_inside
 from spark_kafka_backup.storage.object_path import ObjectPath
 
 log = logging.getLogger(__name__)
+
+#: Pauses between attempts of one lease request the store failed (throttled, a connection dropped) and its client
+#: library did not retry (the Azure lease requests are made once each: the library's backoff is too slow for them).
+LEASE_RETRY_PAUSES = (0.5, 1.0, 2.0, 4.0)
+
+_T = TypeVar("_T")
+
+
+def _attempts(request: Callable[[], _T]) -> _T:
+    """``request()``, tried again after each of :data:`LEASE_RETRY_PAUSES` while the store fails it."""
+    for pause in LEASE_RETRY_PAUSES:
+        try:
+            return request()
+        except StorageError as exc:
+            log.debug("a lease request failed, trying again in %.1f s: %s", pause, exc)
+            time.sleep(pause)
+    return request()
+
 
 #: Where the lease lives, under the backup's state directory.
 LEASE_FILE = "lease"
@@ -279,7 +306,12 @@ class TargetLease:
             self._renewer.join(5)
             self._renewer = None
             if self.lost is None and self._etag is not None:
-                _object_storage(self.path).delete_if(self.path, self._etag)
+                storage, etag = _object_storage(self.path), self._etag
+                try:
+                    _attempts(functools.partial(storage.delete_if, self.path, etag))
+                except StorageError as exc:  # the job's work is done: the lease expires by itself
+                    log.warning("the lease %s could not be deleted (%s); it expires by itself at %s", self.path, exc,
+                                f"{datetime.fromtimestamp(self._expires, tz=UTC):%Y-%m-%dT%H:%M:%SZ}")  # fmt: skip
             self._etag = None
 
     # -- local and shared file systems --------------------------------------------------
@@ -331,11 +363,11 @@ class TargetLease:
         storage = _object_storage(path)
         while True:
             mine = Holder(**{**asdict(self.holder), "expires": time.time() + TTL_SECONDS})
-            etag = storage.create_exclusive_tagged(path, mine.encode())
+            etag = _attempts(functools.partial(storage.create_exclusive_tagged, path, mine.encode()))
             self._expires = mine.expires or 0.0
             if etag is not None:
                 break
-            found = storage.read_tagged(path)
+            found = _attempts(functools.partial(storage.read_tagged, path))
             if found is None:
                 continue  # deleted in between: try again
             data, current = found
@@ -359,7 +391,8 @@ class TargetLease:
                     f"{path} until {until} (renewed while it runs); wait for it to end or stop it, or, if that "
                     f"process is dead, wait until {until} or delete {path}"
                 )
-            etag = storage.replace_if(path, mine.encode(), current)  # expired or unreadable: take it over
+            # Expired or unreadable: take it over.
+            etag = _attempts(functools.partial(storage.replace_if, path, mine.encode(), current))
             if etag is not None:
                 break
         self._etag = etag

@@ -118,8 +118,9 @@ class S3Storage(ObjectStorage):
 
     # -- conditional writes (the object-store lease, spark_kafka_backup.storage.lease) ----------------
 
-    def create_exclusive_tagged(self, location: Location, data: bytes) -> str | None:
-        """Create the object unless it exists; its ETag, or ``None`` when it existed."""
+    def create_exclusive_tagged(self, location: Location, data: bytes, *, patient: bool = False) -> str | None:
+        """Create the object unless it exists; its ETag, or ``None`` when it existed (every request is retried by
+        the client's standard retry mode, patient or not)."""
         target = object_location(location)
         try:
             response = self.client.put_object(Bucket=target.bucket, Key=target.key, Body=data, IfNoneMatch="*")
