@@ -208,7 +208,7 @@ class FaultProxy:
                     if (
                         body
                         or "Content-Length" in self.headers
-                        or "chunked" in self.headers.get("Transfer-Encoding", "")
+                        or "chunked" in self.headers.get("Transfer-Encoding", "").lower()
                     ):
                         headers["Content-Length"] = str(len(body))
                     connection.request(self.command, self.path, body=body, headers=headers)

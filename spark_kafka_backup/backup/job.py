@@ -100,8 +100,6 @@ from spark_kafka_backup.spark.v1_sink import SINK_NAME, V1Sink, read_batch_stats
 from spark_kafka_backup.spark.written_batches import commit_written_batches, foreach_batch
 from spark_kafka_backup.storage import Location, check_writable_root, prepare_root
 from spark_kafka_backup.storage.lease import TargetLease
-from spark_kafka_backup.storage.removals import Removals
-from spark_kafka_backup.storage.retention import describe
 from spark_kafka_backup.text import count
 
 log = logging.getLogger("spark_kafka_backup.backup")
@@ -217,12 +215,12 @@ class BackupJob:
         settings = self.settings
         prepare_root(settings.target)
         # Under the target's lease, before any writer opens a partition; a sealed partition's erase with its key.
-        removals = Removals()
-        erased = finish_erase(settings.target, key_ring(settings.files.encryption_key()), removals)
+        erased = finish_erase(settings.target, key_ring(settings.files.encryption_key()))
         if erased is not None:
-            log.warning("finished an erase that was interrupted (%s)", erased)
-        for line in describe(removals.kept):  # a lock keeps versions holding erased records: a rerun of erase says more
-            log.warning("%s", line.strip())
+            later = erased == "forwards" and not isinstance(settings.target, Path)
+            log.warning("finished an erase that was interrupted (%s)%s", erased,
+                        "; on a versioned bucket the earlier versions of the segments it replaced stay until that "
+                        "erase is run again" if later else "")  # fmt: skip
         created = session.call(
             lambda admin, _: ensure_partitions(
                 settings.target, admin, settings.selection, max_segment_size=settings.files.max_segment_size

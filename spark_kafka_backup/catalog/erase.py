@@ -18,13 +18,13 @@ Crash safety (``kill -9`` anywhere), per partition:
 2. Each replacement's two files are written under temporary names, synced, compressed and sealed, then given their
    names: the index first, the records file last (its name marks the replacement complete).
 3. The partition index is replaced (one atomic rename, or one object PUT): it names the replacements.
-4. The replaced segments' files are deleted. On a versioned or locked bucket a delete leaves the bytes as a kept
-   version: every kept version of a deleted segment of the partition (the replaced ones, and those a prune or a merge
-   deleted earlier, which may hold the same records) is then deleted for good; the versions a lock keeps are
-   reported (:mod:`spark_kafka_backup.storage.retention`), and the command says so and fails.
+4. The replaced segments' files are deleted.
 5. The erasure record gains the erased offsets.
 6. The catalog describes the replacements (the newest one by its committed prefix); an encrypted partition's seal
    record names them. Then the intent is deleted.
+7. On a versioned or locked bucket a delete leaves the bytes as a kept version: every earlier version of the
+   partition's segment files is deleted for good (:func:`purge_partition`); the versions a lock keeps are reported
+   (:mod:`spark_kafka_backup.storage.retention`), and the command says so and fails.
 
 :func:`finish_erase` completes an interrupted erase: forwards (4 to 6) when the partition index names the
 replacements, backwards when it names none of them (their files are deleted: nothing was erased), and refuses
@@ -395,7 +395,6 @@ def finish_erase(root: Location, keys: KeyRing = NO_KEYS, removals: Removals | N
                 for replacement in plan.replacements:  # first: their records are the ones erased
                     if replacement.old not in named:
                         _delete_segment(topic_dir, replacement.old)
-                purge_partition(topic_dir, plan.partition, removals if removals is not None else Removals())
                 add_erasure(root, plan.topic, plan.partition, plan.erased, plan.records)
                 _describe_replacements(root, reader, plan)
                 rename_sealed(root, topic_dir, plan.partition, keys,
@@ -412,12 +411,17 @@ def finish_erase(root: Location, keys: KeyRing = NO_KEYS, removals: Removals | N
     storage.delete(path)
     if isinstance(path, Path):
         fsync_dir(path.parent)
+    if outcome == "forwards" and removals is not None and storage.list_files(topic_dir) is not None:
+        purge_partition(topic_dir, plan.partition, removals)  # after the intent: a failure here blocks nothing
     return outcome
 
 
 def purge_partition(topic_dir: Location, partition: int, removals: Removals) -> None:
-    """Step 4's second half: every version a versioned or locked bucket keeps of the partition's deleted segments is
-    deleted for good, or (locked) gathered in ``removals``. Nothing to do on a disk or an unversioned bucket."""
+    """Step 7, on a versioned or locked bucket: every earlier version of the partition's segment files (the replaced
+    segments', and those of segments a prune or merge deleted, or of a name used again, which may hold the erased
+    records) is deleted for good, or (locked) gathered in ``removals``. Only the current versions stay. Nothing to do
+    on a disk or an unversioned bucket. The erase command runs it again for every partition with recorded
+    erasures, so that a lock that has run out since, or a failure here, is made good by running it again."""
     removals.purge(topic_dir, partition_segments_prefix(partition))
 
 

@@ -24,20 +24,21 @@ from spark_kafka_backup.catalog.erase import (
     purge_partition,
     refuse_unfinished_erase,
 )
+from spark_kafka_backup.catalog.erasures import read_erased
 from spark_kafka_backup.catalog.integrity import bad_segments, damage_text
 from spark_kafka_backup.catalog.prune import prune_lease
 from spark_kafka_backup.cli.records import chosen_topics
 from spark_kafka_backup.cli.repair import finish_interrupted, refuse_unsealed
 from spark_kafka_backup.errors import DamagedBackupError, RetainedError, UsageError
 from spark_kafka_backup.format.encryption import KeyRing
-from spark_kafka_backup.format.naming import RECORDS_SUFFIX
+from spark_kafka_backup.format.naming import RECORDS_SUFFIX, parse_segment_file_name
 from spark_kafka_backup.partition.erased import ErasedOffsets
 from spark_kafka_backup.partition.layout import list_partitions, list_segment_files, state_dir
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.storage import Location, parse_location
 from spark_kafka_backup.storage.lease import TargetLease
 from spark_kafka_backup.storage.removals import Removals
-from spark_kafka_backup.storage.retention import describe, unseen_note
+from spark_kafka_backup.storage.retention import KeptVersion, describe, unseen_note
 from spark_kafka_backup.text import count
 
 
@@ -46,8 +47,9 @@ def cmd_erase(args: argparse.Namespace, out: TextIO) -> None:
         raise UsageError("--finish changes the backup (it completes an interrupted erase): not with --dry-run")
     root = parse_location(args.dir)
     removals = Removals(bypass_governance=args.bypass_governance_retention)
+    others = Removals()  # what an interrupted prune or merge finished here leaves: said, not held against the erase
     if args.finish:
-        _finish(root, out, args.keys, removals)
+        _finish(root, out, args.keys, removals, others)
         return
     if args.topic is None:
         raise UsageError("say which topic to erase from: --topic T")
@@ -63,7 +65,7 @@ def cmd_erase(args: argparse.Namespace, out: TextIO) -> None:
             held.enter_context(TargetLease(state_dir(root), "erase"))  # no backup writes meanwhile
             if isinstance(root, Path):
                 held.enter_context(prune_lease(root))  # nor a prune or a merge (the same lease on an object store)
-            finish_interrupted(root, out, args.keys, removals)
+            finish_interrupted(root, out, args.keys, others, erase_removals=removals)
         else:
             refuse_unfinished_erase(root, [topic])  # a dry run finishes nothing: it would plan on a half-done erase
         refuse_unsealed(root, {(topic, partition) for partition in partitions}, args, verb="erased")
@@ -84,34 +86,52 @@ def cmd_erase(args: argparse.Namespace, out: TextIO) -> None:
             return
         for plan in plans:
             erase_partition(root, plan, args.keys, removals)
-        for partition in partitions:  # also what an earlier erase left to a lock that has run out since
-            purge_partition(root / topic, partition, removals)
+        for partition in partitions:  # again: what an earlier erase left to a lock that has run out since
+            if read_erased(root, topic, partition):  # never erased from: its history is the bucket's
+                purge_partition(root / topic, partition, removals)
     out.write(f"erased {count(total, 'record')} from {count(len(plans), 'partition')} of {topic}\n")
     note = unseen_note(root)
     if note is not None:  # the deleted segments held the erased records
         out.write(note + "\n")
-    _refuse_kept(out, removals)
+    for line in describe(others.kept):
+        out.write(line + "\n")
+    _refuse_kept(out, removals, root)
 
 
-def _finish(root: Location, out: TextIO, keys: KeyRing, removals: Removals) -> None:
+def _finish(root: Location, out: TextIO, keys: KeyRing, removals: Removals, others: Removals) -> None:
     """``--finish``: complete interrupted work on the target (the topic may be gone since)."""
     with TargetLease(state_dir(root), "erase"), prune_lease(root) if isinstance(root, Path) else ExitStack():
-        if not finish_interrupted(root, out, keys, removals):
+        if not finish_interrupted(root, out, keys, others, erase_removals=removals):
             out.write("no erase, merge or prune was interrupted: nothing to finish\n")
-    _refuse_kept(out, removals)
+    for line in describe(others.kept):
+        out.write(line + "\n")
+    _refuse_kept(out, removals, root)
 
 
-def _refuse_kept(out: TextIO, removals: Removals) -> None:
+def _may_hold_erased(root: Location, version: KeptVersion) -> bool:
+    """Whether a kept version may hold erased records: a segment's records file that starts at or before the last
+    offset erased from its partition (a name this cannot read: yes)."""
+    topic, _, name = version.location.rpartition("/")
+    parsed = parse_segment_file_name(name)
+    if parsed is None:
+        return True
+    if parsed.kind != "records":
+        return False  # an index holds offsets and positions, no record
+    erased = read_erased(root, topic.rpartition("/")[2], parsed.partition)
+    return bool(erased) and parsed.start_offset <= int(erased.lasts[-1])
+
+
+def _refuse_kept(out: TextIO, removals: Removals, root: Location) -> None:
     """Say what the bucket keeps; an erase is not done while a lock keeps versions that may hold erased records."""
     for line in describe(removals.kept):
         out.write(line + "\n")
-    locked = removals.locked
+    locked = [version for version in removals.locked if _may_hold_erased(root, version)]
     if locked:
         until = max((version.retain_until for version in locked if version.retain_until is not None), default=None)
         when = f"after {until:%Y-%m-%dT%H:%M:%SZ}" if until is not None else "once the legal hold is lifted"
         raise RetainedError(
             f"the erased records are out of the backup, but a lock keeps {count(len(locked), 'version')} of its "
-            f"deleted segments, which may still hold them: run the same erase again {when} to delete them "
+            f"deleted segments that may still hold them: run the same erase again {when} to delete them "
             "(docs/operations.md, 'Versioned and locked buckets')"
         )
 

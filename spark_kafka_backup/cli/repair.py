@@ -92,7 +92,8 @@ def cmd_prune(args: argparse.Namespace, out: TextIO) -> None:
         )
         _list_pruned(out, "would delete", doomed, dropped)
         freed = sum(item.entry.records_bytes + item.entry.index_bytes for item in doomed)
-        out.write(f"{count(len(doomed), 'segment')}, {count(freed, 'byte')} would be freed\n")
+        gone = "would be freed" if isinstance(root, Path) else "would be deleted from the backup"  # a bucket may keep
+        out.write(f"{count(len(doomed), 'segment')}, {count(freed, 'byte')} {gone}\n")
         return
     topics = chosen_topics(root, args.topic)
     removals = Removals()
@@ -173,9 +174,18 @@ def refuse_unsealed(
         raise DamagedBackupError(f"nothing was {verb}: {'; '.join(unsealed)}")
 
 
-def finish_interrupted(root: Location, out: TextIO, keys: KeyRing, removals: Removals | None = None) -> bool:
+def finish_interrupted(
+    root: Location,
+    out: TextIO,
+    keys: KeyRing,
+    removals: Removals | None = None,
+    *,
+    erase_removals: Removals | None = None,
+) -> bool:
     """Prune, merge and erase finish each other's interrupted work before planning their own (they share the
-    lease), with the command's ``keys`` and its ``removals``; whether there was any."""
+    lease), with the command's ``keys``; ``removals`` gathers what a versioned bucket keeps of what a prune or merge
+    deleted; ``erase_removals`` (the erase command's) what it keeps of an erase's, whose earlier versions are then
+    deleted too (without it they are left to the next erase). Whether there was any."""
     from spark_kafka_backup.catalog import erase, merge, prune
 
     said = []
@@ -183,8 +193,13 @@ def finish_interrupted(root: Location, out: TextIO, keys: KeyRing, removals: Rem
         said.append("finished an interrupted prune")
     if merge.finish_intent(root, keys, removals):
         said.append("finished an interrupted merge")
-    finished = erase.finish_erase(root, keys, removals)
-    if finished == "forwards":
+    finished = erase.finish_erase(root, keys, erase_removals)
+    if finished == "forwards" and erase_removals is None and not isinstance(root, Path):
+        said.append(
+            "finished an interrupted erase (on a versioned bucket the earlier versions of the segments it replaced "
+            "stay until an erase runs: run that erase again)"
+        )
+    elif finished == "forwards":
         said.append("finished an interrupted erase")
     elif finished == "backwards":
         said.append("rolled back an interrupted erase (it had switched no segment): nothing of it was erased")

@@ -63,7 +63,9 @@ def _retry_policy() -> Any:
     library's 15 s start: a throttled or dropped request costs seconds, as with S3's and GCS's clients."""
     from azure.storage.blob import ExponentialRetry
 
-    return ExponentialRetry(initial_backoff=1, increment_base=2, retry_total=RETRIES, random_jitter_range=1)
+    # Each kind of failure (connection, read, status) may take every retry: the library caps each at 3 otherwise.
+    return ExponentialRetry(initial_backoff=1, increment_base=2, retry_total=RETRIES, random_jitter_range=1,
+                            retry_connect=RETRIES, retry_read=RETRIES, retry_status=RETRIES)  # fmt: skip
 
 
 @functools.cache

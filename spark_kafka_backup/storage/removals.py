@@ -4,7 +4,7 @@ erase; the reporting is :mod:`spark_kafka_backup.storage.retention`)."""
 from __future__ import annotations
 
 from spark_kafka_backup.storage import Location, storage_for
-from spark_kafka_backup.storage.retention import KeptVersion
+from spark_kafka_backup.storage.retention import KeptVersion, Purge
 
 
 class Removals:
@@ -25,8 +25,16 @@ class Removals:
     def purge(self, directory: Location, prefix: str) -> None:
         """Delete every version the store keeps of deleted objects under ``directory`` named ``prefix...``."""
         done = storage_for(directory).purge_deleted(directory, prefix, bypass_governance=self.bypass_governance)
-        self.purged += done.deleted
+        self._forget(done)
         self._keep(done.kept)
+
+    def _forget(self, done: Purge) -> None:
+        """The versions a purge deleted are no longer kept (a prune or merge before it may have counted them)."""
+        self.purged += len(done.deleted)
+        for gone in done.deleted:
+            self._kept.pop(gone, None)
+        for location in {location for location, _ in done.deleted}:
+            self._kept.pop((location, ""), None)  # one whose versions could not be listed then
 
     def _keep(self, versions: list[KeptVersion]) -> None:
         for version in versions:

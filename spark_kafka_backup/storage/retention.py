@@ -33,14 +33,16 @@ class KeptVersion:
     retain_until: datetime | None = None
     #: ``"COMPLIANCE"``, ``"GOVERNANCE"``, ``"legal hold"``, or ``None`` when no lock holds it.
     lock: str | None = None
+    #: Set when the store kept versions of the object that could not be listed: why (then ``version`` is empty).
+    unseen: str | None = None
 
 
 @dataclass
 class Purge:
-    """What deleting every earlier version of deleted objects did (erase)."""
+    """What deleting the earlier versions of deleted objects did (erase)."""
 
-    #: Versions (and delete markers) deleted for good.
-    deleted: int = 0
+    #: The versions (and delete markers) deleted for good: (location, version id).
+    deleted: list[tuple[str, str]] = field(default_factory=list)
     #: Versions a lock kept.
     kept: list[KeptVersion] = field(default_factory=list)
 
@@ -61,13 +63,22 @@ def unseen_note(root: object) -> str | None:
 
 def describe(kept: list[KeptVersion], *, shown: int = 10) -> list[str]:
     """The lines saying what the store kept of deleted objects: none when it kept nothing."""
+    unseen = [version for version in kept if version.unseen is not None]
+    kept = [version for version in kept if version.unseen is None]
+    lines = []
+    if unseen:
+        lines.append(
+            f"the bucket keeps versions of {count(len(unseen), 'deleted object')} it would not list "
+            f"({unseen[0].unseen}): the backup no longer reads them; a lifecycle rule that expires noncurrent "
+            "versions deletes them"
+        )
     if not kept:
-        return []
+        return lines
     objects = {version.location for version in kept}
-    lines = [
+    lines.append(
         f"the bucket keeps {count(len(kept), 'version')} of {count(len(objects), 'deleted object')} "
         f"({count(sum(version.size for version in kept), 'byte')}, not freed): the backup no longer reads them"
-    ]
+    )
     locked = [version for version in kept if version.lock is not None]
     versioned = len(kept) - len(locked)
     if versioned:

@@ -54,6 +54,12 @@ def _client_for(settings: tuple[str | None, ...]) -> Any:
     return boto3.client("s3", config=Config(retries={"max_attempts": attempts, "mode": "standard"}))
 
 
+def _reason(exc: Exception) -> str:
+    """What a failed request met, for a report line (the text after the location of a :func:`_fail` error)."""
+    text = str(exc)
+    return text[text.find("(") + 1 : -1] if text.endswith(")") and "(" in text else text
+
+
 def _fail(location: ObjectPath, action: str, exc: Exception) -> StorageError:
     code = _error_code(exc)
     if code == "NoSuchBucket":
@@ -188,42 +194,58 @@ class S3Storage(ObjectStorage):
             raise _fail(target, "delete", exc) from exc
         if not answer.get("DeleteMarker"):
             return []  # an unversioned bucket: gone
-        return [self._kept(target, item) for item in self._versions(target.bucket, target.key, exact=True)
-                if "Size" in item]  # fmt: skip
+        try:  # the delete is done: what follows only tells what the bucket keeps, and never fails the caller
+            return [self._kept(target, item) for item in self._versions(target.bucket, target.key, exact=True)
+                    if "Size" in item]  # fmt: skip
+        except StorageError as exc:
+            return [KeptVersion(str(target), "", 0, unseen=_reason(exc))]
 
     def purge_deleted(self, directory: Location, prefix: str, *, bypass_governance: bool = False) -> Purge:
+        """Every noncurrent version (and delete marker) of the objects named ``prefix...`` goes for good; a live
+        object keeps its current version. Delete markers stay over a deleted object a lock still keeps a version of
+        (they keep it out of the backup). Nothing is asked beyond the bucket's versioning state on a bucket that
+        was never versioned."""
         folder = object_location(directory)
+        if not self._ever_versioned(folder):
+            return Purge()
         key_prefix = f"{folder.key}/{prefix}" if folder.key else prefix
         by_key: dict[str, list[dict[str, Any]]] = {}
         for item in self._versions(folder.bucket, key_prefix, exact=False):
             by_key.setdefault(item["Key"], []).append(item)
         done = Purge()
         for key, items in sorted(by_key.items()):
-            if any(item.get("IsLatest") and "Size" in item for item in items):
-                continue  # a current object of the backup: its history is the bucket's to keep
+            location = ObjectPath(folder.scheme, folder.bucket, key)
+            history = [item for item in items if not item.get("IsLatest") or "Size" not in item]
             kept = False
-            for item in items:
+            for item in history:
                 if "Size" not in item:
                     continue  # delete markers last: they hide what a lock keeps
                 refused = self._delete_version(folder.bucket, key, item["VersionId"], bypass_governance)
                 if refused is None:
-                    done.deleted += 1
+                    done.deleted.append((str(location), str(item["VersionId"])))
                     continue
-                version = self._kept(ObjectPath(folder.scheme, folder.bucket, key), item)
+                version = self._kept(location, item)
                 if version.lock is None:  # refused, and no lock holds it: the principal may not delete versions
-                    raise _fail(ObjectPath(folder.scheme, folder.bucket, key),
-                                f"delete version {version.version} of", refused) from refused  # fmt: skip
+                    raise _fail(location, f"delete version {version.version} of", refused) from refused
                 done.kept.append(version)
                 kept = True
-            if not kept:
-                for item in items:
-                    if "Size" not in item:
-                        refused = self._delete_version(folder.bucket, key, item["VersionId"], False)
-                        if refused is not None:
-                            raise _fail(ObjectPath(folder.scheme, folder.bucket, key),
-                                        "delete the delete marker of", refused) from refused  # fmt: skip
-                        done.deleted += 1
+            live = any(item.get("IsLatest") and "Size" in item for item in items)
+            for item in history:
+                if "Size" not in item and (live or not kept or not item.get("IsLatest")):
+                    refused = self._delete_version(folder.bucket, key, item["VersionId"], False)
+                    if refused is not None:
+                        raise _fail(location, "delete the delete marker of", refused) from refused
+                    done.deleted.append((str(location), str(item["VersionId"])))
         return done
+
+    def _ever_versioned(self, folder: ObjectPath) -> bool:
+        """Whether the bucket has, or had, versioning (and so may keep versions); ``True`` when not allowed to ask."""
+        try:
+            return "Status" in self.client.get_bucket_versioning(Bucket=folder.bucket)
+        except Exception as exc:
+            if _error_code(exc) in ("AccessDenied", "NotImplemented"):
+                return True  # the listing will tell
+            raise _fail(folder, "ask the versioning of", exc) from exc
 
     def _versions(self, bucket: str, prefix: str, *, exact: bool) -> list[dict[str, Any]]:
         """Every version and delete marker of the objects named ``prefix...`` (only ``prefix`` itself when

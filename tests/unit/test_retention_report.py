@@ -26,9 +26,7 @@ def test_nothing_kept_says_nothing() -> None:
 
 
 def test_versions_kept_by_versioning_alone_are_counted_and_never_freed() -> None:
-    lines = describe(
-        kept_of(KeptVersion("s3://b/p/a_records", "v1", 100), KeptVersion("s3://b/p/a_index", "v2", 20))
-    )
+    lines = describe(kept_of(KeptVersion("s3://b/p/a_records", "v1", 100), KeptVersion("s3://b/p/a_index", "v2", 20)))
     assert lines == [
         "the bucket keeps 2 versions of 2 deleted objects (120 bytes, not freed): the backup no longer reads them",
         "  2 versions kept by the bucket's versioning: a lifecycle rule that expires noncurrent versions deletes them",
@@ -68,3 +66,21 @@ def test_stores_whose_keeping_is_not_seen_say_so() -> None:
     note = unseen_note(ObjectPath("gs", "b", "p"))
     assert note is not None and note.startswith("Google Cloud Storage keeps deleted objects for a while")
     assert unseen_note(ObjectPath("az", "c", "p")) is not None
+
+
+def test_versions_that_could_not_be_listed_are_said_as_such() -> None:
+    lines = describe([KeptVersion("s3://b/p/a_records", "", 0, unseen="AccessDenied: no s3:ListBucketVersions")])
+    assert lines == [
+        "the bucket keeps versions of 1 deleted object it would not list (AccessDenied: no s3:ListBucketVersions): "
+        "the backup no longer reads them; a lifecycle rule that expires noncurrent versions deletes them"
+    ]
+
+
+def test_a_version_deleted_by_a_later_purge_is_no_longer_kept() -> None:
+    from spark_kafka_backup.storage.retention import Purge
+
+    unseen = KeptVersion("s3://b/p/b_records", "", 0, unseen="AccessDenied")
+    removals = removals_of(KeptVersion("s3://b/p/a_records", "v1", 10), unseen)
+    done = Purge(deleted=[("s3://b/p/a_records", "v1"), ("s3://b/p/b_records", "v7")])
+    removals._forget(done)
+    assert removals.kept == []
