@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -49,11 +50,20 @@ _DRIVER_PID = re.compile(rb"stop with SIGTERM to the driver process (\d+)")
 
 
 @dataclass(frozen=True)
+class Window:
+    """The backup's requests while it kept up with the load: from its first batch that wrote records to the load's
+    end (start-up, the last batch and the stop left out), and that window's length."""
+
+    counts: Counter[str]
+    hours: float
+
+
+@dataclass(frozen=True)
 class Phase:
     name: str
     counts: Counter[str]
     gigabytes: float
-    hours: float | None = None
+    steady: Window | None = None
 
     def per_gb(self, kind: str) -> float:
         return self.counts[kind] / self.gigabytes
@@ -92,6 +102,34 @@ def produce_at_rate(settings: dict[str, str], topic: str, partitions: int, rate_
     return sent
 
 
+_WROTE = re.compile(rb"batch \d+: [\d,]+ records, [\d,]+ bytes written")
+
+
+class _SteadyWindow(threading.Thread):
+    """Notes the proxy's counts when the backup logs its first batch that wrote records; :meth:`close` at the load's
+    end gives the window since."""
+
+    def __init__(self, proxy: FaultProxy, log: Path) -> None:
+        super().__init__(daemon=True)
+        self.proxy, self.log = proxy, log
+        self.began: tuple[float, Counter[str]] | None = None
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(0.2):
+            if _WROTE.search(self.log.read_bytes()):
+                self.began = (time.monotonic(), Counter(self.proxy.served))
+                return
+
+    def close(self) -> Window:
+        ended = (time.monotonic(), Counter(self.proxy.served))
+        self._done.set()
+        self.join()
+        if self.began is None:
+            raise SystemExit(f"the backup wrote no batch while the load ran: see {self.log}")
+        return Window(ended[1] - self.began[1], (ended[0] - self.began[0]) / 3600)
+
+
 def create_topic(settings: dict[str, str], topic: str, partitions: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -122,7 +160,10 @@ def run_combination(settings: dict[str, str], proxy: FaultProxy, env: dict[str, 
             if job.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"the backup did not start: see {log}")
             time.sleep(0.5)
+        steady = _SteadyWindow(proxy, log)
+        steady.start()
         records = produce_at_rate(settings, topic, args.partitions, args.rate, args.seconds)
+        window = steady.close()
         time.sleep(trigger + 15)  # the last micro-batch
         os.kill(int(_DRIVER_PID.findall(log.read_bytes())[-1]), signal.SIGTERM)
         code = job.wait(120)
@@ -132,7 +173,7 @@ def run_combination(settings: dict[str, str], proxy: FaultProxy, env: dict[str, 
     if code not in (0, 143):
         raise SystemExit(f"the backup ended with {code}: see {log}")
     gigabytes = records * RECORD_BYTES / 1e9
-    phases = [Phase("backup", Counter(proxy.served), gigabytes, args.seconds / 3600)]
+    phases = [Phase("backup", Counter(proxy.served), gigabytes, window)]
 
     proxy.reset_counts()
     restore = spark_submit_command(
@@ -165,22 +206,26 @@ def report(results: dict[tuple[float, int], list[Phase]], args: argparse.Namespa
             cost = phase.cost_per_gb(PRICES["S3 Standard"])
             print(f"{trigger:7g}s {segment >> 20:6d}Mi {phase.name:>8} {cells}  {cost:.4f}")
     print(f"\na month of this load ({args.rate:g} MB/s, {args.rate * 3600 * 730 / 1000:,.0f} GB a month), "
-          "the continuous backup's requests and a month of its bytes stored:")  # fmt: skip
+          "the continuous backup's requests while it keeps up, priced at each provider's list prices (the counts "
+          "are S3's), and a month of its bytes stored:")  # fmt: skip
     for (trigger, segment), phases in results.items():
-        backup = phases[0]
-        assert backup.hours is not None
-        per_hour = {k: backup.counts[k] / backup.hours for k in KINDS}
+        steady = phases[0].steady
+        assert steady is not None
+        per_hour = {k: steady.counts[k] / steady.hours for k in KINDS}
+        writes, reads = sum(per_hour[k] for k in WRITES), sum(per_hour[k] for k in READS)
         monthly_gb = args.rate * 3600 * 730 / 1000
-        line = [f"  trigger {trigger:g} s, segments up to {segment >> 20} MiB: "
-                f"{sum(per_hour[k] for k in WRITES):,.0f} PUT/POST/LIST and {sum(per_hour[k] for k in READS):,.0f} "
-                f"GET/HEAD an hour"]  # fmt: skip
+        line = [f"  trigger {trigger:g} s, segments up to {segment >> 20} MiB: {writes:,.0f} PUT/POST/LIST and "
+                f"{reads:,.0f} GET/HEAD an hour (over {steady.hours * 3600:.0f} s of keeping up)"]  # fmt: skip
         for provider, prices in PRICES.items():
-            requests = (
-                sum(per_hour[k] for k in WRITES) * prices["write"] + sum(per_hour[k] for k in READS) * prices["read"]
-            )
+            requests = writes * prices["write"] + reads * prices["read"]
             line.append(f"{provider}: ${requests * 730 / 1000:,.2f} requests + ${monthly_gb * prices['gb_month']:,.2f} "
                         "storage")  # fmt: skip
         print("; ".join(line))
+        batches = trigger and steady.hours * 3600 / trigger
+        print(
+            f"    per partition and micro-batch (about {batches:.0f} batches): "
+            + ", ".join(f"{steady.counts[k] / batches / args.partitions:.1f} {k}" for k in KINDS)
+        )
 
 
 def main() -> None:

@@ -33,12 +33,12 @@ from spark_kafka_backup.errors import DamagedBackupError, RetainedError, UsageEr
 from spark_kafka_backup.format.encryption import KeyRing
 from spark_kafka_backup.format.naming import RECORDS_SUFFIX, parse_segment_file_name
 from spark_kafka_backup.partition.erased import ErasedOffsets
-from spark_kafka_backup.partition.layout import list_partitions, list_segment_files, state_dir
+from spark_kafka_backup.partition.layout import list_partitions, list_segment_files, list_topics, state_dir
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.storage import Location, parse_location
 from spark_kafka_backup.storage.lease import TargetLease
 from spark_kafka_backup.storage.removals import Removals
-from spark_kafka_backup.storage.retention import KeptVersion, describe, unseen_note
+from spark_kafka_backup.storage.retention import KeptVersion, describe, release_text, unseen_note
 from spark_kafka_backup.text import count
 
 
@@ -103,6 +103,10 @@ def _finish(root: Location, out: TextIO, keys: KeyRing, removals: Removals, othe
     with TargetLease(state_dir(root), "erase"), prune_lease(root) if isinstance(root, Path) else ExitStack():
         if not finish_interrupted(root, out, keys, others, erase_removals=removals):
             out.write("no erase, merge or prune was interrupted: nothing to finish\n")
+        for topic in list_topics(root):  # an erase killed after its intent went: what the bucket still keeps
+            for partition in list_partitions(root / topic):
+                if read_erased(root, topic, partition):
+                    purge_partition(root / topic, partition, removals)
     for line in describe(others.kept):
         out.write(line + "\n")
     _refuse_kept(out, removals, root)
@@ -127,8 +131,7 @@ def _refuse_kept(out: TextIO, removals: Removals, root: Location) -> None:
         out.write(line + "\n")
     locked = [version for version in removals.locked if _may_hold_erased(root, version)]
     if locked:
-        until = max((version.retain_until for version in locked if version.retain_until is not None), default=None)
-        when = f"after {until:%Y-%m-%dT%H:%M:%SZ}" if until is not None else "once the legal hold is lifted"
+        when = release_text(locked)
         raise RetainedError(
             f"the erased records are out of the backup, but a lock keeps {count(len(locked), 'version')} of its "
             f"deleted segments that may still hold them: run the same erase again {when} to delete them "

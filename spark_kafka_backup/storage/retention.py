@@ -87,18 +87,33 @@ def describe(kept: list[KeptVersion], *, shown: int = 10) -> list[str]:
             "noncurrent versions deletes them"
         )
     if locked:
-        until = max((v.retain_until for v in locked if v.retain_until is not None), default=None)
         modes = ", ".join(sorted({str(v.lock) for v in locked}))
-        lines.append(
-            f"  {count(len(locked), 'version')} retained by a lock ({modes})"
-            + (f", the last until {_when(until)}" if until is not None else "")
-            + ": the store refuses to delete them before then"
-        )
+        lines.append(f"  {count(len(locked), 'version')} retained by a lock ({modes}): {until_text(locked)}")
         for version in sorted(locked, key=lambda v: (v.location, v.version))[:shown]:
             lines.append(f"  retained: {version.location} version {version.version} ({_lock_text(version)})")
         if len(locked) > shown:
             lines.append(f"  ... and {count(len(locked) - shown, 'more retained version')}")
     return lines
+
+
+def until_text(locked: list[KeptVersion]) -> str:
+    """Until when ``locked`` stay: the last retain-until date, and legal holds, which have none."""
+    until = max((v.retain_until for v in locked if v.retain_until is not None), default=None)
+    held = any("legal hold" in str(v.lock) for v in locked)
+    parts = [f"the store refuses to delete them before {_when(until)}"] if until is not None else []
+    if held:
+        parts.append("a legal hold keeps them until it is lifted")
+    return "; ".join(parts)
+
+
+def release_text(locked: list[KeptVersion]) -> str:
+    """When deleting ``locked`` can be tried again: after the last retain-until date, once legal holds are lifted."""
+    until = max((v.retain_until for v in locked if v.retain_until is not None), default=None)
+    held = any("legal hold" in str(v.lock) for v in locked)
+    parts = [f"after {_when(until)}"] if until is not None else []
+    if held:
+        parts.append("once the legal hold is lifted")
+    return " and ".join(parts)
 
 
 def _lock_text(version: KeptVersion) -> str:

@@ -51,7 +51,7 @@ def _client_for(settings: tuple[str | None, ...]) -> Any:
         raise StorageError("s3:// locations need boto3 (pip install boto3)") from exc
     # boto3 reads endpoint, region and credentials from the environment and its files itself.
     attempts = int(os.environ.get("AWS_MAX_ATTEMPTS") or 10)
-    return boto3.client("s3", config=Config(retries={"max_attempts": attempts, "mode": "standard"}))
+    return boto3.client("s3", config=Config(retries={"total_max_attempts": attempts, "mode": "standard"}))
 
 
 def _reason(exc: Exception) -> str:
@@ -206,16 +206,17 @@ class S3Storage(ObjectStorage):
         (they keep it out of the backup). Nothing is asked beyond the bucket's versioning state on a bucket that
         was never versioned."""
         folder = object_location(directory)
-        if not self._ever_versioned(folder):
-            return Purge()
         key_prefix = f"{folder.key}/{prefix}" if folder.key else prefix
+        done = Purge()
+        self._abort_uploads(folder, key_prefix, done)
+        if not self._ever_versioned(folder):
+            return done
         by_key: dict[str, list[dict[str, Any]]] = {}
         for item in self._versions(folder.bucket, key_prefix, exact=False):
             by_key.setdefault(item["Key"], []).append(item)
-        done = Purge()
         for key, items in sorted(by_key.items()):
             location = ObjectPath(folder.scheme, folder.bucket, key)
-            history = [item for item in items if not item.get("IsLatest") or "Size" not in item]
+            history = [item for item in items if not item.get("IsLatest", True) or "Size" not in item]
             kept = False
             for item in history:
                 if "Size" not in item:
@@ -226,17 +227,36 @@ class S3Storage(ObjectStorage):
                     continue
                 version = self._kept(location, item)
                 if version.lock is None:  # refused, and no lock holds it: the principal may not delete versions
-                    raise _fail(location, f"delete version {version.version} of", refused) from refused
+                    raise _fail(location, f"delete version {version.version}", refused) from refused
                 done.kept.append(version)
                 kept = True
-            live = any(item.get("IsLatest") and "Size" in item for item in items)
+            live = any(item.get("IsLatest", True) and "Size" in item for item in items)
             for item in history:
                 if "Size" not in item and (live or not kept or not item.get("IsLatest")):
                     refused = self._delete_version(folder.bucket, key, item["VersionId"], False)
                     if refused is not None:
-                        raise _fail(location, "delete the delete marker of", refused) from refused
+                        raise _fail(location, f"delete its delete marker {item['VersionId']}", refused) from refused
                     done.deleted.append((str(location), str(item["VersionId"])))
         return done
+
+    def _abort_uploads(self, folder: ObjectPath, key_prefix: str, done: Purge) -> None:
+        """Abort the multipart uploads under ``key_prefix`` that never completed (a backup or merge killed while
+        uploading a large segment): their parts hold records and are billed, yet no listing of objects shows them."""
+        try:
+            pages = self.client.get_paginator("list_multipart_uploads").paginate(
+                Bucket=folder.bucket, Prefix=key_prefix
+            )
+            for page in pages:
+                for upload in page.get("Uploads", ()):
+                    self.client.abort_multipart_upload(Bucket=folder.bucket, Key=upload["Key"],
+                                                       UploadId=upload["UploadId"])  # fmt: skip
+                    done.deleted.append((str(ObjectPath(folder.scheme, folder.bucket, upload["Key"])),
+                                         f"upload {upload['UploadId']}"))  # fmt: skip
+        except Exception as exc:
+            if _is_missing(exc):
+                return  # completed or aborted meanwhile
+            raise _fail(ObjectPath(folder.scheme, folder.bucket, key_prefix),
+                        "abort the unfinished multipart uploads under it", exc) from exc  # fmt: skip
 
     def _ever_versioned(self, folder: ObjectPath) -> bool:
         """Whether the bucket has, or had, versioning (and so may keep versions); ``True`` when not allowed to ask."""
@@ -245,7 +265,7 @@ class S3Storage(ObjectStorage):
         except Exception as exc:
             if _error_code(exc) in ("AccessDenied", "NotImplemented"):
                 return True  # the listing will tell
-            raise _fail(folder, "ask the versioning of", exc) from exc
+            raise _fail(folder, "ask the bucket's versioning state", exc) from exc
 
     def _versions(self, bucket: str, prefix: str, *, exact: bool) -> list[dict[str, Any]]:
         """Every version and delete marker of the objects named ``prefix...`` (only ``prefix`` itself when
@@ -257,7 +277,7 @@ class S3Storage(ObjectStorage):
                     if not exact or item["Key"] == prefix:
                         found.append(item)
         except Exception as exc:
-            raise _fail(ObjectPath("s3", bucket, prefix), "list the versions of", exc) from exc
+            raise _fail(ObjectPath("s3", bucket, prefix), "list the object versions under it", exc) from exc
         return found
 
     def _delete_version(self, bucket: str, key: str, version: str, bypass_governance: bool) -> Exception | None:
@@ -270,7 +290,7 @@ class S3Storage(ObjectStorage):
             if _error_code(exc) == "AccessDenied":
                 return exc
             if not _is_missing(exc):
-                raise _fail(ObjectPath("s3", bucket, key), f"delete version {version} of", exc) from exc
+                raise _fail(ObjectPath("s3", bucket, key), f"delete version {version}", exc) from exc
         return None
 
     def _kept(self, location: ObjectPath, item: dict[str, Any]) -> KeptVersion:
@@ -279,7 +299,7 @@ class S3Storage(ObjectStorage):
         try:
             head = self.client.head_object(Bucket=location.bucket, Key=location.key, VersionId=version)
         except Exception as exc:
-            raise _fail(location, f"look up version {version} of", exc) from exc
+            raise _fail(location, f"look up version {version}", exc) from exc
         lock = head.get("ObjectLockMode")
         until = head.get("ObjectLockRetainUntilDate")
         if until is not None and until <= datetime.now(UTC):

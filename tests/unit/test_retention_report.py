@@ -41,8 +41,8 @@ def test_locked_versions_name_their_lock_and_the_last_date_in_utc() -> None:
         KeptVersion("s3://b/p/z_records", "v3", 10, None, "legal hold"),
     ))  # fmt: skip
     assert lines[1] == (
-        "  3 versions retained by a lock (COMPLIANCE, GOVERNANCE, legal hold), the last until 2027-01-03T03:04:05Z: "
-        "the store refuses to delete them before then"
+        "  3 versions retained by a lock (COMPLIANCE, GOVERNANCE, legal hold): the store refuses to delete them "
+        "before 2027-01-03T03:04:05Z; a legal hold keeps them until it is lifted"
     )
     assert lines[2:] == [
         "  retained: s3://b/p/x_records version v1 (COMPLIANCE until 2027-01-02T03:04:05Z)",
@@ -84,3 +84,13 @@ def test_a_version_deleted_by_a_later_purge_is_no_longer_kept() -> None:
     done = Purge(deleted=[("s3://b/p/a_records", "v1"), ("s3://b/p/b_records", "v7")])
     removals._forget(done)
     assert removals.kept == []
+
+
+def test_the_erase_says_when_to_try_again_for_dates_and_legal_holds() -> None:
+    from spark_kafka_backup.storage.retention import release_text
+
+    dated = KeptVersion("s3://b/p/x_records", "v1", 1, UNTIL, "COMPLIANCE")
+    held = KeptVersion("s3://b/p/y_records", "v2", 1, None, "legal hold")
+    assert release_text([dated]) == "after 2027-01-02T03:04:05Z"
+    assert release_text([held]) == "once the legal hold is lifted"
+    assert release_text([dated, held]) == "after 2027-01-02T03:04:05Z and once the legal hold is lifted"
