@@ -98,22 +98,22 @@ def describe(kept: list[KeptVersion], *, shown: int = 10) -> list[str]:
 
 def until_text(locked: list[KeptVersion]) -> str:
     """Until when ``locked`` stay: the last retain-until date, and legal holds, which have none."""
-    until = max((v.retain_until for v in locked if v.retain_until is not None), default=None)
-    held = any("legal hold" in str(v.lock) for v in locked)
+    until, held = _ends(locked)
     parts = [f"the store refuses to delete them before {_when(until)}"] if until is not None else []
-    if held:
-        parts.append("a legal hold keeps them until it is lifted")
-    return "; ".join(parts)
+    return "; ".join([*parts, *(["a legal hold keeps them until it is lifted"] if held else [])])
 
 
 def release_text(locked: list[KeptVersion]) -> str:
     """When deleting ``locked`` can be tried again: after the last retain-until date, once legal holds are lifted."""
-    until = max((v.retain_until for v in locked if v.retain_until is not None), default=None)
-    held = any("legal hold" in str(v.lock) for v in locked)
+    until, held = _ends(locked)
     parts = [f"after {_when(until)}"] if until is not None else []
-    if held:
-        parts.append("once the legal hold is lifted")
-    return " and ".join(parts)
+    return " and ".join([*parts, *(["once the legal hold is lifted"] if held else [])])
+
+
+def _ends(locked: list[KeptVersion]) -> tuple[datetime | None, bool]:
+    """The last retain-until date among ``locked``, and whether a legal hold holds any."""
+    until = max((v.retain_until for v in locked if v.retain_until is not None), default=None)
+    return until, any("legal hold" in str(v.lock) for v in locked)
 
 
 def _lock_text(version: KeptVersion) -> str:
