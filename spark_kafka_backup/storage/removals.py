@@ -15,7 +15,6 @@ class Removals:
         #: Erase: delete a governance-mode lock's versions too (``--bypass-governance-retention``, which needs the
         #: bucket's ``s3:BypassGovernanceRetention`` permission).
         self.bypass_governance = bypass_governance
-        self.purged = 0
         self._kept: dict[tuple[str, str], KeptVersion] = {}
 
     def remove(self, location: Location) -> None:
@@ -30,7 +29,6 @@ class Removals:
 
     def _forget(self, done: Purge) -> None:
         """The versions a purge deleted are no longer kept (a prune or merge before it may have counted them)."""
-        self.purged += len(done.deleted)
         for gone in done.deleted:
             self._kept.pop(gone, None)
         for location in {location for location, _ in done.deleted}:
