@@ -190,6 +190,10 @@ class TargetChangedError(SparkKafkaBackupError):
     """The target partition holds another restore's records, written after this restore was planned."""
 
 
+class StandbyGapError(SparkKafkaBackupError):
+    """A follower's next records are no longer in the backup (a prune let them go before they were restored)."""
+
+
 class TargetNotEmptyError(SparkKafkaBackupError):
     """A target partition holds records that are not an earlier run of this restore."""
 

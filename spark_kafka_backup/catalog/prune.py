@@ -14,6 +14,8 @@ What may go, per partition: a **prefix** of its finished, cataloged segments
   backup when no retained checkpoint has it) or the lowest offset a group has
   committed in the latest stored consumer offsets. Only an age
   (``--older-than``) lets the latest state go.
+- is not held by a live standby follower: every offset at or above the next
+  one it restores (:mod:`spark_kafka_backup.catalog.holds`), with or without a cutoff.
 
 Retained checkpoints: the newest N completed ones with ``--keep-checkpoints N``
 (older checkpoints are deleted), otherwise every completed one.
@@ -43,6 +45,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from spark_kafka_backup.catalog import checkpoints
+from spark_kafka_backup.catalog.holds import Hold, live_holds
 from spark_kafka_backup.catalog.model import PartitionCatalog, PrunedPrefix, SegmentEntry
 from spark_kafka_backup.catalog.seals import pinned_names
 from spark_kafka_backup.catalog.store import read_catalog, write_catalog
@@ -80,9 +83,17 @@ class PrunedSegment:
 
 
 def plan_prune(
-    root: Location, topics: list[str], *, cutoff_ms: int | None, keep_checkpoints: int | None
+    root: Location,
+    topics: list[str],
+    *,
+    cutoff_ms: int | None,
+    keep_checkpoints: int | None,
+    holds: list[Hold] | None = None,
 ) -> tuple[list[PrunedSegment], list[checkpoints.Checkpoint]]:
-    """The segments that may go, and the checkpoints that go with ``keep_checkpoints``."""
+    """The segments that may go, and the checkpoints that go with ``keep_checkpoints``; ``holds``: the live
+    followers' holds (read here when not given)."""
+    if holds is None:
+        holds = live_holds(root)[0]
     completed = [c for c in checkpoints.list_checkpoints(root) if c.status == "completed"]
     completed.sort(key=lambda c: c.id)
     retained = completed[-keep_checkpoints:] if keep_checkpoints else completed
@@ -96,6 +107,7 @@ def plan_prune(
             needs = [_needed_from(c, topic, partition) for c in retained]
             if cutoff_ms is None:
                 needs.append((_latest_need(root, topic, partition, retained), _NO_END))
+            needs += [(hold.needs_from(topic, partition), _NO_END) for hold in holds]
             named = PartitionReader(root / topic, partition).segments
             newest = named[-1].name if named else None
             pinned = pinned_names(root, topic, partition, plain=False)

@@ -90,6 +90,7 @@ def cmd_erase(args: argparse.Namespace, out: TextIO) -> None:
             if read_erased(root, topic, partition):  # never erased from: its history is the bucket's
                 purge_partition(root / topic, partition, removals)
     out.write(f"erased {count(total, 'record')} from {count(len(plans), 'partition')} of {topic}\n")
+    _report_followers(out, root, plans)
     note = unseen_note(root)
     if note is not None:  # the deleted segments held the erased records
         out.write(note + "\n")
@@ -215,3 +216,22 @@ def _describe(verb: str, plan: PartitionErase) -> str:
         f"{verb} {plan.topic}/{plan.partition}: {count(plan.records, 'record')} at offsets {shown}{more}, "
         f"rewriting {count(len(plan.replacements), 'segment')}"
     )
+
+
+def _report_followers(out: TextIO, root: Location, plans: list[PartitionErase]) -> None:
+    """One line per standby follower (:mod:`spark_kafka_backup.catalog.holds`, live or not) that restored erased
+    records before the erase: the erase cannot take them out of its standby. Records it had not restored never reach
+    it: its next pass reads the backup as erased."""
+    from spark_kafka_backup.catalog.holds import read_holds
+
+    for hold in read_holds(root):
+        for plan in plans:
+            restored = hold.next.get((plan.topic, plan.partition), 0)
+            below = [(int(first), min(int(last), restored - 1)) for first, last in zip(plan.erased.firsts,
+                     plan.erased.lasts, strict=True) if first < restored]  # fmt: skip
+            if below:
+                out.write(
+                    f"{hold.describe()} had restored erased records of {plan.topic}/{plan.partition} (offsets "
+                    f"{below[0][0]}..{below[-1][1]}) to its standby before this erase: they are still there; delete "
+                    "them on the standby (or feed a new standby from the backup)\n"
+                )

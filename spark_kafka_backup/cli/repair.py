@@ -19,7 +19,7 @@ from spark_kafka_backup.progress import Progress
 from spark_kafka_backup.storage import Location, as_local, parse_location
 from spark_kafka_backup.storage.removals import Removals
 from spark_kafka_backup.storage.retention import describe, unseen_note
-from spark_kafka_backup.text import count
+from spark_kafka_backup.text import count, iso_time
 
 
 def cmd_index_rebuild(args: argparse.Namespace, out: TextIO) -> None:
@@ -87,9 +87,11 @@ def cmd_prune(args: argparse.Namespace, out: TextIO) -> None:
         raise UsageError("say what to prune: --older-than DURATION and/or --keep-checkpoints N")
     cutoff = None if args.older_than is None else int(time.time() * 1000) - args.older_than
     if args.dry_run:
+        holds = _report_holds(out, root)
         doomed, dropped = plan_prune(
-            root, chosen_topics(root, args.topic), cutoff_ms=cutoff, keep_checkpoints=args.keep_checkpoints
-        )
+            root, chosen_topics(root, args.topic), cutoff_ms=cutoff, keep_checkpoints=args.keep_checkpoints,
+            holds=holds,
+        )  # fmt: skip
         _list_pruned(out, "would delete", doomed, dropped)
         freed = sum(item.entry.records_bytes + item.entry.index_bytes for item in doomed)
         gone = "would be freed" if isinstance(root, Path) else "would be deleted from the backup"  # a bucket may keep
@@ -99,7 +101,10 @@ def cmd_prune(args: argparse.Namespace, out: TextIO) -> None:
     removals = Removals()
     with prune_lease(root):
         finish_interrupted(root, out, args.keys, removals)
-        doomed, dropped = plan_prune(root, topics, cutoff_ms=cutoff, keep_checkpoints=args.keep_checkpoints)
+        holds = _report_holds(out, root)
+        doomed, dropped = plan_prune(
+            root, topics, cutoff_ms=cutoff, keep_checkpoints=args.keep_checkpoints, holds=holds
+        )
         _list_pruned(out, "deleting", doomed, dropped)
         out.flush()
         prune(root, doomed, dropped, progress=True, removals=removals)
@@ -215,6 +220,22 @@ def _list_merged(out: TextIO, verb: str, groups: list[Any]) -> None:
             f"{verb} {group.topic}/{group.partition} {first.name}..{last.name}: {len(group.sources)} segments, "
             f"{group.records} records, {group.plain_bytes} plain bytes into {group.merged}\n"
         )
+
+
+def _report_holds(out: TextIO, root: Location) -> list[Any]:
+    """One line per standby follower's hold (:mod:`spark_kafka_backup.catalog.holds`): live ones keep what their
+    follower has not restored; expired ones keep nothing. The live holds."""
+    from spark_kafka_backup.catalog.holds import live_holds
+
+    live, expired = live_holds(root)
+    for hold in live:
+        out.write(f"kept for {hold.describe()}: every record it has not restored yet\n")
+    for hold in expired:
+        out.write(
+            f"not kept for {hold.describe()}: its hold expired at {iso_time(hold.expires_at())} (not renewed for "
+            f"{hold.expires_after_s:.0f} s); a follower starting again stops if it misses records\n"
+        )
+    return live
 
 
 def _list_pruned(out: TextIO, verb: str, doomed: list[Any], dropped: list[Any]) -> None:

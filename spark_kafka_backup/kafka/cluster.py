@@ -53,6 +53,10 @@ TRANSIENT_ERRORS = frozenset(
 #: markers (:mod:`spark_kafka_backup.restore.marker`), not a consumer's position, so no backup or remap carries them.
 PROGRESS_GROUP = "kbackup-restore-progress"
 
+#: spark-kafka-backup's mark on a standby that was failed over (:mod:`spark_kafka_backup.restore.failover_mark`): an
+#: offset commit of this group on the standby's restored partitions, carrying when and where, never restored itself.
+STANDBY_GROUP = "kbackup-standby"
+
 #: How long :func:`list_offsets` asks again after a transient error.
 OFFSETS_RETRY_SECONDS = 10.0
 #: Partitions per ListOffsets call of :func:`list_offsets` (the calls are in flight at once). The client's time
@@ -490,6 +494,27 @@ def create_topics(
                 f"topic(s) created by someone else meanwhile have too few partitions: {', '.join(short)}"
             )
     return created
+
+
+def add_partitions(admin: Any, counts: Mapping[str, int], *, timeout: float = 60) -> None:
+    """Grow each topic to the partition count given (a topic someone grew as far meanwhile is accepted)."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewPartitions
+
+    if not counts:
+        return
+    try:
+        requests = [NewPartitions(name, count) for name, count in counts.items()]
+        for name, future in admin.create_partitions(requests, request_timeout=timeout).items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                grown = exc.args and exc.args[0].code() == KafkaError.INVALID_PARTITIONS
+                if grown and partition_counts(admin, timeout=timeout).get(name, 0) >= counts[name]:
+                    continue
+                raise
+    except Exception as exc:
+        raise ClusterError(f"cannot add partitions to topic(s) {', '.join(counts)}: {_reason(exc)}") from exc
 
 
 def topic_configs(admin: Any, topics: Iterable[str], *, timeout: float = 30) -> dict[str, dict[str, str]]:

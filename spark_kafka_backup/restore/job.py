@@ -45,7 +45,8 @@ from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.selection import count_selected
 from spark_kafka_backup.progress import Progress
 from spark_kafka_backup.restore.access import check_transactions, restore_permissions
-from spark_kafka_backup.restore.group_offsets import commit_group_offsets
+from spark_kafka_backup.restore.follow import PassOutcome, check_pass, follow
+from spark_kafka_backup.restore.group_offsets import GroupDecision, commit_group_offsets
 from spark_kafka_backup.restore.marker import (
     TRANSACTION_RECORDS,
     TRANSACTION_SECONDS,
@@ -112,6 +113,13 @@ def run(settings: RestoreSettings) -> int:
     if settings.where is not None:
         settings, matching = _match(settings, umask)
     try:
+        if settings.following is not None:
+            return follow(
+                settings,
+                admin,
+                functools.partial(restore_pass, admin=admin, umask=umask),
+                lambda: _session("kbackup-standby", settings, umask),
+            )
         return _plan_and_restore(settings, admin, umask, registry_lines)
     finally:
         if matching is not None:  # the session that matched, when the tasks did not use and stop it
@@ -147,6 +155,19 @@ def _plan_and_restore(settings: RestoreSettings, admin: Any, umask: int, registr
     return 0
 
 
+def restore_pass(settings: RestoreSettings, *, admin: Any, umask: int) -> PassOutcome:
+    """One pass of a follower (:mod:`spark_kafka_backup.restore.follow`): the restore, bounded by the settings'
+    ``pass_ends``, in the follower's Spark session, with what it did returned."""
+    plan = build_plan(settings, admin)
+    check_pass(plan, settings)
+    for topic_plan in plan.topics:
+        for note in topic_plan.notes:
+            log.warning("%s", note)
+    watch = RestoreWatch(settings, plan)  # publishes nothing: the follower publishes the standby's metrics
+    results, decisions = _restore(settings, plan, admin, umask, watch)
+    return PassOutcome(plan, results, decisions)
+
+
 def _match(settings: RestoreSettings, umask: int) -> tuple[RestoreSettings, Any]:
     """``--where``: the records it holds for, found by Spark, and the session that found them: the restore's tasks
     run in it (one Spark start, not two); a dry run's is stopped here."""
@@ -171,8 +192,10 @@ def _session(name: str, settings: RestoreSettings, umask: int) -> Any:
     )  # fmt: skip
 
 
-def _restore(settings: RestoreSettings, plan: RestorePlan, admin: Any, umask: int, watch: RestoreWatch) -> None:
-    """Steps 2 to 5 of the module docstring."""
+def _restore(
+    settings: RestoreSettings, plan: RestorePlan, admin: Any, umask: int, watch: RestoreWatch
+) -> tuple[list[PartitionResult], list[GroupDecision]]:
+    """Steps 2 to 5 of the module docstring; what the tasks did, and what became of each group."""
     first = next((part for part in plan.partitions if part.to_produce > 0 or part.groups), None)
     if first is not None:  # the one permission Kafka cannot be asked about, before anything is created
         check_transactions(settings.client, transactional_id(first.target_topic, first.target_partition))
@@ -249,7 +272,9 @@ def _restore(settings: RestoreSettings, plan: RestorePlan, admin: Any, umask: in
     # The cluster may have lost and regained nodes while the tasks produced: a client made before can go on
     # waiting for a node that died (spark_kafka_backup.kafka.admin_session); the last requests go through a new one.
     admin = admin_client({**settings.client, "socket.timeout.ms": "10000"})
-    if later:
+    # A follower's standby keeps CreateTime while it is fed (LogAppendTime would re-stamp the next pass's records):
+    # its failover sets the type.
+    if later and (settings.following is None or settings.following.failover):
         set_timestamp_types(admin, later)
         pending.done(later)
         for topic, kind in sorted(later.items()):
@@ -271,11 +296,13 @@ def _restore(settings: RestoreSettings, plan: RestorePlan, admin: Any, umask: in
     for result in results:
         for group, offset in result.group_offsets.items():
             planned.setdefault(group, {})[(result.target_topic, result.target_partition)] = offset
-    for decision in commit_group_offsets(admin, settings.client, planned, force=settings.force_offsets):
+    decisions = commit_group_offsets(admin, settings.client, planned, force=settings.force_offsets)
+    for decision in decisions:
         for (topic, partition), offset in sorted(decision.committed.items()):
             log.info("group %s: %s/%d committed at %d", decision.group, topic, partition, offset)
         for (topic, partition), reason in sorted(decision.left_alone.items()):
             log.info("group %s: %s/%d left alone: %s", decision.group, topic, partition, reason)
+    return results, decisions
 
 
 class RestoreWatch:
@@ -515,7 +542,8 @@ def _run_tasks(
     except Exception as exc:
         raise SparkKafkaBackupError(f"the restore failed: {failure_cause(exc)}") from exc
     finally:
-        spark.stop()
+        if settings.following is None:  # a follower's passes share its session
+            spark.stop()
 
 
 def follow_tasks(

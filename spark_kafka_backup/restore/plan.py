@@ -58,7 +58,7 @@ from spark_kafka_backup.errors import (
     UsageError,
 )
 from spark_kafka_backup.format.record import Record
-from spark_kafka_backup.kafka.cluster import PROGRESS_GROUP, list_offsets, partition_counts
+from spark_kafka_backup.kafka.cluster import PROGRESS_GROUP, STANDBY_GROUP, list_offsets, partition_counts
 from spark_kafka_backup.kafka.permissions import refuse_missing
 from spark_kafka_backup.partition.layout import list_partitions, list_topics
 from spark_kafka_backup.partition.offsets_file import read_consumer_offsets
@@ -194,7 +194,7 @@ def restored_topics(settings: RestoreSettings) -> list[str]:
                     f"(it holds: {', '.join(available) or 'nothing'})"
                 )
     unknown = [topic for topic in settings.topic_map if topic not in chosen]
-    if unknown:
+    if unknown and settings.following is None:  # a follower maps topics the backup may gain later
         raise UsageError(f"--topic-map names topic(s) not being restored: {', '.join(unknown)}")
     if not chosen:
         raise BackupNotFoundError(f"no topic of the backup {settings.source} is selected")
@@ -245,6 +245,11 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
             location = str(settings.source.resolve()) if isinstance(settings.source, Path) else str(settings.source)
             ids = _ids_part(settings, topic)
             identity = restore_identity(topic, partition, origin, location, window, schema_ids=ids)
+            if settings.pass_ends is not None:
+                # A follower's pass reads what the catalog held as committed when it began; every pass is the same
+                # restore (the identity above), each going on from the marker the one before left.
+                last = settings.pass_ends.get((topic, partition), 0) - 1
+                window = replace(window, to_offset=last if window.to_offset is None else min(last, window.to_offset))
             plan.partitions.append(
                 PartitionPlan(
                     topic,
@@ -557,8 +562,11 @@ def refuse_damage(plan: RestorePlan, settings: RestoreSettings) -> None:
 
 def _historic_groups(settings: RestoreSettings) -> tuple[int, dict[str, dict[tuple[str, int], int]]] | None:
     """Group offsets from a checkpoint or the offset history, when asked for (or implied by ``--to-time``)."""
-    if settings.checkpoint is not None:
-        chosen = checkpoints.read_checkpoint(settings.source, settings.checkpoint)
+    checkpoint = settings.checkpoint
+    if checkpoint is None and settings.following is not None:
+        checkpoint = settings.following.until_checkpoint  # a freeze: the groups as of its cut
+    if checkpoint is not None:
+        chosen = checkpoints.read_checkpoint(settings.source, checkpoint)
         if chosen.status != "completed":
             raise SparkKafkaBackupError(
                 f"checkpoint {chosen.id} is {chosen.status}, not completed: it cannot be restored"
@@ -613,7 +621,7 @@ def _backed_up_ids(settings: RestoreSettings) -> dict[str, str]:
 
 def _restored_groups(groups: dict[str, int]) -> dict[str, int]:
     """The groups whose offsets the restore remaps (a restore's own progress markers are not restored)."""
-    return {group: offset for group, offset in groups.items() if group != PROGRESS_GROUP}
+    return {group: offset for group, offset in groups.items() if group not in (PROGRESS_GROUP, STANDBY_GROUP)}
 
 
 def _refuse_own_source(plan: RestorePlan, settings: RestoreSettings, admin: Any) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +47,31 @@ DEFAULT_BATCH_SIZE = 1 << 20
 SCHEMA_ID_FIELDS = ("auto", "values", "keys-and-values", "none")
 
 _PROPERTY_KEYS = {"source.dir", "topics", "batch.size"}
+
+#: ``--follow-interval``: seconds between a follower's passes over the backup (by default).
+DEFAULT_FOLLOW_INTERVAL = 10.0
+
+#: ``--hold-expires``: a follower's hold on the backup's segments lapses after this long without a pass.
+DEFAULT_HOLD_EXPIRES = 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class Following:
+    """``--follow`` and ``--failover``: a standby cluster kept warm from a live backup (docs/standby.md,
+    :mod:`spark_kafka_backup.restore.follow`)."""
+
+    #: ``--failover``: one last pass, every group placed, the standby marked failed over, what it holds printed.
+    failover: bool = False
+    interval: float = DEFAULT_FOLLOW_INTERVAL
+    #: ``--until CHECKPOINT``: follow up to that completed checkpoint's cut and stop there (a freeze).
+    until_checkpoint: int | None = None
+    #: ``--until TIME``: the newest completed checkpoint taken at or before it (resolved when the job starts).
+    until_time: int | None = None
+    #: ``--follower-name``: the name of this follower's hold on the backup (default: from the standby's address).
+    name: str | None = None
+    hold_expires: float = DEFAULT_HOLD_EXPIRES
+
+
 _OFFSET_WINDOW = re.compile(r"^(?P<topic>[^:=]+)(?::(?P<partition>\d+))?=(?P<low>\d*)\.\.(?P<high>\d*)$")
 
 
@@ -118,6 +143,11 @@ class RestoreSettings:
     #: Per backed-up partition, the records that matched ``where`` (filled before the plan,
     #: :mod:`spark_kafka_backup.restore.matching`); a partition not named matched nothing.
     matched: dict[tuple[str, int], MatchedRuns] = field(default_factory=dict)
+    #: ``--follow`` / ``--failover`` (``None``: a restore that runs once).
+    following: Following | None = None
+    #: Per backed-up partition, the offset a follower's pass reads up to (exclusive): what the backup's catalog
+    #: holds as committed when the pass starts. Not part of the restore's identity (every pass is the same restore).
+    pass_ends: Mapping[tuple[str, int], int] | None = None
     debug: bool = False
 
     def schema_id_fields(self, source_topic: str) -> str:
@@ -349,6 +379,45 @@ def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.Argumen
         help="register the schemas under the backup's ids and version numbers, so that no record's id changes: "
         "the target registry must be in mode IMPORT (Confluent Schema Registry; refused where it is not)",
     )
+    standby = parser.add_argument_group("standby (docs/standby.md)")
+    standby.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep restoring what a live backup adds, pass after pass, into a standby cluster, with the consumer "
+        "groups translated, until stopped (SIGTERM) or failed over",
+    )
+    standby.add_argument(
+        "--failover",
+        action="store_true",
+        help="make the standby the cluster consumers use: one last pass, every group placed, following stopped "
+        "for good, and what the standby holds printed per partition (a second failover changes nothing)",
+    )
+    standby.add_argument(
+        "--follow-interval",
+        type=_seconds,
+        default=DEFAULT_FOLLOW_INTERVAL,
+        metavar="SECONDS",
+        help=f"seconds between passes (default {DEFAULT_FOLLOW_INTERVAL:.0f})",
+    )
+    standby.add_argument(
+        "--until",
+        metavar="CHECKPOINT|TIME",
+        help="follow (or fail over) up to this completed checkpoint's cut and no further (a freeze before a bad "
+        "event); a time picks the newest completed checkpoint taken at or before it",
+    )
+    standby.add_argument(
+        "--follower-name",
+        metavar="NAME",
+        help="the name of this follower's hold, which keeps prune from deleting what it has not restored "
+        "(default: standby- and a hash of the standby's bootstrap servers)",
+    )
+    standby.add_argument(
+        "--hold-expires",
+        type=_seconds,
+        default=DEFAULT_HOLD_EXPIRES,
+        metavar="SECONDS",
+        help=f"a follower's hold lapses after this long without a pass (default {DEFAULT_HOLD_EXPIRES:.0f})",
+    )
     own.add_argument(
         "--state-dir",
         type=Path,
@@ -446,8 +515,14 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
         schema_ids=_schema_id_fields(args.schema_ids),
         schema_registry_import=args.schema_registry_import,
         where=_predicate(args.where),
+        following=_following(args),
         debug=args.debug,
     )
+    if settings.following is not None and settings.schema_registry is not None:
+        raise UsageError(
+            "--schema-registry does not go with --follow or --failover yet: register the backup's schemas with a "
+            "restore of its own first, or restore the records as they are"
+        )
     if settings.schema_registry is None and args.schema_ids:
         raise UsageError("--schema-ids needs --schema-registry")
     if settings.schema_registry is None and args.schema_registry_import:
@@ -455,6 +530,67 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
     if selection is not None and selection.topics is not None:
         settings.check_target_names(selection.topics)  # the rest is checked once the backup's topics are listed
     return settings
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, not {text!r}")
+    return value
+
+
+#: Options a follower refuses: each pass is the same restore of everything the backup holds, in order.
+_NOT_WITH_FOLLOW = (
+    ("where", "--where"),
+    ("from_time", "--from-time"),
+    ("to_time", "--to-time"),
+    ("checkpoint", "--checkpoint"),
+    ("groups_as_of", "--groups-as-of"),
+    ("offset_window", "--offset-window"),
+    ("dry_run", "--dry-run"),
+    ("skip_bad_segments", "--skip-bad-segments"),
+)
+
+
+def _following(args: argparse.Namespace) -> Following | None:
+    """``--follow``/``--failover`` and their options, checked against the rest of the command line."""
+    named = (("--until", args.until), ("--follower-name", args.follower_name))
+    standby_flags = [flag for flag, given in named if given]
+    if not args.follow and not args.failover:
+        if standby_flags:
+            raise UsageError(f"{standby_flags[0]} goes with --follow or --failover")
+        return None
+    if args.follow and args.failover:
+        raise UsageError("--follow and --failover are two steps: stop the follower (SIGTERM), then run --failover")
+    flag = "--follow" if args.follow else "--failover"
+    for name, option in _NOT_WITH_FOLLOW:
+        if getattr(args, name):
+            raise UsageError(
+                f"{option} does not go with {flag}: a standby is the whole backup, in order (--until freezes it at "
+                "a checkpoint)"
+            )
+    if any(mode.split("=")[-1] != KEEP for mode in args.repartition):
+        raise UsageError(f"--repartition does not go with {flag}: a standby keeps each record's partition")
+    until_checkpoint = until_time = None
+    if args.until is not None:
+        if args.until.isdigit():
+            until_checkpoint = positive_int(args.until)
+        else:
+            until_time = parse_time(args.until, "--until")
+    name = args.follower_name
+    if name is not None and not re.fullmatch(r"[A-Za-z0-9._-]{1,120}", name):
+        raise UsageError(f"--follower-name takes 1 to 120 letters, digits, '.', '_' or '-', not {name!r}")
+    return Following(
+        failover=args.failover,
+        interval=args.follow_interval,
+        until_checkpoint=until_checkpoint,
+        until_time=until_time,
+        name=name,
+        hold_expires=args.hold_expires,
+    )
 
 
 def _per_topic(items: Sequence[str], flag: str, word: str, choices: Sequence[str]) -> dict[str | None, str]:

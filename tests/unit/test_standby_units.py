@@ -1,0 +1,135 @@
+"""A standby follower's pure parts: its hold on the backup (and prune keeping to it), its lag, its options."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from spark_kafka_backup.catalog.holds import Hold, live_holds, read_holds, write_hold
+from spark_kafka_backup.catalog.ledger import CatalogLedger
+from spark_kafka_backup.catalog.prune import plan_prune
+from spark_kafka_backup.errors import FormatError, UsageError
+from spark_kafka_backup.format.record import Record
+from spark_kafka_backup.partition.writer import PartitionWriter
+from spark_kafka_backup.restore.settings import parse_restore_args
+from spark_kafka_backup.restore.standby_lag import CatalogedEnd, cataloged_end, lag_samples, partition_lag, worst
+
+NOW = int(time.time() * 1000)
+OLD = NOW - 10 * 86_400_000
+
+
+def old_backup(root: Path) -> None:
+    """Topic 't' partition 0: 40 records, 10 days old, in small cataloged segments."""
+    with PartitionWriter(root / "t", "t", 0, max_segment_size=300, fsync=False, ledger=CatalogLedger(root)) as writer:
+        for i in range(40):
+            writer.append(Record(i, 0, OLD + i, b"k%d" % i, b"v" * 40))
+
+
+def hold(next_offsets: dict[tuple[str, int], int], *, updated_at: int = NOW, expires: float = 3600) -> Hold:
+    return Hold("east", "host-a", 42, updated_at, expires, next_offsets)
+
+
+def test_a_hold_is_written_and_read_back_whole_and_expires_when_not_renewed(tmp_path: Path) -> None:
+    write_hold(tmp_path, hold({("t", 0): 17, ("other.topic", 3): 5}))
+    write_hold(tmp_path, Hold("west", "host-b", 7, NOW - 7200_000, 3600, {}))
+    found = {h.name: h for h in read_holds(tmp_path)}
+    assert found["east"] == hold({("t", 0): 17, ("other.topic", 3): 5})
+    live, expired = live_holds(tmp_path)
+    assert [h.name for h in live] == ["east"] and [h.name for h in expired] == ["west"]
+    assert found["east"].needs_from("t", 0) == 17
+    assert found["east"].needs_from("t", 1) == 0  # a partition it has not reached: held whole
+
+
+def test_a_damaged_hold_is_an_error_naming_its_file_never_taken_as_none(tmp_path: Path) -> None:
+    write_hold(tmp_path, hold({}))
+    path = tmp_path / "kbackup~state" / "followers" / "east.json"
+    path.write_text('{"v": 1, "name": "east"}')
+    with pytest.raises(FormatError, match=r"east\.json: not a follower hold"):
+        read_holds(tmp_path)
+
+
+def test_prune_keeps_every_segment_a_live_hold_needs_and_nothing_for_an_expired_one(tmp_path: Path) -> None:
+    old_backup(tmp_path)
+    cutoff = NOW - 86_400_000
+    unheld, _ = plan_prune(tmp_path, ["t"], cutoff_ms=cutoff, keep_checkpoints=None, holds=[])
+    assert len(unheld) >= 5
+    held, _ = plan_prune(tmp_path, ["t"], cutoff_ms=cutoff, keep_checkpoints=None, holds=[hold({("t", 0): 12})])
+    assert held and all((item.entry.last_offset or 0) < 12 for item in held)
+    assert len(held) < len(unheld)
+    # Read from the backup: the live one counts, the expired one does not.
+    write_hold(tmp_path, hold({("t", 0): 12}))
+    assert plan_prune(tmp_path, ["t"], cutoff_ms=cutoff, keep_checkpoints=None)[0] == held
+    write_hold(tmp_path, hold({("t", 0): 12}, updated_at=NOW - 7200_000, expires=60))
+    assert plan_prune(tmp_path, ["t"], cutoff_ms=cutoff, keep_checkpoints=None)[0] == unheld
+    write_hold(tmp_path, hold({}))  # reached no partition yet: holds them whole
+    assert plan_prune(tmp_path, ["t"], cutoff_ms=cutoff, keep_checkpoints=None)[0] == []
+
+
+def test_the_committed_end_and_the_newest_time_held_come_from_the_catalog(tmp_path: Path) -> None:
+    old_backup(tmp_path)
+    end = cataloged_end(tmp_path, "t", 0)
+    assert end.next == 40
+    assert end.newest_time_below(40) == OLD + 39
+    assert end.newest_time_below(0) is None
+    first_last = end.pieces[0][0]
+    assert end.newest_time_below(first_last + 1) == OLD + first_last  # the first piece wholly held
+    assert end.newest_time_below(first_last) is None  # not wholly: its newest time is not known to be held
+
+
+def test_lag_is_what_the_standby_lacks_and_the_age_of_what_it_holds() -> None:
+    end = CatalogedEnd(100, ((49, 5_000), (99, 9_000)))
+    caught_up = partition_lag("t", 0, end, backlog=30, restored_next=100)
+    behind = partition_lag("t", 1, end, backlog=80, restored_next=50)
+    empty = partition_lag("t", 2, end, backlog=100, restored_next=None)
+    assert (caught_up.offsets_behind, behind.offsets_behind, empty.offsets_behind) == (0, 50, 100)
+    assert caught_up.seconds_behind(19_000) == 10.0 and behind.seconds_behind(19_000) == 14.0
+    assert empty.seconds_behind(19_000) is None
+    assert worst([caught_up, behind, empty], 19_000) == (14.0, "t/1")
+    samples = lag_samples({("t", 0): caught_up, ("t", 1): behind}, 19_000, passes=3, last_pass_at=18.0,
+                          pass_seconds=1.5, frozen=False, up=True)  # fmt: skip
+    by_name = {(s.name, s.labels.get("partition")): s.value for s in samples}
+    assert by_name[("kbackup_standby_offsets_behind_backup", "1")] == 50
+    assert by_name[("kbackup_standby_backlog_records", "1")] == 80
+    assert by_name[("kbackup_standby_seconds_behind_source", "0")] == 10.0
+    assert by_name[("kbackup_standby_passes_total", None)] == 3
+
+
+BASE = ["--bootstrap-server", "localhost:9092", "--source-dir", "/backup"]
+
+
+def test_follow_options_are_parsed_and_checked() -> None:
+    settings = parse_restore_args([*BASE, "--follow", "--follow-interval", "5", "--until", "3",
+                                   "--follower-name", "dr-site"])  # fmt: skip
+    following = settings.following
+    assert following is not None
+    assert (following.failover, following.interval, following.until_checkpoint, following.name) == (
+        False, 5.0, 3, "dr-site"
+    )  # fmt: skip
+    failover = parse_restore_args([*BASE, "--failover", "--until", "2026-12-01T00:00:00Z"]).following
+    assert failover is not None and failover.failover and failover.until_time == 1_796_083_200_000
+    assert parse_restore_args(BASE).following is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--until", "3"], "--until goes with --follow or --failover"),
+        (["--follow", "--failover"], "--follow and --failover are two steps"),
+        (["--follow", "--where", "key = 'a'"], "--where does not go with --follow"),
+        (["--failover", "--checkpoint", "2"], "--checkpoint does not go with --failover"),
+        (["--follow", "--repartition", "murmur2"], "--repartition does not go with --follow"),
+        (["--follow", "--follower-name", "a/b"], "--follower-name takes 1 to 120 letters"),
+        (["--follow", "--until", "yesterday"], "--until"),
+    ],
+)
+def test_follow_options_that_cannot_hold_are_refused_in_one_line(extra: list[str], message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        parse_restore_args([*BASE, *extra])
+
+
+def test_a_follow_interval_must_be_a_positive_number_of_seconds(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_restore_args([*BASE, "--follow", "--follow-interval", "0"])
+    assert "expected a positive number of seconds" in capsys.readouterr().err
