@@ -11,12 +11,17 @@ completed checkpoint are each restored into a fresh Kafka cluster and compared r
 (:mod:`benchmarks.soak.compare`). Writes ``samples.csv``, ``native-memory.csv``, ``events.csv``, ``soak.svg``,
 ``summary.json`` and the jobs' logs into ``--out``.
 
+With ``--standby``, a standby cluster is fed from the live backup meanwhile (:mod:`benchmarks.soak.standby`: a
+follower killed now and then), failed over at the end and compared with the source like the latest state's restore;
+its lag and exits go into ``summary.json`` under ``standby``.
+
 Not part of CI: a run takes ``--minutes`` plus about 3 minutes of set-up and a few minutes per restore.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -38,6 +43,7 @@ from benchmarks.soak.native_memory import TRACKING
 from benchmarks.soak.samples import Sampler
 from benchmarks.soak.service import BackupService
 from benchmarks.soak.shadow import ShadowReader, Truth
+from benchmarks.soak.standby import Standby
 from devkit.kafka_cluster import KafkaCluster
 from devkit.spark_cluster import SparkCluster
 from spark_kafka_backup.catalog.checkpoints import Checkpoint, list_checkpoints
@@ -66,12 +72,18 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--rate", type=float, default=400, help="records per second in all, between bursts")
     parser.add_argument("--out", type=Path, default=Path("soak-results"))
+    parser.add_argument("--standby", action="store_true",
+                        help="also feed a standby cluster from the live backup (restore --follow), fail it over at the "
+                        "end and compare it")  # fmt: skip
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="kbackup-soak-"))
     backup_dir, log_file, metrics_file = work / "backup", args.out / "backup.log", work / "metrics.json"
     log_file.write_bytes(b"")
-    with KafkaCluster(3, broker_config=REPLICATED) as kafka, SparkCluster(workers=2, cores=1) as spark:
+    with contextlib.ExitStack() as clusters:
+        kafka = clusters.enter_context(KafkaCluster(3, broker_config=REPLICATED))
+        spark = clusters.enter_context(SparkCluster(workers=2, cores=1))
+        standby_kafka = clusters.enter_context(KafkaCluster(1)) if args.standby else None
         print(f"soak: {kafka.describe()} at {kafka.bootstrap_servers}; {spark.describe()}", flush=True)
         settings = kafka.client_settings()
         topics = [f"soak-{n:02d}" for n in range(args.topics)]
@@ -91,6 +103,11 @@ def main() -> None:
         backup.start()
         started = backup.began = time.monotonic()
         sampler.start()
+        standby = None
+        if standby_kafka is not None:
+            standby = Standby(standby_kafka.bootstrap_servers, backup_dir, args.out, work,
+                              kill_every=max(120.0, args.minutes * 60 / 4))  # fmt: skip
+            standby.start()
         chaos = Chaos(kafka, spark, load, backup_dir, metrics_file, args.partitions, moved_topic=MOVED_TOPIC)
         # Every event of the rotation twice in a run (from 20 s apart); checkpoints every 5 minutes, prunes every 10
         # (or 4 and 2 of them in shorter runs).
@@ -115,6 +132,10 @@ def main() -> None:
         completed = [c for c in list_checkpoints(parse_location(str(backup_dir))) if c.status == "completed"]
         positions = BackedUpPositions.of(backup_dir, chaos.held_from)
         results = []
+        standby_summary: dict[str, object] | None = None
+        if standby is not None and standby_kafka is not None:
+            standby_summary = _fail_over_and_compare(standby, standby_kafka, shadow.truth, completed, source_groups,
+                                                     set(now_held), positions)  # fmt: skip
         for checkpoint in [None, *completed]:
             label = "latest" if checkpoint is None else f"checkpoint {checkpoint.id}"
             with KafkaCluster(1) as target:
@@ -170,6 +191,8 @@ def main() -> None:
         "log_kinds": dict(sampler.kinds.most_common(30)),
         "samples_lost": {"count": sampler.failures, "last": sampler.last_failure},
     }
+    if standby_summary is not None:
+        summary["standby"] = standby_summary
     summary["cores"] = [str(core) for core in work.glob("core*")]
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     with open(args.out / "events.csv", "w", newline="") as out:
@@ -179,6 +202,38 @@ def main() -> None:
     title = f"soak: {args.minutes:g} min, {kafka.describe()}, {spark.describe()}"
     (args.out / "soak.svg").write_text(render(rows, [(h.at_s, h.name) for h in chaos.happened], title))
     print(json.dumps(summary, indent=1), flush=True)
+
+
+def _fail_over_and_compare(
+    standby: Standby,
+    cluster: KafkaCluster,
+    truth: Truth,
+    completed: list[Checkpoint],
+    source_groups: GroupOffsets,
+    alive: set[tuple[str, int]],
+    positions: BackedUpPositions,
+) -> dict[str, object]:
+    """The standby once the backup has stopped: its follower caught up and stopped as an operator stops it, the
+    failover, and the standby compared with the source as the latest state's restore is."""
+    caught_up = standby.caught_up(after=time.time(), timeout=900)
+    follower_code = standby.stop(300)
+    failover_code, report = standby.failover()
+    restored = read_all(cluster.client_settings())
+    restored_groups = group_offsets(cluster.client_settings())
+    placed = positions.groups(source_groups, "standby")
+    needs = _latest_needs(truth, completed, placed, alive, positions)
+    result = compare("standby", truth, restored, ends=None, needed_from=needs, source_groups=placed,
+                     restored_groups=restored_groups)  # fmt: skip
+    print(f"soak: standby: {json.dumps(asdict(result))[:600]}", flush=True)
+    return {
+        "caught_up": caught_up,
+        "follower_exit": follower_code,
+        "failover_exit": failover_code,
+        "failover_report_lines": len(report.splitlines()),
+        **asdict(result),
+        "exact": result.exact,
+        **standby.figures(),
+    }
 
 
 def _merge_into_truth(truth: Truth, held: Restored) -> int:

@@ -31,7 +31,6 @@ from spark_kafka_backup.errors import PlacementError
 from spark_kafka_backup.fsutil import sync_filesystem
 from spark_kafka_backup.kafka.cluster import (
     PROGRESS_GROUP,
-    STANDBY_GROUP,
     TopicPartitionKey,
     cluster_identity,
     committed_group_offsets,
@@ -112,7 +111,7 @@ def take_round(
     committed, complete = (
         group_reader(timeout=timeout) if group_reader else committed_group_offsets(admin, timeout=timeout)
     )
-    groups = {group: offsets for group, offsets in committed.items() if group not in (PROGRESS_GROUP, STANDBY_GROUP)}
+    groups = {group: offsets for group, offsets in committed.items() if group != PROGRESS_GROUP}
     keys = selected_partitions(admin, selection, timeout=timeout)
     ends = list_offsets(admin, keys, latest=True, read_committed=read_committed, timeout=timeout)
     after = topic_ids(admin, {topic for topic, _ in keys}, timeout=timeout)

@@ -4,11 +4,12 @@ A follower writes one small JSON document per standby it feeds, and replaces it 
 
     ROOT/kbackup~state/followers/<name>.json
     {"v": 1, "name": ..., "host": ..., "pid": ..., "updatedAt": <epoch ms>, "expiresAfterMs": <milliseconds>,
-     "next": {"<topic>/<partition>": <next source offset to restore>, ...}}
+     "next": {"<topic>/<partition>": <next source offset to restore>, ...}, "topics": [...] | "pattern": "..."}
 
 ``next`` names each backed-up partition the follower has restored into: records at and above that offset are still
-to restore there. A partition the document does not name is held whole (a topic or partition the follower has not
-reached yet). ``prune`` keeps every segment a live hold needs; a hold not renewed for ``expiresAfterMs``
+to restore there. A partition it does not name, of a topic the follower restores (``topics``: the list it was given;
+``pattern``: its regex; neither: every topic), is held whole (a topic or partition it has not reached yet); other
+topics are not held. ``prune`` keeps every segment a live hold needs; a hold not renewed for ``expiresAfterMs``
 (the follower stopped, or its host is gone) has expired and holds nothing, and the prune says so.
 
 Crash safety: the document is replaced whole (a temporary file renamed, or one object PUT): a reader sees the
@@ -46,6 +47,14 @@ class Hold:
     expires_after_s: float
     #: Per backed-up partition: the next source offset the follower restores (records below it are on the standby).
     next: Mapping[tuple[str, int], int]
+    #: The topics the follower restores: a list, or a regex (``pattern``), or neither (every topic of the backup).
+    topics: tuple[str, ...] | None = None
+    pattern: str | None = None
+
+    def covers(self, topic: str) -> bool:
+        if self.topics is not None:
+            return topic in self.topics
+        return self.pattern is None or re.fullmatch(self.pattern, topic) is not None
 
     def expires_at(self) -> int:
         return self.updated_at + int(self.expires_after_s * 1000)
@@ -53,15 +62,18 @@ class Hold:
     def live(self, now_ms: int) -> bool:
         return now_ms < self.expires_at()
 
-    def needs_from(self, topic: str, partition: int) -> int:
-        """The lowest offset of ``topic``/``partition`` this hold keeps (0: all of it)."""
-        return self.next.get((topic, partition), 0)
+    def needs_from(self, topic: str, partition: int) -> int | None:
+        """The lowest offset of ``topic``/``partition`` this hold keeps (0: all of it; ``None``: none of it, a topic the
+        follower does not restore)."""
+        if (topic, partition) in self.next:
+            return self.next[(topic, partition)]
+        return 0 if self.covers(topic) else None
 
     def describe(self) -> str:
         return f"follower {self.name} ({self.host}, pid {self.pid}, last pass {iso_time(self.updated_at)})"
 
     def encode(self) -> bytes:
-        document = {
+        document: dict[str, object] = {
             "v": 1,
             "name": self.name,
             "host": self.host,
@@ -70,6 +82,10 @@ class Hold:
             "expiresAfterMs": int(self.expires_after_s * 1000),
             "next": {f"{topic}/{partition}": offset for (topic, partition), offset in sorted(self.next.items())},
         }
+        if self.topics is not None:
+            document["topics"] = list(self.topics)
+        if self.pattern is not None:
+            document["pattern"] = self.pattern
         return json.dumps(document, sort_keys=True).encode() + b"\n"
 
 
@@ -108,6 +124,8 @@ def read_holds(root: Location) -> list[Hold]:
                     updated_at=int(document["updatedAt"]),
                     expires_after_s=int(document["expiresAfterMs"]) / 1000,
                     next={_partition_key(key, path): int(offset) for key, offset in document["next"].items()},
+                    topics=tuple(str(t) for t in document["topics"]) if "topics" in document else None,
+                    pattern=str(document["pattern"]) if "pattern" in document else None,
                 )
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

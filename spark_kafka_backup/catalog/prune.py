@@ -107,7 +107,8 @@ def plan_prune(
             needs = [_needed_from(c, topic, partition) for c in retained]
             if cutoff_ms is None:
                 needs.append((_latest_need(root, topic, partition, retained), _NO_END))
-            needs += [(hold.needs_from(topic, partition), _NO_END) for hold in holds]
+            held = [hold.needs_from(topic, partition) for hold in holds]
+            needs += [(offset, _NO_END) for offset in held if offset is not None]
             named = PartitionReader(root / topic, partition).segments
             newest = named[-1].name if named else None
             pinned = pinned_names(root, topic, partition, plain=False)

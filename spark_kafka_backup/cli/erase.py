@@ -223,8 +223,14 @@ def _report_followers(out: TextIO, root: Location, plans: list[PartitionErase]) 
     records before the erase: the erase cannot take them out of its standby. Records it had not restored never reach
     it: its next pass reads the backup as erased."""
     from spark_kafka_backup.catalog.holds import read_holds
+    from spark_kafka_backup.errors import FormatError
 
-    for hold in read_holds(root):
+    try:
+        holds = read_holds(root)
+    except FormatError as exc:  # the erase is done: what cannot be told about followers is said, not an error
+        out.write(f"cannot tell whether a standby follower had restored erased records: {exc}\n")
+        return
+    for hold in holds:
         for plan in plans:
             restored = hold.next.get((plan.topic, plan.partition), 0)
             below = [(int(first), min(int(last), restored - 1)) for first, last in zip(plan.erased.firsts,

@@ -53,10 +53,6 @@ TRANSIENT_ERRORS = frozenset(
 #: markers (:mod:`spark_kafka_backup.restore.marker`), not a consumer's position, so no backup or remap carries them.
 PROGRESS_GROUP = "kbackup-restore-progress"
 
-#: spark-kafka-backup's mark on a standby that was failed over (:mod:`spark_kafka_backup.restore.failover_mark`): an
-#: offset commit of this group on the standby's restored partitions, carrying when and where, never restored itself.
-STANDBY_GROUP = "kbackup-standby"
-
 #: How long :func:`list_offsets` asks again after a transient error.
 OFFSETS_RETRY_SECONDS = 10.0
 #: Partitions per ListOffsets call of :func:`list_offsets` (the calls are in flight at once). The client's time
@@ -443,6 +439,60 @@ def nth_committed_record(
             if seen == n:
                 return found
         return None
+    finally:
+        records.close()
+
+
+def committed_record_before(
+    settings: Mapping[str, str], topic: str, partition: int, before: int, k: int
+) -> tuple[int, Any] | None:
+    """The ``k``-th (1-based) committed record counting back from offset ``before`` (exclusive), and its offset, or
+    ``None`` if the partition holds fewer there. Reads forward from a little below ``before``, further down while
+    too few are found (transaction markers and aborted records take offsets too): the cost is about the ``k``
+    records, however long the partition."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from spark_kafka_backup.kafka.client_settings import consumer_settings
+
+    if k <= 0:
+        return None
+    probe = Consumer({**consumer_settings(settings, isolation_level="read_committed")})
+    try:
+        log_start, _ = probe.get_watermark_offsets(TopicPartition(topic, partition), timeout=30, cached=False)
+    except Exception as exc:
+        raise ClusterError(
+            f"topic {topic!r} partition {partition}: cannot read its first offset: {_reason(exc)}"
+        ) from exc
+    finally:
+        probe.close()
+    span = 2 * k + 64
+    while True:
+        low = max(int(log_start), before - span)
+        count = _count_committed(settings, topic, partition, low, before)
+        if count >= k or low <= log_start:
+            break
+        span *= 4
+    if count < k:
+        return None
+    records = read_committed_records(settings, topic, partition, low)
+    try:
+        for seen, found in enumerate(records):
+            if seen == count - k:
+                return found
+        return None
+    finally:
+        records.close()
+
+
+def _count_committed(settings: Mapping[str, str], topic: str, partition: int, low: int, before: int) -> int:
+    records = read_committed_records(settings, topic, partition, low)
+    try:
+        count = 0
+        for offset, _ in records:
+            if offset >= before:
+                break
+            count += 1
+        return count
     finally:
         records.close()
 

@@ -47,7 +47,7 @@ from typing import Any
 
 from spark_kafka_backup.boundary import Stopped, check_stop
 from spark_kafka_backup.catalog import checkpoints
-from spark_kafka_backup.catalog.holds import Hold, write_hold
+from spark_kafka_backup.catalog.holds import Hold, read_holds, write_hold
 from spark_kafka_backup.catalog.store import read_catalog
 from spark_kafka_backup.catalog.topics import read_topic_record
 from spark_kafka_backup.errors import (
@@ -69,9 +69,9 @@ from spark_kafka_backup.kafka.topics import TopicSelection
 from spark_kafka_backup.partition.layout import list_partitions
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.selection import Window, count_selected
-from spark_kafka_backup.restore.failover_mark import FailoverMark, new_mark, read_mark, write_mark
+from spark_kafka_backup.restore.failover_mark import FailoverMark, finished, new_mark, read_mark, write_mark
 from spark_kafka_backup.restore.group_offsets import GroupDecision
-from spark_kafka_backup.restore.marker import ProgressMarker, marker_consumer, read_markers
+from spark_kafka_backup.restore.marker import ProgressMarker, marker_consumer, read_markers, refresh_markers
 from spark_kafka_backup.restore.partition_task import PartitionResult
 from spark_kafka_backup.restore.plan import RestorePlan, restored_topics
 from spark_kafka_backup.restore.settings import Following, RestoreSettings
@@ -83,6 +83,8 @@ from spark_kafka_backup.restore.standby_lag import (
     partition_lag,
     worst,
 )
+from spark_kafka_backup.restore.target_limits import effective_topic_configs
+from spark_kafka_backup.restore.timestamp_type import LOG_APPEND_TIME, TIMESTAMP_TYPE, set_timestamp_types
 from spark_kafka_backup.text import count, iso_time, shown
 
 log = logging.getLogger("spark_kafka_backup.standby")
@@ -93,6 +95,9 @@ _restore_log = logging.getLogger("spark_kafka_backup.restore")
 #: Passes in a row that may fail for a reason that passes (the backup's store or the standby not answering, a
 #: segment merged away under a read) before the follower gives up and exits 1.
 PASS_ATTEMPTS = 5
+
+#: How often a follower commits again the progress markers of partitions that received nothing (seconds).
+MARKER_REFRESH_SECONDS = 12 * 3600
 
 #: Errors no later pass can get past: they end the follower at once. Any other error of a pass (a segment merged away
 #: under a read, the store or the standby not answering, a task that failed) is tried again at the next pass.
@@ -149,6 +154,10 @@ class Follower:
         self.warned_groups: set[str] = set()
         self.targets_seen: set[tuple[str, int]] = set()
         self.waiting_told: set[str] = set()
+        self.refreshed_at = float("-inf")
+        self.settled: dict[tuple[str, str, int], int] = {}
+        self.said: set[object] = set()
+        self.published_at = float("-inf")
 
     def run(self, start_session: Callable[[], Any]) -> int:
         self.publisher.start()  # a port in use is refused before anything is produced
@@ -163,13 +172,14 @@ class Follower:
                 f", up to checkpoint {self.following.until_checkpoint}", os.getpid(),
             )  # fmt: skip
             self._await_topics()
-            mark = read_mark(self.settings.client, _existing_targets(self.settings, self.admin))
+            mark = read_mark(self.settings.client, _targets(self.settings))
             if mark is not None:
                 raise UsageError(
                     f"the standby at {self.settings.client['bootstrap.servers']} was {mark.describe()}: its consumers "
                     "and producers now use it, and following again would put the backup's newer records after theirs; "
-                    "restore into another standby (or delete the group kbackup-standby there, for those who mean it)"
+                    "restore into another standby (or delete the topic kbackup-standby there, for those who mean it)"
                 )
+            self._renew_hold(None, {})  # before the first pass: a prune meanwhile keeps what it will restore
             while True:
                 check_stop()
                 began = time.monotonic()
@@ -190,7 +200,7 @@ class Follower:
                     return 0
                 self._wait(max(0.0, self.following.interval - (time.monotonic() - began)))
         except RestoreFencedError:
-            mark = read_mark(self.settings.client, _existing_targets(self.settings, self.admin))
+            mark = read_mark(self.settings.client, _targets(self.settings))
             if mark is None:
                 raise
             log.info("the standby was %s: following stopped", mark.describe())
@@ -227,8 +237,7 @@ class Follower:
     def _pass(self) -> bool:
         """One pass; whether the follower is done (frozen at ``--until``, or the standby failed over)."""
         settings = self.settings
-        targets = _existing_targets(settings, self.admin)
-        mark = read_mark(settings.client, targets)
+        mark = read_mark(settings.client, _targets(settings))
         if mark is not None:
             log.info("the standby was %s: following stopped", mark.describe())
             return True
@@ -241,39 +250,45 @@ class Follower:
         _grow_partitions(settings, self.admin)
         started = time.monotonic()
         quiet = self.passes > 0 and not settings.debug
-        bounded = replace(settings, pass_ends={key: end.next for key, end in ends.items()},
-                          monitoring=Monitoring(log_format=settings.monitoring.log_format))  # fmt: skip
+        # With --until, the groups go where the checkpoint's cut says, back from later rounds' places if need be.
+        force = settings.force_offsets or self.following.until_checkpoint is not None
+        quiet_metrics = Monitoring(log_format=settings.monitoring.log_format)  # the follower publishes its own
+        bounded = replace(settings, pass_ends={key: end.next for key, end in ends.items()}, monitoring=quiet_metrics,
+                          force_offsets=force, settled_groups=dict(self.settled))  # fmt: skip
         with _quieted(_restore_log, quiet):
             outcome = self.run_pass(bounded)
         self.passes += 1
         self.pass_seconds = time.monotonic() - started
         self.last_pass_at = time.time()
         self._note_news(outcome, quiet)
-        positions = standby_positions(settings, outcome.plan)
+        markers = standby_markers(settings, outcome.plan)
+        positions = {key: marker.resume_from for key, marker in markers.items()}
+        self._settle(outcome, positions)
         self._renew_hold(outcome.plan, positions)
-        self.lags = {
-            (part.source_topic, part.source_partition): partition_lag(
-                part.source_topic, part.source_partition, ends.get((part.source_topic, part.source_partition),
-                                                                   CatalogedEnd(0)),
-                part.to_produce, positions.get((part.target_topic, part.target_partition)),
+        self._refresh_idle(outcome, markers)
+        self.lags = {}
+        for part in outcome.plan.partitions:
+            key = (part.source_topic, part.source_partition)
+            end = ends.get(key, CatalogedEnd(0))
+            position = positions.get((part.target_topic, part.target_partition))
+            reader = PartitionReader(settings.source / part.source_topic, part.source_partition,
+                                     legacy=settings.legacy, keys=settings.keys)  # fmt: skip
+            behind = (
+                count_selected(reader, Window(from_offset=position or 0, to_offset=end.next - 1)) if end.next else 0
             )
-            for part in outcome.plan.partitions
-        }  # fmt: skip
+            self.lags[key] = partition_lag(part.source_topic, part.source_partition, end, part.to_produce, position,
+                                           behind)  # fmt: skip
         produced = sum(result.produced for result in outcome.results)
         now = int(time.time() * 1000)
         seconds, where = worst(self.lags.values(), now)
-        behind = sum(lag.offsets_behind for lag in self.lags.values())
-        most = max(self.lags.values(), key=lambda lag: lag.offsets_behind, default=None)
+        behind = sum(lag.records_behind for lag in self.lags.values())
+        most = max(self.lags.values(), key=lambda lag: lag.records_behind, default=None)
         log.info(
-            "pass %d: %s produced in %.1f s; %s behind the backup's committed ends%s%s",
-            self.passes, count(produced, "record"), self.pass_seconds, count(behind, "offset"),
-            f" (most: {most.topic}/{most.partition}, {most.offsets_behind})" if most and behind else "",
+            "pass %d: %s produced in %.1f s; %s of the backup's committed ones not on the standby%s%s",
+            self.passes, count(produced, "record"), self.pass_seconds, count(behind, "record"),
+            f" (most: {most.topic}/{most.partition}, {most.records_behind})" if most and behind else "",
             "" if seconds is None else f"; {seconds:.1f} s behind the source (by record times, most: {where})",
         )  # fmt: skip
-        for (topic, partition), lag in sorted(self.lags.items()):
-            log.debug("%s/%d: backlog %d, %d offsets behind (the backup's committed end %d)", topic, partition,
-                      lag.backlog, lag.offsets_behind, ends[(topic, partition)].next if (topic, partition) in ends
-                      else -1)  # fmt: skip
         if self.following.until_checkpoint is not None and behind == 0:
             self.frozen = True
             log.info(
@@ -288,12 +303,12 @@ class Follower:
         """The topics a pass follows: every one this follower restores whose origin (cluster and topic id) the backup
         has recorded. A topic the backup started writing since its last offset round has its files before that
         record (:mod:`spark_kafka_backup.catalog.topics`), and the restore's name for its records includes the
-        origin: restored before, they would carry another name than after. (A backup that records no origin at
-        all, the original tool's, is followed whole.)"""
+        origin: restored before, they would carry another name than after. (A backup without a catalog, the original
+        tool's, never records an origin: it is followed whole.)"""
         topics = restored_topics(self.settings)
         recorded = {topic: read_topic_record(self.settings.source, topic) for topic in topics}
-        if not any(record is not None for record in recorded.values()):
-            return topics
+        if not any(_cataloged(self.settings, topic) for topic in topics):
+            return topics  # the original tool's backup: no catalog, no origin, ever
         waiting = [topic for topic, record in recorded.items() if record is None]
         for topic in waiting:
             if topic not in self.waiting_told:
@@ -302,9 +317,36 @@ class Follower:
                          "next offset round)", topic)  # fmt: skip
         return [topic for topic in topics if topic not in waiting]
 
+    def _settle(self, outcome: PassOutcome, positions: dict[tuple[str, int], int]) -> None:
+        """Note the groups this pass placed at a record the standby holds (or found there already): later passes
+        leave them alone until their committed offset moves (counting back to their record at every pass would
+        cost the span of a group that stopped reading). A group left alone (members, unplaceable) is not settled."""
+        done = {}
+        for decision in outcome.decisions:
+            for key in decision.committed:
+                done[(decision.group, key)] = True
+            for key, reason in decision.left_alone.items():
+                if reason.startswith("already at"):
+                    done[(decision.group, key)] = True
+        for part in outcome.plan.partitions:
+            key = (part.target_topic, part.target_partition)
+            for group, offset in part.groups.items():
+                if offset < positions.get(key, 0) and done.get((group, key)):
+                    self.settled[(group, part.source_topic, part.source_partition)] = offset
+
     def _note_news(self, outcome: PassOutcome, quiet: bool) -> None:
-        """What a quiet pass would not say otherwise: topics and partitions it restored into for the first time, and
-        groups it left alone because they have members on the standby (once per group)."""
+        """What a quiet pass would not say otherwise: topics and partitions it restored into for the first time, the
+        plan's notes, groups it could not place or left alone because they have members on the standby (each once)."""
+        for planned in outcome.plan.topics:
+            for note in planned.notes:
+                if note not in self.said:
+                    self.said.add(note)
+                    log.warning("%s", note)
+        for result in outcome.results:
+            for group, reason in sorted(result.unplaced.items()):
+                if (group, reason) not in self.said:
+                    self.said.add((group, reason))
+                    log.warning("group %s: left where it is on the standby: %s", group, reason)
         new = {(p.target_topic, p.target_partition) for p in outcome.plan.partitions} - self.targets_seen
         if self.targets_seen and new and quiet:
             log.info("now following %s: %s", count(len(new), "more partition"),
@@ -321,17 +363,36 @@ class Follower:
             elif not active:
                 self.warned_groups.discard(decision.group)
 
-    def _renew_hold(self, plan: RestorePlan, positions: dict[tuple[str, int], int]) -> None:
-        restored = {
-            (part.source_topic, part.source_partition): positions[(part.target_topic, part.target_partition)]
-            for part in plan.partitions
-            if (part.target_topic, part.target_partition) in positions
-        }
+    def _renew_hold(self, plan: RestorePlan | None, positions: dict[tuple[str, int], int]) -> None:
+        """Write this follower's hold (:mod:`spark_kafka_backup.catalog.holds`): after a pass, where each partition
+        stands; before the first, the positions of its last hold (or none: every partition it restores held whole)."""
+        if plan is None:
+            earlier = [hold for hold in read_holds(self.settings.source) if hold.name == self.name]
+            restored = dict(earlier[0].next) if earlier else {}
+        else:
+            restored = {
+                (part.source_topic, part.source_partition): positions[(part.target_topic, part.target_partition)]
+                for part in plan.partitions
+                if (part.target_topic, part.target_partition) in positions
+            }
+        selection = self.settings.selection
         write_hold(
             self.settings.source,
-            Hold(self.name, socket.gethostname(), os.getpid(), int(time.time() * 1000),
-                 self.following.hold_expires, restored),
+            Hold(self.name, socket.gethostname(), os.getpid(), int(time.time() * 1000), self.following.hold_expires,
+                 restored, topics=None if selection is None else selection.topics,
+                 pattern=None if selection is None else selection.pattern),
         )  # fmt: skip
+
+    def _refresh_idle(self, outcome: PassOutcome, markers: dict[tuple[str, int], ProgressMarker]) -> None:
+        """Commit again, twice a day, the markers of partitions this pass produced nothing into (Kafka deletes a
+        committed offset :data:`MARKER_REFRESH_SECONDS` old enough; the default retention is 7 days)."""
+        if time.monotonic() - self.refreshed_at < MARKER_REFRESH_SECONDS:
+            return
+        busy = {(r.target_topic, r.target_partition) for r in outcome.results if r.produced}
+        idle = {key: marker for key, marker in markers.items() if key not in busy}
+        if read_mark(self.settings.client, _targets(self.settings)) is None:  # else a failover's own the markers
+            refresh_markers(self.settings.client, idle)
+        self.refreshed_at = time.monotonic()
 
     def _wait(self, seconds: float) -> None:
         """Sleep until the next pass, publishing the lag (it grows while nothing arrives) and noticing a stop."""
@@ -342,12 +403,14 @@ class Follower:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            time.sleep(min(left, interval, 1.0))
-            self._publish(up=True)
+            time.sleep(min(left, 1.0))
+            if time.monotonic() - self.published_at >= interval:
+                self._publish(up=True)
 
     def _publish(self, *, up: bool) -> None:
         if not self.publisher.enabled:
             return
+        self.published_at = time.monotonic()
         try:
             samples = lag_samples(self.lags, int(time.time() * 1000), passes=self.passes,
                                   last_pass_at=self.last_pass_at, pass_seconds=self.pass_seconds, frozen=self.frozen,
@@ -382,8 +445,9 @@ def pass_ends(settings: RestoreSettings) -> dict[tuple[str, int], CatalogedEnd]:
     return ends
 
 
-def standby_positions(settings: RestoreSettings, plan: RestorePlan) -> dict[tuple[str, int], int]:
-    """Each target partition's progress marker of this restore: the next source offset to restore there."""
+def standby_markers(settings: RestoreSettings, plan: RestorePlan) -> dict[tuple[str, int], ProgressMarker]:
+    """Each target partition's progress marker of this restore (its ``resume_from``: the next source offset to
+    restore there)."""
     keys = [(part.target_topic, part.target_partition) for part in plan.partitions]
     consumer = marker_consumer(settings.client)
     try:
@@ -391,7 +455,7 @@ def standby_positions(settings: RestoreSettings, plan: RestorePlan) -> dict[tupl
     finally:
         consumer.close()
     wanted = {(part.target_topic, part.target_partition): part.identity for part in plan.partitions}
-    return {key: marker.resume_from for key, marker in markers.items() if marker.restore == wanted.get(key)}
+    return {key: marker for key, marker in markers.items() if marker.restore == wanted.get(key)}
 
 
 def check_pass(plan: RestorePlan, settings: RestoreSettings) -> None:
@@ -460,11 +524,14 @@ def _resolve_until(settings: RestoreSettings, following: Following) -> RestoreSe
     return replace(settings, following=replace(following, until_checkpoint=chosen.id, until_time=None))
 
 
-def _existing_targets(settings: RestoreSettings, admin: Any) -> list[str]:
-    """The standby's topics this restore writes into that exist."""
-    existing = partition_counts(admin)
-    return [target for target in (settings.target_topic(topic) for topic in restored_topics(settings))
-            if target in existing]  # fmt: skip
+def _cataloged(settings: RestoreSettings, topic: str) -> bool:
+    """Whether spark-kafka-backup keeps a catalog of the topic (then it records the topic's origin too)."""
+    return any(read_catalog(settings.source, topic, p) is not None for p in list_partitions(settings.source / topic))
+
+
+def _targets(settings: RestoreSettings) -> list[str]:
+    """The standby's topics this restore writes into (their failover marks are this follower's)."""
+    return [settings.target_topic(topic) for topic in restored_topics(settings)]
 
 
 def _grow_partitions(settings: RestoreSettings, admin: Any) -> None:
@@ -511,29 +578,62 @@ def _failover(settings: RestoreSettings, admin: Any, run_pass: RunPass, start_se
     """``--failover`` (module docstring)."""
     following = settings.following
     assert following is not None
-    targets = _existing_targets(settings, admin)
+    targets = _targets(settings)
     earlier = read_mark(settings.client, targets)
-    if earlier is not None:
+    if earlier is not None and earlier.done:
         log.info("the standby was already %s: nothing changed", earlier.describe())
         _print_holdings(settings, earlier, None)
         return 0
-    mark = new_mark(following.until_checkpoint)
+    if earlier is not None:
+        if following.until_checkpoint not in (None, earlier.until):
+            raise UsageError(
+                f"an earlier failover did not finish ({earlier.describe()}): run it again as it was "
+                f"({'--until ' + str(earlier.until) if earlier.until is not None else 'without --until'})"
+            )
+        log.info("an earlier failover did not finish (%s): carrying it out", earlier.describe())
+        following = replace(following, until_checkpoint=earlier.until)
+        settings = replace(settings, following=following)
+    # Marked first: a follower still running produces nothing more (its tasks look after fencing), stops at its next
+    # pass; the ends are read after, so that this pass restores everything the backup committed before the mark.
+    mark = earlier if earlier is not None else new_mark(following.until_checkpoint)
+    write_mark(settings.client, targets, mark)
     ends = pass_ends(settings)
+    _grow_partitions(settings, admin)
     spark = start_session()
     try:
-        # Marked first: a follower still running stops at its next pass, and this pass's producers fence its own.
-        write_mark(settings.client, targets, mark)
+        force = settings.force_offsets or following.until_checkpoint is not None
         outcome = run_pass(replace(settings, pass_ends={key: end.next for key, end in ends.items()},
-                                   monitoring=Monitoring(log_format=settings.monitoring.log_format)))  # fmt: skip
+                                   monitoring=Monitoring(log_format=settings.monitoring.log_format),
+                                   force_offsets=force))  # fmt: skip
     finally:
         with contextlib.suppress(Exception):
             spark.stop()
-    created = {part.target_topic for part in outcome.plan.partitions} - set(targets)
-    if created:  # topics the last pass created are marked too: a follower reads any of them
-        write_mark(settings.client, created, mark)
+    _restore_timestamp_types(settings, admin, outcome.plan)
+    mark = finished(mark)
+    write_mark(settings.client, targets, mark)
     log.info("the standby was %s", mark.describe())
     _print_holdings(settings, mark, outcome.plan)
     return 0
+
+
+def _restore_timestamp_types(settings: RestoreSettings, admin: Any, plan: RestorePlan) -> None:
+    """Set LogAppendTime on the standby's topics whose backed-up topic had it (a follower creates them with
+    CreateTime, so that their records keep their times): read from the backup, whoever and wherever the follower
+    ran."""
+    if TIMESTAMP_TYPE in settings.topic_config or TIMESTAMP_TYPE in settings.drop_topic_config:
+        return  # the operator chose the standby's timestamp type
+    wanted: dict[str, str] = {}
+    for planned in plan.topics:
+        record = read_topic_record(settings.source, planned.source_topic)
+        if record is not None and record.config.get(TIMESTAMP_TYPE) == LOG_APPEND_TIME:
+            wanted[planned.target_topic] = LOG_APPEND_TIME
+    if not wanted:
+        return
+    now = effective_topic_configs(admin, list(wanted))
+    change = {topic: kind for topic, kind in wanted.items() if now.get(topic, {}).get(TIMESTAMP_TYPE) != kind}
+    set_timestamp_types(admin, change)
+    for topic in sorted(change):
+        log.info("%s: set to %s=%s, as the backed-up topic was", topic, TIMESTAMP_TYPE, LOG_APPEND_TIME)
 
 
 def _print_holdings(settings: RestoreSettings, mark: FailoverMark, plan: RestorePlan | None) -> None:

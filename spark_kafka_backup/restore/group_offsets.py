@@ -124,3 +124,11 @@ def _current(
 
     committed = _with_coordinator_retries(read, f"cannot read offsets of group {group!r} on the target")
     return {(tp.topic, tp.partition): tp.offset for tp in committed if tp.error is None and tp.offset >= 0}
+
+
+def current_offsets(
+    client: Mapping[str, str], group: str, partitions: list[TopicPartitionKey]
+) -> dict[TopicPartitionKey, int]:
+    """``group``'s committed offsets on these partitions of the target (read as :func:`commit_group_offsets` reads
+    them)."""
+    return _current(client, group, dict.fromkeys(partitions, 0))

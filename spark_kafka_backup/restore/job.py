@@ -45,6 +45,7 @@ from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.selection import count_selected
 from spark_kafka_backup.progress import Progress
 from spark_kafka_backup.restore.access import check_transactions, restore_permissions
+from spark_kafka_backup.restore.failover_mark import read_mark
 from spark_kafka_backup.restore.follow import PassOutcome, check_pass, follow
 from spark_kafka_backup.restore.group_offsets import GroupDecision, commit_group_offsets
 from spark_kafka_backup.restore.marker import (
@@ -159,10 +160,7 @@ def restore_pass(settings: RestoreSettings, *, admin: Any, umask: int) -> PassOu
     """One pass of a follower (:mod:`spark_kafka_backup.restore.follow`): the restore, bounded by the settings'
     ``pass_ends``, in the follower's Spark session, with what it did returned."""
     plan = build_plan(settings, admin)
-    check_pass(plan, settings)
-    for topic_plan in plan.topics:
-        for note in topic_plan.notes:
-            log.warning("%s", note)
+    check_pass(plan, settings)  # the plan's notes are the follower's to say (once, not at every pass)
     watch = RestoreWatch(settings, plan)  # publishes nothing: the follower publishes the standby's metrics
     results, decisions = _restore(settings, plan, admin, umask, watch)
     return PassOutcome(plan, results, decisions)
@@ -287,11 +285,16 @@ def _restore(
     # Every record this restore produced, and every one it found already there, must still be there: checked
     # before the groups are moved onto them (spark_kafka_backup.restore.target_check).
     held = {(p.target_topic, p.target_partition): p.identity for p in plan.partitions
-            if p.selected > 0 and (p.to_produce > 0 or p.has_marker)}  # fmt: skip
-    retention: list[str] | None = [] if settings.accept_retention_loss else None
+            if (p.selected > 0 and p.to_produce > 0) or p.has_marker}  # fmt: skip
+    following = settings.following is not None  # a standby's retention deletes at its head as the source's does
+    retention: list[str] | None = [] if settings.accept_retention_loss or following else None
     missing = verify_held(settings.client, admin, held, head_loss=retention)
-    refuse_lost(missing, retention, what="the target lost records of this restore after they were produced",
+    refuse_lost(missing, None if following else retention,
+                what="the target lost records of this restore after they were produced",
                 then="no consumer group was moved; restore into a topic nobody deletes records of")  # fmt: skip
+    targets = {part.target_topic for part in plan.partitions}
+    if settings.following is not None and not settings.following.failover and read_mark(settings.client, targets):
+        raise RestoreFencedError("the standby was failed over while this pass ran: no consumer group was moved")
     planned: dict[str, dict[TopicPartitionKey, int]] = {}
     for result in results:
         for group, offset in result.group_offsets.items():
@@ -432,6 +435,8 @@ def _task(part: PartitionPlan, topic: TopicPlan, settings: RestoreSettings, umas
         message_bytes=topic.producer_message_bytes,
         restamp_zero=settings.restamp_zero_timestamps or topic.restamped,
         allow_non_empty=settings.allow_non_empty,
+        stop_when_failed_over=settings.following is not None and not settings.following.failover,
+        leave_unplaceable_groups=settings.following is not None,
     )
 
 

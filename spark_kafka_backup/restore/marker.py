@@ -187,3 +187,33 @@ def read_markers(
         if entry.offset >= 0:
             found[(entry.topic, entry.partition)] = ProgressMarker.from_commit(entry.offset, entry.metadata)
     return found
+
+
+def refresh_markers(client: Mapping[str, str], markers: Mapping[tuple[str, int], ProgressMarker]) -> None:
+    """Commit these partitions' markers again, unchanged: Kafka deletes a group's committed offset once it is
+    ``offsets.retention.minutes`` old (7 days by default), and a follower's partition that receives nothing for that
+    long would lose its progress. Each through the partition's transactional id, as a task commits it: that fences
+    any other producer of this restore there first, and the marker committed is the one read after fencing, never an
+    older one (a partition whose marker is no longer this restore's is left alone)."""
+    from confluent_kafka import Producer, TopicPartition
+
+    from spark_kafka_backup.errors import ClusterError
+
+    for (topic, partition), expected in sorted(markers.items()):
+        producer = Producer({**client, "transactional.id": transactional_id(topic, partition),
+                             "transaction.timeout.ms": str(TRANSACTION_TIMEOUT_MS)})  # fmt: skip
+        consumer = marker_consumer(client)
+        try:
+            producer.init_transactions(60)
+            current = read_markers(consumer, [(topic, partition)]).get((topic, partition))
+            if current is None or current.restore != expected.restore:
+                continue
+            producer.begin_transaction()
+            offset = TopicPartition(topic, partition, current.resume_from, metadata=current.metadata())
+            producer.send_offsets_to_transaction([offset], consumer.consumer_group_metadata(), 60)
+            producer.commit_transaction(60)
+        except Exception as exc:
+            raise ClusterError(f"cannot refresh the restore progress of {topic}/{partition}: {exc}") from exc
+        finally:
+            consumer.close()
+            producer.flush(5)

@@ -62,6 +62,11 @@ class PartitionTask:
     restamp_zero: bool = False
     #: ``--allow-non-empty``: records others wrote past this restore's progress are gone on after, not refused.
     allow_non_empty: bool = False
+    #: A follower's pass (``restore --follow``): produce nothing once the standby was failed over.
+    stop_when_failed_over: bool = False
+    #: A follower's pass or failover: a group whose record the standby no longer holds (its retention or compaction
+    #: took it) is left where it is, said in the result, instead of failing the pass.
+    leave_unplaceable_groups: bool = False
 
     def matches(self) -> dict[tuple[str, int], MatchedRuns]:
         """The ``--where`` runs of the backed-up partitions this task reads (none without ``--where``)."""
@@ -133,6 +138,8 @@ class PartitionResult:
     read_again: dict[str, int] = field(default_factory=dict)
     #: Which producer the task produced through (:data:`NATIVE_PRODUCER` or :data:`REFERENCE_PRODUCER`).
     producer: str = ""
+    #: Groups a follower's pass could not place (``leave_unplaceable_groups``), and why.
+    unplaced: dict[str, str] = field(default_factory=dict)
 
 
 #: The producers a task may produce through, as the job's summary names them.
@@ -165,7 +172,11 @@ def fence(
     where = f"topic {task.target_topic!r} partition {task.target_partition}"
     key = (task.target_topic, task.target_partition)
     foreign_marker(read_markers(consumer, [key]).get(key), task, where)
+    # A follower looks for a failover before fencing (not to fence the failover's producer) and after (a failover
+    # that began meanwhile: its producers started before ours were fenced by ours, it runs again).
+    _stop_if_failed_over(task, consumer)
     start_producer()
+    _stop_if_failed_over(task, consumer)
     marker = foreign_marker(read_markers(consumer, [key]).get(key), task, where)
     if marker is not None and not task.allow_non_empty:
         _refuse_written_since(task, marker, where)
@@ -175,6 +186,17 @@ def fence(
             f"{marker.resume_from}; this one went on from there"
         )
     return marker
+
+
+def _stop_if_failed_over(task: PartitionTask, consumer: Any) -> None:
+    if not task.stop_when_failed_over:
+        return
+    from spark_kafka_backup.restore.failover_mark import read_mark
+    from spark_kafka_backup.restore.producer_calls import FencedError
+
+    mark = read_mark(task.client, [task.target_topic], asking=consumer)
+    if mark is not None:
+        raise FencedError(f"the standby was {mark.describe()}: this follower produces no more")
 
 
 def _refuse_written_since(task: PartitionTask, marker: ProgressMarker, where: str) -> None:
@@ -193,22 +215,32 @@ def _refuse_written_since(task: PartitionTask, marker: ProgressMarker, where: st
         )
 
 
-def earlier_offset(task: PartitionTask, marker: ProgressMarker | None, nth: int, expected: Record) -> int:
+def earlier_offset(
+    task: PartitionTask, marker: ProgressMarker | None, nth: int, expected: Record, *, from_end: int | None = None
+) -> int:
     """Target offset of the ``nth`` selected record (``expected``, as produced), produced by an earlier run.
 
-    Counted among the committed records from the restore's first one, and checked to be that record: records
-    deleted or compacted away since would otherwise move a group past records it had not read.
+    With this restore's marker and ``from_end`` (how many of the records the earlier runs restored lie from it to
+    their last, itself included), counted back among the committed records from the marker's ``next``: the cost is
+    those records alone, and records the target let go at its head since (retention on a standby) do not matter.
+    Otherwise counted among the committed records from the restore's first one. Either way checked to be that
+    record: records deleted or compacted away since would otherwise move a group past records it had not read.
     """
-    from spark_kafka_backup.kafka.cluster import nth_committed_record
+    from spark_kafka_backup.kafka.cluster import committed_record_before, nth_committed_record
 
-    first = marker.first if marker is not None else task.baseline
     where = f"topic {task.target_topic!r} partition {task.target_partition}"
-    found = nth_committed_record(task.client, task.target_topic, task.target_partition, first, nth)
+    if marker is not None and from_end is not None:
+        found = committed_record_before(task.client, task.target_topic, task.target_partition, marker.next, from_end)
+        place = f"the {from_end}th record back from target offset {marker.next}"
+    else:
+        first = marker.first if marker is not None else task.baseline
+        found = nth_committed_record(task.client, task.target_topic, task.target_partition, first, nth)
+        place = f"the {nth + 1}th record from target offset {first}"
     if found is None or not same_record(expected, found[1]):
         raise TargetChangedError(
             f"{where}: the restored record of source offset {expected.offset} is not where the restore left it "
-            f"(the {nth + 1}th record from target offset {first}): records were deleted or compacted since, "
-            "so consumer group offsets cannot be placed; restore into a new topic"
+            f"({place}): records were deleted or compacted since, so consumer group offsets cannot be placed; "
+            "restore into a new topic"
         )
     return int(found[0])
 

@@ -58,13 +58,14 @@ from spark_kafka_backup.errors import (
     UsageError,
 )
 from spark_kafka_backup.format.record import Record
-from spark_kafka_backup.kafka.cluster import PROGRESS_GROUP, STANDBY_GROUP, list_offsets, partition_counts
+from spark_kafka_backup.kafka.cluster import PROGRESS_GROUP, list_offsets, partition_counts
 from spark_kafka_backup.kafka.permissions import refuse_missing
 from spark_kafka_backup.partition.layout import list_partitions, list_topics
 from spark_kafka_backup.partition.offsets_file import read_consumer_offsets
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.selection import Window, count_selected, nth_selected, same_record
 from spark_kafka_backup.restore.access import restore_permissions
+from spark_kafka_backup.restore.group_offsets import current_offsets
 from spark_kafka_backup.restore.marker import (
     PLAN_MARKER_SECONDS,
     ProgressMarker,
@@ -309,8 +310,42 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
     refuse_missing(admin, restore_permissions(plan.topics, groups), settings.client)
     _refuse_own_source(plan, settings, admin)
     _place(plan, settings, admin, existing)
+    if settings.pass_ends is not None:
+        _start_where_needed(plan, settings)
     _check_targets(plan, settings, admin)
     return plan
+
+
+def _start_where_needed(plan: RestorePlan, settings: RestoreSettings) -> None:
+    """A follower's pass reads each partition it has restored into from the first record it needs, not from the
+    backup's first: its marker, or a consumer group's committed offset below it (placed among the records restored
+    earlier). What a pass reads, checksums and checks against the target's limits is then what the backup added
+    since the pass before, and the groups' span, however long the backup."""
+    for part in plan.partitions:
+        if part.repartition is not None or not part.has_marker:
+            continue
+        catalog = read_catalog(settings.source, part.source_topic, part.source_partition)
+        pruned = catalog.pruned.last_offset if catalog is not None and catalog.pruned is not None else -1
+        key = (part.target_topic, part.target_partition)
+        settled = settings.settled_groups or {}
+        for group, offset in sorted(part.groups.items()):
+            if settled.get((group, part.source_topic, part.source_partition)) == offset:
+                del part.groups[group]  # placed there by an earlier pass: not counted back again at every pass
+            elif offset <= pruned and offset < part.resume_from and key in current_offsets(settings.client, group,
+                                                                                            [key]):  # fmt: skip
+                # At a record the standby holds and the backup let go of (prune --older-than): where an earlier pass
+                # placed it stays (the backup cannot say where that record is any more, the standby still has it).
+                del part.groups[group]
+        start = min([part.resume_from, *part.groups.values()])
+        if part.window.from_offset is not None and start <= part.window.from_offset:
+            continue
+        reader = PartitionReader(
+            settings.source / part.source_topic, part.source_partition, legacy=settings.legacy, keys=settings.keys
+        )
+        part.window = replace(part.window, from_offset=start)
+        part.selected = count_selected(reader, part.window)
+        part.skip = count_selected(reader, part.window, below=part.resume_from)
+        part.status = "already restored" if part.skip == part.selected else "resume"
 
 
 def _count_at_cut(
@@ -501,7 +536,10 @@ def _profile(settings: RestoreSettings, part: PartitionPlan, limits: TopicLimits
     )
     catalog = read_catalog(settings.source, part.source_topic, part.source_partition)
     size_limit = limits.max_message_bytes or PRODUCER_MESSAGE_BYTES
-    return profile_partition(reader, part.window, catalog, keys=limits.compacted, size_limit=size_limit)
+    window = part.window
+    if settings.pass_ends is not None and part.has_marker:  # a follower's pass: only what it produces
+        window = replace(window, from_offset=max(window.from_offset or 0, part.resume_from))
+    return profile_partition(reader, window, catalog, keys=limits.compacted, size_limit=size_limit)
 
 
 def _largest_partition_bytes(plan: RestorePlan, topic: TopicPlan, profiles: list[RecordsProfile]) -> int:
@@ -621,7 +659,7 @@ def _backed_up_ids(settings: RestoreSettings) -> dict[str, str]:
 
 def _restored_groups(groups: dict[str, int]) -> dict[str, int]:
     """The groups whose offsets the restore remaps (a restore's own progress markers are not restored)."""
-    return {group: offset for group, offset in groups.items() if group not in (PROGRESS_GROUP, STANDBY_GROUP)}
+    return {group: offset for group, offset in groups.items() if group != PROGRESS_GROUP}
 
 
 def _refuse_own_source(plan: RestorePlan, settings: RestoreSettings, admin: Any) -> None:
@@ -691,8 +729,9 @@ def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: d
         consumer.close()
     problems = []
     lost: list[str] = []  # an earlier run's records no longer there: never counted as restored
-    # Unless the restore accepts retention deleting restored records: then they are said, and the rerun goes on.
-    retained: list[str] | None = [] if settings.accept_retention_loss else None
+    # Unless the restore accepts retention deleting restored records: then they are said, and the rerun goes on. A
+    # standby's topics have the source's retention: what it deletes at their head a follower takes as the source's.
+    retained: list[str] | None = [] if settings.accept_retention_loss or settings.following is not None else None
     for part in plan.partitions:
         key = (part.target_topic, part.target_partition)
         part.target_start, part.target_end = earliest.get(key, 0), latest.get(key, 0)
@@ -732,7 +771,8 @@ def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: d
             # Offsets, not records: a transactional producer's markers take offsets too.
             problems.append(f"{part.target_topic}/{part.target_partition} (offsets {part.target_start}.."
                             f"{part.target_end - 1})")  # fmt: skip
-    refuse_lost(lost, retained, what="records an earlier run of this restore produced are no longer in the target",
+    said = retained if settings.following is None else None  # a follower would say them again at every pass
+    refuse_lost(lost, said, what="records an earlier run of this restore produced are no longer in the target",
                 then="they cannot be counted as restored; restore into a new or emptied topic")  # fmt: skip
     _count_resumed(settings, [p for p in plan.partitions if p.repartition is not None and p.status == "resume"])
     problems.extend(_written_since(settings, [p for p in plan.partitions if p.has_marker and p.status == "resume"]))

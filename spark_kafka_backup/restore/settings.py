@@ -148,6 +148,9 @@ class RestoreSettings:
     #: Per backed-up partition, the offset a follower's pass reads up to (exclusive): what the backup's catalog
     #: holds as committed when the pass starts. Not part of the restore's identity (every pass is the same restore).
     pass_ends: Mapping[tuple[str, int], int] | None = None
+    #: A follower's groups placed exactly by earlier passes: (group, backed-up topic, partition) -> the committed
+    #: offset placed. A pass leaves them alone while their offset stays.
+    settled_groups: Mapping[tuple[str, str, int], int] | None = None
     debug: bool = False
 
     def schema_id_fields(self, source_topic: str) -> str:

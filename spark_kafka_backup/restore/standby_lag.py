@@ -12,9 +12,9 @@ From these, the exported gauges (prefix ``kbackup_standby_``, labels ``topic`` a
 
 ``backlog_records``
     Records the last pass found to restore (how far behind the backup the standby was when it began).
-``offsets_behind_backup``
-    Source offsets the backup held at the last pass's start and the standby does not (0 once a pass caught up;
-    offsets, so transaction markers and compaction gaps count too).
+``records_behind_backup``
+    Records the backup had committed when the last pass began that the standby does not hold (0 once a pass caught
+    up, or froze at ``--until``'s cut).
 ``seconds_behind_source``
     Now minus the newest record time among the backed-up pieces the standby holds entirely: what a failover now
     would lose at most, when the source writes continuously (it grows while a partition receives nothing: it is the
@@ -77,7 +77,7 @@ class PartitionLag:
     topic: str
     partition: int
     backlog: int
-    offsets_behind: int
+    records_behind: int
     #: The newest record time the standby holds of this partition (``None``: not known).
     restored_time: int | None
 
@@ -86,13 +86,13 @@ class PartitionLag:
 
 
 def partition_lag(
-    topic: str, partition: int, end: CatalogedEnd, backlog: int, restored_next: int | None
+    topic: str, partition: int, end: CatalogedEnd, backlog: int, restored_next: int | None, records_behind: int
 ) -> PartitionLag:
-    """``restored_next``: the standby's marker (next source offset to restore; ``None``: nothing restored)."""
+    """``restored_next``: the standby's marker (next source offset to restore; ``None``: nothing restored);
+    ``records_behind``: the backup's committed records from there (counted by the caller in the segment indexes)."""
     position = 0 if restored_next is None else restored_next
-    return PartitionLag(
-        topic, partition, backlog, max(0, end.next - position), end.newest_time_below(position) if position else None
-    )
+    return PartitionLag(topic, partition, backlog, records_behind,
+                        end.newest_time_below(position) if position else None)  # fmt: skip
 
 
 def worst(lags: Iterable[PartitionLag], now_ms: int) -> tuple[float | None, str]:
@@ -128,9 +128,9 @@ def lag_samples(
         labels = {"topic": topic, "partition": str(partition)}
         samples.append(Sample(PREFIX + "backlog_records", lag.backlog,
                               "records of the backup the last pass found not yet on the standby", labels))  # fmt: skip
-        samples.append(Sample(PREFIX + "offsets_behind_backup", lag.offsets_behind,
-                              "source offsets the backup held at the last pass's start and the standby does not",
-                              labels))  # fmt: skip
+        samples.append(Sample(PREFIX + "records_behind_backup", lag.records_behind,
+                              "records the backup had committed at the last pass's start that the standby does not "
+                              "hold", labels))  # fmt: skip
         seconds = lag.seconds_behind(now_ms)
         if seconds is not None:
             samples.append(Sample(PREFIX + "seconds_behind_source", seconds,

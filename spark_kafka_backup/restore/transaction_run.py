@@ -36,7 +36,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_kafka_backup.errors import DeliveryError
+from spark_kafka_backup.errors import DeliveryError, TargetChangedError
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.kafka.cluster import PROGRESS_GROUP
 from spark_kafka_backup.kafka.columnar_producer import Deliveries, ProducerError
@@ -347,7 +347,14 @@ class _Run:
         result.read_again = placement.read_again
         offsets_by_group = {group: self.found[at] for group, at in this_run.items()}
         for group, (nth, expected, partition) in earlier.items():
-            offsets_by_group[group] = earlier_offset(self.task, self.marker, nth, task.rewritten(expected, partition))
+            try:
+                offsets_by_group[group] = earlier_offset(self.task, self.marker, nth,
+                                                         task.rewritten(expected, partition),
+                                                         from_end=result.skipped - nth)  # fmt: skip
+            except TargetChangedError as exc:
+                if not task.leave_unplaceable_groups:
+                    raise
+                result.unplaced[group] = str(exc)
         for group in task.groups:
             if group not in placement.placed:
                 offsets_by_group[group] = self.next  # after the last restored record

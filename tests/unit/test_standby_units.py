@@ -27,17 +27,23 @@ def old_backup(root: Path) -> None:
             writer.append(Record(i, 0, OLD + i, b"k%d" % i, b"v" * 40))
 
 
-def hold(next_offsets: dict[tuple[str, int], int], *, updated_at: int = NOW, expires: float = 3600) -> Hold:
-    return Hold("east", "host-a", 42, updated_at, expires, next_offsets)
+def hold(next_offsets: dict[tuple[str, int], int], *, updated_at: int | None = None, expires: float = 3600) -> Hold:
+    """East's hold, renewed now unless ``updated_at`` says when."""
+    when = int(time.time() * 1000) if updated_at is None else updated_at
+    return Hold("east", "host-a", 42, when, expires, next_offsets)
 
 
 def test_a_hold_is_written_and_read_back_whole_and_expires_when_not_renewed(tmp_path: Path) -> None:
     write_hold(tmp_path, hold({("t", 0): 17, ("other.topic", 3): 5}))
+    write_hold(tmp_path, Hold("north", "host-c", 9, int(time.time() * 1000), 3600, {}, topics=("t", "u")))
+    write_hold(tmp_path, Hold("south", "host-d", 9, int(time.time() * 1000), 3600, {}, pattern="orders-.*"))
     write_hold(tmp_path, Hold("west", "host-b", 7, NOW - 7200_000, 3600, {}))
     found = {h.name: h for h in read_holds(tmp_path)}
-    assert found["east"] == hold({("t", 0): 17, ("other.topic", 3): 5})
+    assert found["east"].next == {("t", 0): 17, ("other.topic", 3): 5}
     live, expired = live_holds(tmp_path)
-    assert [h.name for h in live] == ["east"] and [h.name for h in expired] == ["west"]
+    assert [h.name for h in live] == ["east", "north", "south"] and [h.name for h in expired] == ["west"]
+    assert found["north"].topics == ("t", "u") and found["south"].pattern == "orders-.*"
+    assert found["north"].needs_from("v", 0) is None and found["south"].needs_from("orders-1", 2) == 0
     assert found["east"].needs_from("t", 0) == 17
     assert found["east"].needs_from("t", 1) == 0  # a partition it has not reached: held whole
 
@@ -65,6 +71,12 @@ def test_prune_keeps_every_segment_a_live_hold_needs_and_nothing_for_an_expired_
     assert plan_prune(tmp_path, ["t"], cutoff_ms=cutoff, keep_checkpoints=None)[0] == unheld
     write_hold(tmp_path, hold({}))  # reached no partition yet: holds them whole
     assert plan_prune(tmp_path, ["t"], cutoff_ms=cutoff, keep_checkpoints=None)[0] == []
+    # A follower of other topics holds nothing of this one, by list or by regex.
+    other = Hold("west", "host-b", 7, NOW, 3600, {}, topics=("orders",))
+    assert plan_prune(tmp_path, ["t"], cutoff_ms=cutoff, keep_checkpoints=None, holds=[other])[0] == unheld
+    by_pattern = Hold("west", "host-b", 7, NOW, 3600, {}, pattern="orders.*")
+    assert plan_prune(tmp_path, ["t"], cutoff_ms=cutoff, keep_checkpoints=None, holds=[by_pattern])[0] == unheld
+    assert Hold("west", "host-b", 7, NOW, 3600, {}, pattern="t|u").needs_from("t", 0) == 0
 
 
 def test_the_committed_end_and_the_newest_time_held_come_from_the_catalog(tmp_path: Path) -> None:
@@ -80,17 +92,17 @@ def test_the_committed_end_and_the_newest_time_held_come_from_the_catalog(tmp_pa
 
 def test_lag_is_what_the_standby_lacks_and_the_age_of_what_it_holds() -> None:
     end = CatalogedEnd(100, ((49, 5_000), (99, 9_000)))
-    caught_up = partition_lag("t", 0, end, backlog=30, restored_next=100)
-    behind = partition_lag("t", 1, end, backlog=80, restored_next=50)
-    empty = partition_lag("t", 2, end, backlog=100, restored_next=None)
-    assert (caught_up.offsets_behind, behind.offsets_behind, empty.offsets_behind) == (0, 50, 100)
+    caught_up = partition_lag("t", 0, end, backlog=30, restored_next=100, records_behind=0)
+    behind = partition_lag("t", 1, end, backlog=80, restored_next=50, records_behind=42)
+    empty = partition_lag("t", 2, end, backlog=100, restored_next=None, records_behind=97)
+    assert (caught_up.records_behind, behind.records_behind, empty.records_behind) == (0, 42, 97)
     assert caught_up.seconds_behind(19_000) == 10.0 and behind.seconds_behind(19_000) == 14.0
     assert empty.seconds_behind(19_000) is None
     assert worst([caught_up, behind, empty], 19_000) == (14.0, "t/1")
     samples = lag_samples({("t", 0): caught_up, ("t", 1): behind}, 19_000, passes=3, last_pass_at=18.0,
                           pass_seconds=1.5, frozen=False, up=True)  # fmt: skip
     by_name = {(s.name, s.labels.get("partition")): s.value for s in samples}
-    assert by_name[("kbackup_standby_offsets_behind_backup", "1")] == 50
+    assert by_name[("kbackup_standby_records_behind_backup", "1")] == 42
     assert by_name[("kbackup_standby_backlog_records", "1")] == 80
     assert by_name[("kbackup_standby_seconds_behind_source", "0")] == 10.0
     assert by_name[("kbackup_standby_passes_total", None)] == 3
