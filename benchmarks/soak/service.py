@@ -29,9 +29,9 @@ class Exit:
 
 class BackupService(threading.Thread):
     def __init__(self, start: Callable[[], subprocess.Popen[bytes]], log_file: Path,
-                 on_restart: Callable[[int], None]) -> None:  # fmt: skip
+                 on_restart: Callable[[int], None], *, name: str = "the backup") -> None:  # fmt: skip
         super().__init__(daemon=True, name="soak-backup-service")
-        self._start, self.log_file, self._on_restart = start, log_file, on_restart
+        self._start, self.log_file, self._on_restart, self.name = start, log_file, on_restart, name
         self.process = start()
         self.exits: list[Exit] = []
         #: Exits are noted in seconds from this (monotonic) time: the soak sets its own start.
@@ -46,7 +46,7 @@ class BackupService(threading.Thread):
                     continue
                 tail = self.log_file.read_bytes()[-6000:].decode(errors="replace").splitlines()[-40:]
                 self.exits.append(Exit(round(time.monotonic() - self.began, 1), self.process.returncode, tail))
-                print(f"soak: the backup exited with {self.process.returncode}; started again", flush=True)
+                print(f"soak: {self.name} exited with {self.process.returncode}; started again", flush=True)
                 time.sleep(5)  # systemd's RestartSec
                 self.process = self._start()
                 self._on_restart(self.process.pid)
@@ -57,7 +57,7 @@ class BackupService(threading.Thread):
             self._halt.set()
             found = _DRIVER_PID.findall(self.log_file.read_bytes())
             if not found:
-                raise RuntimeError("the backup did not log its driver's pid: see backup.log")
+                raise RuntimeError(f"{self.name} did not log its driver's pid: see {self.log_file}")
             with contextlib.suppress(ProcessLookupError):  # it had exited: its code says how
                 os.kill(int(found[-1]), signal.SIGTERM)
             return self.process.wait(timeout)

@@ -45,7 +45,8 @@ class Standby:
         self.kill_every = kill_every
         self.kills: list[float] = []
         self.lags: list[tuple[float, float]] = []  # (seconds into the run, largest seconds behind the source)
-        self.service = BackupService(self._start, self.log_file, on_restart=lambda pid: None)
+        self.service = BackupService(self._start, self.log_file, on_restart=lambda pid: None,
+                                     name="the standby's follower")  # fmt: skip
         self.began = time.monotonic()
         self._halt = threading.Event()
         self._threads = [threading.Thread(target=self._kill_now_and_then, daemon=True, name="soak-standby-kills"),
