@@ -396,3 +396,32 @@ def test_an_erase_beside_a_follower_never_reaches_the_standby_later_and_a_failov
     source = consume_all(kafka, [topic])
     expected = [r for r in source if r["offset"] != 305]  # erased before the follower reached it; 5 was not
     assert comparable(consume_all(target.broker, [standby])) == comparable(expected)
+
+
+@pytest.mark.long
+def test_a_follower_started_again_refuses_a_standby_someone_wrote_into_meanwhile_and_produces_nothing(
+    kafka: BrokerUnderTest, target: Target, tmp_path: Path
+) -> None:
+    from confluent_kafka import Producer
+
+    topic = "standby-written"
+    standby = target.name(topic)
+    create_topics(kafka, {topic: 1})
+    backup = tmp_path / "backup"
+    produce(kafka, topic, 1, 0, 100)
+    snapshot(kafka, tmp_path, backup, topic)
+    args = follower_args(target, tmp_path, backup, topic)
+    assert run_restore(*args, "--until", "1").returncode == 0
+    produce(kafka, topic, 1, 100, 200)
+    snapshot(kafka, tmp_path, backup, topic)
+    # While the follower is stopped, an application writes into the standby (as if it had been failed over by hand).
+    stray = Producer(target.broker.client_settings())
+    stray.produce(standby, key=b"stray", value=b"written on the standby", partition=0)
+    assert stray.flush(30) == 0
+    before = consume_all(target.broker, [standby])
+
+    refused = run_restore(*args, "--until", "2")
+    assert refused.returncode == 1, output(refused)[-3000:]
+    assert "already hold records that are not an earlier run of this restore" in output(refused), output(refused)
+    assert f"{standby}/0" in output(refused) and "Traceback" not in output(refused)
+    assert consume_all(target.broker, [standby]) == before  # nothing produced after the stranger's record
