@@ -154,6 +154,7 @@ class Follower:
         self.warned_groups: set[str] = set()
         self.targets_seen: set[tuple[str, int]] = set()
         self.waiting_told: set[str] = set()
+        self.cataloged = False
         self.refreshed_at = float("-inf")
         self.settled: dict[tuple[str, str, int], int] = {}
         self.said: set[object] = set()
@@ -237,17 +238,18 @@ class Follower:
     def _pass(self) -> bool:
         """One pass; whether the follower is done (frozen at ``--until``, or the standby failed over)."""
         settings = self.settings
-        mark = read_mark(settings.client, _targets(settings))
+        topics = restored_topics(settings)  # listed once a pass (a LIST request on an object store)
+        mark = read_mark(settings.client, [settings.target_topic(topic) for topic in topics])
         if mark is not None:
             log.info("the standby was %s: following stopped", mark.describe())
             return True
-        ready = self._ready_topics()
+        ready = self._ready_topics(topics)
         if not ready:
             self._publish(up=True)
             return False
         settings = replace(settings, selection=TopicSelection(topics=tuple(ready)))
-        ends = pass_ends(settings)
-        _grow_partitions(settings, self.admin)
+        ends = pass_ends(settings, ready)
+        _grow_partitions(settings, self.admin, ready)
         started = time.monotonic()
         quiet = self.passes > 0 and not settings.debug
         # With --until, the groups go where the checkpoint's cut says, back from later rounds' places if need be.
@@ -299,15 +301,16 @@ class Follower:
         self._publish(up=not self.frozen)
         return self.frozen
 
-    def _ready_topics(self) -> list[str]:
+    def _ready_topics(self, topics: list[str]) -> list[str]:
         """The topics a pass follows: every one this follower restores whose origin (cluster and topic id) the backup
         has recorded. A topic the backup started writing since its last offset round has its files before that
         record (:mod:`spark_kafka_backup.catalog.topics`), and the restore's name for its records includes the
         origin: restored before, they would carry another name than after. (A backup without a catalog, the original
         tool's, never records an origin: it is followed whole.)"""
-        topics = restored_topics(self.settings)
         recorded = {topic: read_topic_record(self.settings.source, topic) for topic in topics}
-        if not any(_cataloged(self.settings, topic) for topic in topics):
+        if not self.cataloged:  # a property of the backup: once a catalog is seen, it is not looked for again
+            self.cataloged = any(_cataloged(self.settings, topic) for topic in topics)
+        if not self.cataloged:
             return topics  # the original tool's backup: no catalog, no origin, ever
         waiting = [topic for topic, record in recorded.items() if record is None]
         for topic in waiting:
@@ -428,15 +431,15 @@ def follower_name(settings: RestoreSettings) -> str:
     return "standby-" + hashlib.sha256(settings.client["bootstrap.servers"].encode()).hexdigest()[:12]
 
 
-def pass_ends(settings: RestoreSettings) -> dict[tuple[str, int], CatalogedEnd]:
-    """Per backed-up partition restored, what a pass reads up to: the catalog's committed end, and no further than
-    the ``--until`` checkpoint's cut."""
+def pass_ends(settings: RestoreSettings, topics: list[str]) -> dict[tuple[str, int], CatalogedEnd]:
+    """Per backed-up partition of ``topics``, what a pass reads up to: the catalog's committed end, and no further
+    than the ``--until`` checkpoint's cut."""
     assert settings.following is not None
     cut = None
     if settings.following.until_checkpoint is not None:
         cut = checkpoints.read_checkpoint(settings.source, settings.following.until_checkpoint).ends
     ends = {}
-    for topic in restored_topics(settings):
+    for topic in topics:
         for partition in list_partitions(settings.source / topic):
             end = cataloged_end(settings.source, topic, partition, legacy=settings.legacy)
             if cut is not None:
@@ -534,13 +537,13 @@ def _targets(settings: RestoreSettings) -> list[str]:
     return [settings.target_topic(topic) for topic in restored_topics(settings)]
 
 
-def _grow_partitions(settings: RestoreSettings, admin: Any) -> None:
+def _grow_partitions(settings: RestoreSettings, admin: Any, topics: list[str]) -> None:
     """Add partitions to standby topics this follower restored into (or created, still empty), where the backup's
     topic has more (partitions added at the source while it was backed up); any other topic is left to the plan,
     which refuses it."""
     existing = partition_counts(admin)
     grow: dict[str, int] = {}
-    for topic in restored_topics(settings):
+    for topic in topics:
         target = settings.target_topic(topic)
         recorded = read_topic_record(settings.source, topic)
         held = max(list_partitions(settings.source / topic), default=-1) + 1
@@ -597,8 +600,9 @@ def _failover(settings: RestoreSettings, admin: Any, run_pass: RunPass, start_se
     # pass; the ends are read after, so that this pass restores everything the backup committed before the mark.
     mark = earlier if earlier is not None else new_mark(following.until_checkpoint)
     write_mark(settings.client, targets, mark)
-    ends = pass_ends(settings)
-    _grow_partitions(settings, admin)
+    topics = restored_topics(settings)
+    ends = pass_ends(settings, topics)
+    _grow_partitions(settings, admin, topics)
     spark = start_session()
     try:
         force = settings.force_offsets or following.until_checkpoint is not None
