@@ -58,6 +58,18 @@ def output(result: object) -> str:
     return str(getattr(result, "stdout", "")) + str(getattr(result, "stderr", ""))
 
 
+def gauge(metrics: Path, name: str, label: str = "", *, missing: float | None = None) -> float:
+    """The value of the one series of ``name`` (with ``label`` among its labels) in a Prometheus text file;
+    ``missing`` when given and the file or the series is not there (yet)."""
+    text = metrics.read_text() if metrics.exists() or missing is None else ""
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith(name + "{") and label in line]  # fmt: skip
+    if not values and missing is not None:
+        return missing
+    assert len(values) == 1, (name, label, metrics.read_text())
+    return values[0]
+
+
 def test_a_follower_frozen_at_a_checkpoint_holds_exactly_its_cut_goes_on_to_a_later_one_and_never_back(
     kafka: BrokerUnderTest, target: Target, tmp_path: Path
 ) -> None:
@@ -75,16 +87,26 @@ def test_a_follower_frozen_at_a_checkpoint_holds_exactly_its_cut_goes_on_to_a_la
     listed = run_kbackup("checkpoint", "list", backup)
     assert [line.split("\t")[::2] for line in listed.stdout.splitlines()] == [["1", "completed"], ["2", "completed"]]
 
-    frozen = run_restore(*follower_args(target, tmp_path, backup, topic), "--until", "1")
+    metrics = tmp_path / "standby.prom"
+    frozen = run_restore(*follower_args(target, tmp_path, backup, topic), "--until", "1", "--metrics-file", metrics)
     assert frozen.returncode == 0, output(frozen)[-4000:]
     assert "frozen at checkpoint 1" in output(frozen)
+    # By the backup's offset rounds: the groups as of checkpoint 1's, and checkpoint 2's rounds not covered.
+    assert re.search(r"groups as of the backup's offset round of \S+ \(\d+ s ago; [12] newer rounds? not yet covered\)",
+                     output(frozen)), output(frozen)[-4000:]  # fmt: skip
+    assert 1 <= gauge(metrics, "kbackup_standby_rounds_behind") <= 2
+    # checkpoint 1 holds offsets 0..199 of each partition; the group had read to 300 by checkpoint 2
+    assert gauge(metrics, "kbackup_standby_records_behind_round", 'partition="0"') == 300 - 200
+    assert gauge(metrics, "kbackup_standby_round_seconds_behind") > 0
     restored = consume_all(target.broker, [standby])
     assert comparable(restored) == comparable(at_first)  # exactly the cut: nothing of checkpoint 2
     check_groups(target, standby, at_first, restored, {"freeze-readers": {0: 51, 1: 150}})
 
     # The same follower, told to go on to checkpoint 2: the rest, once, and the groups as of that cut.
-    later = run_restore(*follower_args(target, tmp_path, backup, topic), "--until", "2")
+    later = run_restore(*follower_args(target, tmp_path, backup, topic), "--until", "2", "--metrics-file", metrics)
     assert later.returncode == 0, output(later)[-4000:]
+    assert gauge(metrics, "kbackup_standby_rounds_behind") == 0
+    assert gauge(metrics, "kbackup_standby_records_behind_round", 'partition="1"') == 0
     everything = consume_all(kafka, [topic])
     restored = consume_all(target.broker, [standby])
     assert comparable(restored) == comparable(everything)
@@ -265,7 +287,8 @@ def test_a_standby_follows_a_live_backup_through_kills_and_fails_over_with_every
     sampler = LagSampler(target.broker, list(standby.values()))
     rng = random.Random(53)
     backup_job = start_backup(*backup_args, log=backup_log)
-    follower = start_restore(*follow, "--follow", log=follower_log)
+    metrics = tmp_path / "follower.prom"
+    follower = start_restore(*follow, "--follow", "--metrics-file", metrics, log=follower_log)
     jobs = [backup_job, follower]
     late_sent = 0
     try:
@@ -292,7 +315,7 @@ def test_a_standby_follows_a_live_backup_through_kills_and_fails_over_with_every
                 backup_job = start_backup(*backup_args, log=backup_log)
                 jobs.append(backup_job)
             first_passes = follower_log.read_text(errors="replace").count("pass 1:")
-            follower = start_restore(*follow, "--follow", log=follower_log)
+            follower = start_restore(*follow, "--follow", "--metrics-file", metrics, log=follower_log)
             jobs.append(follower)
             wait_for(first_pass_after(follower_log, first_passes), 300, "the restarted follower's first pass",
                      job=follower, log=follower_log)  # fmt: skip
@@ -319,6 +342,10 @@ def test_a_standby_follows_a_live_backup_through_kills_and_fails_over_with_every
     time.sleep(6)  # an offset round after the group's commit (2 s), then a pass that places it (2 s)
     wait_for(lambda: len(group_offsets(target.broker, "sb-app")) == len(placed), 120, "the group on the standby",
              job=follower, log=follower_log)  # fmt: skip
+    # The backup's offset rounds (every 2 s, since sb-app exists) are covered as the passes go (a stalled follower's
+    # figure would grow without end).
+    wait_for(lambda: gauge(metrics, "kbackup_standby_round_seconds_behind", missing=float("inf")) < 60, 120,
+             "the standby to cover a recent offset round", job=follower, log=follower_log)  # fmt: skip
     sampler.stop()
     assert stop_driver(follower, follower_log) == 0, follower_log.read_text()[-4000:]
     assert "following stopped by SIGTERM" in follower_log.read_text()

@@ -193,3 +193,78 @@ def offsets_as_of(
         if entry.round_time == chosen:
             groups.setdefault(entry.group, {})[(entry.topic, entry.partition)] = entry.offset
     return None if chosen is None else (chosen, groups)
+
+
+def _entry(record: Mapping[str, Any]) -> HistoryEntry:
+    return HistoryEntry(
+        record["roundTimeMs"], record["group"], record["topic"], record["partition"], record["offset"],
+        record.get("topicId"),
+    )  # fmt: skip
+
+
+class HistoryTail:
+    """The rounds appended to a backup's offset history since the last call, for a reader that looks again and again
+    (a standby's follower, every pass) without reading the whole history each time.
+
+    The first call reads the files of the day of ``since_ms`` and later. Then, on disk, where a day's file grows by
+    appends, the last file read is read on from the end of the last whole block read (a file rewritten since, after a
+    torn append, is recognised by its header, which carries a new sync marker, and read again for its rounds newer
+    than the newest already given); on an object store, where each round is an object of its own, only new objects.
+    What is kept between calls is a file name, a byte offset and a header: nothing that grows with the history."""
+
+    def __init__(self, root: Location, since_ms: int) -> None:
+        self.root = root
+        self._since = "offsets-" + dt.datetime.fromtimestamp(since_ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d")
+        self._last: str | None = None
+        self._read_to = 0
+        self._header = b""
+        self._newest = -1
+
+    def new_entries(self) -> list[HistoryEntry]:
+        directory = history_dir(self.root)
+        names = sorted(name for name in storage_for(directory).list_files(directory) or [] if _FILE.match(name))
+        entries: list[HistoryEntry] = []
+        for name in names:
+            if name < (self._last or self._since):
+                continue
+            path = directory / name
+            if isinstance(path, ObjectPath):
+                if name == self._last:
+                    continue  # an object is written whole, once
+                records = _read_file(path)[0]
+                self._last = name
+            else:
+                records = self._read_on(path, continuing=name == self._last)
+                self._last = name
+            entries.extend(_entry(record) for record in records)
+        if entries:
+            self._newest = max(self._newest, max(entry.round_time for entry in entries))
+        return entries
+
+    def _read_on(self, path: Path, *, continuing: bool) -> list[dict[str, Any]]:
+        records: list[dict[str, Any]] = []
+        try:
+            handle = open(path, "rb")  # noqa: SIM115 - closed below, read block by block
+        except FileNotFoundError:
+            return records
+        with handle:
+            try:
+                reader = fastavro.block_reader(handle)
+            except (ValueError, EOFError, StopIteration, OSError):
+                return records  # a header not written whole yet
+            header_end = handle.tell()
+            handle.seek(0)
+            header = handle.read(header_end)
+            rewritten = continuing and header != self._header
+            self._header = header
+            self._read_to = max(self._read_to, header_end) if continuing and not rewritten else header_end
+            handle.seek(self._read_to)
+            try:
+                for block in reader:
+                    records.extend(block)  # type: ignore[arg-type]
+                    self._read_to = handle.tell()
+            except (ValueError, EOFError, StopIteration, OSError):
+                pass  # a torn or half-written last block: read again from its start next time
+        if rewritten:
+            records = [record for record in records if record["roundTimeMs"] > self._newest]
+        return records

@@ -48,6 +48,7 @@ from typing import Any
 from spark_kafka_backup.boundary import Stopped, check_stop
 from spark_kafka_backup.catalog import checkpoints
 from spark_kafka_backup.catalog.holds import Hold, read_holds, write_hold
+from spark_kafka_backup.catalog.offset_history import HistoryTail
 from spark_kafka_backup.catalog.store import read_catalog
 from spark_kafka_backup.catalog.topics import read_topic_record
 from spark_kafka_backup.errors import (
@@ -78,6 +79,8 @@ from spark_kafka_backup.restore.settings import Following, RestoreSettings
 from spark_kafka_backup.restore.standby_lag import (
     CatalogedEnd,
     PartitionLag,
+    RoundLag,
+    RoundsBehind,
     cataloged_end,
     lag_samples,
     partition_lag,
@@ -147,6 +150,10 @@ class Follower:
         self.name = follower_name(settings)
         self.publisher = settings.monitoring.publisher("standby", {"source": str(settings.source)})
         self.lags: dict[tuple[str, int], PartitionLag] = {}
+        # The backup's offset rounds of the last two days and on (an older standby is told "at least" that far).
+        self.history = HistoryTail(settings.source, int(time.time() * 1000) - 2 * 86_400_000)
+        self.round_lag = RoundLag()
+        self.rounds: RoundsBehind | None = None
         self.passes = 0
         self.last_pass_at: float | None = None
         self.pass_seconds: float | None = None
@@ -269,27 +276,34 @@ class Follower:
         self._renew_hold(outcome.plan, positions)
         self._refresh_idle(outcome, markers)
         self.lags = {}
+        readers: dict[tuple[str, int], PartitionReader] = {}
+        restored: dict[tuple[str, int], int | None] = {}
         for part in outcome.plan.partitions:
             key = (part.source_topic, part.source_partition)
             end = ends.get(key, CatalogedEnd(0))
-            position = positions.get((part.target_topic, part.target_partition))
-            reader = PartitionReader(settings.source / part.source_topic, part.source_partition,
-                                     legacy=settings.legacy, keys=settings.keys)  # fmt: skip
+            position = restored[key] = positions.get((part.target_topic, part.target_partition))
+            reader = readers[key] = PartitionReader(settings.source / part.source_topic, part.source_partition,
+                                                    legacy=settings.legacy, keys=settings.keys)  # fmt: skip
             behind = (
                 count_selected(reader, Window(from_offset=position or 0, to_offset=end.next - 1)) if end.next else 0
             )
             self.lags[key] = partition_lag(part.source_topic, part.source_partition, end, part.to_produce, position,
                                            behind)  # fmt: skip
+        self.round_lag.add(self.history.new_entries())
+        self.rounds = self.round_lag.behind(
+            restored, lambda key, start, end: count_selected(readers[key], Window(from_offset=start, to_offset=end - 1))
+        )
         produced = sum(result.produced for result in outcome.results)
         now = int(time.time() * 1000)
         seconds, where = worst(self.lags.values(), now)
         behind = sum(lag.records_behind for lag in self.lags.values())
         most = max(self.lags.values(), key=lambda lag: lag.records_behind, default=None)
         log.info(
-            "pass %d: %s produced in %.1f s; %s of the backup's committed ones not on the standby%s%s",
+            "pass %d: %s produced in %.1f s; %s of the backup's committed ones not on the standby%s%s%s",
             self.passes, count(produced, "record"), self.pass_seconds, count(behind, "record"),
             f" (most: {most.topic}/{most.partition}, {most.records_behind})" if most and behind else "",
             "" if seconds is None else f"; {seconds:.1f} s behind the source (by record times, most: {where})",
+            self._rounds_text(now),
         )  # fmt: skip
         if self.following.until_checkpoint is not None and behind == 0:
             self.frozen = True
@@ -397,6 +411,20 @@ class Follower:
             refresh_markers(self.settings.client, idle)
         self.refreshed_at = time.monotonic()
 
+    def _rounds_text(self, now: int) -> str:
+        """The pass line's words on the backup's offset rounds: none while the standby covers the newest one."""
+        rounds = self.rounds
+        if rounds is None or rounds.newest is None or rounds.covered == rounds.newest:
+            return ""
+        seconds = rounds.seconds(now) or 0.0
+        if rounds.covered is not None:
+            return (f"; groups as of the backup's offset round of {iso_time(rounds.covered)} ({seconds:.0f} s ago; "
+                    f"{count(rounds.rounds, 'newer round')} not yet covered)")  # fmt: skip
+        return (
+            f"; groups behind every offset round of the backup since {iso_time(rounds.at_least or rounds.newest)} "
+            f"({seconds:.0f} s ago or more)"
+        )
+
     def _wait(self, seconds: float) -> None:
         """Sleep until the next pass, publishing the lag (it grows while nothing arrives) and noticing a stop."""
         deadline = time.monotonic() + seconds
@@ -417,7 +445,7 @@ class Follower:
         try:
             samples = lag_samples(self.lags, int(time.time() * 1000), passes=self.passes,
                                   last_pass_at=self.last_pass_at, pass_seconds=self.pass_seconds, frozen=self.frozen,
-                                  up=up)  # fmt: skip
+                                  up=up, rounds=self.rounds)  # fmt: skip
             self.publisher.publish(samples)
         except Exception as exc:  # the metrics never stop the follower
             log.warning("metrics not written: %s", exc)

@@ -20,6 +20,18 @@ From these, the exported gauges (prefix ``kbackup_standby_``, labels ``topic`` a
     would lose at most, when the source writes continuously (it grows while a partition receives nothing: it is the
     age of the standby's newest data, an upper bound of the loss).
 
+``records_behind_round``
+    Records of the backup below the furthest group offset of the backup's newest offset round that the standby
+    does not hold: what the groups had read at the source when that round was taken and the standby lacks.
+
+By the backup's **offset rounds** (:mod:`spark_kafka_backup.catalog.offset_history`; :class:`RoundLag`): a round is
+**covered** once the standby holds every record below each of its group offsets on the partitions followed. A
+consumer switched to the standby then resumes no earlier than where its group was at that round. Job-wide,
+``round_seconds_behind`` is now minus the time of the newest covered round, and ``rounds_behind`` the rounds stored
+after it. Rounds are taken every ``--offsets-interval`` whether records arrive or not, so a quiet partition keeps
+these small while a stalled follower lets them grow (unlike ``seconds_behind_source``, which grows for a quiet
+partition too). A backup whose source has no consumer groups stores no rounds: then these are not exported.
+
 and job-wide ``passes_total``, ``last_pass_timestamp_seconds``, ``pass_seconds``, ``frozen`` (1 once ``--until``
 was reached) and ``up``.
 """
@@ -27,9 +39,11 @@ was reached) and ``up``.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from spark_kafka_backup.catalog.offset_history import HistoryEntry
 from spark_kafka_backup.catalog.store import read_catalog
 from spark_kafka_backup.metrics import Sample
 from spark_kafka_backup.partition.reader import PartitionReader
@@ -105,6 +119,85 @@ def worst(lags: Iterable[PartitionLag], now_ms: int) -> tuple[float | None, str]
     return found
 
 
+#: Partition key of the backup: (topic, partition).
+Key = tuple[str, int]
+
+#: Records of the backup a standby does not hold from ``start`` (its next source offset to restore) below ``end``.
+CountMissing = Callable[[Key, int, int], int]
+
+
+@dataclass(frozen=True)
+class RoundsBehind:
+    """Where a standby stands against the backup's offset rounds (:class:`RoundLag`)."""
+
+    #: The newest round's time (epoch ms); ``None``: the backup stored no round.
+    newest: int | None
+    #: The newest round the standby covers (epoch ms); ``None``: none of those kept (see ``at_least``).
+    covered: int | None
+    #: Rounds newer than the covered one.
+    rounds: int
+    #: Per partition of the newest round: records below its furthest group offset the standby does not hold.
+    records: Mapping[Key, int]
+    #: When no kept round is covered: the oldest kept round's time (the covered one, if any, is older).
+    at_least: int | None = None
+
+    def seconds(self, now_ms: int) -> float | None:
+        """Now minus the covered round's time (or the oldest kept round's, a lower bound); ``None``: no rounds."""
+        since = self.covered if self.covered is not None else self.at_least
+        return None if since is None else max(0.0, (now_ms - since) / 1000)
+
+
+class RoundLag:
+    """The standby's lag by the backup's offset rounds (module docstring).
+
+    Fed the history's new entries at every pass (:class:`~spark_kafka_backup.catalog.offset_history.HistoryTail`),
+    it keeps, of each round not older than the newest covered one, the furthest group offset per partition, at most
+    :attr:`keep` rounds (the oldest dropped first): its memory does not grow with the follower's run time."""
+
+    def __init__(self, keep: int = 2880) -> None:
+        self.keep = keep
+        self.rounds: deque[tuple[int, dict[Key, int]]] = deque()
+
+    def add(self, entries: Iterable[HistoryEntry]) -> None:
+        for entry in entries:
+            if self.rounds and self.rounds[-1][0] == entry.round_time:
+                furthest = self.rounds[-1][1]
+            elif self.rounds and entry.round_time < self.rounds[-1][0]:
+                continue  # older than a round already kept: the history gives rounds in time order
+            else:
+                furthest = {}
+                self.rounds.append((entry.round_time, furthest))
+                if len(self.rounds) > self.keep:
+                    self.rounds.popleft()
+            key = (entry.topic, entry.partition)
+            furthest[key] = max(furthest.get(key, entry.offset), entry.offset)
+
+    def behind(self, positions: Mapping[Key, int | None], missing: CountMissing) -> RoundsBehind:
+        """``positions``: each followed partition's next source offset to restore (``None``: nothing restored);
+        partitions not in it are not followed and do not count."""
+        counted: dict[tuple[Key, int], int] = {}
+
+        def lacking(key: Key, offset: int) -> int:
+            start = positions[key] or 0
+            if offset <= start:
+                return 0
+            if (key, offset) not in counted:
+                counted[(key, offset)] = missing(key, start, offset)
+            return counted[(key, offset)]
+
+        if not self.rounds:
+            return RoundsBehind(None, None, 0, {})
+        newest_time, newest = self.rounds[-1]
+        records = {key: lacking(key, offset) for key, offset in newest.items() if key in positions}
+        for index in range(len(self.rounds) - 1, -1, -1):
+            time_ms, furthest = self.rounds[index]
+            if all(lacking(key, offset) == 0 for key, offset in furthest.items() if key in positions):
+                for _ in range(index):
+                    self.rounds.popleft()  # older rounds can tell nothing newer than this one
+                return RoundsBehind(newest_time, time_ms, len(self.rounds) - 1, records)
+        return RoundsBehind(newest_time, None, len(self.rounds), records, at_least=self.rounds[0][0])
+
+
 def lag_samples(
     lags: Mapping[tuple[str, int], PartitionLag],
     now_ms: int,
@@ -114,6 +207,7 @@ def lag_samples(
     pass_seconds: float | None,
     frozen: bool,
     up: bool,
+    rounds: RoundsBehind | None = None,
 ) -> list[Sample]:
     samples = [
         Sample(PREFIX + "up", 1 if up else 0, "1 while the follower runs"),
@@ -124,6 +218,19 @@ def lag_samples(
         samples.append(Sample(PREFIX + "last_pass_timestamp_seconds", last_pass_at, "when the last pass ended"))
     if pass_seconds is not None:
         samples.append(Sample(PREFIX + "pass_seconds", pass_seconds, "how long the last pass took"))
+    if rounds is not None and rounds.newest is not None:
+        seconds = rounds.seconds(now_ms)
+        if seconds is not None:
+            samples.append(Sample(PREFIX + "round_seconds_behind", seconds,
+                                  "now minus the time of the backup's newest offset round the standby covers (every "
+                                  "record below each of its group offsets restored)"))  # fmt: skip
+        samples.append(Sample(PREFIX + "rounds_behind", rounds.rounds,
+                              "offset rounds of the backup newer than the newest the standby covers"))  # fmt: skip
+        for (topic, partition), records in sorted(rounds.records.items()):
+            labels = {"topic": topic, "partition": str(partition)}
+            samples.append(Sample(PREFIX + "records_behind_round", records,
+                                  "records below the furthest group offset of the backup's newest offset round that "
+                                  "the standby does not hold", labels))  # fmt: skip
     for (topic, partition), lag in sorted(lags.items()):
         labels = {"topic": topic, "partition": str(partition)}
         samples.append(Sample(PREFIX + "backlog_records", lag.backlog,

@@ -9,12 +9,20 @@ import pytest
 
 from spark_kafka_backup.catalog.holds import Hold, live_holds, read_holds, write_hold
 from spark_kafka_backup.catalog.ledger import CatalogLedger
+from spark_kafka_backup.catalog.offset_history import HistoryEntry, HistoryTail, append_round, history_file
 from spark_kafka_backup.catalog.prune import plan_prune
 from spark_kafka_backup.errors import FormatError, UsageError
 from spark_kafka_backup.format.record import Record
 from spark_kafka_backup.partition.writer import PartitionWriter
 from spark_kafka_backup.restore.settings import parse_restore_args
-from spark_kafka_backup.restore.standby_lag import CatalogedEnd, cataloged_end, lag_samples, partition_lag, worst
+from spark_kafka_backup.restore.standby_lag import (
+    CatalogedEnd,
+    RoundLag,
+    cataloged_end,
+    lag_samples,
+    partition_lag,
+    worst,
+)
 
 NOW = int(time.time() * 1000)
 OLD = NOW - 10 * 86_400_000
@@ -145,3 +153,85 @@ def test_a_follow_interval_must_be_a_positive_number_of_seconds(capsys: pytest.C
     with pytest.raises(SystemExit):
         parse_restore_args([*BASE, "--follow", "--follow-interval", "0"])
     assert "expected a positive number of seconds" in capsys.readouterr().err
+
+
+def test_the_history_tail_gives_each_round_once_as_the_backup_appends_and_reads_on_after_a_torn_append(
+    tmp_path: Path,
+) -> None:
+    day = 86_400_000
+    append_round(tmp_path, NOW - 3 * day, {"g": {("t", 0): 1}})  # before the follower's window: never given
+    append_round(tmp_path, NOW - 1000, {"g": {("t", 0): 5}, "h": {("t", 1): 2}})
+    tail = HistoryTail(tmp_path, NOW - 2 * day)
+    assert [(e.round_time, e.group, e.offset) for e in tail.new_entries()] == [
+        (NOW - 1000, "g", 5),
+        (NOW - 1000, "h", 2),
+    ]
+    assert tail.new_entries() == []  # nothing new: nothing given again
+    append_round(tmp_path, NOW, {"g": {("t", 0): 9}})
+    assert [(e.round_time, e.offset) for e in tail.new_entries()] == [(NOW, 9)]
+    # A crash tears the next append: the torn block is not given, and the next append (which cuts it, rewriting the
+    # file with a new header) gives only rounds not given before.
+    path = history_file(tmp_path, NOW)
+    whole = path.read_bytes()
+    append_round(tmp_path, NOW + 1, {"g": {("t", 0): 10}})
+    path.write_bytes(path.read_bytes()[: len(whole) + 20])
+    assert tail.new_entries() == []
+    append_round(tmp_path, NOW + 2, {"g": {("t", 0): 11}})
+    assert [(e.round_time, e.offset) for e in tail.new_entries()] == [(NOW + 2, 11)]
+
+
+def test_lag_by_offset_rounds_is_the_newest_round_whose_group_offsets_the_standby_holds_records_below() -> None:
+    def entry(at: int, group: str, partition: int, offset: int) -> HistoryEntry:
+        return HistoryEntry(at, group, "t", partition, offset)
+
+    lag = RoundLag()
+    lag.add([entry(1000, "g", 0, 10), entry(1000, "h", 1, 4)])
+    lag.add([entry(2000, "g", 0, 20), entry(2000, "h", 1, 4), entry(2000, "h", 0, 12)])
+    lag.add([entry(3000, "g", 0, 31), entry(3000, "other", 7, 99)])  # partition 7 is not followed
+    # The backup holds every offset of partition 0 but 30 (a transaction's commit marker).
+    backup = {("t", 0): set(range(30)) | {31, 32}, ("t", 1): set(range(10))}
+    asked: list[tuple[tuple[str, int], int, int]] = []
+
+    def missing(key: tuple[str, int], start: int, end: int) -> int:
+        asked.append((key, start, end))
+        return len([offset for offset in backup[key] if start <= offset < end])
+
+    behind = lag.behind({("t", 0): 15, ("t", 1): None}, missing)
+    assert (behind.newest, behind.covered, behind.rounds) == (3000, None, 3)
+    assert behind.at_least == 1000 and behind.seconds(5000) == 4.0  # a lower bound: not even the first is covered
+    assert behind.records == {("t", 0): 15}  # 15..29 held by the backup below 31 (30 is not), not on the standby
+    assert lag.behind({("t", 0): 15, ("t", 1): 4}, missing).covered == 1000
+    covered = lag.behind({("t", 0): 20, ("t", 1): 4}, missing)
+    assert (covered.covered, covered.rounds, covered.seconds(5000)) == (2000, 1, 3.0)
+    # At 30 the only offset below 31 it lacks is the marker: the newest round is covered, though 30 < 31.
+    asked.clear()
+    done = lag.behind({("t", 0): 30, ("t", 1): 4}, missing)
+    assert (done.covered, done.rounds, done.records) == (3000, 0, {("t", 0): 0})
+    assert asked == [(("t", 0), 30, 31)]  # counted once for the newest round, reused to judge it
+    # Older rounds are let go once a newer one is covered; a round older than those kept is never taken back in.
+    lag.add([entry(500, "g", 0, 99)])
+    assert [time for time, _ in lag.rounds] == [3000]
+
+
+def test_rounds_kept_are_bounded_and_an_uncovered_standby_is_said_at_least_that_far_behind() -> None:
+    lag = RoundLag(keep=3)
+    lag.add(HistoryEntry(at, "g", "t", 0, at) for at in range(1000, 11000, 1000))
+    assert [time for time, _ in lag.rounds] == [8000, 9000, 10000]
+    behind = lag.behind({("t", 0): 0}, lambda key, start, end: end - start)
+    assert (behind.covered, behind.at_least, behind.seconds(12000)) == (None, 8000, 4.0)
+
+
+def test_round_lag_is_exported_only_for_a_backup_with_rounds() -> None:
+    lag = RoundLag()
+    none = lag.behind({("t", 0): 3}, lambda key, start, end: 0)
+    names = {sample.name for sample in lag_samples({}, NOW, passes=1, last_pass_at=None, pass_seconds=None,
+                                                   frozen=False, up=True, rounds=none)}  # fmt: skip
+    assert not any("round" in name for name in names)
+    lag.add([HistoryEntry(NOW - 5000, "g", "t", 0, 3)])
+    rounds = lag.behind({("t", 0): 3}, lambda key, start, end: 0)
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for s in lag_samples({}, NOW, passes=1, last_pass_at=None, pass_seconds=None, frozen=False, up=True,
+                                    rounds=rounds)}  # fmt: skip
+    assert samples[("kbackup_standby_round_seconds_behind", ())] == 5.0
+    assert samples[("kbackup_standby_rounds_behind", ())] == 0
+    assert samples[("kbackup_standby_records_behind_round", (("partition", "0"), ("topic", "t")))] == 0
