@@ -10,6 +10,7 @@ group afterwards. Nothing skips: no server means the tests fail.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import uuid
 from collections.abc import Iterator
@@ -26,6 +27,17 @@ from tests.server_process import serving
 class S3Server:
     endpoint: str
     env: dict[str, str]
+    #: moto's request log (one line per request); ``None`` for a server the tests did not start.
+    log: Path | None = None
+
+    def requests(self) -> list[str] | None:
+        """The requests the server has answered so far (method and path, one line each), when its log tells
+        (``None``: it does not)."""
+        if self.log is None:
+            return None
+        found = (re.search(r"(GET|PUT|HEAD|POST|DELETE) (\S+) HTTP/1\.1", line)
+                 for line in self.log.read_text(errors="replace").splitlines())  # fmt: skip
+        return [f"{match[1]} {match[2]}" for match in found if match]
 
     def new_bucket(self, *, versioned: bool = False, lock: str | None = None) -> str:
         """Create an empty bucket with a fresh name; return the name. ``versioned``: with versioning on; ``lock``
@@ -107,4 +119,4 @@ def s3_server_under_test(log_dir: Path) -> Iterator[S3Server]:
             "AWS_ACCESS_KEY_ID": "kbackup-test",
             "AWS_SECRET_ACCESS_KEY": "kbackup-test-secret",
         }
-        yield S3Server(endpoint, env)
+        yield S3Server(endpoint, env, log_dir / "moto-server.log")

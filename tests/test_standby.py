@@ -25,6 +25,7 @@ from tests.kafka_helpers import (
 )
 from tests.live_load import Producer, client_args, wait_for
 from tests.restore_helpers import Target, check_groups, comparable, group_offsets, run_restore, start_restore
+from tests.s3_server import S3Server
 
 
 def produce(kafka: BrokerUnderTest, topic: str, partitions: int, first: int, last: int) -> None:
@@ -452,3 +453,66 @@ def test_a_follower_started_again_refuses_a_standby_someone_wrote_into_meanwhile
     assert "already hold records that are not an earlier run of this restore" in output(refused), output(refused)
     assert f"{standby}/0" in output(refused) and "Traceback" not in output(refused)
     assert consume_all(target.broker, [standby]) == before  # nothing produced after the stranger's record
+
+
+def highest_pass(log: Path) -> int:
+    return max((int(n) for n in re.findall(r"pass (\d+):", log.read_text(errors="replace"))), default=0)
+
+
+@pytest.mark.long
+def test_a_follower_of_a_backup_on_an_object_store_freezes_follows_and_asks_little_of_the_store_when_idle(
+    kafka: BrokerUnderTest, target: Target, s3: S3Server, tmp_path: Path
+) -> None:
+    topic = "standby-s3"
+    standby = target.name(topic)
+    create_topics(kafka, {topic: 2})
+    root = f"s3://{s3.new_bucket()}/kafka/prod"
+
+    def snapshot_to_store(state: str) -> None:
+        result = run_backup(*client_args(kafka, tmp_path), "--target-dir", root, "--topics", topic, "--snapshot",
+                            "--max-segment-size", "4096", "--checkpoint-location", tmp_path / state)  # fmt: skip
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    produce(kafka, topic, 2, 0, 300)
+    commit_offsets(kafka, "s3-readers", {(topic, 0): 40, (topic, 1): 150})
+    snapshot_to_store("spark-1")  # checkpoint 1
+    at_first = consume_all(kafka, [topic])
+    produce(kafka, topic, 2, 300, 700)
+    commit_offsets(kafka, "s3-readers", {(topic, 0): 250, (topic, 1): 349})
+    snapshot_to_store("spark-2")  # checkpoint 2
+    everything = consume_all(kafka, [topic])
+
+    follow = [*target.args(tmp_path), "--source-dir", root, "--topic-map", f"{topic}={standby}", "--follow",
+              "--follow-interval", "1"]  # fmt: skip
+    frozen = run_restore(*follow, "--until", "1")
+    assert frozen.returncode == 0, output(frozen)[-4000:]
+    restored = consume_all(target.broker, [standby])
+    assert comparable(restored) == comparable(at_first)
+    check_groups(target, standby, at_first, restored, {"s3-readers": {0: 40, 1: 150}})
+
+    # Following on, unbounded: the rest, the groups as of the newest round; then idle passes, counted in requests.
+    metrics, log = tmp_path / "follower.prom", tmp_path / "follower.log"
+    follower = start_restore(*follow, "--metrics-file", metrics, log=log)
+    try:
+        wait_for(lambda: comparable(consume_all(target.broker, [standby], timeout=20)) == comparable(everything),
+                 300, "the standby to hold every record", job=follower, log=log)  # fmt: skip
+        wait_for(lambda: gauge(metrics, "kbackup_standby_rounds_behind", missing=1) == 0, 120,
+                 "the standby to cover the newest offset round", job=follower, log=log)  # fmt: skip
+        first_pass, first_request = highest_pass(log), s3.requests()
+        time.sleep(20)
+        last_pass, last_request = highest_pass(log), s3.requests()
+    finally:
+        assert stop_driver(follower, log) == 0, log.read_text()[-4000:]
+    restored = consume_all(target.broker, [standby])
+    assert comparable(restored) == comparable(everything)
+    check_groups(target, standby, everything, restored, {"s3-readers": {0: 250, 1: 349}})
+    assert "Traceback" not in log.read_text(errors="replace")
+    assert last_pass > first_pass, log.read_text()[-3000:]
+    if first_request is not None and last_request is not None:  # moto's log tells them; another server's may not
+        idle = last_request[len(first_request) :]
+        passes = last_pass - first_pass
+        print(f"\nFIGURE idle passes of a follower of 1 topic x 2 partitions on S3 (moto): {len(idle) / passes:.1f} "
+              f"requests each ({passes} passes)")  # fmt: skip
+        # A pass with nothing to restore reads the catalogs, partition indexes, offsets and its hold: no segment
+        # (each partition has several here; a pass that counted from the backup's first record opened them all).
+        assert not [request for request in idle if "segment_partition_" in request], idle

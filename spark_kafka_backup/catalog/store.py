@@ -14,7 +14,7 @@ copied without its state directory): it is read as the original's, structure che
 from __future__ import annotations
 
 from spark_kafka_backup.catalog.model import PartitionCatalog
-from spark_kafka_backup.errors import DamagedBackupError, FormatError
+from spark_kafka_backup.errors import BackupNotFoundError, DamagedBackupError, FormatError
 from spark_kafka_backup.partition.layout import state_dir
 from spark_kafka_backup.storage import Location, exists, read_limited, write_whole
 
@@ -77,11 +77,12 @@ def read_catalog(root: Location, topic: str, partition: int, *, expected: bool =
     """The partition's catalog, ``None`` when it has none. ``expected``: the caller has segments of the partition
     to record or check, so a catalog lost after one was kept raises :class:`DamagedBackupError`."""
     path = catalog_path(root, topic, partition)
-    if not exists(path):
+    try:
+        data = read_limited(path, MAX_CATALOG_BYTES)  # not asked whether it exists first: a request less on a store
+    except BackupNotFoundError:
         if expected:
             refuse_lost_catalog(root, topic, partition)
         return None
-    data = read_limited(path, MAX_CATALOG_BYTES)
     if not data and not exists(cataloged_marker_path(root, topic, partition)):
         # A placeholder's first catalog, written unsynced and unmarked (write_catalog(sync=False)), that a power
         # loss left empty: never kept, so none (the next write replaces it).

@@ -81,7 +81,7 @@ class PartitionReader:
             self.topic_dir / (segment.name + INDEX_SUFFIX),
         )
 
-    def _segments_between(
+    def segments_between(
         self, from_offset: int | None, to_offset: int | None, skip_segments: frozenset[str]
     ) -> Iterator[tuple[PartitionIndexEntry, Location, Location]]:
         """The segments that may hold offsets in ``from_offset..to_offset``, in order, less ``skip_segments``."""
@@ -108,7 +108,7 @@ class PartitionReader:
         leave out damaged segments).
         """
         previous = -1
-        for segment, records_path, index_path in self._segments_between(from_offset, to_offset, skip_segments):
+        for segment, records_path, index_path in self.segments_between(from_offset, to_offset, skip_segments):
             for record in iter_segment(
                 records_path, index_path, from_offset=from_offset, legacy=self.legacy, keys=self.keys
             ):
@@ -129,7 +129,7 @@ class PartitionReader:
         """:meth:`records`, as columnar batches (see :mod:`spark_kafka_backup.partition.segment_batches`); with
         ``keep``, only the records whose offsets it holds for."""
         previous = -1
-        for segment, records_path, index_path in self._segments_between(from_offset, to_offset, skip_segments):
+        for segment, records_path, index_path in self.segments_between(from_offset, to_offset, skip_segments):
             batches = iter_segment_batches(records_path, index_path, from_offset=from_offset, legacy=self.legacy,
                                            keep=keep, keys=self.keys)  # fmt: skip
             for batch in batches:

@@ -236,16 +236,18 @@ def _indexed_matches(
 def _indexed_spans(
     reader: PartitionReader, window: Window, below: int | None
 ) -> Iterator[tuple[Location, Location, SegmentIndexFile, int, int]]:
-    """Per segment not skipped: its files, its open index, and the entries ``first .. last - 1`` in the offset
-    window (and below ``below``)."""
+    """Per segment not skipped that may hold offsets in the window (by the segments' start offsets: the indexes of
+    the others are not opened, which on an object store is a request or more each): its files, its open index, and
+    the entries ``first .. last - 1`` in the offset window (and below ``below``)."""
     low = window.from_offset
     high = window.to_offset + 1 if window.to_offset is not None else None
     if below is not None:
         high = below if high is None else min(high, below)
-    for segment in reader.segments:
-        if segment.name in window.skip_segments:
-            continue
-        records_path, index_path = reader.segment_paths(segment)
+    if high is not None and low is not None and high <= low:
+        return
+    for _segment, records_path, index_path in reader.segments_between(
+        low, None if high is None else high - 1, window.skip_segments
+    ):
         with SegmentIndexFile(index_path, legacy=reader.legacy) as index:
             first = index.bisect(low) if low is not None else 0
             last = index.bisect(high) if high is not None else index.count

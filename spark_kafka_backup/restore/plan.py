@@ -130,6 +130,10 @@ class TopicPlan:
         return f"{self.source_topic}: backed up from cluster {self.origin_cluster}, topic id {self.origin_topic_id}"
 
 
+#: ``PartitionPlan.selected`` of a follower's pass until it is counted from where the standby stands.
+UNCOUNTED = -1
+
+
 @dataclass
 class PartitionPlan:
     source_topic: str
@@ -258,7 +262,9 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
                     target,
                     partition,
                     window,
-                    count_selected(reader, window),
+                    # A follower's pass counts once it knows where the standby stands (_place, _start_where_needed):
+                    # counted from the backup's first record, every pass would open every segment's index.
+                    count_selected(reader, window) if settings.pass_ends is None else UNCOUNTED,
                     _restored_groups(
                         read_consumer_offsets(topic_dir, partition)
                         if historic is None
@@ -337,12 +343,11 @@ def _start_where_needed(plan: RestorePlan, settings: RestoreSettings) -> None:
                 # placed it stays (the backup cannot say where that record is any more, the standby still has it).
                 del part.groups[group]
         start = min([part.resume_from, *part.groups.values()])
-        if part.window.from_offset is not None and start <= part.window.from_offset:
-            continue
         reader = PartitionReader(
             settings.source / part.source_topic, part.source_partition, legacy=settings.legacy, keys=settings.keys
         )
-        part.window = replace(part.window, from_offset=start)
+        if part.window.from_offset is None or start > part.window.from_offset:
+            part.window = replace(part.window, from_offset=start)
         part.selected = count_selected(reader, part.window)
         part.skip = count_selected(reader, part.window, below=part.resume_from)
         part.status = "already restored" if part.skip == part.selected else "resume"
@@ -749,10 +754,16 @@ def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: d
         if marker is not None and marker.restore == part.identity:
             part.resume_from, part.baseline, part.after_last = marker.resume_from, marker.first, marker.next
             part.has_marker = True
+            lost.extend(missing_records([key], markers, {key: part.identity}, earliest, latest, head_loss=retained))
+            if part.selected == UNCOUNTED:  # a follower's pass: counted from where it reads (_start_where_needed)
+                ahead = replace(part.window, from_offset=max(marker.resume_from, part.window.from_offset or 0))
+                part.status = "resume" if count_selected(reader, ahead) else "already restored"
+                continue
             part.skip = count_selected(reader, part.window, below=marker.resume_from)
             part.status = "already restored" if part.skip == part.selected else "resume"
-            lost.extend(missing_records([key], markers, {key: part.identity}, earliest, latest, head_loss=retained))
             continue
+        if part.selected == UNCOUNTED:
+            part.selected = count_selected(reader, part.window)
         part.replaces = marker.restore if marker is not None else None
         held = part.target_end - part.target_start
         part.after_last = part.target_end

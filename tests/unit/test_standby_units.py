@@ -235,3 +235,22 @@ def test_round_lag_is_exported_only_for_a_backup_with_rounds() -> None:
     assert samples[("kbackup_standby_round_seconds_behind", ())] == 5.0
     assert samples[("kbackup_standby_rounds_behind", ())] == 0
     assert samples[("kbackup_standby_records_behind_round", (("partition", "0"), ("topic", "t")))] == 0
+
+
+def test_counting_a_window_opens_only_the_segments_that_may_hold_it(tmp_path: Path) -> None:
+    """A follower's pass counts what the backup added since the standby's position: the indexes of the segments
+    below it are not opened (on an object store, a request or more each, at every pass)."""
+    from spark_kafka_backup.partition.reader import PartitionReader
+    from spark_kafka_backup.partition.selection import Window, count_selected
+
+    old_backup(tmp_path)  # 40 records in small segments
+    reader = PartitionReader(tmp_path / "t", 0)
+    assert len(reader.segments) > 4
+    assert count_selected(reader, Window(from_offset=30, to_offset=39)) == 10
+    starts = [segment.start_offset for segment in reader.segments]
+    for segment in reader.segments:
+        if segment.start_offset < 30 and starts[starts.index(segment.start_offset) + 1] <= 30:
+            reader.segment_paths(segment)[1].unlink()  # wholly below the window: must not be needed
+    assert count_selected(reader, Window(from_offset=30, to_offset=39)) == 10
+    assert count_selected(reader, Window(from_offset=30, to_offset=39), below=35) == 5
+    assert count_selected(reader, Window(from_offset=40, to_offset=39)) == 0
