@@ -213,6 +213,21 @@ def test_round_trip_through_sasl_ssl_with_exactly_the_documented_acls_and_no_sec
     assert f'kbackup_backup_records_written_total{{target="{backup}",topic="{TOPIC}"}} 300\n' in exposed
     assert f'kbackup_backup_up{{target="{backup}"}} 0\n' in exposed
     assert f'\nkbackup_backup_last_success_timestamp_seconds{{target="{backup}"}} ' in exposed
+    # The cluster around the topic: its ACLs (literal and prefixed, as granted above) and SCRAM users are kept; the
+    # broker configurations, which the documented ACLs do not let it describe, are kept as not captured, said once.
+    versions = json.loads("\n".join(kbackup_lines("describe", backup, "--metadata", "--json")))["versions"]
+    newest = versions[-1]
+    bindings = {(b["resourceType"], b["name"], b["patternType"], b["principal"], b["operation"])
+                for b in newest["acls"]["bindings"]}  # fmt: skip
+    for user, rows in ((BACKUP_USER, BACKUP_ACLS), (RESTORE_USER, RESTORE_ACLS)):
+        assert {(kind, name, pattern, f"User:{user}", operation) for kind, name, pattern, operation in rows} <= bindings
+    users = {(u["name"], u["mechanism"]) for u in newest["scramUsers"]["users"]}
+    assert {(BACKUP_USER, "SCRAM-SHA-512"), (RESTORE_USER, "SCRAM-SHA-512")} <= users
+    assert newest["brokerConfigs"]["captured"] is False
+    assert newest["brokerConfigs"]["permission"] == "DESCRIBE_CONFIGS on the cluster"
+    warned = [line for line in (done.stdout + done.stderr).splitlines() if "WARNING cluster metadata" in line]
+    assert len(warned) == 1 and "broker configurations not captured" in warned[0], warned
+    assert warned[0].endswith("(needs DESCRIBE_CONFIGS on the cluster)"), warned
 
     restore_config = secured.java_settings(RESTORE_USER, RESTORE_PASSWORD, "PKCS12")
     restore_args = [

@@ -1,7 +1,8 @@
 """A continuous backup's periodic questions to the cluster, asked on a thread of their own.
 
 Every ``interval`` seconds the watch (1) records the selected topics'
-configuration in the catalog (at most every :data:`TOPICS_INTERVAL_SECONDS`)
+configuration in the catalog and captures the cluster around them (:mod:`spark_kafka_backup.backup.cluster_metadata`),
+at most every :data:`TOPICS_INTERVAL_SECONDS`,
 and (2) takes a consumer offset round (:func:`~spark_kafka_backup.backup.group_offsets.take_round`);
 every ``sample_every`` seconds between rounds it reads the last stable
 offsets alone for the job's metrics; every :data:`REQUESTS_CHECK_SECONDS` it (3) takes the cut of each checkpoint
@@ -36,6 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from spark_kafka_backup.backup.cluster_metadata import MetadataKeeper
 from spark_kafka_backup.backup.group_offsets import (
     OffsetRound,
     RecordedTopics,
@@ -98,12 +100,14 @@ class ClusterWatch:
         prepared: Iterable[TopicPartitionKey] = (),
         sample_every: float | None = None,
         groups: IsolatedGroupOffsets | None = None,
+        metadata: MetadataKeeper | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._target = target
         self._selection = selection
         self._session = session
         self._groups = groups
+        self._metadata = metadata
         self._servers = servers
         self._interval = interval
         self._sample_every = sample_every
@@ -215,6 +219,13 @@ class ClusterWatch:
         if recorded.recreated:
             with self._lock:
                 self._found.recreated += [(recorded.cluster_id, item) for item in recorded.recreated]
+        if self._metadata is not None:
+            try:
+                self._session.call(self._metadata.keep)
+            except ClusterError as exc:  # not answering now: captured at the next look, the round taken all the same
+                if not exc.transient:
+                    raise
+                log.debug("cluster metadata not captured this time: %s", exc)
 
     def _prepare(self, partitions: Iterable[TopicPartitionKey]) -> None:
         """Give partitions that appeared since the last round (a topic grew, a new topic matched) their files, so

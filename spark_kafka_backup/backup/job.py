@@ -46,6 +46,7 @@ from types import FrameType
 from typing import Any
 
 from spark_kafka_backup.backup.access import backup_permissions
+from spark_kafka_backup.backup.cluster_metadata import MetadataKeeper
 from spark_kafka_backup.backup.cluster_watch import ClusterWatch
 from spark_kafka_backup.backup.group_offsets import (
     OffsetRound,
@@ -178,6 +179,7 @@ class BackupJob:
             check_writable_root(settings.checkpoint_location, what="Spark checkpoint location")
         session = AdminSession({**settings.client, "socket.timeout.ms": "10000"})
         self._groups = IsolatedGroupOffsets({**settings.client, "socket.timeout.ms": "10000"})
+        self._metadata = MetadataKeeper(settings.target, settings.selection)
         self._preflight(session)
         if settings.schema_registry is not None:
             interval = settings.schema_registry_interval or settings.offsets_interval
@@ -278,6 +280,7 @@ class BackupJob:
                 prepared=first_round.ends,  # ensure_partitions gave them their files
                 sample_every=settings.monitoring.metrics_interval if self._publisher_enabled else None,
                 groups=self._groups,
+                metadata=self._metadata,
             )
             watch.start()
         try:
@@ -488,6 +491,10 @@ class BackupJob:
         if recorded.changed:
             log.info("topic configuration recorded for %s", count(recorded.changed, "topic"))
         self._refuse_recreated(recorded.cluster_id, recorded.recreated)
+        try:
+            session.call(self._metadata.keep)
+        except ClusterError as exc:  # the cluster around the topics waits for the next capture, never the records
+            log.warning("cluster metadata not captured this time: %s", exc)
 
     def _refuse_recreated(self, cluster_id: str, recreated: list[Recreated]) -> None:
         """Name each topic found deleted and created again, once; the job exits 1 at its end for them."""

@@ -31,7 +31,7 @@ from spark_kafka_backup.report.summary import (
     missing_offsets,
 )
 from spark_kafka_backup.storage import Location, exists, parse_location, read_limited
-from spark_kafka_backup.text import count, shown
+from spark_kafka_backup.text import count, iso_time, shown
 
 
 def cmd_cat(args: argparse.Namespace, out: TextIO) -> None:
@@ -251,6 +251,9 @@ def cmd_describe(args: argparse.Namespace, out: TextIO) -> None:
     from spark_kafka_backup.report.summary import summarize_backup
 
     root = parse_location(args.dir)
+    if args.metadata:
+        _describe_metadata(root, out, as_json=args.json)
+        return
     summary = summarize_backup(root, chosen_topics(root, args.topic), legacy=args.legacy_no_magic, keys=args.keys)
     if args.json:
         json.dump(summary.to_json(), out, indent=2)
@@ -275,6 +278,38 @@ def cmd_describe(args: argparse.Namespace, out: TextIO) -> None:
                 out.write(f"    group {shown(group)}: {offset}\n")
     for checkpoint in summary.checkpoints:
         out.write(f"checkpoint {checkpoint.id}: {checkpoint.status}\n")
+
+
+def _describe_metadata(root: Location, out: TextIO, *, as_json: bool) -> None:
+    """``describe --metadata``: each kept version of the cluster metadata, the first whole, the others as changes."""
+    from spark_kafka_backup.catalog.cluster_metadata import NotCaptured, changes, read_version, version_times
+
+    if not exists(root):
+        raise BackupNotFoundError(f"{root}: no such backup")
+    versions = [read_version(root, at) for at in version_times(root)]
+    if as_json:
+        json.dump({"versions": [version.document() for version in versions]}, out, indent=2)
+        out.write("\n")
+        return
+    if not versions:
+        out.write(f"backup {root}: no cluster metadata captured (a backup by an earlier version, or the original)\n")
+        return
+    out.write(f"backup {root}: cluster metadata, {count(len(versions), 'version')}\n")
+    previous = None
+    for version in versions:
+        out.write(f"{iso_time(version.captured_at)} cluster {shown(version.cluster_id)}: {version.summary()}\n")
+        for what, section in (
+            ("ACLs", version.acls),
+            ("client quotas", version.quotas),
+            ("SCRAM users", version.scram_users),
+            ("broker configurations", version.broker_configs),
+        ):
+            if isinstance(section, NotCaptured):
+                out.write(f"  {what} not captured: {shown(section.describe())}\n")
+        for line in changes(previous, version):
+            if "not captured" not in line:
+                out.write(f"  {shown(line)}\n")
+        previous = version
 
 
 def cmd_report(args: argparse.Namespace, out: TextIO) -> None:

@@ -86,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     describe_backup.add_argument("dir", metavar="DIR", help="backup root")
     describe_backup.add_argument("--topic", help="only this topic")
     describe_backup.add_argument("--json", action="store_true", help="print JSON")
+    describe_backup.add_argument(
+        "--metadata",
+        action="store_true",
+        help="the cluster around the topics as the backup captured it, version by version: ACLs, client quotas, "
+        "SCRAM users, dynamic broker configurations, topics' partitions and replication",
+    )
     describe_backup.set_defaults(func=cmd_describe)
 
     report = sub.add_parser("report", parents=[legacy], help="write a self-contained HTML page about a backup")

@@ -1,0 +1,75 @@
+"""The backup's captures of the cluster around its topics (:mod:`spark_kafka_backup.catalog.cluster_metadata`).
+
+:meth:`MetadataKeeper.keep` is called where the backup records its topics' configuration: at the start, about once a
+minute from a continuous backup's cluster watch, and at the end. It reads the cluster
+(:mod:`spark_kafka_backup.kafka.cluster_metadata`) and keeps a new version when anything changed. A section the
+principal may not describe is said once per job, as a warning naming the permission; a capture that fails for
+another reason is a warning too, and the next one tries again: the records are never held up by it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from spark_kafka_backup.catalog.cluster_metadata import (
+    ClusterMetadata,
+    NotCaptured,
+    changes,
+    keep_if_changed,
+    metadata_as_of,
+)
+from spark_kafka_backup.errors import ClusterError, SparkKafkaBackupError
+from spark_kafka_backup.kafka.cluster import partition_counts
+from spark_kafka_backup.kafka.cluster_metadata import QUOTAS_NOT_READ, capture_metadata
+from spark_kafka_backup.kafka.topics import TopicSelection
+from spark_kafka_backup.storage import Location
+from spark_kafka_backup.text import count
+
+log = logging.getLogger("spark_kafka_backup.backup")
+
+
+class MetadataKeeper:
+    def __init__(self, target: Location, selection: TopicSelection) -> None:
+        self.target = target
+        self.selection = selection
+        self._last: ClusterMetadata | None = None
+        self._read = False
+        self._said: set[str] = set()
+
+    def keep(self, admin: Any, timeout: float) -> None:
+        """Capture and keep (module docstring); a transient cluster error propagates (the caller's session asks
+        again), any other failure is a warning."""
+        try:
+            if not self._read:
+                self._last, self._read = metadata_as_of(self.target), True
+            topics = self.selection.select(partition_counts(admin, timeout=timeout))
+            metadata = capture_metadata(admin, topics, timeout=timeout)
+            kept = keep_if_changed(self.target, metadata, self._last)
+        except ClusterError as exc:
+            if exc.transient:
+                raise
+            self._once(f"cluster metadata not captured: {exc}")
+            return
+        except SparkKafkaBackupError as exc:
+            self._once(f"cluster metadata not kept: {exc}")
+            return
+        for what, section in (("ACLs", metadata.acls), ("SCRAM users", metadata.scram_users),
+                              ("broker configurations", metadata.broker_configs)):  # fmt: skip
+            if isinstance(section, NotCaptured):
+                self._once(f"cluster metadata: {what} not captured: {section.describe()}")
+        if isinstance(metadata.quotas, NotCaptured) and metadata.quotas.reason == QUOTAS_NOT_READ:
+            log.debug("cluster metadata: %s", QUOTAS_NOT_READ)
+        if kept is not None:
+            if self._last is None:
+                log.info("cluster metadata captured: %s", kept.summary())
+            else:
+                lines = changes(self._last, kept)
+                log.info("cluster metadata changed (%s): %s", count(len(lines), "change"), "; ".join(lines[:5])
+                         + ("; ..." if len(lines) > 5 else ""))  # fmt: skip
+            self._last = kept
+
+    def _once(self, line: str) -> None:
+        if line not in self._said:
+            self._said.add(line)
+            log.warning("%s", line)

@@ -1,0 +1,175 @@
+"""Reading the cluster around the topics (:mod:`spark_kafka_backup.catalog.cluster_metadata`) through the admin API:
+ACL bindings (DescribeAcls), SCRAM users (DescribeUserScramCredentials), the dynamic broker configurations, cluster
+defaults and per broker (DescribeConfigs of each broker), and the partition count and replication factor of the
+backed-up topics (DescribeTopics).
+
+Each section is asked on its own: one the principal may not describe becomes a
+:class:`~spark_kafka_backup.catalog.cluster_metadata.NotCaptured` naming the permission, and the others are kept. A
+cluster without an authorizer has no ACLs (kept as none). Client quotas are not read through this client
+(librdkafka has no DescribeClientQuotas): they are kept as not captured, saying so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from spark_kafka_backup.catalog.cluster_metadata import (
+    AclEntry,
+    BrokerConfigs,
+    ClusterMetadata,
+    NotCaptured,
+    ScramUser,
+    TopicShape,
+)
+from spark_kafka_backup.errors import ClusterError
+from spark_kafka_backup.kafka.cluster import is_transient
+
+T = TypeVar("T")
+
+#: Why client quotas are not in a capture of this version.
+QUOTAS_NOT_READ = "client quotas are not read by this version of spark-kafka-backup (librdkafka cannot describe them)"
+
+
+def capture_metadata(admin: Any, topics: Iterable[str], *, timeout: float = 30) -> ClusterMetadata:
+    """One capture of the cluster (module docstring); a section that fails for another reason than a refusal raises
+    :class:`~spark_kafka_backup.errors.ClusterError` (the caller's session asks again)."""
+    description = _ask("describe the cluster", lambda: admin.describe_cluster(request_timeout=timeout).result())
+    if isinstance(description, NotCaptured):  # DescribeCluster needs no permission: not a refusal
+        raise ClusterError(f"cannot describe the cluster: {description.reason}")
+    broker_ids = sorted(node.id for node in description.nodes)
+    return ClusterMetadata(
+        captured_at=int(time.time() * 1000),
+        cluster_id=str(description.cluster_id),
+        acls=_acls(admin, timeout),
+        quotas=NotCaptured(QUOTAS_NOT_READ),
+        scram_users=_scram_users(admin, timeout),
+        broker_configs=_broker_configs(admin, broker_ids, timeout),
+        topics=_topic_shapes(admin, sorted(set(topics)), timeout),
+    )
+
+
+def _ask(what: str, ask: Callable[[], T], permission: str | None = None) -> T | NotCaptured:
+    """``ask()``; a refusal (an authorization error) as :class:`NotCaptured` naming ``permission``."""
+    try:
+        return ask()
+    except Exception as exc:
+        name, text = _reason(exc)
+        if "AUTHORIZATION" in name and permission is not None:
+            return NotCaptured(f"the cluster refused to {what}: {text}", permission)
+        raise ClusterError(f"cannot {what}: {text}", transient=_transient(exc)) from exc
+
+
+def _reason(exc: BaseException) -> tuple[str, str]:
+    error = exc.args[0] if exc.args else exc
+    name = error.name() if hasattr(error, "name") else type(exc).__name__
+    text = error.str() if hasattr(error, "str") else str(exc)
+    return name, text
+
+
+def _transient(exc: BaseException) -> bool:
+    error = exc.args[0] if exc.args else None
+    return hasattr(error, "retriable") and is_transient(error)
+
+
+def _acls(admin: Any, timeout: float) -> tuple[AclEntry, ...] | NotCaptured:
+    from confluent_kafka.admin import (
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    every = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                             AclPermissionType.ANY)  # fmt: skip
+    try:
+        bindings = admin.describe_acls(every, request_timeout=timeout).result()
+    except Exception as exc:
+        name, text = _reason(exc)
+        if name == "SECURITY_DISABLED":
+            return ()  # no authorizer: no ACLs
+        if "AUTHORIZATION" in name:
+            return NotCaptured(f"the cluster refused to describe its ACLs: {text}", "DESCRIBE on the cluster")
+        raise ClusterError(f"cannot describe its ACLs: {text}", transient=_transient(exc)) from exc
+    return tuple(
+        sorted(
+            AclEntry(
+                # librdkafka names Kafka's CLUSTER resource type BROKER.
+                "CLUSTER" if binding.restype.name == "BROKER" else binding.restype.name,
+                binding.name,
+                binding.resource_pattern_type.name,
+                binding.principal,
+                binding.host,
+                binding.operation.name,
+                binding.permission_type.name,
+            )
+            for binding in bindings
+        )
+    )
+
+
+def _scram_users(admin: Any, timeout: float) -> tuple[ScramUser, ...] | NotCaptured:
+    def ask() -> tuple[ScramUser, ...]:
+        described = admin.describe_user_scram_credentials(request_timeout=timeout).result()
+        users = []
+        for name, description in described.items():
+            for info in description.scram_credential_infos:
+                users.append(ScramUser(name, info.mechanism.name.replace("_", "-"), int(info.iterations)))
+        return tuple(sorted(users))
+
+    return _ask("describe its SCRAM users", ask, "DESCRIBE on the cluster")
+
+
+def _broker_configs(admin: Any, broker_ids: list[int], timeout: float) -> BrokerConfigs | NotCaptured:
+    """Each broker's configuration, as it answers for itself: what it has from the cluster-wide dynamic defaults
+    (librdkafka cannot ask for those by themselves) and its own dynamic ones. A default every broker overrides is not
+    seen."""
+    from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
+
+    def ask() -> BrokerConfigs:
+        resources = [ConfigResource(ResourceType.BROKER, str(broker)) for broker in broker_ids]
+        futures = admin.describe_configs(resources, request_timeout=timeout)
+        cluster: dict[str, str | None] = {}
+        brokers: dict[int, dict[str, str | None]] = {}
+        sensitive: set[str] = set()
+        for resource, future in futures.items():
+            own: dict[str, str | None] = {}
+            for name, entry in future.result().items():
+                if entry.source not in (ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value,
+                                        ConfigSource.DYNAMIC_BROKER_CONFIG.value):  # fmt: skip
+                    continue
+                if entry.is_sensitive:
+                    sensitive.add(name)
+                value = None if entry.is_sensitive else entry.value
+                if entry.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value:
+                    own[name] = value
+                else:
+                    cluster[name] = value
+            if own:
+                brokers[int(resource.name)] = own
+        return BrokerConfigs(cluster, brokers, tuple(sorted(sensitive)))
+
+    return _ask("describe its broker configurations", ask, "DESCRIBE_CONFIGS on the cluster")
+
+
+def _topic_shapes(admin: Any, topics: list[str], timeout: float) -> dict[str, TopicShape]:
+    from confluent_kafka import TopicCollection
+
+    if not topics:
+        return {}
+    shapes = {}
+    futures = admin.describe_topics(TopicCollection(topics), request_timeout=timeout)
+    for topic, future in futures.items():
+        try:
+            description = future.result()
+        except Exception as exc:
+            name, text = _reason(exc)
+            if name == "UNKNOWN_TOPIC_OR_PART":
+                continue  # deleted since it was listed
+            raise ClusterError(f"cannot describe topic {topic!r}: {text}", transient=_transient(exc)) from exc
+        partitions = description.partitions
+        replicas = max((len(partition.replicas) for partition in partitions), default=0)
+        shapes[topic] = TopicShape(len(partitions), replicas)
+    return shapes

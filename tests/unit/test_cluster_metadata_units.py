@@ -1,0 +1,108 @@
+"""The kept versions of the cluster around the topics (spark_kafka_backup.catalog.cluster_metadata): their document,
+when a capture makes a new one, which one is in force at a time, and what changed."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from spark_kafka_backup.catalog.cluster_metadata import (
+    AclEntry,
+    BrokerConfigs,
+    ClusterMetadata,
+    NotCaptured,
+    QuotaEntry,
+    ScramUser,
+    TopicShape,
+    changes,
+    keep_if_changed,
+    metadata_as_of,
+    metadata_dir,
+    read_version,
+    version_times,
+)
+from spark_kafka_backup.errors import FormatError
+
+READ_ORDERS = AclEntry("TOPIC", "orders", "LITERAL", "User:alice", "*", "READ", "ALLOW")
+WRITE_PAYMENTS = AclEntry("TOPIC", "payments.", "PREFIXED", "User:bob", "*", "WRITE", "ALLOW")
+
+
+def capture(at: int, **changed: object) -> ClusterMetadata:
+    metadata = ClusterMetadata(
+        captured_at=at,
+        cluster_id="q1Sh-9_ISia_zwGINzRvyQ",
+        acls=(READ_ORDERS, WRITE_PAYMENTS),
+        quotas=(
+            QuotaEntry({"user": "alice", "client-id": None}, {"producer_byte_rate": 1048576.0}),
+            QuotaEntry({"user": None}, {"request_percentage": 12.5}),
+        ),
+        scram_users=(ScramUser("alice", "SCRAM-SHA-512", 8192),),
+        broker_configs=BrokerConfigs(
+            {"min.insync.replicas": "2"},
+            {1: {"log.cleaner.threads": "2", "listener.password": None}},
+            ("listener.password",),
+        ),
+        topics={"orders": TopicShape(6, 3)},
+    )
+    return replace(metadata, **changed)  # type: ignore[arg-type]
+
+
+def test_a_version_reads_back_as_written_and_names_its_file_when_damaged(tmp_path: Path) -> None:
+    kept = keep_if_changed(tmp_path, capture(1000), None)
+    assert kept is not None and read_version(tmp_path, 1000) == kept
+    refused = capture(2000, scram_users=NotCaptured("the cluster refused", "DESCRIBE on the cluster"))
+    keep_if_changed(tmp_path, refused, kept)
+    assert read_version(tmp_path, 2000).scram_users == NotCaptured("the cluster refused", "DESCRIBE on the cluster")
+    path = metadata_dir(tmp_path) / "metadata-000000000002000.json"
+    path.write_text(path.read_text().replace('"captured": true', '"captured": "yes"', 1))
+    with pytest.raises(FormatError) as damaged:
+        read_version(tmp_path, 2000)
+    assert str(path) in str(damaged.value)
+    (metadata_dir(tmp_path) / "metadata-2000.json").write_text("{}")
+    with pytest.raises(FormatError, match=r"metadata-<15 digits>\.json"):
+        version_times(tmp_path)
+
+
+def test_a_capture_that_changes_nothing_keeps_no_version_and_the_one_in_force_is_the_newest_by_then(
+    tmp_path: Path,
+) -> None:
+    first = keep_if_changed(tmp_path, capture(1000), None)
+    assert keep_if_changed(tmp_path, capture(2000), first) is None  # the same content, later: nothing written
+    later = keep_if_changed(tmp_path, capture(3000, acls=(READ_ORDERS,)), first)
+    assert later is not None and version_times(tmp_path) == [1000, 3000]
+    assert metadata_as_of(tmp_path, 999) is None
+    as_of = metadata_as_of(tmp_path, 2999)
+    assert as_of is not None and as_of.acls == (READ_ORDERS, WRITE_PAYMENTS)  # 2000 kept nothing: 1000 stands
+    newest = metadata_as_of(tmp_path)
+    assert newest is not None and newest.acls == (READ_ORDERS,)
+    # A clock stepped back: the next version still sorts after the last.
+    stepped = keep_if_changed(tmp_path, capture(500, acls=()), later)
+    assert stepped is not None and stepped.captured_at == 3001 and version_times(tmp_path)[-1] == 3001
+
+
+def test_changes_name_what_was_added_removed_or_changed() -> None:
+    older = capture(1000)
+    newer = capture(
+        2000,
+        acls=(READ_ORDERS, AclEntry("GROUP", "app", "LITERAL", "User:alice", "*", "READ", "ALLOW")),
+        broker_configs=BrokerConfigs({"min.insync.replicas": "1"}, {1: {"log.cleaner.threads": "2"}}),
+        quotas=NotCaptured("the cluster refused to describe its quotas", "DESCRIBE_CONFIGS on the cluster"),
+        topics={"orders": TopicShape(8, 3), "audit": TopicShape(1, 3)},
+    )
+    assert changes(older, newer) == [
+        "+ ACL: ALLOW User:alice READ on GROUP app",
+        "- ACL: ALLOW User:bob WRITE on TOPIC payments. (prefixed)",
+        "quotas: not captured: the cluster refused to describe its quotas (needs DESCRIBE_CONFIGS on the cluster)",
+        "+ config (cluster default): min.insync.replicas=1",
+        "- config (broker 1): listener.password",
+        "+ topic audit: 1 partitions, replication factor 3",
+        "+ topic orders: 8 partitions, replication factor 3",
+    ]
+    assert changes(newer, newer) == []
+    first = changes(None, older)
+    assert "+ config (broker 1): listener.password=(sensitive)" in first
+    assert "+ quota: user=<default>: request_percentage=12.5" in first
+    assert "+ SCRAM user: alice (SCRAM-SHA-512, 8192 iterations)" in first
+    assert older.summary() == ("2 ACLs, 2 client quotas, 1 SCRAM credential, 3 dynamic broker configurations, 1 topic")
