@@ -77,6 +77,10 @@ def test_files_are_written_read_listed_and_deleted(root: Location) -> None:
     storage.write_whole(file, b"replaced")  # whole: the old bytes are gone
     assert storage.read_limited(file, 100) == b"replaced"
     assert storage.list_files(root / "dir") == ["file"]
+    storage.write_whole(root / "dir" / "other", b"o")
+    assert storage.list_files(root / "dir", starting_with="fi") == ["file"]  # a store lists that prefix alone
+    assert not storage.list_files(root / "dir", starting_with="zz")
+    storage.delete(root / "dir" / "other")
     assert storage.list_dirs(root) == ["dir"]
     assert storage.list_files(root / "nothing") is None and storage.list_dirs(root / "nothing") is None
     assert storage.create_exclusive(root / "once", b"a") is True

@@ -36,6 +36,13 @@ from spark_kafka_backup.storage import Location, ObjectPath, storage_for, write_
 
 _FILE = re.compile(r"^offsets-[0-9T:_.-]+\.avro$")
 
+#: What fastavro raises for a file that ends inside a block (a torn append, one being written).
+_TORN = (ValueError, EOFError, StopIteration, OSError, IndexError)
+
+#: Records buffered before fastavro ends a block: more than any round, so that a round is one block, which a reader
+#: sees whole or not at all (a round in several blocks, read between two of them, would look complete).
+_ROUND_BLOCK = 1 << 30
+
 
 def history_dir(root: Location) -> Location:
     """``STATE/offsets-history`` (see :func:`spark_kafka_backup.partition.layout.state_dir`)."""
@@ -109,7 +116,7 @@ def append_round(
     path = history_file(root, round_time)
     if isinstance(path, ObjectPath):
         buffer = io.BytesIO()
-        fastavro.writer(buffer, SCHEMA, records)
+        fastavro.writer(buffer, SCHEMA, records, sync_interval=_ROUND_BLOCK)
         write_whole(path, buffer.getvalue())
         return len(records)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -120,7 +127,7 @@ def append_round(
             _rewrite(path, [{**record, "topicId": record.get("topicId")} for record in valid])
         try:
             with open(path, "a+b") as handle:
-                fastavro.writer(handle, SCHEMA, records)
+                fastavro.writer(handle, SCHEMA, records, sync_interval=_ROUND_BLOCK)
                 handle.flush()
                 os.fsync(handle.fileno())
         except OSError as exc:  # a torn tail stays: the next append cuts it first
@@ -132,7 +139,7 @@ def append_round(
 
 def _rewrite(path: Path, records: list[dict[str, Any]]) -> None:
     buffer = io.BytesIO()
-    fastavro.writer(buffer, SCHEMA, records)
+    fastavro.writer(buffer, SCHEMA, records, sync_interval=_ROUND_BLOCK)
     atomic_write(path, buffer.getvalue())
     fsync_dir(path.parent)
 
@@ -146,7 +153,7 @@ def _read_file(path: Location) -> tuple[list[dict[str, Any]], bool]:
         # marker has been read, so a torn last block is never half-used.
         for block in fastavro.block_reader(handle.stream):
             records.extend(block)  # type: ignore[arg-type]
-    except (ValueError, EOFError, StopIteration, OSError):
+    except _TORN:
         return records, True
     finally:
         handle.close()
@@ -206,65 +213,94 @@ class HistoryTail:
     """The rounds appended to a backup's offset history since the last call, for a reader that looks again and again
     (a standby's follower, every pass) without reading the whole history each time.
 
-    The first call reads the files of the day of ``since_ms`` and later. Then, on disk, where a day's file grows by
-    appends, the last file read is read on from the end of the last whole block read (a file rewritten since, after a
-    torn append, is recognised by its header, which carries a new sync marker, and read again for its rounds newer
-    than the newest already given); on an object store, where each round is an object of its own, only new objects.
-    What is kept between calls is a file name, a byte offset and a header: nothing that grows with the history."""
+    The first call reads the rounds of the day of ``since_ms`` and later (on an object store at most the newest
+    ``first_objects`` of them). Then, on disk, where a day's file grows by appends, the last file read is read on from
+    the end of the last whole block read (a file rewritten since, after a torn append, is recognised by its header,
+    which carries a new sync marker, and read again for its rounds newer than the newest already given); on an object
+    store, where each round is an object of its own, only new objects, listed by their day's name prefix (not the
+    whole history, which grows without end). Kept between calls: a file name, a byte offset and a header.
 
-    def __init__(self, root: Location, since_ms: int) -> None:
+    Entries are given as they are read: a failure part-way loses none (the next call reads on from the last block or
+    object whose entries were all given), but may give some again, which a reader takes without harm."""
+
+    def __init__(self, root: Location, since_ms: int, *, first_objects: int = 1440) -> None:
         self.root = root
-        self._since = "offsets-" + dt.datetime.fromtimestamp(since_ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d")
+        self._since = _day(since_ms)
+        self._first_objects = first_objects
         self._last: str | None = None
         self._read_to = 0
         self._header = b""
         self._newest = -1
 
-    def new_entries(self) -> list[HistoryEntry]:
+    def entries(self) -> Iterator[HistoryEntry]:
         directory = history_dir(self.root)
-        names = sorted(name for name in storage_for(directory).list_files(directory) or [] if _FILE.match(name))
-        entries: list[HistoryEntry] = []
-        for name in names:
-            if name < (self._last or self._since):
-                continue
+        for name in self._names(directory):
             path = directory / name
             if isinstance(path, ObjectPath):
-                if name == self._last:
-                    continue  # an object is written whole, once
-                records = _read_file(path)[0]
+                for record in _read_file(path)[0]:  # an object is written whole, once
+                    yield self._given(record)
                 self._last = name
             else:
-                records = self._read_on(path, continuing=name == self._last)
-                self._last = name
-            entries.extend(_entry(record) for record in records)
-        if entries:
-            self._newest = max(self._newest, max(entry.round_time for entry in entries))
-        return entries
+                yield from self._read_on(path, name)
 
-    def _read_on(self, path: Path, *, continuing: bool) -> list[dict[str, Any]]:
-        records: list[dict[str, Any]] = []
+    def _given(self, record: Mapping[str, Any]) -> HistoryEntry:
+        entry = _entry(record)
+        self._newest = max(self._newest, entry.round_time)
+        return entry
+
+    def _names(self, directory: Location) -> list[str]:
+        """The files to read, in order: on disk the last one read again (it may have grown) and any after it; on an
+        object store the objects after the last one read, listed day by day from its day to tomorrow (a backup's
+        clock a little ahead)."""
+        storage = storage_for(directory)
+        if not isinstance(directory, ObjectPath):
+            found = sorted(name for name in storage.list_files(directory) or [] if _FILE.match(name))
+            return [name for name in found if name >= (self._last or f"offsets-{self._since}")]
+        first = self._since if self._last is None else self._last[len("offsets-") : len("offsets-") + 10]
+        day = dt.date.fromisoformat(first)
+        tomorrow = dt.datetime.now(tz=dt.UTC).date() + dt.timedelta(days=1)
+        names: list[str] = []
+        while day <= tomorrow:
+            listed = storage.list_files(directory, starting_with=f"offsets-{day.isoformat()}") or []
+            names += sorted(name for name in listed if _FILE.match(name))
+            day += dt.timedelta(days=1)
+        if self._last is None:
+            return names[-self._first_objects :]
+        return [name for name in names if name > self._last]
+
+    def _read_on(self, path: Path, name: str) -> Iterator[HistoryEntry]:
+        """A day's file on disk, from where the last call stopped in it (from its start when it is new or rewritten)."""
+        continuing = name == self._last
         try:
             handle = open(path, "rb")  # noqa: SIM115 - closed below, read block by block
         except FileNotFoundError:
-            return records
+            return
         with handle:
             try:
                 reader = fastavro.block_reader(handle)
-            except (ValueError, EOFError, StopIteration, OSError):
-                return records  # a header not written whole yet
+            except _TORN:
+                return  # a header not written whole yet
             header_end = handle.tell()
             handle.seek(0)
             header = handle.read(header_end)
             rewritten = continuing and header != self._header
-            self._header = header
-            self._read_to = max(self._read_to, header_end) if continuing and not rewritten else header_end
-            handle.seek(self._read_to)
+            newest_before = self._newest
+            start = max(self._read_to, header_end) if continuing and not rewritten else header_end
+            self._last, self._header, self._read_to = name, header, start
+            handle.seek(start)
             try:
                 for block in reader:
-                    records.extend(block)  # type: ignore[arg-type]
-                    self._read_to = handle.tell()
-            except (ValueError, EOFError, StopIteration, OSError):
-                pass  # a torn or half-written last block: read again from its start next time
-        if rewritten:
-            records = [record for record in records if record["roundTimeMs"] > self._newest]
-        return records
+                    end = handle.tell()
+                    for record in block:
+                        entry = _entry(record)  # type: ignore[arg-type]
+                        if rewritten and entry.round_time <= newest_before:
+                            continue  # given before the file was rewritten
+                        self._newest = max(self._newest, entry.round_time)
+                        yield entry
+                    self._read_to = end
+            except _TORN:
+                return  # a torn or half-written last block: read again from its start next time
+
+
+def _day(epoch_ms: int) -> str:
+    return dt.datetime.fromtimestamp(epoch_ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d")

@@ -80,6 +80,8 @@ def read_catalog(root: Location, topic: str, partition: int, *, expected: bool =
     try:
         data = read_limited(path, MAX_CATALOG_BYTES)  # not asked whether it exists first: a request less on a store
     except BackupNotFoundError:
+        if exists(path):
+            raise  # something there that is not a file (a directory)
         if expected:
             refuse_lost_catalog(root, topic, partition)
         return None

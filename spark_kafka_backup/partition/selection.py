@@ -254,6 +254,17 @@ def _indexed_spans(
             yield records_path, index_path, index, first, max(first, last)
 
 
+def first_offset_from(reader: PartitionReader, offset: int) -> int | None:
+    """The offset of the partition's first record at or after ``offset`` (``None``: none), from the indexes alone: the
+    segment that may hold ``offset`` (and the next ones while they hold nothing at or after it)."""
+    for _segment, _records_path, index_path in reader.segments_between(offset, None, frozenset()):
+        with SegmentIndexFile(index_path, legacy=reader.legacy) as index:
+            at = index.bisect(offset)
+            if at < index.count:
+                return int(index.entry(at).offset)
+    return None
+
+
 class BelowCounter:
     """Counts, for each of a fixed set of offsets C, the selected records with an offset below C.
 

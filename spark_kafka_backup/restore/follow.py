@@ -69,7 +69,7 @@ from spark_kafka_backup.kafka.cluster import add_partitions, list_offsets, parti
 from spark_kafka_backup.kafka.topics import TopicSelection
 from spark_kafka_backup.partition.layout import list_partitions
 from spark_kafka_backup.partition.reader import PartitionReader
-from spark_kafka_backup.partition.selection import Window, count_selected
+from spark_kafka_backup.partition.selection import Window, count_selected, first_offset_from
 from spark_kafka_backup.restore.failover_mark import FailoverMark, finished, new_mark, read_mark, write_mark
 from spark_kafka_backup.restore.group_offsets import GroupDecision
 from spark_kafka_backup.restore.marker import ProgressMarker, marker_consumer, read_markers, refresh_markers
@@ -150,8 +150,9 @@ class Follower:
         self.name = follower_name(settings)
         self.publisher = settings.monitoring.publisher("standby", {"source": str(settings.source)})
         self.lags: dict[tuple[str, int], PartitionLag] = {}
-        # The backup's offset rounds of the last two days and on (an older standby is told "at least" that far).
-        self.history = HistoryTail(settings.source, int(time.time() * 1000) - 2 * 86_400_000)
+        # The backup's offset rounds since yesterday, at most 1,440 of them (a standby behind all of those is told
+        # "at least" that far).
+        self.history = HistoryTail(settings.source, int(time.time() * 1000) - 86_400_000)
         self.round_lag = RoundLag()
         self.rounds: RoundsBehind | None = None
         self.passes = 0
@@ -289,9 +290,11 @@ class Follower:
             )
             self.lags[key] = partition_lag(part.source_topic, part.source_partition, end, part.to_produce, position,
                                            behind)  # fmt: skip
-        self.round_lag.add(self.history.new_entries())
+        self.round_lag.add(self.history.entries())
         self.rounds = self.round_lag.behind(
-            restored, lambda key, start, end: count_selected(readers[key], Window(from_offset=start, to_offset=end - 1))
+            restored,
+            lambda key, start: first_offset_from(readers[key], start),
+            lambda key, start, end: count_selected(readers[key], Window(from_offset=start, to_offset=end - 1)),
         )
         produced = sum(result.produced for result in outcome.results)
         now = int(time.time() * 1000)

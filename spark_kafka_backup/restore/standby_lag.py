@@ -125,6 +125,9 @@ Key = tuple[str, int]
 #: Records of the backup a standby does not hold from ``start`` (its next source offset to restore) below ``end``.
 CountMissing = Callable[[Key, int, int], int]
 
+#: The offset of the backup's first record at or after an offset of a partition (``None``: none).
+FirstFrom = Callable[[Key, int], int | None]
+
 
 @dataclass(frozen=True)
 class RoundsBehind:
@@ -154,7 +157,7 @@ class RoundLag:
     it keeps, of each round not older than the newest covered one, the furthest group offset per partition, at most
     :attr:`keep` rounds (the oldest dropped first): its memory does not grow with the follower's run time."""
 
-    def __init__(self, keep: int = 2880) -> None:
+    def __init__(self, keep: int = 1440) -> None:
         self.keep = keep
         self.rounds: deque[tuple[int, dict[Key, int]]] = deque()
 
@@ -172,26 +175,34 @@ class RoundLag:
             key = (entry.topic, entry.partition)
             furthest[key] = max(furthest.get(key, entry.offset), entry.offset)
 
-    def behind(self, positions: Mapping[Key, int | None], missing: CountMissing) -> RoundsBehind:
+    def behind(self, positions: Mapping[Key, int | None], first_from: FirstFrom, missing: CountMissing) -> RoundsBehind:
         """``positions``: each followed partition's next source offset to restore (``None``: nothing restored);
-        partitions not in it are not followed and do not count."""
-        counted: dict[tuple[Key, int], int] = {}
+        partitions not in it are not followed and do not count. ``first_from(key, offset)``: the backup's first record
+        at or after ``offset`` (asked at most once a partition, and only where a round's group is past the standby);
+        ``missing``: counted only for the newest round's partitions that are behind."""
+        firsts: dict[Key, int | None] = {}
 
-        def lacking(key: Key, offset: int) -> int:
+        def held(key: Key, offset: int) -> bool:
+            """Whether the standby holds every record of the backup below ``offset``."""
             start = positions[key] or 0
             if offset <= start:
-                return 0
-            if (key, offset) not in counted:
-                counted[(key, offset)] = missing(key, start, offset)
-            return counted[(key, offset)]
+                return True
+            if key not in firsts:
+                firsts[key] = first_from(key, start)
+            first = firsts[key]
+            return first is None or offset <= first  # nothing the backup holds from the standby's position to it
 
         if not self.rounds:
             return RoundsBehind(None, None, 0, {})
         newest_time, newest = self.rounds[-1]
-        records = {key: lacking(key, offset) for key, offset in newest.items() if key in positions}
+        records = {
+            key: 0 if held(key, offset) else missing(key, positions[key] or 0, offset)
+            for key, offset in newest.items()
+            if key in positions
+        }
         for index in range(len(self.rounds) - 1, -1, -1):
             time_ms, furthest = self.rounds[index]
-            if all(lacking(key, offset) == 0 for key, offset in furthest.items() if key in positions):
+            if all(held(key, offset) for key, offset in furthest.items() if key in positions):
                 for _ in range(index):
                     self.rounds.popleft()  # older rounds can tell nothing newer than this one
                 return RoundsBehind(newest_time, time_ms, len(self.rounds) - 1, records)

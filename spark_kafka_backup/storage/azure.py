@@ -235,13 +235,14 @@ class AzureStorage(ObjectStorage):
             if _status(exc) != 404 or _container_missing(exc):
                 raise _fail(target, "delete", exc) from safe_cause(exc)
 
-    def list_level(self, directory: ObjectPath) -> tuple[list[str], list[str]]:
+    def list_level(self, directory: ObjectPath, starting_with: str = "") -> tuple[list[str], list[str]]:
         prefix = f"{directory.key}/" if directory.key else ""
+        wanted = prefix + starting_with
         files: list[str] = []
         dirs: list[str] = []
         try:
             container = self.client.get_container_client(directory.bucket)
-            for item in container.walk_blobs(name_starts_with=prefix or None, delimiter="/", include=["metadata"]):
+            for item in container.walk_blobs(name_starts_with=wanted or None, delimiter="/", include=["metadata"]):
                 name = item.name[len(prefix) :]
                 if (getattr(item, "metadata", None) or {}).get("hdi_isfolder") == "true":
                     continue  # an account with a hierarchical namespace lists its directories as blobs too

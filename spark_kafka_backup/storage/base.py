@@ -85,8 +85,10 @@ class Storage(ABC):
         return Purge()
 
     @abstractmethod
-    def list_files(self, directory: Location) -> list[str] | None:
-        """Names of the files directly in ``directory``; ``None`` when it does not exist."""
+    def list_files(self, directory: Location, *, starting_with: str = "") -> list[str] | None:
+        """Names of the files directly in ``directory`` (only those starting with ``starting_with``: on an object
+        store, one listing of that prefix, not of the whole directory); ``None`` when it does not exist (on an object
+        store: when nothing is there with that prefix)."""
 
     @abstractmethod
     def list_dirs(self, directory: Location) -> list[str] | None:
@@ -190,12 +192,12 @@ class ObjectStorage(Storage):
         """Fail with one clear error when the bucket (container) is absent or unreachable."""
 
     @abstractmethod
-    def list_level(self, directory: ObjectPath) -> tuple[list[str], list[str]]:
+    def list_level(self, directory: ObjectPath, starting_with: str = "") -> tuple[list[str], list[str]]:
         """The names of the objects directly under ``directory`` (a key prefix) and of its sub-prefixes."""
 
-    def list_files(self, directory: Location) -> list[str] | None:
+    def list_files(self, directory: Location, *, starting_with: str = "") -> list[str] | None:
         assert isinstance(directory, ObjectPath)
-        files, dirs = self.list_level(directory)
+        files, dirs = self.list_level(directory, starting_with)
         return files if files or dirs else None
 
     def list_dirs(self, directory: Location) -> list[str] | None:

@@ -223,12 +223,13 @@ class GcsStorage(ObjectStorage):
             if _status(exc) != 404:
                 raise _fail(target, "delete", exc) from safe_cause(exc)
 
-    def list_level(self, directory: ObjectPath) -> tuple[list[str], list[str]]:
+    def list_level(self, directory: ObjectPath, starting_with: str = "") -> tuple[list[str], list[str]]:
         prefix = f"{directory.key}/" if directory.key else ""
+        wanted = prefix + starting_with
         files: list[str] = []
         try:
             listing = self.client.list_blobs(
-                directory.bucket, prefix=prefix, delimiter="/", timeout=TIMEOUT, retry=_retry()
+                directory.bucket, prefix=wanted, delimiter="/", timeout=TIMEOUT, retry=_retry()
             )
             for page in listing.pages:
                 files.extend(blob.name[len(prefix) :] for blob in page)

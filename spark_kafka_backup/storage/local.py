@@ -102,7 +102,7 @@ class LocalStorage(Storage):
         path = _path(location)
         try:
             return FileHandle(open(path, "rb"))
-        except FileNotFoundError as exc:
+        except (FileNotFoundError, NotADirectoryError) as exc:
             raise BackupNotFoundError(f"{path}: file does not exist") from exc
         except IsADirectoryError as exc:
             raise BackupNotFoundError(f"{path}: is a directory, expected a file") from exc
@@ -149,9 +149,10 @@ class LocalStorage(Storage):
     def delete(self, location: Location) -> None:
         _path(location).unlink(missing_ok=True)
 
-    def list_files(self, directory: Location) -> list[str] | None:
+    def list_files(self, directory: Location, *, starting_with: str = "") -> list[str] | None:
         try:
-            return [entry.name for entry in os.scandir(_path(directory)) if entry.is_file(follow_symlinks=False)]
+            return [entry.name for entry in os.scandir(_path(directory))
+                    if entry.name.startswith(starting_with) and entry.is_file(follow_symlinks=False)]  # fmt: skip
         except (FileNotFoundError, NotADirectoryError):
             return None
 

@@ -308,13 +308,14 @@ class S3Storage(ObjectStorage):
             lock = "legal hold" if lock is None else f"{lock} and a legal hold"
         return KeptVersion(str(location), version, int(item.get("Size", 0)), until, lock)
 
-    def list_level(self, directory: ObjectPath) -> tuple[list[str], list[str]]:
+    def list_level(self, directory: ObjectPath, starting_with: str = "") -> tuple[list[str], list[str]]:
         prefix = f"{directory.key}/" if directory.key else ""
+        wanted = prefix + starting_with
         files: list[str] = []
         dirs: list[str] = []
         try:
             pages = self.client.get_paginator("list_objects_v2").paginate(
-                Bucket=directory.bucket, Prefix=prefix, Delimiter="/"
+                Bucket=directory.bucket, Prefix=wanted, Delimiter="/"
             )
             for page in pages:
                 files.extend(item["Key"][len(prefix) :] for item in page.get("Contents", ()))

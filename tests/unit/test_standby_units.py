@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -162,22 +163,70 @@ def test_the_history_tail_gives_each_round_once_as_the_backup_appends_and_reads_
     append_round(tmp_path, NOW - 3 * day, {"g": {("t", 0): 1}})  # before the follower's window: never given
     append_round(tmp_path, NOW - 1000, {"g": {("t", 0): 5}, "h": {("t", 1): 2}})
     tail = HistoryTail(tmp_path, NOW - 2 * day)
-    assert [(e.round_time, e.group, e.offset) for e in tail.new_entries()] == [
+    assert [(e.round_time, e.group, e.offset) for e in tail.entries()] == [
         (NOW - 1000, "g", 5),
         (NOW - 1000, "h", 2),
     ]
-    assert tail.new_entries() == []  # nothing new: nothing given again
+    assert list(tail.entries()) == []  # nothing new: nothing given again
     append_round(tmp_path, NOW, {"g": {("t", 0): 9}})
-    assert [(e.round_time, e.offset) for e in tail.new_entries()] == [(NOW, 9)]
-    # A crash tears the next append: the torn block is not given, and the next append (which cuts it, rewriting the
-    # file with a new header) gives only rounds not given before.
+    assert [(e.round_time, e.offset) for e in tail.entries()] == [(NOW, 9)]
+    # A crash tears the next append: the torn block is not given (nor is one cut inside its length fields, which
+    # fastavro reads as an IndexError), and the next append (which cuts it, rewriting the file with a new header)
+    # gives only rounds not given before.
     path = history_file(tmp_path, NOW)
     whole = path.read_bytes()
     append_round(tmp_path, NOW + 1, {"g": {("t", 0): 10}})
-    path.write_bytes(path.read_bytes()[: len(whole) + 20])
-    assert tail.new_entries() == []
+    for torn in (2, 20):
+        path.write_bytes(path.read_bytes()[: len(whole) + torn])
+        assert list(tail.entries()) == []
     append_round(tmp_path, NOW + 2, {"g": {("t", 0): 11}})
-    assert [(e.round_time, e.offset) for e in tail.new_entries()] == [(NOW + 2, 11)]
+    assert [(e.round_time, e.offset) for e in tail.entries()] == [(NOW + 2, 11)]
+
+
+def test_a_round_is_one_block_so_a_reader_never_sees_part_of_one(tmp_path: Path) -> None:
+    import fastavro
+
+    groups = {f"group-{g}": {("t", p): 1000 + p for p in range(50)} for g in range(40)}  # 2,000 entries, ~60 KB
+    append_round(tmp_path, NOW, groups)
+    append_round(tmp_path, NOW + 1, groups)
+    with open(history_file(tmp_path, NOW), "rb") as handle:
+        assert [block.num_records for block in fastavro.block_reader(handle)] == [2000, 2000]
+
+
+def test_the_history_tail_of_an_object_store_reads_only_new_objects_listed_by_day(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On an object store each round is an object; the tail lists them by their day's prefix (a store lists a prefix,
+    not the folder's every object) and reads each once. A stand-in store over a directory (pure logic)."""
+    from spark_kafka_backup.catalog import offset_history
+    from spark_kafka_backup.storage import ObjectPath
+
+    listed: list[str] = []
+    folder = tmp_path / "history"
+    folder.mkdir()
+
+    class Store:
+        def list_files(self, directory: object, *, starting_with: str = "") -> list[str] | None:
+            listed.append(starting_with)
+            return [path.name for path in folder.glob(f"{starting_with}*")] or None
+
+    def read(path: ObjectPath) -> tuple[list[dict[str, object]], bool]:
+        at = int(path.name[len("offsets-YYYY-MM-DD-") : -len(".avro")])
+        return [{"roundTimeMs": at, "group": "g", "topic": "t", "partition": 0, "offset": 1}], False
+
+    monkeypatch.setattr(offset_history, "storage_for", lambda location: Store())
+    monkeypatch.setattr(offset_history, "history_dir", lambda root: root / "kbackup~state" / "offsets-history")
+    monkeypatch.setattr(offset_history, "_read_file", read)
+    root = ObjectPath("s3", "bucket", "backup")
+    for at in (NOW - 86_400_000, NOW - 2000, NOW - 1000):
+        (folder / offset_history.history_file(root, at).name).touch()
+    tail = HistoryTail(root, NOW - 3600_000, first_objects=1)
+    assert [e.round_time for e in tail.entries()] == [NOW - 1000]  # the newest one only, at the first look
+    (folder / offset_history.history_file(root, NOW).name).touch()
+    assert [e.round_time for e in tail.entries()] == [NOW]
+    assert list(tail.entries()) == []
+    assert f"offsets-{offset_history._day(NOW)}" in listed
+    assert all(re.fullmatch(r"offsets-\d{4}-\d{2}-\d{2}", prefix) for prefix in listed)  # never the whole folder
 
 
 def test_lag_by_offset_rounds_is_the_newest_round_whose_group_offsets_the_standby_holds_records_below() -> None:
@@ -190,24 +239,32 @@ def test_lag_by_offset_rounds_is_the_newest_round_whose_group_offsets_the_standb
     lag.add([entry(3000, "g", 0, 31), entry(3000, "other", 7, 99)])  # partition 7 is not followed
     # The backup holds every offset of partition 0 but 30 (a transaction's commit marker).
     backup = {("t", 0): set(range(30)) | {31, 32}, ("t", 1): set(range(10))}
-    asked: list[tuple[tuple[str, int], int, int]] = []
+    looked: list[tuple[tuple[str, int], int]] = []
+    counted: list[tuple[tuple[str, int], int, int]] = []
+
+    def first_from(key: tuple[str, int], start: int) -> int | None:
+        looked.append((key, start))
+        return min((offset for offset in backup[key] if offset >= start), default=None)
 
     def missing(key: tuple[str, int], start: int, end: int) -> int:
-        asked.append((key, start, end))
+        counted.append((key, start, end))
         return len([offset for offset in backup[key] if start <= offset < end])
 
-    behind = lag.behind({("t", 0): 15, ("t", 1): None}, missing)
+    behind = lag.behind({("t", 0): 15, ("t", 1): None}, first_from, missing)
     assert (behind.newest, behind.covered, behind.rounds) == (3000, None, 3)
     assert behind.at_least == 1000 and behind.seconds(5000) == 4.0  # a lower bound: not even the first is covered
     assert behind.records == {("t", 0): 15}  # 15..29 held by the backup below 31 (30 is not), not on the standby
-    assert lag.behind({("t", 0): 15, ("t", 1): 4}, missing).covered == 1000
-    covered = lag.behind({("t", 0): 20, ("t", 1): 4}, missing)
+    # One look a partition and one count for the newest round, however many rounds are judged.
+    assert sorted(looked) == [(("t", 0), 15), (("t", 1), 0)] and counted == [(("t", 0), 15, 31)]
+    assert lag.behind({("t", 0): 15, ("t", 1): 4}, first_from, missing).covered == 1000
+    covered = lag.behind({("t", 0): 20, ("t", 1): 4}, first_from, missing)
     assert (covered.covered, covered.rounds, covered.seconds(5000)) == (2000, 1, 3.0)
     # At 30 the only offset below 31 it lacks is the marker: the newest round is covered, though 30 < 31.
-    asked.clear()
-    done = lag.behind({("t", 0): 30, ("t", 1): 4}, missing)
+    looked.clear()
+    counted.clear()
+    done = lag.behind({("t", 0): 30, ("t", 1): 4}, first_from, missing)
     assert (done.covered, done.rounds, done.records) == (3000, 0, {("t", 0): 0})
-    assert asked == [(("t", 0), 30, 31)]  # counted once for the newest round, reused to judge it
+    assert looked == [(("t", 0), 30)] and counted == []
     # Older rounds are let go once a newer one is covered; a round older than those kept is never taken back in.
     lag.add([entry(500, "g", 0, 99)])
     assert [time for time, _ in lag.rounds] == [3000]
@@ -217,18 +274,18 @@ def test_rounds_kept_are_bounded_and_an_uncovered_standby_is_said_at_least_that_
     lag = RoundLag(keep=3)
     lag.add(HistoryEntry(at, "g", "t", 0, at) for at in range(1000, 11000, 1000))
     assert [time for time, _ in lag.rounds] == [8000, 9000, 10000]
-    behind = lag.behind({("t", 0): 0}, lambda key, start, end: end - start)
+    behind = lag.behind({("t", 0): 0}, lambda key, start: start, lambda key, start, end: end - start)
     assert (behind.covered, behind.at_least, behind.seconds(12000)) == (None, 8000, 4.0)
 
 
 def test_round_lag_is_exported_only_for_a_backup_with_rounds() -> None:
     lag = RoundLag()
-    none = lag.behind({("t", 0): 3}, lambda key, start, end: 0)
+    none = lag.behind({("t", 0): 3}, lambda key, start: None, lambda key, start, end: 0)
     names = {sample.name for sample in lag_samples({}, NOW, passes=1, last_pass_at=None, pass_seconds=None,
                                                    frozen=False, up=True, rounds=none)}  # fmt: skip
     assert not any("round" in name for name in names)
     lag.add([HistoryEntry(NOW - 5000, "g", "t", 0, 3)])
-    rounds = lag.behind({("t", 0): 3}, lambda key, start, end: 0)
+    rounds = lag.behind({("t", 0): 3}, lambda key, start: None, lambda key, start, end: 0)
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for s in lag_samples({}, NOW, passes=1, last_pass_at=None, pass_seconds=None, frozen=False, up=True,
                                     rounds=rounds)}  # fmt: skip
