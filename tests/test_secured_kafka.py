@@ -614,3 +614,52 @@ def test_spark_kafka_source_through_sasl_ssl_with_the_same_acls(secured: Secured
             assert secret not in done.stdout + done.stderr
     finally:
         secured.acls(BACKUP_USER, BACKUP_ACLS, grant=False)
+
+
+@pytest.mark.long  # CI time; the comparison itself: tests/unit/test_cluster_metadata_units.py
+def test_metadata_check_compares_the_cluster_around_the_topics_renamed_and_changes_nothing(
+    secured: Secured, tmp_path: Path
+) -> None:
+    app = [
+        ("TOPIC", TOPIC, "LITERAL", "READ"),
+        ("TOPIC", "sec-", "PREFIXED", "WRITE"),
+        ("GROUP", GROUP, "LITERAL", "READ"),
+    ]
+    secured.acls("md-app", app, grant=True)
+    backup = tmp_path / "backup"
+    harness = ["--bootstrap-server", secured.cluster.bootstrap_servers]  # PLAINTEXT: a super user
+    done = run_backup(*harness, "--target-dir", backup, "--topics", TOPIC, "--snapshot")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    def acls_now() -> set[str]:
+        return {line for line in kbackup_lines("describe", backup, "--metadata") if "ACL" in line}
+
+    check = [*harness, "--source-dir", backup, "--metadata", "acls,users,configs"]
+    same = restore_python(*check)
+    assert same.returncode == 0 and same.stdout.splitlines()[-1] == "no difference", same.stdout + same.stderr
+
+    # Renamed as a disaster-recovery copy would be: the literal topic ACL follows the topic, the prefixed one stays.
+    renamed = restore_python(*check, "--topic-map", f"{TOPIC}=sec-md-copy", "--principal-map", "User:md-app=User:md-dr")
+    assert renamed.returncode == 1, renamed.stdout + renamed.stderr
+    lines = renamed.stdout.splitlines()
+    assert "  missing on the target: ACL ALLOW User:md-dr READ on TOPIC sec-md-copy" in lines
+    assert "  missing on the target: ACL ALLOW User:md-dr WRITE on TOPIC sec- (prefixed)" in lines
+    assert "  missing on the target: ACL ALLOW User:md-dr READ on GROUP sec-readers" in lines
+    assert "  only on the target: ACL ALLOW User:md-app READ on TOPIC sec-orders" in lines
+    # (Other ACLs on the topic, the round trip's, are renamed with it too: as many more differences.)
+    assert re.fullmatch(r"\d+ differences; nothing was changed \(--metadata-policy check\)", lines[-1]), lines[-1]
+    assert restore_python(*check).returncode == 0  # nothing was changed on the target
+
+    # A principal that may not describe the target's ACLs: refused in one line, nothing compared.
+    restore_config = secured.java_settings(RESTORE_USER, RESTORE_PASSWORD, "PEM")
+    refused = restore_python(*secured_args(secured, restore_config), "--source-dir", backup, "--metadata", "acls")
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    # (Kafka answers such a principal's DescribeAcls with no binding, not an error: taken for "none", the target
+    # would look empty.)
+    assert error_lines(refused) == [
+        "spark-kafka-backup restore: error: --metadata acls: the target did not let them be described: the cluster "
+        "does not let this principal describe its ACLs (needs DESCRIBE on the cluster); nothing was compared or "
+        "changed"
+    ], refused.stdout + refused.stderr
+    assert "Traceback" not in refused.stdout + refused.stderr
+    secured.acls("md-app", app, grant=False)

@@ -12,7 +12,7 @@ cluster without an authorizer has no ACLs (kept as none). Client quotas are not 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, TypeVar
 
 from spark_kafka_backup.catalog.cluster_metadata import (
@@ -25,6 +25,7 @@ from spark_kafka_backup.catalog.cluster_metadata import (
 )
 from spark_kafka_backup.errors import ClusterError
 from spark_kafka_backup.kafka.cluster import is_transient
+from spark_kafka_backup.kafka.permissions import may
 
 T = TypeVar("T")
 
@@ -32,20 +33,31 @@ T = TypeVar("T")
 QUOTAS_NOT_READ = "client quotas are not read by this version of spark-kafka-backup (librdkafka cannot describe them)"
 
 
-def capture_metadata(admin: Any, topics: Iterable[str], *, timeout: float = 30) -> ClusterMetadata:
-    """One capture of the cluster (module docstring); a section that fails for another reason than a refusal raises
-    :class:`~spark_kafka_backup.errors.ClusterError` (the caller's session asks again)."""
-    description = _ask("describe the cluster", lambda: admin.describe_cluster(request_timeout=timeout).result())
+#: What a section not asked for holds.
+NOT_ASKED = NotCaptured("not asked for")
+
+
+def capture_metadata(
+    admin: Any, topics: Iterable[str], *, timeout: float = 30, sections: Collection[str] = ("acls", "users", "configs")
+) -> ClusterMetadata:
+    """One capture of the cluster (module docstring), of ``sections`` (the others hold :data:`NOT_ASKED`); a section
+    that fails for another reason than a refusal raises :class:`~spark_kafka_backup.errors.ClusterError` (the
+    caller's session asks again). No answer is waited for longer than ``timeout`` (and a little)."""
+    wait = timeout + 5
+    description = _ask(
+        "describe the cluster",
+        lambda: admin.describe_cluster(include_authorized_operations=True, request_timeout=timeout).result(wait),
+    )
     if isinstance(description, NotCaptured):  # DescribeCluster needs no permission: not a refusal
         raise ClusterError(f"cannot describe the cluster: {description.reason}")
     broker_ids = sorted(node.id for node in description.nodes)
     return ClusterMetadata(
         captured_at=int(time.time() * 1000),
         cluster_id=str(description.cluster_id),
-        acls=_acls(admin, timeout),
+        acls=_acls(admin, description, timeout) if "acls" in sections else NOT_ASKED,
         quotas=NotCaptured(QUOTAS_NOT_READ),
-        scram_users=_scram_users(admin, timeout),
-        broker_configs=_broker_configs(admin, broker_ids, timeout),
+        scram_users=_scram_users(admin, timeout) if "users" in sections else NOT_ASKED,
+        broker_configs=_broker_configs(admin, broker_ids, timeout) if "configs" in sections else NOT_ASKED,
         topics=_topic_shapes(admin, sorted(set(topics)), timeout),
     )
 
@@ -73,7 +85,9 @@ def _transient(exc: BaseException) -> bool:
     return hasattr(error, "retriable") and is_transient(error)
 
 
-def _acls(admin: Any, timeout: float) -> tuple[AclEntry, ...] | NotCaptured:
+def _acls(admin: Any, description: Any, timeout: float) -> tuple[AclEntry, ...] | NotCaptured:
+    """Every ACL binding. Kafka answers a principal that may not DESCRIBE the cluster with no binding rather than an
+    error: its authorized operations on the cluster are looked at first, so that none is never taken for "none"."""
     from confluent_kafka.admin import (
         AclBindingFilter,
         AclOperation,
@@ -82,10 +96,12 @@ def _acls(admin: Any, timeout: float) -> tuple[AclEntry, ...] | NotCaptured:
         ResourceType,
     )
 
+    if not may(description.authorized_operations, "DESCRIBE"):
+        return NotCaptured("the cluster does not let this principal describe its ACLs", "DESCRIBE on the cluster")
     every = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
                              AclPermissionType.ANY)  # fmt: skip
     try:
-        bindings = admin.describe_acls(every, request_timeout=timeout).result()
+        bindings = admin.describe_acls(every, request_timeout=timeout).result(timeout + 5)
     except Exception as exc:
         name, text = _reason(exc)
         if name == "SECURITY_DISABLED":
@@ -112,7 +128,7 @@ def _acls(admin: Any, timeout: float) -> tuple[AclEntry, ...] | NotCaptured:
 
 def _scram_users(admin: Any, timeout: float) -> tuple[ScramUser, ...] | NotCaptured:
     def ask() -> tuple[ScramUser, ...]:
-        described = admin.describe_user_scram_credentials(request_timeout=timeout).result()
+        described = admin.describe_user_scram_credentials(request_timeout=timeout).result(timeout + 5)
         users = []
         for name, description in described.items():
             for info in description.scram_credential_infos:
@@ -136,7 +152,7 @@ def _broker_configs(admin: Any, broker_ids: list[int], timeout: float) -> Broker
         sensitive: set[str] = set()
         for resource, future in futures.items():
             own: dict[str, str | None] = {}
-            for name, entry in future.result().items():
+            for name, entry in future.result(timeout + 5).items():
                 if entry.source not in (ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value,
                                         ConfigSource.DYNAMIC_BROKER_CONFIG.value):  # fmt: skip
                     continue
@@ -163,7 +179,7 @@ def _topic_shapes(admin: Any, topics: list[str], timeout: float) -> dict[str, To
     futures = admin.describe_topics(TopicCollection(topics), request_timeout=timeout)
     for topic, future in futures.items():
         try:
-            description = future.result()
+            description = future.result(timeout + 5)
         except Exception as exc:
             name, text = _reason(exc)
             if name == "UNKNOWN_TOPIC_OR_PART":

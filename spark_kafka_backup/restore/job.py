@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -45,6 +46,7 @@ from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.selection import count_selected
 from spark_kafka_backup.progress import Progress
 from spark_kafka_backup.restore.access import check_transactions, restore_permissions
+from spark_kafka_backup.restore.cluster_metadata import check_metadata
 from spark_kafka_backup.restore.failover_mark import read_mark
 from spark_kafka_backup.restore.follow import PassOutcome, check_pass, follow
 from spark_kafka_backup.restore.group_offsets import GroupDecision, commit_group_offsets
@@ -106,6 +108,8 @@ def run(settings: RestoreSettings) -> int:
         partition_counts(admin, timeout=15)
     except ClusterError as exc:
         raise ClusterError(f"cannot reach Kafka at {settings.client['bootstrap.servers']}: {exc}") from exc
+    if settings.metadata is not None:
+        return check_metadata(settings, admin, settings.metadata, settings.principal_map, sys.stdout)
     registry_lines: list[str] = []
     if settings.schema_registry is not None:
         restored_topics(settings)  # the options naming topics are checked before anything is registered

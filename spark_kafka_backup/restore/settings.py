@@ -151,6 +151,10 @@ class RestoreSettings:
     #: A follower's groups placed exactly by earlier passes: (group, backed-up topic, partition) -> the committed
     #: offset placed. A pass leaves them alone while their offset stays.
     settled_groups: Mapping[tuple[str, str, int], int] | None = None
+    #: ``--metadata``: the sections of the cluster around the topics to compare (``None``: the records are restored).
+    metadata: frozenset[str] | None = None
+    #: ``--principal-map``: principals renamed as ``--topic-map`` renames topics (``User:old`` -> ``User:new``).
+    principal_map: dict[str, str] = field(default_factory=dict)
     debug: bool = False
 
     def schema_id_fields(self, source_topic: str) -> str:
@@ -421,6 +425,27 @@ def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.Argumen
         metavar="SECONDS",
         help=f"a follower's hold lapses after this long without a pass (default {DEFAULT_HOLD_EXPIRES:.0f})",
     )
+    metadata = parser.add_argument_group("the cluster around the topics (docs/restore.md)")
+    metadata.add_argument(
+        "--metadata",
+        metavar="SECTIONS",
+        help="compare the cluster around the topics as the backup captured it with the target, instead of restoring "
+        "records: acls, users, configs (comma-separated), or all",
+    )
+    metadata.add_argument(
+        "--metadata-policy",
+        choices=("check", "apply", "replace"),
+        default="check",
+        help="check (default): print each difference, exit 1 when there is one, change nothing; apply and replace "
+        "are not there yet",
+    )
+    metadata.add_argument(
+        "--principal-map",
+        action="append",
+        default=[],
+        metavar="OLD=NEW",
+        help="compare principal OLD's ACLs and SCRAM user as NEW's (User:alice=User:alice-dr; repeatable)",
+    )
     own.add_argument(
         "--state-dir",
         type=Path,
@@ -519,8 +544,14 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
         schema_registry_import=args.schema_registry_import,
         where=_predicate(args.where),
         following=_following(args),
+        metadata=_metadata(args),
+        principal_map=_principal_map(args.principal_map),
         debug=args.debug,
     )
+    if settings.metadata is not None and settings.following is not None:
+        raise UsageError("--metadata does not go with --follow or --failover: compare with a restore of its own")
+    if settings.metadata is None and (args.principal_map or args.metadata_policy != "check"):
+        raise UsageError("--principal-map and --metadata-policy go with --metadata SECTIONS")
     if settings.following is not None and settings.schema_registry is not None:
         raise UsageError(
             "--schema-registry does not go with --follow or --failover yet: register the backup's schemas with a "
@@ -533,6 +564,30 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
     if selection is not None and selection.topics is not None:
         settings.check_target_names(selection.topics)  # the rest is checked once the backup's topics are listed
     return settings
+
+
+def _metadata(args: argparse.Namespace) -> frozenset[str] | None:
+    from spark_kafka_backup.restore.cluster_metadata import parse_sections
+
+    if args.metadata is None:
+        return None
+    if args.metadata_policy != "check":
+        raise UsageError(
+            f"--metadata-policy {args.metadata_policy} is not there yet: this version compares (check) and changes "
+            "nothing; apply the differences check prints by hand"
+        )
+    return parse_sections(args.metadata)
+
+
+def _principal_map(items: list[str]) -> dict[str, str]:
+    mapping = _pairs(items, "--principal-map", "OLD=NEW")
+    for old, new in mapping.items():
+        for principal in (old, new):
+            kind, _, name = principal.partition(":")
+            if not kind or not name:
+                raise UsageError(f"--principal-map {old}={new}: {principal!r} is not a principal (TYPE:NAME, as "
+                                 "User:alice)")  # fmt: skip
+    return mapping
 
 
 def _seconds(text: str) -> float:

@@ -106,3 +106,53 @@ def test_changes_name_what_was_added_removed_or_changed() -> None:
     assert "+ quota: user=<default>: request_percentage=12.5" in first
     assert "+ SCRAM user: alice (SCRAM-SHA-512, 8192 iterations)" in first
     assert older.summary() == ("2 ACLs, 2 client quotas, 1 SCRAM credential, 3 dynamic broker configurations, 1 topic")
+
+
+def test_sections_are_named_or_all_and_anything_else_is_refused() -> None:
+    from spark_kafka_backup.errors import UsageError
+    from spark_kafka_backup.restore.cluster_metadata import parse_sections
+
+    assert parse_sections("acls, users") == {"acls", "users"}
+    assert parse_sections("all") == {"acls", "users", "configs", "quotas"}
+    with pytest.raises(UsageError, match="expected a comma-separated list of acls, users, configs, quotas, or all"):
+        parse_sections("acls,topics")
+
+
+def test_the_backup_renamed_as_the_records_are_is_compared_section_by_section() -> None:
+    from spark_kafka_backup.restore.cluster_metadata import compare, renamed
+
+    backup = renamed(capture(1000), {"orders": "orders-dr", "payments.": "never-used"},
+                     {"User:alice": "User:alice-dr"})  # fmt: skip
+    # A literal topic ACL follows --topic-map, a prefixed one is kept as it was; principals follow --principal-map.
+    assert backup.acls == (
+        AclEntry("TOPIC", "orders-dr", "LITERAL", "User:alice-dr", "*", "READ", "ALLOW"),
+        WRITE_PAYMENTS,
+    )
+    assert backup.scram_users == (ScramUser("alice-dr", "SCRAM-SHA-512", 8192),)
+    assert len(compare(backup, backup, frozenset({"acls", "users", "configs"}), servers="dr:9092")) == 0
+    target = capture(
+        2000,
+        acls=(WRITE_PAYMENTS, READ_ORDERS),
+        scram_users=(ScramUser("alice-dr", "SCRAM-SHA-512", 4096), ScramUser("root", "SCRAM-SHA-256", 4096)),
+        broker_configs=BrokerConfigs(
+            {"min.insync.replicas": "1", "log.retention.ms": "1000"},
+            {1: {"log.cleaner.threads": "2", "listener.password": None}},
+        ),
+    )
+    diff = compare(backup, target, frozenset({"acls", "users", "configs"}), servers="dr:9092")
+    assert diff.missing == ["ACL ALLOW User:alice-dr READ on TOPIC orders-dr"]
+    assert diff.extra == [
+        "ACL ALLOW User:alice READ on TOPIC orders",
+        "SCRAM user root (SCRAM-SHA-256)",
+        "config (cluster default) log.retention.ms=1000",
+    ]
+    assert diff.different == [
+        "SCRAM user alice-dr (SCRAM-SHA-512): 4096 iterations on the target, 8192 in the backup",
+        "config (cluster default) min.insync.replicas: 1 on the target, 2 in the backup",
+    ]  # a sensitive value is compared by its presence: listener.password is on both
+    missing_user = compare(backup, replace(target, scram_users=()), frozenset({"users"}), servers="dr:9092").missing
+    assert missing_user == [
+        "SCRAM user alice-dr (SCRAM-SHA-512, 8192 iterations): create it with kafka-configs.sh --bootstrap-server "
+        "dr:9092 --alter --add-config 'SCRAM-SHA-512=[iterations=8192,password=...]' --entity-type users "
+        "--entity-name alice-dr"
+    ]
