@@ -10,6 +10,7 @@ another reason is a warning too, and the next one tries again: the records are n
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from spark_kafka_backup.catalog.cluster_metadata import (
@@ -19,7 +20,7 @@ from spark_kafka_backup.catalog.cluster_metadata import (
     keep_if_changed,
     metadata_as_of,
 )
-from spark_kafka_backup.errors import ClusterError, SparkKafkaBackupError
+from spark_kafka_backup.errors import ClusterError
 from spark_kafka_backup.kafka.cluster import partition_counts
 from spark_kafka_backup.kafka.cluster_metadata import QUOTAS_NOT_READ, capture_metadata
 from spark_kafka_backup.kafka.topics import TopicSelection
@@ -36,10 +37,15 @@ class MetadataKeeper:
         self._last: ClusterMetadata | None = None
         self._read = False
         self._said: set[str] = set()
+        self._lock = threading.Lock()
 
     def keep(self, admin: Any, timeout: float) -> None:
         """Capture and keep (module docstring); a transient cluster error propagates (the caller's session asks
-        again), any other failure is a warning."""
+        again), any other failure is a warning. One capture at a time (the watch's thread and the job's end)."""
+        with self._lock:
+            self._keep(admin, timeout)
+
+    def _keep(self, admin: Any, timeout: float) -> None:
         try:
             if not self._read:
                 self._last, self._read = metadata_as_of(self.target), True
@@ -51,7 +57,7 @@ class MetadataKeeper:
                 raise
             self._once(f"cluster metadata not captured: {exc}")
             return
-        except SparkKafkaBackupError as exc:
+        except Exception as exc:  # whatever it is, the records go on: said once, tried again next time
             self._once(f"cluster metadata not kept: {exc}")
             return
         for what, section in (("ACLs", metadata.acls), ("SCRAM users", metadata.scram_users),

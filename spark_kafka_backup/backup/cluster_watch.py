@@ -221,7 +221,7 @@ class ClusterWatch:
                 self._found.recreated += [(recorded.cluster_id, item) for item in recorded.recreated]
         if self._metadata is not None:
             try:
-                self._session.call(self._metadata.keep)
+                self._session.call(self._metadata.keep, patience=0)  # never holds up the round after it
             except ClusterError as exc:  # not answering now: captured at the next look, the round taken all the same
                 if not exc.transient:
                     raise

@@ -130,6 +130,8 @@ class ClusterMetadata:
     scram_users: tuple[ScramUser, ...] | NotCaptured
     broker_configs: BrokerConfigs | NotCaptured
     topics: Mapping[str, TopicShape] = field(default_factory=dict)
+    #: The brokers the cluster listed (those down then are not among them, nor are their configurations).
+    broker_ids: tuple[int, ...] = ()
 
     def summary(self) -> str:
         """One line: what the version holds."""
@@ -166,6 +168,7 @@ class ClusterMetadata:
             "version": METADATA_VERSION,
             "capturedAtMs": self.captured_at,
             "clusterId": self.cluster_id,
+            "brokerIds": list(self.broker_ids),
             "acls": _section(self.acls, lambda acls: {"bindings": [_acl_document(acl) for acl in sorted(acls)]}),
             "quotas": _section(
                 self.quotas,
@@ -241,6 +244,7 @@ class ClusterMetadata:
                     str(name): TopicShape(_int(t["partitions"], 0, 1 << 31), _int(t["replicationFactor"], 0, 1 << 15))
                     for name, t in document["topics"].items()
                 },
+                tuple(_int(b, 0, 1 << 31) for b in document.get("brokerIds", ())),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise FormatError(

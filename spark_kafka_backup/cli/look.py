@@ -307,7 +307,7 @@ def _describe_metadata(root: Location, out: TextIO, *, as_json: bool) -> None:
             if isinstance(section, NotCaptured):
                 out.write(f"  {what} not captured: {shown(section.describe())}\n")
         for line in changes(previous, version):
-            if "not captured" not in line:
+            if line.startswith(("+ ", "- ")):  # a section not captured is said above
                 out.write(f"  {shown(line)}\n")
         previous = version
 

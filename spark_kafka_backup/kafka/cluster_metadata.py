@@ -25,7 +25,6 @@ from spark_kafka_backup.catalog.cluster_metadata import (
 )
 from spark_kafka_backup.errors import ClusterError
 from spark_kafka_backup.kafka.cluster import is_transient
-from spark_kafka_backup.kafka.permissions import may
 
 T = TypeVar("T")
 
@@ -58,6 +57,7 @@ def capture_metadata(
         quotas=NotCaptured(QUOTAS_NOT_READ),
         scram_users=_scram_users(admin, timeout) if "users" in sections else NOT_ASKED,
         broker_configs=_broker_configs(admin, broker_ids, timeout) if "configs" in sections else NOT_ASKED,
+        broker_ids=tuple(broker_ids),
         topics=_topic_shapes(admin, sorted(set(topics)), timeout),
     )
 
@@ -77,7 +77,7 @@ def _reason(exc: BaseException) -> tuple[str, str]:
     error = exc.args[0] if exc.args else exc
     name = error.name() if hasattr(error, "name") else type(exc).__name__
     text = error.str() if hasattr(error, "str") else str(exc)
-    return name, text
+    return name, text or f"no answer ({type(exc).__name__})"
 
 
 def _transient(exc: BaseException) -> bool:
@@ -86,8 +86,11 @@ def _transient(exc: BaseException) -> bool:
 
 
 def _acls(admin: Any, description: Any, timeout: float) -> tuple[AclEntry, ...] | NotCaptured:
-    """Every ACL binding. Kafka answers a principal that may not DESCRIBE the cluster with no binding rather than an
-    error: its authorized operations on the cluster are looked at first, so that none is never taken for "none"."""
+    """Every ACL binding. librdkafka (2.16) drops the error of a DescribeAcls answer (a refusal comes back as no
+    binding at all), so the answer is trusted only when the cluster lists DESCRIBE itself among the principal's
+    operations on it (the broker has applied what implies it, and a DENY): else "none" could be "not allowed". A
+    binding of a resource type or operation librdkafka does not know (USER, DELEGATION_TOKEN, CREATE_TOKENS) would
+    come back as UNKNOWN, and two of them as one: the section is then not captured."""
     from confluent_kafka.admin import (
         AclBindingFilter,
         AclOperation,
@@ -96,7 +99,9 @@ def _acls(admin: Any, description: Any, timeout: float) -> tuple[AclEntry, ...] 
         ResourceType,
     )
 
-    if not may(description.authorized_operations, "DESCRIBE"):
+    # Kafka lists a principal's operations on the cluster only to a principal that may DESCRIBE it (None otherwise).
+    operations = description.authorized_operations or ()
+    if "DESCRIBE" not in {getattr(operation, "name", str(operation)) for operation in operations}:
         return NotCaptured("the cluster does not let this principal describe its ACLs", "DESCRIBE on the cluster")
     every = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
                              AclPermissionType.ANY)  # fmt: skip
@@ -109,6 +114,10 @@ def _acls(admin: Any, description: Any, timeout: float) -> tuple[AclEntry, ...] 
         if "AUTHORIZATION" in name:
             return NotCaptured(f"the cluster refused to describe its ACLs: {text}", "DESCRIBE on the cluster")
         raise ClusterError(f"cannot describe its ACLs: {text}", transient=_transient(exc)) from exc
+    if any("UNKNOWN" in (b.restype.name, b.resource_pattern_type.name, b.operation.name, b.permission_type.name)
+           for b in bindings):  # fmt: skip
+        return NotCaptured("the cluster has ACLs of resource types or operations librdkafka cannot name (USER, "
+                           "DELEGATION_TOKEN, CREATE_TOKENS, DESCRIBE_TOKENS)")  # fmt: skip
     return tuple(
         sorted(
             AclEntry(

@@ -128,12 +128,6 @@ _IMPLIED = {
 }
 
 
-def may(authorized_operations: Iterable[Any] | None, operation: str) -> bool:
-    """Whether a resource's ``authorized_operations`` (as Kafka answered a describe with them) grant ``operation``,
-    with those Kafka implies."""
-    return _allows(_names(authorized_operations), operation)
-
-
 def _allows(operations: set[str], operation: str) -> bool:
     if "ALL" in operations:
         return True

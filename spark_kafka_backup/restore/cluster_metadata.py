@@ -39,6 +39,8 @@ from spark_kafka_backup.text import count, iso_time, shown
 log = logging.getLogger("spark_kafka_backup.restore")
 
 SECTIONS = ("acls", "users", "configs", "quotas")
+#: What ``all`` compares: the sections a backup captures (client quotas are not yet).
+COMPARABLE = ("acls", "users", "configs")
 POLICIES = ("check",)
 
 
@@ -58,7 +60,7 @@ def parse_sections(text: str) -> frozenset[str]:
     """``--metadata``: a comma-separated list of :data:`SECTIONS`, or ``all``."""
     chosen = {part.strip() for part in text.split(",") if part.strip()}
     if chosen == {"all"}:
-        return frozenset(SECTIONS)
+        return frozenset(COMPARABLE)
     unknown = sorted(chosen - set(SECTIONS))
     if unknown or not chosen:
         raise UsageError(f"--metadata {text}: expected a comma-separated list of {', '.join(SECTIONS)}, or all")
@@ -77,7 +79,7 @@ def renamed(
         return replace(entry, name=name, principal=principal_map.get(entry.principal, entry.principal))
 
     def user(entry: ScramUser) -> ScramUser:
-        principal = principal_map.get(f"User:{entry.name}", f"User:{entry.name}")
+        principal = principal_map.get(f"User:{entry.name}", f"User:{entry.name}")  # a User: principal (settings)
         return replace(entry, name=principal.removeprefix("User:"))
 
     acls = metadata.acls if isinstance(metadata.acls, NotCaptured) else tuple(sorted(acl(a) for a in metadata.acls))
@@ -125,7 +127,7 @@ def compare(
         assert isinstance(target.broker_configs, BrokerConfigs)
         scopes = [("cluster default", backup.broker_configs.cluster, target.broker_configs.cluster)]
         for broker, configs in sorted(backup.broker_configs.brokers.items()):
-            if broker not in target.broker_configs.brokers and broker not in _broker_ids(target):
+            if broker not in target.broker_ids:
                 diff.missing.append(
                     f"broker {broker} (its dynamic configuration: {', '.join(sorted(configs))}): the "
                     "target has no broker of that id"
@@ -153,11 +155,6 @@ def compare(
 
 def _value(value: str | None) -> str:
     return "(sensitive)" if value is None else shown(value)
-
-
-def _broker_ids(metadata: ClusterMetadata) -> set[int]:
-    configs = metadata.broker_configs
-    return set(configs.brokers) if isinstance(configs, BrokerConfigs) else set()
 
 
 def check_metadata(

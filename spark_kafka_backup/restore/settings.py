@@ -550,6 +550,12 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
     )
     if settings.metadata is not None and settings.following is not None:
         raise UsageError("--metadata does not go with --follow or --failover: compare with a restore of its own")
+    if settings.metadata is not None:
+        given = [flag for name, flag in (*_NOT_WITH_FOLLOW, ("topics", "--topics"), ("topics_regex", "--topics-regex"))
+                 if getattr(args, name, None)]  # fmt: skip
+        if given:
+            raise UsageError(f"--metadata compares the cluster around the topics as the backup last captured it, and "
+                             f"restores no record: {', '.join(given)} would change nothing there")  # fmt: skip
     if settings.metadata is None and (args.principal_map or args.metadata_policy != "check"):
         raise UsageError("--principal-map and --metadata-policy go with --metadata SECTIONS")
     if settings.following is not None and settings.schema_registry is not None:
@@ -579,14 +585,27 @@ def _metadata(args: argparse.Namespace) -> frozenset[str] | None:
     return parse_sections(args.metadata)
 
 
+#: ``--principal-map``'s OLD=NEW: two principals TYPE:NAME, split at the first "=" that starts the second (a TLS
+#: principal's name holds "=" itself: User:CN=alice,O=acme).
+_PRINCIPAL_PAIR = re.compile(r"([A-Za-z]+:.+?)=([A-Za-z]+:.+)")
+
+
 def _principal_map(items: list[str]) -> dict[str, str]:
-    mapping = _pairs(items, "--principal-map", "OLD=NEW")
-    for old, new in mapping.items():
-        for principal in (old, new):
-            kind, _, name = principal.partition(":")
-            if not kind or not name:
-                raise UsageError(f"--principal-map {old}={new}: {principal!r} is not a principal (TYPE:NAME, as "
-                                 "User:alice)")  # fmt: skip
+    mapping: dict[str, str] = {}
+    for item in items:
+        pair = _PRINCIPAL_PAIR.fullmatch(item)
+        if pair is None:
+            raise UsageError(f"--principal-map takes OLD=NEW, two principals TYPE:NAME (as User:alice=User:alice-dr), "
+                             f"not {item!r}")  # fmt: skip
+        old, new = pair[1], pair[2]
+        if old in mapping:
+            raise UsageError(f"--principal-map gives {old!r} twice")
+        if old.startswith("User:") != new.startswith("User:"):
+            raise UsageError(f"--principal-map {item}: a User: principal maps to a User: principal (its SCRAM "
+                             "credentials go with it)")  # fmt: skip
+        mapping[old] = new
+    if len(set(mapping.values())) != len(mapping):
+        raise UsageError("--principal-map maps two principals to the same one")
     return mapping
 
 

@@ -45,6 +45,7 @@ def capture(at: int, **changed: object) -> ClusterMetadata:
             ("listener.password",),
         ),
         topics={"orders": TopicShape(6, 3)},
+        broker_ids=(1,),
     )
     return replace(metadata, **changed)  # type: ignore[arg-type]
 
@@ -113,7 +114,7 @@ def test_sections_are_named_or_all_and_anything_else_is_refused() -> None:
     from spark_kafka_backup.restore.cluster_metadata import parse_sections
 
     assert parse_sections("acls, users") == {"acls", "users"}
-    assert parse_sections("all") == {"acls", "users", "configs", "quotas"}
+    assert parse_sections("all") == {"acls", "users", "configs"}  # what a backup captures: quotas not yet
     with pytest.raises(UsageError, match="expected a comma-separated list of acls, users, configs, quotas, or all"):
         parse_sections("acls,topics")
 
@@ -156,3 +157,81 @@ def test_the_backup_renamed_as_the_records_are_is_compared_section_by_section() 
         "dr:9092 --alter --add-config 'SCRAM-SHA-512=[iterations=8192,password=...]' --entity-type users "
         "--entity-name alice-dr"
     ]
+
+
+def test_acls_are_trusted_only_when_the_cluster_lists_describe_and_librdkafka_can_name_each_binding() -> None:
+    """librdkafka drops a DescribeAcls refusal (no binding comes back) and names types it does not know UNKNOWN: a
+    stand-in admin client gives those answers (pure logic)."""
+    from types import SimpleNamespace
+
+    from confluent_kafka.admin import AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+
+    from spark_kafka_backup.kafka.cluster_metadata import _acls
+
+    def binding(restype: ResourceType, name: str, operation: AclOperation) -> SimpleNamespace:
+        return SimpleNamespace(restype=restype, name=name, resource_pattern_type=ResourcePatternType.LITERAL,
+                               principal="User:svc", host="*", operation=operation,
+                               permission_type=AclPermissionType.ALLOW)  # fmt: skip
+
+    class Admin:
+        def __init__(self, bindings: list[SimpleNamespace]) -> None:
+            self.bindings = bindings
+
+        def describe_acls(self, _filter: object, request_timeout: float) -> SimpleNamespace:
+            return SimpleNamespace(result=lambda timeout: self.bindings)
+
+    def cluster(*operations: AclOperation) -> SimpleNamespace:
+        return SimpleNamespace(authorized_operations=list(operations))
+
+    read = binding(ResourceType.TOPIC, "orders", AclOperation.READ)
+    assert _acls(Admin([read]), cluster(AclOperation.DESCRIBE), 5) == (
+        AclEntry("TOPIC", "orders", "LITERAL", "User:svc", "*", "READ", "ALLOW"),
+    )
+    # ALTER implies DESCRIBE client-side, but the broker lists what it allows (a DENY DESCRIBE leaves it out).
+    refused = _acls(Admin([]), cluster(AclOperation.ALTER), 5)
+    assert refused == NotCaptured(
+        "the cluster does not let this principal describe its ACLs", "DESCRIBE on the cluster"
+    )
+    assert _acls(Admin([]), SimpleNamespace(authorized_operations=None), 5) == refused  # listed to DESCRIBE only
+    unknown = [read, binding(ResourceType.UNKNOWN, "alice", AclOperation.UNKNOWN)]
+    assert "librdkafka cannot name" in str(_acls(Admin(unknown), cluster(AclOperation.DESCRIBE), 5))
+
+
+def test_principal_maps_split_where_the_second_principal_starts_and_refuse_what_cannot_hold() -> None:
+    from spark_kafka_backup.errors import UsageError
+    from spark_kafka_backup.restore.cluster_metadata import parse_sections
+    from spark_kafka_backup.restore.settings import parse_restore_args
+
+    base = ["--bootstrap-server", "dr:9092", "--source-dir", "/backups/prod", "--metadata", "all"]
+    settings = parse_restore_args([*base, "--principal-map", "User:CN=alice,O=acme=User:CN=alice-dr,O=acme",
+                                   "--principal-map", "Group:ops=Group:ops-dr"])  # fmt: skip
+    assert settings.principal_map == {"User:CN=alice,O=acme": "User:CN=alice-dr,O=acme", "Group:ops": "Group:ops-dr"}
+    assert settings.metadata == parse_sections("acls,users,configs")  # all: what a backup captures
+    for extra, message in (
+        (["--principal-map", "User:alice=Group:ops"], "a User: principal maps to a User: principal"),
+        (["--principal-map", "User:a=User:x", "--principal-map", "User:b=User:x"], "maps two principals to the same"),
+        (["--principal-map", "alice=bob"], "two principals TYPE:NAME"),
+        (["--to-time", "2026-12-01T00:00:00Z"], "--to-time would change nothing there"),
+        (["--dry-run"], "--dry-run would change nothing there"),
+    ):
+        with pytest.raises(UsageError, match=message):
+            parse_restore_args([*base, *extra])
+
+
+def test_a_broker_the_target_has_is_compared_even_without_dynamic_configuration() -> None:
+    from spark_kafka_backup.restore.cluster_metadata import compare
+
+    backup = capture(1000, broker_ids=(1, 2))
+    target = capture(2000, broker_configs=BrokerConfigs({"min.insync.replicas": "2"}, {}), broker_ids=(1,))
+    assert compare(backup, target, frozenset({"configs"}), servers="dr:9092").missing == [
+        "config (broker 1) listener.password=(sensitive)",
+        "config (broker 1) log.cleaner.threads=2",
+    ]
+    assert read_back(capture(1, broker_ids=(3, 1))).broker_ids == (3, 1)
+    gone = compare(backup, replace(target, broker_ids=(2,)), frozenset({"configs"}), servers="dr:9092").missing
+    assert gone == ["broker 1 (its dynamic configuration: listener.password, log.cleaner.threads): the target has no "
+                    "broker of that id"]  # fmt: skip
+
+
+def read_back(metadata: ClusterMetadata) -> ClusterMetadata:
+    return ClusterMetadata.decode(metadata.encode(), file="version.json")
