@@ -13,6 +13,7 @@ import pytest
 from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import create_topics, run_backup, run_kbackup
 from tests.live_load import client_args, wait_for
+from tests.restore_helpers import restore_python
 
 USER = "md-alice"
 SETTING = "log.cleaner.backoff.ms"  # a broker's dynamic setting nothing in the suite depends on
@@ -111,3 +112,14 @@ def test_a_backup_keeps_a_version_of_the_cluster_around_its_topics_each_time_it_
     assert newest["topics"][topic] == {"partitions": 3, "replicationFactor": 1}
     assert newest["clusterId"] == versions[0]["clusterId"] and newest["capturedAtMs"] > versions[0]["capturedAtMs"]
     assert "md-pw-1" not in json.dumps(versions)  # Kafka never gives the secret: nothing to keep
+
+    # Compared with the cluster now: as of checkpoint 1 (the first snapshot's cut, before the user was made) the
+    # user is only on the target; as of the newest version it is in both.
+    check = [*client_args(kafka, tmp_path), "--source-dir", backup, "--metadata", "users"]
+    then = restore_python(*check, "--metadata-as-of", "1")
+    assert then.returncode == 1, then.stdout + then.stderr
+    assert f"  only on the target: SCRAM user {USER} (SCRAM-SHA-256)" in then.stdout.splitlines()
+    now = restore_python(*check)
+    assert f"SCRAM user {USER}" not in now.stdout, now.stdout
+    before = restore_python(*check, "--metadata-as-of", "2000-01-01T00:00:00Z")
+    assert before.returncode == 1 and "holds no cluster metadata captured at or before 2000-01-01" in before.stderr

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
+from spark_kafka_backup.catalog import checkpoints
 from spark_kafka_backup.catalog.cluster_metadata import (
     AclEntry,
     BrokerConfigs,
@@ -161,11 +162,13 @@ def check_metadata(
     settings: Any, admin: Any, sections: frozenset[str], principal_map: Mapping[str, str], out: TextIO
 ) -> int:
     """``--metadata-policy check``: print the differences; 1 when there is one (module docstring)."""
-    version = metadata_as_of(settings.source)
+    as_of = _as_of(settings)
+    version = metadata_as_of(settings.source, as_of)
     if version is None:
+        when = "" if as_of is None else f" captured at or before {iso_time(as_of)}"
         raise SparkKafkaBackupError(
-            f"--metadata: the backup {settings.source} holds no cluster metadata (taken by an earlier version of "
-            "spark-kafka-backup, or by the original tool)"
+            f"--metadata: the backup {settings.source} holds no cluster metadata{when} (a backup by an earlier version "
+            "of spark-kafka-backup, or by the original tool, has none)"
         )
     target = capture_metadata(admin, [], timeout=30, sections=sections)
     for section in sorted(sections):
@@ -190,6 +193,17 @@ def check_metadata(
         return 1
     out.write("no difference\n")
     return 0
+
+
+def _as_of(settings: Any) -> int | None:
+    """``--metadata-as-of``: a time, or the time of a checkpoint's cut (``None``: the newest version)."""
+    if settings.metadata_checkpoint is None:
+        return settings.metadata_time  # type: ignore[no-any-return]
+    checkpoint = checkpoints.read_checkpoint(settings.source, settings.metadata_checkpoint)
+    if checkpoint.status != "completed" or checkpoint.taken_at is None:
+        raise UsageError(f"--metadata-as-of {checkpoint.id}: checkpoint {checkpoint.id} is {checkpoint.status}, not "
+                         "completed")  # fmt: skip
+    return checkpoint.taken_at
 
 
 def _not_comparable(section: str, backup: ClusterMetadata, target: ClusterMetadata) -> str | None:

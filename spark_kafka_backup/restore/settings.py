@@ -155,6 +155,9 @@ class RestoreSettings:
     metadata: frozenset[str] | None = None
     #: ``--principal-map``: principals renamed as ``--topic-map`` renames topics (``User:old`` -> ``User:new``).
     principal_map: dict[str, str] = field(default_factory=dict)
+    #: ``--metadata-as-of``: the version in force at a checkpoint's cut (its id) or at a time (epoch ms).
+    metadata_checkpoint: int | None = None
+    metadata_time: int | None = None
     debug: bool = False
 
     def schema_id_fields(self, source_topic: str) -> str:
@@ -440,6 +443,12 @@ def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.Argumen
         "are not there yet",
     )
     metadata.add_argument(
+        "--metadata-as-of",
+        metavar="CHECKPOINT|TIME",
+        help="compare the version the backup had captured at this checkpoint's cut or time (default: its newest; "
+        "a minute after an incident the newest may be the damaged state)",
+    )
+    metadata.add_argument(
         "--principal-map",
         action="append",
         default=[],
@@ -546,6 +555,10 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
         following=_following(args),
         metadata=_metadata(args),
         principal_map=_principal_map(args.principal_map),
+        metadata_checkpoint=positive_int(args.metadata_as_of) if (args.metadata_as_of or "").isdigit() else None,
+        metadata_time=None
+        if args.metadata_as_of is None or args.metadata_as_of.isdigit()
+        else parse_time(args.metadata_as_of, "--metadata-as-of"),
         debug=args.debug,
     )
     if settings.metadata is not None and settings.following is not None:
@@ -556,8 +569,8 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
         if given:
             raise UsageError(f"--metadata compares the cluster around the topics as the backup last captured it, and "
                              f"restores no record: {', '.join(given)} would change nothing there")  # fmt: skip
-    if settings.metadata is None and (args.principal_map or args.metadata_policy != "check"):
-        raise UsageError("--principal-map and --metadata-policy go with --metadata SECTIONS")
+    if settings.metadata is None and (args.principal_map or args.metadata_policy != "check" or args.metadata_as_of):
+        raise UsageError("--principal-map, --metadata-policy and --metadata-as-of go with --metadata SECTIONS")
     if settings.following is not None and settings.schema_registry is not None:
         raise UsageError(
             "--schema-registry does not go with --follow or --failover yet: register the backup's schemas with a "
