@@ -405,4 +405,7 @@ def changes(older: ClusterMetadata | None, newer: ClusterMetadata) -> list[str]:
                 f"+ topic {name}: {shape.partitions} partitions, replication factor {shape.replication_factor}"
             )
     lines += [f"- topic {name}" for name in sorted(set(old_topics) - set(newer.topics))]
+    old_brokers = set(older.broker_ids) if older else set()
+    lines += [f"+ broker {broker} seen" for broker in sorted(set(newer.broker_ids) - old_brokers)]
+    lines += [f"- broker {broker} not seen (down, or gone)" for broker in sorted(old_brokers - set(newer.broker_ids))]
     return lines

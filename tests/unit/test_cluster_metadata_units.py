@@ -101,6 +101,7 @@ def test_changes_name_what_was_added_removed_or_changed() -> None:
         "+ topic audit: 1 partitions, replication factor 3",
         "+ topic orders: 8 partitions, replication factor 3",
     ]
+    assert changes(newer, replace(newer, broker_ids=(2,))) == ["+ broker 2 seen", "- broker 1 not seen (down, or gone)"]
     assert changes(newer, newer) == []
     first = changes(None, older)
     assert "+ config (broker 1): listener.password=(sensitive)" in first
