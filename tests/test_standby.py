@@ -55,6 +55,20 @@ def follower_args(target: Target, tmp_path: Path, backup: Path, topic: str) -> l
             "--follow", "--follow-interval", "1"]  # fmt: skip
 
 
+def frozen_standby(
+    kafka: BrokerUnderTest, target: Target, tmp_path: Path, topic: str, records: int
+) -> tuple[str, Path, list[str]]:
+    """A one-partition ``topic`` of ``records`` records, a snapshot (checkpoint 1), and a follower frozen at it: the
+    standby's topic, the backup, and the follower's arguments."""
+    create_topics(kafka, {topic: 1})
+    backup = tmp_path / "backup"
+    produce(kafka, topic, 1, 0, records)
+    snapshot(kafka, tmp_path, backup, topic)
+    args = follower_args(target, tmp_path, backup, topic)
+    assert run_restore(*args, "--until", "1").returncode == 0
+    return target.name(topic), backup, args
+
+
 def output(result: object) -> str:
     return str(getattr(result, "stdout", "")) + str(getattr(result, "stderr", ""))
 
@@ -393,13 +407,7 @@ def test_an_erase_beside_a_follower_never_reaches_the_standby_later_and_a_failov
     kafka: BrokerUnderTest, target: Target, tmp_path: Path
 ) -> None:
     topic = "standby-erase"
-    standby = target.name(topic)
-    create_topics(kafka, {topic: 1})
-    backup = tmp_path / "backup"
-    produce(kafka, topic, 1, 0, 200)
-    snapshot(kafka, tmp_path, backup, topic)
-    args = follower_args(target, tmp_path, backup, topic)
-    assert run_restore(*args, "--until", "1").returncode == 0  # the standby holds offsets 0..199
+    standby, backup, args = frozen_standby(kafka, target, tmp_path, topic, 200)  # the standby holds offsets 0..199
     produce(kafka, topic, 1, 200, 400)
     snapshot(kafka, tmp_path, backup, topic)
 
@@ -433,13 +441,7 @@ def test_a_follower_started_again_refuses_a_standby_someone_wrote_into_meanwhile
     from confluent_kafka import Producer
 
     topic = "standby-written"
-    standby = target.name(topic)
-    create_topics(kafka, {topic: 1})
-    backup = tmp_path / "backup"
-    produce(kafka, topic, 1, 0, 100)
-    snapshot(kafka, tmp_path, backup, topic)
-    args = follower_args(target, tmp_path, backup, topic)
-    assert run_restore(*args, "--until", "1").returncode == 0
+    standby, backup, args = frozen_standby(kafka, target, tmp_path, topic, 100)
     produce(kafka, topic, 1, 100, 200)
     snapshot(kafka, tmp_path, backup, topic)
     # While the follower is stopped, an application writes into the standby (as if it had been failed over by hand).
