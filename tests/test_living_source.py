@@ -60,7 +60,9 @@ def test_records_deleted_before_a_snapshot_reads_them_are_named_recorded_and_fai
     target = tmp_path / "backup"
     args = [*client_args(kafka, tmp_path), "--target-dir", str(target), "--topics", topic, "--kafka-source", source]
     log = tmp_path / "snapshot.log"
-    process = start_backup(*args, "--snapshot", "--max-records-per-trigger", "100", log=log)
+    # A batch a second: the snapshot reaches offset 1200 some 12 s after its first batch, long after the deletion
+    # below lands, even on a loaded machine (unpaced, it once read past 1200 first and rightly found nothing lost).
+    process = start_backup(*args, "--snapshot", "--max-records-per-trigger", "100", "--trigger-interval", "1", log=log)
     try:
         wait_for(more_batches(log, 0), 240, "the first micro-batch")
         delete_records(kafka, topic, {0: 1200, 1: 1200})  # retention overtakes the snapshot
