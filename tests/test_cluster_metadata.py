@@ -115,7 +115,7 @@ def test_a_backup_keeps_a_version_of_the_cluster_around_its_topics_each_time_it_
 
     # Compared with the cluster now: as of checkpoint 1 (the first snapshot's cut, before the user was made) the
     # user is only on the target; as of the newest version it is in both.
-    check = [*client_args(kafka, tmp_path), "--source-dir", backup, "--metadata", "users"]
+    check: list[str | Path] = [*client_args(kafka, tmp_path), "--source-dir", backup, "--metadata", "users"]
     then = restore_python(*check, "--metadata-as-of", "1")
     assert then.returncode == 1, then.stdout + then.stderr
     assert f"  only on the target: SCRAM user {USER} (SCRAM-SHA-256)" in then.stdout.splitlines()

@@ -634,7 +634,7 @@ def test_metadata_check_compares_the_cluster_around_the_topics_renamed_and_chang
     def acls_now() -> set[str]:
         return {line for line in kbackup_lines("describe", backup, "--metadata") if "ACL" in line}
 
-    check = [*harness, "--source-dir", backup, "--metadata", "acls,users,configs"]
+    check: list[str | Path] = [*harness, "--source-dir", backup, "--metadata", "acls,users,configs"]
     same = restore_python(*check)
     assert same.returncode == 0 and same.stdout.splitlines()[-1] == "no difference", same.stdout + same.stderr
 

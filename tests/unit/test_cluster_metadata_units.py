@@ -57,11 +57,14 @@ def test_a_version_reads_back_as_written_and_names_its_file_when_damaged(tmp_pat
     keep_if_changed(tmp_path, refused, kept)
     assert read_version(tmp_path, 2000).scram_users == NotCaptured("the cluster refused", "DESCRIBE on the cluster")
     path = metadata_dir(tmp_path) / "metadata-000000000002000.json"
+    assert isinstance(path, Path)  # a local backup's folder
     path.write_text(path.read_text().replace('"captured": true', '"captured": "yes"', 1))
     with pytest.raises(FormatError) as damaged:
         read_version(tmp_path, 2000)
     assert str(path) in str(damaged.value)
-    (metadata_dir(tmp_path) / "metadata-2000.json").write_text("{}")
+    misnamed = metadata_dir(tmp_path) / "metadata-2000.json"
+    assert isinstance(misnamed, Path)
+    misnamed.write_text("{}")
     with pytest.raises(FormatError, match=r"metadata-<15 digits>\.json"):
         version_times(tmp_path)
 

@@ -174,6 +174,7 @@ def test_the_history_tail_gives_each_round_once_as_the_backup_appends_and_reads_
     # fastavro reads as an IndexError), and the next append (which cuts it, rewriting the file with a new header)
     # gives only rounds not given before.
     path = history_file(tmp_path, NOW)
+    assert isinstance(path, Path)  # a local backup's file
     whole = path.read_bytes()
     append_round(tmp_path, NOW + 1, {"g": {("t", 0): 10}})
     for torn in (2, 20):
@@ -189,7 +190,7 @@ def test_a_round_is_one_block_so_a_reader_never_sees_part_of_one(tmp_path: Path)
     groups = {f"group-{g}": {("t", p): 1000 + p for p in range(50)} for g in range(40)}  # 2,000 entries, ~60 KB
     append_round(tmp_path, NOW, groups)
     append_round(tmp_path, NOW + 1, groups)
-    with open(history_file(tmp_path, NOW), "rb") as handle:
+    with open(str(history_file(tmp_path, NOW)), "rb") as handle:
         assert [block.num_records for block in fastavro.block_reader(handle)] == [2000, 2000]
 
 
@@ -307,7 +308,9 @@ def test_counting_a_window_opens_only_the_segments_that_may_hold_it(tmp_path: Pa
     starts = [segment.start_offset for segment in reader.segments]
     for segment in reader.segments:
         if segment.start_offset < 30 and starts[starts.index(segment.start_offset) + 1] <= 30:
-            reader.segment_paths(segment)[1].unlink()  # wholly below the window: must not be needed
+            index = reader.segment_paths(segment)[1]
+            assert isinstance(index, Path)
+            index.unlink()  # wholly below the window: must not be needed
     assert count_selected(reader, Window(from_offset=30, to_offset=39)) == 10
     assert count_selected(reader, Window(from_offset=30, to_offset=39), below=35) == 5
     assert count_selected(reader, Window(from_offset=40, to_offset=39)) == 0
