@@ -78,6 +78,15 @@ def kafka_jars() -> Path:
     return resolve(f"kafka-{KAFKA_VERSION}", KAFKA_ARTIFACTS)
 
 
+def kafka_tool(main: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """One of Apache Kafka's own command-line tools, by its class (``kafka.admin.ConfigCommand`` is
+    ``kafka-configs.sh``), run as its script would: for tests that change a cluster through Kafka rather than through
+    the clients spark-kafka-backup uses."""
+    command = ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true",
+               "-Dlog4j2.level=error", "-cp", classpath(kafka_jars()), main, *args]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
 #: What a Kafka node logs when its port was taken between :func:`free_port` and its bind.
 PORT_TAKEN = "Address already in use"
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from devkit.kafka_cluster import kafka_tool
 from tests.broker import BrokerUnderTest
 from tests.kafka_helpers import create_topics, run_backup, run_kbackup
 from tests.live_load import client_args, wait_for
@@ -72,7 +73,7 @@ def test_a_backup_keeps_a_version_of_the_cluster_around_its_topics_each_time_it_
         return result.stdout + result.stderr
 
     first = snapshot()
-    assert "cluster metadata captured: 0 ACLs, client quotas not captured" in first, first[-3000:]
+    assert "cluster metadata captured: 0 ACLs, " in first, first[-3000:]
     upsert = UserScramCredentialUpsertion(USER, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192), b"md-pw-1")
     for future in admin.alter_user_scram_credentials([upsert]).values():  # type: ignore[attr-defined]
         future.result()
@@ -101,7 +102,6 @@ def test_a_backup_keeps_a_version_of_the_cluster_around_its_topics_each_time_it_
     assert f"+ config (broker {broker}): {SETTING}=15001" in text
     if kafka.kind == "local":  # the devkit's Kafka 4 node: its storage format makes this a cluster-wide default
         assert "+ config (cluster default): min.insync.replicas=1" in text
-    assert "client quotas not captured: client quotas are not read by this version" in text
     assert text.index(f"+ topic {topic}") < text.index(f"+ SCRAM user: {USER}")  # the user came with version 2
 
     versions = json.loads(run_kbackup("describe", backup, "--metadata", "--json").stdout)["versions"]
@@ -123,3 +123,91 @@ def test_a_backup_keeps_a_version_of_the_cluster_around_its_topics_each_time_it_
     assert f"SCRAM user {USER}" not in now.stdout, now.stdout
     before = restore_python(*check, "--metadata-as-of", "2000-01-01T00:00:00Z")
     assert before.returncode == 1 and "holds no cluster metadata captured at or before 2000-01-01" in before.stderr
+
+
+QUOTA_USER = "md-quota-user"
+QUOTA_CLIENT = "md-quota-client"
+DEFAULT_SETTING = "log.cleaner.io.buffer.load.factor"  # a cluster-wide default nothing in the suite depends on
+
+
+def configs_tool(kafka: BrokerUnderTest, *args: str) -> None:
+    """``kafka-configs.sh`` (Apache Kafka's own tool, not the clients under test)."""
+    done = kafka_tool("kafka.admin.ConfigCommand", "--bootstrap-server", kafka.bootstrap_servers, *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.fixture
+def quota_changes(kafka: BrokerUnderTest) -> Iterator[None]:
+    """The quotas and the cluster-wide default the test sets through Kafka's tool, taken away afterwards. No quota
+    applies to the suite's other clients: a user and a client id of this test's own, and the default user only
+    together with this test's client id."""
+    yield
+    for entity in (["--entity-type", "users", "--entity-name", QUOTA_USER],
+                   ["--entity-type", "clients", "--entity-name", QUOTA_CLIENT],
+                   ["--entity-type", "users", "--entity-default", "--entity-type", "clients", "--entity-name",
+                    QUOTA_CLIENT]):  # fmt: skip
+        kafka_tool("kafka.admin.ConfigCommand", "--bootstrap-server", kafka.bootstrap_servers, "--alter",
+                   "--delete-config", "producer_byte_rate,consumer_byte_rate,request_percentage", *entity)  # fmt: skip
+    for scope in (["--entity-default"], ["--entity-name", kafka_broker_id(kafka)]):
+        kafka_tool("kafka.admin.ConfigCommand", "--bootstrap-server", kafka.bootstrap_servers, "--alter",
+                   "--delete-config", DEFAULT_SETTING, "--entity-type", "brokers", *scope)  # fmt: skip
+
+
+def kafka_broker_id(kafka: BrokerUnderTest) -> str:
+    from confluent_kafka.admin import AdminClient
+
+    return broker_id(AdminClient(kafka.client_settings()))
+
+
+def test_client_quotas_and_cluster_wide_defaults_are_kept_as_kafka_set_them_and_compared(
+    kafka: BrokerUnderTest, quota_changes: None, tmp_path: Path
+) -> None:
+    configs_tool(kafka, "--alter", "--add-config", "producer_byte_rate=1048576,consumer_byte_rate=2097152",
+                 "--entity-type", "users", "--entity-name", QUOTA_USER)  # fmt: skip
+    configs_tool(kafka, "--alter", "--add-config", "request_percentage=50.5", "--entity-type", "clients",
+                 "--entity-name", QUOTA_CLIENT)  # fmt: skip
+    configs_tool(kafka, "--alter", "--add-config", "producer_byte_rate=4096", "--entity-type", "users",
+                 "--entity-default", "--entity-type", "clients", "--entity-name", QUOTA_CLIENT)  # fmt: skip
+    # A cluster-wide default that the (only) broker overrides: the brokers never report it as theirs, yet it is kept.
+    configs_tool(kafka, "--alter", "--add-config", f"{DEFAULT_SETTING}=0.8", "--entity-type", "brokers",
+                 "--entity-default")  # fmt: skip
+    broker = kafka_broker_id(kafka)
+    configs_tool(kafka, "--alter", "--add-config", f"{DEFAULT_SETTING}=0.7", "--entity-type", "brokers",
+                 "--entity-name", broker)  # fmt: skip
+    topic = "md-quotas"
+    create_topics(kafka, {topic: 1})
+    backup = tmp_path / "backup"
+    done = run_backup(*client_args(kafka, tmp_path), "--target-dir", backup, "--topics", topic, "--snapshot")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    newest = json.loads(run_kbackup("describe", backup, "--metadata", "--json").stdout)["versions"][-1]
+    entries = newest["quotas"]["entries"]
+    assert {"entity": {"user": QUOTA_USER}, "values": {"consumer_byte_rate": 2097152.0,
+            "producer_byte_rate": 1048576.0}} in entries  # fmt: skip
+    assert {"entity": {"client-id": QUOTA_CLIENT}, "values": {"request_percentage": 50.5}} in entries
+    assert {"entity": {"client-id": QUOTA_CLIENT, "user": None}, "values": {"producer_byte_rate": 4096.0}} in entries
+    assert newest["brokerConfigs"]["cluster"][DEFAULT_SETTING] == "0.8"
+    assert newest["brokerConfigs"]["brokers"][broker][DEFAULT_SETTING] == "0.7"
+    text = run_kbackup("describe", backup, "--metadata").stdout
+    assert f"+ quota: client-id={QUOTA_CLIENT}, user=<default>: producer_byte_rate=4096" in text, text
+    assert f"+ quota: user={QUOTA_USER}: consumer_byte_rate=2097152, producer_byte_rate=1048576" in text
+
+    check: list[str | Path] = [*client_args(kafka, tmp_path), "--source-dir", backup, "--metadata", "quotas,configs"]
+    same = restore_python(*check)
+    assert same.returncode == 0 and same.stdout.splitlines()[-1] == "no difference", same.stdout + same.stderr
+    # Drifted, as by hand after the backup: one quota changed, one removed, one added; the default changed.
+    configs_tool(kafka, "--alter", "--add-config", "producer_byte_rate=1", "--delete-config", "consumer_byte_rate",
+                 "--entity-type", "users", "--entity-name", QUOTA_USER)  # fmt: skip
+    configs_tool(kafka, "--alter", "--add-config", "consumer_byte_rate=8192", "--entity-type", "clients",
+                 "--entity-name", QUOTA_CLIENT)  # fmt: skip
+    configs_tool(kafka, "--alter", "--add-config", f"{DEFAULT_SETTING}=0.75", "--entity-type", "brokers",
+                 "--entity-default")  # fmt: skip
+    drifted = restore_python(*check)
+    assert drifted.returncode == 1, drifted.stdout + drifted.stderr
+    lines = drifted.stdout.splitlines()
+    assert f"  missing on the target: client quota (user={QUOTA_USER}) consumer_byte_rate=2097152" in lines, lines
+    assert (f"  different: client quota (user={QUOTA_USER}) producer_byte_rate: 1 on the target, 1048576 in the "
+            "backup") in lines  # fmt: skip
+    assert f"  only on the target: client quota (client-id={QUOTA_CLIENT}) consumer_byte_rate=8192" in lines
+    assert f"  different: config (cluster default) {DEFAULT_SETTING}: 0.75 on the target, 0.8 in the backup" in lines
+    assert lines[-1] == "4 differences; nothing was changed (--metadata-policy check)", lines

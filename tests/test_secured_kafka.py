@@ -214,7 +214,8 @@ def test_round_trip_through_sasl_ssl_with_exactly_the_documented_acls_and_no_sec
     assert f'kbackup_backup_up{{target="{backup}"}} 0\n' in exposed
     assert f'\nkbackup_backup_last_success_timestamp_seconds{{target="{backup}"}} ' in exposed
     # The cluster around the topic: its ACLs (literal and prefixed, as granted above) and SCRAM users are kept; the
-    # broker configurations, which the documented ACLs do not let it describe, are kept as not captured, said once.
+    # broker configurations and client quotas, which the documented ACLs do not let it describe, are kept as not
+    # captured, said once each.
     versions = json.loads("\n".join(kbackup_lines("describe", backup, "--metadata", "--json")))["versions"]
     newest = versions[-1]
     bindings = {(b["resourceType"], b["name"], b["patternType"], b["principal"], b["operation"])
@@ -223,11 +224,13 @@ def test_round_trip_through_sasl_ssl_with_exactly_the_documented_acls_and_no_sec
         assert {(kind, name, pattern, f"User:{user}", operation) for kind, name, pattern, operation in rows} <= bindings
     users = {(u["name"], u["mechanism"]) for u in newest["scramUsers"]["users"]}
     assert {(BACKUP_USER, "SCRAM-SHA-512"), (RESTORE_USER, "SCRAM-SHA-512")} <= users
-    assert newest["brokerConfigs"]["captured"] is False
-    assert newest["brokerConfigs"]["permission"] == "DESCRIBE_CONFIGS on the cluster"
+    for section in ("brokerConfigs", "quotas"):
+        assert newest[section]["captured"] is False
+        assert newest[section]["permission"] == "DESCRIBE_CONFIGS on the cluster"
     warned = [line for line in (done.stdout + done.stderr).splitlines() if "WARNING cluster metadata" in line]
-    assert len(warned) == 1 and "broker configurations not captured" in warned[0], warned
-    assert warned[0].endswith("(needs DESCRIBE_CONFIGS on the cluster)"), warned
+    assert len(warned) == 2, warned  # once each, whatever the number of captures
+    assert "client quotas not captured" in warned[0] and "broker configurations not captured" in warned[1], warned
+    assert all(line.endswith("(needs DESCRIBE_CONFIGS on the cluster)") for line in warned), warned
 
     restore_config = secured.java_settings(RESTORE_USER, RESTORE_PASSWORD, "PKCS12")
     restore_args = [

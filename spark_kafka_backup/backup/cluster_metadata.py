@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from spark_kafka_backup.catalog.cluster_metadata import (
@@ -22,7 +23,7 @@ from spark_kafka_backup.catalog.cluster_metadata import (
 )
 from spark_kafka_backup.errors import ClusterError
 from spark_kafka_backup.kafka.cluster import partition_counts
-from spark_kafka_backup.kafka.cluster_metadata import QUOTAS_NOT_READ, capture_metadata
+from spark_kafka_backup.kafka.cluster_metadata import capture_metadata
 from spark_kafka_backup.kafka.topics import TopicSelection
 from spark_kafka_backup.storage import Location
 from spark_kafka_backup.text import count
@@ -31,9 +32,10 @@ log = logging.getLogger("spark_kafka_backup.backup")
 
 
 class MetadataKeeper:
-    def __init__(self, target: Location, selection: TopicSelection) -> None:
+    def __init__(self, target: Location, selection: TopicSelection, client: Mapping[str, str]) -> None:
         self.target = target
         self.selection = selection
+        self.client = client
         self._last: ClusterMetadata | None = None
         self._read = False
         self._said: set[str] = set()
@@ -50,7 +52,7 @@ class MetadataKeeper:
             if not self._read:
                 self._last, self._read = metadata_as_of(self.target), True
             topics = self.selection.select(partition_counts(admin, timeout=timeout))
-            metadata = capture_metadata(admin, topics, timeout=timeout)
+            metadata = capture_metadata(admin, topics, client=self.client, timeout=timeout)
             kept = keep_if_changed(self.target, metadata, self._last)
         except ClusterError as exc:
             if exc.transient:
@@ -60,12 +62,11 @@ class MetadataKeeper:
         except Exception as exc:  # whatever it is, the records go on: said once, tried again next time
             self._once(f"cluster metadata not kept: {exc}")
             return
-        for what, section in (("ACLs", metadata.acls), ("SCRAM users", metadata.scram_users),
+        for what, section in (("ACLs", metadata.acls), ("client quotas", metadata.quotas),
+                              ("SCRAM users", metadata.scram_users),
                               ("broker configurations", metadata.broker_configs)):  # fmt: skip
             if isinstance(section, NotCaptured):
                 self._once(f"cluster metadata: {what} not captured: {section.describe()}")
-        if isinstance(metadata.quotas, NotCaptured) and metadata.quotas.reason == QUOTAS_NOT_READ:
-            log.debug("cluster metadata: %s", QUOTAS_NOT_READ)
         if kept is not None:
             if self._last is None:
                 log.info("cluster metadata captured: %s", kept.summary())

@@ -179,7 +179,7 @@ class BackupJob:
             check_writable_root(settings.checkpoint_location, what="Spark checkpoint location")
         session = AdminSession({**settings.client, "socket.timeout.ms": "10000"})
         self._groups = IsolatedGroupOffsets({**settings.client, "socket.timeout.ms": "10000"})
-        self._metadata = MetadataKeeper(settings.target, settings.selection)
+        self._metadata = MetadataKeeper(settings.target, settings.selection, settings.client)
         self._preflight(session)
         if settings.schema_registry is not None:
             interval = settings.schema_registry_interval or settings.offsets_interval

@@ -88,12 +88,18 @@ class QuotaEntry:
     def key(self) -> tuple[tuple[str, str], ...]:
         return tuple(sorted((kind, "\0default" if name is None else name) for kind, name in self.entity.items()))
 
+    def entity_text(self) -> str:
+        kinds = sorted(self.entity.items())
+        return ", ".join(f"{kind}={'<default>' if name is None else name}" for kind, name in kinds)
+
     def describe(self) -> str:
-        entity = ", ".join(
-            f"{kind}={'<default>' if name is None else name}" for kind, name in sorted(self.entity.items())
-        )
-        values = ", ".join(f"{name}={value:g}" for name, value in sorted(self.values.items()))
-        return f"{entity}: {values}"
+        values = ", ".join(f"{name}={quota_value(value)}" for name, value in sorted(self.values.items()))
+        return f"{self.entity_text()}: {values}"
+
+
+def quota_value(value: float) -> str:
+    """A quota as Kafka's tools show it: 1048576 rather than 1.04858e+06."""
+    return str(int(value)) if value.is_integer() and abs(value) < 1e18 else repr(value)
 
 
 @dataclass(frozen=True, order=True)

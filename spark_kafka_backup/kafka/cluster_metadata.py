@@ -1,18 +1,22 @@
 """Reading the cluster around the topics (:mod:`spark_kafka_backup.catalog.cluster_metadata`) through the admin API:
 ACL bindings (DescribeAcls), SCRAM users (DescribeUserScramCredentials), the dynamic broker configurations, cluster
-defaults and per broker (DescribeConfigs of each broker), and the partition count and replication factor of the
-backed-up topics (DescribeTopics).
+defaults and per broker (DescribeConfigs), client quotas (DescribeClientQuotas), and the partition count and
+replication factor of the backed-up topics (DescribeTopics).
 
 Each section is asked on its own: one the principal may not describe becomes a
 :class:`~spark_kafka_backup.catalog.cluster_metadata.NotCaptured` naming the permission, and the others are kept. A
-cluster without an authorizer has no ACLs (kept as none). Client quotas are not read through this client
-(librdkafka has no DescribeClientQuotas): they are kept as not captured, saying so.
+cluster without an authorizer has no ACLs (kept as none). Client quotas and the cluster-wide defaults are asked over
+a second connection (:mod:`spark_kafka_backup.kafka.wire_admin`; librdkafka cannot send those requests); when the
+client settings are ones it cannot honour, the quotas are kept as not captured saying which setting, and the
+defaults are those the brokers report as theirs from the cluster (a default every broker overrides is then not
+seen).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from spark_kafka_backup.catalog.cluster_metadata import (
@@ -20,28 +24,56 @@ from spark_kafka_backup.catalog.cluster_metadata import (
     BrokerConfigs,
     ClusterMetadata,
     NotCaptured,
+    QuotaEntry,
     ScramUser,
     TopicShape,
 )
 from spark_kafka_backup.errors import ClusterError
 from spark_kafka_backup.kafka.cluster import is_transient
+from spark_kafka_backup.kafka.wire_admin import WireAdmin, WireRefusalError, WireSettingsError, wire_admin
 
 T = TypeVar("T")
-
-#: Why client quotas are not in a capture of this version.
-QUOTAS_NOT_READ = "client quotas are not read by this version of spark-kafka-backup (librdkafka cannot describe them)"
-
 
 #: What a section not asked for holds.
 NOT_ASKED = NotCaptured("not asked for")
 
 
 def capture_metadata(
-    admin: Any, topics: Iterable[str], *, timeout: float = 30, sections: Collection[str] = ("acls", "users", "configs")
+    admin: Any,
+    topics: Iterable[str],
+    *,
+    client: Mapping[str, str],
+    timeout: float = 30,
+    sections: Collection[str] = ("acls", "users", "configs", "quotas"),
 ) -> ClusterMetadata:
-    """One capture of the cluster (module docstring), of ``sections`` (the others hold :data:`NOT_ASKED`); a section
-    that fails for another reason than a refusal raises :class:`~spark_kafka_backup.errors.ClusterError` (the
-    caller's session asks again). No answer is waited for longer than ``timeout`` (and a little)."""
+    """One capture of the cluster (module docstring) through ``admin`` (librdkafka's, made of the ``client``
+    settings), of ``sections`` (the others hold :data:`NOT_ASKED`); a section that fails for another reason than a
+    refusal raises :class:`~spark_kafka_backup.errors.ClusterError` (the caller's session asks again). No answer is
+    waited for longer than ``timeout`` (and a little)."""
+    with _second_connection(client, timeout, needed="quotas" in sections or "configs" in sections) as wire:
+        return _capture(admin, topics, wire, timeout, sections)
+
+
+@contextlib.contextmanager
+def _second_connection(client: Mapping[str, str], timeout: float, *, needed: bool) -> Iterator[WireAdmin | NotCaptured]:
+    if not needed:
+        yield NOT_ASKED
+        return
+    try:
+        connection = wire_admin(client, timeout=timeout)
+        wire = connection.__enter__()
+    except WireSettingsError as exc:
+        yield NotCaptured(f"not read with these client settings: {exc}")
+        return
+    try:
+        yield wire
+    finally:
+        connection.__exit__(None, None, None)
+
+
+def _capture(
+    admin: Any, topics: Iterable[str], wire: WireAdmin | NotCaptured, timeout: float, sections: Collection[str]
+) -> ClusterMetadata:
     wait = timeout + 5
     description = _ask(
         "describe the cluster",
@@ -54,9 +86,9 @@ def capture_metadata(
         captured_at=int(time.time() * 1000),
         cluster_id=str(description.cluster_id),
         acls=_acls(admin, description, timeout) if "acls" in sections else NOT_ASKED,
-        quotas=NotCaptured(QUOTAS_NOT_READ),
+        quotas=_quotas(wire) if "quotas" in sections else NOT_ASKED,
         scram_users=_scram_users(admin, timeout) if "users" in sections else NOT_ASKED,
-        broker_configs=_broker_configs(admin, broker_ids, timeout) if "configs" in sections else NOT_ASKED,
+        broker_configs=_broker_configs(admin, wire, broker_ids, timeout) if "configs" in sections else NOT_ASKED,
         broker_ids=tuple(broker_ids),
         topics=_topic_shapes(admin, sorted(set(topics)), timeout),
     )
@@ -67,7 +99,9 @@ def _ask(what: str, ask: Callable[[], T], permission: str | None = None) -> T | 
     try:
         return ask()
     except Exception as exc:
-        name, text = _reason(exc)
+        if isinstance(exc, ClusterError) and not isinstance(exc, WireRefusalError):
+            raise  # the second connection's: said as it should be
+        name, text = (exc.code, str(exc)) if isinstance(exc, WireRefusalError) else _reason(exc)
         if "AUTHORIZATION" in name and permission is not None:
             return NotCaptured(f"the cluster refused to {what}: {text}", permission)
         raise ClusterError(f"cannot {what}: {text}", transient=_transient(exc)) from exc
@@ -147,10 +181,18 @@ def _scram_users(admin: Any, timeout: float) -> tuple[ScramUser, ...] | NotCaptu
     return _ask("describe its SCRAM users", ask, "DESCRIBE on the cluster")
 
 
-def _broker_configs(admin: Any, broker_ids: list[int], timeout: float) -> BrokerConfigs | NotCaptured:
-    """Each broker's configuration, as it answers for itself: what it has from the cluster-wide dynamic defaults
-    (librdkafka cannot ask for those by themselves) and its own dynamic ones. A default every broker overrides is not
-    seen."""
+def _quotas(wire: WireAdmin | NotCaptured) -> tuple[QuotaEntry, ...] | NotCaptured:
+    if isinstance(wire, NotCaptured):
+        return wire
+    return _ask("describe its client quotas", wire.client_quotas, "DESCRIBE_CONFIGS on the cluster")
+
+
+def _broker_configs(
+    admin: Any, wire: WireAdmin | NotCaptured, broker_ids: list[int], timeout: float
+) -> BrokerConfigs | NotCaptured:
+    """Each broker's own dynamic configurations, and the cluster-wide defaults: asked as such over the second
+    connection, else (it cannot be made with these settings) what the brokers report as theirs from the cluster (a
+    default every broker overrides is then not seen)."""
     from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
 
     def ask() -> BrokerConfigs:
@@ -174,6 +216,10 @@ def _broker_configs(admin: Any, broker_ids: list[int], timeout: float) -> Broker
                     cluster[name] = value
             if own:
                 brokers[int(resource.name)] = own
+        if not isinstance(wire, NotCaptured):
+            defaults = wire.cluster_defaults()
+            cluster = dict(defaults)
+            sensitive |= {name for name, value in defaults.items() if value is None}
         return BrokerConfigs(cluster, brokers, tuple(sorted(sensitive)))
 
     return _ask("describe its broker configurations", ask, "DESCRIBE_CONFIGS on the cluster")

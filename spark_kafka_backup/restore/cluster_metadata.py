@@ -2,7 +2,8 @@
 ``--metadata-policy check`` (the default).
 
 The backup's newest captured version (:mod:`spark_kafka_backup.catalog.cluster_metadata`) is renamed as the records
-are: topic names of literal ACLs by ``--topic-map``, principals (and so SCRAM user names) by ``--principal-map``;
+are: topic names of literal ACLs by ``--topic-map``, principals (and so SCRAM user names and quotas' user entities)
+by ``--principal-map``;
 prefixed patterns are kept as they were. It is then compared with the target, read the same way
 (:mod:`spark_kafka_backup.kafka.cluster_metadata`), section by section:
 
@@ -10,11 +11,13 @@ prefixed patterns are kept as they were. It is then compared with the target, re
 - ``users``: SCRAM credentials (user and mechanism) the target lacks, each with the command that creates it (Kafka
   never gave the password: the operator supplies it), different iterations, and credentials only the target has;
 - ``configs``: dynamic broker configurations, the cluster-wide defaults and each broker's by broker id, the target
-  lacks, has with another value, or has alone (a sensitive value is compared by its presence only).
+  lacks, has with another value, or has alone (a sensitive value is compared by its presence only);
+- ``quotas``: client quotas, by entity (user, client id, IP, or a type's default) and quota name: missing, of
+  another value, or only on the target.
 
 ``check`` prints every difference and exits 1 when there is one, 0 when there is none; it changes nothing on the
-target and restores no record. Client quotas, which the backup does not capture yet, cannot be compared: asking for
-them is refused, as is a section the backup or the target would not let be described (nothing can be proved equal).
+target and restores no record. A section the backup or the target would not let be described is refused (nothing
+can be proved equal).
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ from spark_kafka_backup.catalog.cluster_metadata import (
     BrokerConfigs,
     ClusterMetadata,
     NotCaptured,
+    QuotaEntry,
     ScramUser,
     metadata_as_of,
+    quota_value,
 )
 from spark_kafka_backup.errors import SparkKafkaBackupError, UsageError
 from spark_kafka_backup.kafka.cluster_metadata import capture_metadata
@@ -40,8 +45,6 @@ from spark_kafka_backup.text import count, iso_time, shown
 log = logging.getLogger("spark_kafka_backup.restore")
 
 SECTIONS = ("acls", "users", "configs", "quotas")
-#: What ``all`` compares: the sections a backup captures (client quotas are not yet).
-COMPARABLE = ("acls", "users", "configs")
 POLICIES = ("check",)
 
 
@@ -61,7 +64,7 @@ def parse_sections(text: str) -> frozenset[str]:
     """``--metadata``: a comma-separated list of :data:`SECTIONS`, or ``all``."""
     chosen = {part.strip() for part in text.split(",") if part.strip()}
     if chosen == {"all"}:
-        return frozenset(COMPARABLE)
+        return frozenset(SECTIONS)
     unknown = sorted(chosen - set(SECTIONS))
     if unknown or not chosen:
         raise UsageError(f"--metadata {text}: expected a comma-separated list of {', '.join(SECTIONS)}, or all")
@@ -83,11 +86,20 @@ def renamed(
         principal = principal_map.get(f"User:{entry.name}", f"User:{entry.name}")  # a User: principal (settings)
         return replace(entry, name=principal.removeprefix("User:"))
 
+    def quota(entry: QuotaEntry) -> QuotaEntry:
+        entity = dict(entry.entity)
+        if entity.get("user") is not None:
+            entity["user"] = principal_map.get(f"User:{entity['user']}", f"User:{entity['user']}").removeprefix("User:")
+        return replace(entry, entity=entity)
+
     acls = metadata.acls if isinstance(metadata.acls, NotCaptured) else tuple(sorted(acl(a) for a in metadata.acls))
+    quotas = metadata.quotas
+    if not isinstance(quotas, NotCaptured):
+        quotas = tuple(sorted((quota(q) for q in quotas), key=QuotaEntry.key))
     users = metadata.scram_users
     if not isinstance(users, NotCaptured):
         users = tuple(sorted(user(u) for u in users))
-    return replace(metadata, acls=acls, scram_users=users)
+    return replace(metadata, acls=acls, quotas=quotas, scram_users=users)
 
 
 def compare(
@@ -123,6 +135,21 @@ def compare(
             f"SCRAM user {shown(name)} ({mechanism})"
             for name, mechanism in sorted(set(there_users) - set(wanted_users))
         ]
+    if "quotas" in sections:
+        assert not isinstance(backup.quotas, NotCaptured)
+        assert not isinstance(target.quotas, NotCaptured)
+        wanted_quotas = {(q.key(), name): (q, value) for q in backup.quotas for name, value in q.values.items()}
+        there_quotas = {(q.key(), name): (q, value) for q in target.quotas for name, value in q.values.items()}
+        for quota_key in sorted(set(wanted_quotas) | set(there_quotas)):
+            name = quota_key[1]
+            if quota_key not in there_quotas:
+                diff.missing.append(f"client quota {_quota(*wanted_quotas[quota_key], name)}")
+            elif quota_key not in wanted_quotas:
+                diff.extra.append(f"client quota {_quota(*there_quotas[quota_key], name)}")
+            elif wanted_quotas[quota_key][1] != there_quotas[quota_key][1]:
+                (entry, in_backup), (_, on_target) = wanted_quotas[quota_key], there_quotas[quota_key]
+                diff.different.append(f"client quota ({entry.entity_text()}) {name}: {quota_value(on_target)} on the "
+                                      f"target, {quota_value(in_backup)} in the backup")  # fmt: skip
     if "configs" in sections:
         assert isinstance(backup.broker_configs, BrokerConfigs)
         assert isinstance(target.broker_configs, BrokerConfigs)
@@ -154,6 +181,10 @@ def compare(
     return diff
 
 
+def _quota(entry: QuotaEntry, value: float, name: str) -> str:
+    return f"({entry.entity_text()}) {name}={quota_value(value)}"
+
+
 def _value(value: str | None) -> str:
     return "(sensitive)" if value is None else shown(value)
 
@@ -170,7 +201,7 @@ def check_metadata(
             f"--metadata: the backup {settings.source} holds no cluster metadata{when} (a backup by an earlier version "
             "of spark-kafka-backup, or by the original tool, has none)"
         )
-    target = capture_metadata(admin, [], timeout=30, sections=sections)
+    target = capture_metadata(admin, [], client=settings.client, timeout=30, sections=sections)
     for section in sorted(sections):
         refusal = _not_comparable(section, version, target)
         if refusal is not None:
@@ -208,9 +239,7 @@ def _as_of(settings: Any) -> int | None:
 
 def _not_comparable(section: str, backup: ClusterMetadata, target: ClusterMetadata) -> str | None:
     """Why ``section`` cannot be compared (``None``: it can)."""
-    if section == "quotas":
-        return "client quotas are not captured by this version of spark-kafka-backup, so they cannot be compared"
-    attribute = {"acls": "acls", "users": "scram_users", "configs": "broker_configs"}[section]
+    attribute = {"acls": "acls", "users": "scram_users", "configs": "broker_configs", "quotas": "quotas"}[section]
     for where, metadata in (("the backup", backup), ("the target", target)):
         found = getattr(metadata, attribute)
         if isinstance(found, NotCaptured):

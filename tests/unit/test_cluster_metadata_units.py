@@ -118,7 +118,7 @@ def test_sections_are_named_or_all_and_anything_else_is_refused() -> None:
     from spark_kafka_backup.restore.cluster_metadata import parse_sections
 
     assert parse_sections("acls, users") == {"acls", "users"}
-    assert parse_sections("all") == {"acls", "users", "configs"}  # what a backup captures: quotas not yet
+    assert parse_sections("all") == {"acls", "users", "configs", "quotas"}  # what a backup captures
     with pytest.raises(UsageError, match="expected a comma-separated list of acls, users, configs, quotas, or all"):
         parse_sections("acls,topics")
 
@@ -210,7 +210,7 @@ def test_principal_maps_split_where_the_second_principal_starts_and_refuse_what_
     settings = parse_restore_args([*base, "--principal-map", "User:CN=alice,O=acme=User:CN=alice-dr,O=acme",
                                    "--principal-map", "Group:ops=Group:ops-dr"])  # fmt: skip
     assert settings.principal_map == {"User:CN=alice,O=acme": "User:CN=alice-dr,O=acme", "Group:ops": "Group:ops-dr"}
-    assert settings.metadata == parse_sections("acls,users,configs")  # all: what a backup captures
+    assert settings.metadata == parse_sections("acls,users,configs,quotas")  # all: what a backup captures
     for extra, message in (
         (["--principal-map", "User:alice=Group:ops"], "a User: principal maps to a User: principal"),
         (["--principal-map", "User:a=User:x", "--principal-map", "User:b=User:x"], "maps two principals to the same"),
@@ -239,3 +239,49 @@ def test_a_broker_the_target_has_is_compared_even_without_dynamic_configuration(
 
 def read_back(metadata: ClusterMetadata) -> ClusterMetadata:
     return ClusterMetadata.decode(metadata.encode(), file="version.json")
+
+
+def test_quotas_follow_the_principal_map_by_user_entity_and_differ_by_entity_and_name() -> None:
+    from spark_kafka_backup.restore.cluster_metadata import compare, renamed
+
+    backup = renamed(capture(1000), {}, {"User:alice": "User:alice-dr"})
+    assert backup.quotas == (
+        QuotaEntry({"user": "alice-dr", "client-id": None}, {"producer_byte_rate": 1048576.0}),
+        QuotaEntry({"user": None}, {"request_percentage": 12.5}),  # the default user is nobody's to rename
+    )
+    target = capture(2000, quotas=(
+        QuotaEntry({"user": "alice-dr", "client-id": None}, {"producer_byte_rate": 2048.0, "consumer_byte_rate": 1.0}),
+        QuotaEntry({"client-id": "batch"}, {"request_percentage": 200.0}),
+    ))  # fmt: skip
+    diff = compare(backup, target, frozenset({"quotas"}), servers="dr:9092")
+    assert diff.missing == ["client quota (user=<default>) request_percentage=12.5"]
+    assert diff.different == [
+        "client quota (client-id=<default>, user=alice-dr) producer_byte_rate: 2048 on the target, 1048576 in the "
+        "backup"
+    ]
+    assert diff.extra == [
+        "client quota (client-id=<default>, user=alice-dr) consumer_byte_rate=1",
+        "client quota (client-id=batch) request_percentage=200",
+    ]
+
+
+def test_the_second_connection_takes_what_librdkafka_was_given_or_names_what_it_cannot() -> None:
+    from spark_kafka_backup.kafka.wire_admin import WireSettingsError, wire_client_settings
+
+    plain = wire_client_settings({"bootstrap.servers": "a:9092, b:9092", "client.id": "x", "linger.ms": "5"})
+    assert (plain.bootstrap_servers, plain.security_protocol, plain.tls) == (["a:9092", "b:9092"], "PLAINTEXT", None)
+    scram = wire_client_settings({"bootstrap.servers": "a:9093", "security.protocol": "sasl_ssl",
+                                  "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "svc", "sasl.password": "pw",
+                                  "ssl.ca.pem": "-----BEGIN CERTIFICATE-----", "enable.ssl.certificate.verification":
+                                  "true"})  # fmt: skip
+    assert (scram.security_protocol, scram.sasl_mechanism, scram.sasl_username, scram.sasl_password) == (
+        "SASL_SSL", "SCRAM-SHA-512", "svc", "pw")  # fmt: skip
+    assert scram.tls == {"ssl.ca.pem": "-----BEGIN CERTIFICATE-----", "enable.ssl.certificate.verification": "true"}
+    for settings, named in (
+        ({"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER"}, "sasl.mechanism=OAUTHBEARER"),
+        ({"security.protocol": "SASL_PLAINTEXT"}, "sasl.mechanism=GSSAPI"),  # librdkafka's default mechanism
+        ({"security.protocol": "SSL", "ssl.keystore.location": "/k.p12"}, "ssl.keystore.location=/k.p12"),
+        ({"security.protocol": "KERBEROS"}, "security.protocol=KERBEROS"),
+    ):  # fmt: skip
+        with pytest.raises(WireSettingsError, match=named):
+            wire_client_settings({"bootstrap.servers": "a:9093", **settings})
