@@ -211,3 +211,41 @@ def test_client_quotas_and_cluster_wide_defaults_are_kept_as_kafka_set_them_and_
     assert f"  only on the target: client quota (client-id={QUOTA_CLIENT}) consumer_byte_rate=8192" in lines
     assert f"  different: config (cluster default) {DEFAULT_SETTING}: 0.75 on the target, 0.8 in the backup" in lines
     assert lines[-1] == "4 differences; nothing was changed (--metadata-policy check)", lines
+
+    # apply, first as a dry run (nothing changes), then for real: the missing and different made as in the backup,
+    # the quota only the target has kept; Kafka's own tool reads the result.
+    dry = restore_python(*check, "--metadata-policy", "apply", "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    lines = dry.stdout.splitlines()
+    assert f"  would create: client quota (user={QUOTA_USER}) consumer_byte_rate=2097152" in lines, lines
+    assert (f"  would change: client quota (user={QUOTA_USER}) producer_byte_rate: 1 on the target, 1048576 in the "
+            "backup") in lines  # fmt: skip
+    assert (f"  kept (only on the target; --metadata-policy replace deletes it): client quota "
+            f"(client-id={QUOTA_CLIENT}) consumer_byte_rate=8192") in lines  # fmt: skip
+    assert lines[-1] == "dry run: 3 changes would be made, 0 left for you; nothing was changed", lines
+    assert restore_python(*check).stdout.splitlines()[-1].startswith("4 differences")
+    applied = restore_python(*check, "--metadata-policy", "apply")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    lines = applied.stdout.splitlines()
+    assert f"  created: client quota (user={QUOTA_USER}) consumer_byte_rate=2097152" in lines, lines
+    assert f"  changed: config (cluster default) {DEFAULT_SETTING}: 0.75 on the target, 0.8 in the backup" in lines
+    assert lines[-1] == "3 changes made; the target has what the backup had (configs, quotas)", lines
+    described = kafka_tool("kafka.admin.ConfigCommand", "--bootstrap-server", kafka.bootstrap_servers, "--describe",
+                           "--entity-type", "users", "--entity-name", QUOTA_USER).stdout  # fmt: skip
+    assert "consumer_byte_rate=2097152.0" in described and "producer_byte_rate=1048576.0" in described, described
+    again = restore_python(*check, "--metadata-policy", "apply")  # a second apply has nothing to do
+    assert again.returncode == 0 and again.stdout.splitlines()[-1].startswith("0 changes made"), again.stdout
+
+    # replace deletes only with --delete-extra, and only what its dry run listed.
+    refused = restore_python(*check, "--metadata-policy", "replace")
+    assert refused.returncode == 2 and "list it first with --dry-run, then run again with --delete-extra" in (
+        refused.stderr
+    ), refused.stderr
+    listed = restore_python(*check, "--metadata-policy", "replace", "--dry-run")
+    would = [line for line in listed.stdout.splitlines() if line.startswith("  would ")]
+    assert would == [f"  would delete: client quota (client-id={QUOTA_CLIENT}) consumer_byte_rate=8192"], listed.stdout
+    replaced = restore_python(*check, "--metadata-policy", "replace", "--delete-extra")
+    assert replaced.returncode == 0, replaced.stdout + replaced.stderr
+    made = [line for line in replaced.stdout.splitlines() if line.startswith("  ")]
+    assert made == [f"  deleted: client quota (client-id={QUOTA_CLIENT}) consumer_byte_rate=8192"], replaced.stdout
+    assert restore_python(*check).stdout.splitlines()[-1] == "no difference"

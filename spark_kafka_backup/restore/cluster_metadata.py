@@ -1,11 +1,11 @@
-"""The cluster around the topics, compared with a restore's target: ``restore --metadata SECTIONS`` with
-``--metadata-policy check`` (the default).
+"""The cluster around the topics, compared with a restore's target and changed by policy: ``restore --metadata
+SECTIONS --metadata-policy check|apply|replace``.
 
-The backup's newest captured version (:mod:`spark_kafka_backup.catalog.cluster_metadata`) is renamed as the records
-are: topic names of literal ACLs by ``--topic-map``, principals (and so SCRAM user names and quotas' user entities)
-by ``--principal-map``;
-prefixed patterns are kept as they were. It is then compared with the target, read the same way
-(:mod:`spark_kafka_backup.kafka.cluster_metadata`), section by section:
+The backup's captured version (:mod:`spark_kafka_backup.catalog.cluster_metadata`; the newest, or the one in force
+at ``--metadata-as-of``) is renamed as the records are: topic names of literal ACLs by ``--topic-map``, principals
+(and so SCRAM user names and quotas' user entities) by ``--principal-map``; prefixed patterns are kept as they were.
+It is then compared with the target, read the same way (:mod:`spark_kafka_backup.kafka.cluster_metadata`), section
+by section, each difference a :class:`Difference`:
 
 - ``acls``: bindings the target lacks, and bindings only the target has;
 - ``users``: SCRAM credentials (user and mechanism) the target lacks, each with the command that creates it (Kafka
@@ -15,16 +15,22 @@ prefixed patterns are kept as they were. It is then compared with the target, re
 - ``quotas``: client quotas, by entity (user, client id, IP, or a type's default) and quota name: missing, of
   another value, or only on the target.
 
-``check`` prints every difference and exits 1 when there is one, 0 when there is none; it changes nothing on the
-target and restores no record. A section the backup or the target would not let be described is refused (nothing
-can be proved equal).
+``check`` prints every difference and exits 1 when there is one, 0 when there is none; it changes nothing. ``apply``
+makes what is missing and changes what differs, never deletes; ``replace`` also deletes what only the target has,
+and only with ``--delete-extra``. Either, with ``--dry-run``, prints what it would do and changes nothing. What only
+an operator can do (a SCRAM password, a sensitive value Kafka never gave) is printed with the command to run. The
+permissions the changes need on the cluster (ALTER, ALTER_CONFIGS) are asked before the first change, then the
+changes are made (:mod:`spark_kafka_backup.kafka.cluster_metadata_changes`), and the target is compared again: the
+exit is 0 only when nothing the policy covers still differs. A section the backup or the target would not let be
+described is refused (nothing can be proved equal).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
 from spark_kafka_backup.catalog import checkpoints
@@ -40,24 +46,35 @@ from spark_kafka_backup.catalog.cluster_metadata import (
 )
 from spark_kafka_backup.errors import SparkKafkaBackupError, UsageError
 from spark_kafka_backup.kafka.cluster_metadata import capture_metadata
+from spark_kafka_backup.kafka.cluster_metadata_changes import MetadataChanges, QuotaEntity, make_changes, quota_entity
+from spark_kafka_backup.kafka.permissions import refuse_missing
 from spark_kafka_backup.text import count, iso_time, shown
 
 log = logging.getLogger("spark_kafka_backup.restore")
 
 SECTIONS = ("acls", "users", "configs", "quotas")
-POLICIES = ("check",)
+POLICIES = ("check", "apply", "replace")
+#: How long the target is compared again after the changes (a broker takes a change from the controller a moment
+#: later; an authorizer its ACLs).
+SETTLE_SECONDS = 30.0
+
+_DONE = {"missing": "created", "different": "changed", "extra": "deleted"}
+_WOULD = {"missing": "would create", "different": "would change", "extra": "would delete"}
 
 
-@dataclass
-class MetadataDiff:
-    """What differs between the backup's cluster metadata (renamed) and the target's, one line each."""
+@dataclass(frozen=True)
+class Difference:
+    """One difference between the backup (renamed) and the target."""
 
-    missing: list[str] = field(default_factory=list)
-    different: list[str] = field(default_factory=list)
-    extra: list[str] = field(default_factory=list)
+    kind: str  # "missing" (on the target), "different", or "extra" (only on the target)
+    text: str
+    #: What makes the target agree (``None``: only an operator can; ``text`` says how).
+    fix: MetadataChanges | None
 
-    def __len__(self) -> int:
-        return len(self.missing) + len(self.different) + len(self.extra)
+    def line(self) -> str:
+        return {"missing": "missing on the target", "different": "different", "extra": "only on the target"}[
+            self.kind
+        ] + f": {self.text}"
 
 
 def parse_sections(text: str) -> frozenset[str]:
@@ -104,95 +121,226 @@ def renamed(
 
 def compare(
     backup: ClusterMetadata, target: ClusterMetadata, sections: frozenset[str], *, servers: str
-) -> MetadataDiff:
-    diff = MetadataDiff()
+) -> list[Difference]:
+    """The differences, missing first, then different, then only on the target."""
+    found: list[Difference] = []
     if "acls" in sections:
         assert not isinstance(backup.acls, NotCaptured)
         assert not isinstance(target.acls, NotCaptured)
         wanted, there = set(backup.acls), set(target.acls)
-        diff.missing += [f"ACL {a.describe()}" for a in sorted(wanted - there)]
-        diff.extra += [f"ACL {a.describe()}" for a in sorted(there - wanted)]
+        found += [Difference("missing", f"ACL {a.describe()}", MetadataChanges(create_acls=(a,)))
+                  for a in sorted(wanted - there)]  # fmt: skip
+        found += [Difference("extra", f"ACL {a.describe()}", MetadataChanges(delete_acls=(a,)))
+                  for a in sorted(there - wanted)]  # fmt: skip
     if "users" in sections:
-        assert not isinstance(backup.scram_users, NotCaptured)
-        assert not isinstance(target.scram_users, NotCaptured)
-        wanted_users = {(u.name, u.mechanism): u for u in backup.scram_users}
-        there_users = {(u.name, u.mechanism): u for u in target.scram_users}
-        for key, user in sorted(wanted_users.items()):
-            found = there_users.get(key)
-            if found is None:
-                diff.missing.append(
-                    f"SCRAM user {shown(user.name)} ({user.mechanism}, {user.iterations} iterations): create it with "
-                    f"kafka-configs.sh --bootstrap-server {servers} --alter --add-config "
-                    f"'{user.mechanism}=[iterations={user.iterations},password=...]' --entity-type users "
-                    f"--entity-name {shown(user.name)}"
-                )
-            elif found.iterations != user.iterations:
-                diff.different.append(
-                    f"SCRAM user {shown(user.name)} ({user.mechanism}): {found.iterations} "
-                    f"iterations on the target, {user.iterations} in the backup"
-                )
-        diff.extra += [
-            f"SCRAM user {shown(name)} ({mechanism})"
-            for name, mechanism in sorted(set(there_users) - set(wanted_users))
-        ]
+        found += _users(backup, target, servers)
     if "quotas" in sections:
-        assert not isinstance(backup.quotas, NotCaptured)
-        assert not isinstance(target.quotas, NotCaptured)
-        wanted_quotas = {(q.key(), name): (q, value) for q in backup.quotas for name, value in q.values.items()}
-        there_quotas = {(q.key(), name): (q, value) for q in target.quotas for name, value in q.values.items()}
-        for quota_key in sorted(set(wanted_quotas) | set(there_quotas)):
-            name = quota_key[1]
-            if quota_key not in there_quotas:
-                diff.missing.append(f"client quota {_quota(*wanted_quotas[quota_key], name)}")
-            elif quota_key not in wanted_quotas:
-                diff.extra.append(f"client quota {_quota(*there_quotas[quota_key], name)}")
-            elif wanted_quotas[quota_key][1] != there_quotas[quota_key][1]:
-                (entry, in_backup), (_, on_target) = wanted_quotas[quota_key], there_quotas[quota_key]
-                diff.different.append(f"client quota ({entry.entity_text()}) {name}: {quota_value(on_target)} on the "
-                                      f"target, {quota_value(in_backup)} in the backup")  # fmt: skip
+        found += _quotas(backup, target)
     if "configs" in sections:
-        assert isinstance(backup.broker_configs, BrokerConfigs)
-        assert isinstance(target.broker_configs, BrokerConfigs)
-        scopes = [("cluster default", backup.broker_configs.cluster, target.broker_configs.cluster)]
-        for broker, configs in sorted(backup.broker_configs.brokers.items()):
-            if broker not in target.broker_ids:
-                diff.missing.append(
-                    f"broker {broker} (its dynamic configuration: {', '.join(sorted(configs))}): the "
-                    "target has no broker of that id"
-                )
-                continue
-            scopes.append((f"broker {broker}", configs, target.broker_configs.brokers.get(broker, {})))
-        for broker, configs in sorted(target.broker_configs.brokers.items()):
-            if broker not in backup.broker_configs.brokers:
-                scopes.append((f"broker {broker}", {}, configs))
-        for scope, wanted_configs, there_configs in scopes:
-            for name in sorted(set(wanted_configs) | set(there_configs)):
-                if name not in there_configs:
-                    diff.missing.append(f"config ({scope}) {name}={_value(wanted_configs[name])}")
-                elif name not in wanted_configs:
-                    diff.extra.append(f"config ({scope}) {name}={_value(there_configs[name])}")
-                elif None not in (wanted_configs[name], there_configs[name]) and (
-                    wanted_configs[name] != there_configs[name]
-                ):
-                    diff.different.append(
-                        f"config ({scope}) {name}: {_value(there_configs[name])} on the target, "
-                        f"{_value(wanted_configs[name])} in the backup"
-                    )
-    return diff
+        found += _configs(backup, target, servers)
+    order = {"missing": 0, "different": 1, "extra": 2}
+    return sorted(found, key=lambda difference: order[difference.kind])  # stable: each section's order within
 
 
-def _quota(entry: QuotaEntry, value: float, name: str) -> str:
-    return f"({entry.entity_text()}) {name}={quota_value(value)}"
+def _users(backup: ClusterMetadata, target: ClusterMetadata, servers: str) -> list[Difference]:
+    assert not isinstance(backup.scram_users, NotCaptured)
+    assert not isinstance(target.scram_users, NotCaptured)
+    found = []
+    wanted = {(u.name, u.mechanism): u for u in backup.scram_users}
+    there = {(u.name, u.mechanism): u for u in target.scram_users}
+    for key, user in sorted(wanted.items()):
+        command = (
+            f"kafka-configs.sh --bootstrap-server {servers} --alter --add-config "
+            f"'{user.mechanism}=[iterations={user.iterations},password=...]' --entity-type users "
+            f"--entity-name {shown(user.name)}"
+        )
+        on_target = there.get(key)
+        if on_target is None:
+            found.append(Difference("missing", f"SCRAM user {shown(user.name)} ({user.mechanism}, {user.iterations} "
+                                    f"iterations): create it with {command}", None))  # fmt: skip
+        elif on_target.iterations != user.iterations:
+            found.append(Difference("different", f"SCRAM user {shown(user.name)} ({user.mechanism}): "
+                                    f"{on_target.iterations} iterations on the target, {user.iterations} in the "
+                                    f"backup: set its password again with {command}", None))  # fmt: skip
+    found += [
+        Difference(
+            "extra", f"SCRAM user {shown(name)} ({mechanism})", MetadataChanges(delete_scram=((name, mechanism),))
+        )
+        for name, mechanism in sorted(set(there) - set(wanted))
+    ]
+    return found
+
+
+def _quotas(backup: ClusterMetadata, target: ClusterMetadata) -> list[Difference]:
+    assert not isinstance(backup.quotas, NotCaptured)
+    assert not isinstance(target.quotas, NotCaptured)
+    wanted = {(quota_entity(q), name): (q, value) for q in backup.quotas for name, value in q.values.items()}
+    there = {(quota_entity(q), name): (q, value) for q in target.quotas for name, value in q.values.items()}
+    found = []
+
+    def order(key: tuple[QuotaEntity, str]) -> tuple[tuple[tuple[str, str], ...], str]:
+        return tuple((kind, "\0default" if name is None else name) for kind, name in key[0]), key[1]
+
+    for key in sorted(set(wanted) | set(there), key=order):
+        entity, name = key
+        if key not in there:
+            entry, value = wanted[key]
+            found.append(Difference("missing", f"client quota ({entry.entity_text()}) {name}={quota_value(value)}",
+                                    MetadataChanges(quotas=((entity, name, value),))))  # fmt: skip
+        elif key not in wanted:
+            entry, value = there[key]
+            found.append(Difference("extra", f"client quota ({entry.entity_text()}) {name}={quota_value(value)}",
+                                    MetadataChanges(quotas=((entity, name, None),))))  # fmt: skip
+        elif wanted[key][1] != there[key][1]:
+            (entry, in_backup), on_target = wanted[key], there[key][1]
+            found.append(Difference("different", f"client quota ({entry.entity_text()}) {name}: "
+                                    f"{quota_value(on_target)} on the target, {quota_value(in_backup)} in the backup",
+                                    MetadataChanges(quotas=((entity, name, in_backup),))))  # fmt: skip
+    return found
+
+
+def _configs(backup: ClusterMetadata, target: ClusterMetadata, servers: str) -> list[Difference]:
+    assert isinstance(backup.broker_configs, BrokerConfigs)
+    assert isinstance(target.broker_configs, BrokerConfigs)
+    found = []
+    scopes: list[tuple[int | None, Mapping[str, str | None], Mapping[str, str | None]]] = [
+        (None, backup.broker_configs.cluster, target.broker_configs.cluster)
+    ]
+    for broker, configs in sorted(backup.broker_configs.brokers.items()):
+        if broker not in target.broker_ids:
+            found.append(Difference("missing", f"broker {broker} (its dynamic configuration: "
+                                    f"{', '.join(sorted(configs))}): the target has no broker of that id",
+                                    None))  # fmt: skip
+            continue
+        scopes.append((broker, configs, target.broker_configs.brokers.get(broker, {})))
+    for only_there, configs in sorted(target.broker_configs.brokers.items()):
+        if only_there not in backup.broker_configs.brokers:
+            scopes.append((only_there, {}, configs))
+    for scope_broker, wanted, there in scopes:
+        scope = "cluster default" if scope_broker is None else f"broker {scope_broker}"
+
+        def fix(name: str, value: str | None, broker: int | None = scope_broker) -> MetadataChanges:
+            if broker is None:
+                return MetadataChanges(cluster_defaults=((name, value),))
+            return MetadataChanges(broker_configs=((broker, name, value),))
+
+        for name in sorted(set(wanted) | set(there)):
+            if name not in there:
+                value = wanted[name]
+                if value is None:  # sensitive: Kafka never gave the backup its value
+                    entity = "--entity-default" if scope_broker is None else f"--entity-name {scope_broker}"
+                    found.append(Difference("missing", f"config ({scope}) {name}=(sensitive): its value was never "
+                                            f"given to the backup; set it with kafka-configs.sh --bootstrap-server "
+                                            f"{servers} --alter --add-config '{name}=...' --entity-type brokers "
+                                            f"{entity}", None))  # fmt: skip
+                else:
+                    found.append(Difference("missing", f"config ({scope}) {name}={shown(value)}", fix(name, value)))
+            elif name not in wanted:
+                found.append(Difference("extra", f"config ({scope}) {name}={_value(there[name])}", fix(name, None)))
+            elif None not in (wanted[name], there[name]) and wanted[name] != there[name]:
+                found.append(Difference("different", f"config ({scope}) {name}: {_value(there[name])} on the target, "
+                                        f"{_value(wanted[name])} in the backup", fix(name, wanted[name])))  # fmt: skip
+    return found
 
 
 def _value(value: str | None) -> str:
     return "(sensitive)" if value is None else shown(value)
 
 
-def check_metadata(
-    settings: Any, admin: Any, sections: frozenset[str], principal_map: Mapping[str, str], out: TextIO
-) -> int:
-    """``--metadata-policy check``: print the differences; 1 when there is one (module docstring)."""
+def metadata_policy(settings: Any, admin: Any, out: TextIO) -> int:
+    """``restore --metadata``: compare, and change by ``settings.metadata_policy`` (module docstring); the exit code."""
+    sections: frozenset[str] = settings.metadata
+    policy: str = settings.metadata_policy
+    version = _version(settings)
+    backup = renamed(version, settings.topic_map, settings.principal_map)
+    servers = settings.client["bootstrap.servers"]
+    target = _target(settings, admin, sections, version)
+    differences = compare(backup, target, sections, servers=servers)
+    out.write(
+        f"cluster metadata of the backup as of {iso_time(version.captured_at)} (cluster "
+        f"{shown(version.cluster_id)}), {', '.join(sorted(sections))}, against the target {servers} (cluster "
+        f"{shown(target.cluster_id)}), --metadata-policy {policy}{' --dry-run' if settings.dry_run else ''}:\n"
+    )
+    if policy == "check":
+        for difference in differences:
+            out.write(f"  {difference.line()}\n")
+        if differences:
+            out.write(f"{count(len(differences), 'difference')}; nothing was changed (--metadata-policy check)\n")
+            return 1
+        out.write("no difference\n")
+        return 0
+    if policy == "replace":
+        differences = [_unless_own_login(d, settings.client) for d in differences]
+    covered = [d for d in differences if d.kind != "extra" or policy == "replace"]
+    changes = sum((d.fix for d in covered if d.fix is not None), MetadataChanges())
+    if settings.dry_run:
+        for difference in differences:
+            out.write(f"  {_planned(difference, policy, _WOULD)}\n")
+        made = sum(1 for d in covered if d.fix is not None)
+        out.write(f"dry run: {count(made, 'change')} would be made, {len(covered) - made} left for you; "
+                  "nothing was changed\n")  # fmt: skip
+        return 0
+    if changes:
+        refuse_missing(admin, changes.permissions(), settings.client, done="nothing was changed")
+    failed = make_changes(admin, settings.client, changes) if changes else []
+    remaining = _settle(settings, admin, sections, version, backup, covered) if changes else covered
+    still = {d.text for d in remaining}
+    for difference in differences:
+        if difference.text in still or difference.fix is None or difference not in covered:
+            out.write(f"  {_planned(difference, policy, None)}\n")
+        else:
+            out.write(f"  {_DONE[difference.kind]}: {difference.text}\n")
+    for line in failed:
+        out.write(f"  failed: {line}\n")
+    made = sum(1 for d in covered if d.fix is not None and d.text not in still)
+    if not remaining:
+        out.write(f"{count(made, 'change')} made; the target has what the backup had ({', '.join(sorted(sections))})"
+                  "\n")  # fmt: skip
+        return 0
+    out.write(f"{count(made, 'change')} made; {count(len(remaining), 'difference')} left (above)\n")
+    return 1
+
+
+def _unless_own_login(difference: Difference, client: Mapping[str, str]) -> Difference:
+    """The restore's own SCRAM credential is never deleted (the run would lock itself out)."""
+    own = client.get("sasl.username")
+    if difference.fix is not None and any(user == own for user, _ in difference.fix.delete_scram):
+        return replace(difference, text=f"{difference.text}: the restore's own login, not deleted", fix=None)
+    return difference
+
+
+def _planned(difference: Difference, policy: str, would: Mapping[str, str] | None) -> str:
+    """A difference's line under apply or replace: what is (or would be) done, or why not."""
+    if difference.kind == "extra" and policy == "apply":
+        return f"kept (only on the target; --metadata-policy replace deletes it): {difference.text}"
+    if difference.fix is None:
+        return f"left for you: {difference.text}"
+    if would is None:
+        return f"not done: {difference.text}"
+    return f"{would[difference.kind]}: {difference.text}"
+
+
+def _settle(
+    settings: Any,
+    admin: Any,
+    sections: frozenset[str],
+    version: ClusterMetadata,
+    backup: ClusterMetadata,
+    covered: list[Difference],
+) -> list[Difference]:
+    """The covered differences still there once the target has taken the changes (or :data:`SETTLE_SECONDS`)."""
+    wanted = {d.text for d in covered}
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while True:
+        target = _target(settings, admin, sections, version, done="changes were made (run it again to see them)")
+        servers = settings.client["bootstrap.servers"]
+        remaining = [d for d in compare(backup, target, sections, servers=servers) if d.text in wanted]
+        if all(d.fix is None for d in remaining) or time.monotonic() >= deadline:
+            return remaining
+        time.sleep(1)
+
+
+def _version(settings: Any) -> ClusterMetadata:
     as_of = _as_of(settings)
     version = metadata_as_of(settings.source, as_of)
     if version is None:
@@ -201,29 +349,23 @@ def check_metadata(
             f"--metadata: the backup {settings.source} holds no cluster metadata{when} (a backup by an earlier version "
             "of spark-kafka-backup, or by the original tool, has none)"
         )
+    return version
+
+
+def _target(
+    settings: Any,
+    admin: Any,
+    sections: frozenset[str],
+    version: ClusterMetadata,
+    *,
+    done: str = "nothing was compared or changed",
+) -> ClusterMetadata:
     target = capture_metadata(admin, [], client=settings.client, timeout=30, sections=sections)
     for section in sorted(sections):
         refusal = _not_comparable(section, version, target)
         if refusal is not None:
-            raise SparkKafkaBackupError(f"--metadata {section}: {refusal}; nothing was compared or changed")
-    backup = renamed(version, settings.topic_map, principal_map)
-    diff = compare(backup, target, sections, servers=settings.client["bootstrap.servers"])
-    out.write(
-        f"cluster metadata of the backup as of {iso_time(version.captured_at)} (cluster "
-        f"{shown(version.cluster_id)}), {', '.join(sorted(sections))}, against the target "
-        f"{settings.client['bootstrap.servers']} (cluster {shown(target.cluster_id)}):\n"
-    )
-    for line in diff.missing:
-        out.write(f"  missing on the target: {line}\n")
-    for line in diff.different:
-        out.write(f"  different: {line}\n")
-    for line in diff.extra:
-        out.write(f"  only on the target: {line}\n")
-    if diff:
-        out.write(f"{count(len(diff), 'difference')}; nothing was changed (--metadata-policy check)\n")
-        return 1
-    out.write("no difference\n")
-    return 0
+            raise SparkKafkaBackupError(f"--metadata {section}: {refusal}; {done}")
+    return target
 
 
 def _as_of(settings: Any) -> int | None:

@@ -46,7 +46,7 @@ from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.selection import count_selected
 from spark_kafka_backup.progress import Progress
 from spark_kafka_backup.restore.access import check_transactions, restore_permissions
-from spark_kafka_backup.restore.cluster_metadata import check_metadata
+from spark_kafka_backup.restore.cluster_metadata import metadata_policy
 from spark_kafka_backup.restore.failover_mark import read_mark
 from spark_kafka_backup.restore.follow import PassOutcome, check_pass, follow
 from spark_kafka_backup.restore.group_offsets import GroupDecision, commit_group_offsets
@@ -109,7 +109,7 @@ def run(settings: RestoreSettings) -> int:
     except ClusterError as exc:
         raise ClusterError(f"cannot reach Kafka at {settings.client['bootstrap.servers']}: {exc}") from exc
     if settings.metadata is not None:
-        return check_metadata(settings, admin, settings.metadata, settings.principal_map, sys.stdout)
+        return metadata_policy(settings, admin, sys.stdout)
     registry_lines: list[str] = []
     if settings.schema_registry is not None:
         restored_topics(settings)  # the options naming topics are checked before anything is registered

@@ -158,6 +158,10 @@ class RestoreSettings:
     #: ``--metadata-as-of``: the version in force at a checkpoint's cut (its id) or at a time (epoch ms).
     metadata_checkpoint: int | None = None
     metadata_time: int | None = None
+    #: ``--metadata-policy``: check, apply or replace (restore/cluster_metadata.py).
+    metadata_policy: str = "check"
+    #: ``--delete-extra``: replace may delete what only the target has.
+    delete_extra: bool = False
     debug: bool = False
 
     def schema_id_fields(self, source_topic: str) -> str:
@@ -432,15 +436,21 @@ def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.Argumen
     metadata.add_argument(
         "--metadata",
         metavar="SECTIONS",
-        help="compare the cluster around the topics as the backup captured it with the target, instead of restoring "
-        "records: acls, users, configs (comma-separated), or all",
+        help="compare the cluster around the topics as the backup captured it with the target (and change it by "
+        "--metadata-policy), instead of restoring records: acls, users, configs, quotas (comma-separated), or all",
     )
     metadata.add_argument(
         "--metadata-policy",
         choices=("check", "apply", "replace"),
         default="check",
-        help="check (default): print each difference, exit 1 when there is one, change nothing; apply and replace "
-        "are not there yet",
+        help="check (default): print each difference, exit 1 when there is one, change nothing; apply: create what "
+        "the target lacks and change what differs, never delete; replace: also delete what only the target has "
+        "(with --delete-extra; list it first with --dry-run)",
+    )
+    metadata.add_argument(
+        "--delete-extra",
+        action="store_true",
+        help="with --metadata-policy replace: delete from the target what the backup does not have",
     )
     metadata.add_argument(
         "--metadata-as-of",
@@ -453,7 +463,7 @@ def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.Argumen
         action="append",
         default=[],
         metavar="OLD=NEW",
-        help="compare principal OLD's ACLs and SCRAM user as NEW's (User:alice=User:alice-dr; repeatable)",
+        help="compare principal OLD's ACLs, SCRAM user and quotas as NEW's (User:alice=User:alice-dr; repeatable)",
     )
     own.add_argument(
         "--state-dir",
@@ -559,18 +569,31 @@ def parse_restore_args(argv: Sequence[str], *, prog: str = "spark-submit jobs/re
         metadata_time=None
         if args.metadata_as_of is None or args.metadata_as_of.isdigit()
         else parse_time(args.metadata_as_of, "--metadata-as-of"),
+        metadata_policy=args.metadata_policy,
+        delete_extra=args.delete_extra,
         debug=args.debug,
     )
     if settings.metadata is not None and settings.following is not None:
         raise UsageError("--metadata does not go with --follow or --failover: compare with a restore of its own")
     if settings.metadata is not None:
+        changes = args.metadata_policy != "check"
         given = [flag for name, flag in (*_NOT_WITH_FOLLOW, ("topics", "--topics"), ("topics_regex", "--topics-regex"))
-                 if getattr(args, name, None)]  # fmt: skip
+                 if getattr(args, name, None) and not (changes and name == "dry_run")]  # fmt: skip
         if given:
-            raise UsageError(f"--metadata compares the cluster around the topics as the backup last captured it, and "
+            raise UsageError(f"--metadata compares the cluster around the topics as the backup captured it, and "
                              f"restores no record: {', '.join(given)} would change nothing there")  # fmt: skip
-    if settings.metadata is None and (args.principal_map or args.metadata_policy != "check" or args.metadata_as_of):
-        raise UsageError("--principal-map, --metadata-policy and --metadata-as-of go with --metadata SECTIONS")
+        if args.delete_extra and args.metadata_policy != "replace":
+            raise UsageError(f"--delete-extra goes with --metadata-policy replace (--metadata-policy "
+                             f"{args.metadata_policy} never deletes)")  # fmt: skip
+        if args.metadata_policy == "replace" and not (args.delete_extra or args.dry_run):
+            raise UsageError("--metadata-policy replace deletes from the target what the backup does not have: list "
+                             "it first with --dry-run, then run again with --delete-extra")  # fmt: skip
+    if settings.metadata is None and (
+        args.principal_map or args.metadata_policy != "check" or args.metadata_as_of or args.delete_extra
+    ):
+        raise UsageError(
+            "--principal-map, --metadata-policy, --metadata-as-of and --delete-extra go with --metadata SECTIONS"
+        )
     if settings.following is not None and settings.schema_registry is not None:
         raise UsageError(
             "--schema-registry does not go with --follow or --failover yet: register the backup's schemas with a "
@@ -590,11 +613,6 @@ def _metadata(args: argparse.Namespace) -> frozenset[str] | None:
 
     if args.metadata is None:
         return None
-    if args.metadata_policy != "check":
-        raise UsageError(
-            f"--metadata-policy {args.metadata_policy} is not there yet: this version compares (check) and changes "
-            "nothing; apply the differences check prints by hand"
-        )
     return parse_sections(args.metadata)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -113,6 +114,15 @@ def test_changes_name_what_was_added_removed_or_changed() -> None:
     assert older.summary() == ("2 ACLs, 2 client quotas, 1 SCRAM credential, 3 dynamic broker configurations, 1 topic")
 
 
+class Diff:
+    """The texts of the differences by kind."""
+
+    def __init__(self, differences: list[Any]) -> None:
+        self.missing = [d.text for d in differences if d.kind == "missing"]
+        self.different = [d.text for d in differences if d.kind == "different"]
+        self.extra = [d.text for d in differences if d.kind == "extra"]
+
+
 def test_sections_are_named_or_all_and_anything_else_is_refused() -> None:
     from spark_kafka_backup.errors import UsageError
     from spark_kafka_backup.restore.cluster_metadata import parse_sections
@@ -134,7 +144,7 @@ def test_the_backup_renamed_as_the_records_are_is_compared_section_by_section() 
         WRITE_PAYMENTS,
     )
     assert backup.scram_users == (ScramUser("alice-dr", "SCRAM-SHA-512", 8192),)
-    assert len(compare(backup, backup, frozenset({"acls", "users", "configs"}), servers="dr:9092")) == 0
+    assert compare(backup, backup, frozenset({"acls", "users", "configs", "quotas"}), servers="dr:9092") == []
     target = capture(
         2000,
         acls=(WRITE_PAYMENTS, READ_ORDERS),
@@ -144,7 +154,7 @@ def test_the_backup_renamed_as_the_records_are_is_compared_section_by_section() 
             {1: {"log.cleaner.threads": "2", "listener.password": None}},
         ),
     )
-    diff = compare(backup, target, frozenset({"acls", "users", "configs"}), servers="dr:9092")
+    diff = Diff(compare(backup, target, frozenset({"acls", "users", "configs"}), servers="dr:9092"))
     assert diff.missing == ["ACL ALLOW User:alice-dr READ on TOPIC orders-dr"]
     assert diff.extra == [
         "ACL ALLOW User:alice READ on TOPIC orders",
@@ -152,10 +162,14 @@ def test_the_backup_renamed_as_the_records_are_is_compared_section_by_section() 
         "config (cluster default) log.retention.ms=1000",
     ]
     assert diff.different == [
-        "SCRAM user alice-dr (SCRAM-SHA-512): 4096 iterations on the target, 8192 in the backup",
+        "SCRAM user alice-dr (SCRAM-SHA-512): 4096 iterations on the target, 8192 in the backup: set its password "
+        "again with kafka-configs.sh --bootstrap-server dr:9092 --alter --add-config "
+        "'SCRAM-SHA-512=[iterations=8192,password=...]' --entity-type users --entity-name alice-dr",
         "config (cluster default) min.insync.replicas: 1 on the target, 2 in the backup",
     ]  # a sensitive value is compared by its presence: listener.password is on both
-    missing_user = compare(backup, replace(target, scram_users=()), frozenset({"users"}), servers="dr:9092").missing
+    missing_user = Diff(
+        compare(backup, replace(target, scram_users=()), frozenset({"users"}), servers="dr:9092")
+    ).missing
     assert missing_user == [
         "SCRAM user alice-dr (SCRAM-SHA-512, 8192 iterations): create it with kafka-configs.sh --bootstrap-server "
         "dr:9092 --alter --add-config 'SCRAM-SHA-512=[iterations=8192,password=...]' --entity-type users "
@@ -211,12 +225,17 @@ def test_principal_maps_split_where_the_second_principal_starts_and_refuse_what_
                                    "--principal-map", "Group:ops=Group:ops-dr"])  # fmt: skip
     assert settings.principal_map == {"User:CN=alice,O=acme": "User:CN=alice-dr,O=acme", "Group:ops": "Group:ops-dr"}
     assert settings.metadata == parse_sections("acls,users,configs,quotas")  # all: what a backup captures
+    assert parse_restore_args([*base, "--metadata-policy", "apply", "--dry-run"]).dry_run
+    replacing = parse_restore_args([*base, "--metadata-policy", "replace", "--delete-extra"])
+    assert (replacing.metadata_policy, replacing.delete_extra) == ("replace", True)
     for extra, message in (
         (["--principal-map", "User:alice=Group:ops"], "a User: principal maps to a User: principal"),
         (["--principal-map", "User:a=User:x", "--principal-map", "User:b=User:x"], "maps two principals to the same"),
         (["--principal-map", "alice=bob"], "two principals TYPE:NAME"),
         (["--to-time", "2026-12-01T00:00:00Z"], "--to-time would change nothing there"),
-        (["--dry-run"], "--dry-run would change nothing there"),
+        (["--dry-run"], "--dry-run would change nothing there"),  # check changes nothing anyway
+        (["--metadata-policy", "replace"], "list it first with --dry-run, then run again with --delete-extra"),
+        (["--metadata-policy", "apply", "--delete-extra"], "--delete-extra goes with --metadata-policy replace"),
     ):
         with pytest.raises(UsageError, match=message):
             parse_restore_args([*base, *extra])
@@ -227,12 +246,14 @@ def test_a_broker_the_target_has_is_compared_even_without_dynamic_configuration(
 
     backup = capture(1000, broker_ids=(1, 2))
     target = capture(2000, broker_configs=BrokerConfigs({"min.insync.replicas": "2"}, {}), broker_ids=(1,))
-    assert compare(backup, target, frozenset({"configs"}), servers="dr:9092").missing == [
-        "config (broker 1) listener.password=(sensitive)",
+    assert Diff(compare(backup, target, frozenset({"configs"}), servers="dr:9092")).missing == [
+        "config (broker 1) listener.password=(sensitive): its value was never given to the backup; set it with "
+        "kafka-configs.sh --bootstrap-server dr:9092 --alter --add-config 'listener.password=...' --entity-type "
+        "brokers --entity-name 1",
         "config (broker 1) log.cleaner.threads=2",
     ]
     assert read_back(capture(1, broker_ids=(3, 1))).broker_ids == (3, 1)
-    gone = compare(backup, replace(target, broker_ids=(2,)), frozenset({"configs"}), servers="dr:9092").missing
+    gone = Diff(compare(backup, replace(target, broker_ids=(2,)), frozenset({"configs"}), servers="dr:9092")).missing
     assert gone == ["broker 1 (its dynamic configuration: listener.password, log.cleaner.threads): the target has no "
                     "broker of that id"]  # fmt: skip
 
@@ -253,7 +274,7 @@ def test_quotas_follow_the_principal_map_by_user_entity_and_differ_by_entity_and
         QuotaEntry({"user": "alice-dr", "client-id": None}, {"producer_byte_rate": 2048.0, "consumer_byte_rate": 1.0}),
         QuotaEntry({"client-id": "batch"}, {"request_percentage": 200.0}),
     ))  # fmt: skip
-    diff = compare(backup, target, frozenset({"quotas"}), servers="dr:9092")
+    diff = Diff(compare(backup, target, frozenset({"quotas"}), servers="dr:9092"))
     assert diff.missing == ["client quota (user=<default>) request_percentage=12.5"]
     assert diff.different == [
         "client quota (client-id=<default>, user=alice-dr) producer_byte_rate: 2048 on the target, 1048576 in the "
@@ -285,3 +306,24 @@ def test_the_second_connection_takes_what_librdkafka_was_given_or_names_what_it_
     ):  # fmt: skip
         with pytest.raises(WireSettingsError, match=named):
             wire_client_settings({"bootstrap.servers": "a:9093", **settings})
+
+
+def test_the_changes_a_policy_makes_name_the_permissions_they_need_and_never_the_restores_own_login() -> None:
+    from spark_kafka_backup.kafka.cluster_metadata_changes import MetadataChanges
+    from spark_kafka_backup.restore.cluster_metadata import Difference, _unless_own_login, compare
+
+    target = capture(2000, acls=(), scram_users=(ScramUser("alice", "SCRAM-SHA-512", 8192),
+                                                 ScramUser("restorer", "SCRAM-SHA-256", 4096)))  # fmt: skip
+    differences = compare(capture(1000), target, frozenset({"acls", "users"}), servers="dr:9092")
+    changes = sum((d.fix for d in differences if d.fix is not None), MetadataChanges())
+    assert changes.create_acls == (READ_ORDERS, WRITE_PAYMENTS)
+    assert changes.delete_scram == (("restorer", "SCRAM-SHA-256"),)
+    assert [(p.operation, p.why) for p in changes.permissions()] == [("ALTER", "create and delete ACLs")]
+    configs = MetadataChanges(cluster_defaults=(("log.cleaner.threads", "2"),))
+    assert [p.operation for p in configs.permissions()] == ["ALTER_CONFIGS"]
+    assert not MetadataChanges() and configs
+    # Under replace, the credential the restore logs in with is left, with the reason.
+    (extra,) = [d for d in differences if d.kind == "extra"]
+    own = _unless_own_login(extra, {"sasl.username": "restorer"})
+    assert own == Difference("extra", "SCRAM user restorer (SCRAM-SHA-256): the restore's own login, not deleted", None)
+    assert _unless_own_login(extra, {"sasl.username": "alice"}) == extra
