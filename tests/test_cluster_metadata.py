@@ -249,3 +249,55 @@ def test_client_quotas_and_cluster_wide_defaults_are_kept_as_kafka_set_them_and_
     made = [line for line in replaced.stdout.splitlines() if line.startswith("  ")]
     assert made == [f"  deleted: client quota (client-id={QUOTA_CLIENT}) consumer_byte_rate=8192"], replaced.stdout
     assert restore_python(*check).stdout.splitlines()[-1] == "no difference"
+
+
+def test_an_existing_topics_configuration_is_reported_by_check_and_changed_by_apply_unless_it_could_lose_records(
+    kafka: BrokerUnderTest, tmp_path: Path
+) -> None:
+    source, target = "md-topics", "md-topics-dr"
+    create_topics(kafka, {source: 1, target: 1}, {
+        source: {"retention.ms": "172800000", "retention.bytes": "50000000", "max.message.bytes": "2000000"},
+        # The existing target: a shorter retention.ms (raising it keeps more: changed), a larger retention.bytes
+        # (lowering it could delete records: left to the operator), and a setting only it has.
+        target: {"retention.ms": "3600000", "retention.bytes": "100000000", "segment.ms": "3600000"},
+    })  # fmt: skip
+    backup = tmp_path / "backup"
+    done = run_backup(*client_args(kafka, tmp_path), "--target-dir", backup, "--topics", source, "--snapshot")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    check: list[str | Path] = [*client_args(kafka, tmp_path), "--source-dir", backup, "--metadata", "topics",
+                               "--topic-map", f"{source}={target}"]  # fmt: skip
+    named = f"topic {target} (the backup's {source})"
+    kept_bytes = (
+        f"{named} retention.bytes: 100000000 on the target, 50000000 in the backup: not changed by this tool (a "
+        f"retention.bytes of 50000000 can delete records the topic keeps today); if that is what you want: "
+        f"kafka-configs.sh --bootstrap-server {kafka.bootstrap_servers} --alter --entity-type topics --entity-name "
+        f"{target} --add-config retention.bytes=50000000"
+    )
+    checked = restore_python(*check)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert [line for line in checked.stdout.splitlines() if line.startswith("  ")] == [
+        f"  different: {named} max.message.bytes: 1048588 on the target, 2000000 in the backup",
+        f"  different: {kept_bytes}",
+        f"  different: {named} retention.ms: 3600000 on the target, 172800000 in the backup",
+        f"  only on the target: {named} segment.ms=3600000 (set on the target only)",
+    ], checked.stdout
+
+    applied = restore_python(*check, "--metadata-policy", "apply")
+    assert applied.returncode == 1, applied.stdout + applied.stderr  # retention.bytes is the operator's
+    assert [line for line in applied.stdout.splitlines() if line.startswith("  ")] == [
+        f"  changed: {named} max.message.bytes: 1048588 on the target, 2000000 in the backup",
+        f"  left for you: {kept_bytes}",
+        f"  changed: {named} retention.ms: 3600000 on the target, 172800000 in the backup",
+        f"  kept (only on the target; --metadata-policy replace deletes it): {named} segment.ms=3600000 (set on the "
+        "target only)",
+    ], applied.stdout
+    assert applied.stdout.splitlines()[-1] == "2 changes made; 1 difference left (above)"
+    described = kafka_tool("kafka.admin.ConfigCommand", "--bootstrap-server", kafka.bootstrap_servers, "--describe",
+                           "--entity-type", "topics", "--entity-name", target).stdout  # fmt: skip
+    for setting in ("retention.ms=172800000", "max.message.bytes=2000000", "retention.bytes=100000000"):
+        assert setting in described, described
+    again = restore_python(*check)
+    assert [line for line in again.stdout.splitlines() if line.startswith("  ")] == [
+        f"  different: {kept_bytes}",
+        f"  only on the target: {named} segment.ms=3600000 (set on the target only)",
+    ], again.stdout

@@ -65,6 +65,9 @@ def _second_connection(client: Mapping[str, str], timeout: float, *, needed: boo
     except WireSettingsError as exc:
         yield NotCaptured(f"not read with these client settings: {exc}")
         return
+    except ClusterError as exc:  # the other sections are still read (and the next capture tries again)
+        yield NotCaptured(f"not read: {exc}")
+        return
     try:
         yield wire
     finally:
@@ -184,7 +187,10 @@ def _scram_users(admin: Any, timeout: float) -> tuple[ScramUser, ...] | NotCaptu
 def _quotas(wire: WireAdmin | NotCaptured) -> tuple[QuotaEntry, ...] | NotCaptured:
     if isinstance(wire, NotCaptured):
         return wire
-    return _ask("describe its client quotas", wire.client_quotas, "DESCRIBE_CONFIGS on the cluster")
+    try:
+        return _ask("describe its client quotas", wire.client_quotas, "DESCRIBE_CONFIGS on the cluster")
+    except ClusterError as exc:  # a broker before Kafka 2.6, a connection lost: this section only
+        return NotCaptured(f"not read: {exc}")
 
 
 def _broker_configs(
@@ -217,7 +223,10 @@ def _broker_configs(
             if own:
                 brokers[int(resource.name)] = own
         if not isinstance(wire, NotCaptured):
-            defaults = wire.cluster_defaults()
+            try:
+                defaults = wire.cluster_defaults()
+            except ClusterError:  # as the brokers report them, then (a default they all override is not seen)
+                return BrokerConfigs(cluster, brokers, tuple(sorted(sensitive)))
             cluster = dict(defaults)
             sensitive |= {name for name, value in defaults.items() if value is None}
         return BrokerConfigs(cluster, brokers, tuple(sorted(sensitive)))
@@ -232,15 +241,51 @@ def _topic_shapes(admin: Any, topics: list[str], timeout: float) -> dict[str, To
         return {}
     shapes = {}
     futures = admin.describe_topics(TopicCollection(topics), request_timeout=timeout)
-    for topic, future in futures.items():
-        try:
-            description = future.result(timeout + 5)
-        except Exception as exc:
-            name, text = _reason(exc)
-            if name == "UNKNOWN_TOPIC_OR_PART":
-                continue  # deleted since it was listed
-            raise ClusterError(f"cannot describe topic {topic!r}: {text}", transient=_transient(exc)) from exc
+    for topic, description in _existing(futures.items(), timeout, "DESCRIBE", "describe it"):
         partitions = description.partitions
         replicas = max((len(partition.replicas) for partition in partitions), default=0)
         shapes[topic] = TopicShape(len(partitions), replicas)
     return shapes
+
+
+def topic_settings(
+    admin: Any, topics: Collection[str], *, timeout: float = 30
+) -> dict[str, dict[str, tuple[str, bool]]]:
+    """The effective configuration of each of ``topics`` that exists: name -> (value, set on the topic itself); a
+    topic the cluster does not know is left out. A refusal raises
+    :class:`~spark_kafka_backup.errors.AccessDeniedError` naming the topic and DESCRIBE_CONFIGS."""
+    from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
+
+    if not topics:
+        return {}
+    futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, t) for t in sorted(topics)],
+                                     request_timeout=timeout)  # fmt: skip
+    found: dict[str, dict[str, tuple[str, bool]]] = {}
+    named = ((resource.name, future) for resource, future in futures.items())
+    for topic, entries in _existing(named, timeout, "DESCRIBE_CONFIGS", "compare its configuration"):
+        found[topic] = {
+            key: (entry.value, entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+            for key, entry in entries.items()
+            if entry.value is not None
+        }
+    return found
+
+
+def _existing(
+    futures: Iterable[tuple[str, Any]], timeout: float, operation: str, why: str
+) -> Iterator[tuple[str, Any]]:
+    """(topic, answer) of each topic's future, leaving out a topic the cluster does not know (deleted since it was
+    listed); a refusal is :class:`~spark_kafka_backup.errors.AccessDeniedError` naming ``operation``."""
+    from spark_kafka_backup.errors import AccessDeniedError
+
+    for topic, future in futures:
+        try:
+            answer = future.result(timeout + 5)
+        except Exception as exc:
+            name, text = _reason(exc)
+            if name == "UNKNOWN_TOPIC_OR_PART":
+                continue
+            if "AUTHORIZATION" in name:
+                raise AccessDeniedError(f"may not {operation} topic {topic!r} (needed to {why}): {text}") from exc
+            raise ClusterError(f"cannot describe topic {topic!r}: {text}", transient=_transient(exc)) from exc
+        yield topic, answer

@@ -1,16 +1,17 @@
 """Changing the cluster around the topics (``restore --metadata-policy apply|replace``): ACL bindings created and
-deleted (CreateAcls, DeleteAcls), dynamic broker configurations set and deleted per broker (IncrementalAlterConfigs
-through librdkafka) and cluster-wide, client quotas set and removed (both over the second connection of
-:mod:`spark_kafka_backup.kafka.wire_admin`), and SCRAM credentials deleted (a credential is never created: Kafka
-never gave its password to the backup).
+deleted (CreateAcls, DeleteAcls); dynamic broker configurations per broker and existing topics' configurations set
+and deleted (IncrementalAlterConfigs through librdkafka); cluster-wide broker defaults and client quotas set and
+removed (both over the second connection of :mod:`spark_kafka_backup.kafka.wire_admin`); SCRAM credentials deleted
+(a credential is never created: Kafka never gave its password to the backup).
 
-:class:`MetadataChanges` is what to do; :meth:`MetadataChanges.permissions` what the restore's principal needs on the
-cluster for it (asked before anything changes); :func:`make_changes` does it, each kind of change on its own, and
-returns a line for each change the cluster refused (the others are made: the caller compares again).
+:class:`MetadataChanges` is what to do; :meth:`MetadataChanges.permissions` what the restore's principal needs for it
+(asked before anything changes); :func:`make_changes` does it, each kind of change on its own, and returns a line for
+each change the cluster refused (the others are made: the caller compares again).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -37,6 +38,8 @@ class MetadataChanges:
     broker_configs: tuple[tuple[int, str, str | None], ...] = ()
     #: (user, mechanism) whose SCRAM credential is deleted.
     delete_scram: tuple[tuple[str, str], ...] = ()
+    #: (topic, name, value or ``None``) of existing topics' configurations.
+    topic_configs: tuple[tuple[str, str, str | None], ...] = ()
 
     def __add__(self, other: MetadataChanges) -> MetadataChanges:
         return MetadataChanges(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
@@ -54,9 +57,11 @@ class MetadataChanges:
         if self.quotas or self.cluster_defaults or self.broker_configs:
             needed.append(Permission("ALTER_CONFIGS", "CLUSTER", CLUSTER, "change broker configurations and client "
                                      "quotas"))  # fmt: skip
-        first: dict[tuple[str, str], Permission] = {}
+        needed += [Permission("ALTER_CONFIGS", "TOPIC", topic, "change its configuration")
+                   for topic in sorted({topic for topic, _, _ in self.topic_configs})]  # fmt: skip
+        first: dict[tuple[str, str, str], Permission] = {}
         for permission in needed:
-            first.setdefault((permission.operation, permission.resource_type), permission)
+            first.setdefault((permission.operation, permission.resource_type, permission.name), permission)
         return list(first.values())
 
 
@@ -67,25 +72,34 @@ def quota_entity(entry: QuotaEntry) -> QuotaEntity:
 def make_changes(admin: Any, client: Mapping[str, str], changes: MetadataChanges, *, timeout: float = 30) -> list[str]:
     """Make ``changes`` on the cluster of ``admin`` (librdkafka's, of the ``client`` settings); a line for each one
     refused (module docstring)."""
-    failed: list[str] = []
-    if changes.create_acls:
-        failed += _create_acls(admin, changes.create_acls, timeout)
-    for broker in sorted({broker for broker, _, _ in changes.broker_configs}):
-        values = {name: value for b, name, value in changes.broker_configs if b == broker}
-        failed += _alter_broker(admin, broker, values, timeout)
-    if changes.quotas or changes.cluster_defaults:
-        with wire_admin(client, timeout=timeout) as wire:
+    with contextlib.ExitStack() as stack:
+        # The second connection first: settings it cannot honour, or a cluster it cannot reach, stop the run before
+        # anything changed, not half-way.
+        wire = (
+            stack.enter_context(wire_admin(client, timeout=timeout))
+            if changes.quotas or changes.cluster_defaults
+            else None
+        )
+        failed: list[str] = []
+        if changes.create_acls:
+            failed += _create_acls(admin, changes.create_acls, timeout)
+        for broker in sorted({broker for broker, _, _ in changes.broker_configs}):
+            values = {name: value for b, name, value in changes.broker_configs if b == broker}
+            failed += _alter(admin, "BROKER", str(broker), values, timeout)
+        for topic in sorted({topic for topic, _, _ in changes.topic_configs}):
+            values = {name: value for t, name, value in changes.topic_configs if t == topic}
+            failed += _alter(admin, "TOPIC", topic, values, timeout)
+        if wire is not None:
             failed += _alter_quotas(wire, changes.quotas)
             if changes.cluster_defaults:
-                failed += _attempt(
-                    f"change the cluster-wide defaults {', '.join(name for name, _ in changes.cluster_defaults)}",
-                    lambda: wire.alter_cluster_defaults(dict(changes.cluster_defaults)),
-                )
-    if changes.delete_scram:
-        failed += _delete_scram(admin, changes.delete_scram, timeout)
-    if changes.delete_acls:  # last: an ACL deleted could be one this run needed
-        failed += _delete_acls(admin, changes.delete_acls, timeout)
-    return failed
+                defaults = dict(changes.cluster_defaults)
+                failed += _attempt(f"change the cluster-wide defaults {', '.join(defaults)}",
+                                   lambda: wire.alter_cluster_defaults(defaults))  # fmt: skip
+        if changes.delete_scram:
+            failed += _delete_scram(admin, changes.delete_scram, timeout)
+        if changes.delete_acls:  # last: an ACL deleted could be one this run needed
+            failed += _delete_acls(admin, changes.delete_acls, timeout)
+        return failed
 
 
 def _attempt(what: str, action: Any) -> list[str]:
@@ -135,21 +149,21 @@ def _delete_acls(admin: Any, acls: tuple[AclEntry, ...], timeout: float) -> list
     return failed
 
 
-def _alter_broker(admin: Any, broker: int, values: Mapping[str, str | None], timeout: float) -> list[str]:
+def _alter(admin: Any, kind: str, name: str, values: Mapping[str, str | None], timeout: float) -> list[str]:
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
     entries = [
-        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.DELETE if value is None else
+        ConfigEntry(key, value, incremental_operation=AlterConfigOpType.DELETE if value is None else
                     AlterConfigOpType.SET)
-        for name, value in sorted(values.items())
+        for key, value in sorted(values.items())
     ]  # fmt: skip
-    resource = ConfigResource(ResourceType.BROKER, str(broker), incremental_configs=entries)
+    resource = ConfigResource(ResourceType[kind], name, incremental_configs=entries)
 
     def alter() -> None:
         for future in admin.incremental_alter_configs([resource], request_timeout=timeout).values():
             future.result(timeout + 5)
 
-    return _attempt(f"change the configuration of broker {broker} ({', '.join(sorted(values))})", alter)
+    return _attempt(f"change the configuration of {kind.lower()} {name} ({', '.join(sorted(values))})", alter)
 
 
 def _alter_quotas(wire: WireAdmin, quotas: tuple[tuple[QuotaEntity, str, float | None], ...]) -> list[str]:

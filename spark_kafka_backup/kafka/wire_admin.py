@@ -74,6 +74,11 @@ def wire_client_settings(client: Mapping[str, str]) -> WireSettings:
     tls = None
     if protocol.endswith("SSL"):
         tls = {key: client[key] for key in _TLS_KEYS if key in client}
+        if client.get("ssl.crl.location"):
+            raise WireSettingsError(
+                f"ssl.crl.location={client['ssl.crl.location']}: client quotas and cluster-wide broker defaults go "
+                "over a second connection that cannot check a certificate revocation list"
+            )
         store = client.get("ssl.keystore.location")
         if store:
             raise WireSettingsError(
@@ -88,13 +93,30 @@ def wire_client_settings(client: Mapping[str, str]) -> WireSettings:
 
 
 def _tls_context(tls: Mapping[str, str]) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=tls.get("ssl.ca.location"), cadata=tls.get("ssl.ca.pem"))
+    """The TLS context of the settings; one the settings cannot make is a :class:`WireSettingsError` naming them."""
+    try:
+        return _make_tls_context(tls)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        named = ", ".join(
+            f"{key}={tls[key]}" for key in _TLS_KEYS if key in tls and not key.endswith((".pem", "password"))
+        )
+        raise WireSettingsError(f"the TLS settings ({named or 'PEM text'}) cannot be loaded by the second connection "
+                                f"(client quotas and cluster-wide broker defaults): {exc}") from exc  # fmt: skip
+
+
+def _make_tls_context(tls: Mapping[str, str]) -> ssl.SSLContext:
+    location = tls.get("ssl.ca.location")
+    directory = location is not None and os.path.isdir(location)
+    context = ssl.create_default_context(cafile=None if directory else location, capath=location if directory else None,
+                                         cadata=tls.get("ssl.ca.pem"))  # fmt: skip
     context.check_hostname = tls.get("ssl.endpoint.identification.algorithm", "https").lower() != "none"
     if tls.get("enable.ssl.certificate.verification", "true").lower() == "false":  # as librdkafka was told
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     password = tls.get("ssl.key.password")
     if "ssl.certificate.location" in tls:
+        if "ssl.key.pem" in tls:
+            raise ValueError("ssl.certificate.location with ssl.key.pem: give both as files or both as PEM")
         context.load_cert_chain(tls["ssl.certificate.location"], tls.get("ssl.key.location"), password)
     elif "ssl.certificate.pem" in tls:
         with tempfile.TemporaryDirectory(prefix="kbackup-tls-") as private:  # mode 0700
@@ -102,7 +124,7 @@ def _tls_context(tls: Mapping[str, str]) -> ssl.SSLContext:
             descriptor = os.open(chain, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(descriptor, "w") as handle:
                 handle.write(tls["ssl.certificate.pem"] + "\n" + tls.get("ssl.key.pem", ""))
-            context.load_cert_chain(chain, None, password)
+            context.load_cert_chain(chain, tls.get("ssl.key.location"), password)
     return context
 
 
@@ -128,13 +150,29 @@ def wire_admin(client: Mapping[str, str], *, timeout: float = 30) -> Iterator[Wi
     if settings.tls is not None:
         options["ssl_context"] = _tls_context(settings.tls)
     try:
-        admin = KafkaAdminClient(**options)
+        admin = _ClosingAdmin(KafkaAdminClient, **options)
     except Exception as exc:
         raise ClusterError(f"cannot connect to {','.join(settings.bootstrap_servers)}: {exc}", transient=True) from exc
     try:
         yield WireAdmin(admin)
     finally:
         admin.close()
+
+
+def _ClosingAdmin(cls: Any, **options: Any) -> Any:  # noqa: N802 (a constructor)
+    """``cls(**options)``, its connections and IO thread closed when it fails half-way (kafka-python 3.0 starts its
+    thread before it bootstraps: a failed bootstrap would leave both behind, once a capture)."""
+
+    class Closing(cls):  # type: ignore[misc]
+        def __init__(self, **given: Any) -> None:
+            try:
+                super().__init__(**given)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    self.close()
+                raise
+
+    return Closing(**options)
 
 
 class WireRefusalError(ClusterError):

@@ -437,7 +437,8 @@ def build_parser(prog: str = "spark-submit jobs/restore.py") -> argparse.Argumen
         "--metadata",
         metavar="SECTIONS",
         help="compare the cluster around the topics as the backup captured it with the target (and change it by "
-        "--metadata-policy), instead of restoring records: acls, users, configs, quotas (comma-separated), or all",
+        "--metadata-policy), instead of restoring records: acls, users, configs, quotas, topics (comma-separated), or "
+        "all",
     )
     metadata.add_argument(
         "--metadata-policy",

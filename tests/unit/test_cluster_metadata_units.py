@@ -3,6 +3,7 @@ when a capture makes a new one, which one is in force at a time, and what change
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -128,9 +129,11 @@ def test_sections_are_named_or_all_and_anything_else_is_refused() -> None:
     from spark_kafka_backup.restore.cluster_metadata import parse_sections
 
     assert parse_sections("acls, users") == {"acls", "users"}
-    assert parse_sections("all") == {"acls", "users", "configs", "quotas"}  # what a backup captures
-    with pytest.raises(UsageError, match="expected a comma-separated list of acls, users, configs, quotas, or all"):
-        parse_sections("acls,topics")
+    assert parse_sections("all") == {"acls", "users", "configs", "quotas", "topics"}
+    with pytest.raises(
+        UsageError, match="expected a comma-separated list of acls, users, configs, quotas, topics, or all"
+    ):
+        parse_sections("acls,groups")
 
 
 def test_the_backup_renamed_as_the_records_are_is_compared_section_by_section() -> None:
@@ -224,7 +227,7 @@ def test_principal_maps_split_where_the_second_principal_starts_and_refuse_what_
     settings = parse_restore_args([*base, "--principal-map", "User:CN=alice,O=acme=User:CN=alice-dr,O=acme",
                                    "--principal-map", "Group:ops=Group:ops-dr"])  # fmt: skip
     assert settings.principal_map == {"User:CN=alice,O=acme": "User:CN=alice-dr,O=acme", "Group:ops": "Group:ops-dr"}
-    assert settings.metadata == parse_sections("acls,users,configs,quotas")  # all: what a backup captures
+    assert settings.metadata == parse_sections("acls,users,configs,quotas,topics")
     assert parse_restore_args([*base, "--metadata-policy", "apply", "--dry-run"]).dry_run
     replacing = parse_restore_args([*base, "--metadata-policy", "replace", "--delete-extra"])
     assert (replacing.metadata_policy, replacing.delete_extra) == ("replace", True)
@@ -310,7 +313,7 @@ def test_the_second_connection_takes_what_librdkafka_was_given_or_names_what_it_
 
 def test_the_changes_a_policy_makes_name_the_permissions_they_need_and_never_the_restores_own_login() -> None:
     from spark_kafka_backup.kafka.cluster_metadata_changes import MetadataChanges
-    from spark_kafka_backup.restore.cluster_metadata import Difference, _unless_own_login, compare
+    from spark_kafka_backup.restore.cluster_metadata import _unless_own, compare
 
     target = capture(2000, acls=(), scram_users=(ScramUser("alice", "SCRAM-SHA-512", 8192),
                                                  ScramUser("restorer", "SCRAM-SHA-256", 4096)))  # fmt: skip
@@ -324,6 +327,67 @@ def test_the_changes_a_policy_makes_name_the_permissions_they_need_and_never_the
     assert not MetadataChanges() and configs
     # Under replace, the credential the restore logs in with is left, with the reason.
     (extra,) = [d for d in differences if d.kind == "extra"]
-    own = _unless_own_login(extra, {"sasl.username": "restorer"})
-    assert own == Difference("extra", "SCRAM user restorer (SCRAM-SHA-256): the restore's own login, not deleted", None)
-    assert _unless_own_login(extra, {"sasl.username": "alice"}) == extra
+    own = _unless_own(extra, {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
+                              "sasl.username": "restorer"})  # fmt: skip
+    assert (own.text, own.fix) == ("SCRAM user restorer (SCRAM-SHA-256): the restore's own login, not deleted", None)
+    assert _unless_own(extra, {"sasl.username": "alice"}) == extra
+    # ... nor the ACLs of the principal it runs as (deleting them would stop the run half-way).
+    mine = AclEntry("CLUSTER", "kafka-cluster", "LITERAL", "User:restorer", "*", "ALTER", "ALLOW")
+    acls = compare(capture(1000, acls=()), capture(2000, acls=(mine,)), frozenset({"acls"}), servers="dr:9092")
+    client = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "restorer"}
+    assert _unless_own(acls[0], client).fix is None
+    assert _unless_own(acls[0], {"security.protocol": "PLAINTEXT"}) == acls[0]
+
+
+def test_a_topic_setting_that_could_lose_records_is_never_changed_by_the_tool() -> None:
+    from spark_kafka_backup.restore.cluster_metadata import _loses_records, compare_topics
+
+    assert _loses_records("retention.ms", "3600000", "172800000") is None  # keeps more
+    assert _loses_records("retention.ms", "-1", "172800000") is not None  # kept forever today
+    assert _loses_records("retention.ms", "172800000", "-1") is None
+    assert _loses_records("retention.bytes", None, "1000") is not None  # unknown today: not proved harmless
+    assert _loses_records("cleanup.policy", "delete", "compact,delete") is not None
+    assert _loses_records("cleanup.policy", "compact", "compact,delete") is not None  # retention starts deleting
+    assert _loses_records("cleanup.policy", "compact,delete", "compact") is None
+    assert _loses_records("delete.retention.ms", "86400000", "1000") is not None  # tombstones go sooner
+    assert _loses_records("message.timestamp.type", "CreateTime", "LogAppendTime") is not None
+    assert _loses_records("retention.ms", "1000", None) is not None  # deleting it: the broker's default
+    assert _loses_records("segment.ms", "1000", None) is None
+    wanted: dict[str, tuple[str, dict[str, str]]] = {
+        "orders-dr": ("orders", {"retention.ms": "-1", "cleanup.policy": "compact,delete",
+                                 "message.timestamp.difference.max.ms": "9"}),
+        "audit": ("audit", {}),
+    }  # fmt: skip
+    there = {"orders-dr": {"retention.ms": ("604800000", True), "segment.ms": ("1000", True),
+                           "min.insync.replicas": ("2", True), "flush.ms": ("9", False),
+                           "cleanup.policy": ("delete,compact", True)}}  # fmt: skip
+    differences = compare_topics(wanted, there, lambda name: name != "min.insync.replicas", "dr:9092")
+    # (min.insync.replicas: not the restore's to compare; flush.ms: the broker's, not set on the topic;
+    # cleanup.policy: the same policies in another order; a setting the target's Kafka does not know: not made.)
+    assert [(d.kind, d.text, d.fix is not None) for d in differences] == [
+        ("missing", "topic audit: not on the target; a restore of its records creates it with this configuration",
+         False),
+        ("different", "topic orders-dr (the backup's orders) message.timestamp.difference.max.ms: not a setting it "
+         "knows on the target, 9 in the backup: not changed by this tool (the target's Kafka does not know this "
+         "setting); if that is what you want: kafka-configs.sh --bootstrap-server dr:9092 --alter --entity-type "
+         "topics --entity-name orders-dr --add-config message.timestamp.difference.max.ms=9", False),
+        ("different", "topic orders-dr (the backup's orders) retention.ms: 604800000 on the target, -1 in the backup",
+         True),
+        ("extra", "topic orders-dr (the backup's orders) segment.ms=1000 (set on the target only)", True),
+    ]  # fmt: skip
+    assert differences[2].fix is not None and differences[2].fix.topic_configs == (("orders-dr", "retention.ms", "-1"),)
+
+
+def test_tls_settings_the_second_connection_cannot_load_are_one_error_naming_them(tmp_path: Path) -> None:
+    from spark_kafka_backup.kafka.wire_admin import WireSettingsError, _tls_context, wire_client_settings
+
+    missing = str(tmp_path / "no-such-ca.pem")
+    with pytest.raises(WireSettingsError, match=re.escape(f"ssl.ca.location={missing}")):
+        _tls_context({"ssl.ca.location": missing})
+    with pytest.raises(WireSettingsError, match="give both as files or both as PEM"):
+        _tls_context({"ssl.certificate.location": missing, "ssl.key.pem": "-----BEGIN PRIVATE KEY-----"})
+    assert _tls_context({"ssl.ca.location": str(tmp_path)}).verify_mode.name == "CERT_REQUIRED"  # a CA directory
+    with pytest.raises(WireSettingsError, match=r"ssl\.crl\.location=/crl\.pem: .* cannot check a certificate"):
+        wire_client_settings(
+            {"bootstrap.servers": "a:9093", "security.protocol": "SSL", "ssl.crl.location": "/crl.pem"}
+        )
