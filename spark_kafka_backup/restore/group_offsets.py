@@ -74,9 +74,15 @@ def commit_group_offsets(
 
             def alter(request: Any = request) -> list[Any]:
                 futures = admin.alter_consumer_group_offsets([request], request_timeout=ADMIN_SECONDS)
-                return [future.result(ADMIN_SECONDS + 5) for future in futures.values()]
+                answers = [future.result(ADMIN_SECONDS + 5) for future in futures.values()]
+                # Each partition has its own answer: an error there is not raised by the client.
+                refused = [f"{tp.topic} partition {tp.partition}: {_error_name(tp.error)}"
+                           for answer in answers for tp in answer.topic_partitions if tp.error is not None]  # fmt: skip
+                if refused:
+                    raise ClusterError("; ".join(refused))
+                return answers
 
-            _with_coordinator_retries(alter, f"cannot commit offsets for group {group!r}")
+            _with_coordinator_retries(alter, f"cannot commit offsets for group {group!r}", also=_NOT_KNOWN_YET)
         decisions.append(GroupDecision(group, commit, left))
     return decisions
 
@@ -85,15 +91,27 @@ def commit_group_offsets(
 ADMIN_SECONDS = 30
 
 
-def _with_coordinator_retries(call: Callable[[], T], failure: str, *, timeout: float = 60) -> T:
-    """``call()``, again while the group coordinator is not ready (up to ``timeout`` seconds); else one ClusterError."""
+#: A partition's answer to an offset commit that means "not yet" for a topic the restore has just created (the
+#: group coordinator learns of it a moment later).
+_NOT_KNOWN_YET = frozenset({"UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC_OR_PARTITION"})
+
+
+def _error_name(error: Any) -> str:
+    return str(error.name()) if hasattr(error, "name") else str(error)
+
+
+def _with_coordinator_retries(
+    call: Callable[[], T], failure: str, *, timeout: float = 60, also: frozenset[str] = frozenset()
+) -> T:
+    """``call()``, again while the group coordinator is not ready, or answers one of ``also`` (up to ``timeout``
+    seconds); else one ClusterError."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             return call()
         except Exception as exc:
             reason = _reason(exc)
-            if not any(code in reason for code in COORDINATOR_NOT_READY) or time.monotonic() > deadline:
+            if not any(code in reason for code in COORDINATOR_NOT_READY | also) or time.monotonic() > deadline:
                 raise ClusterError(f"{failure}: {reason}") from exc
             time.sleep(0.5)
 
