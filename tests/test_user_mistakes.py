@@ -57,6 +57,28 @@ def test_a_target_that_is_a_file_or_under_one(tmp_path: Path) -> None:
     assert file.read_text() == "x"
 
 
+def test_a_target_inside_a_backup_and_a_topic_directory_given_as_the_backup(tmp_path: Path) -> None:
+    from spark_kafka_backup.partition.writer import PartitionWriter
+
+    root = tmp_path / "backups" / "prod"
+    with PartitionWriter(root / "orders", "orders", 0, fsync=False) as writer:
+        writer.ensure_segment(0)
+    (root / "kbackup~state").mkdir()
+    result = backup(root / "orders")  # a second backup there would be lost to every read command
+    assert result.returncode == 1, result.stderr
+    assert the_error(result, "backup") == (
+        f"--target-dir {root / 'orders'} is inside the backup {root}: back up into {root} itself (it takes more "
+        "topics), or into a directory outside it"
+    )
+    assert not (root / "orders" / "kbackup~state").exists()
+    result = job("restore", "--bootstrap-server", NOWHERE, "--source-dir", root / "orders")
+    assert result.returncode == 1, result.stderr
+    assert the_error(result, "restore") == (
+        f"--source-dir {root / 'orders'} is a topic's directory of the backup {root}, not a backup: give "
+        f"--source-dir {root} (with --topics orders to restore only that topic)"
+    )
+
+
 def test_a_target_where_nothing_may_be_written(tmp_path: Path) -> None:
     result = backup("/proc/kbackup-target")  # not permitted to anyone, root included
     assert result.returncode == 1

@@ -72,6 +72,7 @@ from spark_kafka_backup.errors import (
     SourceLossError,
     SparkKafkaBackupError,
     StoppedEarlyError,
+    UsageError,
 )
 from spark_kafka_backup.fsutil import restrict_new_files
 from spark_kafka_backup.job_options import run_job
@@ -83,7 +84,7 @@ from spark_kafka_backup.kafka.isolated_groups import IsolatedGroupOffsets
 from spark_kafka_backup.kafka.permissions import Permission, refuse_missing, secured
 from spark_kafka_backup.logsetup import ensure_console_logging
 from spark_kafka_backup.metrics import MetricsPublisher
-from spark_kafka_backup.partition.layout import list_partitions, list_topics, state_dir
+from spark_kafka_backup.partition.layout import enclosing_backup, list_partitions, list_topics, state_dir
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.records_file import key_ring
 from spark_kafka_backup.partition.writer import PartitionWriter
@@ -175,6 +176,10 @@ class BackupJob:
             "snapshot" if settings.snapshot else "continuous",
         )
         check_writable_root(settings.target)  # before the cluster is asked anything: a typo fails at once
+        inside = enclosing_backup(settings.target)
+        if inside is not None:  # every read command takes the outer root as the backup: a nested one is lost to them
+            raise UsageError(f"--target-dir {settings.target} is inside the backup {inside}: back up into {inside} "
+                             "itself (it takes more topics), or into a directory outside it")  # fmt: skip
         if settings.checkpoint_location is not None:
             check_writable_root(settings.checkpoint_location, what="Spark checkpoint location")
         session = AdminSession({**settings.client, "socket.timeout.ms": "10000"})
@@ -295,7 +300,8 @@ class BackupJob:
                     query.stop()
                     self._lease.check()
                 if self._stop_signal is not None:
-                    log.info("signal %d: stopping after abandoning the batch in flight", self._stop_signal)
+                    log.info("signal %d: stopping; the batch in flight is not committed: the next start reads it "
+                             "again (nothing is lost or stored twice)", self._stop_signal)  # fmt: skip
                     query.stop()
                     stopped_by = self._stop_signal
                     break

@@ -7,6 +7,7 @@ for the file names inside. Listing never reads file contents.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from spark_kafka_backup.errors import BackupNotFoundError, UsageError
 from spark_kafka_backup.format.naming import (
@@ -138,6 +139,18 @@ def state_dir(root: Location) -> Location:
     else:
         return root / STATE_DIR  # nothing yet: new state goes under the new name
     return _decided[root]
+
+
+def enclosing_backup(location: Location) -> Path | None:
+    """The backup root that ``location`` lies inside (a topic's directory of it, or deeper): its nearest ancestor
+    holding spark-kafka-backup's state directory; ``None`` when there is none. Local paths only: an object store's
+    prefixes are not walked (one listing each)."""
+    if not isinstance(location, Path):
+        return None
+    for ancestor in location.absolute().parents:
+        if (ancestor / STATE_DIR).is_dir():
+            return ancestor
+    return None
 
 
 def list_topics(root: Location) -> list[str]:

@@ -28,7 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from spark_kafka_backup.boundary import check_stop
-from spark_kafka_backup.errors import ClusterError, RestoreFencedError, SparkKafkaBackupError, TargetChangedError
+from spark_kafka_backup.errors import (
+    BackupNotFoundError,
+    ClusterError,
+    RestoreFencedError,
+    SparkKafkaBackupError,
+    TargetChangedError,
+)
 from spark_kafka_backup.fsutil import restrict_new_files, world_writable
 from spark_kafka_backup.job_options import run_job
 from spark_kafka_backup.kafka.client_settings import redact
@@ -42,6 +48,7 @@ from spark_kafka_backup.kafka.cluster import (
 from spark_kafka_backup.kafka.columnar import NativeEdgeError, edge_setting, native_edge
 from spark_kafka_backup.kafka.permissions import refuse_missing
 from spark_kafka_backup.logsetup import ensure_console_logging
+from spark_kafka_backup.partition.layout import enclosing_backup, list_topics
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.selection import count_selected
 from spark_kafka_backup.progress import Progress
@@ -94,6 +101,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_job("restore", argv, parse_restore_args, run)
 
 
+def _refuse_a_topic_directory(source: Location) -> None:
+    """A topic's directory given as the backup: the root to give instead, in one line (before Kafka is asked)."""
+    inside = enclosing_backup(source)
+    if inside is not None and not list_topics(source):
+        raise BackupNotFoundError(
+            f"--source-dir {source} is a topic's directory of the backup {inside}, not a backup: give --source-dir "
+            f"{inside} (with --topics {source.name} to restore only that topic)"
+        )
+
+
 def run(settings: RestoreSettings) -> int:
     ensure_console_logging(debug=settings.debug, log_format=settings.monitoring.log_format)
     edge_setting()  # a mistyped KBACKUP_KAFKA_EDGE is refused before a topic is created
@@ -103,6 +120,7 @@ def run(settings: RestoreSettings) -> int:
     _warn_if_others_can_write(settings.source)
     if settings.state_dir is not None:
         check_writable_root(settings.state_dir, what="restore state directory")
+    _refuse_a_topic_directory(settings.source)
     admin = admin_client({**settings.client, "socket.timeout.ms": "10000"})
     try:
         partition_counts(admin, timeout=15)
@@ -227,8 +245,10 @@ def _restore(
     started = time.monotonic()
     watch.tasks_started()
     idle = len(plan.partitions) - len(tasks)
-    if idle:
-        log.info("%s nothing to produce", count(idle, "partition has", "partitions have"))
+    empty = sum(1 for part in plan.partitions if part.to_produce == 0)
+    if empty:  # those with groups still run a task: their offsets are placed
+        placing = f" ({empty - idle} of them only place consumer group offsets)" if empty > idle else ""
+        log.info("%s nothing to produce%s", count(empty, "partition has", "partitions have"), placing)
     # The incarnation of each target topic the tasks produce into: a failure is named by what changed under it.
     produced_into: dict[str, str] = {}
     with contextlib.suppress(ClusterError):  # only to name a failure: the tasks do not wait for it
