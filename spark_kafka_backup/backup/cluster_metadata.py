@@ -23,7 +23,7 @@ from spark_kafka_backup.catalog.cluster_metadata import (
 )
 from spark_kafka_backup.errors import ClusterError
 from spark_kafka_backup.kafka.cluster import partition_counts
-from spark_kafka_backup.kafka.cluster_metadata import capture_metadata
+from spark_kafka_backup.kafka.cluster_metadata import SECOND_CONNECTION_FAILED, capture_metadata
 from spark_kafka_backup.kafka.topics import TopicSelection
 from spark_kafka_backup.storage import Location
 from spark_kafka_backup.text import count
@@ -36,6 +36,8 @@ class MetadataKeeper:
         self.target = target
         self.selection = selection
         self.client = client
+        #: Why the second connection failed (then not tried again this run: each failed try leaves a thread).
+        self._second_connection: NotCaptured | None = None
         self._last: ClusterMetadata | None = None
         self._read = False
         self._said: set[str] = set()
@@ -52,7 +54,10 @@ class MetadataKeeper:
             if not self._read:
                 self._last, self._read = metadata_as_of(self.target), True
             topics = self.selection.select(partition_counts(admin, timeout=timeout))
-            metadata = capture_metadata(admin, topics, client=self.client, timeout=timeout)
+            metadata = capture_metadata(admin, topics, client=self.client, timeout=timeout,
+                                        second_connection=self._second_connection)  # fmt: skip
+            if isinstance(metadata.quotas, NotCaptured) and metadata.quotas.reason.startswith(SECOND_CONNECTION_FAILED):
+                self._second_connection = metadata.quotas
             kept = keep_if_changed(self.target, metadata, self._last)
         except ClusterError as exc:
             if exc.transient:

@@ -34,6 +34,9 @@ from spark_kafka_backup.kafka.wire_admin import WireAdmin, WireRefusalError, Wir
 
 T = TypeVar("T")
 
+#: The start of the reason of quotas not captured because the second connection could not be made.
+SECOND_CONNECTION_FAILED = "not read: the connection for client quotas failed"
+
 #: What a section not asked for holds.
 NOT_ASKED = NotCaptured("not asked for")
 
@@ -45,11 +48,15 @@ def capture_metadata(
     client: Mapping[str, str],
     timeout: float = 30,
     sections: Collection[str] = ("acls", "users", "configs", "quotas"),
+    second_connection: NotCaptured | None = None,
 ) -> ClusterMetadata:
     """One capture of the cluster (module docstring) through ``admin`` (librdkafka's, made of the ``client``
     settings), of ``sections`` (the others hold :data:`NOT_ASKED`); a section that fails for another reason than a
     refusal raises :class:`~spark_kafka_backup.errors.ClusterError` (the caller's session asks again). No answer is
-    waited for longer than ``timeout`` (and a little)."""
+    waited for longer than ``timeout`` (and a little). ``second_connection``: why not to try the second connection
+    again (quotas are then not captured for that reason)."""
+    if second_connection is not None:
+        return _capture(admin, topics, second_connection, timeout, sections)
     with _second_connection(client, timeout, needed="quotas" in sections or "configs" in sections) as wire:
         return _capture(admin, topics, wire, timeout, sections)
 
@@ -65,8 +72,8 @@ def _second_connection(client: Mapping[str, str], timeout: float, *, needed: boo
     except WireSettingsError as exc:
         yield NotCaptured(f"not read with these client settings: {exc}")
         return
-    except ClusterError as exc:  # the other sections are still read (and the next capture tries again)
-        yield NotCaptured(f"not read: {exc}")
+    except ClusterError as exc:  # the other sections are still read
+        yield NotCaptured(f"{SECOND_CONNECTION_FAILED}: {exc}")
         return
     try:
         yield wire
