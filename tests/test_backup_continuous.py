@@ -129,3 +129,45 @@ def test_new_topic_is_picked_up_and_sigterm_stops_cleanly(kafka: BrokerUnderTest
     heads = [path.read_bytes()[:4] for path in target.glob("grow-*/*_records")]
     assert heads and all(is_framed(head) for head in heads), heads
     assert run_kbackup("verify", target, "--deep").returncode == 0
+
+
+def test_the_batch_that_finds_records_after_idle_triggers_says_how_many_it_read(
+    kafka: BrokerUnderTest, tmp_path: Path
+) -> None:
+    """Spark reports a trigger that found nothing under the number of the next batch; the batch that then runs
+    with records takes that number: its line says what it read, not the idle trigger's 0."""
+    from confluent_kafka import Producer as KafkaProducer
+
+    create_topics(kafka, {"idle-first": 2})
+    log = tmp_path / "backup.log"
+    process = start_backup(*client_args(kafka, tmp_path), "--target-dir", str(tmp_path / "backup"), "--topics",
+                           "idle-first", "--trigger-interval", "1", log=log)  # fmt: skip
+    try:
+        producer = KafkaProducer(kafka.client_settings())
+        written = re.compile(r"batch (\d+): ([\d,]+) records, [\d,]+ bytes written")
+        for round_ in range(2):  # records, then nothing for a while (idle triggers), then records again
+            for i in range(150):
+                producer.produce("idle-first", value=b"v%d" % i, partition=i % 2)
+            producer.flush(30)
+
+            def has_written(batches_before: int = round_) -> bool:
+                return len(written.findall(log.read_text())) > batches_before
+
+            wait_for(has_written, 180, "a batch that wrote records", job=process)
+            if round_ == 0:
+                time.sleep(13)  # Spark reports a trigger without data after 10 s of them
+        pid = int(re.findall(r"stop with SIGTERM to the driver process (\d+)", log.read_text())[-1])
+        time.sleep(2)  # its progress is reported within the next second
+        os.kill(pid, signal.SIGTERM)
+        assert process.wait(60) == 0, log.read_text()[-3000:]
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    text = log.read_text()
+    wrote = {int(batch): int(rows.replace(",", "")) for batch, rows in written.findall(text)}
+    assert sum(wrote.values()) == 300, text[-3000:]
+    read = dict(batches(log))
+    for batch, rows in wrote.items():
+        assert read.get(batch) == rows, f"batch {batch} wrote {rows} records; its read line: {read.get(batch)}\n{text}"
+    lines = [batch for batch, _ in batches(log)]
+    assert len(lines) == len(set(lines)), text  # one line a batch

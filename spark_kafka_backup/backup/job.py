@@ -622,6 +622,11 @@ class BackupJob:
             batch = progress.get("batchId", -1)
             if batch <= self._logged_batch:
                 continue
+            if "addBatch" not in (progress.get("durationMs") or {}):
+                # A trigger that found nothing new: Spark names it after the next batch, which has not run (the one
+                # that runs later takes that number and must be said then).
+                log.debug("trigger found no new records (batch %d not run yet)", batch)
+                continue
             self._logged_batch = batch
             rows = self._records_read(batch, progress)
             seconds = (progress.get("durationMs") or {}).get("triggerExecution", 0) / 1000
