@@ -18,6 +18,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser("fetch", help="resolve Apache Kafka's and Spark's Kafka connector jars into the cache")
     kafka = commands.add_parser("kafka", help="run a local Apache Kafka cluster until interrupted")
     kafka.add_argument("--nodes", type=int, default=1)
+    kafka.add_argument("--port", type=int, help="the first node's client port (default: a free one)")
     commands.add_parser("registry", help="run a local Apicurio Registry (Confluent-compatible API) until interrupted")
     args = parser.parse_args(argv)
     from devkit.kafka_cluster import KafkaCluster, kafka_jars
@@ -35,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"Apicurio Registry at {registry.url}; Ctrl-C stops it", flush=True)
                 signal.sigwait({signal.SIGINT, signal.SIGTERM})
             return 0
-        with KafkaCluster(args.nodes) as cluster:
+        with KafkaCluster(args.nodes, port=args.port) as cluster:
             print(f"{cluster.describe()} at {cluster.bootstrap_servers}; Ctrl-C stops it", flush=True)
             signal.sigwait({signal.SIGINT, signal.SIGTERM})
         return 0

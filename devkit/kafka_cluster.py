@@ -113,6 +113,15 @@ def free_port() -> int:
         return chosen
 
 
+def _taken(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
 def die_with_parent() -> None:
     """In the child before exec: its own session, and SIGKILL when the starting process dies."""
     os.setsid()
@@ -177,6 +186,8 @@ class KafkaCluster:
     #: More options for every JVM of the cluster (its nodes and the storage tool), e.g. a class-data-sharing archive.
     java_options: tuple[str, ...] = ()
     start_timeout: float = 120.0
+    #: The first node's client (PLAINTEXT) port; ``None``: a free one (each node's other ports are always free ones).
+    port: int | None = None
     #: TLS, SASL_SSL and ACLs (see :mod:`devkit.kafka_security`); None: PLAINTEXT only, no
     #: authorizer.
     security: BrokerSecurity | None = None
@@ -214,6 +225,8 @@ class KafkaCluster:
             try:
                 return self._start()
             except KafkaClusterError as exc:
+                if PORT_TAKEN in str(exc) and self.port is not None and _taken(self.port):
+                    raise KafkaClusterError(f"port {self.port} is taken: give another, or none") from exc
                 if attempt == 2 or PORT_TAKEN not in str(exc):
                     raise
         raise AssertionError("unreachable")
@@ -221,10 +234,13 @@ class KafkaCluster:
     def _start(self) -> KafkaCluster:
         jars = kafka_jars()
         self.directory = Path(tempfile.mkdtemp(prefix="kbackup-kafka-"))
+        if self.port is not None and _taken(self.port):
+            raise KafkaClusterError(f"port {self.port} is taken: give another, or none")
         self.nodes = [
-            KafkaNode(node_id, free_port(), free_port(), self.directory / f"node-{node_id}")
+            KafkaNode(node_id, self.port if node_id == 1 and self.port is not None else free_port(), free_port(),
+                      self.directory / f"node-{node_id}")
             for node_id in range(1, self.nodes_count + 1)
-        ]
+        ]  # fmt: skip
         if self.security is not None:
             for node in self.nodes:
                 node.ssl_port, node.sasl_ssl_port = free_port(), free_port()

@@ -82,6 +82,7 @@ from spark_kafka_backup.kafka.cluster import TopicPartitionKey, cluster_identity
 from spark_kafka_backup.kafka.columnar import edge_setting
 from spark_kafka_backup.kafka.isolated_groups import IsolatedGroupOffsets
 from spark_kafka_backup.kafka.permissions import Permission, refuse_missing, secured
+from spark_kafka_backup.kafka.reachability import refuse_unreachable
 from spark_kafka_backup.logsetup import ensure_console_logging
 from spark_kafka_backup.metrics import MetricsPublisher
 from spark_kafka_backup.partition.layout import enclosing_backup, list_partitions, list_topics, state_dir
@@ -398,6 +399,7 @@ class BackupJob:
 
     def _preflight(self, session: AdminSession) -> None:
         settings = self.settings
+        refuse_unreachable(settings.client["bootstrap.servers"])
         try:  # one attempt: an unreachable cluster is reported at once
             counts = session.call(lambda admin, _: partition_counts(admin, timeout=15), patience=0)
         except ClusterError as exc:

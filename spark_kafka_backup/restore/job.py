@@ -47,6 +47,7 @@ from spark_kafka_backup.kafka.cluster import (
 )
 from spark_kafka_backup.kafka.columnar import NativeEdgeError, edge_setting, native_edge
 from spark_kafka_backup.kafka.permissions import refuse_missing
+from spark_kafka_backup.kafka.reachability import refuse_unreachable
 from spark_kafka_backup.logsetup import ensure_console_logging
 from spark_kafka_backup.partition.layout import enclosing_backup, list_topics
 from spark_kafka_backup.partition.reader import PartitionReader
@@ -121,6 +122,7 @@ def run(settings: RestoreSettings) -> int:
     if settings.state_dir is not None:
         check_writable_root(settings.state_dir, what="restore state directory")
     _refuse_a_topic_directory(settings.source)
+    refuse_unreachable(settings.client["bootstrap.servers"])
     admin = admin_client({**settings.client, "socket.timeout.ms": "10000"})
     try:
         partition_counts(admin, timeout=15)
