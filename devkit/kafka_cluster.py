@@ -113,13 +113,19 @@ def free_port() -> int:
         return chosen
 
 
-def _taken(port: int) -> bool:
+def _refuse_unusable(port: int) -> None:
+    """A :class:`KafkaClusterError` saying why a node cannot listen on ``port`` of 127.0.0.1 (none: it can)."""
+    if not 1 <= port <= 65535:
+        raise KafkaClusterError(f"port {port}: expected 1 to 65535")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
             sock.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
+        except PermissionError as exc:
+            raise KafkaClusterError(
+                f"port {port} needs privileges this user does not have: give one above 1023"
+            ) from exc
+        except OSError as exc:
+            raise KafkaClusterError(f"port {port} is taken: give another, or none") from exc
 
 
 def die_with_parent() -> None:
@@ -222,11 +228,13 @@ class KafkaCluster:
         """Start the nodes; a node that could not bind its port (taken since it was chosen) is a start on new ports,
         twice at most."""
         for attempt in range(3):
+            if self.port is not None:
+                _refuse_unusable(self.port)  # before anything is fetched, made or started
             try:
                 return self._start()
             except KafkaClusterError as exc:
-                if PORT_TAKEN in str(exc) and self.port is not None and _taken(self.port):
-                    raise KafkaClusterError(f"port {self.port} is taken: give another, or none") from exc
+                if PORT_TAKEN in str(exc) and self.port is not None:
+                    _refuse_unusable(self.port)
                 if attempt == 2 or PORT_TAKEN not in str(exc):
                     raise
         raise AssertionError("unreachable")
@@ -234,8 +242,6 @@ class KafkaCluster:
     def _start(self) -> KafkaCluster:
         jars = kafka_jars()
         self.directory = Path(tempfile.mkdtemp(prefix="kbackup-kafka-"))
-        if self.port is not None and _taken(self.port):
-            raise KafkaClusterError(f"port {self.port} is taken: give another, or none")
         self.nodes = [
             KafkaNode(node_id, self.port if node_id == 1 and self.port is not None else free_port(), free_port(),
                       self.directory / f"node-{node_id}")

@@ -120,7 +120,7 @@ def test_new_topic_is_picked_up_and_sigterm_stops_cleanly(kafka: BrokerUnderTest
         first.stop()
     assert backed_up(target, ["grow-first", "grow-second"]) == consume_all(kafka, ["grow-first", "grow-second"])
     assert sorted(list_partitions(target / "grow-second")) == [0, 1, 2]
-    assert "stopping; the batch in flight is not committed: the next start reads it again" in log.read_text()
+    assert "stopping; a batch still in flight is not committed: the next start reads it again" in log.read_text()
     # No traceback of Python (the driver's streaming-source runner) or of the JVM (the stream thread) for a stop.
     assert not re.search(r"Traceback \(most recent call last\)|Exception in thread|StackOverflowError",
                          log.read_text()), log.read_text()[-4000:]  # fmt: skip

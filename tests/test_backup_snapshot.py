@@ -326,6 +326,7 @@ def test_unreachable_broker_is_said_by_its_cause_within_seconds(tmp_path: Path) 
     for server, cause in (
         (f"127.0.0.1:{port}", f"127.0.0.1:{port}: nothing listens at 127.0.0.1 port {port} (connection refused)"),
         ("kafka.invalid:9092", "kafka.invalid:9092: the name kafka.invalid does not resolve"),  # RFC 2606: never
+        (f"PLAINTEXT://127.0.0.1:{port}", f"PLAINTEXT://127.0.0.1:{port}: nothing listens at 127.0.0.1 port {port}"),
     ):
         started = time.monotonic()
         result = _job("--bootstrap-server", server, "--target-dir", str(tmp_path), "--topics", "a", "--snapshot")

@@ -42,3 +42,7 @@ def test_the_devkit_runs_kafka_on_the_port_asked_for_and_refuses_a_taken_one() -
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert refused.stderr.strip() == f"spark-kafka-backup devkit: error: port {busy} is taken: give another, or none"
     assert time.monotonic() - started < 30  # before any JVM starts
+    out_of_range = subprocess.run([sys.executable, "-m", "devkit", "kafka", "--port", "70000"], cwd=REPO,
+                                  env=job_env(), capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out_of_range.returncode == 1
+    assert out_of_range.stderr.strip() == "spark-kafka-backup devkit: error: port 70000: expected 1 to 65535"

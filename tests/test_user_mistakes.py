@@ -63,7 +63,7 @@ def test_a_target_inside_a_backup_and_a_topic_directory_given_as_the_backup(tmp_
     root = tmp_path / "backups" / "prod"
     with PartitionWriter(root / "orders", "orders", 0, fsync=False) as writer:
         writer.ensure_segment(0)
-    (root / "kbackup~state").mkdir()
+    (root / "kbackup~state" / "catalog").mkdir(parents=True)
     result = backup(root / "orders")  # a second backup there would be lost to every read command
     assert result.returncode == 1, result.stderr
     assert the_error(result, "backup") == (
@@ -71,6 +71,9 @@ def test_a_target_inside_a_backup_and_a_topic_directory_given_as_the_backup(tmp_
         "topics), or into a directory outside it"
     )
     assert not (root / "orders" / "kbackup~state").exists()
+    # Beside it (reached through ".." from inside it) is no backup of it: the next check, the cluster, fails instead.
+    beside = backup(root / "orders" / ".." / ".." / "staging")
+    assert "is inside the backup" not in beside.stderr and "cannot reach Kafka at" in the_error(beside, "backup")
     result = job("restore", "--bootstrap-server", NOWHERE, "--source-dir", root / "orders")
     assert result.returncode == 1, result.stderr
     assert the_error(result, "restore") == (

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,14 +31,22 @@ from spark_kafka_backup.text import count
 
 log = logging.getLogger("spark_kafka_backup.backup")
 
+#: After the second connection (client quotas, cluster-wide defaults) failed, how long until it is tried again, and
+#: how many failed tries a run makes at most.
+SECOND_CONNECTION_RETRY_SECONDS = 3600.0
+SECOND_CONNECTION_TRIES = 5
+
 
 class MetadataKeeper:
     def __init__(self, target: Location, selection: TopicSelection, client: Mapping[str, str]) -> None:
         self.target = target
         self.selection = selection
         self.client = client
-        #: Why the second connection failed (then not tried again this run: each failed try leaves a thread).
+        #: Why the second connection failed, and when: tried again an hour later, at most
+        #: :data:`SECOND_CONNECTION_TRIES` times a run (each failed try leaves kafka-python's thread behind).
         self._second_connection: NotCaptured | None = None
+        self._second_failed_at = 0.0
+        self._second_failures = 0
         self._last: ClusterMetadata | None = None
         self._read = False
         self._said: set[str] = set()
@@ -54,10 +63,23 @@ class MetadataKeeper:
             if not self._read:
                 self._last, self._read = metadata_as_of(self.target), True
             topics = self.selection.select(partition_counts(admin, timeout=timeout))
-            metadata = capture_metadata(admin, topics, client=self.client, timeout=timeout,
-                                        second_connection=self._second_connection)  # fmt: skip
-            if isinstance(metadata.quotas, NotCaptured) and metadata.quotas.reason.startswith(SECOND_CONNECTION_FAILED):
-                self._second_connection = metadata.quotas
+            skip = self._second_connection
+            if (
+                skip is not None
+                and self._second_failures < SECOND_CONNECTION_TRIES
+                and (time.monotonic() - self._second_failed_at >= SECOND_CONNECTION_RETRY_SECONDS)
+            ):
+                skip = None  # an hour on: once more
+            metadata = capture_metadata(admin, topics, client=self.client, timeout=timeout, second_connection=skip)
+            if (
+                skip is None
+                and isinstance(metadata.quotas, NotCaptured)
+                and (metadata.quotas.reason.startswith(SECOND_CONNECTION_FAILED))
+            ):
+                self._second_connection, self._second_failed_at = metadata.quotas, time.monotonic()
+                self._second_failures += 1
+            elif skip is None:
+                self._second_connection = None
             kept = keep_if_changed(self.target, metadata, self._last)
         except ClusterError as exc:
             if exc.transient:

@@ -301,7 +301,7 @@ class BackupJob:
                     query.stop()
                     self._lease.check()
                 if self._stop_signal is not None:
-                    log.info("signal %d: stopping; the batch in flight is not committed: the next start reads it "
+                    log.info("signal %d: stopping; a batch still in flight is not committed: the next start reads it "
                              "again (nothing is lost or stored twice)", self._stop_signal)  # fmt: skip
                     query.stop()
                     stopped_by = self._stop_signal

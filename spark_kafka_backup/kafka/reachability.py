@@ -1,16 +1,18 @@
 """Why the bootstrap servers cannot be reached, told apart in seconds: a name that does not resolve, a port where
-nothing listens, an address that does not answer.
+nothing listens, a network that has no route to it.
 
 librdkafka retries an unreachable bootstrap server until its request times out and then says "broker transport
-failure" whatever the cause (about 26 s on a job's first request). The jobs ask this first: when no server of
-``bootstrap.servers`` accepts a TCP connection, they stop with one line naming each server and its cause; when one
-does, librdkafka takes over (TLS, SASL and Kafka's own answers are its to judge).
+failure" whatever the cause (about 26 s on a job's first request). The jobs ask this first: when every server of
+``bootstrap.servers`` is refused for a definite cause, they stop with one line naming each server and its cause;
+otherwise (one accepts a connection, or one does not answer in time, or a name server does not answer yet)
+librdkafka takes over, with its own patience (TLS, SASL and Kafka's own answers are its to judge).
 """
 
 from __future__ import annotations
 
+import errno
+import re
 import socket
-import time
 
 from spark_kafka_backup.errors import ClusterError
 
@@ -19,14 +21,17 @@ CONNECT_SECONDS = 3.0
 
 
 def unreachable(servers: str, *, timeout: float = CONNECT_SECONDS) -> list[str] | None:
-    """For each of ``servers`` (``host:port,...``) the reason it cannot be reached; ``None`` when one can (or a
-    server is not of the form host:port: librdkafka says what is wrong with it)."""
+    """For each of ``servers`` (``[PROTOCOL://]host:port,...``) the definite reason it cannot be reached; ``None``
+    when one can, or when a reason is not definite (no answer in time, a name server not answering, a form librdkafka
+    reads its own way): librdkafka then tries, with its own patience."""
     reasons = []
     for server in (part.strip() for part in servers.split(",") if part.strip()):
-        host, _, port_text = server.rpartition(":")
-        host = host.strip("[]")
-        if not host or not port_text.isdigit():
-            return None
+        address = re.sub(r"^[A-Za-z_]+://", "", server)
+        host, _, port_text = address.rpartition(":")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        elif ":" in host or not host or not port_text.isdigit():
+            return None  # an IPv6 address without a port, or no port: librdkafka's defaults apply
         reason = _reason(host, int(port_text), timeout)
         if reason is None:
             return None
@@ -34,26 +39,31 @@ def unreachable(servers: str, *, timeout: float = CONNECT_SECONDS) -> list[str] 
     return reasons or None
 
 
+#: getaddrinfo's answers that say the name does not exist (not "try again later").
+_NO_SUCH_NAME = {getattr(socket, name) for name in ("EAI_NONAME", "EAI_NODATA") if hasattr(socket, name)}
+
+
 def _reason(host: str, port: int, timeout: float) -> str | None:
     try:
         addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
-        return f"the name {host} does not resolve ({exc.strerror})"
-    deadline = time.monotonic() + timeout
+        if exc.errno in _NO_SUCH_NAME:
+            return f"the name {host} does not resolve ({exc.strerror})"
+        return None  # a name server that does not answer (yet): not definite
     causes = []
     for family, kind, protocol, _, address in addresses:
         try:
             with socket.socket(family, kind, protocol) as connection:
-                connection.settimeout(max(0.1, deadline - time.monotonic()))
+                connection.settimeout(timeout)  # each address its own time
                 connection.connect(address)
                 return None
         except ConnectionRefusedError:
             causes.append(f"nothing listens at {address[0]} port {port} (connection refused)")
-        except TimeoutError:
-            causes.append(f"{address[0]} did not answer within {timeout:.0f} s (a firewall, or a host that is down)")
         except OSError as exc:
-            causes.append(f"{address[0]}: {exc.strerror or exc}")
-    return "; ".join(dict.fromkeys(causes)) or f"the name {host} has no address"
+            if exc.errno not in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+                return None  # no answer in time, or another cause librdkafka may see through: not definite
+            causes.append(f"no route to {address[0]} ({exc.strerror})")
+    return "; ".join(dict.fromkeys(causes)) or None
 
 
 def refuse_unreachable(servers: str) -> None:

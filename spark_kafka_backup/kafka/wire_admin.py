@@ -151,8 +151,8 @@ def wire_admin(client: Mapping[str, str], *, timeout: float = 30) -> Iterator[Wi
         options["ssl_context"] = _tls_context(settings.tls)
     try:
         # (kafka-python 3.0 starts its IO thread before it bootstraps: a failed bootstrap leaves the thread behind.
-        # Closing it from a subclass made the job's stop leave a traceback; the backup's keeper asks again only
-        # after a failure of another kind, so at most one is left a run.)
+        # Closing it from a subclass made the job's stop leave a traceback; the backup's keeper tries again an hour
+        # after a failure, a few times a run at most: backup/cluster_metadata.py.)
         admin = KafkaAdminClient(**options)
     except Exception as exc:
         raise ClusterError(f"cannot connect to {','.join(settings.bootstrap_servers)}: {exc}", transient=True) from exc

@@ -143,14 +143,19 @@ def state_dir(root: Location) -> Location:
 
 def enclosing_backup(location: Location) -> Path | None:
     """The backup root that ``location`` lies inside (a topic's directory of it, or deeper): its nearest ancestor
-    holding spark-kafka-backup's state directory; ``None`` when there is none. Local paths only: an object store's
-    prefixes are not walked (one listing each)."""
+    whose state directory holds a catalog (symbolic links and ``..`` resolved first); ``None`` when there is none, or
+    when ``location`` is a backup root itself (a backup kept inside another's folder before this check is not
+    refused). Local paths only: an object store's prefixes are not walked (one listing each)."""
     if not isinstance(location, Path):
         return None
-    for ancestor in location.absolute().parents:
-        if (ancestor / STATE_DIR).is_dir():
-            return ancestor
-    return None
+    where = location.resolve()
+    if _holds_catalog(where):
+        return None
+    return next((ancestor for ancestor in where.parents if _holds_catalog(ancestor)), None)
+
+
+def _holds_catalog(root: Path) -> bool:
+    return any((root / state / "catalog").is_dir() for state in (STATE_DIR, LEGACY_STATE_DIR))
 
 
 def list_topics(root: Location) -> list[str]:

@@ -49,7 +49,7 @@ from spark_kafka_backup.kafka.columnar import NativeEdgeError, edge_setting, nat
 from spark_kafka_backup.kafka.permissions import refuse_missing
 from spark_kafka_backup.kafka.reachability import refuse_unreachable
 from spark_kafka_backup.logsetup import ensure_console_logging
-from spark_kafka_backup.partition.layout import enclosing_backup, list_topics
+from spark_kafka_backup.partition.layout import enclosing_backup, list_partitions, list_topics
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.selection import count_selected
 from spark_kafka_backup.progress import Progress
@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _refuse_a_topic_directory(source: Location) -> None:
     """A topic's directory given as the backup: the root to give instead, in one line (before Kafka is asked)."""
     inside = enclosing_backup(source)
-    if inside is not None and not list_topics(source):
+    if inside is not None and not list_topics(source) and list_partitions(source):
         raise BackupNotFoundError(
             f"--source-dir {source} is a topic's directory of the backup {inside}, not a backup: give --source-dir "
             f"{inside} (with --topics {source.name} to restore only that topic)"

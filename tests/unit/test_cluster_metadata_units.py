@@ -391,3 +391,32 @@ def test_tls_settings_the_second_connection_cannot_load_are_one_error_naming_the
         wire_client_settings(
             {"bootstrap.servers": "a:9093", "security.protocol": "SSL", "ssl.crl.location": "/crl.pem"}
         )
+
+
+def test_a_backup_whose_second_connection_failed_tries_again_an_hour_later_a_few_times_a_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Each failed try of kafka-python's connection leaves its thread: not once a minute for months (stand-ins for
+    the cluster)."""
+    from spark_kafka_backup.backup import cluster_metadata as keeper_module
+    from spark_kafka_backup.kafka.cluster_metadata import SECOND_CONNECTION_FAILED
+    from spark_kafka_backup.kafka.topics import TopicSelection
+
+    tried: list[object] = []
+    now = [1000.0]
+
+    def capture_metadata(admin: object, topics: object, **options: Any) -> ClusterMetadata:
+        tried.append(options["second_connection"])
+        failed = NotCaptured(f"{SECOND_CONNECTION_FAILED}: no answer")
+        return capture(int(now[0]), quotas=options["second_connection"] or failed)
+
+    monkeypatch.setattr(keeper_module, "capture_metadata", capture_metadata)
+    monkeypatch.setattr(keeper_module, "partition_counts", lambda admin, timeout: {})
+    monkeypatch.setattr("spark_kafka_backup.backup.cluster_metadata.time.monotonic", lambda: now[0])
+    keeper = keeper_module.MetadataKeeper(tmp_path, TopicSelection(topics=("orders",)), {"bootstrap.servers": "k:9092"})
+    for minute in range(60 * 24):  # a day of captures, a minute apart
+        now[0] = 1000.0 + 60 * minute
+        keeper.keep(object(), 5)
+    tries = [at for at in tried if at is None]
+    assert len(tries) == keeper_module.SECOND_CONNECTION_TRIES  # the first, then once an hour, then no more
+    assert len(tried) == 60 * 24
