@@ -98,7 +98,7 @@ from spark_kafka_backup.spark.kafka_connector import (
 )
 from spark_kafka_backup.spark.kafka_source import SOURCE_NAME, KafkaSource, decode_offsets
 from spark_kafka_backup.spark.parallelism import backup_tasks
-from spark_kafka_backup.spark.session import job_session
+from spark_kafka_backup.spark.session import job_session, quiet_accumulator_server
 from spark_kafka_backup.spark.v1_sink import SINK_NAME, V1Sink, read_batch_stats
 from spark_kafka_backup.spark.written_batches import commit_written_batches, foreach_batch
 from spark_kafka_backup.storage import Location, check_writable_root, prepare_root
@@ -303,6 +303,7 @@ class BackupJob:
                 if self._stop_signal is not None:
                     log.info("signal %d: stopping; a batch still in flight is not committed: the next start reads it "
                              "again (nothing is lost or stored twice)", self._stop_signal)  # fmt: skip
+                    quiet_accumulator_server(spark)
                     query.stop()
                     stopped_by = self._stop_signal
                     break
@@ -499,6 +500,8 @@ class BackupJob:
         if recorded.changed:
             log.info("topic configuration recorded for %s", count(recorded.changed, "topic"))
         self._refuse_recreated(recorded.cluster_id, recorded.recreated)
+        if self._stop_signal is not None:
+            return  # a stop is not held up by a capture (two connections, seconds under load): the next start takes one
         try:
             session.call(self._metadata.keep)
         except ClusterError as exc:  # the cluster around the topics waits for the next capture, never the records

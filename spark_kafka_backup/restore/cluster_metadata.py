@@ -63,7 +63,6 @@ from spark_kafka_backup.text import count, iso_time, shown
 log = logging.getLogger("spark_kafka_backup.restore")
 
 SECTIONS = ("acls", "users", "configs", "quotas", "topics")
-POLICIES = ("check", "apply", "replace")
 #: How long the target is compared again after the changes (a broker takes a change from the controller a moment
 #: later; an authorizer its ACLs).
 SETTLE_SECONDS = 30.0

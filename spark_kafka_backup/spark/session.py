@@ -55,3 +55,12 @@ def job_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     return spark
+
+
+def quiet_accumulator_server(spark: Any) -> None:
+    """For a job that is stopping: when the JVM hangs up on PySpark's accumulator server while tasks still run, its
+    thread prints an ``EOFError`` traceback (socketserver's ``handle_error``); nothing the job needs is lost by not
+    printing it, and a stop prints no traceback."""
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda request, client_address: None
