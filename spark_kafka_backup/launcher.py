@@ -98,7 +98,9 @@ def add_launcher_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="KEY=VALUE",
         help="a Spark setting passed to spark-submit, set before the driver's JVM starts (repeatable; e.g. "
-        "spark.driver.memory). --spark-conf sets one in the job's Spark session instead",
+        "spark.driver.memory). --spark-conf sets one in the job's Spark session instead. The Spark UI is off "
+        "(spark.ui.enabled=false) unless a setting turns it on or asks for its Prometheus endpoints "
+        "(spark.ui.prometheus.enabled=true)",
     )
     group.add_argument(
         "--archive",

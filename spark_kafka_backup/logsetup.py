@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
 from typing import TextIO
 
 from spark_kafka_backup.text import shown, shown_json
@@ -84,9 +86,17 @@ def print_error(line: str) -> None:
     """
     if os.environ.get(LOG_FORMAT_VARIABLE) == "json":
         logging.getLogger("spark_kafka_backup").error("%s", line)  # the log collector sees the failure too
+    with user_stderr() as stream:
+        print(shown(line), file=stream, flush=True)
+
+
+@contextlib.contextmanager
+def user_stderr() -> Iterator[TextIO]:
+    """The standard error the user sees: ``spark-submit``'s under spark-submit (see :func:`print_error`), this
+    process's otherwise. Where a job's progress goes, off its log on standard output."""
     stream = _submitter_stderr()
     try:
-        print(shown(line), file=stream or sys.stderr, flush=True)
+        yield stream or sys.stderr
     finally:
         if stream is not None:
             stream.close()

@@ -96,13 +96,34 @@ def uses_spark_kafka_source(args: Sequence[str]) -> bool:
     )
 
 
-#: Spark settings the jobs are started with unless given: no UI; and time for a Python process Spark starts to
-#: answer its handshake on a busy machine (Spark's default is 15 s).
 #: Spark's logging until the job sets its level (see the file).
 STARTUP_LOGGING = Path(__file__).resolve().parent / "jobs" / "log4j2.properties"
-DEFAULT_CONF = ("spark.ui.enabled=false", "spark.python.authenticate.socketTimeout=120s")
+#: Spark settings the jobs are started with unless given: no UI (a port and a thread per job that nobody looks at,
+#: unless a setting asks for what it serves: see :func:`asks_for_the_ui`); and time for a Python process Spark starts
+#: to answer its handshake on a busy machine (Spark's default is 15 s).
+NO_UI = "spark.ui.enabled=false"
+DEFAULT_CONF = (NO_UI, "spark.python.authenticate.socketTimeout=120s")
 #: The JVM's quick (C1) compiler alone, for a driver that carries no records (see :func:`spark_submit_command`).
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
+
+
+def spark_conf_arguments(args: Sequence[str]) -> list[str]:
+    """The ``KEY=VALUE`` of each ``--spark-conf`` among a job's arguments."""
+    found = [item.partition("=")[2] for item in args if item.startswith("--spark-conf=")]
+    found += [value for flag, value in itertools.pairwise(args) if flag == "--spark-conf"]
+    return found
+
+
+def asks_for_the_ui(settings: Sequence[str]) -> bool:
+    """Whether a ``KEY=VALUE`` setting turns on something only Spark's UI serves (its Prometheus endpoints): the
+    UI the launcher leaves off otherwise is then on, so that what the setting asks for is there to scrape."""
+    for setting in settings:
+        key, _, value = setting.partition("=")
+        if key == "spark.ui.prometheus.enabled" and value.strip().lower() == "true":
+            return True
+        if key.startswith("spark.metrics.conf.") and "prometheusServlet" in key:
+            return True
+    return False
 
 
 def spark_submit_command(
@@ -116,7 +137,8 @@ def spark_submit_command(
 
     With ``--kafka-source spark`` among ``args``, Spark's Kafka connector jars
     (resolved once into spark-kafka-backup's cache, see :mod:`spark_kafka_backup.jars`) are passed
-    with ``--jars``. The Spark UI is off unless a ``conf`` turns it on.
+    with ``--jars``. The Spark UI is off unless a ``conf`` turns it on, or a setting (``conf`` or a job's
+    ``--spark-conf``) asks for its Prometheus endpoints (:func:`asks_for_the_ui`).
     """
     texts = [str(arg) for arg in args]
     jars: list[str] = []
@@ -125,7 +147,9 @@ def spark_submit_command(
 
         jars = ["--jars", ",".join(str(jar) for jar in connector_jars())]
     given = {setting.partition("=")[0] for setting in conf}
-    settings = [default for default in DEFAULT_CONF if default.partition("=")[0] not in given] + list(conf)
+    with_ui = asks_for_the_ui([*conf, *spark_conf_arguments(texts)])
+    defaults = [d for d in DEFAULT_CONF if d.partition("=")[0] not in given and not (with_ui and d == NO_UI)]
+    settings = defaults + list(conf)
     if archive is not None:
         settings = with_packed_environment(settings, archive, given)
     if "spark.driver.extraJavaOptions" not in given:

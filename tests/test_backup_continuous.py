@@ -20,7 +20,15 @@ from spark_kafka_backup.format.frames import is_framed
 from spark_kafka_backup.partition.layout import list_partitions
 from spark_kafka_backup.partition.reader import PartitionReader
 from tests.broker import BrokerUnderTest
-from tests.kafka_helpers import backed_up, consume_all, create_topics, run_backup, run_kbackup, start_backup
+from tests.kafka_helpers import (
+    backed_up,
+    consume_all,
+    create_topics,
+    run_backup,
+    run_kbackup,
+    start_backup,
+    stop_driver,
+)
 from tests.live_load import Producer, batches, client_args, more_batches, wait_for
 
 
@@ -171,3 +179,32 @@ def test_the_batch_that_finds_records_after_idle_triggers_says_how_many_it_read(
         assert read.get(batch) == rows, f"batch {batch} wrote {rows} records; its read line: {read.get(batch)}\n{text}"
     lines = [batch for batch, _ in batches(log)]
     assert len(lines) == len(set(lines)), text  # one line a batch
+
+
+def test_a_setting_that_asks_for_sparks_prometheus_endpoint_finds_the_ui_on(
+    kafka: BrokerUnderTest, tmp_path: Path
+) -> None:
+    """The launcher starts jobs with Spark's UI off; docs/operations.md's tip (``--spark-conf
+    spark.ui.prometheus.enabled=true``) turns it on, and the executors' metrics are there to scrape."""
+    import urllib.request
+
+    from devkit.kafka_cluster import free_port
+
+    create_topics(kafka, {"ui-metrics": 1})
+    port = free_port()
+    log = tmp_path / "backup.log"
+    process = start_backup(
+        *client_args(kafka, tmp_path), "--target-dir", str(tmp_path / "backup"), "--topics", "ui-metrics",
+        "--trigger-interval", "1", "--spark-conf", "spark.ui.prometheus.enabled=true",
+        "--spark-conf", f"spark.ui.port={port}", log=log,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: "stop with SIGTERM to the driver process" in log.read_text(), 180, "the job running",
+                 job=process, log=log)  # fmt: skip
+        url = f"http://127.0.0.1:{port}/metrics/executors/prometheus"
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            served = answer.read().decode()
+        assert answer.status == 200 and "metrics_executor_" in served, served[:2000]
+    finally:
+        stopped = stop_driver(process, log, timeout=60)
+    assert stopped == 0, log.read_text()[-3000:]

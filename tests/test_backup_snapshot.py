@@ -21,7 +21,15 @@ from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.report.summary import summarize_partition
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
-from tests.kafka_helpers import backed_up, client_config_file, consume_all, create_topics, job_env, run_backup
+from tests.kafka_helpers import (
+    backed_up,
+    client_config_file,
+    consume_all,
+    create_topics,
+    job_env,
+    run_backup,
+    run_kbackup,
+)
 
 TOPICS = ["snap-mixed", "snap-appendtime", "snap-tx", "snap-empty"]
 
@@ -221,10 +229,19 @@ def test_progress_and_summary_are_printed(snapshot: Snapshot) -> None:
     assert records >= 600 and 0 < batches < whole  # the rate is the reading rate, start-up left out
     # The seconds are printed to 0.1 s, the rate from the seconds measured: within that rounding (and the rate's).
     assert records / (batches + 0.05) - 1 <= rate <= records / max(batches - 0.05, 0.01) + 1, (records, batches, rate)
-    # One count of bytes in one style: what the batches wrote is what the topics' lines say the backup holds.
+    # The topics' lines say what the backup holds as `ls` does: the records files' sizes, each with its magic byte;
+    # the batches say the bytes of records they wrote.
     written = sum(int(n.replace(",", "")) for n in re.findall(r"records, ([\d,]+) bytes written to ", output))
-    held = sum(int(n.replace(",", "")) for n in re.findall(r"records, ([\d,]+) bytes of records in the backup", output))
-    assert written > 0 and held == written, output[-3000:]
+    held = sum(int(n.replace(",", "")) for n in re.findall(r"records, ([\d,]+) bytes in the backup", output))
+    segments = list(snapshot.target.glob("*/*_records"))
+    assert written > 0 and held == written + len(segments), output[-3000:]
+    listed = run_kbackup("ls", snapshot.target)
+    assert listed.returncode == 0, listed.stderr
+    in_ls = sum(
+        int(n.replace(",", ""))
+        for n in re.findall(r"^  partition \d+: .*, ([\d,]+) bytes? in [\d,]+ segments?$", listed.stdout, re.M)
+    )
+    assert in_ls == held, (in_ls, held, listed.stdout)
 
 
 def test_second_snapshot_stores_new_group_offsets_and_changes_no_data(

@@ -102,6 +102,25 @@ def test_the_command_uses_the_installed_job_file_and_the_options_given(tmp_path:
     assert command[-6:] == ["--bootstrap-server", "k:9092", "--target-dir", str(tmp_path / "b"), "--topics", "t"]
 
 
+@pytest.mark.parametrize(
+    ("given", "ui"),
+    [
+        ([], False),
+        (["--spark-conf", "spark.ui.prometheus.enabled=true"], True),
+        (["--spark-conf=spark.metrics.conf.*.sink.prometheusServlet.path=/metrics/prometheus"], True),
+        (["--conf", "spark.ui.prometheus.enabled=true"], True),
+        (["--spark-conf", "spark.ui.prometheus.enabled=false"], False),
+    ],
+)
+def test_the_ui_is_off_unless_a_setting_asks_for_what_it_serves(given: list[str], ui: bool, tmp_path: Path) -> None:
+    result = run_cli(
+        "backup", "--bootstrap-server", "k:9092", "--target-dir", str(tmp_path / "b"), "--topics", "t", *given,
+        "--print-command", cwd=tmp_path, env={**os.environ, "KBACKUP_JVM_ARCHIVE": "off"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert ("spark.ui.enabled=false" not in shlex.split(result.stdout)) is ui, result.stdout
+
+
 def test_an_archive_that_is_not_there_or_not_this_version_is_one_line(tmp_path: Path) -> None:
     from spark_kafka_backup.packing import Manifest
 

@@ -469,7 +469,7 @@ def test_dry_run_prints_the_plan_and_touches_nothing(target: Target, tmp_path: P
     assert [line for line in result.stdout.splitlines() if " spark-kafka-backup INFO " not in line] == [
         "dry run: nothing was changed",
         "sel: the backup does not record which cluster it came from",
-        f"create topic {renamed} with 1 partition",
+        f"create topic {renamed} with 1 partition, the target's default configuration (the backup recorded none)",
         f"sel/0 -> {renamed}/0: 8 records (32 bytes of keys and values) selected, 8 to produce; "
         "target empty, offsets from 0",
         "  group readers: source offset 4 -> target offset 2",
@@ -627,8 +627,13 @@ def test_restore_into_a_brand_new_cluster_commits_its_groups(tmp_path: Path, sma
     cluster (the first OffsetFetch answers NOT_COORDINATOR), so the restore must not use it there.
     """
     with local_cluster(warm_up=False) as fresh:
-        result = run_restore("--bootstrap-server", fresh.bootstrap_servers, "--source-dir", small_backup)
+        # As spark-submit runs it (its Python driver's standard error is merged into its standard output).
+        result = run_restore("--bootstrap-server", fresh.bootstrap_servers, "--source-dir", small_backup,
+                             in_process=False)  # fmt: skip
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        # Progress on standard error, as the README says; the log on standard output.
+        assert "restore: 1/1 partitions" in result.stderr and "restore: 1/1" not in result.stdout, result.stdout
+        assert "restored sel: 10 records" in result.stdout, result.stdout
         restored = consume_all(fresh, ["sel"])
         assert [(r["offset"], r["key"]) for r in restored] == [(i, b64(b"k%d" % i)) for i in range(10)]
         assert group_offsets(fresh, "readers") == {("sel", 0): 4}

@@ -757,8 +757,9 @@ class BackupJob:
                 for segment in PartitionReader(topic_dir, partition).summaries():
                     records += segment.record_count
                     if segment.compression is None:
-                        # The records' bytes, as the batch lines count what they wrote (not the file's magic byte).
-                        size += max(0, segment.records_bytes - 1)
+                        # The records file's bytes, magic byte included: as the batch lines count what they wrote
+                        # and `ls` what the backup holds.
+                        size += segment.records_bytes
                         plain += segment.record_count
                     else:
                         stored += segment.records_bytes
@@ -787,7 +788,7 @@ SUMMARY_TOPICS = 20
 
 
 def _stored_bytes(plain: int, sealed: int) -> str:
-    sizes = [f"{plain:,} bytes of records"] if plain or not sealed else []
+    sizes = [f"{plain:,} bytes"] if plain or not sealed else []
     return " and ".join(sizes + ([f"{sealed:,} bytes in sealed segments"] if sealed else []))
 
 

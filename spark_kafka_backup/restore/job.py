@@ -48,7 +48,7 @@ from spark_kafka_backup.kafka.cluster import (
 from spark_kafka_backup.kafka.columnar import NativeEdgeError, edge_setting, native_edge
 from spark_kafka_backup.kafka.permissions import refuse_missing
 from spark_kafka_backup.kafka.reachability import refuse_unreachable
-from spark_kafka_backup.logsetup import ensure_console_logging
+from spark_kafka_backup.logsetup import ensure_console_logging, user_stderr
 from spark_kafka_backup.partition.layout import enclosing_backup, list_partitions, list_topics
 from spark_kafka_backup.partition.reader import PartitionReader
 from spark_kafka_backup.partition.selection import count_selected
@@ -555,7 +555,7 @@ def _run_tasks(
         worker = threading.Thread(target=collect, name="spark-kafka-backup-restore-collect", daemon=True)
         check_stop()  # one lost while Spark started: before any record is produced
         worker.start()
-        with Progress("restore", idle + len(tasks), "partitions") as shown:
+        with user_stderr() as stderr, Progress("restore", idle + len(tasks), "partitions", stream=stderr) as shown:
             follow_tasks(
                 worker,
                 lambda: int(done.value),
@@ -656,7 +656,12 @@ def describe(plan: RestorePlan, settings: RestoreSettings) -> list[str]:
         lines.append(topic.describe_origin())
         if topic.create_partitions:
             config = ", ".join(f"{key}={value}" for key, value in sorted(topic.config.items()))
-            with_config = f", config {config}" if config else ""
+            if config:
+                with_config = f", config {config}"
+            elif topic.config_recorded:
+                with_config = ", the target's default configuration (the source topic had no setting to copy)"
+            else:
+                with_config = ", the target's default configuration (the backup recorded none)"
             lines.append(
                 f"create topic {topic.target_topic} with {count(topic.create_partitions, 'partition')}{with_config}"
             )

@@ -123,6 +123,9 @@ class TopicPlan:
     batch_limit: int | None = None
     #: The target stamps every record itself (LogAppendTime, accepted): the records' own timestamps do not matter.
     restamped: bool = False
+    #: Whether the backup recorded the source topic's configuration (a topic to create without one takes the
+    #: target's defaults, and the dry run says why).
+    config_recorded: bool = True
 
     def describe_origin(self) -> str:
         if self.origin_cluster is None:
@@ -297,6 +300,7 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
             config = {**choice.copied, **settings.topic_config}
             config, later = creation_config(config, restamp=settings.restamp)
             created = TopicPlan(topic, target, None, wanted or count, config, *origin, later)
+            created.config_recorded = recorded is not None
             created.notes.extend(choice.describe_skipped(target))
             plan.topics.append(created)
         plan.topics[-1].notes.extend(pruned_notes)
