@@ -8,11 +8,16 @@
    ``audit``; commits offsets for two consumer groups.
 3. Runs ``spark-submit jobs/backup.py --snapshot`` into ``demo-backup/``.
 4. Shows ``spark-kafka-backup ls`` and ``spark-kafka-backup offsets`` of the result.
+
+Each step says what it does as it starts, and a quiet step says it is still at it every 20 s
+(:mod:`devkit.heartbeat`): on a fresh machine fetching Kafka's jars and the class archive of the first job take
+minutes.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import shutil
 import subprocess
@@ -20,7 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-from devkit.kafka_cluster import KafkaCluster
+from devkit.heartbeat import Heartbeat, run_relayed
+from devkit.kafka_cluster import KAFKA_VERSION, KafkaCluster
+from spark_kafka_backup.jars import cache_root
 
 
 def fill(settings: dict[str, str]) -> None:
@@ -72,21 +79,27 @@ def main() -> int:
     target = Path(args.target).resolve()
     shutil.rmtree(target, ignore_errors=True)
     python = sys.executable
-    print("starting Apache Kafka", flush=True)
-    with KafkaCluster() as broker:
+    cache = cache_root()
+    print(f"spark-kafka-backup keeps what it fetches and makes once in {cache} (KBACKUP_CACHE moves it): Apache "
+          f"Kafka's jars for this demo (about 45 MB), and at the first job a class archive for Spark's JVM (about "
+          f"160 MB, 10 s to a few minutes to make; unused ones are removed after a day)", flush=True)  # fmt: skip
+    print(f"starting Apache Kafka {KAFKA_VERSION} (one KRaft node; its jars from Maven Central the first time)",
+          flush=True)  # fmt: skip
+    with contextlib.ExitStack() as running:
+        with Heartbeat("starting Apache Kafka"):
+            broker = running.enter_context(KafkaCluster())
         settings = broker.client_settings()
         print(f"{broker.describe()} on {broker.bootstrap_servers}; creating topics orders, payments, audit", flush=True)
-        fill(settings)
+        with Heartbeat("writing the sample records"):
+            fill(settings)
         shown = ["backup", "--bootstrap-server", broker.bootstrap_servers, "--target-dir", str(target),
                  "--topics", "orders,payments,audit", "--snapshot", "--master", "local[2]"]  # fmt: skip
         command = [str(Path(python).parent / "spark-kafka-backup"), *shown]
         print(f"$ spark-kafka-backup {shlex.join(shown)}", flush=True)
-        result = subprocess.run(command, capture_output=True, text=True)
-        for line in result.stdout.splitlines():
-            if " spark-kafka-backup " in line:
-                print(line)
+        # Its log lines and the launcher's own (a class archive being made) as they come; Spark's are off.
+        result = run_relayed(command, "running the backup job", shown=_worth_showing)
         if result.returncode != 0:
-            print(result.stdout[-5000:] + result.stderr[-5000:], file=sys.stderr)
+            print("".join(result.stdout)[-5000:] + "".join(result.stderr)[-5000:], file=sys.stderr)
             return result.returncode
     for view in (["ls", str(target)], ["offsets", str(target)]):
         print(f"\n$ spark-kafka-backup {' '.join(view)}", flush=True)
@@ -99,6 +112,11 @@ def main() -> int:
     print(f"  source {shlex.quote(str(activate))}")
     print(f"  spark-kafka-backup cat {shlex.quote(str(target))} --topic payments")
     return 0
+
+
+def _worth_showing(line: str) -> bool:
+    """The job's log lines and the launcher's (``spark-kafka-backup: ...``), not Spark's console progress bars."""
+    return " spark-kafka-backup " in line or line.startswith("spark-kafka-backup")
 
 
 if __name__ == "__main__":

@@ -4,13 +4,13 @@ Before a job's first line, its driver JVM loads, parses and verifies some ten th
 cost of every backup and restore, paid in CPU on the machine that runs the driver. A dynamic CDS archive
 (``-XX:ArchiveClassesAtExit`` once, ``-XX:SharedArchiveFile`` after; Java 13+) holds those classes ready to map.
 
-:func:`ensure_driver_archive` makes it the first time ``spark-kafka-backup backup|restore`` runs on a machine (one
-short Spark job, about 10 s, announced on standard error), in spark-kafka-backup's cache, named by a hash of the Java,
-PySpark and its jars; :func:`sharing_options` are the options every later driver starts with
+:func:`ensure_driver_archive` makes it the first time ``spark-kafka-backup backup|restore`` runs on a machine (one short
+Spark job, 10 s to a few minutes, announced on standard error; 150-170 MB), in spark-kafka-backup's cache, named by a
+hash of the Java, PySpark and its jars; :func:`sharing_options` are the options every later driver starts with
 (:func:`spark_kafka_backup.spark_submit.spark_submit_command`). A JVM that cannot map the archive (another Java, jars
 changed since) runs without it and says nothing: sharing stays in the JVM's default ``auto`` mode and its ``cds``
-logging is off. ``KBACKUP_JVM_ARCHIVE=off`` turns the archive off; a ``SPARK_SUBMIT_OPTS`` that names an archive of
-its own keeps it.
+logging is off. ``KBACKUP_JVM_ARCHIVE=off`` turns the archive off; a ``SPARK_SUBMIT_OPTS`` that names an archive of its
+own keeps it.
 """
 
 from __future__ import annotations
@@ -124,8 +124,9 @@ def make_driver_archive(
 
     def make(partial: Path) -> bool:
         if announce is not None:
-            announce(f"making a class-sharing archive for Spark's driver JVM in {cache}, once per install "
-                     f"(about 10 s; {ARCHIVE_SETTING}=off skips it)")  # fmt: skip
+            announce(f"making a class-sharing archive for Spark's driver JVM in {cache}, once per install of "
+                     f"PySpark (about 160 MB; 10 s to a few minutes on a busy machine; archives unused for a day are "
+                     f"removed; {ARCHIVE_SETTING}=off skips it)")  # fmt: skip
         script = cache / f"warm-up-{os.getpid()}.py"
         command = [str(home / "bin" / "spark-submit"), "--master", "local[2]",
                    "--conf", "spark.ui.enabled=false", str(script)]  # fmt: skip

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from devkit import error_index
 from tests.broker import BrokerUnderTest
 from tests.conftest import REPO
 from tests.kafka_helpers import create_topics, job_env
@@ -284,8 +285,32 @@ def test_runnable_blocks_run(document: Path, docs_cluster: BrokerUnderTest, targ
 
 
 def _quoted_messages() -> list[str]:
-    page = REPO / "docs" / "troubleshooting.md"
-    return re.findall(r"^\| `([^`]+)`", page.read_text(), re.M)
+    """The messages the tables explain (the generated index of every message after them is checked below)."""
+    page = (REPO / "docs" / "troubleshooting.md").read_text().split(error_index.BEGIN)[0]
+    return re.findall(r"^\| `([^`]+)`", page, re.M)
+
+
+def test_troubleshooting_lists_every_error_message_the_code_can_raise() -> None:
+    """Each message of an error the package raises (its tree of errors, argparse's) is on the page: a new or
+    changed one fails this until `python -m devkit.error_index --write` lists it."""
+    found = list(error_index.raised(error_index.parse_package()))
+    page = (REPO / "docs" / "troubleshooting.md").read_text()
+    listed = page.split(error_index.BEGIN)[-1]
+    missing = sorted({f"{item.path}:{item.line}: {item.message}" for item in found
+                      if error_index.cell(item.message) not in listed})  # fmt: skip
+    assert not missing, "not in docs/troubleshooting.md (python -m devkit.error_index --write):\n" + "\n".join(missing)
+    assert page == error_index.page_with_index(page, error_index.index_text(found)), (
+        "docs/troubleshooting.md's index of messages is out of date: python -m devkit.error_index --write"
+    )
+    # The ones a newcomer met unexplained, and a spread of kinds, are found by the reading of the source itself.
+    assert len({item.message for item in found}) >= 450
+    for words in (
+        "is inside the backup",
+        "is a topic directory; pass the backup root",
+        "the snapshot was stopped by NAME before it was complete",
+        "expected a duration like 7d",
+    ):
+        assert any(words in item.message for item in found), words
 
 
 def test_troubleshooting_quotes_messages_the_code_prints() -> None:
