@@ -18,7 +18,7 @@ import argparse
 import ast
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,7 +68,7 @@ def error_classes(sources: dict[Path, ast.Module]) -> set[str]:
     for tree in sources.values():
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
-                bases.setdefault(node.name, set()).update(_name(base) for base in node.bases)
+                bases.setdefault(node.name, set()).update(called_name(base) for base in node.bases)
     found = {ROOT_ERROR}
     grew = True
     while grew:
@@ -80,7 +80,8 @@ def error_classes(sources: dict[Path, ast.Module]) -> set[str]:
     return found
 
 
-def _name(node: ast.expr) -> str:
+def called_name(node: ast.expr) -> str:
+    """The name a call or a base class is written with: ``f``, ``module.f``'s ``f``."""
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Attribute):
@@ -94,7 +95,7 @@ CAUSES = {"exc", "error", "err", "reason", "why", "cause", "problem"}
 
 def placeholder(node: ast.expr) -> str:
     """What a reader sees for a value the code fills in: a plain name in CAPITALS, anything computed as ``...``."""
-    name = _name(node)
+    name = called_name(node)
     if name in CAUSES:
         return "CAUSE"
     if name and not name.startswith("_"):
@@ -102,8 +103,9 @@ def placeholder(node: ast.expr) -> str:
     return "..."
 
 
-def render(node: ast.expr) -> str | None:
-    """The message as text with placeholders; None when it is not written where it is raised."""
+def render(node: ast.expr, given: Mapping[str, str] | None = None) -> str | None:
+    """The message as text with placeholders; None when it is not written where it is made. ``given``: the text of
+    names the caller filled in (a function's parameters, from one of its call sites)."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     if isinstance(node, ast.JoinedStr):
@@ -112,25 +114,33 @@ def render(node: ast.expr) -> str | None:
             if isinstance(value, ast.Constant) and isinstance(value.value, str):
                 parts.append(value.value)
             elif isinstance(value, ast.FormattedValue):
-                parts.append(placeholder(value.value))
+                filled = given.get(value.value.id) if given and isinstance(value.value, ast.Name) else None
+                parts.append(filled if filled is not None else placeholder(value.value))
         return "".join(parts)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        left, right = render(node.left), render(node.right)
+        left, right = render(node.left, given), render(node.right, given)
         if left is None and right is None:
             return None
         return (left if left is not None else "...") + (right if right is not None else "...")
+    if isinstance(node, ast.Name) and given and node.id in given:
+        return given[node.id]
     return None
 
 
 #: argparse's own errors: a value an option's type refuses, and what a parser's ``error`` is given (exit 2).
 ARGUMENT_ERRORS = {"ArgumentTypeError": "a bad option (exit 2)", "error": "a bad option (exit 2)"}
 
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+
 
 def raised(sources: dict[Path, ast.Module]) -> Iterator[Raised]:
-    """Each message an error of the tree, or argparse, is raised with: ``raise SomeError(MESSAGE, ...)``,
-    ``raise argparse.ArgumentTypeError(MESSAGE)``, ``parser.error(MESSAGE)``. A message assigned to a name first is
-    found among the assignments of that name in the raising function."""
+    """Each message an error of the tree is made with (``SomeError(MESSAGE, ...)``, raised there or returned by a
+    function that words it), and argparse's (``raise argparse.ArgumentTypeError(MESSAGE)``,
+    ``parser.error(MESSAGE)``). A message assigned to a name first is found among the assignments of that name in the
+    function; one that is the function's parameter, or names one, is read at the function's call sites (one message
+    each); a message made elsewhere shows as ``(built at PATH:LINE)``."""
     errors = error_classes(sources)
+    calls = _call_sites(sources)
     for path, tree in sorted(sources.items()):
         relative = path.relative_to(REPO).as_posix()
         helpers = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
@@ -139,33 +149,64 @@ def raised(sources: dict[Path, ast.Module]) -> Iterator[Raised]:
             for node in _own_nodes(function):
                 if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                     assigned.setdefault(node.targets[0].id, []).append(node.value)
-            for node in _own_nodes(function):
-                call = node.exc if isinstance(node, ast.Raise) else node if isinstance(node, ast.Call) else None
+            sites = _arguments_at_sites(function, calls, path) if isinstance(function, Function) else []
+            for call in _own_nodes(function):
                 if not isinstance(call, ast.Call) or not call.args:
                     continue
-                name = _name(call.func)
-                parser_error = isinstance(call.func, ast.Attribute) and "parser" in _name(call.func.value)
-                if isinstance(node, ast.Raise) and name in errors:
+                name = called_name(call.func)
+                parser_error = isinstance(call.func, ast.Attribute) and "parser" in called_name(call.func.value)
+                if name in errors:
                     error = name
-                elif (isinstance(node, ast.Raise) and name == "ArgumentTypeError") or (
-                    parser_error and name == "error"
-                ):
+                elif name == "ArgumentTypeError" or (parser_error and name == "error"):
                     error = ARGUMENT_ERRORS[name]
                 else:
                     continue
                 message = call.args[0]
-                if isinstance(message, ast.Name):
-                    values = assigned.get(message.id, [])
-                elif isinstance(message, ast.Call) and _name(message.func) in helpers:
-                    values = _returned(helpers[_name(message.func)])  # a module's function that words the message
+                if isinstance(message, ast.Name) and message.id in assigned:
+                    values = assigned[message.id]
+                elif isinstance(message, ast.Call) and called_name(message.func) in helpers:
+                    values = _returned(helpers[called_name(message.func)])  # a module's function that words the message
                 else:
                     values = [message]
-                texts = [text for text in map(render, values) if text is not None and text.strip(". ")]
-                if not texts and isinstance(message, ast.Name):
-                    continue  # a message passed on (an error's text, str(exc)): listed where it is made
+                texts: list[str] = []
+                for value in values:
+                    # One message per call site that fills in what it names; the message as written without them.
+                    variants = [render(value, given) for given in sites] or [render(value)]
+                    texts += [text for text in variants if text is not None and text.strip(". ")]
                 line = call.lineno
-                for text in texts or [f"(built at {relative}:{line})"]:
+                for text in dict.fromkeys(texts) or [f"(built at {relative}:{line})"]:
                     yield Raised(" ".join(text.split()), error, relative, line)
+
+
+def _call_sites(sources: dict[Path, ast.Module]) -> dict[str, list[tuple[Path, ast.Call]]]:
+    """Every call in the package by the name it calls (``f(...)``, ``x.f(...)``)."""
+    found: dict[str, list[tuple[Path, ast.Call]]] = {}
+    for path, tree in sources.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and called_name(node.func):
+                found.setdefault(called_name(node.func), []).append((path, node))
+    return found
+
+
+def _arguments_at_sites(
+    function: Function, calls: dict[str, list[tuple[Path, ast.Call]]], path: Path
+) -> list[dict[str, str]]:
+    """For each call of ``function`` (a private one's in its own module only) whose arguments are written out
+    there, the text of each parameter it fills in."""
+    arguments = function.args
+    names = [a.arg for a in [*arguments.posonlyargs, *arguments.args]]
+    if names[:1] in (["self"], ["cls"]):
+        names = names[1:]
+    keywords = {a.arg for a in arguments.kwonlyargs} | set(names)
+    sites = []
+    for where, call in calls.get(function.name, []):
+        if function.name.startswith("_") and where != path:
+            continue
+        given = {name: text for name, value in zip(names, call.args, strict=False) if (text := render(value))}
+        given |= {k.arg: text for k in call.keywords if k.arg in keywords and (text := render(k.value))}
+        if given:
+            sites.append(given)
+    return sites
 
 
 def _returned(function: ast.FunctionDef) -> list[ast.expr]:

@@ -13,6 +13,7 @@ COMMAND's exit code (127 when it cannot be started).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import subprocess
 import sys
 import threading
@@ -85,8 +86,10 @@ def run_relayed(
     stdout: list[str] = []
     stderr: list[str] = []
     with Heartbeat(what, every=every) as heartbeat:
+        # Undecodable bytes replaced, and a reader of ours gone (| head) never stops the draining: a pipe left full
+        # would stop the command, and this wait with it.
         process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, bufsize=1
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", bufsize=1
         )
 
         def relay(source: TextIO | None, kept: list[str], into: TextIO) -> None:
@@ -94,8 +97,9 @@ def run_relayed(
             for line in source:
                 kept.append(line)
                 if shown(line):
-                    into.write(line)
-                    into.flush()
+                    with contextlib.suppress(OSError, ValueError):
+                        into.write(line)
+                        into.flush()
                     heartbeat.said()
 
         readers = [
@@ -106,7 +110,7 @@ def run_relayed(
             reader.start()
         returncode = process.wait()
         for reader in readers:
-            reader.join()
+            reader.join(10)  # a child of the command that keeps its output open is not waited for
     return Relayed(returncode, stdout, stderr)
 
 
@@ -124,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"heartbeat: cannot run {command[0]}: {exc.strerror or exc}", file=sys.stderr)
         return 127
+    except KeyboardInterrupt:  # Ctrl-C reached the command too (one process group): it says its own
+        return 130
 
 
 if __name__ == "__main__":

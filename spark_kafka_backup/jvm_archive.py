@@ -125,8 +125,8 @@ def make_driver_archive(
     def make(partial: Path) -> bool:
         if announce is not None:
             announce(f"making a class-sharing archive for Spark's driver JVM in {cache}, once per install of "
-                     f"PySpark (about 160 MB; 10 s to a few minutes on a busy machine; archives unused for a day are "
-                     f"removed; {ARCHIVE_SETTING}=off skips it)")  # fmt: skip
+                     f"PySpark (about 160 MB; 10 s to a few minutes on a busy machine; one no job used for a day is "
+                     f"removed when another is made; {ARCHIVE_SETTING}=off skips it)")  # fmt: skip
         script = cache / f"warm-up-{os.getpid()}.py"
         command = [str(home / "bin" / "spark-submit"), "--master", "local[2]",
                    "--conf", "spark.ui.enabled=false", str(script)]  # fmt: skip
@@ -186,7 +186,7 @@ def made_once(path: Path | None, make: Callable[[Path], bool]) -> Path | None:
         with contextlib.suppress(OSError):
             partial.unlink(missing_ok=True)
         return None
-    # Archives of other installs (50-150 MB each) are removed once none has been used for a day (a job's launch
+    # Archives of other installs (150-170 MB each) are removed once none has been used for a day (a job's launch
     # sets its archive's time), and so are partial ones a killed attempt left.
     day_ago = time.time() - 86_400
     family = path.name.rsplit("-", 1)[0]

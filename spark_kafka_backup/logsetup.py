@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -86,31 +87,63 @@ def print_error(line: str) -> None:
     """
     if os.environ.get(LOG_FORMAT_VARIABLE) == "json":
         logging.getLogger("spark_kafka_backup").error("%s", line)  # the log collector sees the failure too
-    with user_stderr() as stream:
-        print(shown(line), file=stream, flush=True)
+    stream = _submitter_stderr()
+    try:
+        print(shown(line), file=stream or sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass  # nobody reads the standard error any more (a closed pipe): the exit code still says it
+    finally:
+        if stream is not None:
+            with contextlib.suppress(OSError, ValueError):
+                stream.close()
 
 
 @contextlib.contextmanager
 def user_stderr() -> Iterator[TextIO]:
-    """The standard error the user sees: ``spark-submit``'s under spark-submit (see :func:`print_error`), this
-    process's otherwise. Where a job's progress goes, off its log on standard output."""
-    stream = _submitter_stderr()
+    """Where a job's progress goes, off its log: ``spark-submit``'s standard error under spark-submit when lines
+    written there through the whole run stay where they land (see :func:`_submitter_stderr`), else this process's
+    (under spark-submit merged into the log on standard output, in order)."""
+    stream = _submitter_stderr(safe_midway=True)
     try:
         yield stream or sys.stderr
     finally:
         if stream is not None:
-            stream.close()
+            with contextlib.suppress(OSError, ValueError):
+                stream.close()
 
 
-def _submitter_stderr() -> TextIO | None:
+def _submitter_stderr(*, safe_midway: bool = False) -> TextIO | None:
+    """``spark-submit``'s standard error (``/proc/<parent>/fd/2``), opened to append, or None (not under
+    spark-submit, or it cannot be opened: a journald socket, ``/proc`` hidden).
+
+    ``safe_midway``: for lines written while the JVM goes on writing its own. A regular file the JVM holds open
+    without ``O_APPEND`` (``> job.log``) is written at the JVM's own position, over what was appended meanwhile: then
+    None, and so when it is the same file as the standard output (``> job.log 2>&1``: the merged standard output
+    reaches it in order). A job's last error line is written there all the same: the JVM adds nothing after it.
+    """
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         return None  # not started by spark-submit
+    parent = os.getppid()
     try:
+        if safe_midway and stat.S_ISREG(os.stat(f"/proc/{parent}/fd/2").st_mode):
+            err, out = os.stat(f"/proc/{parent}/fd/2"), os.stat(f"/proc/{parent}/fd/1")
+            if (err.st_dev, err.st_ino) == (out.st_dev, out.st_ino) or not _opened_to_append(parent, 2):
+                return None
         # Appending: opened for writing, a standard error redirected to a file ("> job.log 2>&1") would be cut to
         # nothing first, and the job's whole log with it.
-        return open(f"/proc/{os.getppid()}/fd/2", "a", encoding="utf-8")
+        return open(f"/proc/{parent}/fd/2", "a", encoding="utf-8")
     except OSError:
         return None
+
+
+def _opened_to_append(pid: int, fd: int) -> bool:
+    """Whether ``fd`` of process ``pid`` was opened with ``O_APPEND`` (``/proc/PID/fdinfo/FD``'s octal flags)."""
+    with open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii") as info:
+        for line in info:
+            name, _, value = line.partition(":")
+            if name == "flags":
+                return bool(int(value.strip(), 8) & os.O_APPEND)
+    return False
 
 
 def spark_log_level(*, debug: bool) -> str:

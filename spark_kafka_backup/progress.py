@@ -58,19 +58,26 @@ class Progress:
         if self._terminal:
             filled = BAR_WIDTH * self.done // self.total if self.total else BAR_WIDTH
             bar = "#" * filled + "." * (BAR_WIDTH - filled)
-            self._stream.write(f"\r\x1b[2K{self.label} [{bar}] {self.done}/{self.total} {self.unit}  {note}")
+            self._write(f"\r\x1b[2K{self.label} [{bar}] {self.done}/{self.total} {self.unit}  {note}")
             self._drawn = True
         else:
             suffix = f" ({note})" if note else ""
-            self._stream.write(f"{self.label}: {self.done}/{self.total} {self.unit}{suffix}\n")
-        self._stream.flush()
+            self._write(f"{self.label}: {self.done}/{self.total} {self.unit}{suffix}\n")
 
     def close(self) -> None:
         """End the bar's line (a terminal) so later output starts on a new one."""
         if self._terminal and self._drawn:
-            self._stream.write("\n")
-            self._stream.flush()
+            self._write("\n")
             self._drawn = False
+
+    def _write(self, text: str) -> None:
+        """Progress is for the eye: a stream that fails (a reader gone, a terminal hung up) ends it, never the
+        operation it shows."""
+        try:
+            self._stream.write(text)
+            self._stream.flush()
+        except (OSError, ValueError):
+            self._enabled = False
 
     def __enter__(self) -> Progress:
         return self

@@ -109,8 +109,9 @@ QUICK_JIT = "-XX:TieredStopAtLevel=1"
 
 def spark_conf_arguments(args: Sequence[str]) -> list[str]:
     """The ``KEY=VALUE`` of each ``--spark-conf`` among a job's arguments."""
-    found = [item.partition("=")[2] for item in args if item.startswith("--spark-conf=")]
-    found += [value for flag, value in itertools.pairwise(args) if flag == "--spark-conf"]
+    found = [item.partition("=")[2] for item in args if item.startswith("--spark-con") and "=" in item.split()[0]]
+    # The job's parser takes any unambiguous start of the option's name (argparse's abbreviations).
+    found += [value for flag, value in itertools.pairwise(args) if len(flag) > 10 and "--spark-conf".startswith(flag)]
     return found
 
 
@@ -121,8 +122,8 @@ def asks_for_the_ui(settings: Sequence[str]) -> bool:
         key, _, value = setting.partition("=")
         if key == "spark.ui.prometheus.enabled" and value.strip().lower() == "true":
             return True
-        if key.startswith("spark.metrics.conf.") and "prometheusServlet" in key:
-            return True
+        if key.startswith("spark.metrics.conf.") and value.strip().endswith("sink.PrometheusServlet"):
+            return True  # a sink of Spark's Prometheus servlet class, whatever its name
     return False
 
 

@@ -107,7 +107,12 @@ def test_the_command_uses_the_installed_job_file_and_the_options_given(tmp_path:
     [
         ([], False),
         (["--spark-conf", "spark.ui.prometheus.enabled=true"], True),
-        (["--spark-conf=spark.metrics.conf.*.sink.prometheusServlet.path=/metrics/prometheus"], True),
+        (
+            ["--spark-conf=spark.metrics.conf.*.sink.servlet.class=org.apache.spark.metrics.sink.PrometheusServlet"],
+            True,
+        ),
+        (["--spark-con", "spark.ui.prometheus.enabled=true"], True),
+        (["--conf", "spark.ui.enabled=false", "--spark-conf", "spark.ui.prometheus.enabled=true"], False),
         (["--conf", "spark.ui.prometheus.enabled=true"], True),
         (["--spark-conf", "spark.ui.prometheus.enabled=false"], False),
     ],

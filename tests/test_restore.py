@@ -634,6 +634,25 @@ def test_restore_into_a_brand_new_cluster_commits_its_groups(tmp_path: Path, sma
         # Progress on standard error, as the README says; the log on standard output.
         assert "restore: 1/1 partitions" in result.stderr and "restore: 1/1" not in result.stdout, result.stdout
         assert "restored sel: 10 records" in result.stdout, result.stdout
+        # As docs/restore.md says: a created topic whose records its retention would not delete keeps the
+        # retention it would have had (here the broker's 7 days), and nothing says otherwise.
+        from confluent_kafka.admin import AdminClient, ConfigResource
+
+        admin = AdminClient(fresh.client_settings())
+        entries = next(iter(admin.describe_configs([ConfigResource("TOPIC", "sel")]).values())).result(30)
+        assert entries["retention.ms"].value == "604800000", entries["retention.ms"]
+        assert "retention" not in result.stdout + result.stderr, result.stdout
+        # Run again, its output into a file as a scheduler would (> FILE 2>&1): the progress is not written over
+        # by the JVM's later lines (it writes at its own position in the file), and it produces nothing.
+        log = tmp_path / "rerun.log"
+        with log.open("w") as out:
+            rerun = subprocess.run(restore_command("--bootstrap-server", fresh.bootstrap_servers, "--source-dir",
+                                                   small_backup), stdout=out, stderr=subprocess.STDOUT, env=job_env(),
+                                   cwd=REPO, timeout=600)  # fmt: skip
+        said = log.read_text()
+        assert rerun.returncode == 0, said[-3000:]
+        assert re.search(r"^restore: 1/1 partitions$", said, re.M), said  # a line of its own, whole
+        assert "0 records, 0 bytes of keys and values" in said and "restore finished in" in said, said
         restored = consume_all(fresh, ["sel"])
         assert [(r["offset"], r["key"]) for r in restored] == [(i, b64(b"k%d" % i)) for i in range(10)]
         assert group_offsets(fresh, "readers") == {("sel", 0): 4}
@@ -950,6 +969,14 @@ def test_created_topics_get_the_backed_up_configuration(target: Target, tmp_path
     for key, value in weakening.items():
         assert f"  {name}: {key}={value} of the backup is not set (durability, replication and broker" in dry.stdout
     assert "  group evil\\x1b[2J\\x0aforged: " in dry.stdout and "\x1b" not in dry.stdout + dry.stderr, dry.stdout
+    # A topic that gets none of its settings says why: all left out (each named), or none recorded.
+    bare = restore_python(*target.args(tmp_path), "--source-dir", backup, "--topic-map", f"cfg={name}",
+                          "--topic-map", f"quiet={quiet}", "--topic-configs", "none", "--dry-run")  # fmt: skip
+    assert (f"create topic {name} with 3 partitions, the target's default configuration (the backup's settings are "
+            "left out, each said below)\n") in bare.stdout, bare.stdout  # fmt: skip
+    assert f"  {name}: cleanup.policy=compact of the backup is not set (--topic-configs none)" in bare.stdout
+    assert (f"create topic {quiet} with 1 partition, the target's default configuration (the backup recorded none)"
+            in bare.stdout), bare.stdout  # fmt: skip
     everything = restore_python(*args, "--topic-configs", "all", "--dry-run")
     assert "min.insync.replicas=1, retention.ms=7200000, unclean.leader.election.enable=true" in everything.stdout
     result = restore_python(*args)

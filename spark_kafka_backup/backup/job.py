@@ -757,8 +757,8 @@ class BackupJob:
                 for segment in PartitionReader(topic_dir, partition).summaries():
                     records += segment.record_count
                     if segment.compression is None:
-                        # The records file's bytes, magic byte included: as the batch lines count what they wrote
-                        # and `ls` what the backup holds.
+                        # The records file's bytes, magic byte included, as `ls` shows them (the batch lines count
+                        # the records' bytes only).
                         size += segment.records_bytes
                         plain += segment.record_count
                     else:

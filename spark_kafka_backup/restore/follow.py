@@ -88,6 +88,7 @@ from spark_kafka_backup.restore.standby_lag import (
 )
 from spark_kafka_backup.restore.target_limits import effective_topic_configs
 from spark_kafka_backup.restore.timestamp_type import LOG_APPEND_TIME, TIMESTAMP_TYPE, set_timestamp_types
+from spark_kafka_backup.spark.session import quiet_accumulator_server
 from spark_kafka_backup.text import count, iso_time, shown
 
 log = logging.getLogger("spark_kafka_backup.standby")
@@ -225,6 +226,7 @@ class Follower:
             self._publish(up=False)
             self.publisher.close()
             if spark is not None:
+                quiet_accumulator_server(spark)  # a stop during a pass: the JVM hangs up on it (no traceback)
                 with contextlib.suppress(Exception):
                     spark.stop()
 
@@ -641,6 +643,7 @@ def _failover(settings: RestoreSettings, admin: Any, run_pass: RunPass, start_se
                                    monitoring=Monitoring(log_format=settings.monitoring.log_format),
                                    force_offsets=force))  # fmt: skip
     finally:
+        quiet_accumulator_server(spark)
         with contextlib.suppress(Exception):
             spark.stop()
     _restore_timestamp_types(settings, admin, outcome.plan)

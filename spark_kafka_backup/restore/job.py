@@ -82,7 +82,7 @@ from spark_kafka_backup.restore.throttle import Throttle
 from spark_kafka_backup.restore.timestamp_type import TIMESTAMP_TYPE, PendingTimestampTypes, set_timestamp_types
 from spark_kafka_backup.spark.failures import failure_cause
 from spark_kafka_backup.spark.parallelism import JobCores, job_cores
-from spark_kafka_backup.spark.session import job_session
+from spark_kafka_backup.spark.session import job_session, quiet_accumulator_server
 from spark_kafka_backup.storage import Location, check_writable_root
 from spark_kafka_backup.text import count, iso_time, shown
 
@@ -199,6 +199,7 @@ def _match(settings: RestoreSettings, umask: int) -> tuple[RestoreSettings, Any]
     try:
         matched = match_records(settings, spark, restored_topics(settings))
     except BaseException:
+        quiet_accumulator_server(spark)
         spark.stop()
         raise
     if settings.dry_run:
@@ -555,7 +556,13 @@ def _run_tasks(
         worker = threading.Thread(target=collect, name="spark-kafka-backup-restore-collect", daemon=True)
         check_stop()  # one lost while Spark started: before any record is produced
         worker.start()
-        with user_stderr() as stderr, Progress("restore", idle + len(tasks), "partitions", stream=stderr) as shown:
+        # Plain lines, also on a terminal: the log shares it (a bar redrawn in place would run into its lines); none
+        # for a follower's passes, which would repeat them every pass.
+        with (
+            user_stderr() as stderr,
+            Progress("restore", idle + len(tasks), "partitions", stream=stderr, terminal=False,
+                     enabled=settings.following is None) as shown,
+        ):  # fmt: skip
             follow_tasks(
                 worker,
                 lambda: int(done.value),
@@ -574,6 +581,7 @@ def _run_tasks(
         raise SparkKafkaBackupError(f"the restore failed: {failure_cause(exc)}") from exc
     finally:
         if settings.following is None:  # a follower's passes share its session
+            quiet_accumulator_server(spark)  # a stop while tasks run: the JVM hangs up on it (no traceback)
             spark.stop()
 
 
@@ -658,10 +666,8 @@ def describe(plan: RestorePlan, settings: RestoreSettings) -> list[str]:
             config = ", ".join(f"{key}={value}" for key, value in sorted(topic.config.items()))
             if config:
                 with_config = f", config {config}"
-            elif topic.config_recorded:
-                with_config = ", the target's default configuration (the source topic had no setting to copy)"
             else:
-                with_config = ", the target's default configuration (the backup recorded none)"
+                with_config = f", the target's default configuration ({topic.no_config_because})"
             lines.append(
                 f"create topic {topic.target_topic} with {count(topic.create_partitions, 'partition')}{with_config}"
             )

@@ -123,9 +123,8 @@ class TopicPlan:
     batch_limit: int | None = None
     #: The target stamps every record itself (LogAppendTime, accepted): the records' own timestamps do not matter.
     restamped: bool = False
-    #: Whether the backup recorded the source topic's configuration (a topic to create without one takes the
-    #: target's defaults, and the dry run says why).
-    config_recorded: bool = True
+    #: Why a topic to create gets no setting from the backup (it takes the target's defaults), as the dry run says.
+    no_config_because: str = "the source topic had no setting to copy"
 
     def describe_origin(self) -> str:
         if self.origin_cluster is None:
@@ -300,7 +299,10 @@ def build_plan(settings: RestoreSettings, admin: Any) -> RestorePlan:
             config = {**choice.copied, **settings.topic_config}
             config, later = creation_config(config, restamp=settings.restamp)
             created = TopicPlan(topic, target, None, wanted or count, config, *origin, later)
-            created.config_recorded = recorded is not None
+            if recorded is None:
+                created.no_config_because = "the backup recorded none"
+            elif choice.skipped:
+                created.no_config_because = "the backup's settings are left out, each said below"
             created.notes.extend(choice.describe_skipped(target))
             plan.topics.append(created)
         plan.topics[-1].notes.extend(pruned_notes)
