@@ -87,23 +87,18 @@ def print_error(line: str) -> None:
     """
     if os.environ.get(LOG_FORMAT_VARIABLE) == "json":
         logging.getLogger("spark_kafka_backup").error("%s", line)  # the log collector sees the failure too
-    stream = _submitter_stderr()
-    try:
-        print(shown(line), file=stream or sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass  # nobody reads the standard error any more (a closed pipe): the exit code still says it
-    finally:
-        if stream is not None:
-            with contextlib.suppress(OSError, ValueError):
-                stream.close()
+    with user_stderr(midway=False) as stream, contextlib.suppress(OSError, ValueError):
+        # Nobody reading the standard error any more (a closed pipe) loses the line: the exit code still says it.
+        print(shown(line), file=stream, flush=True)
 
 
 @contextlib.contextmanager
-def user_stderr() -> Iterator[TextIO]:
-    """Where a job's progress goes, off its log: ``spark-submit``'s standard error under spark-submit when lines
-    written there through the whole run stay where they land (see :func:`_submitter_stderr`), else this process's
-    (under spark-submit merged into the log on standard output, in order)."""
-    stream = _submitter_stderr(safe_midway=True)
+def user_stderr(*, midway: bool = True) -> Iterator[TextIO]:
+    """Where a job's progress (``midway``: while the JVM goes on writing) or last error line goes, off its log:
+    ``spark-submit``'s standard error under spark-submit where what is written there stays where it lands (see
+    :func:`_submitter_stderr`), else this process's (under spark-submit merged into the log on standard output, in
+    order)."""
+    stream = _submitter_stderr(safe_midway=midway)
     try:
         yield stream or sys.stderr
     finally:
