@@ -144,6 +144,12 @@ def raised(sources: dict[Path, ast.Module]) -> Iterator[Raised]:
     for path, tree in sorted(sources.items()):
         relative = path.relative_to(REPO).as_posix()
         helpers = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+        constants = {
+            node.targets[0].id: node.value
+            for node in tree.body
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+        }
+        constants.update({name: value for name, value in _imported_constants(tree, sources).items()})
         for function in [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]:
             assigned: dict[str, list[ast.expr]] = {}
             for node in _own_nodes(function):
@@ -170,12 +176,59 @@ def raised(sources: dict[Path, ast.Module]) -> Iterator[Raised]:
                     values = [message]
                 texts: list[str] = []
                 for value in values:
-                    # One message per call site that fills in what it names; the message as written without them.
-                    variants = [render(value, given) for given in sites] or [render(value)]
+                    # One message per call site that fills in what it names (the message as written without
+                    # them), and per wording of a name the function chooses between (a = "x" if c else Y).
+                    variants = [
+                        render(value, {**choice, **given})
+                        for given in sites or [{}]
+                        for choice in _local_choices(value, assigned, constants)
+                    ]
                     texts += [text for text in variants if text is not None and text.strip(". ")]
                 line = call.lineno
                 for text in dict.fromkeys(texts) or [f"(built at {relative}:{line})"]:
                     yield Raised(" ".join(text.split()), error, relative, line)
+
+
+def _local_choices(
+    message: ast.expr, assigned: Mapping[str, list[ast.expr]], constants: Mapping[str, ast.expr]
+) -> list[dict[str, str]]:
+    """For the names ``message`` fills in that the function assigns (each way: an ``if`` expression's two, a
+    module's constant), every combination of their wordings; ``[{}]`` when there is none."""
+    names = {
+        value.value.id
+        for value in ast.walk(message)
+        if isinstance(value, ast.FormattedValue) and isinstance(value.value, ast.Name) and value.value.id in assigned
+    }
+    choices: list[dict[str, str]] = [{}]
+    for name in sorted(names):
+        wordings: list[str] = []
+        for value in assigned[name]:
+            for branch in [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]:
+                if isinstance(branch, ast.Name) and branch.id in constants:
+                    branch = constants[branch.id]
+                text = render(branch)
+                if text is not None:
+                    wordings.append(text)
+        if wordings:
+            choices = [{**choice, name: text} for choice in choices for text in dict.fromkeys(wordings)][:8]
+    return choices
+
+
+def _imported_constants(tree: ast.Module, sources: dict[Path, ast.Module]) -> dict[str, ast.expr]:
+    """Module-level string constants ``tree`` imports by name from the package (``from x import NAME``)."""
+    found: dict[str, ast.expr] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.ImportFrom) or not node.module or not node.module.startswith("spark_kafka_backup"):
+            continue
+        module = sources.get(REPO / (node.module.replace(".", "/") + ".py"))
+        if module is None:
+            continue
+        for statement in module.body:
+            if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+                target = statement.targets[0]
+                if isinstance(target, ast.Name) and target.id in {alias.name for alias in node.names}:
+                    found[target.id] = statement.value
+    return found
 
 
 def _call_sites(sources: dict[Path, ast.Module]) -> dict[str, list[tuple[Path, ast.Call]]]:

@@ -454,6 +454,9 @@ def test_a_follower_started_again_refuses_a_standby_someone_wrote_into_meanwhile
     assert refused.returncode == 1, output(refused)[-3000:]
     assert "already hold records that are not an earlier run of this restore" in output(refused), output(refused)
     assert f"{standby}/0" in output(refused) and "Traceback" not in output(refused)
+    # The way on for a standby: a new one (records written there stay: Kafka deletes only from a partition's head).
+    assert "a standby holds the backup's records alone: follow into a new standby" in output(refused), output(refused)
+    assert "restore into empty partitions" not in output(refused)
     assert consume_all(target.broker, [standby]) == before  # nothing produced after the stranger's record
 
 

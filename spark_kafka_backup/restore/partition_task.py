@@ -199,6 +199,14 @@ def _stop_if_failed_over(task: PartitionTask, consumer: Any) -> None:
         raise FencedError(f"the standby was {mark.describe()}: this follower produces no more")
 
 
+#: What a follower whose standby holds records of someone else's can do: they stay where they are (Kafka deletes
+#: only from a partition's head), and a standby is the backup's records alone.
+FOLLOWER_WAY_ON = (
+    "a standby holds the backup's records alone: follow into a new standby (other topics with --topic-map, or "
+    "another cluster); --allow-non-empty goes on after them, and the standby then holds records the backup does not"
+)
+
+
 def _refuse_written_since(task: PartitionTask, marker: ProgressMarker, where: str) -> None:
     """Refuse to go on where the target holds a committed record past this restore's progress: its own all lie below
     the marker's next offset, and the producer just fenced can write no more (its open transaction was aborted), so
@@ -208,10 +216,14 @@ def _refuse_written_since(task: PartitionTask, marker: ProgressMarker, where: st
 
     first = nth_committed_record(task.client, task.target_topic, task.target_partition, marker.next, 0)
     if first is not None:
+        way_on = (
+            "restore into a new or emptied topic, or add --allow-non-empty to go on after it"
+            if not task.stop_when_failed_over
+            else FOLLOWER_WAY_ON
+        )
         raise TargetChangedError(
             f"{where}: the target holds a record at offset {first[0]} that this restore did not write, past its "
-            "progress (written while it was stopped); restore into a new or emptied topic, or add --allow-non-empty "
-            "to go on after it"
+            f"progress (written while it was stopped); {way_on}"
         )
 
 

@@ -73,6 +73,7 @@ from spark_kafka_backup.restore.marker import (
     read_markers,
     restore_identity,
 )
+from spark_kafka_backup.restore.partition_task import FOLLOWER_WAY_ON
 from spark_kafka_backup.restore.profile import RecordsProfile, profile_partition
 from spark_kafka_backup.restore.repartition import KEEP, ROUND_ROBIN, Repartition, Source
 from spark_kafka_backup.restore.settings import RestoreSettings
@@ -794,11 +795,16 @@ def _place(plan: RestorePlan, settings: RestoreSettings, admin: Any, existing: d
     _count_resumed(settings, [p for p in plan.partitions if p.repartition is not None and p.status == "resume"])
     problems.extend(_written_since(settings, [p for p in plan.partitions if p.has_marker and p.status == "resume"]))
     if problems:
+        way_on = (
+            "restore into empty partitions, or add --allow-non-empty to restore after those records (consumer "
+            "offsets are then remapped onto the new positions)"
+            if settings.following is None
+            else FOLLOWER_WAY_ON
+        )
         raise TargetNotEmptyError(
             "target partition(s) already hold records that are not an earlier run of this restore: "
             + ", ".join(problems)
-            + "; restore into empty partitions, or add --allow-non-empty to restore after those records "
-            "(consumer offsets are then remapped onto the new positions)"
+            + f"; {way_on}"
         )
 
 
