@@ -82,7 +82,8 @@ def main() -> int:
     cache = cache_root()
     print(f"spark-kafka-backup keeps what it fetches and makes once in {cache} (KBACKUP_CACHE moves it): Apache "
           f"Kafka's jars for this demo (about 45 MB), and at the first job a class archive for Spark's JVM (about "
-          f"160 MB, 10 s to a few minutes to make; one no job used for a day is removed when another is made)",
+          f"160 MB, one for all checkouts; 10 s to a few minutes to make; one no job used for a day is removed when "
+          f"another is made)",
           flush=True)  # fmt: skip
     print(f"starting Apache Kafka {KAFKA_VERSION} (one KRaft node; its jars from Maven Central the first time)",
           flush=True)  # fmt: skip

@@ -1,4 +1,4 @@
-"""A class-data-sharing archive for the jobs' Spark driver JVM, made once per machine, Java and Spark install.
+"""A class-data-sharing archive for the jobs' Spark driver JVM, made once per machine, Java and PySpark version.
 
 Before a job's first line, its driver JVM loads, parses and verifies some ten thousand of Spark's classes: a fixed
 cost of every backup and restore, paid in CPU on the machine that runs the driver. A dynamic CDS archive
@@ -70,11 +70,13 @@ def driver_archive_path(cache: Path, spark_home: Path, env: Mapping[str, str], j
     java = _java(env)
     if java is None:
         return None
-    # A dynamic archive is valid only for the very jar files it was made from (the JVM checks their sizes and
-    # times), and for the class path as the JVM is given it (through the Spark home).
-    jars = sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+    # A dynamic archive is valid only for the very jar files it was made from (the JVM checks their sizes and times,
+    # and finds them through any path to them): named by the files the Spark home's jars are, so that the homes of
+    # every checkout, which share one set of jars (spark_submit.shared_jars), share one archive.
+    directory = (spark_home / "jars").resolve()
+    jars = sorted(directory.glob("*.jar"))
     stamps = "".join(f"{jar.name}:{jar.stat().st_size}:{jar.stat().st_mtime_ns};" for jar in jars)
-    key = f"{java}:{java.stat().st_mtime_ns}:{pyspark.__version__}:{spark_home}:{stamps}"
+    key = f"{java}:{java.stat().st_mtime_ns}:{pyspark.__version__}:{directory}:{stamps}"
     if jvm_options:
         key += f":{jvm_options}"
     return cache / f"spark-driver-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
@@ -124,9 +126,9 @@ def make_driver_archive(
 
     def make(partial: Path) -> bool:
         if announce is not None:
-            announce(f"making a class-sharing archive for Spark's driver JVM in {cache}, once per install of "
-                     f"PySpark (about 160 MB; 10 s to a few minutes on a busy machine; one no job used for a day is "
-                     f"removed when another is made; {ARCHIVE_SETTING}=off skips it)")  # fmt: skip
+            announce(f"making a class-sharing archive for Spark's driver JVM in {cache}, once per version of "
+                     f"PySpark and Java (about 160 MB; 10 s to a few minutes on a busy machine; one no job used for "
+                     f"a day is removed when another is made; {ARCHIVE_SETTING}=off skips it)")  # fmt: skip
         script = cache / f"warm-up-{os.getpid()}.py"
         command = [str(home / "bin" / "spark-submit"), "--master", "local[2]",
                    "--conf", "spark.ui.enabled=false", str(script)]  # fmt: skip

@@ -58,7 +58,9 @@ def archive_free_home(installed: Path, parent: Path, version: str) -> Path | Non
         shutil.rmtree(making, ignore_errors=True)
         (making / "python").mkdir(parents=True)
         for entry in installed.iterdir():
-            if entry.name != "python":
+            if entry.name == "jars":
+                (making / "jars").symlink_to(shared_jars(entry, parent.parent / "spark-jars", version, parent) or entry)
+            elif entry.name != "python":
                 (making / entry.name).symlink_to(entry)
         for entry in (installed / "python").iterdir():
             if entry.name != "lib":
@@ -81,11 +83,57 @@ def _links_to(home: Path, installed: Path) -> bool:
             names = {entry.name for entry in source.iterdir()} - {left_out}
             if {entry.name for entry in made.iterdir()} - {left_out} != names or (made / left_out).is_symlink():
                 return False
-            if any((made / name).resolve() != (source / name).resolve() for name in names):
-                return False
+            for name in names:
+                linked, wanted = (made / name).resolve(), (source / name).resolve()
+                if linked != wanted and not (name == "jars" and _jar_listing(linked) == _jar_listing(wanted)):
+                    return False
     except OSError:
         return False
     return not (home / "python" / "lib").exists()
+
+
+def shared_jars(jars: Path, parent: Path, version: str, homes_parent: Path) -> Path | None:
+    """One set of PySpark's jars, hard links to an install's, made once in ``parent`` for every install of
+    ``version`` whose jars are the same (names and sizes); None when the links cannot be made (another file system):
+    that install's Spark home then keeps its own. ``homes_parent``: where the Spark homes are (the sets they point
+    at are kept).
+
+    The Spark homes of every checkout and virtual environment point their ``jars`` at it, so that one class archive
+    of the driver serves them all (:mod:`spark_kafka_backup.jvm_archive`): the JVM accepts an archive for the very jar
+    files it was made from, reached through any path (Java 17 compares the files, not their names), and an archive is
+    some 160 MB and up to minutes to make."""
+    listing = _jar_listing(jars)
+    digest = hashlib.sha256(repr(listing).encode()).hexdigest()[:12]
+    shared = parent / f"pyspark-{version}-{digest}"
+    if _jar_listing(shared) == listing:
+        return shared
+    making = parent / f".{shared.name}.{os.getpid()}"
+    try:
+        shutil.rmtree(making, ignore_errors=True)
+        making.mkdir(parents=True)
+        for name, _ in listing:
+            os.link(jars / name, making / name)
+        making.rename(shared)  # refused when another process made it first: then that one is used
+    except OSError:
+        shutil.rmtree(making, ignore_errors=True)
+    if _jar_listing(shared) != listing:
+        return None
+    # A set no Spark home of a living install points at any more (the installs upgraded or removed) may hold the only
+    # links to its jars: removed when another set is made. One a home points at stays, also while its jobs run.
+    homes = [home for home in homes_parent.glob("pyspark-*") if (home / "bin").exists()]
+    held = {(home / "jars").resolve() for home in homes}
+    for other in parent.glob("pyspark-*"):
+        if other != shared and other.resolve() not in held:
+            shutil.rmtree(other, ignore_errors=True)
+    return shared
+
+
+def _jar_listing(directory: Path) -> list[tuple[str, int]]:
+    """The jar files of ``directory`` (those Spark puts on its class path) by name and size; empty when none."""
+    try:
+        return sorted((jar.name, jar.stat().st_size) for jar in directory.glob("*.jar"))
+    except OSError:
+        return []
 
 
 def uses_spark_kafka_source(args: Sequence[str]) -> bool:

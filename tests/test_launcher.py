@@ -241,3 +241,38 @@ def test_the_drivers_class_archive_is_made_once_and_a_driver_maps_it(
     mapped = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert mapped.returncode == 0, mapped.stderr[-3000:]
     assert "counted 7" in mapped.stdout
+
+    # Another install of the same PySpark (another checkout's virtual environment, its jars files of its own with the
+    # same names and sizes): its Spark home shares the first one's jars, so that archive is its archive too, made
+    # for the other path, and its driver maps it.
+    import os
+
+    import pyspark
+
+    from spark_kafka_backup.jvm_archive import existing_driver_archive
+    from spark_kafka_backup.spark_submit import archive_free_home
+
+    installed = Path(pyspark.__file__).resolve().parent
+    other = tmp_path / "other-venv" / "pyspark"
+    other.mkdir(parents=True)
+    for entry in installed.iterdir():
+        if entry.name == "jars":
+            (other / "jars").mkdir()
+            for jar in entry.glob("*.jar"):
+                os.link(jar, other / "jars" / jar.name)  # of its own in a real install: names and sizes compared
+        else:
+            (other / entry.name).symlink_to(entry)
+    home = archive_free_home(other, tmp_path / "cache" / "spark-home", pyspark.__version__)
+    assert home is not None and home != spark_home() and (home / "jars").resolve() == (spark_home() / "jars").resolve()
+    assert existing_driver_archive(env, home) == archive
+    loaded = tmp_path / "classes.log"
+    command[0] = str(home / "bin" / "spark-submit")
+    command[command.index(f"spark.driver.extraJavaOptions={options}")] = (
+        f"spark.driver.extraJavaOptions={options} -Xlog:class+load=info:file={loaded}"
+    )
+    again = subprocess.run(command, capture_output=True, text=True, env={**env, "SPARK_HOME": str(home)}, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "counted 7" in again.stdout
+    # Spark's classes came out of the archive (its dynamic part, "top"), not from the jars.
+    assert "org.apache.spark.SparkContext source: shared objects file (top)" in loaded.read_text()
+    assert [path.name for path in archive.parent.iterdir()] == [archive.name]  # still one archive

@@ -62,6 +62,15 @@ def test_an_archive_is_named_by_the_java_and_the_install(tmp_path: Path) -> None
     assert first is not None and first.suffix == ".jsa" and first.parent == tmp_path
     assert driver_archive_path(tmp_path, Path("/spark/a"), os.environ) == first
     assert driver_archive_path(tmp_path, Path("/spark/b"), os.environ) != first
+    # Two homes (two checkouts) whose jars are one shared set: one archive.
+    shared = tmp_path / "spark-jars" / "pyspark-4.3.0-0123"
+    shared.mkdir(parents=True)
+    (shared / "spark-core.jar").write_bytes(b"PK")
+    for home in ("home-a", "home-b"):
+        (tmp_path / home).mkdir()
+        (tmp_path / home / "jars").symlink_to(shared)
+    one = driver_archive_path(tmp_path, tmp_path / "home-a", os.environ)
+    assert one is not None and one == driver_archive_path(tmp_path, tmp_path / "home-b", os.environ)
 
 
 def test_made_once_puts_it_in_place_whole_or_not_at_all(tmp_path: Path) -> None:

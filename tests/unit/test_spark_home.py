@@ -28,7 +28,9 @@ def test_the_home_links_everything_but_the_archives(tmp_path: Path) -> None:
     home = archive_free_home(installed, tmp_path / "cache", "4.3.0")
     assert home is not None and home.parent == tmp_path / "cache" and "4.3.0" in home.name
     assert (home / "bin" / "spark-submit").read_text() == "#!/bin/sh\n"
-    assert (home / "jars").resolve() == installed / "jars"
+    # Its jars: hard links to the install's, in a set every install of this version shares (one class archive).
+    assert (home / "jars").resolve() == tmp_path / "spark-jars" / (home / "jars").resolve().name
+    assert (home / "jars" / "spark-core.jar").stat().st_ino == (installed / "jars" / "spark-core.jar").stat().st_ino
     assert (home / "__init__.py").resolve() == installed / "__init__.py"
     assert (home / "python" / "pyspark").resolve() == installed / "python" / "pyspark"
     assert not (home / "python" / "lib").exists()
@@ -44,6 +46,42 @@ def test_another_installation_or_version_gets_its_own_home(tmp_path: Path) -> No
     upgraded = archive_free_home(tmp_path / "a" / "site-packages" / "pyspark", tmp_path / "cache", "4.3.1")
     assert None not in (first, second, upgraded)
     assert len({first, second, upgraded}) == 3
+
+
+def test_installs_of_the_same_jars_share_one_set_and_other_jars_get_their_own(tmp_path: Path) -> None:
+    first = archive_free_home(_installed(tmp_path / "a"), tmp_path / "cache", "4.3.0")
+    second = archive_free_home(_installed(tmp_path / "b"), tmp_path / "cache", "4.3.0")
+    assert first is not None and second is not None and first != second
+    assert (first / "jars").resolve() == (second / "jars").resolve()
+    other = _installed(tmp_path / "c")
+    (other / "jars" / "spark-sql.jar").write_bytes(b"PK\x03")
+    third = archive_free_home(other, tmp_path / "cache", "4.3.0")
+    assert third is not None and (third / "jars").resolve() != (first / "jars").resolve()
+    assert sorted(p.name for p in (third / "jars").iterdir()) == ["spark-core.jar", "spark-sql.jar"]
+    # A home made again finds its shared jars as they are (not stale), and nothing half-made is left.
+    assert archive_free_home(tmp_path / "a" / "site-packages" / "pyspark", tmp_path / "cache", "4.3.0") == first
+    assert not [p for p in (tmp_path / "spark-jars").iterdir() if p.name.startswith(".")]
+    # A set no living install's home points at (that install removed) goes when another is made; one a home of a
+    # living install points at stays (its jobs may be running).
+    import shutil
+
+    shutil.rmtree(tmp_path / "c")
+    upgraded = _installed(tmp_path / "d")
+    (upgraded / "jars" / "spark-core.jar").write_bytes(b"PK\x03\x04")
+    assert archive_free_home(upgraded, tmp_path / "cache", "4.3.1") is not None
+    assert (first / "jars").resolve().is_dir() and not (third / "jars").resolve().exists()
+
+
+def test_jars_that_cannot_be_linked_stay_the_installs_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def other_file_system(source: object, target: object) -> None:
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr("spark_kafka_backup.spark_submit.os.link", other_file_system)
+    installed = _installed(tmp_path)
+    home = archive_free_home(installed, tmp_path / "cache", "4.3.0")
+    assert home is not None and (home / "jars").resolve() == installed / "jars"
+    assert archive_free_home(installed, tmp_path / "cache", "4.3.0") == home
+    assert not (tmp_path / "spark-jars").exists() or not list((tmp_path / "spark-jars").iterdir())
 
 
 def test_a_home_made_meanwhile_by_another_process_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
