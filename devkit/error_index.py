@@ -287,8 +287,24 @@ def parse_package() -> dict[Path, ast.Module]:
     return {path: ast.parse(path.read_text(), str(path)) for path in PACKAGE.rglob("*.py")}
 
 
-def index_text(found: list[Raised]) -> str:
-    """The generated part of the page: per area, a table of distinct messages and the errors that carry them."""
+def error_kinds(sources: dict[Path, ast.Module]) -> dict[str, str]:
+    """Each error class of the tree with the first sentence of its docstring (what that kind of error means)."""
+    errors = error_classes(sources)
+    kinds = {}
+    for tree in sources.values():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.name in errors:
+                text = " ".join((ast.get_docstring(node) or "").split())
+                first = text.split(". ")[0].rstrip(".") if text else ""
+                # reST to Markdown: ``x`` and :mod:`~a.b` read `x` and `b`.
+                first = re.sub(r":\w+:`~?(?:[\w.]*\.)?([^`]+)`", r"`\1`", first.replace("``", "`"))
+                kinds[node.name] = first
+    return kinds
+
+
+def index_text(found: list[Raised], kinds: Mapping[str, str]) -> str:
+    """The generated part of the page: what each kind of error means, then per area a table of distinct messages
+    and the errors that carry them."""
     by_area: dict[str, dict[str, set[str]]] = {}
     for item in found:
         by_area.setdefault(item.area, {}).setdefault(item.message, set()).add(item.error)
@@ -297,6 +313,11 @@ def index_text(found: list[Raised]) -> str:
     total = sum(len(messages) for messages in by_area.values())
     lines.append(f"{total} messages. Search this page for a few words of yours; words in CAPITALS and `...` stand "
                  "for what the message fills in.")  # fmt: skip
+    used = sorted({item.error for item in found if item.error in kinds})
+    lines += ["", "| error | what it means |", "|---|---|"]
+    lines += [f"| {name} | {kinds[name].replace('|', '/')} |" for name in used]
+    lines.append(f"| {ARGUMENT_ERRORS['error']} | the command line itself: an option's value or a combination "
+                 "argparse refuses, with the usage |")  # fmt: skip
     for area in areas:
         messages = by_area.get(area)
         if not messages:
@@ -328,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--check", action="store_true", help="exit 1 when the page's index is out of date")
     args = parser.parse_args(argv)
     page = PAGE.read_text()
-    wanted = page_with_index(page, index_text(list(raised(parse_package()))))
+    sources = parse_package()
+    wanted = page_with_index(page, index_text(list(raised(sources)), error_kinds(sources)))
     if args.write:
         PAGE.write_text(wanted)
         return 0

@@ -293,19 +293,19 @@ def _quoted_messages() -> list[str]:
 def test_troubleshooting_lists_every_error_message_the_code_can_raise() -> None:
     """Each message of an error the package raises (its tree of errors, argparse's) is on the page: a new or
     changed one fails this until `python -m devkit.error_index --write` lists it."""
-    found = list(error_index.raised(error_index.parse_package()))
+    sources = error_index.parse_package()
+    found = list(error_index.raised(sources))
     page = (REPO / "docs" / "troubleshooting.md").read_text()
     listed = page.split(error_index.BEGIN)[-1]
     missing = sorted({f"{item.path}:{item.line}: {item.message}" for item in found
                       if error_index.cell(item.message) not in listed})  # fmt: skip
     assert not missing, "not in docs/troubleshooting.md (python -m devkit.error_index --write):\n" + "\n".join(missing)
-    assert page == error_index.page_with_index(page, error_index.index_text(found)), (
+    assert page == error_index.page_with_index(page, error_index.index_text(found, error_index.error_kinds(sources))), (
         "docs/troubleshooting.md's index of messages is out of date: python -m devkit.error_index --write"
     )
     # Every place an error of the tree (or argparse's) is made is read: by an independent walk of the source.
     import ast
 
-    sources = error_index.parse_package()
     errors = error_index.error_classes(sources) | {"ArgumentTypeError"}
     made = {(path.relative_to(REPO).as_posix(), node.lineno) for path, tree in sources.items()
             for node in ast.walk(tree)
