@@ -18,7 +18,7 @@ import argparse
 import ast
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,17 +144,10 @@ def raised(sources: dict[Path, ast.Module]) -> Iterator[Raised]:
     for path, tree in sorted(sources.items()):
         relative = path.relative_to(REPO).as_posix()
         helpers = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
-        constants = {
-            node.targets[0].id: node.value
-            for node in tree.body
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-        }
-        constants.update({name: value for name, value in _imported_constants(tree, sources).items()})
+        constants = {name: values[-1] for name, values in _assignments(tree.body).items()}
+        constants.update(_imported_constants(tree, sources))
         for function in [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]:
-            assigned: dict[str, list[ast.expr]] = {}
-            for node in _own_nodes(function):
-                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                    assigned.setdefault(node.targets[0].id, []).append(node.value)
+            assigned = _assignments(_own_nodes(function))
             sites = _arguments_at_sites(function, calls, path) if isinstance(function, Function) else []
             for call in _own_nodes(function):
                 if not isinstance(call, ast.Call) or not call.args:
@@ -223,11 +216,8 @@ def _imported_constants(tree: ast.Module, sources: dict[Path, ast.Module]) -> di
         module = sources.get(REPO / (node.module.replace(".", "/") + ".py"))
         if module is None:
             continue
-        for statement in module.body:
-            if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
-                target = statement.targets[0]
-                if isinstance(target, ast.Name) and target.id in {alias.name for alias in node.names}:
-                    found[target.id] = statement.value
+        imported = {alias.name for alias in node.names}
+        found.update({name: values[-1] for name, values in _assignments(module.body).items() if name in imported})
     return found
 
 
@@ -262,15 +252,19 @@ def _arguments_at_sites(
     return sites
 
 
-def _returned(function: ast.FunctionDef) -> list[ast.expr]:
-    """What ``function`` returns, a name returned read from its assignments."""
+def _assignments(nodes: Iterable[ast.AST]) -> dict[str, list[ast.expr]]:
+    """The values each plain name is assigned among ``nodes`` (``name = value``), in order."""
     assigned: dict[str, list[ast.expr]] = {}
-    returned: list[ast.expr] = []
-    for node in _own_nodes(function):
+    for node in nodes:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             assigned.setdefault(node.targets[0].id, []).append(node.value)
-        elif isinstance(node, ast.Return) and node.value is not None:
-            returned.append(node.value)
+    return assigned
+
+
+def _returned(function: ast.FunctionDef) -> list[ast.expr]:
+    """What ``function`` returns, a name returned read from its assignments."""
+    assigned = _assignments(_own_nodes(function))
+    returned = [node.value for node in _own_nodes(function) if isinstance(node, ast.Return) and node.value is not None]
     return [v for value in returned for v in (assigned.get(value.id, []) if isinstance(value, ast.Name) else [value])]
 
 
